@@ -1,0 +1,58 @@
+# raftlog — a Kafka-style streaming log in Python.
+# `make demo` and `make test` work from a fresh clone with Python 3.11, make and apt.
+
+PYTHON  ?= python3.11
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+# Debian packages the suite needs, as "command:package" pairs; installed only when missing.
+DEB_NEEDS :=
+PYTEST_WORKERS ?= 2
+
+.PHONY: help venv deps lint test test-fast demo bench clean
+
+help:
+	@echo "make demo   - set up, run the storage demo end to end, clean up"
+	@echo "make test   - set up, lint, run the whole test suite"
+	@echo "make lint   - ruff, mypy (strict on raftlog/), import-linter"
+	@echo "make bench  - benchmarks; figures in bench/results/latest.json"
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+deps: venv
+	@for need in $(DEB_NEEDS); do \
+	  cmd=$${need%%:*}; pkg=$${need##*:}; \
+	  command -v $$cmd >/dev/null 2>&1 || missing="$$missing $$pkg"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+test: deps lint
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup
+
+test-fast: deps
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup -m "not slow"
+
+demo: deps
+	$(BIN)/raftlog demo storage
+
+bench: deps
+	$(BIN)/python -m bench.storage_bench --out bench/results/latest.json
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .import_linter_cache

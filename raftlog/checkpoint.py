@@ -1,0 +1,62 @@
+"""Small files that must never be half-written: write a temporary, fsync it, rename, fsync the dir.
+
+Kafka's checkpoint text format: a version line, an entry-count line, then one entry per line.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from raftlog.errors import StorageError
+
+CHECKPOINT_VERSION = 0
+MAX_CHECKPOINT_ENTRIES = 1_000_000
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_checkpoint(path: Path, entries: list[tuple[int, ...]]) -> None:
+    lines = [str(CHECKPOINT_VERSION), str(len(entries))]
+    lines += [" ".join(str(field) for field in entry) for entry in entries]
+    write_atomically(path, ("\n".join(lines) + "\n").encode())
+
+
+def read_checkpoint(path: Path, fields: int) -> list[tuple[int, ...]] | None:
+    """Entries of a checkpoint file, None if it does not exist. A malformed file is a
+    StorageError naming the file: it was written atomically, so damage means outside hands."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    lines = text.split("\n")
+    try:
+        version, count = int(lines[0]), int(lines[1])
+        if version != CHECKPOINT_VERSION or not 0 <= count <= MAX_CHECKPOINT_ENTRIES:
+            raise ValueError(f"version {version}, {count} entries")
+        entries = [tuple(int(field) for field in line.split()) for line in lines[2 : 2 + count]]
+        if any(len(entry) != fields for entry in entries) or len(entries) != count:
+            raise ValueError("entries do not match the count or the field count")
+    except (ValueError, IndexError) as error:
+        raise StorageError(f"checkpoint {path} is malformed: {error}") from error
+    return entries

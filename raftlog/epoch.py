@@ -1,0 +1,103 @@
+"""The leader-epoch cache: (epoch → first offset written in that epoch), checkpointed to disk.
+
+Followers ask the leader for ``end_offset_for_epoch(their last epoch)`` and truncate to it, which
+is how a replica that missed a leader change finds where its log diverged (Kafka KIP-101/279).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable
+from pathlib import Path
+from typing import NamedTuple
+
+from raftlog.checkpoint import read_checkpoint, write_checkpoint
+
+UNDEFINED_EPOCH = -1
+UNDEFINED_EPOCH_OFFSET = -1
+CHECKPOINT_NAME = "leader-epoch-checkpoint"
+
+
+class EpochEntry(NamedTuple):
+    epoch: int
+    start_offset: int
+
+
+class LeaderEpochCache:
+    """Entries strictly increasing in both epoch and start offset."""
+
+    def __init__(self, directory: Path, *, load: bool = True) -> None:
+        """Load the checkpoint (StorageError if it is malformed) unless ``load`` is False."""
+        self._path = directory / CHECKPOINT_NAME
+        loaded = (read_checkpoint(self._path, fields=2) or []) if load else []
+        self._entries = [EpochEntry(epoch, offset) for epoch, offset in loaded]
+
+    def rebuild(self, batches: Iterable[tuple[int, int]]) -> None:
+        """Rebuild from (partition leader epoch, base offset) of every batch, oldest first."""
+        self._entries = []
+        for epoch, base_offset in batches:
+            if epoch > self.latest_epoch:
+                self._entries.append(EpochEntry(epoch, base_offset))
+        self._flush()
+
+    @property
+    def entries(self) -> tuple[EpochEntry, ...]:
+        return tuple(self._entries)
+
+    @property
+    def latest_epoch(self) -> int:
+        return self._entries[-1].epoch if self._entries else UNDEFINED_EPOCH
+
+    def epoch_for_offset(self, offset: int) -> int:
+        """The epoch the record at ``offset`` was written in."""
+        n = bisect.bisect_right([entry.start_offset for entry in self._entries], offset) - 1
+        return self._entries[n].epoch if n >= 0 else UNDEFINED_EPOCH
+
+    def assign(self, epoch: int, start_offset: int) -> None:
+        """Record that ``epoch`` starts at ``start_offset`` (a no-op unless the epoch is new)."""
+        if epoch < 0 or epoch <= self.latest_epoch:
+            return
+        # A new epoch can start below an older one's start only after a truncation we missed;
+        # drop the entries it supersedes so both columns stay increasing.
+        self._entries = [entry for entry in self._entries if entry.start_offset < start_offset]
+        self._entries.append(EpochEntry(epoch, start_offset))
+        self._flush()
+
+    def end_offset_for_epoch(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
+        """(largest epoch <= ``epoch``, the offset where the next higher epoch starts), as
+        Kafka's ``LeaderEpochFileCache.endOffsetFor``: the follower truncates to that offset."""
+        if epoch == UNDEFINED_EPOCH or not self._entries:
+            return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        if epoch == self.latest_epoch:
+            return epoch, log_end_offset
+        epochs = [entry.epoch for entry in self._entries]
+        higher = bisect.bisect_right(epochs, epoch)
+        if higher == len(epochs):
+            return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        if higher == 0:
+            return epoch, self._entries[0].start_offset
+        return self._entries[higher - 1].epoch, self._entries[higher].start_offset
+
+    def truncate_from_end(self, end_offset: int) -> None:
+        """Forget epochs starting at or after ``end_offset`` (the log was truncated there)."""
+        kept = [entry for entry in self._entries if entry.start_offset < end_offset]
+        if kept != self._entries:
+            self._entries = kept
+            self._flush()
+
+    def truncate_from_start(self, start_offset: int) -> None:
+        """The log now starts at ``start_offset``: drop epochs wholly below it, and move the start
+        of the epoch that covers it up to it."""
+        covering = [entry for entry in self._entries if entry.start_offset <= start_offset]
+        later = [entry for entry in self._entries if entry.start_offset > start_offset]
+        kept = ([EpochEntry(covering[-1].epoch, start_offset)] if covering else []) + later
+        if kept != self._entries:
+            self._entries = kept
+            self._flush()
+
+    def clear(self) -> None:
+        self._entries = []
+        self._flush()
+
+    def _flush(self) -> None:
+        write_checkpoint(self._path, [tuple(entry) for entry in self._entries])

@@ -1,0 +1,125 @@
+"""Kafka's error codes, as values, and the one exception family that carries them.
+
+Expected errors are values with Kafka's numeric code and a ``retriable`` flag (see
+``org.apache.kafka.common.protocol.Errors``). Code that hits one raises :class:`KafkaError`
+carrying the :class:`ErrorCode`; servers turn it into a per-partition error in a response.
+A broken invariant is not a Kafka error: it is an ``AssertionError`` naming the invariant.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ErrorCode(enum.Enum):
+    """Kafka's error codes: ``(code, retriable)``; the member name is Kafka's name."""
+
+    UNKNOWN_SERVER_ERROR = (-1, False)
+    NONE = (0, False)
+    OFFSET_OUT_OF_RANGE = (1, False)
+    CORRUPT_MESSAGE = (2, True)
+    UNKNOWN_TOPIC_OR_PARTITION = (3, True)
+    INVALID_FETCH_SIZE = (4, False)
+    LEADER_NOT_AVAILABLE = (5, True)
+    NOT_LEADER_OR_FOLLOWER = (6, True)
+    REQUEST_TIMED_OUT = (7, True)
+    BROKER_NOT_AVAILABLE = (8, False)
+    REPLICA_NOT_AVAILABLE = (9, True)
+    MESSAGE_TOO_LARGE = (10, False)
+    NETWORK_EXCEPTION = (13, True)
+    COORDINATOR_LOAD_IN_PROGRESS = (14, True)
+    COORDINATOR_NOT_AVAILABLE = (15, True)
+    NOT_COORDINATOR = (16, True)
+    INVALID_TOPIC_EXCEPTION = (17, False)
+    RECORD_LIST_TOO_LARGE = (18, False)
+    NOT_ENOUGH_REPLICAS = (19, True)
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND = (20, True)
+    INVALID_REQUIRED_ACKS = (21, False)
+    ILLEGAL_GENERATION = (22, False)
+    INVALID_TIMESTAMP = (32, False)
+    UNSUPPORTED_VERSION = (35, False)
+    TOPIC_ALREADY_EXISTS = (36, False)
+    INVALID_PARTITIONS = (37, False)
+    INVALID_REPLICATION_FACTOR = (38, False)
+    INVALID_REPLICA_ASSIGNMENT = (39, False)
+    INVALID_CONFIG = (40, False)
+    NOT_CONTROLLER = (41, True)
+    INVALID_REQUEST = (42, False)
+    POLICY_VIOLATION = (44, False)
+    OUT_OF_ORDER_SEQUENCE_NUMBER = (45, False)
+    DUPLICATE_SEQUENCE_NUMBER = (46, False)
+    INVALID_PRODUCER_EPOCH = (47, False)
+    KAFKA_STORAGE_ERROR = (56, True)
+    FENCED_LEADER_EPOCH = (74, True)
+    UNKNOWN_LEADER_EPOCH = (75, True)
+    UNSUPPORTED_COMPRESSION_TYPE = (76, False)
+    OFFSET_NOT_AVAILABLE = (78, True)
+    INVALID_RECORD = (87, False)
+    UNKNOWN_TOPIC_ID = (100, True)
+    INCONSISTENT_TOPIC_ID = (103, True)
+
+    @property
+    def code(self) -> int:
+        return self.value[0]
+
+    @property
+    def retriable(self) -> bool:
+        return self.value[1]
+
+    @classmethod
+    def from_code(cls, code: int) -> ErrorCode:
+        try:
+            return _BY_CODE[code]
+        except KeyError:
+            return cls.UNKNOWN_SERVER_ERROR
+
+
+_BY_CODE = {member.code: member for member in ErrorCode}
+
+
+class KafkaError(Exception):
+    """An expected error with Kafka's code: bad input, a stale request, an unavailable resource."""
+
+    def __init__(self, error: ErrorCode, message: str) -> None:
+        super().__init__(f"{error.name}: {message}")
+        self.error = error
+        self.message = message
+
+    @property
+    def retriable(self) -> bool:
+        return self.error.retriable
+
+
+class CorruptRecordError(KafkaError):
+    """CORRUPT_MESSAGE: a batch whose CRC, magic or framing does not check out."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.CORRUPT_MESSAGE, message)
+
+
+class InvalidRecordError(KafkaError):
+    """INVALID_RECORD: framing is intact but the records inside are malformed."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.INVALID_RECORD, message)
+
+
+class UnsupportedCompressionError(KafkaError):
+    """UNSUPPORTED_COMPRESSION_TYPE: a codec id we do not know or cannot decode."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, message)
+
+
+class OffsetOutOfRangeError(KafkaError):
+    """OFFSET_OUT_OF_RANGE: an offset outside [log start offset, log end offset]."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.OFFSET_OUT_OF_RANGE, message)
+
+
+class StorageError(KafkaError):
+    """KAFKA_STORAGE_ERROR: the log directory is not usable (IO error, bad layout)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.KAFKA_STORAGE_ERROR, message)

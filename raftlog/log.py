@@ -1,0 +1,641 @@
+"""The log of one partition: a directory ``<topic>-<partition>/`` of segments, as Kafka's
+``UnifiedLog`` over ``LocalLog``.
+
+A leader's :meth:`Log.append` validates each batch by its header and CRC, assigns offsets by
+rewriting only ``baseOffset`` and ``partitionLeaderEpoch`` (both outside the CRC), and writes the
+batches with one ``writev``; a follower's :meth:`Log.append_as_follower` keeps the leader's offsets.
+:meth:`Log.read` returns whole stored batches. Nothing on either path decodes a record, except for
+the Kafka rules that need it (compacted topics reject null keys, ``LogAppendTime`` re-stamps).
+
+Thread safety: one lock per log serialises every call; callers may share a Log between threads.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from raftlog import cleaner
+from raftlog.batch import iter_batches, offset_length_epoch
+from raftlog.checkpoint import fsync_dir, read_checkpoint, write_atomically, write_checkpoint
+from raftlog.config import LogConfig
+from raftlog.epoch import LeaderEpochCache
+from raftlog.errors import (
+    ErrorCode,
+    InvalidRecordError,
+    KafkaError,
+    OffsetOutOfRangeError,
+    StorageError,
+)
+from raftlog.index import CorruptIndexError
+from raftlog.records import decode_batch, set_log_append_time
+from raftlog.retention import SegmentSummary, plan_retention
+from raftlog.segment import LOG_SUFFIX, AppendedBatch, LogSegment, RecoveryResult
+
+CLEAN_SHUTDOWN_MARKER = ".clean-shutdown"
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
+PARTITION_METADATA = "partition.metadata"
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
+
+
+def parse_partition_dir_name(name: str) -> tuple[str, int]:
+    topic, _, partition = name.rpartition("-")
+    if not topic or not partition.isdigit():
+        raise StorageError(f"{name!r} is not a <topic>-<partition> directory name")
+    return topic, int(partition)
+
+
+@dataclass(frozen=True)
+class AppendInfo:
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    log_append_time_ms: int  # -1 unless the topic stamps LogAppendTime
+    record_count: int
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class RecoveryReport:
+    clean_shutdown: bool
+    recovered: tuple[RecoveryResult, ...]
+    deleted_segments: tuple[int, ...]  # base offsets of segments after a truncated one
+    notes: tuple[str, ...]  # damaged checkpoints and metadata that were ignored or rebuilt
+    duration_ms: float
+
+    @property
+    def dropped_bytes(self) -> int:
+        return sum(result.dropped_bytes for result in self.recovered)
+
+
+@dataclass
+class _PreparedAppend:
+    chunks: list[bytes | memoryview] = field(default_factory=list)
+    batches: list[AppendedBatch] = field(default_factory=list)
+    epochs: list[tuple[int, int]] = field(default_factory=list)  # (epoch, base offset)
+    record_count: int = 0
+    size_bytes: int = 0
+    max_timestamp: int = -1
+
+
+class Log:
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig | None = None,
+        *,
+        topic_id: uuid.UUID | None = None,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.directory = Path(directory)
+        self.config = config or LogConfig()
+        self.clock = clock
+        self._lock = threading.RLock()
+        self._segments: list[LogSegment] = []
+        self._base_offsets: list[int] = []
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._notes: list[str] = []
+        self._rebuild_epochs = False
+        self.topic_id = self._load_topic_id(topic_id)
+        self.epochs = self._load_epochs()
+        self._unflushed_records = 0
+        self._last_flush_ms = clock()
+        self.recovery = self._load()
+
+    # -- opening -----------------------------------------------------------------------------
+    def _read_checkpoint_or_note(self, name: str) -> int | None:
+        """A one-offset checkpoint; a malformed one is noted and ignored (it only saves work)."""
+        try:
+            entries = read_checkpoint(self.directory / name, fields=1)
+        except StorageError as error:
+            self._notes.append(f"{error.message}: ignored")
+            return None
+        return entries[0][0] if entries else None
+
+    def _load_epochs(self) -> LeaderEpochCache:
+        try:
+            return LeaderEpochCache(self.directory)
+        except StorageError as error:
+            self._notes.append(f"{error.message}: rebuilt from the batches")
+            self._rebuild_epochs = True
+            return LeaderEpochCache(self.directory, load=False)
+
+    def _load_topic_id(self, expected: uuid.UUID | None) -> uuid.UUID | None:
+        path = self.directory / PARTITION_METADATA
+        try:
+            stored = read_partition_metadata(path)
+        except StorageError as error:
+            self._notes.append(f"{error.message}: rewritten")
+            path.unlink()
+            stored = None
+        if stored is not None and expected is not None and stored != expected:
+            raise KafkaError(
+                ErrorCode.INCONSISTENT_TOPIC_ID,
+                f"{self.directory} belongs to topic id {stored}, not {expected}",
+            )
+        if stored is None and expected is not None:
+            write_atomically(path, f"version: 0\ntopic_id: {expected}\n".encode())
+        return stored or expected
+
+    def _load(self) -> RecoveryReport:
+        started = time.perf_counter()
+        marker = self.directory / CLEAN_SHUTDOWN_MARKER
+        clean = marker.exists()
+        cleaner.complete_interrupted_swaps(self.directory)
+        self.recovery_point = self._read_checkpoint_or_note(RECOVERY_POINT_CHECKPOINT) or 0
+        checkpointed_start = self._read_checkpoint_or_note(LOG_START_CHECKPOINT) or 0
+        recovered, deleted = self._open_segments(clean)
+        if not self._segments:
+            self._add_segment(checkpointed_start)
+        self._log_start_offset = max(self._segments[0].base_offset, checkpointed_start)
+        self.active.on_become_active()
+        if self._rebuild_epochs:
+            self.epochs.rebuild(
+                (header.partition_leader_epoch, header.base_offset)
+                for segment in self._segments
+                for _, header in segment.iter_headers(0)
+            )
+        self.epochs.truncate_from_end(self.log_end_offset)
+        self.epochs.truncate_from_start(self._log_start_offset)
+        cleaner.truncate_checkpoint(self, self.log_end_offset)
+        if recovered or deleted or self.recovery_point > self.log_end_offset:
+            for segment in self._segments:
+                segment.flush()
+            self._set_recovery_point(self.log_end_offset)
+        marker.unlink(missing_ok=True)
+        duration_ms = (time.perf_counter() - started) * 1000
+        return RecoveryReport(
+            clean, tuple(recovered), tuple(deleted), tuple(self._notes), duration_ms
+        )
+
+    def _open_segments(self, clean: bool) -> tuple[list[RecoveryResult], list[int]]:
+        base_offsets = sorted(
+            int(path.name[: -len(LOG_SUFFIX)])
+            for path in self.directory.glob(f"*{LOG_SUFFIX}")
+            if path.name[: -len(LOG_SUFFIX)].isdigit()
+        )
+        _remove_orphan_indexes(self.directory, set(base_offsets))
+        recovered: list[RecoveryResult] = []
+        deleted: list[int] = []
+        for n, base_offset in enumerate(base_offsets):
+            segment = self._add_segment(base_offset)
+            next_base = base_offsets[n + 1] if n + 1 < len(base_offsets) else None
+            unflushed = next_base is None or next_base > self.recovery_point
+            result = self._load_segment(segment, recover=unflushed and not clean)
+            if result is not None:
+                recovered.append(result)
+            if result is not None and result.dropped_bytes and next_base is not None:
+                # Whatever followed a torn batch was written after it: it cannot be trusted.
+                for later in self._segments_from_disk(base_offsets[n + 1 :]):
+                    later.delete()
+                    deleted.append(later.base_offset)
+                break
+        return recovered, deleted
+
+    def _segments_from_disk(self, base_offsets: list[int]) -> list[LogSegment]:
+        return [self.new_segment(base_offset) for base_offset in base_offsets]
+
+    def _load_segment(self, segment: LogSegment, *, recover: bool) -> RecoveryResult | None:
+        if not recover and not segment.indexes_were_missing:
+            try:
+                segment.load()
+                return None
+            except CorruptIndexError:
+                pass  # an index is only a cache of the log: rebuild it by recovery
+        return segment.recover()
+
+    def new_segment(self, base_offset: int) -> LogSegment:
+        return LogSegment(
+            self.directory,
+            base_offset,
+            index_interval_bytes=self.config.index_interval_bytes,
+            max_index_bytes=self.config.segment_index_bytes,
+            created_ms=self.clock(),
+        )
+
+    def _add_segment(self, base_offset: int) -> LogSegment:
+        assert not self._base_offsets or base_offset > self._base_offsets[-1], (
+            "segments must be added in increasing base offset order"
+        )
+        segment = self.new_segment(base_offset)
+        segment.next_offset = base_offset
+        self._segments.append(segment)
+        self._base_offsets.append(base_offset)
+        return segment
+
+    # -- state -----------------------------------------------------------------------------
+    @property
+    def active(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(segment.size_bytes for segment in self._segments)
+
+    @property
+    def segment_count(self) -> int:
+        return len(self._segments)
+
+    def segment_summaries(self) -> list[SegmentSummary]:
+        with self._lock:
+            return [
+                SegmentSummary(s.base_offset, s.next_offset, s.size_bytes, s.largest_timestamp_ms())
+                for s in self._segments
+            ]
+
+    # -- appending ---------------------------------------------------------------------------
+    def append(self, records: bytes | bytearray | memoryview, *, leader_epoch: int) -> AppendInfo:
+        """Append as the leader: validate, assign offsets from the log end, stamp the epoch."""
+        with self._lock:
+            if self.config.message_timestamp_type == "LogAppendTime":
+                records = self._stamp_log_append_time(records)
+            prepared = self._prepare(
+                records, assign_from=self.log_end_offset, leader_epoch=leader_epoch
+            )
+            info = self._write(prepared)
+            if self.config.message_timestamp_type == "LogAppendTime":
+                info = dataclasses.replace(info, log_append_time_ms=info.max_timestamp)
+            return info
+
+    def append_as_follower(self, records: bytes | bytearray | memoryview) -> AppendInfo:
+        """Append a leader's batches as they are: offsets and epochs are kept."""
+        with self._lock:
+            return self._write(self._prepare(records, assign_from=None, leader_epoch=-1))
+
+    def _stamp_log_append_time(self, records: bytes | bytearray | memoryview) -> bytes:
+        now = self.clock()
+        return b"".join(
+            set_log_append_time(bytes(memoryview(records)[pos : pos + h.size_bytes]), now)
+            for pos, h in iter_batches(records)
+        )
+
+    def _prepare(
+        self, records: bytes | bytearray | memoryview, *, assign_from: int | None, leader_epoch: int
+    ) -> _PreparedAppend:
+        view = memoryview(records)
+        prepared = _PreparedAppend()
+        next_offset = self.log_end_offset
+        for position, header in iter_batches(view):
+            if header.size_bytes > self.config.max_message_bytes:
+                raise KafkaError(
+                    ErrorCode.MESSAGE_TOO_LARGE,
+                    f"batch of {header.size_bytes} bytes exceeds max.message.bytes "
+                    f"{self.config.max_message_bytes}",
+                )
+            if assign_from is not None:
+                _check_producer_batch(header.record_count, header.last_offset_delta)
+                if self.config.compact:
+                    _check_keys_present(view, position)
+                base_offset, epoch = next_offset, leader_epoch
+                prepared.chunks.append(offset_length_epoch(base_offset, header.batch_length, epoch))
+                prepared.chunks.append(view[position + 16 : position + header.size_bytes])
+            else:
+                base_offset, epoch = header.base_offset, header.partition_leader_epoch
+                if base_offset < next_offset:
+                    raise InvalidRecordError(
+                        f"follower append at offset {base_offset} is below the log end "
+                        f"offset {next_offset}"
+                    )
+                prepared.chunks.append(view[position : position + header.size_bytes])
+            last_offset = base_offset + header.last_offset_delta
+            prepared.batches.append(
+                AppendedBatch(last_offset, header.max_timestamp, header.size_bytes)
+            )
+            prepared.epochs.append((epoch, base_offset))
+            prepared.record_count += header.record_count
+            prepared.size_bytes += header.size_bytes
+            prepared.max_timestamp = max(prepared.max_timestamp, header.max_timestamp)
+            next_offset = last_offset + 1
+        if not prepared.batches:
+            raise InvalidRecordError("an append must carry at least one record batch")
+        return prepared
+
+    def _write(self, prepared: _PreparedAppend) -> AppendInfo:
+        first_offset = prepared.epochs[0][1]
+        last_offset = prepared.batches[-1].last_offset
+        segment = self._maybe_roll(prepared, first_offset, last_offset)
+        segment.append(prepared.chunks, prepared.batches)
+        for epoch, base_offset in prepared.epochs:
+            if epoch > self.epochs.latest_epoch:
+                self.epochs.assign(epoch, base_offset)
+        self._unflushed_records += prepared.record_count
+        self._maybe_flush_after_append()
+        return AppendInfo(
+            first_offset,
+            last_offset,
+            prepared.max_timestamp,
+            -1,
+            prepared.record_count,
+            prepared.size_bytes,
+        )
+
+    def _maybe_roll(
+        self, prepared: _PreparedAppend, first_offset: int, last_offset: int
+    ) -> LogSegment:
+        segment = self.active
+        if self._should_roll(segment, prepared.size_bytes, prepared.max_timestamp, last_offset):
+            return self.roll(max(first_offset, self.log_end_offset))
+        return segment
+
+    def _should_roll(
+        self, segment: LogSegment, size_bytes: int, max_timestamp: int, last_offset: int
+    ) -> bool:
+        if segment.size_bytes == 0:
+            return last_offset - segment.base_offset > 2**31 - 1
+        if segment.rolling_timestamp is not None and segment.rolling_timestamp >= 0:
+            waited_ms = max_timestamp - segment.rolling_timestamp
+        else:
+            waited_ms = self.clock() - segment.created_ms
+        return (
+            segment.size_bytes + size_bytes > self.config.segment_bytes
+            or waited_ms > self.config.segment_ms
+            or not segment.can_index_more()
+            or last_offset - segment.base_offset > 2**31 - 1
+        )
+
+    def roll(self, base_offset: int | None = None) -> LogSegment:
+        """Start a new active segment (at the log end offset unless told otherwise)."""
+        with self._lock:
+            base_offset = self.log_end_offset if base_offset is None else base_offset
+            if self.active.size_bytes == 0:
+                if base_offset == self.active.base_offset:
+                    return self.active
+                self._delete_segments(len(self._segments) - 1, len(self._segments))
+            else:
+                self.active.on_roll()
+            segment = self._add_segment(base_offset)
+            segment.on_become_active()
+            return segment
+
+    # -- flushing ----------------------------------------------------------------------------
+    def _maybe_flush_after_append(self) -> None:
+        if (
+            self.config.flush_on_ack
+            or self._unflushed_records >= self.config.flush_messages
+            or self.clock() - self._last_flush_ms >= self.config.flush_ms
+        ):
+            self.flush()
+
+    def maybe_flush(self) -> bool:
+        """For the owner's timer: flush if ``flush.ms`` has passed since the last flush."""
+        with self._lock:
+            if self._unflushed_records and (
+                self.clock() - self._last_flush_ms >= self.config.flush_ms
+            ):
+                self.flush()
+                return True
+            return False
+
+    def flush(self) -> None:
+        """fsync every segment holding data beyond the recovery point; move the point to the end."""
+        with self._lock:
+            first = max(0, bisect.bisect_right(self._base_offsets, self.recovery_point) - 1)
+            for segment in self._segments[first:]:
+                segment.flush()
+            self.recovery_point = self.log_end_offset
+            self._unflushed_records = 0
+            self._last_flush_ms = self.clock()
+
+    def checkpoint(self) -> None:
+        """Persist the recovery point (the owner calls this periodically and on roll)."""
+        with self._lock:
+            self._set_recovery_point(self.recovery_point)
+
+    def _set_recovery_point(self, offset: int) -> None:
+        self.recovery_point = offset
+        write_checkpoint(self.directory / RECOVERY_POINT_CHECKPOINT, [(offset,)])
+
+    # -- reading -----------------------------------------------------------------------------
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        min_one_batch: bool = True,
+    ) -> bytes:
+        """Whole batches from the one containing ``offset``, up to ``max_bytes`` (at least one
+        batch if ``min_one_batch``), only batches that end below ``max_offset`` (the high
+        watermark for consumers). OFFSET_OUT_OF_RANGE outside [log start, log end]."""
+        with self._lock:
+            end = self.log_end_offset
+            if not self._log_start_offset <= offset <= end:
+                raise OffsetOutOfRangeError(
+                    f"offset {offset} is outside [{self._log_start_offset}, {end}] "
+                    f"of {self.directory.name}"
+                )
+            bound = end if max_offset is None else min(max_offset, end)
+            first = max(0, bisect.bisect_right(self._base_offsets, offset) - 1)
+            parts: list[bytes] = []
+            remaining = max_bytes
+            for segment in self._segments[first:]:
+                data, reached_end = segment.read(
+                    max(offset, segment.base_offset),
+                    remaining,
+                    bound,
+                    min_one_batch=min_one_batch and not parts,
+                )
+                if data:
+                    parts.append(data)
+                    remaining -= len(data)
+                if not reached_end or remaining <= 0:
+                    break
+            return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def offsets_for_time(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record whose timestamp is >= ``timestamp``, as Kafka's
+        ListOffsets; -2 earliest, -1 latest, -3 the record with the largest timestamp."""
+        with self._lock:
+            if timestamp == EARLIEST_TIMESTAMP:
+                return self._log_start_offset, -1
+            if timestamp == LATEST_TIMESTAMP:
+                return self.log_end_offset, -1
+            if timestamp == MAX_TIMESTAMP:
+                best = max(self._segments, key=lambda s: s.max_timestamp)
+                if best.max_timestamp < 0:
+                    return None
+                return best.offset_of_max_timestamp, best.max_timestamp
+            for segment in self._segments:
+                if segment.max_timestamp < timestamp:
+                    continue
+                found = segment.find_offset_by_timestamp(timestamp)
+                if found is None:
+                    continue
+                position, header = found
+                _, records = decode_batch(segment.read_raw(position, header.size_bytes))
+                for record in records:
+                    if record.timestamp >= timestamp and record.offset >= self._log_start_offset:
+                        return record.offset, record.timestamp
+            return None
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        with self._lock:
+            return self.epochs.end_offset_for_epoch(epoch, self.log_end_offset)
+
+    # -- truncation ------------------------------------------------------------------------
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch holding offsets >= ``offset`` (a follower's divergence repair);
+        return the new log end offset. Below the log start this empties the log."""
+        with self._lock:
+            if offset < self._log_start_offset:
+                self.truncate_fully_and_start_at(offset)
+                return offset
+            if offset >= self.log_end_offset:
+                return self.log_end_offset
+            keep = bisect.bisect_right(self._base_offsets, offset)
+            if keep == 0:
+                self.truncate_fully_and_start_at(offset)
+                return offset
+            self._delete_segments(keep, len(self._segments))
+            self.active.truncate_to(offset)
+            cleaner.truncate_checkpoint(self, self.log_end_offset)
+            self.active.on_become_active()
+            self.epochs.truncate_from_end(self.log_end_offset)
+            self.recovery_point = min(self.recovery_point, self.log_end_offset)
+            self._set_recovery_point(self.recovery_point)
+            return self.log_end_offset
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop everything; the log restarts empty at ``offset`` (log start = log end)."""
+        with self._lock:
+            self._delete_segments(0, len(self._segments))
+            self._add_segment(offset).on_become_active()
+            self.epochs.clear()
+            cleaner.truncate_checkpoint(self, offset)
+            self._set_log_start_offset(offset)
+            self._set_recovery_point(offset)
+
+    def _delete_segments(self, start: int, stop: int) -> None:
+        for segment in self._segments[start:stop]:
+            segment.delete()
+        del self._segments[start:stop]
+        del self._base_offsets[start:stop]
+
+    def _set_log_start_offset(self, offset: int) -> None:
+        self._log_start_offset = offset
+        write_checkpoint(self.directory / LOG_START_CHECKPOINT, [(offset,)])
+        self.epochs.truncate_from_start(offset)
+
+    # -- retention and compaction ------------------------------------------------------------
+    def delete_old_segments(self, high_watermark: int | None = None) -> int:
+        """Apply retention.ms / retention.bytes / the log start offset; return segments deleted."""
+        with self._lock:
+            plan = plan_retention(
+                self.segment_summaries(),
+                now_ms=self.clock(),
+                retention_ms=self.config.retention_ms,
+                retention_bytes=self.config.retention_bytes,
+                delete_policy=self.config.delete,
+                log_start_offset=self._log_start_offset,
+                high_watermark=self.log_end_offset if high_watermark is None else high_watermark,
+            )
+            if plan.delete_count == 0:
+                return 0
+            if plan.roll_first:
+                self.roll()
+            self._delete_segments(0, plan.delete_count)
+            self._set_log_start_offset(max(self._log_start_offset, self._segments[0].base_offset))
+            return plan.delete_count
+
+    def compact(self, *, force: bool = False) -> cleaner.CleanResult | None:
+        """Run one cleaning pass if ``cleanup.policy`` has compact and the dirty ratio is reached
+        (or ``force``); the active segment is never touched."""
+        with self._lock:
+            if not self.config.compact:
+                return None
+            return cleaner.clean(self, force=force)
+
+    def replace_segments(self, old: list[LogSegment], new: LogSegment) -> None:
+        """For the cleaner: swap a run of consecutive segments for their cleaned replacement."""
+        with self._lock:
+            start = self._segments.index(old[0])
+            assert self._segments[start : start + len(old)] == old, "segments must be consecutive"
+            self._segments[start : start + len(old)] = [new]
+            self._base_offsets[start : start + len(old)] = [new.base_offset]
+
+    def segments(self) -> list[LogSegment]:
+        with self._lock:
+            return list(self._segments)
+
+    # -- closing -----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Clean shutdown: flush, checkpoint, close the files, then write the marker."""
+        with self._lock:
+            if not self._segments:
+                return
+            self.flush()
+            self._set_recovery_point(self.log_end_offset)
+            for segment in self._segments:
+                segment.close()
+            self._segments = []
+            self._base_offsets = []
+            write_atomically(self.directory / CLEAN_SHUTDOWN_MARKER, b"")
+
+    def abandon(self) -> None:
+        """Close the files without flushing or marking a clean shutdown: what a crash leaves."""
+        with self._lock:
+            for segment in self._segments:
+                segment.close()
+            self._segments = []
+            self._base_offsets = []
+
+
+def _check_producer_batch(record_count: int, last_offset_delta: int) -> None:
+    if record_count < 1 or record_count != last_offset_delta + 1:
+        raise InvalidRecordError(
+            f"a produced batch must hold records 0..lastOffsetDelta without gaps "
+            f"(recordCount {record_count}, lastOffsetDelta {last_offset_delta})"
+        )
+
+
+def _check_keys_present(view: memoryview, position: int) -> None:
+    _, records = decode_batch(view, position)
+    if any(record.key is None for record in records):
+        raise InvalidRecordError("a compacted topic cannot accept a record without a key")
+
+
+def _remove_orphan_indexes(directory: Path, base_offsets: set[int]) -> None:
+    for path in list(directory.glob("*.index")) + list(directory.glob("*.timeindex")):
+        stem = path.name.split(".")[0]
+        if stem.isdigit() and int(stem) not in base_offsets:
+            path.unlink()
+    for path in directory.glob("*.tmp"):
+        path.unlink()
+    fsync_dir(directory)
+
+
+def read_partition_metadata(path: Path) -> uuid.UUID | None:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    fields = dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
+    try:
+        return uuid.UUID(fields["topic_id"])
+    except (KeyError, ValueError) as error:
+        raise StorageError(f"{path} is malformed: {text!r}") from error

@@ -1,0 +1,354 @@
+"""A log segment: ``<base offset, 20 digits>.log`` with its ``.index`` and ``.timeindex``.
+
+Batches are appended back to back as bytes; the segment reads only their 61-byte headers. The
+offset index gets an entry (batch last offset → position) whenever ``index.interval.bytes`` of log
+have been written since the last one, the time index (largest timestamp so far → its offset)
+at the same points and on roll. Recovery re-reads the whole file, checks every batch's CRC,
+truncates at the first torn or corrupt batch, and rebuilds both indexes from what is left.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from raftlog.batch import HEADER_SIZE, BatchHeader, check_header, compute_crc, read_header
+from raftlog.errors import CorruptRecordError, StorageError
+from raftlog.index import CorruptIndexError, OffsetIndex, TimeIndex
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+SCAN_CHUNK_BYTES = 1024 * 1024
+LOOKUP_CHUNK_BYTES = 64 * 1024
+IOV_MAX = 1024
+MAX_RELATIVE_OFFSET = 2**31 - 1
+
+
+def segment_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+class AppendedBatch(NamedTuple):
+    """What a segment keeps of a batch it appended: its offsets, timestamp and size."""
+
+    last_offset: int
+    max_timestamp: int
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class RecoveryResult:
+    base_offset: int
+    valid_bytes: int
+    valid_batches: int
+    dropped_bytes: int
+    reason: str | None  # why the tail was dropped, None if nothing was
+
+
+class LogSegment:
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        max_index_bytes: int,
+        created_ms: int,
+        suffix: str = "",
+    ) -> None:
+        """``suffix`` names a segment being built by the cleaner (``.cleaned``, ``.swap``)."""
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.suffix = suffix
+        self.log_path = self.path_for(LOG_SUFFIX)
+        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.size_bytes = os.fstat(self._fd).st_size
+        os.lseek(self._fd, self.size_bytes, os.SEEK_SET)
+        self.created_ms = created_ms
+        self.offset_index, self.time_index = self._open_indexes(max_index_bytes)
+        self._max_index_bytes = max_index_bytes
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = base_offset
+        self.rolling_timestamp: int | None = None  # first batch's max timestamp (segment.ms)
+        self._bytes_since_index_entry = 0
+
+    def path_for(self, file_suffix: str) -> Path:
+        return self.directory / (segment_name(self.base_offset, file_suffix) + self.suffix)
+
+    def paths(self) -> list[Path]:
+        return [self.path_for(s) for s in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)]
+
+    def _open_indexes(self, max_index_bytes: int) -> tuple[OffsetIndex, TimeIndex]:
+        paths = [self.path_for(INDEX_SUFFIX), self.path_for(TIME_INDEX_SUFFIX)]
+        self.indexes_were_missing = not all(path.exists() for path in paths)
+        try:
+            return OffsetIndex(paths[0], self.base_offset, max_index_bytes), TimeIndex(
+                paths[1], self.base_offset, max_index_bytes
+            )
+        except CorruptIndexError:
+            # A file of the wrong length cannot even be mapped: remove both and rebuild.
+            self.indexes_were_missing = True
+            for path in paths:
+                path.unlink(missing_ok=True)
+            return OffsetIndex(paths[0], self.base_offset, max_index_bytes), TimeIndex(
+                paths[1], self.base_offset, max_index_bytes
+            )
+
+    # -- loading ---------------------------------------------------------------------------
+    def load(self) -> None:
+        """Take the indexes on trust after checking them (CorruptIndexError if they are bad),
+        then find the segment's end by scanning headers after the last offset-index entry."""
+        self.offset_index.check(self.size_bytes)
+        last_offset, position = self.offset_index.lookup(2**63 - 1)
+        if position == 0:
+            last_offset = self.base_offset - 1
+        time_entry = self.time_index.last_entry()
+        if time_entry is not None:
+            self.max_timestamp, self.offset_of_max_timestamp = time_entry
+        try:
+            for scanned_position, header in self.iter_headers(position):
+                if scanned_position == position and position and header.last_offset != last_offset:
+                    raise CorruptRecordError(
+                        f"index points at offset {last_offset}, "
+                        f"the log has {header.last_offset} there"
+                    )
+                last_offset = header.last_offset
+                self._observe_timestamp(header.max_timestamp, header.last_offset)
+        except CorruptRecordError as error:
+            raise CorruptIndexError(f"{self.log_path}: {error.message}") from error
+        self.next_offset = last_offset + 1
+        self.time_index.check(self.next_offset)
+        self._load_rolling_timestamp()
+
+    def _load_rolling_timestamp(self) -> None:
+        if self.size_bytes >= HEADER_SIZE:
+            self.rolling_timestamp = read_header(os.pread(self._fd, HEADER_SIZE, 0)).max_timestamp
+
+    def recover(self) -> RecoveryResult:
+        """Rescan every batch (framing, CRC, offsets increasing), truncate at the first bad one,
+        rebuild both indexes. Never raises for bad data: it reports what it dropped."""
+        self.offset_index.reset()
+        self.time_index.reset()
+        self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset
+        self._bytes_since_index_entry = 0
+        next_offset, valid_bytes, valid_batches, reason = self.base_offset, 0, 0, None
+        try:
+            for position, header in self.iter_headers(0, verify_crc=True):
+                if header.base_offset < next_offset or (
+                    header.last_offset - self.base_offset > MAX_RELATIVE_OFFSET
+                ):
+                    raise CorruptRecordError(
+                        f"batch at position {position} has base offset {header.base_offset}, "
+                        f"expected at least {next_offset}"
+                    )
+                self._index_batch(
+                    position, header.last_offset, header.max_timestamp, header.size_bytes
+                )
+                next_offset = header.next_offset
+                valid_bytes = position + header.size_bytes
+                valid_batches += 1
+        except CorruptRecordError as error:
+            reason = error.message
+        dropped = self.size_bytes - valid_bytes
+        if dropped:
+            os.ftruncate(self._fd, valid_bytes)
+            os.lseek(self._fd, valid_bytes, os.SEEK_SET)
+            self.size_bytes = valid_bytes
+        self.next_offset = next_offset
+        self._load_rolling_timestamp()
+        return RecoveryResult(self.base_offset, valid_bytes, valid_batches, dropped, reason)
+
+    # -- scanning --------------------------------------------------------------------------
+    def iter_headers(
+        self,
+        start_position: int = 0,
+        *,
+        verify_crc: bool = False,
+        chunk_bytes: int = SCAN_CHUNK_BYTES,
+    ) -> Iterator[tuple[int, BatchHeader]]:
+        """(position, header) of each batch from ``start_position`` to the end of the file,
+        read in chunks. Raises CorruptRecordError at a torn or (with ``verify_crc``) bad batch."""
+        end = self.size_bytes
+        position = start_position
+        buf, buf_start = b"", start_position
+        while position < end:
+            relative = position - buf_start
+            if len(buf) - relative < HEADER_SIZE:
+                buf, buf_start, relative = os.pread(self._fd, chunk_bytes, position), position, 0
+            if len(buf) - relative < HEADER_SIZE:
+                raise CorruptRecordError(f"torn batch header at position {position}")
+            header = read_header(buf, relative)
+            check_header(header, end - position)
+            if verify_crc:
+                if len(buf) - relative < header.size_bytes:
+                    size = max(chunk_bytes, header.size_bytes)
+                    buf, buf_start, relative = os.pread(self._fd, size, position), position, 0
+                if compute_crc(buf, relative, header.batch_length) != header.crc:
+                    raise CorruptRecordError(f"CRC mismatch in batch at position {position}")
+            yield position, header
+            position += header.size_bytes
+
+    def translate_offset(self, offset: int) -> tuple[int, BatchHeader] | None:
+        """(position, header) of the first batch whose last offset is >= ``offset``."""
+        _, start = self.offset_index.lookup(offset)
+        for position, header in self.iter_headers(start, chunk_bytes=LOOKUP_CHUNK_BYTES):
+            if header.last_offset >= offset:
+                return position, header
+        return None
+
+    # -- appending -------------------------------------------------------------------------
+    def append(
+        self, chunks: Sequence[bytes | memoryview], batches: Sequence[AppendedBatch]
+    ) -> None:
+        """Write ``chunks`` (the batches' bytes, header rewrites included) at the end and index
+        each batch. Offsets must continue the segment."""
+        position = self.size_bytes
+        for start in range(0, len(chunks), IOV_MAX):
+            _write_all(self._fd, chunks[start : start + IOV_MAX])
+        if self.rolling_timestamp is None and batches:
+            self.rolling_timestamp = batches[0].max_timestamp
+        for batch in batches:
+            self._index_batch(position, batch.last_offset, batch.max_timestamp, batch.size_bytes)
+            position += batch.size_bytes
+        self.size_bytes = position
+        self.next_offset = batches[-1].last_offset + 1 if batches else self.next_offset
+
+    def _index_batch(
+        self, position: int, last_offset: int, max_timestamp: int, size_bytes: int
+    ) -> None:
+        self._observe_timestamp(max_timestamp, last_offset)
+        if self._bytes_since_index_entry > self.index_interval_bytes:
+            self.offset_index.append(last_offset, position)
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self._bytes_since_index_entry = 0
+        self._bytes_since_index_entry += size_bytes
+
+    def _observe_timestamp(self, timestamp: int, offset: int) -> None:
+        if timestamp > self.max_timestamp:
+            self.max_timestamp, self.offset_of_max_timestamp = timestamp, offset
+
+    def can_index_more(self) -> bool:
+        return not (self.offset_index.is_full or self.time_index.is_full)
+
+    # -- reading ---------------------------------------------------------------------------
+    def read(
+        self, offset: int, max_bytes: int, max_offset: int, *, min_one_batch: bool
+    ) -> tuple[bytes, bool]:
+        """Whole batches from the one containing ``offset``, at most ``max_bytes`` of them unless
+        ``min_one_batch`` and the first is larger; only batches ending below ``max_offset``.
+        Also says whether the read reached the segment's end (the caller may go on)."""
+        found = self.translate_offset(offset)
+        if found is None:
+            return b"", True
+        position, first = found
+        if first.last_offset >= max_offset:
+            return b"", False
+        if first.size_bytes > max_bytes:
+            if not min_one_batch:
+                return b"", False
+            data = os.pread(self._fd, first.size_bytes, position)
+            return data, position + len(data) == self.size_bytes
+        data = os.pread(self._fd, min(max_bytes, self.size_bytes - position), position)
+        end = 0
+        while len(data) - end >= HEADER_SIZE:
+            header = read_header(data, end)
+            if end + header.size_bytes > len(data) or header.last_offset >= max_offset:
+                break
+            end += header.size_bytes
+        reached_end = position + end == self.size_bytes
+        return (data if end == len(data) else data[:end]), reached_end
+
+    def read_raw(self, position: int, size_bytes: int) -> bytes:
+        return os.pread(self._fd, size_bytes, position)
+
+    def find_offset_by_timestamp(self, timestamp: int) -> tuple[int, BatchHeader] | None:
+        """(position, header) of the first batch whose max timestamp is >= ``timestamp``."""
+        _, offset = self.time_index.lookup(timestamp)
+        _, start = self.offset_index.lookup(offset)
+        for position, header in self.iter_headers(start, chunk_bytes=LOOKUP_CHUNK_BYTES):
+            if header.max_timestamp >= timestamp:
+                return position, header
+        return None
+
+    # -- truncation, roll, flush, close ------------------------------------------------------
+    def truncate_to(self, offset: int) -> int:
+        """Drop every batch whose last offset is >= ``offset``; return the bytes dropped."""
+        found = self.translate_offset(offset)
+        if found is None:
+            return 0
+        position, header = found
+        dropped = self.size_bytes - position
+        os.ftruncate(self._fd, position)
+        os.lseek(self._fd, position, os.SEEK_SET)
+        self.size_bytes = position
+        self.offset_index.truncate_to(header.base_offset)
+        self.time_index.truncate_to(header.base_offset)
+        self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset
+        self.rolling_timestamp = None
+        # The end is what a reload would find (the last batch's next offset, or the base when
+        # empty), never ``offset`` itself: inside a compaction gap that would not survive a restart.
+        self.load()
+        self._bytes_since_index_entry = 0
+        return dropped
+
+    def on_roll(self) -> None:
+        """This segment stops taking appends: final time-index entry, indexes trimmed."""
+        if self.max_timestamp >= 0 and not self.time_index.is_full:
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+        self.offset_index.trim()
+        self.time_index.trim()
+
+    def on_become_active(self) -> None:
+        self.offset_index.preallocate()
+        self.time_index.preallocate()
+
+    def flush(self) -> None:
+        os.fsync(self._fd)
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def close(self) -> None:
+        self.offset_index.trim()
+        self.time_index.trim()
+        self.offset_index.close()
+        self.time_index.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def delete(self) -> None:
+        self.close()
+        for path in self.paths():
+            path.unlink(missing_ok=True)
+
+    def delete_indexes_and_close(self) -> None:
+        self.close()
+        for path in self.paths()[1:]:
+            path.unlink(missing_ok=True)
+
+    def last_modified_ms(self) -> int:
+        return os.fstat(self._fd).st_mtime_ns // 1_000_000
+
+    def largest_timestamp_ms(self) -> int:
+        """What retention.ms compares: the largest record timestamp, or the file's mtime."""
+        return self.max_timestamp if self.max_timestamp >= 0 else self.last_modified_ms()
+
+
+def _write_all(fd: int, chunks: Sequence[bytes | memoryview]) -> None:
+    total = sum(len(chunk) for chunk in chunks)
+    written = os.writev(fd, chunks)
+    if written == total:
+        return
+    # A short write (disk nearly full, a signal): finish it, or fail loudly with ENOSPC's error.
+    remaining = memoryview(b"".join(chunks))[written:]
+    for _ in range(len(remaining)):
+        if not remaining:
+            return
+        remaining = remaining[os.write(fd, remaining) :]
+    raise StorageError(f"write to fd {fd} made no progress with {len(remaining)} bytes left")

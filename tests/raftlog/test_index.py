@@ -1,0 +1,91 @@
+"""The offset and time indexes: preallocation, search, trim, truncation, damage detection."""
+
+from pathlib import Path
+
+import pytest
+
+from raftlog.index import CorruptIndexError, OffsetIndex, TimeIndex
+
+
+def test_offset_index_is_preallocated_searched_and_trimmed(tmp_path: Path) -> None:
+    index = OffsetIndex(tmp_path / "0.index", base_offset=100, max_index_bytes=80)
+    assert index.path.stat().st_size == 80, "a new index is preallocated"
+    assert index.lookup(150) == (100, 0), "an empty index points at the segment start"
+    for n in range(5):
+        index.append(100 + n * 10, n * 1000 + 1)
+    assert index.lookup(99) == (100, 0)
+    assert index.lookup(100) == (100, 1)
+    assert index.lookup(125) == (120, 2001)
+    assert index.lookup(10**12) == (140, 4001)
+    index.trim()
+    assert index.path.stat().st_size == 5 * 8, "trim leaves exactly the entries"
+    index.close()
+    reopened = OffsetIndex(tmp_path / "0.index", base_offset=100, max_index_bytes=80)
+    assert reopened.entries == 5 and reopened.lookup(131) == (130, 3001)
+    reopened.check(log_size_bytes=5000)
+    reopened.close()
+
+
+def test_offset_index_fills_and_truncates(tmp_path: Path) -> None:
+    index = OffsetIndex(tmp_path / "0.index", base_offset=0, max_index_bytes=24)
+    for n in range(3):
+        index.append(n * 2, n * 10 + 5)
+    assert index.is_full
+    with pytest.raises(AssertionError, match="full index"):
+        index.append(100, 1000)
+    index.truncate_to(2)
+    assert index.entries == 1 and index.lookup(5) == (0, 5)
+    index.close()
+
+
+def test_offset_index_rejects_entries_that_do_not_increase(tmp_path: Path) -> None:
+    index = OffsetIndex(tmp_path / "0.index", base_offset=0, max_index_bytes=80)
+    index.append(10, 100)
+    with pytest.raises(AssertionError, match="must increase"):
+        index.append(5, 200)
+    index.close()
+
+
+@pytest.mark.parametrize(
+    ("damage", "log_size"),
+    [
+        (b"\x00\x00\x00\x09\x00\x00\x00\x10" + b"\x00\x00\x00\x02\x00\x00\x00\x20", 1000),  # order
+        (
+            b"\x00\x00\x00\x01\x00\x00\x00\x10" + b"\x00\x00\x00\x02\x00\x00\x90\x00",
+            1000,
+        ),  # past end
+    ],
+)
+def test_offset_index_check_finds_damage(tmp_path: Path, damage: bytes, log_size: int) -> None:
+    path = tmp_path / "0.index"
+    path.write_bytes(damage)
+    index = OffsetIndex(path, base_offset=0, max_index_bytes=80)
+    with pytest.raises(CorruptIndexError):
+        index.check(log_size)
+    index.close()
+
+
+def test_index_of_partial_entries_is_corrupt(tmp_path: Path) -> None:
+    path = tmp_path / "0.index"
+    path.write_bytes(b"\x00" * 13)
+    with pytest.raises(CorruptIndexError, match="whole entries"):
+        OffsetIndex(path, base_offset=0, max_index_bytes=80)
+
+
+def test_time_index_keeps_timestamps_monotonic(tmp_path: Path) -> None:
+    index = TimeIndex(tmp_path / "0.timeindex", base_offset=50, max_index_bytes=120)
+    index.maybe_append(1000, 50)
+    index.maybe_append(900, 55)  # older timestamp: ignored
+    index.maybe_append(2000, 60)
+    index.maybe_append(2000, 61)  # same timestamp: ignored
+    index.maybe_append(3000, 70)
+    assert index.entries == 3
+    assert index.lookup(500) == (-1, 50), "before the first entry: scan from the segment base"
+    assert index.lookup(2500) == (2000, 60)
+    assert index.last_entry() == (3000, 70)
+    index.truncate_to(70)
+    assert index.last_entry() == (2000, 60)
+    index.check(next_offset=71)
+    with pytest.raises(CorruptIndexError, match="past the segment"):
+        index.check(next_offset=60)
+    index.close()

@@ -1,0 +1,151 @@
+"""Damage on disk: recovery keeps every batch before the damage, reports what it dropped, and
+never raises on start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from raftlog.batch import HEADER_SIZE, read_header
+from raftlog.config import LogConfig
+from raftlog.log import Log
+from raftlog.records import iter_records
+from tests.raftlog.batches import make_batch, values_of
+
+CONFIG = LogConfig.parse({"segment.bytes": 8192, "index.interval.bytes": 1024})
+BATCHES = 40
+PER_BATCH = 5
+
+
+def write_log(directory: Path, *, clean: bool) -> Log:
+    log = Log(directory, CONFIG)
+    for n in range(BATCHES):
+        log.append(make_batch(values_of(PER_BATCH, size=150, tag=f"b{n}-")), leader_epoch=n // 10)
+    if clean:
+        log.close()
+    else:
+        log.abandon()  # a crash: no flush, no clean-shutdown marker
+    return log
+
+
+def segment_files(directory: Path) -> list[Path]:
+    return sorted(directory.glob("*.log"))
+
+
+def batch_positions(path: Path) -> list[tuple[int, int, int]]:
+    """(position, base offset, size) of each batch in a segment file."""
+    data, out, position = path.read_bytes(), [], 0
+    while position + HEADER_SIZE <= len(data):
+        header = read_header(data, position)
+        out.append((position, header.base_offset, header.size_bytes))
+        position += header.size_bytes
+    return out
+
+
+def offsets(log: Log) -> list[int]:
+    return [r.offset for r in iter_records(log.read(log.log_start_offset, 1 << 24))]
+
+
+def test_flipped_byte_in_a_middle_segment(tmp_path: Path) -> None:
+    directory = tmp_path / "t-0"
+    write_log(directory, clean=False)
+    files = segment_files(directory)
+    assert len(files) >= 4
+    middle = files[len(files) // 2]
+    position, base_offset, size = batch_positions(middle)[2]
+    data = bytearray(middle.read_bytes())
+    data[position + size - 3] ^= 0xFF  # inside the records: only the CRC can tell
+    middle.write_bytes(bytes(data))
+    log = Log(directory, CONFIG)
+    assert offsets(log) == list(range(base_offset)), "everything before the damage, nothing after"
+    assert log.log_end_offset == base_offset
+    damaged = [r for r in log.recovery.recovered if r.dropped_bytes]
+    assert len(damaged) == 1 and "CRC" in (damaged[0].reason or "")
+    assert damaged[0].valid_bytes == position
+    assert log.recovery.deleted_segments, "segments after the damage were deleted"
+    assert log.append(make_batch([b"new"]), leader_epoch=9).first_offset == base_offset
+    log.close()
+
+
+@pytest.mark.parametrize("cut", [1, HEADER_SIZE - 1, HEADER_SIZE + 7, -1])
+def test_file_truncated_mid_batch(tmp_path: Path, cut: int) -> None:
+    directory = tmp_path / "t-0"
+    write_log(directory, clean=False)
+    last = segment_files(directory)[-1]
+    position, base_offset, size = batch_positions(last)[-1]
+    with last.open("r+b") as file:
+        file.truncate(position + (cut if cut > 0 else size - 1))
+    log = Log(directory, CONFIG)
+    assert offsets(log) == list(range(base_offset))
+    assert log.recovery.dropped_bytes == (cut if cut > 0 else size - 1)
+    assert last.stat().st_size == position, "the log ends at a batch boundary"
+    log.close()
+
+
+def test_garbage_after_the_last_batch(tmp_path: Path) -> None:
+    directory = tmp_path / "t-0"
+    write_log(directory, clean=False)
+    last = segment_files(directory)[-1]
+    with last.open("ab") as file:
+        file.write(b"\x00" * 5000)
+    log = Log(directory, CONFIG)
+    assert offsets(log) == list(range(BATCHES * PER_BATCH))
+    assert log.recovery.dropped_bytes == 5000
+    log.close()
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_deleted_index_is_rebuilt(tmp_path: Path, clean: bool) -> None:
+    directory = tmp_path / "t-0"
+    write_log(directory, clean=clean)
+    victim = segment_files(directory)[1]
+    entries_before = victim.with_suffix(".index").stat().st_size // 8
+    assert entries_before > 0
+    victim.with_suffix(".index").unlink()
+    victim.with_suffix(".timeindex").unlink()
+    log = Log(directory, CONFIG)
+    assert offsets(log) == list(range(BATCHES * PER_BATCH))
+    rebuilt = next(s for s in log.segments() if s.log_path == victim)
+    assert rebuilt.offset_index.entries == entries_before
+    assert rebuilt.time_index.entries > 0
+    log.close()
+
+
+@pytest.mark.parametrize(
+    "garbage", [b"\xff" * 16, b"\x00\x00\x00\x05\x00\x00\x00\x01" * 3, b"\x01\x02\x03"]
+)
+def test_corrupt_index_is_never_trusted(tmp_path: Path, garbage: bytes) -> None:
+    directory = tmp_path / "t-0"
+    write_log(directory, clean=True)
+    victim = segment_files(directory)[0]
+    victim.with_suffix(".index").write_bytes(garbage)
+    log = Log(directory, CONFIG)
+    assert offsets(log) == list(range(BATCHES * PER_BATCH))
+    for offset in range(0, BATCHES * PER_BATCH, 3):
+        assert read_header(log.read(offset, 1)).base_offset == offset - offset % PER_BATCH
+    log.close()
+
+
+def test_damaged_checkpoints_are_noted_not_fatal(tmp_path: Path) -> None:
+    directory = tmp_path / "t-0"
+    write_log(directory, clean=True)
+    (directory / "leader-epoch-checkpoint").write_text("0\nmany\n")
+    (directory / "recovery-point-offset-checkpoint").write_text("garbage")
+    log = Log(directory, CONFIG)
+    assert len(log.recovery.notes) == 2
+    assert [tuple(e) for e in log.epochs.entries] == [(0, 0), (1, 50), (2, 100), (3, 150)]
+    assert offsets(log) == list(range(BATCHES * PER_BATCH))
+    log.close()
+
+
+def test_recovery_of_an_untouched_crash_keeps_everything(tmp_path: Path) -> None:
+    directory = tmp_path / "t-0"
+    write_log(directory, clean=False)
+    log = Log(directory, CONFIG)
+    assert not log.recovery.clean_shutdown
+    assert len(log.recovery.recovered) == len(segment_files(directory))
+    assert log.recovery.dropped_bytes == 0
+    assert offsets(log) == list(range(BATCHES * PER_BATCH))
+    assert log.recovery_point == log.log_end_offset
+    log.close()
