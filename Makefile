@@ -6,10 +6,10 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 # Debian packages the suite needs, as "command:package" pairs; installed only when missing.
-DEB_NEEDS :=
+DEB_NEEDS := iptables:iptables
 PYTEST_WORKERS ?= 2
 
-.PHONY: help venv deps lint test test-fast demo bench clean
+.PHONY: help venv deps lint test test-fast demo bench clean protos
 
 help:
 	@echo "make demo   - set up, run the storage demo end to end, clean up"
@@ -53,6 +53,12 @@ demo: deps
 
 bench: deps
 	$(BIN)/python -m bench.storage_bench --out bench/results/latest.json
+
+# Generated modules are committed; tests/protos checks that regenerating changes nothing.
+PROTO_SOURCES := $(wildcard protos/*.proto)
+protos: venv
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m grpc_tools.protoc -I. \
+	  --python_out=. --grpc_python_out=. --mypy_out=. --mypy_grpc_out=. $(PROTO_SOURCES)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .import_linter_cache

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import logging
 from pathlib import Path
 from typing import Annotated
 
@@ -9,6 +11,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from dataplane.cluster_status import cluster_status_rows
+from dataplane.local_cluster import LocalCluster
+from dataplane.node import run
+from dataplane.node_config import NodeConfig
 from dataplane.storage_demo import run_demo
 from raftlog.batch import HEADER_SIZE, read_header
 from raftlog.records import decode_batch
@@ -18,7 +24,72 @@ demo_app = typer.Typer(help="End-to-end demonstrations.", no_args_is_help=True)
 log_app = typer.Typer(help="Inspect log directories on disk.", no_args_is_help=True)
 app.add_typer(demo_app, name="demo")
 app.add_typer(log_app, name="log")
+cluster_app = typer.Typer(help="A local cluster on 127.0.0.11-13.", no_args_is_help=True)
+app.add_typer(cluster_app, name="cluster")
 console = Console()
+CLUSTER_ROOT = Path(".raftlog/cluster")
+
+NodesOption = Annotated[int, typer.Option("--nodes", min=1, max=9, help="nodes in the cluster")]
+RootOption = Annotated[Path, typer.Option("--root", help="cluster directory")]
+
+
+@app.command("node")
+def node(
+    config: Annotated[Path, typer.Option("--config", exists=True, dir_okay=False)],
+) -> None:
+    """Run one node (controller and/or broker) until SIGTERM."""
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    run(NodeConfig.load(config))
+
+
+@cluster_app.command("up")
+def cluster_up(nodes: NodesOption = 3, root: RootOption = CLUSTER_ROOT) -> None:
+    """Start the nodes (those not running) and wait for an active controller."""
+    cluster = LocalCluster(root, nodes=nodes)
+    cluster.up()
+    _print_status(cluster)
+
+
+@cluster_app.command("down")
+def cluster_down(nodes: NodesOption = 3, root: RootOption = CLUSTER_ROOT) -> None:
+    """Stop every node by its pid (SIGTERM, then SIGKILL after 10 s)."""
+    LocalCluster(root, nodes=nodes).down()
+    console.print("cluster stopped")
+
+
+@cluster_app.command("status")
+def cluster_status(
+    nodes: NodesOption = 3,
+    root: RootOption = CLUSTER_ROOT,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Nodes, pids, the active controller and each voter's replication lag."""
+    _print_status(LocalCluster(root, nodes=nodes), as_json)
+
+
+@cluster_app.command("kill")
+def cluster_kill(node_id: int, nodes: NodesOption = 3, root: RootOption = CLUSTER_ROOT) -> None:
+    """SIGKILL one node."""
+    LocalCluster(root, nodes=nodes).stop_node(node_id, kill=True)
+
+
+@cluster_app.command("restart")
+def cluster_restart(node_id: int, nodes: NodesOption = 3, root: RootOption = CLUSTER_ROOT) -> None:
+    """Stop one node (SIGTERM) and start it again."""
+    LocalCluster(root, nodes=nodes).restart_node(node_id)
+
+
+def _print_status(cluster: LocalCluster, as_json: bool = False) -> None:
+    rows = cluster_status_rows(cluster)
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    table = Table("node", "address", "pid", "role", "match index", "lag", title="cluster")
+    for row in rows:
+        table.add_row(*(str(row[k]) for k in ("node", "address", "pid", "role", "match", "lag")))
+    console.print(table)
 
 
 @demo_app.command("storage")
@@ -91,3 +162,7 @@ def log_dump(
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":
+    main()

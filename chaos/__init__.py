@@ -1,0 +1,1 @@
+"""Fault injection against real node processes: kills, pauses and network partitions."""

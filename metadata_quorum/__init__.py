@@ -1,0 +1,1 @@
+"""The controller quorum: metadata records, the image, the Raft shell, ControllerService."""

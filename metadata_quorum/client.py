@@ -1,0 +1,128 @@
+"""A client of ControllerService that finds and follows the active controller.
+
+It starts from any controller address, and on NOT_CONTROLLER (with the active controller's
+address as a hint) or an unreachable node it moves on, within a deadline. Only retriable
+failures are retried; anything else comes back to the caller as a ``KafkaError``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import grpc
+
+from protos import controller_pb2 as pb
+from protos import controller_pb2_grpc as pb_grpc
+from raftlog.errors import ErrorCode, KafkaError
+
+R = TypeVar("R")
+RPC_TIMEOUT_S = 5.0
+RETRY_BACKOFF_S = 0.05
+RETRY_BACKOFF_MAX_S = 0.5
+
+
+class ControllerClient:
+    def __init__(self, bootstrap: Sequence[str], deadline_s: float = 15.0) -> None:
+        if not bootstrap:
+            raise ValueError("ControllerClient needs at least one controller address")
+        self.bootstrap = list(bootstrap)
+        self.deadline_s = deadline_s
+        self._lock = threading.Lock()
+        self._channels: dict[str, grpc.Channel] = {}
+        self._active: str | None = None
+        self._closed = threading.Event()
+
+    def close(self) -> None:
+        self._closed.set()
+        with self._lock:
+            for channel in self._channels.values():
+                channel.close()
+            self._channels.clear()
+
+    def stub(self, address: str) -> pb_grpc.ControllerServiceStub:
+        with self._lock:
+            channel = self._channels.get(address)
+            if channel is None:
+                channel = grpc.insecure_channel(address)
+                self._channels[address] = channel
+        return pb_grpc.ControllerServiceStub(channel)
+
+    def _candidates(self) -> list[str]:
+        with self._lock:
+            first = [self._active] if self._active else []
+        return first + [a for a in self.bootstrap if a not in first]
+
+    def call(
+        self,
+        method: str,
+        request: Any,
+        deadline_s: float | None = None,
+        any_node: bool = False,
+    ) -> Any:
+        """Call ``method`` on the active controller (or any live controller for reads when
+        ``any_node``), following NOT_CONTROLLER hints and skipping unreachable nodes."""
+        deadline = time.monotonic() + (deadline_s or self.deadline_s)
+        backoff = RETRY_BACKOFF_S
+        last_error = "no controller answered"
+        while time.monotonic() < deadline and not self._closed.is_set():
+            for address in self._candidates():
+                outcome, hint = self._try(method, request, address, deadline)
+                if isinstance(outcome, str):
+                    last_error = outcome
+                    if hint:
+                        with self._lock:
+                            self._active = hint
+                        break
+                    continue
+                status = outcome.status
+                if status.error_code == ErrorCode.NOT_CONTROLLER.code and not any_node:
+                    last_error = f"{address}: NOT_CONTROLLER"
+                    if status.controller_address and status.controller_address != address:
+                        with self._lock:
+                            self._active = status.controller_address
+                        break
+                    continue
+                with self._lock:
+                    self._active = address
+                return outcome
+            self._closed.wait(backoff)
+            backoff = min(backoff * 2, RETRY_BACKOFF_MAX_S)
+        raise KafkaError(ErrorCode.NOT_CONTROLLER, f"{method}: {last_error}")
+
+    def _try(
+        self, method: str, request: Any, address: str, deadline: float
+    ) -> tuple[Any, str | None]:
+        """The response, or an error string (and an address hint to try next)."""
+        timeout = max(0.05, min(RPC_TIMEOUT_S, deadline - time.monotonic()))
+        rpc: Callable[..., Any] = getattr(self.stub(address), method)
+        try:
+            return rpc(request, timeout=timeout), None
+        except grpc.RpcError as error:
+            code = error.code() if hasattr(error, "code") else None
+            return f"{address}: {code}", None
+
+    def checked(self, method: str, request: Any, **kwargs: Any) -> Any:
+        """``call`` and raise the response's top-level error, if any."""
+        response = self.call(method, request, **kwargs)
+        code = response.status.error_code
+        if code != 0:
+            raise KafkaError(ErrorCode.from_code(code), response.status.error_message)
+        return response
+
+    # -- conveniences used by the CLI, brokers and tests ------------------------------------
+    def describe_quorum(self, address: str | None = None) -> pb.DescribeQuorumResponse:
+        if address is not None:
+            response: pb.DescribeQuorumResponse = self.stub(address).DescribeQuorum(
+                pb.DescribeQuorumRequest(), timeout=RPC_TIMEOUT_S
+            )
+            return response
+        return self.call("DescribeQuorum", pb.DescribeQuorumRequest(), any_node=True)  # type: ignore[no-any-return]
+
+    def create_topics(
+        self, topics: Sequence[pb.CreatableTopic], validate_only: bool = False
+    ) -> pb.CreateTopicsResponse:
+        request = pb.CreateTopicsRequest(topics=list(topics), validate_only=validate_only)
+        return self.checked("CreateTopics", request)  # type: ignore[no-any-return]

@@ -1,0 +1,176 @@
+"""Cluster control: broker registration, heartbeats, sessions, fencing, producer-id blocks.
+
+Sessions live only in the active controller's memory (:class:`BrokerSessions`); everything they
+decide becomes records. Time is a number passed in (monotonic milliseconds), never read here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from metadata_quorum.image import PRODUCER_ID_BLOCK_SIZE, MetadataImage
+from metadata_quorum.records import (
+    BrokerRegistrationChange,
+    Endpoint,
+    FenceBroker,
+    MetadataRecord,
+    ProducerIdsRecord,
+    RegisterBroker,
+    UnfenceBroker,
+)
+from metadata_quorum.replication import generate_leadership_changes
+from raftlog.errors import ErrorCode, KafkaError
+
+
+@dataclass
+class BrokerSessions:
+    """Last heartbeat per broker; a broker silent for ``session_timeout_ms`` is expired."""
+
+    session_timeout_ms: int
+    last_contact_ms: dict[int, int] = field(default_factory=dict)
+    metadata_offset: dict[int, int] = field(default_factory=dict)
+
+    def touch(self, broker_id: int, now_ms: int, metadata_offset: int | None = None) -> None:
+        self.last_contact_ms[broker_id] = now_ms
+        if metadata_offset is not None:
+            self.metadata_offset[broker_id] = metadata_offset
+
+    def grant_all(self, broker_ids: list[int], now_ms: int) -> None:
+        """A newly active controller gives every broker a full session before fencing any."""
+        self.last_contact_ms = dict.fromkeys(broker_ids, now_ms)
+        self.metadata_offset = {}
+
+    def expired(self, image: MetadataImage, now_ms: int) -> list[int]:
+        """Unfenced brokers whose session lapsed (a broker never heard from counts from now)."""
+        out = []
+        for broker in image.brokers.values():
+            last = self.last_contact_ms.setdefault(broker.broker_id, now_ms)
+            if not broker.fenced and now_ms - last > self.session_timeout_ms:
+                out.append(broker.broker_id)
+        return sorted(out)
+
+
+@dataclass(frozen=True)
+class HeartbeatResult:
+    records: list[MetadataRecord]
+    is_caught_up: bool
+    is_fenced: bool
+    should_shut_down: bool
+
+
+def generate_register_broker(
+    image: MetadataImage,
+    sessions: BrokerSessions,
+    now_ms: int,
+    broker_id: int,
+    incarnation_id: str,
+    endpoints: tuple[Endpoint, ...],
+    rack: str | None,
+) -> list[MetadataRecord]:
+    """Records for a (re)registration; empty when this incarnation is already registered
+    (a retried request). A different incarnation is refused while the old one's session lives."""
+    if broker_id < 0:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"broker id {broker_id} must be >= 0")
+    if not endpoints:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "a broker must register at least one listener")
+    current = image.brokers.get(broker_id)
+    if current is not None and current.incarnation_id == incarnation_id:
+        return []
+    if current is not None and not current.fenced:
+        last = sessions.last_contact_ms.get(broker_id, now_ms)
+        if now_ms - last <= sessions.session_timeout_ms:
+            raise KafkaError(
+                ErrorCode.DUPLICATE_BROKER_REGISTRATION,
+                f"broker {broker_id} is registered by another incarnation whose session is live "
+                f"(expires within {sessions.session_timeout_ms} ms)",
+            )
+    records: list[MetadataRecord] = [RegisterBroker(broker_id, incarnation_id, endpoints, rack)]
+    # The new incarnation starts fenced: move leadership and ISR membership off the old one.
+    usable = image.usable_broker_ids() - {broker_id}
+    records.extend(generate_leadership_changes(image, usable, {broker_id}))
+    sessions.touch(broker_id, now_ms)
+    return records
+
+
+def _check_epoch(image: MetadataImage, broker_id: int, broker_epoch: int) -> None:
+    broker = image.brokers.get(broker_id)
+    if broker is None:
+        raise KafkaError(ErrorCode.BROKER_ID_NOT_REGISTERED, f"broker {broker_id} not registered")
+    if broker.broker_epoch != broker_epoch:
+        raise KafkaError(
+            ErrorCode.STALE_BROKER_EPOCH,
+            f"broker {broker_id} epoch is {broker.broker_epoch}, not {broker_epoch}",
+        )
+
+
+def generate_heartbeat(
+    image: MetadataImage,
+    sessions: BrokerSessions,
+    now_ms: int,
+    broker_id: int,
+    broker_epoch: int,
+    metadata_offset: int,
+    want_fence: bool,
+    want_shutdown: bool,
+) -> HeartbeatResult:
+    _check_epoch(image, broker_id, broker_epoch)
+    sessions.touch(broker_id, now_ms, metadata_offset)
+    broker = image.brokers[broker_id]
+    caught_up = metadata_offset >= broker.broker_epoch
+    usable = image.usable_broker_ids()
+    if want_fence or (want_shutdown and broker.fenced):
+        if broker.fenced:
+            return HeartbeatResult([], caught_up, True, want_shutdown)
+        records: list[MetadataRecord] = [FenceBroker(broker_id, broker_epoch)]
+        records += generate_leadership_changes(image, usable - {broker_id}, {broker_id})
+        return HeartbeatResult(records, caught_up, True, want_shutdown)
+    if want_shutdown:
+        return _controlled_shutdown(image, broker_id, broker_epoch, caught_up)
+    if broker.fenced and caught_up:
+        records = [UnfenceBroker(broker_id, broker_epoch)]
+        records += generate_leadership_changes(image, usable | {broker_id}, {broker_id})
+        return HeartbeatResult(records, True, False, False)
+    return HeartbeatResult([], caught_up, broker.fenced, False)
+
+
+def _controlled_shutdown(
+    image: MetadataImage, broker_id: int, broker_epoch: int, caught_up: bool
+) -> HeartbeatResult:
+    """Move leadership away first; once the broker leads nothing, fence it and let it stop."""
+    broker = image.brokers[broker_id]
+    records: list[MetadataRecord] = []
+    if not broker.in_controlled_shutdown:
+        records.append(BrokerRegistrationChange(broker_id, broker_epoch, True))
+        usable = image.usable_broker_ids() - {broker_id}
+        records += generate_leadership_changes(image, usable, {broker_id})
+        return HeartbeatResult(records, caught_up, False, False)
+    leads = any(p.leader == broker_id for t in image.topics.values() for p in t.partitions.values())
+    if leads:
+        # A partition with no other eligible leader keeps this one; it cannot move.
+        usable = image.usable_broker_ids() - {broker_id}
+        records = generate_leadership_changes(image, usable, {broker_id})
+        return HeartbeatResult(records, caught_up, False, not records)
+    return HeartbeatResult([FenceBroker(broker_id, broker_epoch)], caught_up, True, True)
+
+
+def generate_session_expiry(
+    image: MetadataImage, sessions: BrokerSessions, now_ms: int
+) -> list[MetadataRecord]:
+    """Fence every broker whose session lapsed and re-elect its partitions."""
+    expired = sessions.expired(image, now_ms)
+    if not expired:
+        return []
+    records: list[MetadataRecord] = [FenceBroker(b, image.brokers[b].broker_epoch) for b in expired]
+    usable = image.usable_broker_ids() - set(expired)
+    records += generate_leadership_changes(image, usable, set(expired))
+    return records
+
+
+def generate_allocate_producer_ids(
+    image: MetadataImage, broker_id: int, broker_epoch: int
+) -> tuple[ProducerIdsRecord, int, int]:
+    """The next block of producer ids: (record, first id, block length)."""
+    _check_epoch(image, broker_id, broker_epoch)
+    start = image.next_producer_id
+    end = start + PRODUCER_ID_BLOCK_SIZE
+    return ProducerIdsRecord(broker_id, broker_epoch, end), start, PRODUCER_ID_BLOCK_SIZE

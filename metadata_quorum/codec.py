@@ -1,0 +1,314 @@
+"""Metadata records and snapshots to and from their protobuf bytes.
+
+The only module of the quorum's core that touches the generated record classes; the rest works
+on the dataclasses of ``metadata_quorum.records``. Every record is written with its current
+version; a record of a newer version than this code knows is refused rather than half-read.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+
+from metadata_quorum.image import BrokerRegistration, MetadataImage, from_records, to_records
+from metadata_quorum.records import (
+    BrokerRegistrationChange,
+    ConfigRecord,
+    ConfigResourceType,
+    Endpoint,
+    FenceBroker,
+    LeaderChange,
+    MetadataRecord,
+    PartitionChange,
+    PartitionRecord,
+    ProducerIdsRecord,
+    RegisterBroker,
+    RemoveTopic,
+    TopicRecord,
+    UnfenceBroker,
+    UnregisterBroker,
+)
+from protos import metadata_pb2 as pb
+
+RECORD_VERSION = 1
+SNAPSHOT_VERSION = 1
+
+
+class CodecError(ValueError):
+    """Bytes that are not a metadata record batch or snapshot this code can read."""
+
+
+def endpoint_to_proto(endpoint: Endpoint) -> pb.Endpoint:
+    return pb.Endpoint(name=endpoint.name, host=endpoint.host, port=endpoint.port)
+
+
+def endpoint_from_proto(message: pb.Endpoint) -> Endpoint:
+    return Endpoint(message.name, message.host, message.port)
+
+
+def _uuid(raw: bytes) -> uuid.UUID:
+    if len(raw) != 16:
+        raise CodecError(f"a topic id has 16 bytes, not {len(raw)}")
+    return uuid.UUID(bytes=raw)
+
+
+def record_to_proto(record: MetadataRecord) -> pb.MetadataRecord:
+    v = RECORD_VERSION
+    match record:
+        case RegisterBroker():
+            return pb.MetadataRecord(
+                register_broker=pb.RegisterBrokerRecord(
+                    version=v,
+                    broker_id=record.broker_id,
+                    incarnation_id=record.incarnation_id,
+                    endpoints=[endpoint_to_proto(e) for e in record.endpoints],
+                    rack=record.rack or "",
+                )
+            )
+        case UnregisterBroker():
+            return pb.MetadataRecord(
+                unregister_broker=pb.UnregisterBrokerRecord(
+                    version=v, broker_id=record.broker_id, broker_epoch=record.broker_epoch
+                )
+            )
+        case FenceBroker():
+            return pb.MetadataRecord(
+                fence_broker=pb.FenceBrokerRecord(
+                    version=v, broker_id=record.broker_id, broker_epoch=record.broker_epoch
+                )
+            )
+        case UnfenceBroker():
+            return pb.MetadataRecord(
+                unfence_broker=pb.UnfenceBrokerRecord(
+                    version=v, broker_id=record.broker_id, broker_epoch=record.broker_epoch
+                )
+            )
+        case BrokerRegistrationChange():
+            return pb.MetadataRecord(
+                broker_registration_change=pb.BrokerRegistrationChangeRecord(
+                    version=v,
+                    broker_id=record.broker_id,
+                    broker_epoch=record.broker_epoch,
+                    in_controlled_shutdown=record.in_controlled_shutdown,
+                )
+            )
+        case TopicRecord():
+            return pb.MetadataRecord(
+                topic=pb.TopicRecord(version=v, name=record.name, topic_id=record.topic_id.bytes)
+            )
+        case PartitionRecord():
+            return pb.MetadataRecord(partition=_partition_to_proto(record))
+        case PartitionChange():
+            return pb.MetadataRecord(partition_change=_partition_change_to_proto(record))
+        case RemoveTopic():
+            return pb.MetadataRecord(
+                remove_topic=pb.RemoveTopicRecord(version=v, topic_id=record.topic_id.bytes)
+            )
+        case ConfigRecord():
+            config = pb.ConfigRecord(
+                version=v,
+                resource_type=pb.ConfigResourceType.ValueType(int(record.resource_type)),
+                resource_name=record.resource_name,
+                name=record.name,
+            )
+            if record.value is not None:
+                config.value = record.value
+            return pb.MetadataRecord(config=config)
+        case ProducerIdsRecord():
+            return pb.MetadataRecord(
+                producer_ids=pb.ProducerIdsRecord(
+                    version=v,
+                    broker_id=record.broker_id,
+                    broker_epoch=record.broker_epoch,
+                    next_producer_id=record.next_producer_id,
+                )
+            )
+        case LeaderChange():
+            return pb.MetadataRecord(
+                leader_change=pb.LeaderChangeRecord(
+                    version=v, leader_id=record.leader_id, term=record.term
+                )
+            )
+    raise AssertionError(f"exhaustive dispatch: unknown record type {type(record).__name__}")
+
+
+def _partition_to_proto(record: PartitionRecord) -> pb.PartitionRecord:
+    return pb.PartitionRecord(
+        version=RECORD_VERSION,
+        topic_id=record.topic_id.bytes,
+        partition_id=record.partition_id,
+        replicas=list(record.replicas),
+        isr=list(record.isr),
+        leader=record.leader,
+        leader_epoch=record.leader_epoch,
+        partition_epoch=record.partition_epoch,
+    )
+
+
+def _partition_change_to_proto(record: PartitionChange) -> pb.PartitionChangeRecord:
+    message = pb.PartitionChangeRecord(
+        version=RECORD_VERSION,
+        topic_id=record.topic_id.bytes,
+        partition_id=record.partition_id,
+        expected_partition_epoch=record.expected_partition_epoch,
+    )
+    if record.leader is not None:
+        message.leader = record.leader
+    if record.isr is not None:
+        message.isr.values.extend(record.isr)
+        message.isr.SetInParent()
+    if record.replicas is not None:
+        message.replicas.values.extend(record.replicas)
+        message.replicas.SetInParent()
+    return message
+
+
+def _from_register(m: pb.RegisterBrokerRecord) -> MetadataRecord:
+    endpoints = tuple(endpoint_from_proto(e) for e in m.endpoints)
+    return RegisterBroker(m.broker_id, m.incarnation_id, endpoints, m.rack or None)
+
+
+def _from_partition(m: pb.PartitionRecord) -> MetadataRecord:
+    return PartitionRecord(
+        _uuid(m.topic_id),
+        m.partition_id,
+        tuple(m.replicas),
+        tuple(m.isr),
+        m.leader,
+        m.leader_epoch,
+        m.partition_epoch,
+    )
+
+
+def _from_partition_change(m: pb.PartitionChangeRecord) -> MetadataRecord:
+    return PartitionChange(
+        _uuid(m.topic_id),
+        m.partition_id,
+        m.expected_partition_epoch,
+        leader=m.leader if m.HasField("leader") else None,
+        isr=tuple(m.isr.values) if m.HasField("isr") else None,
+        replicas=tuple(m.replicas.values) if m.HasField("replicas") else None,
+    )
+
+
+def _from_config(m: pb.ConfigRecord) -> MetadataRecord:
+    try:
+        resource_type = ConfigResourceType(m.resource_type)
+    except ValueError as error:
+        raise CodecError(f"unknown config resource type {m.resource_type}") from error
+    value = m.value if m.HasField("value") else None
+    return ConfigRecord(resource_type, m.resource_name, m.name, value)
+
+
+_DECODERS: dict[str, Callable[[pb.MetadataRecord], MetadataRecord]] = {
+    "register_broker": lambda m: _from_register(m.register_broker),
+    "unregister_broker": lambda m: UnregisterBroker(
+        m.unregister_broker.broker_id, m.unregister_broker.broker_epoch
+    ),
+    "fence_broker": lambda m: FenceBroker(m.fence_broker.broker_id, m.fence_broker.broker_epoch),
+    "unfence_broker": lambda m: UnfenceBroker(
+        m.unfence_broker.broker_id, m.unfence_broker.broker_epoch
+    ),
+    "broker_registration_change": lambda m: BrokerRegistrationChange(
+        m.broker_registration_change.broker_id,
+        m.broker_registration_change.broker_epoch,
+        m.broker_registration_change.in_controlled_shutdown,
+    ),
+    "topic": lambda m: TopicRecord(m.topic.name, _uuid(m.topic.topic_id)),
+    "partition": lambda m: _from_partition(m.partition),
+    "partition_change": lambda m: _from_partition_change(m.partition_change),
+    "remove_topic": lambda m: RemoveTopic(_uuid(m.remove_topic.topic_id)),
+    "config": lambda m: _from_config(m.config),
+    "producer_ids": lambda m: ProducerIdsRecord(
+        m.producer_ids.broker_id, m.producer_ids.broker_epoch, m.producer_ids.next_producer_id
+    ),
+    "leader_change": lambda m: LeaderChange(m.leader_change.leader_id, m.leader_change.term),
+}
+
+
+def record_from_proto(message: pb.MetadataRecord) -> MetadataRecord:
+    kind = message.WhichOneof("record")
+    if kind is None:
+        raise CodecError("a metadata record with no type (written by a newer version?)")
+    version = getattr(message, kind).version
+    if version < 1:  # every writer sets it; 0 = absent, i.e. not a record of ours
+        raise CodecError(f"{kind} record without a version")
+    if version > RECORD_VERSION:
+        raise CodecError(f"{kind} record version {version} is newer than {RECORD_VERSION}")
+    return _DECODERS[kind](message)
+
+
+def encode_batch(records: Sequence[MetadataRecord]) -> bytes:
+    """One Raft entry's payload."""
+    batch = pb.MetadataRecordBatch(records=[record_to_proto(r) for r in records])
+    return batch.SerializeToString()
+
+
+def decode_batch(payload: bytes) -> list[MetadataRecord]:
+    batch = pb.MetadataRecordBatch()
+    try:
+        batch.ParseFromString(payload)
+    except Exception as error:  # protobuf raises DecodeError, a bare Exception subclass
+        raise CodecError(f"not a metadata record batch: {error}") from error
+    return [record_from_proto(m) for m in batch.records]
+
+
+def _broker_to_proto(broker: BrokerRegistration) -> pb.BrokerSnapshotRecord:
+    return pb.BrokerSnapshotRecord(
+        broker_id=broker.broker_id,
+        incarnation_id=broker.incarnation_id,
+        broker_epoch=broker.broker_epoch,
+        endpoints=[endpoint_to_proto(e) for e in broker.endpoints],
+        rack=broker.rack or "",
+        fenced=broker.fenced,
+        in_controlled_shutdown=broker.in_controlled_shutdown,
+    )
+
+
+def _broker_from_proto(m: pb.BrokerSnapshotRecord) -> BrokerRegistration:
+    return BrokerRegistration(
+        broker_id=m.broker_id,
+        incarnation_id=m.incarnation_id,
+        broker_epoch=m.broker_epoch,
+        endpoints=tuple(endpoint_from_proto(e) for e in m.endpoints),
+        rack=m.rack or None,
+        fenced=m.fenced,
+        in_controlled_shutdown=m.in_controlled_shutdown,
+    )
+
+
+def snapshot_to_proto(image: MetadataImage) -> pb.MetadataSnapshot:
+    brokers, records = to_records(image)
+    return pb.MetadataSnapshot(
+        version=SNAPSHOT_VERSION,
+        offset=image.offset,
+        brokers=[_broker_to_proto(b) for b in brokers],
+        records=[record_to_proto(r) for r in records],
+        next_producer_id=image.next_producer_id,
+    )
+
+
+def snapshot_from_proto(message: pb.MetadataSnapshot) -> MetadataImage:
+    if message.version < 1:  # every writer sets it; 0 = absent, i.e. not a snapshot of ours
+        raise CodecError("a metadata snapshot without a version")
+    if message.version > SNAPSHOT_VERSION:
+        raise CodecError(f"snapshot version {message.version} is newer than {SNAPSHOT_VERSION}")
+    return from_records(
+        message.offset,
+        [_broker_from_proto(b) for b in message.brokers],
+        [record_from_proto(r) for r in message.records],
+        message.next_producer_id,
+    )
+
+
+def encode_snapshot(image: MetadataImage) -> bytes:
+    return snapshot_to_proto(image).SerializeToString()
+
+
+def decode_snapshot(data: bytes) -> MetadataImage:
+    message = pb.MetadataSnapshot()
+    try:
+        message.ParseFromString(data)
+    except Exception as error:  # protobuf raises DecodeError, a bare Exception subclass
+        raise CodecError(f"not a metadata snapshot: {error}") from error
+    return snapshot_from_proto(message)

@@ -1,0 +1,280 @@
+"""The controller shell: the replicated metadata state, the write path, timers.
+
+:class:`MetadataState` is the Raft state machine on every controller: it decodes each committed
+batch, replays it into the image and keeps a bounded history of recent records for brokers that
+follow the metadata as deltas. :class:`QuorumController` is the writer: on the active controller
+(the Raft leader) it turns requests into records with the pure ``generate_*`` functions, against
+a *speculative* image (committed + proposed, so pipelined requests see each other), proposes them
+as one Raft entry and answers when they commit. A newly active controller first commits a
+``LeaderChange`` record, so its image holds everything earlier leaders committed, and grants every
+broker a full session before fencing anyone.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+from metadata_quorum.cluster import BrokerSessions, generate_session_expiry
+from metadata_quorum.codec import decode_batch, decode_snapshot, encode_batch, encode_snapshot
+from metadata_quorum.configs import cluster_config
+from metadata_quorum.image import MetadataDelta, MetadataImage, Rejected
+from metadata_quorum.raft import QuorumStatus
+from metadata_quorum.records import LeaderChange, MetadataRecord
+from metadata_quorum.replication import generate_preferred_rebalance
+from raftlog.errors import ErrorCode, KafkaError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+HISTORY_RECORDS_MAX = 100_000
+WRITE_TIMEOUT_S = 10.0
+
+
+class NotControllerError(KafkaError):
+    """NOT_CONTROLLER: this node is not the active controller (``leader_id`` if known)."""
+
+    def __init__(self, leader_id: int) -> None:
+        super().__init__(ErrorCode.NOT_CONTROLLER, f"the active controller is {leader_id}")
+        self.leader_id = leader_id
+
+
+@dataclass(frozen=True)
+class AppliedBatch:
+    """What replaying one Raft entry did: its first record's offset and the rejections."""
+
+    first_offset: int
+    rejected: tuple[Rejected, ...]
+
+
+class MetadataState:
+    """The replicated state machine: committed image + bounded history, on every controller."""
+
+    def __init__(self, history_max: int = HISTORY_RECORDS_MAX) -> None:
+        self._lock = threading.Condition()
+        self._image = MetadataImage()
+        self._history: collections.deque[tuple[int, MetadataRecord]] = collections.deque(
+            maxlen=history_max
+        )
+        self._listeners: list[Callable[[MetadataImage], None]] = []
+
+    @property
+    def image(self) -> MetadataImage:
+        return self._image
+
+    def add_listener(self, listener: Callable[[MetadataImage], None]) -> None:
+        self._listeners.append(listener)
+
+    # -- StateMachine (called by the Raft log, in commit order) ------------------------------
+    def apply(self, payload: bytes, index: int) -> object:
+        records = decode_batch(payload)
+        with self._lock:
+            delta = MetadataDelta(self._image)
+            first = self._image.offset + 1
+            for record in records:
+                delta.replay(record)
+                self._history.append((delta.offset, record))
+            self._image = delta.image()
+            self._lock.notify_all()
+            image = self._image
+        for rejected in delta.rejected:
+            log.info("metadata record at offset %d rejected: %s", rejected.offset, rejected.reason)
+        for listener in self._listeners:
+            listener(image)
+        return AppliedBatch(first, tuple(delta.rejected))
+
+    def snapshot(self) -> bytes:
+        with self._lock:
+            return encode_snapshot(self._image)
+
+    def restore(self, data: bytes) -> None:
+        image = decode_snapshot(data)
+        with self._lock:
+            self._image = image
+            self._history.clear()
+            self._lock.notify_all()
+
+    def on_leader_change(self, leader: str | None, is_self: bool) -> None:
+        """The controller polls leadership itself; nothing to do on the Raft thread."""
+
+    # -- followers of the metadata -----------------------------------------------------------
+    def updates_since(
+        self, from_offset: int, wait_s: float
+    ) -> tuple[MetadataImage | None, list[tuple[int, MetadataRecord]], int]:
+        """Records at offsets >= ``from_offset`` (waiting up to ``wait_s`` for one), or the whole
+        image when the history no longer reaches back that far. Returns (image or None, records,
+        high offset)."""
+        with self._lock:
+            self._lock.wait_for(lambda: self._image.offset >= from_offset, timeout=wait_s)
+            high = self._image.offset
+            if from_offset > high:
+                return None, [], high
+            oldest = self._history[0][0] if self._history else high + 1
+            if from_offset < oldest:
+                return self._image, [], high
+            start = from_offset - oldest
+            records = [self._history[i] for i in range(start, len(self._history))]
+            return None, records, high
+
+
+class MetadataLogLike(Protocol):
+    def append(self, payload: bytes) -> Future[object]: ...
+    def is_leader(self) -> bool: ...
+    def leader(self) -> str | None: ...
+    def status(self) -> QuorumStatus: ...
+    def close(self) -> None: ...
+
+
+class QuorumController:
+    """The write path and timers of one controller node."""
+
+    def __init__(
+        self,
+        node_id: int,
+        state: MetadataState,
+        metadata_log: MetadataLogLike,
+        leader_id_of: Callable[[str | None], int],
+        session_timeout_ms: int = 9000,
+        rebalance_interval_ms: int = 30_000,
+        clock_ms: Callable[[], int] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.state = state
+        self.log = metadata_log
+        self._leader_id_of = leader_id_of
+        self._clock_ms = clock_ms or (lambda: time.monotonic_ns() // 1_000_000)
+        self.rng = rng or random.Random()
+        self.sessions = BrokerSessions(session_timeout_ms)
+        self._rebalance_interval_ms = rebalance_interval_ms
+        self._write_lock = threading.Lock()
+        self._speculative: MetadataImage | None = None  # set while active
+        self._active_term = -1
+        self._stop = threading.Event()
+        self._next_rebalance_ms = 0
+        self._thread = threading.Thread(target=self._run, name=f"controller-{node_id}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    # -- state -----------------------------------------------------------------------------
+    def now_ms(self) -> int:
+        return self._clock_ms()
+
+    @property
+    def is_active(self) -> bool:
+        return self._speculative is not None and self.log.is_leader()
+
+    def quorum_status(self) -> QuorumStatus:
+        return self.log.status()
+
+    def active_controller_id(self) -> int:
+        if self.is_active:
+            return self.node_id
+        return self._leader_id_of(self.log.leader())
+
+    # -- the write path ----------------------------------------------------------------------
+    def write(
+        self, generate: Callable[[MetadataImage], tuple[Sequence[MetadataRecord], T]]
+    ) -> tuple[T, int]:
+        """Generate records against the speculative image, propose them, wait for the commit.
+        Returns the generated response and the offset of the first record (-1 if none)."""
+        with self._write_lock:
+            image = self._speculative
+            if image is None or not self.log.is_leader():
+                raise NotControllerError(self._leader_id_of(self.log.leader()))
+            records, response = generate(image)
+            if not records:
+                return response, -1
+            delta = MetadataDelta(image)
+            for record in records:
+                delta.replay(record)
+            if delta.rejected:
+                raise AssertionError(f"generated a record that replays with: {delta.rejected[0]}")
+            self._speculative = delta.image()
+            future = self.log.append(encode_batch(records))
+        applied = self._wait(future)
+        if applied.rejected:
+            raise KafkaError(
+                ErrorCode.REQUEST_TIMED_OUT,
+                f"a concurrent change won: {applied.rejected[0].reason}; retry",
+            )
+        return response, applied.first_offset
+
+    def _wait(self, future: Future[object]) -> AppliedBatch:
+        try:
+            result = future.result(timeout=WRITE_TIMEOUT_S)
+        except FutureTimeout as error:
+            self._reset_speculative()
+            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "the write did not commit") from error
+        except KafkaError:
+            self._reset_speculative()
+            raise
+        except Exception as error:  # the log's NotLeaderError / CommitTimeoutError
+            self._reset_speculative()
+            if not self.log.is_leader():
+                raise NotControllerError(self._leader_id_of(self.log.leader())) from error
+            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"the write failed: {error}") from error
+        if not isinstance(result, AppliedBatch):
+            raise AssertionError(f"the state machine returns AppliedBatch, got {result!r}")
+        return result
+
+    def _reset_speculative(self) -> None:
+        with self._write_lock:
+            if self._speculative is not None:
+                self._speculative = self.state.image
+
+    # -- leadership and timers ---------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            try:
+                self._tick()
+            except KafkaError as error:
+                log.info("controller tick: %s", error)
+
+    def _tick(self) -> None:
+        leading = self.log.is_leader()
+        if leading and self._speculative is None:
+            self._activate()
+        elif not leading and self._speculative is not None:
+            log.info("node %d is no longer the active controller", self.node_id)
+            with self._write_lock:
+                self._speculative = None
+        if self._speculative is None:
+            return
+        now = self.now_ms()
+        self.write(lambda image: (generate_session_expiry(image, self.sessions, now), None))
+        if now >= self._next_rebalance_ms:
+            self._next_rebalance_ms = now + self._rebalance_interval_ms
+            if cluster_config(self.state.image).auto_leader_rebalance_enable:
+                self.write(lambda image: (generate_preferred_rebalance(image), None))
+
+    def _activate(self) -> None:
+        """Commit a LeaderChange so the image holds every earlier commit, then serve writes."""
+        term = self.log.status().term
+        future = self.log.append(encode_batch([LeaderChange(self.node_id, term)]))
+        try:
+            self._wait(future)
+        except KafkaError as error:
+            log.info("activation in term %d failed: %s", term, error)
+            return
+        now = self.now_ms()
+        with self._write_lock:
+            self.sessions.grant_all(list(self.state.image.brokers), now)
+            self._speculative = self.state.image
+            self._active_term = term
+            self._next_rebalance_ms = now + self._rebalance_interval_ms
+        log.info("node %d is the active controller (term %d)", self.node_id, term)

@@ -1,0 +1,403 @@
+"""The metadata image: the cluster's state, immutable, changed only by replaying records.
+
+``replay(image, offset, record)`` and ``apply(image, records)`` are the only mutators, and they
+are pure: the same records give the same image on every node. A :class:`MetadataDelta` collects
+the changes of a batch of records against a base image and builds the next image once, copying
+only the topics it touched (Kafka's ``MetadataDelta`` → ``MetadataImage``).
+
+A record whose preconditions no longer hold (a stale broker epoch, a partition epoch that moved
+on, a topic that is gone) is *rejected*: the image does not change, the offset still advances, and
+the reason is reported. Rejection is deterministic, so every node rejects the same records.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+from metadata_quorum.records import (
+    NO_LEADER,
+    BrokerRegistrationChange,
+    ConfigRecord,
+    ConfigResourceType,
+    Endpoint,
+    FenceBroker,
+    LeaderChange,
+    MetadataRecord,
+    PartitionChange,
+    PartitionRecord,
+    ProducerIdsRecord,
+    RegisterBroker,
+    RemoveTopic,
+    TopicRecord,
+    UnfenceBroker,
+    UnregisterBroker,
+)
+
+PRODUCER_ID_BLOCK_SIZE = 1000
+
+
+@dataclass(frozen=True)
+class BrokerRegistration:
+    broker_id: int
+    incarnation_id: str
+    broker_epoch: int
+    endpoints: tuple[Endpoint, ...]
+    rack: str | None
+    fenced: bool = True
+    in_controlled_shutdown: bool = False
+
+    def endpoint(self, name: str) -> Endpoint | None:
+        return next((e for e in self.endpoints if e.name == name), None)
+
+
+@dataclass(frozen=True)
+class PartitionRegistration:
+    """Invariants: leader ∈ ISR ⊆ replicas (or leader = -1), epochs never go down."""
+
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+
+    @property
+    def preferred_leader(self) -> int:
+        return self.replicas[0] if self.replicas else NO_LEADER
+
+
+@dataclass(frozen=True)
+class TopicImage:
+    name: str
+    topic_id: uuid.UUID
+    partitions: Mapping[int, PartitionRegistration]
+
+
+ConfigKey = tuple[ConfigResourceType, str]
+
+
+@dataclass(frozen=True)
+class MetadataImage:
+    """Everything the quorum agrees on, as of metadata ``offset`` (-1 = nothing applied)."""
+
+    offset: int = -1
+    brokers: Mapping[int, BrokerRegistration] = field(default_factory=dict)
+    topics: Mapping[uuid.UUID, TopicImage] = field(default_factory=dict)
+    topic_ids: Mapping[str, uuid.UUID] = field(default_factory=dict)
+    configs: Mapping[ConfigKey, Mapping[str, str]] = field(default_factory=dict)
+    next_producer_id: int = 0
+    controller_id: int = NO_LEADER
+    controller_term: int = -1
+
+    def topic(self, name: str) -> TopicImage | None:
+        topic_id = self.topic_ids.get(name)
+        return None if topic_id is None else self.topics[topic_id]
+
+    def partition(self, topic_id: uuid.UUID, partition_id: int) -> PartitionRegistration | None:
+        topic = self.topics.get(topic_id)
+        return None if topic is None else topic.partitions.get(partition_id)
+
+    def unfenced_brokers(self) -> list[BrokerRegistration]:
+        return [b for _, b in sorted(self.brokers.items()) if not b.fenced]
+
+    def usable_broker_ids(self) -> set[int]:
+        """Brokers that may lead: registered, unfenced, not shutting down."""
+        return {
+            b.broker_id
+            for b in self.brokers.values()
+            if not b.fenced and not b.in_controlled_shutdown
+        }
+
+    def topic_configs(self, name: str) -> Mapping[str, str]:
+        return self.configs.get((ConfigResourceType.TOPIC, name), {})
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A record that was not applied, and why. The offset was consumed all the same."""
+
+    offset: int
+    record: MetadataRecord
+    reason: str
+
+
+class MetadataDelta:
+    """Changes of a batch of records against ``base``; ``image()`` builds the result once."""
+
+    def __init__(self, base: MetadataImage) -> None:
+        self.base = base
+        self.offset = base.offset
+        self._brokers = dict(base.brokers)
+        self._topic_ids = dict(base.topic_ids)
+        self._topics = dict(base.topics)
+        self._touched: dict[uuid.UUID, dict[int, PartitionRegistration]] = {}
+        self._configs = dict(base.configs)
+        self._next_producer_id = base.next_producer_id
+        self._controller = (base.controller_id, base.controller_term)
+        self.rejected: list[Rejected] = []
+
+    # -- replay --------------------------------------------------------------------------
+    def replay(self, record: MetadataRecord) -> Rejected | None:
+        """Apply one record at the next offset; return the rejection if it was refused."""
+        self.offset += 1
+        reason = self._dispatch(record)
+        if reason is None:
+            return None
+        rejected = Rejected(self.offset, record, reason)
+        self.rejected.append(rejected)
+        return rejected
+
+    def _dispatch(self, record: MetadataRecord) -> str | None:
+        match record:
+            case RegisterBroker():
+                return self._register_broker(record)
+            case UnregisterBroker():
+                return self._unregister_broker(record)
+            case FenceBroker():
+                return self._change_broker(record.broker_id, record.broker_epoch, fenced=True)
+            case UnfenceBroker():
+                return self._change_broker(record.broker_id, record.broker_epoch, fenced=False)
+            case BrokerRegistrationChange():
+                return self._change_broker(
+                    record.broker_id,
+                    record.broker_epoch,
+                    in_controlled_shutdown=record.in_controlled_shutdown,
+                )
+            case TopicRecord():
+                return self._add_topic(record)
+            case PartitionRecord():
+                return self._add_partition(record)
+            case PartitionChange():
+                return self._change_partition(record)
+            case RemoveTopic():
+                return self._remove_topic(record)
+            case ConfigRecord():
+                return self._set_config(record)
+            case ProducerIdsRecord():
+                return self._producer_ids(record)
+            case LeaderChange():
+                return self._leader_change(record)
+        raise AssertionError(f"exhaustive dispatch: unknown record type {type(record).__name__}")
+
+    def _register_broker(self, record: RegisterBroker) -> str | None:
+        self._brokers[record.broker_id] = BrokerRegistration(
+            broker_id=record.broker_id,
+            incarnation_id=record.incarnation_id,
+            broker_epoch=self.offset,
+            endpoints=record.endpoints,
+            rack=record.rack,
+        )
+        return None
+
+    def _unregister_broker(self, record: UnregisterBroker) -> str | None:
+        current = self._brokers.get(record.broker_id)
+        if current is None or current.broker_epoch != record.broker_epoch:
+            return f"broker {record.broker_id} epoch {record.broker_epoch} is not registered"
+        del self._brokers[record.broker_id]
+        return None
+
+    def _change_broker(
+        self,
+        broker_id: int,
+        broker_epoch: int,
+        *,
+        fenced: bool | None = None,
+        in_controlled_shutdown: bool | None = None,
+    ) -> str | None:
+        current = self._brokers.get(broker_id)
+        if current is None:
+            return f"broker {broker_id} is not registered"
+        if current.broker_epoch != broker_epoch:
+            return f"broker {broker_id} epoch is {current.broker_epoch}, not {broker_epoch}"
+        changed = current
+        if fenced is not None:
+            changed = replace(changed, fenced=fenced)
+            if not fenced:
+                changed = replace(changed, in_controlled_shutdown=False)
+        if in_controlled_shutdown is not None:
+            changed = replace(changed, in_controlled_shutdown=in_controlled_shutdown)
+        self._brokers[broker_id] = changed
+        return None
+
+    def _add_topic(self, record: TopicRecord) -> str | None:
+        if record.name in self._topic_ids:
+            return f"topic {record.name} already exists"
+        if record.topic_id in self._topics:
+            return f"topic id {record.topic_id} already exists"
+        self._topic_ids[record.name] = record.topic_id
+        self._topics[record.topic_id] = TopicImage(record.name, record.topic_id, {})
+        self._touched[record.topic_id] = {}
+        return None
+
+    def _partitions(self, topic_id: uuid.UUID) -> dict[int, PartitionRegistration] | None:
+        """The touched (copied-on-write) partition map of a topic, or None if it is unknown."""
+        touched = self._touched.get(topic_id)
+        if touched is not None:
+            return touched
+        topic = self._topics.get(topic_id)
+        if topic is None:
+            return None
+        touched = dict(topic.partitions)
+        self._touched[topic_id] = touched
+        return touched
+
+    def _add_partition(self, record: PartitionRecord) -> str | None:
+        partitions = self._partitions(record.topic_id)
+        if partitions is None:
+            return f"topic id {record.topic_id} does not exist"
+        if record.partition_id in partitions:
+            return f"partition {record.topic_id}:{record.partition_id} already exists"
+        problem = _check_partition(record.replicas, record.isr, record.leader)
+        if problem:
+            return problem
+        partitions[record.partition_id] = PartitionRegistration(
+            record.replicas, record.isr, record.leader, record.leader_epoch, record.partition_epoch
+        )
+        return None
+
+    def _change_partition(self, record: PartitionChange) -> str | None:
+        partitions = self._partitions(record.topic_id)
+        current = None if partitions is None else partitions.get(record.partition_id)
+        if partitions is None or current is None:
+            return f"partition {record.topic_id}:{record.partition_id} does not exist"
+        if current.partition_epoch != record.expected_partition_epoch:
+            return (
+                f"partition epoch is {current.partition_epoch}, "
+                f"not {record.expected_partition_epoch}"
+            )
+        replicas = current.replicas if record.replicas is None else record.replicas
+        isr = current.isr if record.isr is None else record.isr
+        leader = current.leader if record.leader is None else record.leader
+        problem = _check_partition(replicas, isr, leader)
+        if problem:
+            return problem
+        leader_epoch = current.leader_epoch + (1 if leader != current.leader else 0)
+        partitions[record.partition_id] = PartitionRegistration(
+            replicas, isr, leader, leader_epoch, current.partition_epoch + 1
+        )
+        return None
+
+    def _remove_topic(self, record: RemoveTopic) -> str | None:
+        topic = self._topics.pop(record.topic_id, None)
+        if topic is None:
+            return f"topic id {record.topic_id} does not exist"
+        del self._topic_ids[topic.name]
+        self._touched.pop(record.topic_id, None)
+        self._configs.pop((ConfigResourceType.TOPIC, topic.name), None)
+        return None
+
+    def _set_config(self, record: ConfigRecord) -> str | None:
+        key = (record.resource_type, record.resource_name)
+        if record.resource_type is ConfigResourceType.TOPIC and (
+            record.resource_name not in self._topic_ids
+        ):
+            return f"topic {record.resource_name} does not exist"
+        values = dict(self._configs.get(key, {}))
+        if record.value is None:
+            values.pop(record.name, None)
+        else:
+            values[record.name] = record.value
+        if values:
+            self._configs[key] = values
+        else:
+            self._configs.pop(key, None)
+        return None
+
+    def _producer_ids(self, record: ProducerIdsRecord) -> str | None:
+        broker = self._brokers.get(record.broker_id)
+        if broker is None or broker.broker_epoch != record.broker_epoch:
+            return f"broker {record.broker_id} epoch {record.broker_epoch} is not registered"
+        if record.next_producer_id != self._next_producer_id + PRODUCER_ID_BLOCK_SIZE:
+            return f"producer ids already allocated up to {self._next_producer_id}"
+        self._next_producer_id = record.next_producer_id
+        return None
+
+    def _leader_change(self, record: LeaderChange) -> str | None:
+        if record.term < self._controller[1]:
+            return f"term {record.term} is older than {self._controller[1]}"
+        self._controller = (record.leader_id, record.term)
+        return None
+
+    # -- result --------------------------------------------------------------------------
+    def image(self) -> MetadataImage:
+        topics = dict(self._topics)
+        for topic_id, partitions in self._touched.items():
+            topic = topics.get(topic_id)
+            if topic is not None:
+                topics[topic_id] = replace(topic, partitions=partitions)
+        return MetadataImage(
+            offset=self.offset,
+            brokers=self._brokers,
+            topics=topics,
+            topic_ids=self._topic_ids,
+            configs=self._configs,
+            next_producer_id=self._next_producer_id,
+            controller_id=self._controller[0],
+            controller_term=self._controller[1],
+        )
+
+
+def _check_partition(replicas: tuple[int, ...], isr: tuple[int, ...], leader: int) -> str | None:
+    if not replicas or len(set(replicas)) != len(replicas):
+        return f"replicas {list(replicas)} must be non-empty and distinct"
+    if len(set(isr)) != len(isr) or not set(isr) <= set(replicas):
+        return f"ISR {list(isr)} must be a distinct subset of replicas {list(replicas)}"
+    if leader != NO_LEADER and leader not in isr:
+        return f"leader {leader} must be in the ISR {list(isr)}"
+    return None
+
+
+def apply(
+    image: MetadataImage, records: Iterable[MetadataRecord]
+) -> tuple[MetadataImage, list[Rejected]]:
+    """Replay records in order; return the new image and the records that were rejected."""
+    delta = MetadataDelta(image)
+    for record in records:
+        delta.replay(record)
+    return delta.image(), delta.rejected
+
+
+def replay(image: MetadataImage, record: MetadataRecord) -> MetadataImage:
+    """One record; the image at the next offset (unchanged but for the offset if rejected)."""
+    return apply(image, [record])[0]
+
+
+def to_records(image: MetadataImage) -> tuple[list[BrokerRegistration], list[MetadataRecord]]:
+    """The image as broker registrations plus records that rebuild the rest (a snapshot)."""
+    records: list[MetadataRecord] = []
+    for topic in sorted(image.topics.values(), key=lambda t: t.name):
+        records.append(TopicRecord(topic.name, topic.topic_id))
+        for partition_id, p in sorted(topic.partitions.items()):
+            records.append(
+                PartitionRecord(
+                    topic.topic_id,
+                    partition_id,
+                    p.replicas,
+                    p.isr,
+                    p.leader,
+                    p.leader_epoch,
+                    p.partition_epoch,
+                )
+            )
+    for (resource_type, name), values in sorted(image.configs.items()):
+        for key, value in sorted(values.items()):
+            records.append(ConfigRecord(resource_type, name, key, value))
+    if image.controller_term >= 0:
+        records.append(LeaderChange(image.controller_id, image.controller_term))
+    brokers = [b for _, b in sorted(image.brokers.items())]
+    return brokers, records
+
+
+def from_records(
+    offset: int,
+    brokers: Iterable[BrokerRegistration],
+    records: Iterable[MetadataRecord],
+    next_producer_id: int,
+) -> MetadataImage:
+    """Rebuild an image from a snapshot (inverse of ``to_records``), at ``offset``."""
+    base = MetadataImage(brokers={b.broker_id: b for b in brokers})
+    image, rejected = apply(base, records)
+    if rejected:
+        raise AssertionError(f"snapshot records must replay cleanly: {rejected[0].reason}")
+    return replace(image, offset=offset, next_producer_id=next_producer_id)

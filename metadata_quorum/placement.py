@@ -1,0 +1,166 @@
+"""Replica placement and leader election: pure functions of the image's broker and ISR data.
+
+Placement (Kafka's rack-aware round robin): brokers are interleaved by rack
+(rack A's first broker, rack B's first, ..., rack A's second, ...), partition ``p``'s first
+replica is broker ``start + p`` of that list, and the followers step through the list with a
+per-partition shift, skipping brokers whose rack already holds a replica while other racks
+remain. The first replica is the preferred leader; ``start`` is the broker that currently
+prefers to lead the fewest partitions, so leaders spread evenly across topics. Never two
+replicas of a partition on one broker.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+from metadata_quorum.records import NO_LEADER
+from raftlog.errors import ErrorCode, KafkaError
+
+
+@dataclass(frozen=True)
+class BrokerSlot:
+    broker_id: int
+    rack: str | None
+
+
+def rack_alternated(brokers: Sequence[BrokerSlot]) -> list[int]:
+    """Broker ids interleaved by rack; plain id order when no broker declares a rack."""
+    by_rack: dict[str, list[int]] = {}
+    for broker in sorted(brokers, key=lambda b: b.broker_id):
+        by_rack.setdefault(broker.rack or "", []).append(broker.broker_id)
+    racks = sorted(by_rack)
+    out: list[int] = []
+    depth = max((len(ids) for ids in by_rack.values()), default=0)
+    for level in range(depth):
+        out.extend(by_rack[rack][level] for rack in racks if level < len(by_rack[rack]))
+    return out
+
+
+def place_replicas(
+    brokers: Sequence[BrokerSlot],
+    partition_count: int,
+    replication_factor: int,
+    preferred_leader_counts: Mapping[int, int],
+    first_partition: int = 0,
+) -> list[tuple[int, ...]]:
+    """Replica lists for ``partition_count`` new partitions, numbered from ``first_partition``."""
+    if replication_factor < 1:
+        raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR, "replication factor must be >= 1")
+    if replication_factor > len(brokers):
+        raise KafkaError(
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            f"replication factor {replication_factor} is larger than the "
+            f"{len(brokers)} available brokers",
+        )
+    order = rack_alternated(brokers)
+    racks = {b.broker_id: b.rack for b in brokers}
+    rack_count = len({b.rack for b in brokers})
+    start = min(range(len(order)), key=lambda i: (preferred_leader_counts.get(order[i], 0), i))
+    out = []
+    for n in range(partition_count):
+        p = first_partition + n
+        first = (start + n) % len(order)
+        shift = 1 + (p // len(order)) % max(1, len(order) - 1)
+        out.append(_one_partition(order, racks, rack_count, first, shift, replication_factor))
+    return out
+
+
+def _one_partition(
+    order: list[int],
+    racks: Mapping[int, str | None],
+    rack_count: int,
+    first: int,
+    shift: int,
+    replication_factor: int,
+) -> tuple[int, ...]:
+    chosen = [order[first]]
+    used_racks = {racks[order[first]]}
+    step = 0
+    while len(chosen) < replication_factor:
+        step += 1
+        candidate = order[(first + shift * step) % len(order)] if step < len(order) else None
+        if candidate is None:
+            # The stride cycle is exhausted (the shift shares a factor with the broker count):
+            # fill in list order, brokers on a rack not used yet first (always terminates).
+            unchosen = [b for b in order if b not in chosen]
+            candidate = next((b for b in unchosen if racks[b] not in used_racks), unchosen[0])
+        if candidate in chosen:
+            continue
+        if racks[candidate] in used_racks and len(used_racks) < rack_count and step < len(order):
+            continue
+        chosen.append(candidate)
+        used_racks.add(racks[candidate])
+        if len(used_racks) == rack_count:
+            used_racks = set()
+    return tuple(chosen)
+
+
+def preferred_leader_counts(replica_lists: Collection[Sequence[int]]) -> Counter[int]:
+    return Counter(replicas[0] for replicas in replica_lists if replicas)
+
+
+def check_assignment(
+    replicas: Sequence[int], registered: Collection[int], partition: int
+) -> tuple[int, ...]:
+    """An explicit assignment: non-empty, distinct, registered brokers."""
+    if not replicas:
+        raise KafkaError(
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"partition {partition} has no replicas"
+        )
+    if len(set(replicas)) != len(replicas):
+        raise KafkaError(
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            f"partition {partition} lists a broker twice: {list(replicas)}",
+        )
+    unknown = [b for b in replicas if b not in registered]
+    if unknown:
+        raise KafkaError(
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            f"partition {partition} names unregistered brokers {unknown}",
+        )
+    return tuple(replicas)
+
+
+@dataclass(frozen=True)
+class Election:
+    """The outcome of choosing a leader: the new leader (or -1) and the new ISR."""
+
+    leader: int
+    isr: tuple[int, ...]
+    unclean: bool = False
+
+
+def elect(
+    replicas: Sequence[int],
+    isr: Sequence[int],
+    current_leader: int,
+    usable: Collection[int],
+    unclean_allowed: bool,
+    prefer_replica_order: bool = False,
+) -> Election:
+    """Choose a leader among the usable brokers: keep the current one if it is usable and in the
+    ISR (unless ``prefer_replica_order``), else the first ISR member in replica order; with no
+    usable ISR member, an unclean election picks the first usable replica (ISR = just it), else
+    the partition goes offline (-1) and the ISR keeps its last member so that broker can lead
+    again when it returns (it holds every committed record)."""
+    live_isr = tuple(b for b in isr if b in usable)
+    if not prefer_replica_order and current_leader in live_isr:
+        return Election(current_leader, _shrink(isr, usable))
+    for broker in replicas:
+        if broker in live_isr:
+            return Election(broker, _shrink(isr, usable))
+    if unclean_allowed:
+        for broker in replicas:
+            if broker in usable:
+                return Election(broker, (broker,), unclean=True)
+    return Election(NO_LEADER, _shrink(isr, usable))
+
+
+def _shrink(isr: Sequence[int], usable: Collection[int]) -> tuple[int, ...]:
+    """The ISR without unusable brokers, but never empty: the last member stays."""
+    kept = tuple(b for b in isr if b in usable)
+    if kept:
+        return kept
+    return tuple(isr[-1:]) if isr else ()

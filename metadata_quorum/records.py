@@ -1,0 +1,160 @@
+"""Metadata records: plain, immutable values; the only way the metadata image changes.
+
+The active controller *generates* records from requests; every controller and broker *replays*
+them (``metadata_quorum.image``). Each record carries the preconditions it was computed against
+(a broker epoch, a partition epoch), so a record that lost a race is rejected the same way on
+every node. ``metadata_quorum.codec`` maps them to and from their protobuf form.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from dataclasses import dataclass
+
+NO_LEADER = -1
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    name: str
+    host: str
+    port: int
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class RegisterBroker:
+    """A broker (re)registers; its broker epoch becomes this record's metadata offset. Fenced."""
+
+    broker_id: int
+    incarnation_id: str
+    endpoints: tuple[Endpoint, ...]
+    rack: str | None
+
+
+@dataclass(frozen=True)
+class UnregisterBroker:
+    broker_id: int
+    broker_epoch: int
+
+
+@dataclass(frozen=True)
+class FenceBroker:
+    broker_id: int
+    broker_epoch: int
+
+
+@dataclass(frozen=True)
+class UnfenceBroker:
+    broker_id: int
+    broker_epoch: int
+
+
+@dataclass(frozen=True)
+class BrokerRegistrationChange:
+    broker_id: int
+    broker_epoch: int
+    in_controlled_shutdown: bool
+
+
+@dataclass(frozen=True)
+class TopicRecord:
+    name: str
+    topic_id: uuid.UUID
+
+
+@dataclass(frozen=True)
+class PartitionRecord:
+    topic_id: uuid.UUID
+    partition_id: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+
+
+@dataclass(frozen=True)
+class PartitionChange:
+    """Compare-and-set on ``expected_partition_epoch``; ``None`` fields are unchanged."""
+
+    topic_id: uuid.UUID
+    partition_id: int
+    expected_partition_epoch: int
+    leader: int | None = None
+    isr: tuple[int, ...] | None = None
+    replicas: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class RemoveTopic:
+    topic_id: uuid.UUID
+
+
+class ConfigResourceType(enum.IntEnum):
+    """Kafka's resource type codes for DescribeConfigs / AlterConfigs."""
+
+    TOPIC = 2
+    BROKER = 4
+
+
+@dataclass(frozen=True)
+class ConfigRecord:
+    """Set (``value`` given) or delete (``None``) one config override of a resource."""
+
+    resource_type: ConfigResourceType
+    resource_name: str
+    name: str
+    value: str | None
+
+
+@dataclass(frozen=True)
+class ProducerIdsRecord:
+    """Hands ``broker_id`` the block ending at ``next_producer_id`` (exclusive)."""
+
+    broker_id: int
+    broker_epoch: int
+    next_producer_id: int
+
+
+@dataclass(frozen=True)
+class LeaderChange:
+    """A newly active controller names itself before serving writes."""
+
+    leader_id: int
+    term: int
+
+
+MetadataRecord = (
+    RegisterBroker
+    | UnregisterBroker
+    | FenceBroker
+    | UnfenceBroker
+    | BrokerRegistrationChange
+    | TopicRecord
+    | PartitionRecord
+    | PartitionChange
+    | RemoveTopic
+    | ConfigRecord
+    | ProducerIdsRecord
+    | LeaderChange
+)
+
+RECORD_TYPES: tuple[type, ...] = (
+    RegisterBroker,
+    UnregisterBroker,
+    FenceBroker,
+    UnfenceBroker,
+    BrokerRegistrationChange,
+    TopicRecord,
+    PartitionRecord,
+    PartitionChange,
+    RemoveTopic,
+    ConfigRecord,
+    ProducerIdsRecord,
+    LeaderChange,
+)

@@ -1,0 +1,459 @@
+"""Replication control: topics, partitions, ISR changes and leader elections, as pure functions.
+
+Each ``generate_*`` takes the image (and plain request values) and returns the records to
+propose plus the per-item results to answer with. Nothing here mutates anything; the controller
+shell proposes the records and replays them.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import uuid
+from collections import Counter
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from metadata_quorum.configs import (
+    cluster_config,
+    replication_config,
+    validate_topic_configs,
+)
+from metadata_quorum.image import MetadataImage, PartitionRegistration, TopicImage
+from metadata_quorum.placement import (
+    BrokerSlot,
+    check_assignment,
+    elect,
+    place_replicas,
+    preferred_leader_counts,
+)
+from metadata_quorum.records import (
+    NO_LEADER,
+    ConfigRecord,
+    ConfigResourceType,
+    MetadataRecord,
+    PartitionChange,
+    PartitionRecord,
+    RemoveTopic,
+    TopicRecord,
+)
+from raftlog.errors import ErrorCode, KafkaError
+
+MAX_TOPIC_NAME_LENGTH = 249
+MAX_PARTITIONS_PER_TOPIC = 100_000
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+
+@dataclass(frozen=True)
+class ItemResult:
+    """The outcome for one topic / partition / resource of a request."""
+
+    name: str
+    error: ErrorCode = ErrorCode.NONE
+    message: str = ""
+    topic_id: uuid.UUID | None = None
+    num_partitions: int = -1
+    replication_factor: int = -1
+    partition: int = -1
+    state: PartitionRegistration | None = None
+
+
+@dataclass
+class Generated:
+    """Records to propose and the results to answer with once they commit."""
+
+    records: list[MetadataRecord] = field(default_factory=list)
+    results: list[ItemResult] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class NewTopic:
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    assignments: Mapping[int, Sequence[int]] | None = None
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+
+def validate_topic_name(name: str) -> None:
+    if not name or name in {".", ".."}:
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"topic name {name!r} is illegal")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise KafkaError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"topic name is {len(name)} characters, the limit is {MAX_TOPIC_NAME_LENGTH}",
+        )
+    if not _LEGAL_TOPIC.match(name):
+        raise KafkaError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"topic name {name!r} may contain only ASCII letters, digits, '.', '_' and '-'",
+        )
+
+
+def _slots(image: MetadataImage) -> list[BrokerSlot]:
+    usable = image.usable_broker_ids()
+    return [
+        BrokerSlot(b.broker_id, b.rack) for b in image.brokers.values() if b.broker_id in usable
+    ]
+
+
+def _all_preferred_counts(image: MetadataImage) -> dict[int, int]:
+    return dict(
+        preferred_leader_counts(
+            [p.replicas for t in image.topics.values() for p in t.partitions.values()]
+        )
+    )
+
+
+def _new_partition(
+    topic_id: uuid.UUID, partition_id: int, replicas: tuple[int, ...], usable: Collection[int]
+) -> PartitionRecord:
+    isr = tuple(b for b in replicas if b in usable)
+    leader = isr[0] if isr else NO_LEADER
+    return PartitionRecord(topic_id, partition_id, replicas, isr or replicas[:1], leader)
+
+
+def _assign(
+    image: MetadataImage,
+    topic: NewTopic | None,
+    count: int,
+    rf: int,
+    explicit: Mapping[int, Sequence[int]] | None,
+    first_partition: int,
+    counts: dict[int, int],
+) -> list[tuple[int, ...]]:
+    if explicit:
+        wanted = set(range(first_partition, first_partition + count))
+        if set(explicit) != wanted:
+            raise KafkaError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"the assignment must name partitions {sorted(wanted)}, got {sorted(explicit)}",
+            )
+        lists = [check_assignment(explicit[p], image.brokers.keys(), p) for p in sorted(explicit)]
+        if any(len(replicas) != rf for replicas in lists):
+            raise KafkaError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"every partition needs the topic's replication factor {rf}",
+            )
+        usable = image.usable_broker_ids()
+        offline = [p for p in sorted(explicit) if not usable & set(explicit[p])]
+        if offline:
+            raise KafkaError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"every broker assigned to partitions {offline} is fenced or shutting down",
+            )
+    else:
+        lists = place_replicas(_slots(image), count, rf, counts, first_partition)
+    for replicas in lists:
+        counts[replicas[0]] = counts.get(replicas[0], 0) + 1
+    return lists
+
+
+def generate_create_topics(
+    image: MetadataImage, topics: Sequence[NewTopic], validate_only: bool, rng: random.Random
+) -> Generated:
+    out = Generated()
+    defaults = cluster_config(image)
+    counts = _all_preferred_counts(image)
+    names = [t.name for t in topics]
+    usable = image.usable_broker_ids()
+    for topic in topics:
+        try:
+            if names.count(topic.name) > 1:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, f"topic {topic.name} is listed twice")
+            validate_topic_name(topic.name)
+            if topic.name in image.topic_ids:
+                raise KafkaError(
+                    ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {topic.name} already exists"
+                )
+            validate_topic_configs(topic.configs)
+            count, rf = _sizes(topic, defaults.num_partitions, defaults.default_replication_factor)
+            lists = _assign(image, topic, count, rf, topic.assignments, 0, counts)
+        except KafkaError as error:
+            out.results.append(ItemResult(topic.name, error.error, error.message))
+            continue
+        topic_id = uuid.UUID(int=rng.getrandbits(128), version=4)
+        out.results.append(
+            ItemResult(topic.name, topic_id=topic_id, num_partitions=count,
+                       replication_factor=len(lists[0]))
+        )  # fmt: skip
+        if validate_only:
+            continue
+        out.records.append(TopicRecord(topic.name, topic_id))
+        out.records.extend(
+            ConfigRecord(ConfigResourceType.TOPIC, topic.name, key, value)
+            for key, value in sorted(topic.configs.items())
+        )
+        out.records.extend(
+            _new_partition(topic_id, p, replicas, usable) for p, replicas in enumerate(lists)
+        )
+    return out
+
+
+def _sizes(topic: NewTopic, default_partitions: int, default_rf: int) -> tuple[int, int]:
+    if topic.assignments:
+        return len(topic.assignments), len(next(iter(topic.assignments.values())))
+    count = default_partitions if topic.num_partitions == -1 else topic.num_partitions
+    rf = default_rf if topic.replication_factor == -1 else topic.replication_factor
+    if not 1 <= count <= MAX_PARTITIONS_PER_TOPIC:
+        raise KafkaError(
+            ErrorCode.INVALID_PARTITIONS,
+            f"partition count must be in [1, {MAX_PARTITIONS_PER_TOPIC}], got {count}",
+        )
+    if rf < 1:
+        raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR, f"replication factor {rf} < 1")
+    return count, rf
+
+
+def generate_delete_topics(image: MetadataImage, names: Sequence[str]) -> Generated:
+    out = Generated()
+    for name in dict.fromkeys(names):
+        topic = image.topic(name)
+        if topic is None:
+            out.results.append(
+                ItemResult(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name}")
+            )
+            continue
+        out.records.append(RemoveTopic(topic.topic_id))
+        out.results.append(ItemResult(name, topic_id=topic.topic_id))
+    return out
+
+
+def generate_create_partitions(
+    image: MetadataImage,
+    requests: Sequence[tuple[str, int, Mapping[int, Sequence[int]] | None]],
+    validate_only: bool,
+) -> Generated:
+    """Grow topics to a new total partition count (never shrink, as Kafka)."""
+    out = Generated()
+    counts = _all_preferred_counts(image)
+    usable = image.usable_broker_ids()
+    names = [name for name, _, _ in requests]
+    for name, total, explicit in requests:
+        topic = image.topic(name)
+        try:
+            if names.count(name) > 1:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, f"topic {name} is listed twice")
+            if topic is None:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name}")
+            current = len(topic.partitions)
+            if total <= current or total > MAX_PARTITIONS_PER_TOPIC:
+                raise KafkaError(
+                    ErrorCode.INVALID_PARTITIONS,
+                    f"topic {name} has {current} partitions; the new count must be larger "
+                    f"(and at most {MAX_PARTITIONS_PER_TOPIC}), got {total}",
+                )
+            rf = len(topic.partitions[0].replicas)
+            lists = _assign(image, None, total - current, rf, explicit, current, counts)
+        except KafkaError as error:
+            out.results.append(ItemResult(name, error.error, error.message))
+            continue
+        out.results.append(ItemResult(name, topic_id=topic.topic_id, num_partitions=total))
+        if not validate_only:
+            out.records.extend(
+                _new_partition(topic.topic_id, current + n, replicas, usable)
+                for n, replicas in enumerate(lists)
+            )
+    return out
+
+
+@dataclass(frozen=True)
+class IsrRequest:
+    topic_id: uuid.UUID
+    partition: int
+    leader_epoch: int
+    new_isr: tuple[int, ...]
+    partition_epoch: int
+
+
+def generate_alter_partition(
+    image: MetadataImage, broker_id: int, broker_epoch: int, items: Sequence[IsrRequest]
+) -> Generated:
+    """ISR changes from a partition leader, compare-and-set on the partition epoch."""
+    out = Generated()
+    broker = image.brokers.get(broker_id)
+    usable = image.usable_broker_ids()
+    listed = Counter((item.topic_id, item.partition) for item in items)
+    for item in items:
+        name = _topic_name(image, item.topic_id)
+        try:
+            if listed[item.topic_id, item.partition] > 1:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, "the partition is listed twice")
+            if broker is None or broker.broker_epoch != broker_epoch:
+                raise KafkaError(
+                    ErrorCode.STALE_BROKER_EPOCH,
+                    f"broker {broker_id} epoch {broker_epoch} is not the registered one",
+                )
+            current = _check_isr_request(image, broker_id, item, usable)
+        except KafkaError as error:
+            out.results.append(
+                ItemResult(
+                    name, error.error, error.message, item.topic_id, partition=item.partition
+                )
+            )
+            continue
+        if current.isr != item.new_isr:
+            out.records.append(
+                PartitionChange(
+                    item.topic_id, item.partition, current.partition_epoch, isr=item.new_isr
+                )
+            )
+            current = PartitionRegistration(
+                current.replicas,
+                item.new_isr,
+                current.leader,
+                current.leader_epoch,
+                current.partition_epoch + 1,
+            )
+        out.results.append(
+            ItemResult(name, topic_id=item.topic_id, partition=item.partition, state=current)
+        )
+    return out
+
+
+def _check_isr_request(
+    image: MetadataImage, broker_id: int, item: IsrRequest, usable: Collection[int]
+) -> PartitionRegistration:
+    current = image.partition(item.topic_id, item.partition)
+    if current is None:
+        raise KafkaError(
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            f"no partition {item.partition} of topic id {item.topic_id}",
+        )
+    if current.leader != broker_id:
+        raise KafkaError(
+            ErrorCode.NOT_LEADER_OR_FOLLOWER,
+            f"broker {broker_id} does not lead it; the leader is {current.leader}",
+        )
+    if item.leader_epoch != current.leader_epoch:
+        error = (
+            ErrorCode.FENCED_LEADER_EPOCH
+            if item.leader_epoch < current.leader_epoch
+            else ErrorCode.UNKNOWN_LEADER_EPOCH
+        )
+        raise KafkaError(error, f"leader epoch {item.leader_epoch} != {current.leader_epoch}")
+    if item.partition_epoch != current.partition_epoch:
+        raise KafkaError(
+            ErrorCode.INVALID_UPDATE_VERSION,
+            f"partition epoch {item.partition_epoch} != {current.partition_epoch}",
+        )
+    isr = item.new_isr
+    if broker_id not in isr or len(set(isr)) != len(isr) or not set(isr) <= set(current.replicas):
+        raise KafkaError(
+            ErrorCode.INVALID_REQUEST,
+            f"ISR {list(isr)} must hold the leader and be a subset of {list(current.replicas)}",
+        )
+    ineligible = [b for b in isr if b not in usable and b not in current.isr]
+    if ineligible:
+        raise KafkaError(
+            ErrorCode.INELIGIBLE_REPLICA, f"brokers {ineligible} are fenced or shutting down"
+        )
+    return current
+
+
+def _topic_name(image: MetadataImage, topic_id: uuid.UUID) -> str:
+    topic = image.topics.get(topic_id)
+    return "" if topic is None else topic.name
+
+
+def _partitions(
+    image: MetadataImage, wanted: Sequence[tuple[str, int]] | None
+) -> Iterator[tuple[str, int, TopicImage | None, PartitionRegistration | None]]:
+    if wanted is None:
+        for topic in sorted(image.topics.values(), key=lambda t: t.name):
+            for p, registration in sorted(topic.partitions.items()):
+                yield topic.name, p, topic, registration
+        return
+    for name, p in wanted:
+        found = image.topic(name)
+        yield name, p, found, None if found is None else found.partitions.get(p)
+
+
+def generate_elect_leaders(
+    image: MetadataImage, unclean: bool, wanted: Sequence[tuple[str, int]] | None
+) -> Generated:
+    """ElectLeaders: PREFERRED moves leadership to the first replica when it is in the ISR;
+    UNCLEAN elects any live replica for partitions that have no leader."""
+    out = Generated()
+    usable = image.usable_broker_ids()
+    listed = Counter(wanted or ())
+    for name, p, topic, current in _partitions(image, wanted):
+        if listed[name, p] > 1:
+            out.results.append(
+                ItemResult(name, ErrorCode.INVALID_REQUEST, "the partition is listed twice",
+                           partition=p)
+            )  # fmt: skip
+            continue
+        if topic is None or current is None:
+            out.results.append(
+                ItemResult(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "no such partition",
+                           partition=p)
+            )  # fmt: skip
+            continue
+        if unclean:
+            error, change = _unclean(current, usable)
+        else:
+            error, change = _preferred(current, usable)
+        result = ItemResult(name, error, "", topic.topic_id, partition=p, state=current)
+        if change is not None:
+            out.records.append(
+                PartitionChange(
+                    topic.topic_id, p, current.partition_epoch, leader=change[0], isr=change[1]
+                )
+            )
+        out.results.append(result)
+    return out
+
+
+def _preferred(
+    current: PartitionRegistration, usable: Collection[int]
+) -> tuple[ErrorCode, tuple[int, tuple[int, ...]] | None]:
+    preferred = current.preferred_leader
+    if current.leader == preferred:
+        return ErrorCode.ELECTION_NOT_NEEDED, None
+    if preferred not in usable or preferred not in current.isr:
+        return ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE, None
+    return ErrorCode.NONE, (preferred, current.isr)
+
+
+def _unclean(
+    current: PartitionRegistration, usable: Collection[int]
+) -> tuple[ErrorCode, tuple[int, tuple[int, ...]] | None]:
+    if current.leader != NO_LEADER:
+        return ErrorCode.ELECTION_NOT_NEEDED, None
+    election = elect(current.replicas, current.isr, NO_LEADER, usable, unclean_allowed=True)
+    if election.leader == NO_LEADER:
+        return ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, None
+    return ErrorCode.NONE, (election.leader, election.isr)
+
+
+def generate_leadership_changes(
+    image: MetadataImage, usable: Collection[int], affected: Collection[int]
+) -> list[MetadataRecord]:
+    """Re-elect every partition that has a replica in ``affected`` brokers, given that exactly
+    ``usable`` brokers may lead or stay in the ISR: the changes after a broker is fenced, starts
+    a controlled shutdown, or comes back (unfenced)."""
+    records: list[MetadataRecord] = []
+    for topic in image.topics.values():
+        unclean = replication_config(image, topic.name).unclean_leader_election_enable
+        for p, current in sorted(topic.partitions.items()):
+            if not set(current.replicas) & set(affected):
+                continue
+            election = elect(current.replicas, current.isr, current.leader, usable, unclean)
+            if (election.leader, election.isr) == (current.leader, current.isr):
+                continue
+            records.append(
+                PartitionChange(
+                    topic.topic_id,
+                    p,
+                    current.partition_epoch,
+                    leader=election.leader if election.leader != current.leader else None,
+                    isr=election.isr if election.isr != current.isr else None,
+                )
+            )
+    return records
+
+
+def generate_preferred_rebalance(image: MetadataImage) -> list[MetadataRecord]:
+    """auto.leader.rebalance.enable: move leadership back to preferred replicas that can take it."""
+    return generate_elect_leaders(image, unclean=False, wanted=None).records

@@ -1,0 +1,527 @@
+"""ControllerService over gRPC: protobuf requests in, the pure core's calls, protobuf answers out.
+
+Every controller serves it. Writes on a node that is not the active controller are answered with
+NOT_CONTROLLER and the active controller's address; errors of a request as a whole go in
+``status``, errors of one topic / partition / resource go in that item. The mapping between Kafka
+error values and the wire lives here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import grpc
+
+from metadata_quorum import configs
+from metadata_quorum.cluster import (
+    generate_allocate_producer_ids,
+    generate_heartbeat,
+    generate_register_broker,
+)
+from metadata_quorum.codec import (
+    endpoint_from_proto,
+    endpoint_to_proto,
+    record_to_proto,
+    snapshot_to_proto,
+)
+from metadata_quorum.controller import NotControllerError, QuorumController
+from metadata_quorum.image import MetadataImage, PartitionRegistration
+from metadata_quorum.records import (
+    NO_LEADER,
+    ConfigRecord,
+    ConfigResourceType,
+    MetadataRecord,
+)
+from metadata_quorum.replication import (
+    IsrRequest,
+    ItemResult,
+    NewTopic,
+    generate_alter_partition,
+    generate_create_partitions,
+    generate_create_topics,
+    generate_delete_topics,
+    generate_elect_leaders,
+)
+from protos import controller_pb2 as pb
+from protos import controller_pb2_grpc as pb_grpc
+from raftlog.errors import ErrorCode, KafkaError
+
+R = TypeVar("R")
+FETCH_METADATA_MAX_RECORDS = 5000
+
+
+@dataclass(frozen=True)
+class Voter:
+    """A controller: its id, the gRPC address clients use, the Raft address voters use."""
+
+    node_id: int
+    host: str
+    port: int
+    raft_port: int
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def raft_address(self) -> str:
+        return f"{self.host}:{self.raft_port}"
+
+
+class ControllerServicer(pb_grpc.ControllerServiceServicer):
+    def __init__(self, controller: QuorumController, voters: list[Voter], cluster_id: str) -> None:
+        self.controller = controller
+        self.voters = {v.node_id: v for v in voters}
+        self.cluster_id = cluster_id
+        self.stop_streams = False
+
+    # -- plumbing ----------------------------------------------------------------------------
+    def _status(self, error: ErrorCode = ErrorCode.NONE, message: str = "") -> pb.Status:
+        leader = self.controller.active_controller_id()
+        voter = self.voters.get(leader)
+        return pb.Status(
+            error_code=error.code,
+            error_message=message,
+            controller_address=voter.address if voter else "",
+        )
+
+    def _guard(self, response_type: type[R], body: Callable[[], R]) -> R:
+        try:
+            return body()
+        except NotControllerError as error:
+            return response_type(status=self._status(ErrorCode.NOT_CONTROLLER, error.message))  # type: ignore[call-arg]
+        except KafkaError as error:
+            return response_type(status=self._status(error.error, error.message))  # type: ignore[call-arg]
+
+    def _image(self) -> MetadataImage:
+        return self.controller.state.image
+
+    # -- brokers -----------------------------------------------------------------------------
+    def RegisterBroker(self, request: pb.RegisterBrokerRequest, context: Any) -> Any:
+        def body() -> pb.RegisterBrokerResponse:
+            endpoints = tuple(endpoint_from_proto(e) for e in request.endpoints)
+            now = self.controller.now_ms()
+
+            def generate(image: MetadataImage) -> tuple[list[MetadataRecord], int]:
+                records = generate_register_broker(
+                    image,
+                    self.controller.sessions,
+                    now,
+                    request.broker_id,
+                    request.incarnation_id,
+                    endpoints,
+                    request.rack or None,
+                )
+                current = image.brokers.get(request.broker_id)
+                return records, current.broker_epoch if current and not records else -1
+
+            existing, first_offset = self.controller.write(generate)
+            epoch = existing if existing >= 0 else first_offset
+            return pb.RegisterBrokerResponse(status=self._status(), broker_epoch=epoch)
+
+        return self._guard(pb.RegisterBrokerResponse, body)
+
+    def BrokerHeartbeat(self, request: pb.BrokerHeartbeatRequest, context: Any) -> Any:
+        def body() -> pb.BrokerHeartbeatResponse:
+            now = self.controller.now_ms()
+
+            def generate(image: MetadataImage) -> tuple[list[MetadataRecord], Any]:
+                result = generate_heartbeat(
+                    image,
+                    self.controller.sessions,
+                    now,
+                    request.broker_id,
+                    request.broker_epoch,
+                    request.current_metadata_offset,
+                    request.want_fence,
+                    request.want_shutdown,
+                )
+                return result.records, result
+
+            result, _ = self.controller.write(generate)
+            return pb.BrokerHeartbeatResponse(
+                status=self._status(),
+                is_caught_up=result.is_caught_up,
+                is_fenced=result.is_fenced,
+                should_shut_down=result.should_shut_down,
+            )
+
+        return self._guard(pb.BrokerHeartbeatResponse, body)
+
+    def AllocateProducerIds(self, request: pb.AllocateProducerIdsRequest, context: Any) -> Any:
+        def body() -> pb.AllocateProducerIdsResponse:
+            def generate(image: MetadataImage) -> tuple[list[MetadataRecord], tuple[int, int]]:
+                record, start, length = generate_allocate_producer_ids(
+                    image, request.broker_id, request.broker_epoch
+                )
+                return [record], (start, length)
+
+            (start, length), _ = self.controller.write(generate)
+            return pb.AllocateProducerIdsResponse(
+                status=self._status(), producer_id_start=start, producer_id_len=length
+            )
+
+        return self._guard(pb.AllocateProducerIdsResponse, body)
+
+    # -- topics and partitions -----------------------------------------------------------------
+    def CreateTopics(self, request: pb.CreateTopicsRequest, context: Any) -> Any:
+        topics = [
+            NewTopic(
+                t.name,
+                t.num_partitions,
+                t.replication_factor,
+                {a.partition: tuple(a.broker_ids) for a in t.assignments} or None,
+                dict(t.configs),
+            )
+            for t in request.topics
+        ]
+
+        def body() -> pb.CreateTopicsResponse:
+            rng = self.controller.rng
+            out, _ = self.controller.write(
+                lambda image: _split(
+                    generate_create_topics(image, topics, request.validate_only, rng)
+                )
+            )
+            return pb.CreateTopicsResponse(
+                status=self._status(),
+                topics=[
+                    pb.CreatableTopicResult(
+                        name=r.name,
+                        topic_id=r.topic_id.bytes if r.topic_id else b"",
+                        error_code=r.error.code,
+                        error_message=r.message,
+                        num_partitions=r.num_partitions,
+                        replication_factor=r.replication_factor,
+                    )
+                    for r in out
+                ],
+            )
+
+        return self._guard(pb.CreateTopicsResponse, body)
+
+    def DeleteTopics(self, request: pb.DeleteTopicsRequest, context: Any) -> Any:
+        def body() -> pb.DeleteTopicsResponse:
+            out, _ = self.controller.write(
+                lambda image: _split(generate_delete_topics(image, list(request.names)))
+            )
+            return pb.DeleteTopicsResponse(
+                status=self._status(),
+                topics=[
+                    pb.DeletableTopicResult(
+                        name=r.name,
+                        topic_id=r.topic_id.bytes if r.topic_id else b"",
+                        error_code=r.error.code,
+                        error_message=r.message,
+                    )
+                    for r in out
+                ],
+            )
+
+        return self._guard(pb.DeleteTopicsResponse, body)
+
+    def CreatePartitions(self, request: pb.CreatePartitionsRequest, context: Any) -> Any:
+        wanted = [
+            (t.name, t.count, {a.partition: tuple(a.broker_ids) for a in t.assignments} or None)
+            for t in request.topics
+        ]
+
+        def body() -> pb.CreatePartitionsResponse:
+            out, _ = self.controller.write(
+                lambda image: _split(
+                    generate_create_partitions(image, wanted, request.validate_only)
+                )
+            )
+            return pb.CreatePartitionsResponse(
+                status=self._status(),
+                topics=[
+                    pb.TopicResult(name=r.name, error_code=r.error.code, error_message=r.message)
+                    for r in out
+                ],
+            )
+
+        return self._guard(pb.CreatePartitionsResponse, body)
+
+    def AlterPartition(self, request: pb.AlterPartitionRequest, context: Any) -> Any:
+        items = [
+            IsrRequest(
+                _topic_id(i.topic_id), i.partition, i.leader_epoch, tuple(i.new_isr),
+                i.partition_epoch,
+            )
+            for i in request.partitions
+        ]  # fmt: skip
+
+        def body() -> pb.AlterPartitionResponse:
+            out, _ = self.controller.write(
+                lambda image: _split(
+                    generate_alter_partition(image, request.broker_id, request.broker_epoch, items)
+                )
+            )
+            return pb.AlterPartitionResponse(
+                status=self._status(), partitions=[_partition_result(r) for r in out]
+            )
+
+        return self._guard(pb.AlterPartitionResponse, body)
+
+    def ElectLeaders(self, request: pb.ElectLeadersRequest, context: Any) -> Any:
+        wanted = [(tp.topic, tp.partition) for tp in request.partitions] or None
+        unclean = request.election_type == pb.UNCLEAN
+
+        def body() -> pb.ElectLeadersResponse:
+            out, _ = self.controller.write(
+                lambda image: _split(generate_elect_leaders(image, unclean, wanted))
+            )
+            return pb.ElectLeadersResponse(
+                status=self._status(), partitions=[_partition_result(r) for r in out]
+            )
+
+        return self._guard(pb.ElectLeadersResponse, body)
+
+    # -- configs -------------------------------------------------------------------------------
+    def AlterConfigs(self, request: pb.AlterConfigsRequest, context: Any) -> Any:
+        def generate(image: MetadataImage) -> tuple[list[MetadataRecord], list[pb.ResourceResult]]:
+            records: list[MetadataRecord] = []
+            results = []
+            for resource in request.resources:
+                error, message, changes = _config_changes(image, resource)
+                results.append(
+                    pb.ResourceResult(
+                        resource=resource.resource, error_code=error.code, error_message=message
+                    )
+                )
+                if not request.validate_only:
+                    records.extend(changes)
+            return records, results
+
+        def body() -> pb.AlterConfigsResponse:
+            results, _ = self.controller.write(generate)
+            return pb.AlterConfigsResponse(status=self._status(), resources=results)
+
+        return self._guard(pb.AlterConfigsResponse, body)
+
+    def DescribeConfigs(self, request: pb.DescribeConfigsRequest, context: Any) -> Any:
+        image = self._image()
+        out = []
+        for resource in request.resources:
+            try:
+                entries = _describe_configs(image, resource)
+            except KafkaError as error:
+                out.append(
+                    pb.DescribedConfigs(
+                        resource=resource, error_code=error.error.code, error_message=error.message
+                    )
+                )
+                continue
+            out.append(pb.DescribedConfigs(resource=resource, entries=entries))
+        return pb.DescribeConfigsResponse(status=self._status(), resources=out)
+
+    # -- reads -------------------------------------------------------------------------------
+    def DescribeCluster(self, request: pb.DescribeClusterRequest, context: Any) -> Any:
+        image = self._image()
+        leader = self.controller.active_controller_id()
+        voter = self.voters.get(leader)
+        return pb.DescribeClusterResponse(
+            status=self._status(),
+            cluster_id=self.cluster_id,
+            controller_id=leader,
+            controller_address=voter.address if voter else "",
+            brokers=[
+                pb.BrokerDescription(
+                    broker_id=b.broker_id,
+                    endpoints=[endpoint_to_proto(e) for e in b.endpoints],
+                    rack=b.rack or "",
+                    fenced=b.fenced,
+                    broker_epoch=b.broker_epoch,
+                    in_controlled_shutdown=b.in_controlled_shutdown,
+                )
+                for _, b in sorted(image.brokers.items())
+            ],
+            metadata_offset=image.offset,
+        )
+
+    def DescribeTopics(self, request: pb.DescribeTopicsRequest, context: Any) -> Any:
+        image = self._image()
+        names = list(request.names) or sorted(image.topic_ids)
+        out = []
+        for name in names:
+            topic = image.topic(name)
+            if topic is None:
+                out.append(
+                    pb.TopicDescription(
+                        name=name,
+                        error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION.code,
+                        error_message=f"no topic {name}",
+                    )
+                )
+                continue
+            partitions = [
+                _partition_state(name, topic.topic_id, p, reg)
+                for p, reg in sorted(topic.partitions.items())
+            ]
+            out.append(
+                pb.TopicDescription(
+                    name=name,
+                    topic_id=topic.topic_id.bytes,
+                    partitions=partitions,
+                    configs=dict(image.topic_configs(name)),
+                )
+            )
+        return pb.DescribeTopicsResponse(
+            status=self._status(), topics=out, metadata_offset=image.offset
+        )
+
+    def DescribeQuorum(self, request: pb.DescribeQuorumRequest, context: Any) -> Any:
+        status = self.controller.quorum_status()
+        by_raft = {v.raft_address: v for v in self.voters.values()}
+        leader = by_raft.get(status.leader or "")
+        voters = []
+        for vs in status.voters:
+            voter = by_raft.get(vs.address)
+            match = -1 if vs.match_index is None else vs.match_index
+            voters.append(
+                pb.VoterState(
+                    node_id=voter.node_id if voter else -1,
+                    address=voter.address if voter else vs.address,
+                    match_index=match,
+                    lag=-1 if match < 0 else max(0, status.commit_index - match),
+                    connected=vs.connected,
+                )
+            )
+        return pb.DescribeQuorumResponse(
+            status=self._status(),
+            leader_id=leader.node_id if leader else NO_LEADER,
+            term=status.term,
+            commit_index=status.commit_index,
+            metadata_offset=self._image().offset,
+            voters=voters,
+            has_quorum=status.has_quorum,
+        )
+
+    def FetchMetadata(self, request: pb.FetchMetadataRequest, context: Any) -> Iterator[Any]:
+        """Stream updates from ``from_offset``: the image first if the caller is too far behind,
+        then record deltas as they commit, until ``max_wait_ms`` passes with nothing new."""
+        next_offset = max(0, request.from_offset)
+        wait_s = (request.max_wait_ms or 30_000) / 1000
+        while not self.stop_streams and (context is None or context.is_active()):
+            image, records, high = self.controller.state.updates_since(next_offset, wait_s)
+            if image is not None:
+                yield pb.MetadataUpdate(snapshot=snapshot_to_proto(image), high_offset=high)
+                next_offset = image.offset + 1
+                continue
+            if not records:
+                if request.max_wait_ms:
+                    return
+                continue
+            for start in range(0, len(records), FETCH_METADATA_MAX_RECORDS):
+                chunk = records[start : start + FETCH_METADATA_MAX_RECORDS]
+                yield pb.MetadataUpdate(
+                    records=[
+                        pb.OffsetRecord(offset=o, record=record_to_proto(r)) for o, r in chunk
+                    ],
+                    high_offset=high,
+                )
+            next_offset = records[-1][0] + 1
+
+
+def _split(generated: Any) -> tuple[list[MetadataRecord], list[ItemResult]]:
+    return generated.records, generated.results
+
+
+def _topic_id(raw: bytes) -> uuid.UUID:
+    if len(raw) != 16:
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID, f"a topic id has 16 bytes, not {len(raw)}")
+    return uuid.UUID(bytes=raw)
+
+
+def _partition_state(
+    name: str, topic_id: uuid.UUID, partition: int, reg: PartitionRegistration
+) -> pb.PartitionState:
+    return pb.PartitionState(
+        topic=name,
+        topic_id=topic_id.bytes,
+        partition=partition,
+        leader=reg.leader,
+        leader_epoch=reg.leader_epoch,
+        isr=list(reg.isr),
+        partition_epoch=reg.partition_epoch,
+        replicas=list(reg.replicas),
+    )
+
+
+def _partition_result(result: ItemResult) -> pb.PartitionState:
+    if result.state is not None and result.topic_id is not None:
+        message = _partition_state(result.name, result.topic_id, result.partition, result.state)
+    else:
+        message = pb.PartitionState(topic=result.name, partition=result.partition)
+    message.error_code = result.error.code
+    message.error_message = result.message
+    return message
+
+
+def _resource(resource: pb.ConfigResource) -> tuple[ConfigResourceType, str]:
+    try:
+        kind = ConfigResourceType(resource.resource_type)
+    except ValueError as error:
+        raise KafkaError(
+            ErrorCode.INVALID_REQUEST, f"unknown resource type {resource.resource_type}"
+        ) from error
+    if kind is ConfigResourceType.BROKER and resource.resource_name:
+        raise KafkaError(
+            ErrorCode.INVALID_REQUEST,
+            "broker configs are cluster-wide: use resource name '' (per-broker overrides are "
+            "set in the node's configuration file)",
+        )
+    return kind, resource.resource_name
+
+
+def _config_changes(
+    image: MetadataImage, request: pb.AlterConfigsResource
+) -> tuple[ErrorCode, str, list[MetadataRecord]]:
+    try:
+        kind, name = _resource(request.resource)
+        current = dict(image.configs.get((kind, name), {}))
+        if kind is ConfigResourceType.TOPIC and image.topic(name) is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name}")
+        records: list[MetadataRecord] = []
+        for entry in request.configs:
+            if entry.op == pb.DELETE:
+                current.pop(entry.name, None)
+                records.append(ConfigRecord(kind, name, entry.name, None))
+            else:
+                current[entry.name] = entry.value
+                records.append(ConfigRecord(kind, name, entry.name, entry.value))
+        if kind is ConfigResourceType.TOPIC:
+            configs.validate_topic_configs(current)
+        else:
+            configs.validate_cluster_configs(current)
+    except KafkaError as error:
+        return error.error, error.message, []
+    return ErrorCode.NONE, "", records
+
+
+def _describe_configs(image: MetadataImage, resource: pb.ConfigResource) -> list[pb.ConfigEntry]:
+    kind, name = _resource(resource)
+    if kind is ConfigResourceType.TOPIC:
+        if image.topic(name) is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name}")
+        rows = configs.describe_topic(image, name)
+    else:
+        rows = configs.describe_cluster(image)
+    return [pb.ConfigEntry(name=k, value=v, is_default=d) for k, v, d in rows]
+
+
+def serve(servicer: ControllerServicer, address: str, max_workers: int = 32) -> grpc.Server:
+    """Start a gRPC server for ControllerService on ``address`` (host:port)."""
+
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="ctl")
+    )
+    pb_grpc.add_ControllerServiceServicer_to_server(servicer, server)
+    if server.add_insecure_port(address) == 0:
+        raise OSError(f"cannot listen on {address}")
+    server.start()
+    return server

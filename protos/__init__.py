@@ -1,0 +1,1 @@
+"""Protocol buffer sources and the modules generated from them by ``make protos``."""

@@ -1,0 +1,151 @@
+"""The metadata codec: a sample batch round trips, the wire form is pinned, bad bytes refused."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from metadata_quorum.codec import (
+    CodecError,
+    decode_batch,
+    decode_snapshot,
+    encode_batch,
+    encode_snapshot,
+    snapshot_to_proto,
+)
+from metadata_quorum.image import MetadataImage, apply
+from metadata_quorum.records import (
+    BrokerRegistrationChange,
+    ConfigRecord,
+    ConfigResourceType,
+    Endpoint,
+    FenceBroker,
+    LeaderChange,
+    MetadataRecord,
+    PartitionChange,
+    PartitionRecord,
+    ProducerIdsRecord,
+    RegisterBroker,
+    RemoveTopic,
+    TopicRecord,
+    UnfenceBroker,
+    UnregisterBroker,
+)
+from protos import metadata_pb2 as pb
+
+TOPIC_ID = uuid.UUID("3f2a0c1e-5b6d-4e7f-8a9b-0c1d2e3f4a5b")
+SAMPLE: list[MetadataRecord] = [
+    LeaderChange(leader_id=1, term=3),
+    RegisterBroker(1, "inc-1", (Endpoint("BROKER", "127.0.0.11", 9092),), "rack-a"),
+    RegisterBroker(2, "inc-2", (Endpoint("BROKER", "127.0.0.12", 9092),), None),
+    UnfenceBroker(1, 1),
+    UnfenceBroker(2, 2),
+    TopicRecord("orders", TOPIC_ID),
+    ConfigRecord(ConfigResourceType.TOPIC, "orders", "retention.ms", "60000"),
+    ConfigRecord(ConfigResourceType.TOPIC, "orders", "cleanup.policy", ""),
+    ConfigRecord(ConfigResourceType.TOPIC, "orders", "cleanup.policy", None),
+    PartitionRecord(TOPIC_ID, 0, (1, 2), (1, 2), 1),
+    PartitionChange(TOPIC_ID, 0, 0, isr=(1,)),
+    PartitionChange(TOPIC_ID, 0, 1, leader=-1),
+    PartitionChange(TOPIC_ID, 0, 2, leader=1, isr=(), replicas=(1, 2)),
+    ProducerIdsRecord(1, 1, 1000),
+    BrokerRegistrationChange(2, 2, in_controlled_shutdown=True),
+    FenceBroker(2, 2),
+    UnregisterBroker(2, 2),
+    RemoveTopic(TOPIC_ID),
+]
+
+
+def test_sample_batch_round_trips() -> None:
+    assert decode_batch(encode_batch(SAMPLE)) == SAMPLE
+    assert {type(r) for r in SAMPLE} >= {
+        LeaderChange,
+        RegisterBroker,
+        UnfenceBroker,
+        TopicRecord,
+        ConfigRecord,
+        PartitionRecord,
+        PartitionChange,
+        ProducerIdsRecord,
+        BrokerRegistrationChange,
+        FenceBroker,
+        UnregisterBroker,
+        RemoveTopic,
+    }
+
+
+def test_unset_and_empty_optional_fields_stay_apart() -> None:
+    """``None`` (unchanged / delete) and an empty value are different records."""
+    unchanged, emptied = decode_batch(
+        encode_batch([PartitionChange(TOPIC_ID, 0, 0), PartitionChange(TOPIC_ID, 0, 0, isr=())])
+    )
+    assert isinstance(unchanged, PartitionChange) and isinstance(emptied, PartitionChange)
+    assert (unchanged.isr, unchanged.leader, unchanged.replicas) == (None, None, None)
+    assert emptied.isr == ()
+
+
+def test_wire_form_is_pinned() -> None:
+    """Field numbers are a compatibility promise: this exact encoding must never change."""
+    assert encode_batch([FenceBroker(1, 7)]).hex() == "0a081a06080110011807"
+
+
+def test_snapshot_round_trips_at_its_offset() -> None:
+    image, rejected = apply(MetadataImage(), SAMPLE[:10])
+    assert rejected == []
+    restored = decode_snapshot(encode_snapshot(image))
+    assert restored == image
+    assert restored.offset == 9
+
+
+def test_newer_record_version_is_refused() -> None:
+    message = pb.MetadataRecordBatch(
+        records=[pb.MetadataRecord(fence_broker=pb.FenceBrokerRecord(version=99, broker_id=1))]
+    )
+    with pytest.raises(CodecError, match="version 99"):
+        decode_batch(message.SerializeToString())
+
+
+def test_newer_snapshot_version_is_refused() -> None:
+    message = snapshot_to_proto(MetadataImage())
+    message.version = 99
+    with pytest.raises(CodecError, match="version 99"):
+        decode_snapshot(message.SerializeToString())
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        pytest.param(b"\xff\xff\xff\xff", id="bad-varint"),
+        pytest.param(b"not a metadata batch", id="text"),
+        pytest.param(b"\x0a\x05abc", id="truncated"),
+        pytest.param(b"\x0a\x00", id="record-without-type"),
+        pytest.param(b"\x0a\x02\x32\x00", id="topic-id-not-16-bytes"),
+        pytest.param(b"\x0a\x02\x1a\x00", id="record-without-version"),
+    ],
+)
+def test_garbage_batch_is_refused(garbage: bytes) -> None:
+    with pytest.raises(CodecError):
+        decode_batch(garbage)
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        pytest.param(b"\xff\xff\xff\xff", id="bad-varint"),
+        pytest.param(b"not a metadata snapshot", id="text"),
+        pytest.param(b"\x0a\x00", id="no-version"),
+        pytest.param(b"", id="empty"),
+    ],
+)
+def test_garbage_snapshot_is_refused(garbage: bytes) -> None:
+    with pytest.raises(CodecError):
+        decode_snapshot(garbage)
+
+
+def test_unknown_config_resource_type_is_refused() -> None:
+    config = pb.ConfigRecord(version=1, name="x")
+    config.resource_type = 3  # type: ignore[assignment]  # not a ConfigResourceType we know
+    message = pb.MetadataRecordBatch(records=[pb.MetadataRecord(config=config)])
+    with pytest.raises(CodecError, match="resource type 3"):
+        decode_batch(message.SerializeToString())

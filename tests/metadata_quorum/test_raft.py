@@ -1,0 +1,423 @@
+"""The pysyncobj-backed MetadataLog: voters in one process, then real processes SIGKILLed.
+
+Addresses 127.0.0.141-143 are reserved for this module; ports are picked free per test.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from metadata_quorum.raft import (
+    JOURNAL_FILE,
+    SNAPSHOT_FILE,
+    LogClosedError,
+    MetadataLog,
+    NotLeaderError,
+    QuorumStatus,
+    RaftOptions,
+    RaftStorageError,
+    RaftTiming,
+    TooManyInFlightError,
+)
+from tests.metadata_quorum.raft_node import HOSTS, Cluster, ListMachine, free_port
+
+pytestmark = pytest.mark.xdist_group("raft")
+
+T = TypeVar("T")
+FAILOVER_MAX_S = 3.0
+JOURNAL_HEADER_BYTES = 40  # pysyncobj's journal: 36 header bytes, then the end offset (u32)
+
+
+def wait_until(probe: Callable[[], T | None], timeout_s: float, what: str) -> T:
+    """Poll ``probe`` until it returns something truthy; fail after the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.01)  # poll interval, bounded by the deadline
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+class Recorder(ListMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.leader_changes: list[tuple[str | None, bool]] = []
+
+    def on_leader_change(self, leader: str | None, is_self: bool) -> None:
+        self.leader_changes.append((leader, is_self))
+
+
+def entries(machine: ListMachine) -> list[str]:
+    return list(machine.report()["entries"])
+
+
+def open_single(data_dir: Path, machine: ListMachine, max_in_flight: int = 512) -> MetadataLog:
+    """A one-voter log (it elects itself), leading and caught up; compacts only when asked."""
+    address = f"{HOSTS[0]}:{free_port(HOSTS[0])}"
+    options = RaftOptions(max_in_flight_appends=max_in_flight)
+    log = MetadataLog(address, [address], data_dir, machine, options=options)
+    wait_until(log.is_leader, 10, "the single voter to lead")
+    return log
+
+
+def append_all(log: MetadataLog, payloads: list[str]) -> None:
+    futures = [log.append(payload.encode()) for payload in payloads]
+    for future in futures:
+        future.result(timeout=10)
+
+
+# -- configuration and files -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"election_min_s": 0.02},  # not above 3 append periods
+        {"election_max_s": 0.3},  # not above election_min_s
+        {"connection_timeout_s": 0.5},  # below election_max_s
+        {"tick_period_s": 0.0},
+        {"commit_timeout_s": 0.0},
+    ],
+)
+def test_timing_out_of_bounds_is_refused(bad: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match="invalid Raft configuration"):
+        RaftTiming(**bad)
+
+
+def test_options_out_of_bounds_are_refused() -> None:
+    with pytest.raises(ValueError):
+        RaftOptions(max_journal_entries=1)
+    with pytest.raises(ValueError):
+        RaftOptions(max_in_flight_appends=0)
+
+
+def test_voters_must_be_distinct_host_port(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="distinct"):
+        MetadataLog("127.0.0.141:1", ["127.0.0.142:1", "127.0.0.142:1"], tmp_path, ListMachine())
+    with pytest.raises(ValueError, match="host:port"):
+        MetadataLog("127.0.0.141", ["127.0.0.141"], tmp_path, ListMachine())
+
+
+@pytest.mark.timeout(30)
+def test_a_data_dir_serves_one_log_at_a_time(tmp_path: Path) -> None:
+    log = open_single(tmp_path, ListMachine())
+    try:
+        with pytest.raises(RaftStorageError, match="in use"):
+            MetadataLog("127.0.0.142:1", ["127.0.0.142:1"], tmp_path, ListMachine())
+    finally:
+        log.close()
+    log.close()  # idempotent
+    with pytest.raises(LogClosedError):
+        log.append(b"late").result(timeout=1)
+
+
+@pytest.mark.timeout(30)
+def test_appends_beyond_the_in_flight_limit_are_refused(tmp_path: Path) -> None:
+    machine = ListMachine()
+    log = open_single(tmp_path, machine, max_in_flight=4)
+    try:
+        futures = [log.append(f"x{i}".encode()) for i in range(40)]  # faster than a commit
+        accepted = []
+        for i, future in enumerate(futures):
+            try:
+                future.result(timeout=10)
+                accepted.append(f"x{i}")
+            except TooManyInFlightError:
+                pass  # the refusal under test
+        assert 4 <= len(accepted) < 40
+        assert entries(machine) == accepted
+    finally:
+        log.close()
+
+
+@pytest.mark.timeout(30)
+def test_restart_restores_the_snapshot_then_replays_the_journal_tail(tmp_path: Path) -> None:
+    log = open_single(tmp_path, ListMachine())
+    expected = [f"e{i}" for i in range(50)]
+    append_all(log, expected[:45])
+    log.compact()  # the only compaction: far below max_journal_entries
+    wait_until((tmp_path / SNAPSHOT_FILE).exists, 5, "a snapshot")
+    append_all(log, expected[45:])
+    log.close()
+
+    machine = ListMachine()
+    log = open_single(tmp_path, machine)
+    try:
+        wait_until(lambda: entries(machine) == expected, 5, "the restored state")
+        report = machine.report()
+        assert report["restores"] == 1 and report["restored_entries"] == 45
+        assert report["applied_since_restore"] == 5 and report["order_violations"] == 0
+    finally:
+        log.close()
+
+
+@pytest.mark.timeout(30)
+def test_a_corrupt_snapshot_stops_the_start(tmp_path: Path) -> None:
+    log = open_single(tmp_path, ListMachine())
+    append_all(log, ["a", "b"])
+    log.compact()
+    wait_until((tmp_path / SNAPSHOT_FILE).exists, 5, "a snapshot")
+    log.close()
+    blob = bytearray((tmp_path / SNAPSHOT_FILE).read_bytes())
+    blob[len(blob) // 2] ^= 0xFF
+    (tmp_path / SNAPSHOT_FILE).write_bytes(bytes(blob))
+    with pytest.raises(RaftStorageError, match="CRC"):
+        MetadataLog("127.0.0.141:1", ["127.0.0.141:1"], tmp_path, ListMachine())
+
+
+class Unrestorable(ListMachine):
+    def restore(self, data: bytes) -> None:
+        raise ValueError("this state machine cannot read its snapshot")
+
+
+@pytest.mark.timeout(30)
+def test_a_snapshot_that_cannot_be_restored_stops_the_node(tmp_path: Path) -> None:
+    """pysyncobj logs and ignores a failed load; running on a wrong state would diverge."""
+    log = open_single(tmp_path, ListMachine())
+    append_all(log, ["a", "b"])
+    log.compact()
+    wait_until((tmp_path / SNAPSHOT_FILE).exists, 5, "a snapshot")
+    log.close()
+
+    machine = Unrestorable()
+    address = f"{HOSTS[0]}:{free_port(HOSTS[0])}"
+    log = MetadataLog(address, [], tmp_path, machine)  # partners only: itself is implied
+    try:
+        stopped = lambda: isinstance(log.append(b"x").exception(timeout=5), LogClosedError)  # noqa: E731
+        wait_until(stopped, 5, "the node to stop")
+        assert entries(machine) == [] and not log.is_leader()
+    finally:
+        log.close()
+
+
+def read_journal(path: Path) -> tuple[bytes, list[tuple[int, bytes]]]:
+    """pysyncobj's journal file: (header, [(index, record bytes)])."""
+    data = path.read_bytes()
+    (end,) = struct.unpack_from("<I", data, JOURNAL_HEADER_BYTES - 4)
+    offset, records = JOURNAL_HEADER_BYTES, []
+    while offset < end:
+        (size,) = struct.unpack_from("<I", data, offset)
+        (index,) = struct.unpack_from("<Q", data, offset + 4)
+        records.append((index, data[offset : offset + size + 8]))
+        offset += size + 8
+    return data[: JOURNAL_HEADER_BYTES - 4], records
+
+
+def write_journal(path: Path, header: bytes, records: list[bytes]) -> None:
+    body = b"".join(records)
+    path.write_bytes(header + struct.pack("<I", JOURNAL_HEADER_BYTES + len(body)) + body)
+
+
+@pytest.mark.timeout(30)
+def test_a_compaction_cut_short_by_a_crash_is_finished_on_start(tmp_path: Path) -> None:
+    """pysyncobj renames the snapshot, then rewrites the journal on its next tick. A crash in
+    between leaves the whole journal; pysyncobj alone would then drop the entries after the
+    snapshot."""
+    first = [f"a{i}" for i in range(100)]
+    log = open_single(tmp_path, ListMachine())
+    append_all(log, first)
+    log.close()
+    header, old = read_journal(tmp_path / JOURNAL_FILE)
+
+    log = open_single(tmp_path, ListMachine())
+    log.compact()
+    wait_until((tmp_path / SNAPSHOT_FILE).exists, 5, "a snapshot")
+    wait_until(lambda: len(read_journal(tmp_path / JOURNAL_FILE)[1]) == 2, 5, "the journal cut")
+    second = [f"b{i}" for i in range(30)]
+    append_all(log, second)
+    log.close()
+    _, new = read_journal(tmp_path / JOURNAL_FILE)
+
+    last_old = old[-1][0]
+    write_journal(
+        tmp_path / JOURNAL_FILE, header, [r for _, r in old] + [r for i, r in new if i > last_old]
+    )
+    machine = ListMachine()
+    log = open_single(tmp_path, machine)
+    try:
+        wait_until(lambda: entries(machine) == first + second, 5, "every entry back")
+        report = machine.report()
+        assert report["restored_entries"] == 100 and report["applied_since_restore"] == 30
+    finally:
+        log.close()
+
+
+@pytest.mark.parametrize("damage", ["torn", "stale"])
+@pytest.mark.timeout(30)
+def test_a_damaged_journal_tail_is_cut_on_start(tmp_path: Path, damage: str) -> None:
+    """What power loss can leave past the last msync: a record without its trailer, or an old
+    record from before a compaction rewrite. Neither was acknowledged; both are cut."""
+    payloads = [f"p{i}" for i in range(10)]
+    log = open_single(tmp_path, ListMachine())
+    append_all(log, payloads)
+    log.close()
+    header, records = read_journal(tmp_path / JOURNAL_FILE)
+    last_index, last = records[-1]
+    if damage == "torn":
+        extra = last[:4] + struct.pack("<Q", last_index + 1) + last[12:-3]
+    else:
+        extra = records[3][1]
+    write_journal(tmp_path / JOURNAL_FILE, header, [r for _, r in records] + [extra])
+
+    machine = ListMachine()
+    log = open_single(tmp_path, machine)
+    try:
+        append_all(log, ["after"])
+        assert entries(machine) == [*payloads, "after"]
+    finally:
+        log.close()
+
+
+@pytest.mark.timeout(30)
+def test_an_entry_proposed_in_an_earlier_term_is_skipped(tmp_path: Path) -> None:
+    """White-box: pysyncobj forwards a command queued on a node that just lost leadership to the
+    new leader, which logs it in its own term. Such an entry reaches no state machine."""
+    machine = ListMachine()
+    log = open_single(tmp_path, machine)
+    try:
+        stale_term = log.status().term - 1
+        outcome: list[object] = []
+        applied = threading.Event()
+
+        def record(result: object, error: int) -> None:
+            outcome.append(result)
+            applied.set()
+
+        log._node._replicate(stale_term.to_bytes(8, "big") + b"stale", callback=record)
+        assert applied.wait(5)
+        assert outcome != [1]  # not the state machine's result
+        append_all(log, ["fresh"])
+        assert entries(machine) == ["fresh"]
+    finally:
+        log.close()
+
+
+# -- three voters ------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_three_voters_in_one_process_commit_1000_pipelined_appends_in_order(
+    tmp_path: Path,
+) -> None:
+    addresses = [f"{host}:{free_port(host)}" for host in HOSTS]
+    machines = [Recorder() for _ in addresses]
+    logs: list[MetadataLog] = []
+    try:
+        for i, (address, machine) in enumerate(zip(addresses, machines, strict=True)):
+            options = RaftOptions(max_in_flight_appends=1000)
+            logs.append(
+                MetadataLog(address, addresses, tmp_path / f"n{i}", machine, options=options)
+            )
+        leader = wait_until(lambda: next((g for g in logs if g.is_leader()), None), 10, "a leader")
+        expected = [f"e{i}" for i in range(1000)]
+        futures = [leader.append(payload.encode()) for payload in expected]
+        assert [future.result(timeout=30) for future in futures] == list(range(1, 1001))
+        for machine in machines:
+            wait_until(lambda m=machine: entries(m) == expected, 10, "every voter applied")  # type: ignore[misc]
+            assert machine.report()["order_violations"] == 0
+
+        follower = next(log for log in logs if log is not leader)
+        with pytest.raises(NotLeaderError) as refused:
+            follower.append(b"not here").result(timeout=5)
+        assert refused.value.leader == leader.self_address
+
+        def caught_up() -> QuorumStatus | None:  # a follower may apply before its ack lands
+            status = leader.status()
+            return status if all((v.match_index or 0) >= 1001 for v in status.voters) else None
+
+        status = wait_until(caught_up, 5, "every voter's match index on the leader")
+        assert status.leader == leader.self_address and status.has_quorum
+        assert status.commit_index >= 1001 and status.last_applied == status.commit_index
+        assert [v.address for v in status.voters] == addresses
+        assert all(v.connected for v in status.voters)
+        assert follower.status().leader == leader.self_address
+        for log, machine in zip(logs, machines, strict=True):
+            last = machine.leader_changes[-1]
+            assert last == (leader.self_address, log is leader)
+    finally:
+        for log in logs:
+            log.close()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """Three voter processes (compacting every 50 entries); all SIGKILLed at the end."""
+    cluster = Cluster(tmp_path, ["--max-journal-entries", "50"])
+    try:
+        yield cluster
+    finally:
+        cluster.kill_all()
+
+
+def states_equal(cluster: Cluster, expected: list[str]) -> bool:
+    return all(node.request("state")["entries"] == expected for node in cluster.live())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_processes_leader_sigkill_fails_over_and_the_restarted_voter_catches_up(
+    cluster: Cluster,
+) -> None:
+    cluster.start()
+    leader = cluster.leader()
+    assert leader.request("append_many 100 before")["ok"]
+    expected = [f"before-{i}" for i in range(100)]
+    wait_until(lambda: states_equal(cluster, expected), 10, "three equal states")
+
+    killed_at = time.monotonic()
+    leader.kill()
+    survivors = cluster.live()
+
+    def commit_on_new_leader() -> bool:
+        return any(node.request("append failover")["ok"] for node in survivors)
+
+    wait_until(commit_on_new_leader, 10, "a commit on a new leader")
+    failover_s = time.monotonic() - killed_at
+    print(f"\nleader SIGKILL -> first commit on the new leader: {failover_s:.2f} s")
+    assert failover_s <= FAILOVER_MAX_S
+    expected.append("failover")
+
+    # Past max_journal_entries the new leader compacts: the killed voter needs its snapshot.
+    assert cluster.leader().request("append_many 120 while-down")["ok"]
+    expected += [f"while-down-{i}" for i in range(120)]
+    leader.start()
+    wait_until(lambda: leader.request("state")["entries"] == expected, 15, "the catch-up")
+    report = leader.request("state")
+    assert report["restores"] >= 2, "its own snapshot at start, then the leader's"
+    assert report["order_violations"] == 0
+    assert states_equal(cluster, expected)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_processes_all_voters_sigkilled_rebuild_the_same_state(cluster: Cluster) -> None:
+    cluster.start()
+    leader = cluster.leader()
+    assert leader.request("append_many 130 snapped")["ok"]  # compacts every 50 entries
+    expected = [f"snapped-{i}" for i in range(130)]
+    wait_until(lambda: states_equal(cluster, expected), 10, "three equal states")
+    for node in cluster.live():  # so that the next 20 entries stay below the next compaction
+        assert node.request("compact")["ok"]
+    assert cluster.leader().request("append_many 20 tail")["ok"]  # only in the journals
+    expected += [f"tail-{i}" for i in range(20)]
+    wait_until(lambda: states_equal(cluster, expected), 10, "three equal states")
+
+    cluster.kill_all()
+    cluster.start()
+    wait_until(lambda: states_equal(cluster, expected), 15, "the rebuilt states")
+    for node in cluster.live():
+        report = node.request("state")
+        assert report["restored_entries"] > 0, f"{node.address} started from its snapshot"
+        assert report["applied_since_restore"] > 0, f"{node.address} replayed its journal"
+        assert report["order_violations"] == 0
+    assert cluster.leader().request("append after-restart")["ok"]
+    wait_until(lambda: states_equal(cluster, [*expected, "after-restart"]), 10, "the next entry")
