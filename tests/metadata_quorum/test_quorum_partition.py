@@ -1,0 +1,145 @@
+"""Cut the active controller off with iptables: the majority goes on, the minority commits nothing.
+
+Each controller runs as its own system user on 127.0.0.61-63 so rules can match the socket owner
+(see chaos/network.py); every rule is removed when the NetworkFaults context exits, also on
+failure, and every node process is killed by its pid.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from chaos.network import (
+    NetworkFaults,
+    NodeIdentity,
+    ensure_node_identity,
+    node_user_name,
+    prepare_data_dir,
+    prepare_runtime,
+    spawn,
+)
+from dataplane.local_cluster import LocalCluster
+from metadata_quorum.client import ControllerClient
+from protos import controller_pb2 as pb
+from tests.metadata_quorum.quorum_support import (
+    create_topics,
+    describe_node,
+    make_cluster,
+    register_brokers,
+    topic_summary,
+    wait_for,
+)
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.xdist_group("quorum-partition"),
+    pytest.mark.timeout(240),
+    pytest.mark.skipif(os.geteuid() != 0, reason="iptables and node users need root"),
+]
+FIRST_HOST = 61
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def identities() -> dict[int, NodeIdentity]:
+    out = {}
+    for n in range(1, 4):
+        host = FIRST_HOST + n - 1
+        out[n] = ensure_node_identity(node_user_name(host), [f"127.0.0.{host}"])
+    modules = ("raftlog", "metadata_quorum", "dataplane", "protos", "grpc", "pysyncobj")
+    prepare_runtime(out[1], Path(sys.executable), REPO, modules)
+    return out
+
+
+@pytest.fixture
+def partitioned(
+    tmp_path: Path, identities: dict[int, NodeIdentity]
+) -> Iterator[tuple[LocalCluster, NetworkFaults]]:
+    def launcher(node_id: int, argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+        prepare_data_dir(identities[node_id], log_path.parent)
+        with log_path.open("ab") as out:
+            return spawn(identities[node_id], argv, cwd=REPO, stdout=out, stderr=out)
+
+    cluster = make_cluster(tmp_path / "cluster", first_host=FIRST_HOST, launcher=launcher)
+    # Enter the faults context before the nodes start, so connections are attributed right.
+    with NetworkFaults(list(identities.values())) as faults:
+        try:
+            cluster.up(timeout_s=30)
+            yield cluster, faults
+        finally:
+            for spec in cluster.specs:
+                cluster.stop_node(spec.node_id, kill=True)
+
+
+def test_isolated_active_controller_commits_nothing_and_catches_up_after_heal(
+    partitioned: tuple[LocalCluster, NetworkFaults], identities: dict[int, NodeIdentity]
+) -> None:
+    cluster, faults = partitioned
+    client = cluster.client()
+    try:
+        register_brokers(client, [1, 2, 3])
+        create_topics(client, ["before-partition"])
+        old = cluster.wait_for_leader()
+        faults.isolate(identities[old], [i for n, i in identities.items() if n != old])
+
+        majority = [f"{s.host}:{cluster.port}" for s in cluster.specs if s.node_id != old]
+        majority_client = ControllerClient(majority, deadline_s=30)
+        try:
+            create_topics(majority_client, ["during-partition"])
+        finally:
+            majority_client.close()
+        new = wait_for(
+            lambda: next((n for n in range(1, 4) if n != old and _leads(cluster, n)), None),
+            15,
+            "a new active controller in the majority",
+        )
+        assert new != old
+
+        # A write sent to the isolated node cannot commit: it is refused or times out.
+        old_address = f"{cluster.spec(old).host}:{cluster.port}"
+        minority = ControllerClient([old_address])
+        try:
+            request = pb.CreateTopicsRequest(
+                topics=[pb.CreatableTopic(name="minority-write", num_partitions=1)]
+            )
+            try:
+                answer = minority.stub(old_address).CreateTopics(request, timeout=15)
+                assert answer.status.error_code != 0, "the isolated controller committed a write"
+            except grpc.RpcError as error:
+                assert error.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        finally:
+            minority.close()
+
+        described = describe_node(cluster, new)
+        assert described is not None
+        expected = topic_summary(described)
+        assert set(expected) == {"before-partition", "during-partition"}
+
+        faults.heal()
+        wait_for(
+            lambda: (d := describe_node(cluster, old)) is not None and topic_summary(d) == expected,
+            30,
+            "the healed node to catch up with the majority",
+        )
+        create_topics(client, ["after-heal"])
+    finally:
+        client.close()
+
+
+def _leads(cluster: LocalCluster, node_id: int) -> bool:
+    spec = cluster.spec(node_id)
+    client = ControllerClient([f"{spec.host}:{cluster.port}"])
+    try:
+        quorum = client.describe_quorum(f"{spec.host}:{cluster.port}")
+    except grpc.RpcError:
+        return False
+    finally:
+        client.close()
+    return bool(quorum.leader_id == node_id and quorum.has_quorum)
