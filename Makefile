@@ -9,13 +9,14 @@ STAMP   := $(VENV)/.installed
 DEB_NEEDS := iptables:iptables
 PYTEST_WORKERS ?= 2
 
-.PHONY: help venv deps lint test test-fast demo bench clean protos
+.PHONY: help venv deps lint test test-fast demo bench clean protos cluster-up cluster-down cluster-status
 
 help:
 	@echo "make demo   - set up, run the storage demo end to end, clean up"
 	@echo "make test   - set up, lint, run the whole test suite"
 	@echo "make lint   - ruff, mypy (strict on raftlog/), import-linter"
 	@echo "make bench  - benchmarks; figures in bench/results/latest.json"
+	@echo "make cluster-up / cluster-down / cluster-status - the local 3-node cluster"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +60,15 @@ PROTO_SOURCES := $(wildcard protos/*.proto)
 protos: venv
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m grpc_tools.protoc -I. \
 	  --python_out=. --grpc_python_out=. --mypy_out=. --mypy_grpc_out=. $(PROTO_SOURCES)
+
+cluster-up: venv
+	$(BIN)/raftlog cluster up
+
+cluster-down: venv
+	$(BIN)/raftlog cluster down
+
+cluster-status: venv
+	$(BIN)/raftlog cluster status
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .import_linter_cache

@@ -146,7 +146,8 @@ def _controlled_shutdown(
         return HeartbeatResult(records, caught_up, False, False)
     leads = any(p.leader == broker_id for t in image.topics.values() for p in t.partitions.values())
     if leads:
-        # A partition with no other eligible leader keeps this one; it cannot move.
+        # Leadership it still holds (granted while the shutdown record was in flight) moves now;
+        # a partition with no other live ISR member goes offline, as in Kafka.
         usable = image.usable_broker_ids() - {broker_id}
         records = generate_leadership_changes(image, usable, {broker_id})
         return HeartbeatResult(records, caught_up, False, not records)
