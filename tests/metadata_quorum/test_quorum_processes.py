@@ -10,6 +10,9 @@ import pytest
 
 from dataplane.local_cluster import LocalCluster
 from metadata_quorum.client import ControllerClient
+from metadata_quorum.codec import record_from_proto, snapshot_from_proto
+from metadata_quorum.image import MetadataImage, replay
+from protos import controller_pb2 as pb
 from tests.metadata_quorum.quorum_support import (
     create_topics,
     describe_node,
@@ -106,3 +109,33 @@ def test_followers_answer_writes_with_not_controller_and_clients_follow(
         )
     finally:
         only_follower.close()
+
+
+def test_fetch_metadata_streams_records_that_rebuild_the_image(cluster: LocalCluster) -> None:
+    client = cluster.client()
+    try:
+        register_brokers(client, [1, 2, 3])
+        create_topics(client, ["fetched-a", "fetched-b"])
+        leader = cluster.wait_for_leader()
+        spec = cluster.spec(leader)
+        stream = client.stub(f"{spec.host}:{cluster.port}").FetchMetadata(
+            pb.FetchMetadataRequest(from_offset=0, max_wait_ms=300), timeout=10
+        )
+        image = MetadataImage()
+        for update in stream:
+            if update.HasField("snapshot"):
+                image = snapshot_from_proto(update.snapshot)
+            for item in update.records:
+                assert item.offset == image.offset + 1, "deltas arrive in offset order, no gaps"
+                image = replay(image, record_from_proto(item.record))
+        described = describe_node(cluster, leader)
+        assert described is not None
+        assert image.offset >= described.metadata_offset
+        assert {
+            name: (image.topics[tid].topic_id.bytes, len(image.topics[tid].partitions))
+            for name, tid in image.topic_ids.items()
+        } == topic_summary(described)
+        assert sorted(image.brokers) == [1, 2, 3]
+        assert all(not b.fenced for b in image.brokers.values())
+    finally:
+        client.close()
