@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -138,4 +139,61 @@ def test_fetch_metadata_streams_records_that_rebuild_the_image(cluster: LocalClu
         assert sorted(image.brokers) == [1, 2, 3]
         assert all(not b.fenced for b in image.brokers.values())
     finally:
+        client.close()
+
+
+@pytest.fixture
+def short_sessions(tmp_path: Path) -> Iterator[LocalCluster]:
+    cluster = make_cluster(
+        tmp_path / "cluster", first_host=24, overrides={"broker.session.timeout.ms": 1500}
+    )
+    try:
+        cluster.up(timeout_s=30)
+        yield cluster
+    finally:
+        for spec in cluster.specs:
+            cluster.stop_node(spec.node_id, kill=True)
+
+
+def test_a_silent_broker_is_fenced_and_loses_leadership_and_isr(
+    short_sessions: LocalCluster,
+) -> None:
+    cluster = short_sessions
+    client = cluster.client()
+    stop = threading.Event()
+    beater: threading.Thread | None = None
+    try:
+        epochs = register_brokers(client, [1, 2, 3])
+
+        def heartbeat_1_and_2() -> None:
+            while not stop.wait(0.3):
+                for broker_id in (1, 2):
+                    client.call(
+                        "BrokerHeartbeat",
+                        pb.BrokerHeartbeatRequest(
+                            broker_id=broker_id,
+                            broker_epoch=epochs[broker_id],
+                            current_metadata_offset=2**62,
+                        ),
+                    )
+
+        beater = threading.Thread(target=heartbeat_1_and_2, daemon=True)
+        beater.start()
+        create_topics(client, ["liveness"], partitions=6)
+
+        def fenced_and_moved() -> bool:
+            cluster_view = client.call("DescribeCluster", pb.DescribeClusterRequest())
+            fenced = {b.broker_id for b in cluster_view.brokers if b.fenced}
+            topics = client.call("DescribeTopics", pb.DescribeTopicsRequest(names=["liveness"]))
+            partitions = topics.topics[0].partitions
+            return fenced == {3} and all(p.leader in (1, 2) and 3 not in p.isr for p in partitions)
+
+        wait_for(fenced_and_moved, 20, "broker 3 to be fenced and dropped from every ISR")
+        topics = client.call("DescribeTopics", pb.DescribeTopicsRequest(names=["liveness"]))
+        moved = [p for p in topics.topics[0].partitions if p.replicas[0] == 3]
+        assert moved and all(p.leader_epoch >= 1 for p in moved)
+    finally:
+        stop.set()
+        if beater is not None:
+            beater.join(timeout=10)
         client.close()
