@@ -44,8 +44,14 @@ def place_replicas(
     replication_factor: int,
     preferred_leader_counts: Mapping[int, int],
     first_partition: int = 0,
+    seed: int = 0,
 ) -> list[tuple[int, ...]]:
-    """Replica lists for ``partition_count`` new partitions, numbered from ``first_partition``."""
+    """Replica lists for ``partition_count`` new partitions, numbered from ``first_partition``.
+
+    ``seed`` (random per request, as Kafka's random start index and shift) picks among the
+    least-loaded starting brokers and offsets the follower stride, so topics of the same shape
+    do not all get the same replica sets (a failed broker's leadership would all land on one
+    follower)."""
     if replication_factor < 1:
         raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR, "replication factor must be >= 1")
     if replication_factor > len(brokers):
@@ -57,12 +63,15 @@ def place_replicas(
     order = rack_alternated(brokers)
     racks = {b.broker_id: b.rack for b in brokers}
     rack_count = len({b.rack for b in brokers})
-    start = min(range(len(order)), key=lambda i: (preferred_leader_counts.get(order[i], 0), i))
+    fewest = min(preferred_leader_counts.get(b, 0) for b in order)
+    least_loaded = [i for i, b in enumerate(order) if preferred_leader_counts.get(b, 0) == fewest]
+    start = least_loaded[seed % len(least_loaded)]
+    shift_offset = seed // len(least_loaded)
     out = []
     for n in range(partition_count):
         p = first_partition + n
         first = (start + n) % len(order)
-        shift = 1 + (p // len(order)) % max(1, len(order) - 1)
+        shift = 1 + (p // len(order) + shift_offset) % max(1, len(order) - 1)
         out.append(_one_partition(order, racks, rack_count, first, shift, replication_factor))
     return out
 

@@ -121,6 +121,7 @@ def _assign(
     explicit: Mapping[int, Sequence[int]] | None,
     first_partition: int,
     counts: dict[int, int],
+    seed: int = 0,
 ) -> list[tuple[int, ...]]:
     if explicit:
         wanted = set(range(first_partition, first_partition + count))
@@ -143,7 +144,7 @@ def _assign(
                 f"every broker assigned to partitions {offline} is fenced or shutting down",
             )
     else:
-        lists = place_replicas(_slots(image), count, rf, counts, first_partition)
+        lists = place_replicas(_slots(image), count, rf, counts, first_partition, seed)
     for replicas in lists:
         counts[replicas[0]] = counts.get(replicas[0], 0) + 1
     return lists
@@ -168,7 +169,8 @@ def generate_create_topics(
                 )
             validate_topic_configs(topic.configs)
             count, rf = _sizes(topic, defaults.num_partitions, defaults.default_replication_factor)
-            lists = _assign(image, topic, count, rf, topic.assignments, 0, counts)
+            seed = rng.randrange(2**30)
+            lists = _assign(image, topic, count, rf, topic.assignments, 0, counts, seed)
         except KafkaError as error:
             out.results.append(ItemResult(topic.name, error.error, error.message))
             continue
@@ -223,6 +225,7 @@ def generate_create_partitions(
     image: MetadataImage,
     requests: Sequence[tuple[str, int, Mapping[int, Sequence[int]] | None]],
     validate_only: bool,
+    rng: random.Random | None = None,
 ) -> Generated:
     """Grow topics to a new total partition count (never shrink, as Kafka)."""
     out = Generated()
@@ -244,7 +247,8 @@ def generate_create_partitions(
                     f"(and at most {MAX_PARTITIONS_PER_TOPIC}), got {total}",
                 )
             rf = len(topic.partitions[0].replicas)
-            lists = _assign(image, None, total - current, rf, explicit, current, counts)
+            seed = rng.randrange(2**30) if rng is not None else 0
+            lists = _assign(image, None, total - current, rf, explicit, current, counts, seed)
         except KafkaError as error:
             out.results.append(ItemResult(name, error.error, error.message))
             continue

@@ -233,7 +233,9 @@ class ControllerServicer(pb_grpc.ControllerServiceServicer):
         def body() -> pb.CreatePartitionsResponse:
             out, _ = self.controller.write(
                 lambda image: _split(
-                    generate_create_partitions(image, wanted, request.validate_only)
+                    generate_create_partitions(
+                        image, wanted, request.validate_only, self.controller.rng
+                    )
                 )
             )
             return pb.CreatePartitionsResponse(
