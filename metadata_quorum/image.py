@@ -89,6 +89,9 @@ class MetadataImage:
     next_producer_id: int = 0
     controller_id: int = NO_LEADER
     controller_term: int = -1
+    # broker id -> partitions whose first replica (preferred leader) it is; kept by replay so
+    # placement never rescans every partition
+    preferred_leaders: Mapping[int, int] = field(default_factory=dict)
 
     def topic(self, name: str) -> TopicImage | None:
         topic_id = self.topic_ids.get(name)
@@ -135,6 +138,7 @@ class MetadataDelta:
         self._configs = dict(base.configs)
         self._next_producer_id = base.next_producer_id
         self._controller = (base.controller_id, base.controller_term)
+        self._preferred = dict(base.preferred_leaders)
         self.rejected: list[Rejected] = []
 
     # -- replay --------------------------------------------------------------------------
@@ -254,7 +258,17 @@ class MetadataDelta:
         partitions[record.partition_id] = PartitionRegistration(
             record.replicas, record.isr, record.leader, record.leader_epoch, record.partition_epoch
         )
+        self._count_preferred(record.replicas[0], 1)
         return None
+
+    def _count_preferred(self, broker_id: int, change: int) -> None:
+        count = self._preferred.get(broker_id, 0) + change
+        if count < 0:
+            raise AssertionError(f"preferred-leader count of broker {broker_id} went negative")
+        if count:
+            self._preferred[broker_id] = count
+        else:
+            self._preferred.pop(broker_id, None)
 
     def _change_partition(self, record: PartitionChange) -> str | None:
         partitions = self._partitions(record.topic_id)
@@ -272,6 +286,9 @@ class MetadataDelta:
         problem = _check_partition(replicas, isr, leader)
         if problem:
             return problem
+        if replicas[0] != current.replicas[0]:
+            self._count_preferred(current.replicas[0], -1)
+            self._count_preferred(replicas[0], 1)
         leader_epoch = current.leader_epoch + (1 if leader != current.leader else 0)
         partitions[record.partition_id] = PartitionRegistration(
             replicas, isr, leader, leader_epoch, current.partition_epoch + 1
@@ -283,7 +300,9 @@ class MetadataDelta:
         if topic is None:
             return f"topic id {record.topic_id} does not exist"
         del self._topic_ids[topic.name]
-        self._touched.pop(record.topic_id, None)
+        partitions = self._touched.pop(record.topic_id, None) or topic.partitions
+        for registration in partitions.values():
+            self._count_preferred(registration.replicas[0], -1)
         self._configs.pop((ConfigResourceType.TOPIC, topic.name), None)
         return None
 
@@ -335,6 +354,7 @@ class MetadataDelta:
             next_producer_id=self._next_producer_id,
             controller_id=self._controller[0],
             controller_term=self._controller[1],
+            preferred_leaders=self._preferred,
         )
 
 

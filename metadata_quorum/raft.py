@@ -28,7 +28,7 @@ Durability, found by reading pysyncobj 0.3.17 (it has no ``flushJournal`` option
 never fsyncs. Its journal is written through mmap, so it is in the page cache at once and
 survives SIGKILL of the process; the meta file is written + renamed, and so are full dumps,
 without fsync. Power loss can therefore lose acknowledged entries and votes. With
-``RaftOptions.fsync`` (the default) this module adds, on pysyncobj's thread: msync of the
+``RaftOptions.fsync`` (the default) this module adds, on pysyncobj's thread: fdatasync of the
 journal before any ``append_entries`` or acknowledgement leaves the node (a leader counts only
 durable entries, a follower acknowledges only durable ones); fsync of the meta file and its
 directory before a vote is requested, granted or acknowledged in a new term; fsync of a
@@ -48,7 +48,7 @@ as latin-1 text, so binary payloads take ~1.5x their size in the journal and on 
 
 Cost, ``python -m tests.metadata_quorum.raft_node bench --count 20000`` (3 processes on
 127.0.0.141-143, 2 cores, ext4 on a virtio disk, 1 KiB payloads, 500 appends in flight,
-default timing; msync ~4 ms here, paid once per batch): fsync on 6,600-7,700 commits/s,
+default timing; one journal sync ~4 ms here, paid once per batch): fsync on 6,600-7,700 commits/s,
 fsync off 8,100-9,900 commits/s, one append at a time p50 10.5 ms either way. With the two
 cores busy elsewhere both fall to ~3,500-5,500/s. Failover after SIGKILL of the leader:
 0.3-0.9 s to the next commit. Idle: ~7-9 % of a core per voter (1 ms tick).
@@ -293,7 +293,7 @@ def _journal_record(data: bytes, offset: int, end: int, prev: tuple[int, int] | 
 
 def _repair_journal(path: Path, fsync: bool) -> None:
     """Cut the journal at its first torn or out-of-sequence record. Only a record written after
-    the last msync can be damaged, and such a record was never acknowledged."""
+    the last journal sync can be damaged, and such a record was never acknowledged."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -575,7 +575,12 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
         last = journal[-1]
         mark = (len(journal), journal[0][1], last[1], last[2])
         if mark != self._journal_mark:
-            journal.flush()
+            # fdatasync of the journal's file, not mmap.flush(): on Linux both write back the
+            # pages dirtied through the shared mapping, but mmap.flush() holds the GIL for the
+            # whole msync (3-6 ms here, freezing every other thread of the controller) while
+            # os.fdatasync releases it.
+            resizable = journal._FileJournal__journalFile
+            os.fdatasync(resizable._ResizableFile__f.fileno())
             self._journal_mark = mark
 
     def _sync_meta(self) -> None:

@@ -25,7 +25,6 @@ from metadata_quorum.placement import (
     check_assignment,
     elect,
     place_replicas,
-    preferred_leader_counts,
 )
 from metadata_quorum.records import (
     NO_LEADER,
@@ -98,11 +97,7 @@ def _slots(image: MetadataImage) -> list[BrokerSlot]:
 
 
 def _all_preferred_counts(image: MetadataImage) -> dict[int, int]:
-    return dict(
-        preferred_leader_counts(
-            [p.replicas for t in image.topics.values() for p in t.partitions.values()]
-        )
-    )
+    return dict(image.preferred_leaders)
 
 
 def _new_partition(

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import collections
 import random
 import uuid
 from typing import Any
@@ -471,6 +472,13 @@ class ControllerMachine(RuleBasedStateMachine):
                 assert reg.leader_epoch >= old_leader_epoch, where
                 assert reg.partition_epoch >= old_partition_epoch, where
                 self.epochs[key] = (reg.leader_epoch, reg.partition_epoch)
+
+    @invariant()
+    def preferred_leader_counts_match_a_recount(self) -> None:
+        recount = collections.Counter(
+            reg.replicas[0] for t in self.image.topics.values() for reg in t.partitions.values()
+        )
+        assert dict(self.image.preferred_leaders) == dict(recount)
 
     @invariant()
     def snapshot_round_trips(self) -> None:
