@@ -1,6 +1,6 @@
 """Storage engine benchmark: append, read and crash-recovery throughput of one partition's Log.
 
-``python -m bench.storage_bench --out bench/results/latest.json [--quick]``
+``python -m bench.storage_bench --out bench/results/latest.json [--quick] [--only append ...]``
 
 1. Append 1 KiB records in 16 KiB, 256 KiB and 1 MiB batches, without fsync and with
    ``flush.on.ack=true``; next to each, the raw limit: a plain loop of ``os.write`` of the same
@@ -612,12 +612,22 @@ def recovery_table(recovery: dict[str, Any]) -> Table:
 
 
 # -- main ----------------------------------------------------------------------------------------
-def run_benchmarks(workdir: Path, sizes: Sizes, progress: Console) -> dict[str, Any]:
+PARTS = ("append", "read", "recovery")
+
+
+def run_benchmarks(
+    workdir: Path, sizes: Sizes, progress: Console, parts: Sequence[str] = PARTS
+) -> dict[str, Any]:
+    """Run the ``parts`` asked for; the results hold a section for each part that ran."""
     started = time.perf_counter()
     load_avg_start = os.getloadavg()
-    append = append_benchmark(workdir, sizes, progress)
-    read = read_benchmark(workdir, sizes, progress)
-    recovery = recovery_benchmark(workdir, sizes, progress)
+    ran: dict[str, Any] = {}
+    if "append" in parts:
+        ran["append"] = append_benchmark(workdir, sizes, progress)
+    if "read" in parts:
+        ran["read"] = read_benchmark(workdir, sizes, progress)
+    if "recovery" in parts:
+        ran["recovery"] = recovery_benchmark(workdir, sizes, progress)
     return {
         "mode": "quick" if sizes == QUICK else "full",
         "targets": {
@@ -630,9 +640,8 @@ def run_benchmarks(workdir: Path, sizes: Sizes, progress: Console) -> dict[str, 
         # Other processes share the CPUs: the load averages say how much.
         "load_avg_start": [round(load, 2) for load in load_avg_start],
         "load_avg_end": [round(load, 2) for load in os.getloadavg()],
-        "append": append,
-        "read": read,
-        "recovery": recovery,
+        "parts": [part for part in PARTS if part in ran],
+        **ran,
     }
 
 
@@ -640,6 +649,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="results JSON file to update")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run of < 30 s")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=PARTS,
+        help="run only this part (repeatable); the storage section written to --out then "
+        "holds only the parts that ran",
+    )
     parser.add_argument(
         "--workdir",
         type=Path,
@@ -657,7 +673,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.workdir.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="storage-", dir=args.workdir))
     try:
-        storage = run_benchmarks(workdir, sizes, progress)
+        storage = run_benchmarks(workdir, sizes, progress, args.only or PARTS)
     finally:
         shutil.rmtree(workdir)
     results = write_section(args.out, "storage", storage)
@@ -666,9 +682,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"raftlog storage benchmark ({storage['mode']}), {machine['cpu_count']} CPUs, "
         f"Python {machine['python']}, Linux {machine['kernel']}, {results['date']}"
     )
-    for table in (append_table(storage["append"]), read_table(storage["read"])):
-        console.print(table)
-    console.print(recovery_table(storage["recovery"]))
+    if "append" in storage:
+        console.print(append_table(storage["append"]))
+    if "read" in storage:
+        console.print(read_table(storage["read"]))
+    if "recovery" in storage:
+        console.print(recovery_table(storage["recovery"]))
     console.print(f"{storage['duration_s']:.0f} s in all; figures written to {args.out}")
     return 0
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import enum
 import struct
 from collections.abc import Iterator
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 
 import crc32c
 
@@ -62,6 +62,9 @@ class Compression(enum.IntEnum):
     SNAPPY = 2
     LZ4 = 3
     ZSTD = 4
+
+
+MAX_COMPRESSION_ID = int(Compression.ZSTD)  # a plain int: compared on every batch
 
 
 class TimestampType(enum.IntEnum):
@@ -133,7 +136,23 @@ def check_header(header: BatchHeader, available_bytes: int) -> None:
     """Framing checks that need no record decoding. Raises a KafkaError with Kafka's code.
 
     ``available_bytes`` is how many bytes from the batch's start are present in the buffer.
+    One combined test on the hot path (every append and scan); only a failing header pays for
+    :func:`_raise_header_error` finding which rule it breaks.
     """
+    batch_length = header.batch_length
+    if (
+        header.magic != MAGIC
+        or batch_length < MIN_BATCH_LENGTH
+        or batch_length + LOG_OVERHEAD > available_bytes
+        or header.attributes & COMPRESSION_MASK > MAX_COMPRESSION_ID
+        or header.last_offset_delta < 0
+        or header.record_count < 0
+    ):
+        _raise_header_error(header, available_bytes)
+
+
+def _raise_header_error(header: BatchHeader, available_bytes: int) -> NoReturn:
+    """The first framing rule ``header`` breaks, as the error :func:`check_header` raises."""
     if header.magic != MAGIC:
         raise CorruptRecordError(f"batch magic is {header.magic}, only magic {MAGIC} is supported")
     if header.batch_length < MIN_BATCH_LENGTH:
@@ -151,6 +170,7 @@ def check_header(header: BatchHeader, available_bytes: int) -> None:
             f"negative lastOffsetDelta ({header.last_offset_delta}) "
             f"or recordCount ({header.record_count})"
         )
+    raise AssertionError(f"check_header rejected a header that breaks no rule: {header}")
 
 
 def verify_batch(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:

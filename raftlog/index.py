@@ -41,6 +41,8 @@ class _IndexFile:
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         length = os.fstat(self._fd).st_size
         self._mmap: mmap.mmap | None = None
+        # The last entry, kept beside the file so an append checks order without reading it back.
+        self._last: tuple[int, int] | None = None
         if length == 0:
             self.entries = 0
             self._resize(self.max_entries * self._entry_size)
@@ -50,6 +52,7 @@ class _IndexFile:
                 raise CorruptIndexError(f"{path}: length {length} is not whole entries")
             self.entries = length // self._entry_size
             self._map(length)
+            self._last = self._raw(self.entries - 1)
 
     # -- file management -------------------------------------------------------------------
     def _map(self, length: int) -> None:
@@ -102,15 +105,21 @@ class _IndexFile:
         return key, value
 
     def _append_raw(self, key: int, value: int) -> None:
-        assert self.entries < self.max_entries, f"{self.path}: append to a full index"
-        if self._mmap is None or len(self._mmap) < (self.entries + 1) * self._entry_size:
-            self.preallocate()
-        assert self._mmap is not None
-        self.ENTRY.pack_into(self._mmap, self.entries * self._entry_size, key, value)
-        self.entries += 1
+        entries = self.entries
+        assert entries < self.max_entries, f"{self.path}: append to a full index"
+        position = entries * self._entry_size
+        mapped = self._mmap
+        if mapped is None or len(mapped) < position + self._entry_size:
+            self.preallocate()  # an index trimmed on roll or close, appended to again
+            mapped = self._mmap
+            assert mapped is not None
+        self.ENTRY.pack_into(mapped, position, key, value)
+        self.entries = entries + 1
+        self._last = (key, value)
 
     def truncate_entries(self, entries: int) -> None:
         self.entries = max(0, min(entries, self.entries))
+        self._last = self._raw(self.entries - 1) if self.entries else None
 
     def _search(self, key: int, column: int) -> int:
         """Index of the last entry whose ``column`` is <= key, or -1."""
@@ -139,12 +148,11 @@ class OffsetIndex(_IndexFile):
 
     def append(self, offset: int, position: int) -> None:
         relative = offset - self.base_offset
-        if self.entries:
-            last_relative, last_position = self._raw(self.entries - 1)
-            assert relative > last_relative and position > last_position, (
-                f"{self.path}: index entries must increase ({offset}@{position} after "
-                f"{self.base_offset + last_relative}@{last_position})"
-            )
+        last = self._last
+        assert last is None or (relative > last[0] and position > last[1]), (
+            f"{self.path}: index entries must increase ({offset}@{position} after "
+            f"{self.base_offset + last[0]}@{last[1]})"
+        )
         self._append_raw(relative, position)
 
     def lookup(self, offset: int) -> tuple[int, int]:
@@ -179,19 +187,21 @@ class TimeIndex(_IndexFile):
 
     def last_entry(self) -> tuple[int, int] | None:
         """(timestamp, offset) of the last entry."""
-        if not self.entries:
+        last = self._last
+        if last is None:
             return None
-        timestamp, relative = self._raw(self.entries - 1)
+        timestamp, relative = last
         return timestamp, self.base_offset + relative
 
     def maybe_append(self, timestamp: int, offset: int) -> None:
         """Append unless the timestamp does not grow (Kafka keeps the time index monotonic)."""
-        last = self.last_entry()
-        if last is not None and timestamp <= last[0]:
-            return
+        relative = offset - self.base_offset
+        last = self._last
         if last is not None:
-            assert offset >= last[1], f"{self.path}: time index offsets must not go down"
-        self._append_raw(timestamp, offset - self.base_offset)
+            if timestamp <= last[0]:
+                return
+            assert relative >= last[1], f"{self.path}: time index offsets must not go down"
+        self._append_raw(timestamp, relative)
 
     def lookup(self, timestamp: int) -> tuple[int, int]:
         """(timestamp, offset) of the last entry with timestamp <= ``timestamp``; the segment's

@@ -208,21 +208,30 @@ class LogSegment:
     ) -> None:
         """Write ``chunks`` (the batches' bytes, header rewrites included) at the end and index
         each batch. Offsets must continue the segment."""
-        position = self.size_bytes
-        for start in range(0, len(chunks), IOV_MAX):
-            _write_all(self._fd, chunks[start : start + IOV_MAX])
-        if self.rolling_timestamp is None and batches:
+        assert batches, "an append to a segment carries at least one batch"
+        assert batches[0].last_offset >= self.next_offset, "offsets must continue the segment"
+        start_position = position = self.size_bytes
+        if len(chunks) <= IOV_MAX:  # one writev: every append of up to IOV_MAX / 2 batches
+            written = _write_all(self._fd, chunks)
+        else:
+            written = sum(
+                _write_all(self._fd, chunks[start : start + IOV_MAX])
+                for start in range(0, len(chunks), IOV_MAX)
+            )
+        if self.rolling_timestamp is None:
             self.rolling_timestamp = batches[0].max_timestamp
-        for batch in batches:
-            self._index_batch(position, batch.last_offset, batch.max_timestamp, batch.size_bytes)
-            position += batch.size_bytes
+        for last_offset, max_timestamp, size_bytes in batches:
+            self._index_batch(position, last_offset, max_timestamp, size_bytes)
+            position += size_bytes
+        assert position - start_position == written, "batch sizes must add up to the bytes written"
         self.size_bytes = position
-        self.next_offset = batches[-1].last_offset + 1 if batches else self.next_offset
+        self.next_offset = batches[-1].last_offset + 1
 
     def _index_batch(
         self, position: int, last_offset: int, max_timestamp: int, size_bytes: int
     ) -> None:
-        self._observe_timestamp(max_timestamp, last_offset)
+        if max_timestamp > self.max_timestamp:  # _observe_timestamp, inlined: once per batch
+            self.max_timestamp, self.offset_of_max_timestamp = max_timestamp, last_offset
         if self._bytes_since_index_entry > self.index_interval_bytes:
             self.offset_index.append(last_offset, position)
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
@@ -234,7 +243,12 @@ class LogSegment:
             self.max_timestamp, self.offset_of_max_timestamp = timestamp, offset
 
     def can_index_more(self) -> bool:
-        return not (self.offset_index.is_full or self.time_index.is_full)
+        """Neither index is full (checked before every append: no property calls)."""
+        offset_index, time_index = self.offset_index, self.time_index
+        return (
+            offset_index.entries < offset_index.max_entries
+            and time_index.entries < time_index.max_entries
+        )
 
     # -- reading ---------------------------------------------------------------------------
     def read(
@@ -340,15 +354,16 @@ class LogSegment:
         return self.max_timestamp if self.max_timestamp >= 0 else self.last_modified_ms()
 
 
-def _write_all(fd: int, chunks: Sequence[bytes | memoryview]) -> None:
-    total = sum(len(chunk) for chunk in chunks)
+def _write_all(fd: int, chunks: Sequence[bytes | memoryview]) -> int:
+    """Write every chunk at the file's position; return the bytes written (all of them)."""
+    total = sum(map(len, chunks))
     written = os.writev(fd, chunks)
     if written == total:
-        return
+        return total
     # A short write (disk nearly full, a signal): finish it, or fail loudly with ENOSPC's error.
     remaining = memoryview(b"".join(chunks))[written:]
     for _ in range(len(remaining)):
         if not remaining:
-            return
+            return total
         remaining = remaining[os.write(fd, remaining) :]
     raise StorageError(f"write to fd {fd} made no progress with {len(remaining)} bytes left")

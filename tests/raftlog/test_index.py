@@ -89,3 +89,33 @@ def test_time_index_keeps_timestamps_monotonic(tmp_path: Path) -> None:
     with pytest.raises(CorruptIndexError, match="past the segment"):
         index.check(next_offset=60)
     index.close()
+
+
+def test_appends_after_truncation_and_reopen_follow_the_entries_kept(tmp_path: Path) -> None:
+    """The last entry is kept in memory for the order checks: truncation and reopening must
+    leave it equal to the last entry on disk, or valid appends would be refused."""
+    index = OffsetIndex(tmp_path / "0.index", base_offset=0, max_index_bytes=80)
+    for n in range(3):
+        index.append(n * 10, n * 100 + 1)
+    index.truncate_to(10)  # keeps 0@1
+    index.append(5, 50)  # below the dropped 10@101 and 20@201
+    with pytest.raises(AssertionError, match="must increase"):
+        index.append(5, 60)
+    index.trim()
+    index.close()
+    reopened = OffsetIndex(tmp_path / "0.index", base_offset=0, max_index_bytes=80)
+    with pytest.raises(AssertionError, match="must increase"):
+        reopened.append(4, 70)
+    reopened.append(6, 70)
+    assert list(reopened.raw_entries()) == [(0, 1), (5, 50), (6, 70)]
+    reopened.truncate_to(0)
+    reopened.append(0, 1)
+    reopened.close()
+
+    times = TimeIndex(tmp_path / "0.timeindex", base_offset=0, max_index_bytes=120)
+    times.maybe_append(1000, 1)
+    times.maybe_append(3000, 5)
+    times.truncate_to(5)
+    times.maybe_append(2000, 4)  # grows past what is left (1000), not past the dropped 3000
+    assert times.last_entry() == (2000, 4)
+    times.close()

@@ -302,3 +302,30 @@ def test_clean_close_writes_a_marker_and_reopens_without_recovery(tmp_path: Path
     assert reopened.read(0, 1 << 20) == content
     assert len(content) > HEADER_SIZE
     reopened.close()
+
+
+def test_a_new_config_applies_to_the_next_append(tmp_path: Path) -> None:
+    """Log keeps the configs every append reads out of the pydantic model (for speed): setting
+    ``config`` must refresh them."""
+    log = open_log(tmp_path)
+    log.append(make_batch([b"x" * 600]), leader_epoch=0)
+    log.config = log.config.with_overrides({"max.message.bytes": 500, "flush.on.ack": True})
+    with pytest.raises(KafkaError) as caught:
+        log.append(make_batch([b"x" * 600]), leader_epoch=0)
+    assert caught.value.error is ErrorCode.MESSAGE_TOO_LARGE
+    log.append(make_batch([b"y"]), leader_epoch=0)
+    assert log.recovery_point == 2, "flush.on.ack now flushes"
+    log.config = log.config.with_overrides({"cleanup.policy": "compact"})
+    with pytest.raises(KafkaError, match="without a key"):
+        log.append(make_batch([b"z"]), leader_epoch=0)
+    log.close()
+
+
+def test_flush_ms_at_its_maximum_never_flushes_by_time(tmp_path: Path) -> None:
+    clock = ManualClock()
+    log = open_log(tmp_path, clock)  # flush.ms defaults to 2**63 - 1: never
+    log.append(make_batch([b"a"]), leader_epoch=0)
+    clock.advance(10**15)
+    log.append(make_batch([b"b"]), leader_epoch=0)
+    assert log.recovery_point == 0
+    log.close()
