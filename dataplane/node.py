@@ -83,8 +83,7 @@ def run(config: NodeConfig) -> None:
     signal.signal(signal.SIGINT, on_signal)
     controller = start_controller(config) if config.is_controller else None
     try:
-        while not stop.wait(1.0):
-            pass
+        stop.wait()
     finally:
         if controller is not None:
             controller.stop()

@@ -69,13 +69,9 @@ class ControllerClient:
         last_error = "no controller answered"
         while time.monotonic() < deadline and not self._closed.is_set():
             for address in self._candidates():
-                outcome, hint = self._try(method, request, address, deadline)
+                outcome = self._try(method, request, address, deadline)
                 if isinstance(outcome, str):
                     last_error = outcome
-                    if hint:
-                        with self._lock:
-                            self._active = hint
-                        break
                     continue
                 status = outcome.status
                 if status.error_code == ErrorCode.NOT_CONTROLLER.code and not any_node:
@@ -92,17 +88,15 @@ class ControllerClient:
             backoff = min(backoff * 2, RETRY_BACKOFF_MAX_S)
         raise KafkaError(ErrorCode.NOT_CONTROLLER, f"{method}: {last_error}")
 
-    def _try(
-        self, method: str, request: Any, address: str, deadline: float
-    ) -> tuple[Any, str | None]:
-        """The response, or an error string (and an address hint to try next)."""
+    def _try(self, method: str, request: Any, address: str, deadline: float) -> Any:
+        """The response, or a string saying why this address did not answer."""
         timeout = max(0.05, min(RPC_TIMEOUT_S, deadline - time.monotonic()))
         rpc: Callable[..., Any] = getattr(self.stub(address), method)
         try:
-            return rpc(request, timeout=timeout), None
+            return rpc(request, timeout=timeout)
         except grpc.RpcError as error:
             code = error.code() if hasattr(error, "code") else None
-            return f"{address}: {code}", None
+            return f"{address}: {code}"
 
     def checked(self, method: str, request: Any, **kwargs: Any) -> Any:
         """``call`` and raise the response's top-level error, if any."""

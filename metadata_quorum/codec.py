@@ -10,6 +10,8 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 
+from google.protobuf.message import DecodeError
+
 from metadata_quorum.image import BrokerRegistration, MetadataImage, from_records, to_records
 from metadata_quorum.records import (
     BrokerRegistrationChange,
@@ -248,7 +250,7 @@ def decode_batch(payload: bytes) -> list[MetadataRecord]:
     batch = pb.MetadataRecordBatch()
     try:
         batch.ParseFromString(payload)
-    except Exception as error:  # protobuf raises DecodeError, a bare Exception subclass
+    except DecodeError as error:
         raise CodecError(f"not a metadata record batch: {error}") from error
     return [record_from_proto(m) for m in batch.records]
 
@@ -309,6 +311,6 @@ def decode_snapshot(data: bytes) -> MetadataImage:
     message = pb.MetadataSnapshot()
     try:
         message.ParseFromString(data)
-    except Exception as error:  # protobuf raises DecodeError, a bare Exception subclass
+    except DecodeError as error:
         raise CodecError(f"not a metadata snapshot: {error}") from error
     return snapshot_from_proto(message)

@@ -27,7 +27,7 @@ from metadata_quorum.cluster import BrokerSessions, generate_session_expiry
 from metadata_quorum.codec import decode_batch, decode_snapshot, encode_batch, encode_snapshot
 from metadata_quorum.configs import cluster_config
 from metadata_quorum.image import MetadataDelta, MetadataImage, Rejected
-from metadata_quorum.raft import QuorumStatus
+from metadata_quorum.raft import MetadataLogError, QuorumStatus
 from metadata_quorum.records import LeaderChange, MetadataRecord
 from metadata_quorum.replication import generate_preferred_rebalance
 from raftlog.errors import ErrorCode, KafkaError
@@ -223,7 +223,7 @@ class QuorumController:
         except KafkaError:
             self._reset_speculative()
             raise
-        except Exception as error:  # the log's NotLeaderError / CommitTimeoutError
+        except MetadataLogError as error:  # NotLeaderError, CommitTimeoutError, ...
             self._reset_speculative()
             if not self.log.is_leader():
                 raise NotControllerError(self._leader_id_of(self.log.leader())) from error

@@ -78,6 +78,8 @@ from pysyncobj.config import SERIALIZER_STATE
 from pysyncobj.journal import FileJournal
 from pysyncobj.transport import TCPTransport
 
+from raftlog.checkpoint import fsync_path
+
 logger = logging.getLogger(__name__)
 
 JOURNAL_FILE = "raft.journal"
@@ -269,14 +271,6 @@ def _entry(raw: Any) -> _Entry:
     return bytes(raw[0]), int(raw[1]), int(raw[2])
 
 
-def _fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _journal_record(data: bytes, offset: int, end: int, prev: tuple[int, int] | None) -> int:
     """End offset of a valid record at ``offset``, or -1 if it is torn or out of sequence."""
     if offset + 4 > end:
@@ -399,7 +393,7 @@ class _SnapshotStore:
             if os.stat(self._path).st_ino != inode:  # pysyncobj's rename did not happen
                 raise OSError(f"the snapshot file {self._path} was not replaced")
             if self._fsync:
-                _fsync_path(self._path.parent)  # the rename is durable before the journal is cut
+                fsync_path(self._path.parent)  # the rename is durable before the journal is cut
         except OSError:
             logger.exception("the snapshot is not in place; the journal stays uncut")
             return cast(int, SERIALIZER_STATE.FAILED)
@@ -412,8 +406,8 @@ class _SnapshotStore:
             path = Path(name)
             snapshot = _decode_snapshot(path.read_bytes(), name)
             if self._fsync:  # an installed snapshot is durable before the journal is cleared
-                _fsync_path(path)
-                _fsync_path(path.parent)
+                fsync_path(path)
+                fsync_path(path.parent)
             self._state_machine.restore(snapshot.state)
         except Exception as error:
             self._on_fatal(f"cannot load the snapshot {name}: {error!r}")
@@ -587,8 +581,8 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
         journal = self._SyncObj__raftLog
         mark = (journal.getCurrentTerm(), journal.getVotedForNodeId())
         if mark != self._meta_mark and self._meta_path.exists():
-            _fsync_path(self._meta_path)
-            _fsync_path(self._meta_path.parent)
+            fsync_path(self._meta_path)
+            fsync_path(self._meta_path.parent)
             self._meta_mark = mark
 
     def match_index(self, address: str) -> int | None:
@@ -666,7 +660,7 @@ class MetadataLog:
             node.destroy()
             raise OSError(f"cannot bind the Raft port {self.self_address}") from error
         if fsync:
-            _fsync_path(data_dir)  # the journal and lock files exist durably
+            fsync_path(data_dir)  # the journal and lock files exist durably
         return node
 
     # -- writes ------------------------------------------------------------------------------

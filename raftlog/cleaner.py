@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from raftlog.batch import BatchHeader
-from raftlog.checkpoint import fsync_dir, read_checkpoint, write_checkpoint
+from raftlog.checkpoint import fsync_path, read_checkpoint, write_checkpoint
 from raftlog.records import Record, decode_batch, encode_batch
 from raftlog.segment import LOG_SUFFIX, AppendedBatch, LogSegment
 
@@ -266,15 +266,15 @@ def _swap_in(directory: Path, cleaned: LogSegment, replaced: list[LogSegment]) -
     """.cleaned → .swap (log file last: its rename commits), delete the old, .swap → final."""
     for path in reversed(cleaned.paths()):
         os.replace(path, _with_suffix(path, CLEANED_SUFFIX, SWAP_SUFFIX))
-    fsync_dir(directory)
+    fsync_path(directory)
     for segment in replaced:
         segment.delete()
-    fsync_dir(directory)
+    fsync_path(directory)
     for path in cleaned.paths():
         os.replace(
             _with_suffix(path, CLEANED_SUFFIX, SWAP_SUFFIX), _with_suffix(path, CLEANED_SUFFIX, "")
         )
-    fsync_dir(directory)
+    fsync_path(directory)
 
 
 def _with_suffix(path: Path, old: str, new: str) -> Path:
@@ -305,7 +305,7 @@ def complete_interrupted_swaps(directory: Path) -> None:
     for stray in directory.glob(f"*index{SWAP_SUFFIX}"):
         stray.unlink()
     if swaps:
-        fsync_dir(directory)
+        fsync_path(directory)
 
 
 def _next_offset_of(directory: Path, base_offset: int) -> int:

@@ -28,7 +28,7 @@ from raftlog.batch import (
     iter_batches,
     verify_batch,
 )
-from raftlog.checkpoint import fsync_dir, read_checkpoint, write_atomically, write_checkpoint
+from raftlog.checkpoint import fsync_path, read_checkpoint, write_atomically, write_checkpoint
 from raftlog.config import INT64_MAX, LogConfig
 from raftlog.epoch import LeaderEpochCache
 from raftlog.errors import (
@@ -711,7 +711,7 @@ def _remove_orphan_indexes(directory: Path, base_offsets: set[int]) -> None:
             path.unlink()
     for path in directory.glob("*.tmp"):
         path.unlink()
-    fsync_dir(directory)
+    fsync_path(directory)
 
 
 def read_partition_metadata(path: Path) -> uuid.UUID | None:

@@ -14,6 +14,8 @@ from metadata_quorum.client import ControllerClient
 from metadata_quorum.codec import record_from_proto, snapshot_from_proto
 from metadata_quorum.image import MetadataImage, replay
 from protos import controller_pb2 as pb
+from protos import metadata_pb2 as mpb
+from raftlog.errors import ErrorCode
 from tests.metadata_quorum.quorum_support import (
     create_topics,
     describe_node,
@@ -196,4 +198,94 @@ def test_a_silent_broker_is_fenced_and_loses_leadership_and_isr(
         stop.set()
         if beater is not None:
             beater.join(timeout=10)
+        client.close()
+
+
+def test_admin_rpcs_end_to_end(cluster: LocalCluster) -> None:
+    """Configs, partitions, deletion, elections, producer ids and the quorum view over gRPC."""
+    client = cluster.client()
+    try:
+        epochs = register_brokers(client, [1, 2, 3])
+        create_topics(client, ["admin"], partitions=2)
+        topic = pb.ConfigResource(resource_type=mpb.CONFIG_RESOURCE_TOPIC, resource_name="admin")
+
+        bad = client.checked(
+            "AlterConfigs",
+            pb.AlterConfigsRequest(
+                resources=[
+                    pb.AlterConfigsResource(
+                        resource=topic,
+                        configs=[pb.AlterableConfig(name="retention.ms", value="-7")],
+                    )
+                ]
+            ),
+        )
+        assert bad.resources[0].error_code == ErrorCode.INVALID_CONFIG.code
+        assert "retention.ms" in bad.resources[0].error_message
+        good = client.checked(
+            "AlterConfigs",
+            pb.AlterConfigsRequest(
+                resources=[
+                    pb.AlterConfigsResource(
+                        resource=topic,
+                        configs=[pb.AlterableConfig(name="min.insync.replicas", value="2")],
+                    )
+                ]
+            ),
+        )
+        assert good.resources[0].error_code == 0
+        described = client.checked(
+            "DescribeConfigs", pb.DescribeConfigsRequest(resources=[topic])
+        ).resources[0]
+        entries = {e.name: (e.value, e.is_default) for e in described.entries}
+        assert entries["min.insync.replicas"] == ("2", False)
+        assert entries["retention.ms"] == (str(7 * 24 * 3600 * 1000), True)
+
+        grown = client.checked(
+            "CreatePartitions",
+            pb.CreatePartitionsRequest(
+                topics=[
+                    pb.CreatePartitionsTopic(name="admin", count=4),
+                    pb.CreatePartitionsTopic(name="admin-missing", count=4),
+                ]
+            ),
+        )
+        assert [t.error_code for t in grown.topics] == [
+            0,
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION.code,
+        ]
+        shrink = client.checked(
+            "CreatePartitions",
+            pb.CreatePartitionsRequest(topics=[pb.CreatePartitionsTopic(name="admin", count=1)]),
+        )
+        assert shrink.topics[0].error_code == ErrorCode.INVALID_PARTITIONS.code
+
+        elected = client.checked("ElectLeaders", pb.ElectLeadersRequest())
+        assert {p.error_code for p in elected.partitions} == {ErrorCode.ELECTION_NOT_NEEDED.code}
+
+        first = client.checked(
+            "AllocateProducerIds",
+            pb.AllocateProducerIdsRequest(broker_id=1, broker_epoch=epochs[1]),
+        )
+        second = client.checked(
+            "AllocateProducerIds",
+            pb.AllocateProducerIdsRequest(broker_id=2, broker_epoch=epochs[2]),
+        )
+        assert second.producer_id_start == first.producer_id_start + first.producer_id_len
+        stale = client.call(
+            "AllocateProducerIds", pb.AllocateProducerIdsRequest(broker_id=1, broker_epoch=-5)
+        )
+        assert stale.status.error_code == ErrorCode.STALE_BROKER_EPOCH.code
+
+        deleted = client.checked("DeleteTopics", pb.DeleteTopicsRequest(names=["admin"]))
+        assert deleted.topics[0].error_code == 0
+        gone = client.checked("DescribeTopics", pb.DescribeTopicsRequest(names=["admin"]))
+        assert gone.topics[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION.code
+
+        leader = cluster.spec(cluster.wait_for_leader())
+        quorum = client.describe_quorum(f"{leader.host}:{cluster.port}")  # match indexes live there
+        assert quorum.leader_id == leader.node_id
+        assert quorum.has_quorum and len(quorum.voters) == 3
+        assert all(v.lag >= 0 for v in quorum.voters)
+    finally:
         client.close()
