@@ -223,7 +223,12 @@ def running_cluster(workdir: Path, progress: Console) -> Iterator[LocalCluster]:
         "controller.quorum.election.timeout.ms": ELECTION_TIMEOUT_MS,
     }
     cluster = LocalCluster(
-        root, nodes=NODES, first_host=FIRST_HOST, port=pick_cluster_port(hosts), overrides=overrides
+        root,
+        nodes=NODES,
+        first_host=FIRST_HOST,
+        port=pick_cluster_port(hosts),
+        overrides=overrides,
+        roles="controller",  # the brokers' RPCs are what the benchmark sends
     )
     try:
         progress.log(f"starting 3 controllers on {', '.join(cluster.controller_addresses)}")

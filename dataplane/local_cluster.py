@@ -1,8 +1,10 @@
 """A local cluster of node processes on loopback: ``raftlog cluster up|down|status|kill|restart``.
 
-Node N binds 127.0.0.(first_host + N - 1); every node is a controller (the broker role joins
-with the data plane). Configuration, data and logs live under ``root/node-N/``; the pids are in
-``root/cluster.json`` so a later command finds and stops exactly those processes.
+Node N binds 127.0.0.(first_host + N - 1) and runs in combined mode (controller and broker in
+one process). With ``port`` P every node listens on the same four ports of its own address:
+BROKER P-1, CONTROLLER P, the Raft transport P+1 and METRICS P+2 (so 9092/9093/9094/9095 by
+default, as Kafka users expect). Configuration, data and logs live under ``root/node-N/``; the
+pids are in ``root/cluster.json`` so a later command finds and stops exactly those processes.
 """
 
 from __future__ import annotations
@@ -46,13 +48,23 @@ def _port_free(host: str, port: int) -> bool:
         return True
 
 
+PORT_SPAN = (-1, 0, 1, 2)  # broker, controller, raft, metrics: offsets from the cluster port
+# Local clusters notice a dead broker within seconds (Kafka's defaults, 9 s sessions, suit
+# real networks); every value can still be overridden.
+LOCAL_DEFAULTS: dict[str, str | int] = {
+    "broker.session.timeout.ms": 2500,
+    "broker.heartbeat.interval.ms": 250,
+    "replica.lag.time.max.ms": 10_000,
+}
+
+
 def pick_cluster_port(hosts: list[str], attempts: int = 50) -> int:
-    """A port P such that P and P+1 are free on every host (gRPC + Raft)."""
+    """A port P such that P-1..P+2 are free on every host (broker, controller, Raft, metrics)."""
     for _ in range(attempts):
         port = free_port(hosts[0])
-        if port < 65535 and all(_port_free(h, p) for h in hosts for p in (port, port + 1)):
+        if 1024 < port < 65533 and all(_port_free(h, port + d) for h in hosts for d in PORT_SPAN):
             return port
-    raise OSError(f"no free port pair on {hosts} after {attempts} attempts")
+    raise OSError(f"no free port range on {hosts} after {attempts} attempts")
 
 
 def default_launcher(node_id: int, argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:
@@ -87,6 +99,7 @@ class LocalCluster:
         port: int = 9093,
         overrides: dict[str, str | int] | None = None,
         launcher: Launcher = default_launcher,
+        roles: str = "controller,broker",
     ) -> None:
         if not 1 <= nodes <= 9 or not 2 <= first_host <= 254 - nodes:
             raise ValueError("nodes must be 1..9 on 127.0.0.2..254")
@@ -98,6 +111,7 @@ class LocalCluster:
         self.port = port
         self.overrides = overrides or {}
         self.launcher = launcher
+        self.roles = roles
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
 
     # -- configuration -----------------------------------------------------------------------
@@ -109,13 +123,27 @@ class LocalCluster:
     def controller_addresses(self) -> list[str]:
         return [f"{s.host}:{self.port}" for s in self.specs]
 
+    @property
+    def bootstrap_servers(self) -> list[str]:
+        return [self.broker_address(s.node_id) for s in self.specs]
+
+    def broker_address(self, node_id: int) -> str:
+        return f"{self.spec(node_id).host}:{self.port - 1}"
+
+    def metrics_address(self, node_id: int) -> str:
+        return f"{self.spec(node_id).host}:{self.port + 2}"
+
     def config(self, spec: NodeSpec) -> NodeConfig:
         values: dict[str, object] = {
             "node.id": spec.node_id,
-            "process.roles": "controller",
+            "process.roles": self.roles,
             "controller.quorum.voters": self.voters,
-            "listeners": f"CONTROLLER://{spec.host}:{self.port}",
+            "listeners": (
+                f"BROKER://{spec.host}:{self.port - 1},CONTROLLER://{spec.host}:{self.port},"
+                f"METRICS://{spec.host}:{self.port + 2}"
+            ),
             "log.dirs": str(spec.directory / "data"),
+            **LOCAL_DEFAULTS,
         }
         values.update(self.overrides)
         return NodeConfig.parse(values)

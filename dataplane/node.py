@@ -2,8 +2,11 @@
 
 A node runs the roles its configuration names. The controller role runs the Raft metadata log,
 the replicated metadata state, the controller (write path, sessions, timers) and ControllerService
-on the CONTROLLER listener. The broker role arrives with the data plane. SIGTERM and SIGINT stop
-the node cleanly: the gRPC server drains, the Raft log closes its journal.
+on the CONTROLLER listener. The broker role (:mod:`dataplane.broker`) serves BrokerService on the
+BROKER listener. A METRICS listener, when configured, serves Prometheus metrics over HTTP.
+
+SIGTERM and SIGINT stop the node cleanly: the broker asks for a controlled shutdown (its
+leaderships move away first), then the gRPC servers drain and the logs and the Raft journal close.
 """
 
 from __future__ import annotations
@@ -17,7 +20,11 @@ from types import FrameType
 
 import grpc
 
+from dataplane.broker import Broker, BrokerSettings
+from dataplane.fetcher import FetcherConfig
+from dataplane.metrics import ControllerGauge, NodeMetrics
 from dataplane.node_config import NodeConfig
+from dataplane.replica_manager import ReplicaManagerConfig
 from metadata_quorum.controller import MetadataState, QuorumController
 from metadata_quorum.raft import MetadataLog, RaftTiming
 from metadata_quorum.records import NO_LEADER
@@ -70,6 +77,44 @@ def start_controller(config: NodeConfig) -> ControllerRole:
     return ControllerRole(state, metadata_log, controller, servicer, server)
 
 
+def start_broker(config: NodeConfig, metrics: NodeMetrics) -> Broker:
+    host, port = config.broker_listener()
+    settings = BrokerSettings(
+        broker_id=config.node_id,
+        host=host,
+        port=port,
+        rack=config.broker_rack,
+        cluster_id=config.cluster_id,
+        controller_addresses=[v.address for v in config.voters],
+        heartbeat_interval_ms=config.broker_heartbeat_interval_ms,
+        controlled_shutdown_timeout_ms=config.controlled_shutdown_timeout_ms,
+        replica=ReplicaManagerConfig(
+            replica_lag_time_max_ms=config.replica_lag_time_max_ms,
+            log_retention_check_interval_ms=config.log_retention_check_interval_ms,
+        ),
+        fetcher=FetcherConfig(
+            replica_fetch_max_bytes=config.replica_fetch_max_bytes,
+            replica_fetch_response_max_bytes=config.replica_fetch_response_max_bytes,
+            replica_fetch_wait_max_ms=config.replica_fetch_wait_max_ms,
+        ),
+    )
+    broker = Broker(settings, Path(config.log_dirs), metrics)
+    broker.start()
+    return broker
+
+
+def _controller_gauge(role: ControllerRole | None) -> ControllerGauge | None:
+    if role is None:
+        return None
+    status = role.metadata_log.status()
+    return ControllerGauge(
+        active=role.controller.is_active,
+        metadata_offset=role.state.image.offset,
+        term=status.term,
+        has_quorum=status.has_quorum,
+    )
+
+
 def run(config: NodeConfig) -> None:
     """Run until SIGTERM/SIGINT."""
     Path(config.log_dirs).mkdir(parents=True, exist_ok=True)
@@ -81,10 +126,23 @@ def run(config: NodeConfig) -> None:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    metrics = NodeMetrics()
     controller = start_controller(config) if config.is_controller else None
+    broker = start_broker(config, metrics) if config.is_broker else None
+    metrics.watch(
+        broker.partition_gauges if broker is not None else list,
+        lambda: _controller_gauge(controller),
+    )
+    metrics_listener = config.listener("METRICS")
+    http = metrics.serve(*metrics_listener) if metrics_listener is not None else None
     try:
         stop.wait()
     finally:
+        if broker is not None:
+            broker.controlled_shutdown()
+            broker.stop()
         if controller is not None:
             controller.stop()
+        if http is not None:
+            http.shutdown()
     log.info("node %d stopped", config.node_id)

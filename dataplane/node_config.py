@@ -90,6 +90,24 @@ class NodeConfig(BaseModel):
         600, alias="controller.quorum.election.timeout.ms", ge=50, le=60_000
     )
 
+    broker_rack: str | None = Field(None, alias="broker.rack", min_length=1, max_length=255)
+    replica_lag_time_max_ms: int = Field(
+        30_000, alias="replica.lag.time.max.ms", ge=100, le=3_600_000
+    )
+    replica_fetch_wait_max_ms: int = Field(500, alias="replica.fetch.wait.max.ms", ge=0, le=60_000)
+    replica_fetch_max_bytes: int = Field(
+        1024 * 1024, alias="replica.fetch.max.bytes", ge=1024, le=64 * 1024 * 1024
+    )
+    replica_fetch_response_max_bytes: int = Field(
+        10 * 1024 * 1024, alias="replica.fetch.response.max.bytes", ge=1024, le=100 * 1024 * 1024
+    )
+    log_retention_check_interval_ms: int = Field(
+        300_000, alias="log.retention.check.interval.ms", ge=100, le=86_400_000
+    )
+    controlled_shutdown_timeout_ms: int = Field(
+        30_000, alias="controlled.shutdown.timeout.ms", ge=0, le=600_000
+    )
+
     @field_validator("process_roles", mode="before")
     @classmethod
     def _split_roles(cls, value: Any) -> Any:
@@ -123,6 +141,19 @@ class NodeConfig(BaseModel):
     @property
     def is_controller(self) -> bool:
         return "controller" in self.process_roles
+
+    @property
+    def is_broker(self) -> bool:
+        return "broker" in self.process_roles
+
+    def listener(self, name: str) -> tuple[str, int] | None:
+        return self.listener_map.get(name)
+
+    def broker_listener(self) -> tuple[str, int]:
+        listener = self.listener("BROKER")
+        if listener is None:
+            raise ConfigError("listeners: the broker role needs a BROKER://host:port listener")
+        return listener
 
     def controller_voter(self) -> Voter:
         """This node's voter entry; its CONTROLLER listener must match it."""
@@ -161,6 +192,8 @@ class NodeConfig(BaseModel):
     def to_toml(self) -> str:
         lines = []
         for key, raw in self.model_dump(by_alias=True).items():
+            if raw is None:
+                continue
             value = ",".join(sorted(raw)) if isinstance(raw, frozenset) else raw
             value = str(value) if isinstance(value, Path) else value
             rendered = f'"{value}"' if isinstance(value, str) else str(value).lower()

@@ -25,11 +25,17 @@ RETRY_BACKOFF_MAX_S = 0.5
 
 
 class ControllerClient:
-    def __init__(self, bootstrap: Sequence[str], deadline_s: float = 15.0) -> None:
+    def __init__(
+        self,
+        bootstrap: Sequence[str],
+        deadline_s: float = 15.0,
+        rpc_timeout_s: float = RPC_TIMEOUT_S,
+    ) -> None:
         if not bootstrap:
             raise ValueError("ControllerClient needs at least one controller address")
         self.bootstrap = list(bootstrap)
         self.deadline_s = deadline_s
+        self.rpc_timeout_s = rpc_timeout_s
         self._lock = threading.Lock()
         self._channels: dict[str, grpc.Channel] = {}
         self._active: str | None = None
@@ -49,6 +55,12 @@ class ControllerClient:
                 channel = grpc.insecure_channel(address)
                 self._channels[address] = channel
         return pb_grpc.ControllerServiceStub(channel)
+
+    @property
+    def active_address(self) -> str | None:
+        """The controller that last answered as the active one, if any."""
+        with self._lock:
+            return self._active
 
     def _candidates(self) -> list[str]:
         with self._lock:
@@ -72,6 +84,9 @@ class ControllerClient:
                 outcome = self._try(method, request, address, deadline)
                 if isinstance(outcome, str):
                     last_error = outcome
+                    with self._lock:
+                        if self._active == address:
+                            self._active = None  # dead, paused or cut off: look elsewhere
                     continue
                 status = outcome.status
                 if status.error_code == ErrorCode.NOT_CONTROLLER.code and not any_node:
@@ -90,7 +105,7 @@ class ControllerClient:
 
     def _try(self, method: str, request: Any, address: str, deadline: float) -> Any:
         """The response, or a string saying why this address did not answer."""
-        timeout = max(0.05, min(RPC_TIMEOUT_S, deadline - time.monotonic()))
+        timeout = max(0.05, min(self.rpc_timeout_s, deadline - time.monotonic()))
         rpc: Callable[..., Any] = getattr(self.stub(address), method)
         try:
             return rpc(request, timeout=timeout)

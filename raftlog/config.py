@@ -54,6 +54,14 @@ class LogConfig(BaseModel):
     message_timestamp_type: Literal["CreateTime", "LogAppendTime"] = Field(
         "CreateTime", alias="message.timestamp.type"
     )
+    # CreateTime batches whose timestamps lie further in the past / future are refused
+    # (INVALID_TIMESTAMP); Kafka 4.0's defaults (KIP-937, KIP-1030).
+    message_timestamp_before_max_ms: int = Field(
+        INT64_MAX, alias="message.timestamp.before.max.ms", ge=0, le=INT64_MAX
+    )
+    message_timestamp_after_max_ms: int = Field(
+        60 * 60 * 1000, alias="message.timestamp.after.max.ms", ge=0, le=INT64_MAX
+    )
 
     @field_validator("cleanup_policy", mode="before")
     @classmethod

@@ -25,6 +25,8 @@ from raftlog import cleaner
 from raftlog.batch import (
     LOG_OVERHEAD,
     OFFSET_LENGTH_EPOCH,
+    TIMESTAMP_TYPE_MASK,
+    BatchHeader,
     iter_batches,
     verify_batch,
 )
@@ -112,6 +114,8 @@ class _AppendPolicy:
     flush_messages: int
     flush_ms: int
     flush_by_time: bool  # flush.ms below its maximum (Kafka's "never"): only then read the clock
+    timestamp_before_max_ms: int
+    timestamp_after_max_ms: int
 
     @classmethod
     def of(cls, config: LogConfig) -> _AppendPolicy:
@@ -125,6 +129,8 @@ class _AppendPolicy:
             flush_messages=config.flush_messages,
             flush_ms=config.flush_ms,
             flush_by_time=config.flush_ms < INT64_MAX,
+            timestamp_before_max_ms=config.message_timestamp_before_max_ms,
+            timestamp_after_max_ms=config.message_timestamp_after_max_ms,
         )
 
 
@@ -376,6 +382,8 @@ class Log:
                     raise _gaps_in_produced_batch(header.record_count, header.last_offset_delta)
                 if keys_required:
                     _check_keys_present(view, position)
+                if not header.attributes & TIMESTAMP_TYPE_MASK:
+                    self._check_create_time(header)
                 base_offset, epoch = next_offset, leader_epoch
                 chunks.append(OFFSET_LENGTH_EPOCH.pack(base_offset, header.batch_length, epoch))
                 chunks.append(view[position + OFFSET_LENGTH_EPOCH.size : position + size_bytes])
@@ -408,6 +416,32 @@ class Log:
             end,
             max_timestamp,
         )
+
+    def _check_create_time(self, header: BatchHeader) -> None:
+        """message.timestamp.before/after.max.ms, on the batch's first and largest timestamps
+        (the header's, so no record is decoded; a producer's first record is its earliest)."""
+        policy = self._policy
+        if (
+            policy.timestamp_before_max_ms == INT64_MAX
+            and policy.timestamp_after_max_ms == INT64_MAX
+        ):
+            return
+        now = self.clock()
+        if header.max_timestamp - now > policy.timestamp_after_max_ms:
+            raise KafkaError(
+                ErrorCode.INVALID_TIMESTAMP,
+                f"timestamp {header.max_timestamp} is more than message.timestamp.after.max.ms "
+                f"{policy.timestamp_after_max_ms} ahead of the broker's clock {now}",
+            )
+        if (
+            header.base_timestamp >= 0
+            and now - header.base_timestamp > policy.timestamp_before_max_ms
+        ):
+            raise KafkaError(
+                ErrorCode.INVALID_TIMESTAMP,
+                f"timestamp {header.base_timestamp} is more than message.timestamp.before.max.ms "
+                f"{policy.timestamp_before_max_ms} behind the broker's clock {now}",
+            )
 
     def _write(self, prepared: _PreparedAppend) -> AppendInfo:
         """Store prepared batches at the log end (rolling first if due), then record the epochs
@@ -565,6 +599,14 @@ class Log:
                     if record.timestamp >= timestamp and record.offset >= self._log_start_offset:
                         return record.offset, record.timestamp
             return None
+
+    def assign_leader_epoch(self, epoch: int) -> None:
+        """A new leader records that ``epoch`` starts at its log end (Kafka's
+        ``maybeAssignEpochStartOffset``), so a follower that asks for the end of an older epoch
+        learns where it ended even before this leader appends anything."""
+        with self._lock:
+            if epoch > self.epochs.latest_epoch:
+                self.epochs.assign(epoch, self.log_end_offset)
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         with self._lock:

@@ -38,7 +38,7 @@ def make_cluster(root: Path, first_host: int, **kwargs: Any) -> LocalCluster:
     overrides.update(kwargs.pop("overrides", {}))
     return LocalCluster(
         root, nodes=3, first_host=first_host, port=pick_cluster_port(hosts),
-        overrides=overrides, **kwargs,
+        overrides=overrides, roles="controller", **kwargs,
     )  # fmt: skip
 
 

@@ -1,0 +1,379 @@
+"""The broker role of a node: its lifecycle with the quorum and the threads that drive it.
+
+- The **lifecycle thread** registers the broker (a new incarnation id each start), then
+  heartbeats every ``broker.heartbeat.interval.ms`` with the metadata offset it has applied; the
+  controller unfences it once that offset reaches its registration. On SIGTERM it asks for a
+  controlled shutdown and waits (bounded) until the controller moved its leaderships away.
+- The **metadata thread** follows the quorum's committed records through FetchMetadata, applies
+  them to its own image, and hands each new image to the replica manager, which gives every
+  hosted partition its role, and to the fetcher manager.
+- The **AlterPartition thread** sends the leaders' ISR changes to the controller, batched.
+
+States follow Kafka's ``BrokerState``; ``_transition_to`` refuses any move not in the table.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from dataplane.broker_service import BrokerServicer, serve
+from dataplane.fetcher import FetcherConfig, FetcherManager
+from dataplane.metrics import NodeMetrics, PartitionGauge
+from dataplane.partition import IsrChange, Partition
+from dataplane.replica_manager import ReplicaManager, ReplicaManagerConfig
+from metadata_quorum.client import ControllerClient
+from metadata_quorum.codec import record_from_proto, snapshot_from_proto
+from metadata_quorum.image import MetadataDelta, MetadataImage, PartitionRegistration
+from protos import controller_pb2 as cpb
+from protos import metadata_pb2 as mpb
+from raftlog.errors import ErrorCode, KafkaError
+
+log = logging.getLogger(__name__)
+METADATA_STREAM_WAIT_MS = 3000
+METADATA_STREAM_DEADLINE_S = 5.0  # a stream from a paused controller is abandoned this soon
+CONTROLLER_DEADLINE_S = 5.0
+CONTROLLER_RPC_TIMEOUT_S = 1.5  # per controller tried: a paused one must not hold a heartbeat
+ALTER_PARTITION_BATCH_MAX = 1000
+ALTER_PARTITION_QUEUE_MAX = 100_000
+ALTER_PARTITION_DEADLINE_S = 10.0
+
+
+class BrokerState(enum.Enum):
+    NOT_RUNNING = "not running"
+    STARTING = "starting"  # registering
+    RECOVERY = "recovery"  # registered, fenced, catching up with the metadata
+    RUNNING = "running"
+    PENDING_CONTROLLED_SHUTDOWN = "pending controlled shutdown"
+    SHUTTING_DOWN = "shutting down"
+
+
+_LEGAL = {
+    BrokerState.NOT_RUNNING: {BrokerState.STARTING, BrokerState.SHUTTING_DOWN},
+    BrokerState.STARTING: {BrokerState.RECOVERY, BrokerState.SHUTTING_DOWN},
+    BrokerState.RECOVERY: {
+        BrokerState.RUNNING, BrokerState.STARTING, BrokerState.PENDING_CONTROLLED_SHUTDOWN,
+        BrokerState.SHUTTING_DOWN,
+    },
+    BrokerState.RUNNING: {
+        BrokerState.RECOVERY, BrokerState.STARTING, BrokerState.PENDING_CONTROLLED_SHUTDOWN,
+        BrokerState.SHUTTING_DOWN,
+    },
+    BrokerState.PENDING_CONTROLLED_SHUTDOWN: {BrokerState.SHUTTING_DOWN, BrokerState.STARTING},
+    BrokerState.SHUTTING_DOWN: set(),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class BrokerSettings:
+    broker_id: int
+    host: str
+    port: int
+    rack: str | None
+    cluster_id: str
+    controller_addresses: list[str]
+    heartbeat_interval_ms: int
+    controlled_shutdown_timeout_ms: int
+    replica: ReplicaManagerConfig
+    fetcher: FetcherConfig
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Broker:
+    def __init__(
+        self,
+        settings: BrokerSettings,
+        log_dir: Path,
+        metrics: NodeMetrics,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.clock_ms = clock_ms
+        self.state = BrokerState.NOT_RUNNING
+        self._state_lock = threading.Lock()
+        self.broker_epoch = -1
+        self.fenced = True
+        self._stop = threading.Event()
+        self._shutdown_granted = threading.Event()
+        self.client = ControllerClient(
+            settings.controller_addresses, deadline_s=CONTROLLER_DEADLINE_S,
+            rpc_timeout_s=CONTROLLER_RPC_TIMEOUT_S,
+        )  # fmt: skip
+        self._isr_queue: queue.Queue[tuple[IsrChange, Partition | None]] = queue.Queue(
+            maxsize=ALTER_PARTITION_QUEUE_MAX
+        )
+        self.replicas = ReplicaManager(
+            settings.broker_id, log_dir, settings.replica, clock_ms, self._enqueue_isr
+        )
+        self.fetchers = FetcherManager(
+            settings.broker_id, self._broker_address, lambda: self.broker_epoch,
+            settings.fetcher, clock_ms,
+        )  # fmt: skip
+        self.servicer = BrokerServicer(
+            settings.broker_id, self.replicas, metrics, settings.cluster_id,
+            settings.controller_addresses, self._enqueue_isr,
+        )  # fmt: skip
+        self.server: grpc.Server | None = None
+        self.image = MetadataImage()
+        self._stream: grpc.Future | None = None
+        self._threads = [
+            threading.Thread(target=self._lifecycle, name="broker-lifecycle", daemon=True),
+            threading.Thread(target=self._follow_metadata, name="broker-metadata", daemon=True),
+            threading.Thread(target=self._send_isr_changes, name="broker-alter-isr", daemon=True),
+        ]
+
+    # -- state ---------------------------------------------------------------------------------
+    def _transition_to(self, state: BrokerState) -> None:
+        with self._state_lock:
+            if state is self.state:
+                return
+            if state not in _LEGAL[self.state]:
+                raise AssertionError(f"illegal broker transition {self.state} -> {state}")
+            log.info("broker %d: %s -> %s", self.settings.broker_id, self.state.value, state.value)
+            self.state = state
+
+    def start(self) -> None:
+        self._transition_to(BrokerState.STARTING)
+        self.server = serve(self.servicer, self.settings.address)
+        self.replicas.start()
+        for thread in self._threads:
+            thread.start()
+        log.info("broker %d serving on %s", self.settings.broker_id, self.settings.address)
+
+    def _broker_address(self, broker_id: int) -> str | None:
+        broker = self.image.brokers.get(broker_id)
+        endpoint = None if broker is None else broker.endpoint("BROKER")
+        return None if endpoint is None else endpoint.address
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def _lifecycle(self) -> None:
+        interval_s = self.settings.heartbeat_interval_ms / 1000
+        while not self._stop.is_set():
+            try:
+                if self.broker_epoch < 0:
+                    self._register()
+                self._heartbeat()
+            except KafkaError as error:
+                log.warning("broker %d: %s", self.settings.broker_id, error)
+                if error.error in (
+                    ErrorCode.STALE_BROKER_EPOCH,
+                    ErrorCode.BROKER_ID_NOT_REGISTERED,
+                ):
+                    self.broker_epoch = -1
+                    self._transition_to(BrokerState.STARTING)
+            wanting_shutdown = self.state is BrokerState.PENDING_CONTROLLED_SHUTDOWN
+            self._stop.wait(interval_s / 4 if wanting_shutdown else interval_s)
+
+    def _register(self) -> None:
+        request = cpb.RegisterBrokerRequest(
+            broker_id=self.settings.broker_id,
+            incarnation_id=uuid.uuid4().hex,
+            endpoints=[
+                mpb.Endpoint(name="BROKER", host=self.settings.host, port=self.settings.port)
+            ],
+            rack=self.settings.rack or "",
+        )
+        response = self.client.checked("RegisterBroker", request)
+        self.broker_epoch = response.broker_epoch
+        self._transition_to(BrokerState.RECOVERY)
+        log.info("broker %d registered at epoch %d", self.settings.broker_id, self.broker_epoch)
+
+    def _heartbeat(self) -> None:
+        want_shutdown = self.state is BrokerState.PENDING_CONTROLLED_SHUTDOWN
+        request = cpb.BrokerHeartbeatRequest(
+            broker_id=self.settings.broker_id,
+            broker_epoch=self.broker_epoch,
+            current_metadata_offset=self.image.offset,
+            want_shutdown=want_shutdown,
+        )
+        response = self.client.checked("BrokerHeartbeat", request)
+        self.fenced = response.is_fenced
+        if want_shutdown:
+            if response.should_shut_down:
+                self._shutdown_granted.set()
+        elif response.is_fenced and self.state is BrokerState.RUNNING:
+            self._transition_to(BrokerState.RECOVERY)
+        elif not response.is_fenced and self.state is BrokerState.RECOVERY:
+            self._transition_to(BrokerState.RUNNING)
+
+    # -- metadata ------------------------------------------------------------------------------
+    def _follow_metadata(self) -> None:
+        candidates = list(self.settings.controller_addresses)
+        turn = 0
+        while not self._stop.is_set():
+            # The active controller has the newest records; without one known, take turns.
+            address = self.client.active_address or candidates[turn % len(candidates)]
+            progressed = self._stream_from(address)
+            if not progressed:
+                turn += 1
+                self._stop.wait(0.05)
+
+    def _stream_from(self, address: str) -> bool:
+        """Apply updates from one controller until its stream ends; True if any arrived."""
+        request = cpb.FetchMetadataRequest(
+            from_offset=self.image.offset + 1, max_wait_ms=METADATA_STREAM_WAIT_MS
+        )
+        progressed = False
+        try:
+            stream = self.client.stub(address).FetchMetadata(
+                request, timeout=METADATA_STREAM_DEADLINE_S
+            )
+            self._stream = stream
+            if self._stop.is_set():
+                stream.cancel()
+            for update in stream:
+                self._apply_update(update)
+                progressed = True
+        except grpc.RpcError as error:
+            log.debug("metadata stream from %s ended: %s", address, error)
+        return progressed
+
+    def _apply_update(self, update: cpb.MetadataUpdate) -> None:
+        image = self.image
+        if update.HasField("snapshot"):
+            image = snapshot_from_proto(update.snapshot)
+        delta = MetadataDelta(image)
+        for item in update.records:
+            if item.offset != delta.offset + 1:
+                raise AssertionError(
+                    f"metadata offsets must be contiguous: {item.offset} after {delta.offset}"
+                )
+            delta.replay(record_from_proto(item.record))
+        image = delta.image()
+        self.image = image
+        # Caught up with the quorum once the image holds this broker's own registration: every
+        # record committed before it is in. (The controller serving the stream may itself lag.)
+        caught_up = 0 <= self.broker_epoch <= image.offset
+        followed = self.replicas.apply_image(image, caught_up=caught_up)
+        self.fetchers.reconcile(followed)
+
+    # -- AlterPartition ------------------------------------------------------------------------
+    def _enqueue_isr(self, change: IsrChange) -> None:
+        try:
+            partition: Partition | None = self.replicas.get(change.topic, change.partition)
+        except KafkaError:
+            partition = None
+        if partition is not None:
+            shrink = len(change.new_isr) < len(partition.isr)
+            (self.metrics.isr_shrinks if shrink else self.metrics.isr_expands).inc()
+        try:
+            self._isr_queue.put_nowait((change, partition))
+        except queue.Full:
+            log.warning("AlterPartition queue full: dropping %s", change)
+            if partition is not None:
+                partition.isr_change_done(change, None)
+
+    def _send_isr_changes(self) -> None:
+        while not self._stop.is_set():
+            try:
+                first = self._isr_queue.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            batch = [first]
+            while len(batch) < ALTER_PARTITION_BATCH_MAX:
+                try:
+                    batch.append(self._isr_queue.get_nowait())
+                except queue.Empty:
+                    break
+            self._alter_partitions(batch)
+
+    def _alter_partitions(self, batch: list[tuple[IsrChange, Partition | None]]) -> None:
+        request = cpb.AlterPartitionRequest(
+            broker_id=self.settings.broker_id,
+            broker_epoch=self.broker_epoch,
+            partitions=[
+                cpb.AlterPartitionItem(
+                    topic_id=c.topic_id.bytes,
+                    partition=c.partition,
+                    leader_epoch=c.leader_epoch,
+                    new_isr=c.new_isr,
+                    partition_epoch=c.partition_epoch,
+                )
+                for c, _ in batch
+            ],
+        )
+        try:
+            response = self.client.checked(
+                "AlterPartition", request, deadline_s=ALTER_PARTITION_DEADLINE_S
+            )
+            states = {(s.topic, s.partition): s for s in response.partitions}
+        except KafkaError as error:
+            log.warning("AlterPartition failed: %s", error)
+            states = {}
+        for change, partition in batch:
+            if partition is None:
+                continue
+            state = states.get((change.topic, change.partition))
+            if state is None or state.error_code:
+                reason = (
+                    "no answer" if state is None else ErrorCode.from_code(state.error_code).name
+                )
+                log.info("%s: ISR change to %s refused: %s", partition.name, change.new_isr, reason)
+                partition.isr_change_done(change, None)
+                continue
+            partition.isr_change_done(
+                change,
+                PartitionRegistration(
+                    tuple(state.replicas), tuple(state.isr), state.leader, state.leader_epoch,
+                    state.partition_epoch,
+                ),
+            )  # fmt: skip
+
+    # -- shutdown ------------------------------------------------------------------------------
+    def controlled_shutdown(self) -> bool:
+        """Ask the controller to move leadership away; True once it let this broker go."""
+        if self.state not in (BrokerState.RUNNING, BrokerState.RECOVERY):
+            return False
+        self._transition_to(BrokerState.PENDING_CONTROLLED_SHUTDOWN)
+        granted = self._shutdown_granted.wait(self.settings.controlled_shutdown_timeout_ms / 1000)
+        log.info("broker %d: controlled shutdown %s", self.settings.broker_id,
+                 "granted" if granted else "timed out")  # fmt: skip
+        return granted
+
+    def stop(self) -> None:
+        self._transition_to(BrokerState.SHUTTING_DOWN)
+        self._stop.set()
+        stream = self._stream
+        if stream is not None:
+            stream.cancel()
+        self.fetchers.close()
+        if self.server is not None:
+            self.server.stop(grace=1.0).wait(5.0)
+        for thread in self._threads:
+            if thread.is_alive():
+                thread.join(timeout=5.0)
+        self.replicas.close()
+        self.client.close()
+
+    # -- observation ---------------------------------------------------------------------------
+    def partition_gauges(self) -> list[PartitionGauge]:
+        return [
+            PartitionGauge(
+                p.topic,
+                p.partition,
+                p.role.value,
+                p.high_watermark,
+                p.log.log_end_offset,
+                p.log.log_start_offset,
+                len(p.isr),
+                len(p.replicas),
+            )
+            for p in self.replicas.partitions()
+        ]

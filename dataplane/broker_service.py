@@ -1,0 +1,333 @@
+"""BrokerService: Produce, Fetch, ListOffsets and Metadata over gRPC.
+
+Every partition-level problem is answered in that partition's entry with Kafka's error code; the
+RPC fails only when the request itself is broken. Long polls (acks=all, fetch ``min_bytes``)
+wait on events the partitions set on every append, high watermark move and role change, bounded
+by the request's own timeout.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent import futures
+from typing import Any
+
+import grpc
+
+from dataplane.metrics import NodeMetrics
+from dataplane.partition import IsrChange, NotLeader, Partition
+from dataplane.replica_manager import ReplicaManager
+from metadata_quorum.image import MetadataImage
+from metadata_quorum.replication import validate_topic_name
+from protos import broker_pb2 as pb
+from protos import broker_pb2_grpc as pb_grpc
+from raftlog.errors import ErrorCode, KafkaError, OffsetOutOfRangeError
+from raftlog.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+
+log = logging.getLogger(__name__)
+MAX_WAIT_MS_MAX = 60_000
+PRODUCE_TIMEOUT_MS_MAX = 300_000
+MAX_MESSAGE_BYTES = 100 * 1024 * 1024  # socket.request.max.bytes
+ACKS = (0, 1, -1)
+
+
+def _error(message: Any, error: KafkaError) -> None:
+    message.error_code = error.error.code
+    message.error_message = error.message
+    if isinstance(error, NotLeader):
+        message.leader_id = error.leader_id
+        message.leader_epoch = error.leader_epoch
+
+
+def _wait_until(partitions: list[Partition], deadline: float, done: Callable[[], bool]) -> None:
+    """Wait until ``done()`` or the deadline, woken by any of ``partitions``."""
+    event = threading.Event()
+    for partition in partitions:
+        partition.add_waiter(event)
+    try:
+        while not done():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            event.wait(remaining)
+            event.clear()
+    finally:
+        for partition in partitions:
+            partition.remove_waiter(event)
+
+
+class BrokerServicer(pb_grpc.BrokerServiceServicer):
+    def __init__(
+        self,
+        broker_id: int,
+        replicas: ReplicaManager,
+        metrics: NodeMetrics,
+        cluster_id: str,
+        controller_addresses: list[str],
+        alter_partition: Callable[[IsrChange], None],
+    ) -> None:
+        self.broker_id = broker_id
+        self.replicas = replicas
+        self.metrics = metrics
+        self.cluster_id = cluster_id
+        self.controller_addresses = controller_addresses
+        self.alter_partition = alter_partition
+
+    # -- Produce -------------------------------------------------------------------------------
+    def Produce(self, request: pb.ProduceRequest, context: Any) -> pb.ProduceResponse:
+        started = time.perf_counter()
+        response = pb.ProduceResponse()
+        waiting: list[tuple[Partition, int, int, int, pb.ProducePartitionResponse]] = []
+        for topic in request.topics:
+            out = response.topics.add(name=topic.name)
+            for item in topic.partitions:
+                result = out.partitions.add(
+                    partition=item.partition, base_offset=-1, log_append_time_ms=-1,
+                    log_start_offset=-1, leader_id=-1, leader_epoch=-1,
+                )  # fmt: skip
+                try:
+                    waiting += self._append(request.acks, topic.name, item, result)
+                except KafkaError as error:
+                    _error(result, error)
+                    self.metrics.request_errors.labels("produce", error.error.name).inc()
+        if waiting:
+            timeout_ms = min(max(request.timeout_ms, 0), PRODUCE_TIMEOUT_MS_MAX)
+            self._await_replication(waiting, time.monotonic() + timeout_ms / 1000)
+        self.metrics.request_latency.labels("produce").observe(time.perf_counter() - started)
+        return pb.ProduceResponse() if request.acks == 0 else response
+
+    def _append(
+        self, acks: int, topic: str, item: pb.ProducePartition, result: pb.ProducePartitionResponse
+    ) -> list[tuple[Partition, int, int, int, pb.ProducePartitionResponse]]:
+        if acks not in ACKS:
+            raise KafkaError(
+                ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be 0, 1 or -1, not {acks}"
+            )
+        partition = self.replicas.get(topic, item.partition)
+        min_isr = self.replicas.settings(topic).min_insync_replicas
+        info, epoch = partition.append_as_leader(item.records, acks, min_isr)
+        result.base_offset = info.first_offset
+        result.log_append_time_ms = info.log_append_time_ms
+        result.log_start_offset = partition.log.log_start_offset
+        self.metrics.bytes_in.labels(topic).inc(info.size_bytes)
+        self.metrics.messages_in.labels(topic).inc(info.record_count)
+        if acks != -1:
+            return []
+        return [(partition, info.last_offset + 1, epoch, min_isr, result)]
+
+    def _await_replication(
+        self,
+        waiting: list[tuple[Partition, int, int, int, pb.ProducePartitionResponse]],
+        deadline: float,
+    ) -> None:
+        pending = list(waiting)
+
+        def done() -> bool:
+            for entry in list(pending):
+                partition, required, epoch, min_isr, result = entry
+                try:
+                    outcome = partition.acks_all_outcome(required, epoch, min_isr)
+                except KafkaError as error:
+                    _error(result, error)
+                    result.base_offset = -1
+                    outcome = error.error
+                if outcome is not None:
+                    if outcome is not ErrorCode.NONE and not result.error_code:
+                        result.error_code = outcome.code
+                        result.error_message = f"{partition.name}: ISR {list(partition.isr)}"
+                    pending.remove(entry)
+            return not pending
+
+        _wait_until([entry[0] for entry in waiting], deadline, done)
+        for _partition, _required, _epoch, _min_isr, result in pending:
+            result.error_code = ErrorCode.REQUEST_TIMED_OUT.code
+            result.error_message = "the ISR did not replicate the batch within timeout_ms"
+
+    # -- Fetch ---------------------------------------------------------------------------------
+    def Fetch(self, request: pb.FetchRequest, context: Any) -> pb.FetchResponse:
+        started = time.perf_counter()
+        max_wait_ms = min(max(request.max_wait_ms, 0), MAX_WAIT_MS_MAX)
+        deadline = time.monotonic() + max_wait_ms / 1000
+        response, size_bytes, hosted = self._read_all(request)
+        if size_bytes < max(request.min_bytes, 1) and max_wait_ms > 0 and not _any_error(response):
+
+            def done() -> bool:
+                nonlocal response, size_bytes
+                response, size_bytes, _ = self._read_all(request)
+                return size_bytes >= max(request.min_bytes, 1) or _any_error(response)
+
+            _wait_until(hosted, deadline, done)
+        kind = "fetch_follower" if request.replica_id >= 0 else "fetch_consumer"
+        self.metrics.request_latency.labels(kind).observe(time.perf_counter() - started)
+        return response
+
+    def _read_all(self, request: pb.FetchRequest) -> tuple[pb.FetchResponse, int, list[Partition]]:
+        response = pb.FetchResponse()
+        remaining = request.max_bytes if request.max_bytes > 0 else MAX_MESSAGE_BYTES
+        remaining = min(remaining, MAX_MESSAGE_BYTES)
+        hosted: list[Partition] = []
+        total = 0
+        for topic in request.topics:
+            out = response.topics.add(name=topic.name)
+            for item in topic.partitions:
+                result = out.partitions.add(
+                    partition=item.partition, high_watermark=-1, log_start_offset=-1,
+                    log_end_offset=-1, leader_id=-1, leader_epoch=-1,
+                )  # fmt: skip
+                try:
+                    partition = self.replicas.get(topic.name, item.partition)
+                    hosted.append(partition)
+                    limit = min(item.partition_max_bytes or remaining, remaining)
+                    size = self._read(
+                        request.replica_id, partition, item, limit, total == 0, result
+                    )
+                except OffsetOutOfRangeError as error:
+                    _error(result, error)
+                    result.log_start_offset = partition.log.log_start_offset
+                    result.log_end_offset = partition.log.log_end_offset
+                    continue
+                except KafkaError as error:
+                    _error(result, error)
+                    continue
+                total += size
+                remaining = max(0, remaining - size)
+        return response, total, hosted
+
+    def _read(
+        self,
+        replica_id: int,
+        partition: Partition,
+        item: pb.FetchPartition,
+        max_bytes: int,
+        first: bool,
+        result: pb.FetchPartitionResponse,
+    ) -> int:
+        if replica_id >= 0:
+            read, change = partition.read_for_follower(
+                replica_id, item.fetch_offset, item.last_fetched_epoch,
+                item.current_leader_epoch, max_bytes,
+            )  # fmt: skip
+            if change is not None:
+                log.info(
+                    "%s: broker %d caught up; ISR -> %s", partition.name, replica_id, change.new_isr
+                )
+                self.alter_partition(change)
+        else:
+            read = partition.read_for_consumer(
+                item.fetch_offset, max_bytes, item.current_leader_epoch, first
+            )
+        result.records = read.records
+        result.high_watermark = read.high_watermark
+        result.log_start_offset = read.log_start_offset
+        result.log_end_offset = read.log_end_offset
+        result.leader_id = partition.leader_id
+        result.leader_epoch = partition.leader_epoch
+        if read.diverging is not None:
+            result.diverging_epoch.epoch, result.diverging_epoch.end_offset = read.diverging
+        if read.records:
+            self.metrics.bytes_out.labels(partition.topic).inc(len(read.records))
+        return len(read.records)
+
+    # -- ListOffsets ---------------------------------------------------------------------------
+    def ListOffsets(self, request: pb.ListOffsetsRequest, context: Any) -> pb.ListOffsetsResponse:
+        response = pb.ListOffsetsResponse()
+        for topic in request.topics:
+            out = response.topics.add(name=topic.name)
+            for item in topic.partitions:
+                result = out.partitions.add(
+                    partition=item.partition, timestamp=-1, offset=-1, leader_epoch=-1,
+                    leader_id=-1,
+                )  # fmt: skip
+                try:
+                    self._list_offset(topic.name, item, result)
+                except KafkaError as error:
+                    _error(result, error)
+        return response
+
+    def _list_offset(
+        self, topic: str, item: pb.ListOffsetsPartition, result: pb.ListOffsetsPartitionResponse
+    ) -> None:
+        partition = self.replicas.get(topic, item.partition)
+        leader_epoch, hw = partition.leader_state(item.current_leader_epoch)
+        result.leader_epoch = leader_epoch
+        result.leader_id = self.broker_id
+        if item.timestamp == LATEST_TIMESTAMP:
+            result.offset = hw  # a consumer's end: the high watermark
+            return
+        if item.timestamp == EARLIEST_TIMESTAMP:
+            result.offset = partition.log.log_start_offset
+            return
+        if item.timestamp < 0 and item.timestamp != -3:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"timestamp {item.timestamp} is not valid")
+        found = partition.log.offsets_for_time(item.timestamp)
+        if found is not None and found[0] < hw:
+            result.offset, result.timestamp = found
+
+    # -- Metadata ------------------------------------------------------------------------------
+    def Metadata(self, request: pb.MetadataRequest, context: Any) -> pb.MetadataResponse:
+        image = self.replicas.image
+        response = pb.MetadataResponse(
+            cluster_id=self.cluster_id,
+            controller_id=image.controller_id,
+            metadata_offset=image.offset,
+            controller_addresses=self.controller_addresses,
+        )
+        for broker in image.unfenced_brokers():
+            endpoint = broker.endpoint("BROKER")
+            if endpoint is not None:
+                response.brokers.add(
+                    node_id=broker.broker_id, host=endpoint.host, port=endpoint.port,
+                    rack=broker.rack or "",
+                )  # fmt: skip
+        names = sorted(image.topic_ids) if request.all_topics else list(request.topics)
+        for name in names:
+            _describe_topic(image, name, response.topics.add(name=name))
+        return response
+
+
+def _describe_topic(image: MetadataImage, name: str, out: pb.TopicMetadata) -> None:
+    try:
+        validate_topic_name(name)
+    except KafkaError as error:
+        _error(out, error)
+        return
+    topic = image.topic(name)
+    if topic is None:
+        out.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION.code
+        out.error_message = f"no topic {name!r}"
+        return
+    out.topic_id = topic.topic_id.bytes
+    live = image.usable_broker_ids() | {b for b, r in image.brokers.items() if not r.fenced}
+    for partition_id, reg in sorted(topic.partitions.items()):
+        out.partitions.add(
+            partition=partition_id,
+            error_code=0 if reg.leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE.code,
+            leader_id=reg.leader,
+            leader_epoch=reg.leader_epoch,
+            replicas=reg.replicas,
+            isr=reg.isr,
+            offline_replicas=[b for b in reg.replicas if b not in live],
+        )
+
+
+def _any_error(response: pb.FetchResponse) -> bool:
+    return any(p.error_code for t in response.topics for p in t.partitions)
+
+
+def serve(servicer: BrokerServicer, address: str, max_workers: int = 64) -> grpc.Server:
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="broker-rpc"),
+        options=[
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.so_reuseport", 0),
+        ],
+    )
+    pb_grpc.add_BrokerServiceServicer_to_server(servicer, server)
+    if server.add_insecure_port(address) == 0:
+        raise OSError(f"cannot listen on {address}")
+    server.start()
+    return server

@@ -1,0 +1,139 @@
+"""Prometheus metrics of a node, served over HTTP on its METRICS listener.
+
+Each node owns its registry (no process-global one): counters and histograms are updated on the
+request paths; per-partition gauges (high watermark, log end offset, under-replicated) and the
+controller's state are read at scrape time from callables, so nothing is kept twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+LATENCY_BUCKETS_S = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PartitionGauge:
+    topic: str
+    partition: int
+    role: str
+    high_watermark: int
+    log_end_offset: int
+    log_start_offset: int
+    isr_size: int
+    replicas: int
+
+
+@dataclass(frozen=True)
+class ControllerGauge:
+    active: bool
+    metadata_offset: int
+    term: int
+    has_quorum: bool
+
+
+class _StateCollector(Collector):
+    def __init__(
+        self,
+        partitions: Callable[[], list[PartitionGauge]],
+        controller: Callable[[], ControllerGauge | None],
+    ) -> None:
+        self.partitions = partitions
+        self.controller = controller
+
+    def collect(self) -> Iterator[Any]:
+        yield from self._partition_metrics(self.partitions())
+        state = self.controller()
+        if state is not None:
+            yield _gauge("raftlog_controller_active", "1 on the active controller", state.active)
+            yield _gauge(
+                "raftlog_controller_metadata_offset", "last applied metadata offset",
+                state.metadata_offset,
+            )  # fmt: skip
+            yield _gauge("raftlog_controller_raft_term", "current Raft term", state.term)
+            yield _gauge(
+                "raftlog_controller_has_quorum", "1 if a quorum is reachable", state.has_quorum
+            )
+
+    def _partition_metrics(self, partitions: list[PartitionGauge]) -> Iterator[Any]:
+        labels = ["topic", "partition"]
+        hw = GaugeMetricFamily("raftlog_partition_high_watermark", "high watermark", labels=labels)
+        leo = GaugeMetricFamily("raftlog_partition_log_end_offset", "log end offset", labels=labels)
+        start = GaugeMetricFamily(
+            "raftlog_partition_log_start_offset", "log start offset", labels=labels
+        )
+        under = 0
+        leaders = 0
+        for p in partitions:
+            values = [p.topic, str(p.partition)]
+            hw.add_metric(values, p.high_watermark)
+            leo.add_metric(values, p.log_end_offset)
+            start.add_metric(values, p.log_start_offset)
+            if p.role == "leader":
+                leaders += 1
+                under += p.isr_size < p.replicas
+        yield from (hw, leo, start)
+        yield _gauge(
+            "raftlog_under_replicated_partitions",
+            "partitions led here whose ISR is smaller than the replica set",
+            under,
+        )
+        yield _gauge("raftlog_leader_partitions", "partitions led by this broker", leaders)
+        yield _gauge(
+            "raftlog_partitions", "partition replicas hosted by this broker", len(partitions)
+        )
+
+
+def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, value=float(value))
+
+
+class NodeMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.bytes_in = Counter(
+            "raftlog_bytes_in", "record bytes appended by producers", ["topic"],
+            registry=self.registry,
+        )  # fmt: skip
+        self.bytes_out = Counter(
+            "raftlog_bytes_out", "record bytes returned to consumers and followers", ["topic"],
+            registry=self.registry,
+        )  # fmt: skip
+        self.messages_in = Counter(
+            "raftlog_messages_in", "records appended by producers", ["topic"],
+            registry=self.registry,
+        )  # fmt: skip
+        self.request_latency = Histogram(
+            "raftlog_request_latency_seconds", "time to answer a request", ["request"],
+            buckets=LATENCY_BUCKETS_S, registry=self.registry,
+        )  # fmt: skip
+        self.request_errors = Counter(
+            "raftlog_request_errors", "partition-level errors answered", ["request", "error"],
+            registry=self.registry,
+        )  # fmt: skip
+        self.isr_shrinks = Counter(
+            "raftlog_isr_shrinks", "ISR shrinks proposed by this leader", registry=self.registry
+        )
+        self.isr_expands = Counter(
+            "raftlog_isr_expands", "ISR expansions proposed by this leader", registry=self.registry
+        )
+
+    def watch(
+        self,
+        partitions: Callable[[], list[PartitionGauge]],
+        controller: Callable[[], ControllerGauge | None],
+    ) -> None:
+        self.registry.register(_StateCollector(partitions, controller))
+
+    def serve(self, host: str, port: int) -> Any:
+        """Serve /metrics on ``host:port``; returns the server (``shutdown()`` stops it)."""
+        server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        return server

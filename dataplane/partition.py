@@ -1,0 +1,405 @@
+"""One partition replica on a broker: its log, its role, and (as leader) its followers.
+
+The metadata thread moves a replica between roles (``make_leader``, ``make_follower``, ``stop``);
+request threads append and read; the replica fetcher appends as a follower. One lock guards the
+role and the replication state; the ``Log`` has its own. The arithmetic lives in
+:mod:`dataplane.replica_state`; this class is the shell around it.
+
+Anything waiting on this replica (a long-polling fetch, an acks=all produce) registers a
+``threading.Event`` and is woken on every append, high watermark move and role change.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from dataplane import replica_state as rs
+from metadata_quorum.image import PartitionRegistration
+from raftlog.checkpoint import read_checkpoint, write_checkpoint
+from raftlog.epoch import UNDEFINED_EPOCH
+from raftlog.errors import ErrorCode, KafkaError, OffsetOutOfRangeError, StorageError
+from raftlog.log import AppendInfo, Log
+
+HIGH_WATERMARK_CHECKPOINT = "high-watermark-checkpoint"
+NO_LEADER = -1
+ISR_RETRY_BACKOFF_MS = 500
+
+
+class Role(enum.Enum):
+    NONE = "none"  # opened, no role yet
+    LEADER = "leader"
+    FOLLOWER = "follower"
+    STOPPED = "stopped"
+
+
+_LEGAL = {
+    Role.NONE: {Role.LEADER, Role.FOLLOWER, Role.STOPPED},
+    Role.LEADER: {Role.LEADER, Role.FOLLOWER, Role.STOPPED},
+    Role.FOLLOWER: {Role.LEADER, Role.FOLLOWER, Role.STOPPED},
+    Role.STOPPED: set(),
+}
+
+
+@dataclass(frozen=True)
+class IsrChange:
+    """An AlterPartition proposal of the leader."""
+
+    topic: str
+    topic_id: uuid.UUID
+    partition: int
+    leader_epoch: int
+    partition_epoch: int
+    new_isr: tuple[int, ...]
+
+
+class ReadResult(NamedTuple):
+    records: bytes
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+    diverging: tuple[int, int] | None  # (epoch, end offset) the follower must truncate to
+
+
+class NotLeader(KafkaError):
+    def __init__(self, error: ErrorCode, message: str, leader_id: int, leader_epoch: int) -> None:
+        super().__init__(error, message)
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+
+
+class Partition:
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        topic_id: uuid.UUID,
+        log: Log,
+        broker_id: int,
+        clock_ms: Callable[[], int],
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.topic_id = topic_id
+        self.log = log
+        self.broker_id = broker_id
+        self.clock_ms = clock_ms
+        self._lock = threading.Lock()
+        self._waiters: set[threading.Event] = set()
+        self.role = Role.NONE
+        self.leader_id = NO_LEADER
+        self.leader_epoch = UNDEFINED_EPOCH
+        self.partition_epoch = -1
+        self.replicas: tuple[int, ...] = ()
+        self.isr: tuple[int, ...] = ()  # committed by the controller
+        self.pending_isr: tuple[int, ...] | None = None  # an AlterPartition in flight
+        self.followers: dict[int, rs.FollowerState] = {}
+        self.epoch_start_offset = 0
+        # set by the replica manager from its image: may this broker join an ISR now?
+        self.isr_eligible: Callable[[int], bool] = lambda broker_id: True
+        self._isr_retry_at_ms = 0  # after a refused ISR change, wait before proposing again
+        self.high_watermark = min(self._read_hw_checkpoint(), log.log_end_offset)
+        self._checkpointed_hw = self.high_watermark
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    # -- waiting -------------------------------------------------------------------------------
+    def add_waiter(self, event: threading.Event) -> None:
+        with self._lock:
+            self._waiters.add(event)
+
+    def remove_waiter(self, event: threading.Event) -> None:
+        with self._lock:
+            self._waiters.discard(event)
+
+    def _wake(self) -> None:
+        for event in self._waiters:
+            event.set()
+
+    # -- role changes ----------------------------------------------------------------------------
+    def _transition_to(self, role: Role) -> None:
+        if role not in _LEGAL[self.role]:
+            raise AssertionError(f"{self.name}: illegal replica transition {self.role} -> {role}")
+        self.role = role
+
+    def _set_registration(self, reg: PartitionRegistration) -> None:
+        self.leader_id = reg.leader
+        self.leader_epoch = reg.leader_epoch
+        self.partition_epoch = reg.partition_epoch
+        self.replicas = reg.replicas
+        self.isr = reg.isr
+
+    def make_leader(self, reg: PartitionRegistration) -> bool:
+        """Lead at ``reg.leader_epoch``; True if this starts a new leadership (epoch)."""
+        with self._lock:
+            if self.role is Role.LEADER and reg.leader_epoch == self.leader_epoch:
+                if reg.partition_epoch > self.partition_epoch:
+                    self._set_registration(reg)
+                    self.pending_isr = None
+                    self._maybe_advance_hw()
+                return False
+            self._transition_to(Role.LEADER)
+            self._set_registration(reg)
+            self.pending_isr = None
+            now_ms = self.clock_ms()
+            # Every replica gets a fresh caught-up time: nobody is blamed for the election.
+            self.followers = {
+                b: rs.FollowerState(b, last_caught_up_ms=now_ms)
+                for b in reg.replicas
+                if b != self.broker_id
+            }
+            self.epoch_start_offset = self.log.log_end_offset
+            self.log.assign_leader_epoch(reg.leader_epoch)
+            self._maybe_advance_hw()
+            self._wake()
+            return True
+
+    def make_follower(self, reg: PartitionRegistration) -> bool:
+        """Follow ``reg.leader``; True if the leader or its epoch changed (fetch anew)."""
+        with self._lock:
+            changed = (
+                self.role is not Role.FOLLOWER
+                or reg.leader_epoch != self.leader_epoch
+                or reg.leader != self.leader_id
+            )
+            if changed:
+                self._transition_to(Role.FOLLOWER)
+                self.followers = {}
+                self.pending_isr = None
+            self._set_registration(reg)
+            self._wake()
+            return changed
+
+    def stop(self) -> None:
+        with self._lock:
+            if self.role is not Role.STOPPED:
+                self._transition_to(Role.STOPPED)
+            self._wake()
+
+    # -- checks --------------------------------------------------------------------------------
+    def _not_leader(self, error: ErrorCode = ErrorCode.NOT_LEADER_OR_FOLLOWER) -> NotLeader:
+        return NotLeader(
+            error,
+            f"broker {self.broker_id} does not lead {self.name}; the leader is {self.leader_id} "
+            f"at epoch {self.leader_epoch}",
+            self.leader_id,
+            self.leader_epoch,
+        )
+
+    def _check_leader(self, current_leader_epoch: int) -> None:
+        if current_leader_epoch >= 0 and current_leader_epoch != self.leader_epoch:
+            error = (
+                ErrorCode.FENCED_LEADER_EPOCH
+                if current_leader_epoch < self.leader_epoch
+                else ErrorCode.UNKNOWN_LEADER_EPOCH
+            )
+            raise self._not_leader(error)
+        if self.role is not Role.LEADER:
+            raise self._not_leader()
+
+    # -- the leader's paths ------------------------------------------------------------------------
+    def append_as_leader(
+        self, records: bytes, acks: int, min_insync_replicas: int
+    ) -> tuple[AppendInfo, int]:
+        """Append and return what was stored with the leader epoch it was stored under."""
+        with self._lock:
+            self._check_leader(-1)
+            if acks == -1 and len(self.isr) < min_insync_replicas:
+                raise KafkaError(
+                    ErrorCode.NOT_ENOUGH_REPLICAS,
+                    f"{self.name}: ISR {list(self.isr)} is smaller than min.insync.replicas "
+                    f"{min_insync_replicas}",
+                )
+            info = self.log.append(records, leader_epoch=self.leader_epoch)
+            self._maybe_advance_hw()
+            self._wake()
+            return info, self.leader_epoch
+
+    def acks_all_outcome(
+        self, required_offset: int, leader_epoch: int, min_insync_replicas: int
+    ) -> ErrorCode | None:
+        """None while an acks=all produce must wait for ``required_offset`` to be replicated."""
+        with self._lock:
+            if self.role is not Role.LEADER or self.leader_epoch != leader_epoch:
+                raise self._not_leader()
+            return rs.acks_all_outcome(
+                required_offset, self.high_watermark, len(self.isr), min_insync_replicas
+            )
+
+    def leader_state(self, current_leader_epoch: int) -> tuple[int, int]:
+        """(leader epoch, high watermark), if this replica leads at ``current_leader_epoch``."""
+        with self._lock:
+            self._check_leader(current_leader_epoch)
+            return self.leader_epoch, self.high_watermark
+
+    def _maximal_isr(self) -> tuple[int, ...]:
+        """While an ISR change is in flight, the high watermark waits on both sets."""
+        if self.pending_isr is None:
+            return self.isr
+        return tuple(sorted(set(self.isr) | set(self.pending_isr)))
+
+    def _maybe_advance_hw(self) -> None:
+        if self.role is not Role.LEADER:
+            return
+        new_hw = rs.high_watermark(
+            self.high_watermark,
+            self.broker_id,
+            self.log.log_end_offset,
+            self.followers,
+            self._maximal_isr(),
+        )
+        if new_hw != self.high_watermark:
+            self.high_watermark = new_hw
+            self._wake()
+
+    def read_for_consumer(
+        self, offset: int, max_bytes: int, current_leader_epoch: int, min_one_batch: bool
+    ) -> ReadResult:
+        with self._lock:
+            self._check_leader(current_leader_epoch)
+            hw = self.high_watermark
+        records = self.log.read(offset, max_bytes, max_offset=hw, min_one_batch=min_one_batch)
+        return ReadResult(records, hw, self.log.log_start_offset, self.log.log_end_offset, None)
+
+    def read_for_follower(
+        self,
+        replica_id: int,
+        fetch_offset: int,
+        last_fetched_epoch: int,
+        current_leader_epoch: int,
+        max_bytes: int,
+    ) -> tuple[ReadResult, IsrChange | None]:
+        """Serve a follower's fetch; it also reports the follower's log end offset."""
+        with self._lock:
+            self._check_leader(current_leader_epoch)
+            if replica_id not in self.followers:
+                raise KafkaError(
+                    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                    f"broker {replica_id} is not a replica of {self.name}",
+                )
+            leo = self.log.log_end_offset
+            if last_fetched_epoch >= 0:
+                epoch, end_offset = self.log.end_offset_for_epoch(last_fetched_epoch)
+                if epoch < 0:
+                    end_offset = leo  # an empty log: the follower keeps nothing above it
+                if epoch < last_fetched_epoch or end_offset < fetch_offset:
+                    result = ReadResult(b"", self.high_watermark, self.log.log_start_offset, leo,
+                                        (epoch, end_offset))  # fmt: skip
+                    return result, None
+            if not self.log.log_start_offset <= fetch_offset <= leo:
+                raise OffsetOutOfRangeError(
+                    f"{self.name}: fetch offset {fetch_offset} is outside "
+                    f"[{self.log.log_start_offset}, {leo}]"
+                )
+            now_ms = self.clock_ms()
+            state = rs.after_fetch(self.followers[replica_id], fetch_offset, leo, now_ms)
+            self.followers[replica_id] = state
+            self._maybe_advance_hw()
+            change = self._isr_expansion(state)
+            hw = self.high_watermark
+        records = self.log.read(fetch_offset, max_bytes, min_one_batch=True)
+        return ReadResult(records, hw, self.log.log_start_offset, leo, None), change
+
+    def _isr_expansion(self, follower: rs.FollowerState) -> IsrChange | None:
+        if self.pending_isr is not None or self.clock_ms() < self._isr_retry_at_ms:
+            return None
+        if not rs.may_join_isr(follower, self.isr, self.high_watermark, self.epoch_start_offset):
+            return None
+        if not self.isr_eligible(follower.broker_id):
+            return None
+        return self._propose(tuple(sorted((*self.isr, follower.broker_id))))
+
+    def _propose(self, new_isr: tuple[int, ...]) -> IsrChange:
+        self.pending_isr = new_isr
+        return IsrChange(
+            self.topic, self.topic_id, self.partition, self.leader_epoch, self.partition_epoch,
+            new_isr,
+        )  # fmt: skip
+
+    def isr_shrink(self, now_ms: int, lag_max_ms: int) -> IsrChange | None:
+        """Drop followers that lag past ``replica.lag.time.max.ms`` (never the leader)."""
+        with self._lock:
+            if self.role is not Role.LEADER or self.pending_isr is not None:
+                return None
+            if now_ms < self._isr_retry_at_ms:
+                return None
+            lagging = rs.out_of_sync(self.broker_id, self.isr, self.followers, now_ms, lag_max_ms)
+            if not lagging:
+                return None
+            return self._propose(tuple(b for b in self.isr if b not in lagging))
+
+    def isr_change_done(self, change: IsrChange, reg: PartitionRegistration | None) -> None:
+        """The controller's answer to ``change``: the new registration, or None if refused."""
+        with self._lock:
+            if self.pending_isr != change.new_isr or self.leader_epoch != change.leader_epoch:
+                return
+            self.pending_isr = None
+            if reg is None:
+                self._isr_retry_at_ms = self.clock_ms() + ISR_RETRY_BACKOFF_MS
+            elif reg.partition_epoch > self.partition_epoch:
+                self._set_registration(reg)
+            self._maybe_advance_hw()
+            self._wake()
+
+    # -- the follower's paths ----------------------------------------------------------------------
+    def fetch_state(self) -> tuple[int, int, int, int] | None:
+        """(fetch offset, last fetched epoch, leader epoch, log start offset) for the fetcher;
+        None unless this replica follows."""
+        with self._lock:
+            if self.role is not Role.FOLLOWER:
+                return None
+            return (
+                self.log.log_end_offset,
+                self.log.epochs.latest_epoch,
+                self.leader_epoch,
+                self.log.log_start_offset,
+            )
+
+    def append_as_follower(self, records: bytes, leader_hw: int, leader_epoch: int) -> None:
+        with self._lock:
+            if self.role is not Role.FOLLOWER or self.leader_epoch != leader_epoch:
+                return  # the fetch was for an older leadership: drop it
+            if records:
+                self.log.append_as_follower(records)
+            self.high_watermark = min(leader_hw, self.log.log_end_offset)
+            self._wake()
+
+    def truncate_to(self, offset: int, leader_epoch: int) -> int:
+        with self._lock:
+            if self.role is not Role.FOLLOWER or self.leader_epoch != leader_epoch:
+                return self.log.log_end_offset
+            end = self.log.truncate_to(offset)
+            self.high_watermark = min(self.high_watermark, end)
+            return end
+
+    def restart_at(self, offset: int, leader_epoch: int) -> None:
+        """The leader's log starts above ours: drop ours and start empty at ``offset``."""
+        with self._lock:
+            if self.role is not Role.FOLLOWER or self.leader_epoch != leader_epoch:
+                return
+            self.log.truncate_fully_and_start_at(offset)
+            self.high_watermark = offset
+
+    # -- durability --------------------------------------------------------------------------------
+    def _hw_path(self) -> Path:
+        return self.log.directory / HIGH_WATERMARK_CHECKPOINT
+
+    def _read_hw_checkpoint(self) -> int:
+        try:
+            entries = read_checkpoint(self._hw_path(), fields=1)
+        except StorageError:
+            return 0
+        return entries[0][0] if entries else 0
+
+    def checkpoint_high_watermark(self) -> None:
+        hw = self.high_watermark
+        if hw != self._checkpointed_hw:
+            write_checkpoint(self._hw_path(), [(hw,)])
+            self._checkpointed_hw = hw

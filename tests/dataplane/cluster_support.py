@@ -1,0 +1,234 @@
+"""Real 3-node clusters (combined controller + broker processes) for data-plane tests.
+
+Each test module takes its own loopback range (see ``RANGES``) and ephemeral ports, so modules
+run in parallel without colliding. Every process is stopped by its pid in the fixture's
+``finally``. The raw-RPC helpers here speak BrokerService directly (what a client library does),
+so broker behaviour is tested independently of ``dataplane.client``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import grpc
+
+from dataplane.local_cluster import LocalCluster, pick_cluster_port
+from protos import broker_pb2 as pb
+from protos import broker_pb2_grpc as pb_grpc
+from protos import controller_pb2 as cpb
+from raftlog.records import Record, encode_batch, iter_records
+
+T = TypeVar("T")
+POLL_S = 0.02
+# first host of each module's cluster: 127.0.0.N .. N+2
+RANGES = {
+    "roundtrip": 81,
+    "failover": 84,
+    "divergence": 87,
+    "isr": 91,
+    "bad_input": 94,
+    "cli": 97,
+    "client": 101,
+}
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float = 30.0) -> T:
+    """Poll ``probe`` until it returns something other than None/False; fail after the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = probe()
+        if value is not None and value is not False:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(POLL_S)  # polling a condition with a deadline
+
+
+@contextmanager
+def running_cluster(
+    root: Path, name: str, overrides: dict[str, str | int] | None = None
+) -> Iterator[LocalCluster]:
+    first_host = RANGES[name]
+    hosts = [f"127.0.0.{first_host + n}" for n in range(3)]
+    cluster = LocalCluster(
+        root, nodes=3, first_host=first_host, port=pick_cluster_port(hosts),
+        overrides=overrides or {},
+    )  # fmt: skip
+    try:
+        cluster.up()
+        wait_for_brokers(cluster, [1, 2, 3])
+        yield cluster
+    except BaseException:
+        for spec in cluster.specs:
+            log_path = spec.log_path
+            if log_path.exists():
+                print(f"---- {log_path}\n{log_path.read_text()[-4000:]}")
+        raise
+    finally:
+        for spec in cluster.specs:
+            cluster.signal_node(spec.node_id, 18)  # SIGCONT: a paused node must die too
+        cluster.down()
+
+
+def wait_for_brokers(cluster: LocalCluster, broker_ids: list[int], timeout_s: float = 30.0) -> None:
+    client = cluster.client()
+    try:
+
+        def unfenced() -> bool:
+            described = client.call("DescribeCluster", cpb.DescribeClusterRequest())
+            ready = {b.broker_id for b in described.brokers if not b.fenced}
+            return set(broker_ids) <= ready
+
+        wait_for(f"brokers {broker_ids} unfenced", unfenced, timeout_s)
+    finally:
+        client.close()
+
+
+def create_topic(
+    cluster: LocalCluster,
+    name: str,
+    partitions: int,
+    rf: int,
+    configs: dict[str, str] | None = None,
+) -> dict[int, pb.PartitionMetadata]:
+    client = cluster.client()
+    try:
+        client.checked(
+            "CreateTopics",
+            cpb.CreateTopicsRequest(
+                topics=[
+                    cpb.CreatableTopic(
+                        name=name,
+                        num_partitions=partitions,
+                        replication_factor=rf,
+                        configs=configs or {},
+                    )
+                ]
+            ),
+        )
+    finally:
+        client.close()
+    return wait_for_leaders(cluster, name, partitions)
+
+
+def metadata(cluster: LocalCluster, node_id: int, topic: str) -> pb.TopicMetadata | None:
+    try:
+        response = stub(cluster.broker_address(node_id)).Metadata(
+            pb.MetadataRequest(topics=[topic]), timeout=2
+        )
+    except grpc.RpcError:
+        return None
+    return response.topics[0] if response.topics else None
+
+
+def wait_for_leaders(
+    cluster: LocalCluster, topic: str, partitions: int, timeout_s: float = 30.0
+) -> dict[int, pb.PartitionMetadata]:
+    """Wait until every live broker's metadata shows a leader for every partition."""
+
+    def probe() -> dict[int, pb.PartitionMetadata] | None:
+        seen: dict[int, pb.PartitionMetadata] | None = None
+        for spec in cluster.specs:
+            if cluster.pid(spec.node_id) is None:
+                continue
+            described = metadata(cluster, spec.node_id, topic)
+            if described is None or described.error_code or len(described.partitions) != partitions:
+                return None
+            if any(p.leader_id < 0 for p in described.partitions):
+                return None
+            seen = {p.partition: p for p in described.partitions}
+        return seen
+
+    return wait_for(f"leaders of {topic}", probe, timeout_s)
+
+
+_CHANNELS: dict[str, grpc.Channel] = {}
+
+
+def stub(address: str) -> pb_grpc.BrokerServiceStub:
+    channel = _CHANNELS.get(address)
+    if channel is None:
+        channel = grpc.insecure_channel(
+            address, options=[("grpc.max_receive_message_length", 100 * 1024 * 1024)]
+        )
+        _CHANNELS[address] = channel
+    return pb_grpc.BrokerServiceStub(channel)
+
+
+def produce(
+    address: str,
+    topic: str,
+    partition: int,
+    records: bytes,
+    acks: int = -1,
+    timeout_ms: int = 10_000,
+) -> pb.ProducePartitionResponse:
+    response = stub(address).Produce(
+        pb.ProduceRequest(
+            acks=acks,
+            timeout_ms=timeout_ms,
+            topics=[
+                pb.ProduceTopic(
+                    name=topic,
+                    partitions=[pb.ProducePartition(partition=partition, records=records)],
+                )
+            ],
+        ),
+        timeout=timeout_ms / 1000 + 5,
+    )
+    if acks == 0:
+        return pb.ProducePartitionResponse()
+    result: pb.ProducePartitionResponse = response.topics[0].partitions[0]
+    return result
+
+
+def fetch(
+    address: str, topic: str, partition: int, offset: int, max_wait_ms: int = 0, **kwargs: Any
+) -> pb.FetchPartitionResponse:
+    response = stub(address).Fetch(
+        pb.FetchRequest(
+            replica_id=-1,
+            max_wait_ms=max_wait_ms,
+            min_bytes=kwargs.pop("min_bytes", 1),
+            max_bytes=kwargs.pop("max_bytes", 50 * 1024 * 1024),
+            topics=[
+                pb.FetchTopic(
+                    name=topic,
+                    partitions=[
+                        pb.FetchPartition(
+                            partition=partition,
+                            fetch_offset=offset,
+                            current_leader_epoch=kwargs.pop("leader_epoch", -1),
+                            partition_max_bytes=kwargs.pop("partition_max_bytes", 1024 * 1024),
+                        )
+                    ],
+                )
+            ],
+        ),
+        timeout=max_wait_ms / 1000 + 10,
+    )
+    result: pb.FetchPartitionResponse = response.topics[0].partitions[0]
+    return result
+
+
+def read_all(address: str, topic: str, partition: int, end_offset: int) -> list[Record]:
+    """Every record below ``end_offset`` from the leader at ``address``."""
+    records: list[Record] = []
+    offset = 0
+    while offset < end_offset:
+        answer = fetch(address, topic, partition, offset, max_wait_ms=200)
+        assert answer.error_code == 0, f"fetch {topic}-{partition}@{offset}: {answer.error_message}"
+        batch = [r for r in iter_records(answer.records) if r.offset >= offset]
+        if batch:
+            records += batch
+            offset = batch[-1].offset + 1
+    return records
+
+
+def values_batch(values: list[bytes], timestamp_ms: int | None = None, **kwargs: Any) -> bytes:
+    now_ms = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
+    return encode_batch([(None, v, now_ms, ()) for v in values], **kwargs)
