@@ -25,6 +25,7 @@ import grpc
 from dataplane.node_config import NodeConfig
 from metadata_quorum.client import ControllerClient
 from protos import controller_pb2 as pb
+from raftlog.errors import KafkaError
 
 Launcher = Callable[[int, list[str], Path], "subprocess.Popen[bytes]"]
 STOP_TIMEOUT_S = 10.0
@@ -204,9 +205,11 @@ class LocalCluster:
         return proc.pid
 
     def up(self, timeout_s: float = 30.0) -> None:
+        """Start every node; return once a controller is active and every broker unfenced."""
         for spec in self.specs:
             self.start_node(spec.node_id)
         self.wait_for_leader(timeout_s)
+        self.wait_for_brokers(timeout_s=timeout_s)
 
     def signal_node(self, node_id: int, signum: int) -> None:
         pid = self.pid(node_id)
@@ -249,6 +252,33 @@ class LocalCluster:
         return self.start_node(node_id)
 
     # -- observation ---------------------------------------------------------------------------
+    def wait_for_brokers(
+        self, broker_ids: list[int] | None = None, timeout_s: float = 30.0
+    ) -> None:
+        """Poll DescribeCluster until every broker in ``broker_ids`` (default: every node, when
+        the nodes run the broker role) is registered and unfenced."""
+        if "broker" not in self.roles:
+            return
+        wanted = set(broker_ids if broker_ids is not None else (s.node_id for s in self.specs))
+        deadline = time.monotonic() + timeout_s
+        client = self.client()
+        try:
+            while time.monotonic() < deadline:
+                try:
+                    described = client.call(
+                        "DescribeCluster", pb.DescribeClusterRequest(), deadline_s=2.0
+                    )
+                except KafkaError:  # no active controller yet; keep polling
+                    described = None
+                if described is not None and wanted <= {
+                    b.broker_id for b in described.brokers if not b.fenced
+                }:
+                    return
+                time.sleep(POLL_S)  # polling a condition with a deadline
+        finally:
+            client.close()
+        raise TimeoutError(f"brokers {sorted(wanted)} not unfenced within {timeout_s} s")
+
     def client(self) -> ControllerClient:
         return ControllerClient(self.controller_addresses)
 

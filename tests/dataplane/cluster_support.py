@@ -60,7 +60,6 @@ def running_cluster(
     )  # fmt: skip
     try:
         cluster.up()
-        wait_for_brokers(cluster, [1, 2, 3])
         yield cluster
     except BaseException:
         for spec in cluster.specs:
@@ -72,20 +71,6 @@ def running_cluster(
         for spec in cluster.specs:
             cluster.signal_node(spec.node_id, 18)  # SIGCONT: a paused node must die too
         cluster.down()
-
-
-def wait_for_brokers(cluster: LocalCluster, broker_ids: list[int], timeout_s: float = 30.0) -> None:
-    client = cluster.client()
-    try:
-
-        def unfenced() -> bool:
-            described = client.call("DescribeCluster", cpb.DescribeClusterRequest())
-            ready = {b.broker_id for b in described.brokers if not b.fenced}
-            return set(broker_ids) <= ready
-
-        wait_for(f"brokers {broker_ids} unfenced", unfenced, timeout_s)
-    finally:
-        client.close()
 
 
 def create_topic(

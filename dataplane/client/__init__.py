@@ -1,0 +1,17 @@
+"""raftlog's client library: Producer, Consumer and AdminClient over the BrokerService and
+ControllerService gRPC APIs. Names and settings follow Kafka's clients."""
+
+from dataplane.client._types import ConsumerRecord, RecordMetadata, TopicPartition
+from dataplane.client.admin import AdminClient, NewTopic
+from dataplane.client.consumer import Consumer
+from dataplane.client.producer import Producer
+
+__all__ = [
+    "AdminClient",
+    "Consumer",
+    "ConsumerRecord",
+    "NewTopic",
+    "Producer",
+    "RecordMetadata",
+    "TopicPartition",
+]

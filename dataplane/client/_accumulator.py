@@ -1,0 +1,314 @@
+"""The producer's record accumulator (Kafka's ``RecordAccumulator``), free of network IO.
+
+Records are appended to per-partition deques of batches. The last batch of a deque is open
+until it reaches ``batch.size`` (estimated, uncompressed) or a later batch exists; a batch is
+*ready* when it is full, ``linger.ms`` has passed since it was opened, a flush or close is in
+progress, or it is a retry whose backoff has passed. The sender thread drains ready batches
+(one per partition per request), and gives them back through :meth:`complete` (done, failed or
+acks=0 sent) or :meth:`reenqueue` (retry: back at the *front* of its deque).
+
+Ordering rule: a partition with a batch in flight is *muted*: no other batch of it is drained
+until the in-flight one is completed or re-enqueued. So at most one batch per partition is in
+flight, and a retry can never be overtaken by a later batch of its partition. (With the
+idempotent producer, Kafka allows five per partition because sequence numbers keep order;
+until that exists, this is the rule.)
+
+Memory: every appended record reserves its estimated size out of ``buffer.memory``; an append
+that does not fit waits, at most ``max.block.ms``, for completed batches to release theirs.
+
+Time comes from the injected ``clock`` (seconds, monotonic), so the logic is unit-testable.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from dataplane.client._types import RecordMetadata, TopicPartition
+from raftlog.batch import HEADER_SIZE
+from raftlog.errors import ErrorCode, KafkaError
+from raftlog.records import Headers, ProducerRecord
+
+RECORD_OVERHEAD_BYTES = 21  # length, attributes, timestamp and offset deltas, key/value lengths
+HEADER_OVERHEAD_BYTES = 10  # a header's key and value length varints
+
+
+def header_bytes(headers: Headers) -> int:
+    return sum(len(k.encode()) + (len(v) if v is not None else 0) for k, v in headers)
+
+
+def estimate_record_bytes(key: bytes | None, value: bytes | None, headers: Headers) -> int:
+    """An upper bound of the record's encoded size (Kafka's ``DefaultRecord.sizeInBytes``)."""
+    size = RECORD_OVERHEAD_BYTES + (len(key) if key else 0) + (len(value) if value else 0)
+    return size + header_bytes(headers) + HEADER_OVERHEAD_BYTES * len(headers)
+
+
+class ProducerTimeoutError(KafkaError):
+    """A bounded wait ran out: ``buffer.memory`` stayed full for ``max.block.ms``, metadata
+    did not arrive, or a record was not delivered within ``delivery.timeout.ms``."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.REQUEST_TIMED_OUT, message)
+
+
+class ProducerClosedError(RuntimeError):
+    """send() after close()."""
+
+
+@dataclass(slots=True, eq=False)
+class ProducerBatch:
+    """Records of one partition sent together. ``payload`` is the RecordBatch v2 bytes, set
+    once by the sender when the batch is first drained, and reused by every retry."""
+
+    tp: TopicPartition
+    created_s: float
+    records: list[ProducerRecord] = field(default_factory=list)
+    futures: list[Future[RecordMetadata]] = field(default_factory=list)
+    header_sizes: list[int] = field(default_factory=list)
+    estimated_bytes: int = HEADER_SIZE
+    reserved_bytes: int = 0
+    full: bool = False
+    attempts: int = 0  # how many times it was drained (sent)
+    retry_at_s: float = 0.0
+    payload: bytes | None = None
+
+    def metadata(self, index: int, offset: int, log_append_time_ms: int) -> RecordMetadata:
+        key, value, timestamp_ms, _ = self.records[index]
+        return RecordMetadata(
+            topic=self.tp.topic,
+            partition=self.tp.partition,
+            offset=offset,
+            timestamp=timestamp_ms if log_append_time_ms < 0 else log_append_time_ms,
+            serialized_key_size=-1 if key is None else len(key),
+            serialized_value_size=-1 if value is None else len(value),
+            serialized_header_size=self.header_sizes[index],
+        )
+
+
+class AppendResult(NamedTuple):
+    batch_full: bool  # the partition has a batch the sender should take now
+    new_batch: bool  # this append opened a batch
+    aborted: bool  # abort_on_new_batch and a batch would have been opened: nothing appended
+
+
+class ReadyResult(NamedTuple):
+    partitions: list[TopicPartition]
+    next_ready_s: float | None  # when the next not-yet-ready batch becomes ready
+
+
+class RecordAccumulator:
+    def __init__(
+        self,
+        *,
+        batch_size: int,
+        linger_ms: int,
+        buffer_memory: int,
+        clock: Callable[[], float],
+    ) -> None:
+        self.batch_size = batch_size
+        self.linger_s = linger_ms / 1000
+        self.buffer_memory = buffer_memory
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._space = threading.Condition(self._lock)  # memory released or closed
+        self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
+        self._muted: set[TopicPartition] = set()
+        self._incomplete: set[ProducerBatch] = set()
+        self._used_bytes = 0
+        self._flushes = 0
+        self._closed = False
+        self._drain_start = 0
+
+    # -- appending (application threads) -------------------------------------------------
+    def append(
+        self,
+        tp: TopicPartition,
+        record: ProducerRecord,
+        future: Future[RecordMetadata],
+        *,
+        abort_on_new_batch: bool = False,
+        max_block_s: float = 0.0,
+    ) -> AppendResult:
+        key, value, _, headers = record
+        size = estimate_record_bytes(key, value, headers)
+        if size > self.buffer_memory:
+            raise KafkaError(
+                ErrorCode.RECORD_LIST_TOO_LARGE,
+                f"a record of ~{size} bytes exceeds buffer.memory={self.buffer_memory}",
+            )
+        deadline = self._clock() + max_block_s
+        with self._lock:
+            while True:
+                if self._closed:
+                    raise ProducerClosedError("the producer is closed")
+                queue = self._queues.setdefault(tp, deque())
+                batch = self._open_batch(queue, size)
+                if batch is None and abort_on_new_batch:
+                    return AppendResult(batch_full=False, new_batch=False, aborted=True)
+                if self._used_bytes + size <= self.buffer_memory:
+                    break
+                remaining = deadline - self._clock()
+                if remaining <= 0:
+                    raise ProducerTimeoutError(
+                        f"buffer.memory={self.buffer_memory} stayed full for max.block.ms"
+                    )
+                self._space.wait(remaining)
+            new_batch = batch is None
+            if batch is None:
+                batch = ProducerBatch(tp=tp, created_s=self._clock())
+                queue.append(batch)
+                self._incomplete.add(batch)
+            self._used_bytes += size
+            batch.reserved_bytes += size
+            batch.estimated_bytes += size
+            batch.records.append(record)
+            batch.futures.append(future)
+            batch.header_sizes.append(header_bytes(headers))
+            batch.full = batch.estimated_bytes >= self.batch_size
+            return AppendResult(len(queue) > 1 or batch.full, new_batch, aborted=False)
+
+    def _open_batch(self, queue: deque[ProducerBatch], size: int) -> ProducerBatch | None:
+        """The deque's last batch if it takes ``size`` more bytes, else None."""
+        if not queue:
+            return None
+        last = queue[-1]
+        if last.full or last.payload is not None or last.estimated_bytes + size > self.batch_size:
+            return None
+        return last
+
+    # -- the sender thread -----------------------------------------------------------------
+    def ready(self) -> ReadyResult:
+        """Partitions whose first batch can be sent now (and are not muted), and when the
+        earliest other batch will be ready."""
+        now = self._clock()
+        ready: list[TopicPartition] = []
+        next_ready: float | None = None
+        with self._lock:
+            urgent = self._flushes > 0 or self._closed
+            for tp, queue in self._queues.items():
+                if not queue or tp in self._muted:
+                    continue
+                first = queue[0]
+                if first.attempts > 0:
+                    ready_at = first.retry_at_s
+                elif len(queue) > 1 or first.full or urgent:
+                    ready_at = now
+                else:
+                    ready_at = first.created_s + self.linger_s
+                if ready_at <= now:
+                    ready.append(tp)
+                elif next_ready is None or ready_at < next_ready:
+                    next_ready = ready_at
+        return ReadyResult(ready, next_ready)
+
+    def drain(
+        self, partitions: Sequence[TopicPartition], max_request_bytes: int
+    ) -> list[ProducerBatch]:
+        """Take the first batch of each of ``partitions`` (those of one broker) while the
+        estimated request size stays within ``max_request_bytes`` (at least one batch), and
+        mute their partitions. The start rotates so no partition starves."""
+        drained: list[ProducerBatch] = []
+        total = 0
+        with self._lock:
+            count = len(partitions)
+            self._drain_start = (self._drain_start + 1) % max(count, 1)
+            for index in range(count):
+                tp = partitions[(self._drain_start + index) % count]
+                queue = self._queues.get(tp)
+                if not queue or tp in self._muted or queue[0].retry_at_s > self._clock():
+                    continue
+                batch = queue[0]
+                size = len(batch.payload) if batch.payload is not None else batch.estimated_bytes
+                if drained and total + size > max_request_bytes:
+                    break
+                queue.popleft()
+                batch.full = True
+                batch.attempts += 1
+                self._muted.add(tp)
+                drained.append(batch)
+                total += size
+        return drained
+
+    def reenqueue(self, batch: ProducerBatch, backoff_s: float) -> None:
+        """Put a batch that failed with a retriable error back at the front of its deque, to
+        be sent again after ``backoff_s``, and unmute its partition."""
+        with self._lock:
+            batch.retry_at_s = self._clock() + backoff_s
+            self._queues.setdefault(batch.tp, deque()).appendleft(batch)
+            self._muted.discard(batch.tp)
+
+    def complete(self, batch: ProducerBatch) -> None:
+        """The batch is finished (its futures are or will be resolved): release its memory
+        and unmute its partition."""
+        with self._lock:
+            self._finish_locked(batch)
+            self._muted.discard(batch.tp)
+
+    def _finish_locked(self, batch: ProducerBatch) -> None:
+        if batch in self._incomplete:
+            self._incomplete.discard(batch)
+            self._used_bytes -= batch.reserved_bytes
+            self._space.notify_all()
+
+    def expire(self, delivery_timeout_s: float) -> list[ProducerBatch]:
+        """Remove and return queued (not in-flight) batches older than ``delivery.timeout.ms``.
+        The caller fails their futures."""
+        now = self._clock()
+        expired: list[ProducerBatch] = []
+        with self._lock:
+            for queue in self._queues.values():
+                if queue and queue[0].created_s + delivery_timeout_s <= now:
+                    keep = [b for b in queue if b.created_s + delivery_timeout_s > now]
+                    expired.extend(b for b in queue if b.created_s + delivery_timeout_s <= now)
+                    queue.clear()
+                    queue.extend(keep)
+            for batch in expired:
+                self._finish_locked(batch)
+        return expired
+
+    def remove_queued(self, predicate: Callable[[TopicPartition], bool]) -> list[ProducerBatch]:
+        """Remove and return every queued batch of the partitions ``predicate`` picks (a
+        deleted topic, a forced close). The caller fails their futures."""
+        removed: list[ProducerBatch] = []
+        with self._lock:
+            for tp, queue in self._queues.items():
+                if queue and predicate(tp):
+                    removed.extend(queue)
+                    queue.clear()
+            for batch in removed:
+                self._finish_locked(batch)
+        return removed
+
+    # -- flush and close ---------------------------------------------------------------------
+    def begin_flush(self) -> list[ProducerBatch]:
+        """Make every batch ready now; return the incomplete ones to wait for."""
+        with self._lock:
+            self._flushes += 1
+            return list(self._incomplete)
+
+    def end_flush(self) -> None:
+        with self._lock:
+            self._flushes -= 1
+
+    def close(self) -> None:
+        """No more appends; every queued batch is ready now."""
+        with self._lock:
+            self._closed = True
+            self._space.notify_all()
+
+    def has_incomplete(self) -> bool:
+        with self._lock:
+            return bool(self._incomplete)
+
+    def queued_topics(self) -> set[str]:
+        with self._lock:
+            return {tp.topic for tp, queue in self._queues.items() if queue}
+
+    @property
+    def used_bytes(self) -> int:
+        with self._lock:
+            return self._used_bytes

@@ -1,0 +1,349 @@
+"""The clients' view of the cluster: a thread-safe metadata cache and a pool of gRPC channels.
+
+A :class:`Cluster` bootstraps from any of a list of ``host:port`` broker addresses
+(``bootstrap.servers``), asks one broker for ``Metadata`` about the topics its owner cares
+about, and answers "who leads this partition" from an immutable :class:`ClusterSnapshot`.
+Callers that hit a stale leader call :meth:`Cluster.invalidate`; the next
+:meth:`Cluster.maybe_refresh` asks again, no more often than the bounded exponential backoff
+(``retry.backoff.ms`` doubling up to ``retry.backoff.max.ms``) allows. Every RPC carries a
+deadline (``request.timeout.ms``).
+
+Mapping a failed gRPC call to Kafka's error codes lives here, in :func:`rpc_error_code`, and
+nowhere else in the client.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import grpc
+
+from protos import broker_pb2 as pb
+from protos import broker_pb2_grpc as pb_grpc
+from raftlog.errors import ErrorCode, KafkaError
+
+MAX_MESSAGE_BYTES = 128 * 1024 * 1024  # gRPC's own limit on one message (default 4 MiB)
+CHANNEL_OPTIONS = (
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+)
+NO_LEADER = -1
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    node_id: int
+    host: str
+    port: int
+    rack: str = ""
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    partition: int
+    leader_id: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    offline_replicas: tuple[int, ...]
+    error: ErrorCode
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    topic_id: bytes
+    error: ErrorCode
+    error_message: str
+    partitions: tuple[PartitionInfo, ...]  # sorted by partition id
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSnapshot:
+    """One Metadata answer (merged over the topics asked about), never mutated."""
+
+    cluster_id: str = ""
+    controller_id: int = -1
+    brokers: Mapping[int, BrokerInfo] = field(default_factory=dict)
+    topics: Mapping[str, TopicInfo] = field(default_factory=dict)
+    controller_addresses: tuple[str, ...] = ()
+
+    def partition(self, topic: str, partition: int) -> PartitionInfo | None:
+        info = self.topics.get(topic)
+        if info is None or not 0 <= partition < len(info.partitions):
+            return None
+        return info.partitions[partition]
+
+    def leader(self, topic: str, partition: int) -> BrokerInfo | None:
+        """The partition's leader when it is known and its address is known."""
+        state = self.partition(topic, partition)
+        if state is None or state.leader_id == NO_LEADER:
+            return None
+        return self.brokers.get(state.leader_id)
+
+    def partition_count(self, topic: str) -> int | None:
+        """How many partitions ``topic`` has, None when it is not (yet) known without error."""
+        info = self.topics.get(topic)
+        if info is None or info.error is not ErrorCode.NONE or not info.partitions:
+            return None
+        return len(info.partitions)
+
+    def available_partitions(self, topic: str) -> list[int]:
+        """Partitions of ``topic`` whose leader is known (Kafka's availablePartitionsForTopic)."""
+        info = self.topics.get(topic)
+        if info is None:
+            return []
+        return [p.partition for p in info.partitions if p.leader_id in self.brokers]
+
+
+def parse_addresses(servers: str | Sequence[str]) -> list[str]:
+    """``"h1:9092,h2:9092"`` or a list of ``host:port`` strings, checked."""
+    items = servers.split(",") if isinstance(servers, str) else list(servers)
+    addresses = [item.strip() for item in items if item.strip()]
+    if not addresses:
+        raise ValueError("bootstrap.servers needs at least one host:port")
+    for address in addresses:
+        host, sep, port = address.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"bootstrap address {address!r} is not host:port")
+    return addresses
+
+
+def rpc_error_code(error: grpc.RpcError) -> ErrorCode:
+    """The Kafka error a failed gRPC call stands for. UNAVAILABLE (no connection, broker
+    down) and CANCELLED/ABORTED are NETWORK_EXCEPTION, DEADLINE_EXCEEDED is REQUEST_TIMED_OUT
+    (both retriable); anything else means the broker refused the request itself."""
+    code = error.code() if isinstance(error, grpc.Call) else None
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.ABORTED):
+        return ErrorCode.NETWORK_EXCEPTION
+    if code is grpc.StatusCode.DEADLINE_EXCEEDED:
+        return ErrorCode.REQUEST_TIMED_OUT
+    if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return ErrorCode.RECORD_LIST_TOO_LARGE
+    if code is grpc.StatusCode.INVALID_ARGUMENT:
+        return ErrorCode.INVALID_REQUEST
+    return ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+def rpc_error(error: grpc.RpcError, what: str) -> KafkaError:
+    details = error.details() if isinstance(error, grpc.Call) else str(error)
+    return KafkaError(rpc_error_code(error), f"{what}: {details}")
+
+
+def _snapshot_from(
+    response: pb.MetadataResponse, previous: ClusterSnapshot, replace_all: bool
+) -> ClusterSnapshot:
+    topics = {} if replace_all else dict(previous.topics)
+    for topic in response.topics:
+        partitions = sorted(
+            (
+                PartitionInfo(
+                    partition=p.partition,
+                    leader_id=p.leader_id,
+                    leader_epoch=p.leader_epoch,
+                    replicas=tuple(p.replicas),
+                    isr=tuple(p.isr),
+                    offline_replicas=tuple(p.offline_replicas),
+                    error=ErrorCode.from_code(p.error_code),
+                )
+                for p in topic.partitions
+            ),
+            key=lambda p: p.partition,
+        )
+        if any(p.partition != index for index, p in enumerate(partitions)):
+            raise KafkaError(
+                ErrorCode.UNKNOWN_SERVER_ERROR, f"metadata for {topic.name} has partition gaps"
+            )
+        topics[topic.name] = TopicInfo(
+            name=topic.name,
+            topic_id=topic.topic_id,
+            error=ErrorCode.from_code(topic.error_code),
+            error_message=topic.error_message,
+            partitions=tuple(partitions),
+        )
+    brokers = {b.node_id: BrokerInfo(b.node_id, b.host, b.port, b.rack) for b in response.brokers}
+    return ClusterSnapshot(
+        cluster_id=response.cluster_id,
+        controller_id=response.controller_id,
+        brokers=brokers,
+        topics=topics,
+        controller_addresses=tuple(response.controller_addresses),
+    )
+
+
+class Cluster:
+    """Metadata cache + channel pool. Thread-safe: the producer's sender thread and the
+    application's threads share one. Refreshes are serialised; readers never wait for one."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str | Sequence[str],
+        *,
+        request_timeout_ms: int = 30_000,
+        retry_backoff_ms: int = 100,
+        retry_backoff_max_ms: int = 1_000,
+        metadata_max_age_ms: int = 300_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.bootstrap = parse_addresses(bootstrap_servers)
+        self.request_timeout_s = request_timeout_ms / 1000
+        self._retry_backoff_s = retry_backoff_ms / 1000
+        self._retry_backoff_max_s = max(retry_backoff_max_ms, retry_backoff_ms) / 1000
+        self._max_age_s = metadata_max_age_ms / 1000
+        self._clock = clock
+        self._lock = threading.Lock()  # guards the fields below
+        self._refresh_lock = threading.Lock()  # one Metadata call at a time
+        self._snapshot = ClusterSnapshot()
+        self._topics: set[str] = set()
+        self._stale = True
+        self._last_attempt_s = -math.inf
+        self._last_success_s = -math.inf
+        self._failures = 0
+        self._channels: dict[str, grpc.Channel] = {}
+        self._closed = False
+
+    # -- reading ---------------------------------------------------------------------------
+    def snapshot(self) -> ClusterSnapshot:
+        with self._lock:
+            return self._snapshot
+
+    def add_topics(self, topics: Iterable[str]) -> None:
+        """Ask about ``topics`` in every later refresh; a new one makes the cache stale."""
+        with self._lock:
+            new = set(topics) - self._topics
+            if new:
+                self._topics |= new
+                self._stale = True
+
+    def invalidate(self) -> None:
+        """The cache was found wrong (a stale leader, a network error): refresh soon."""
+        with self._lock:
+            self._stale = True
+
+    def backoff_s(self) -> float:
+        """How long to wait before the next attempt after failures: exponential, bounded."""
+        with self._lock:
+            failures = self._failures
+        return float(min(self._retry_backoff_s * 2 ** min(failures, 16), self._retry_backoff_max_s))
+
+    def needs_refresh(self) -> bool:
+        now = self._clock()
+        with self._lock:
+            due = self._stale or now - self._last_success_s >= self._max_age_s
+            return due and now - self._last_attempt_s >= self._backoff_locked()
+
+    def _backoff_locked(self) -> float:
+        return float(
+            min(self._retry_backoff_s * 2 ** min(self._failures, 16), self._retry_backoff_max_s)
+        )
+
+    # -- refreshing ------------------------------------------------------------------------
+    def maybe_refresh(self) -> KafkaError | None:
+        """Refresh when stale and the backoff has passed. Returns the failure (a value: the
+        caller decides, usually to try again later) or None."""
+        if not self.needs_refresh():
+            return None
+        try:
+            self.refresh()
+        except KafkaError as error:
+            return error
+        return None
+
+    def refresh(self, topics: Iterable[str] = (), *, all_topics: bool = False) -> ClusterSnapshot:
+        """Ask one broker (known brokers first, then the bootstrap list) for metadata about
+        every topic of interest plus ``topics``. Raises KafkaError(NETWORK_EXCEPTION) when no
+        broker answered."""
+        self.add_topics(topics)
+        with self._refresh_lock:
+            with self._lock:
+                wanted = sorted(self._topics)
+                self._last_attempt_s = self._clock()
+                self._stale = False
+            request = pb.MetadataRequest(topics=wanted, all_topics=all_topics)
+            failures: list[str] = []
+            for address in self._candidates():
+                try:
+                    response = self.stub(address).Metadata(
+                        request, timeout=min(self.request_timeout_s, 10.0)
+                    )
+                except grpc.RpcError as error:
+                    failures.append(str(rpc_error(error, address)))
+                    continue
+                return self._install(response, all_topics)
+            with self._lock:
+                self._failures += 1
+                self._stale = True
+            raise KafkaError(
+                ErrorCode.NETWORK_EXCEPTION, "no broker answered Metadata: " + "; ".join(failures)
+            )
+
+    def _install(self, response: pb.MetadataResponse, all_topics: bool) -> ClusterSnapshot:
+        with self._lock:
+            snapshot = _snapshot_from(response, self._snapshot, all_topics)
+            self._snapshot = snapshot
+            self._failures = 0
+            self._last_success_s = self._clock()
+            return snapshot
+
+    def _candidates(self) -> list[str]:
+        known = [b.address for b in self.snapshot().brokers.values()]
+        return known + [a for a in self.bootstrap if a not in known]
+
+    def wait_for_topic(self, topic: str, timeout_s: float) -> TopicInfo:
+        """Metadata for ``topic`` with its partitions, refreshing with backoff while it is
+        unknown or in a retriable error, for at most ``timeout_s``. Raises its KafkaError."""
+        deadline = self._clock() + timeout_s
+        self.add_topics([topic])
+        last: KafkaError | None = None
+        while True:
+            info = self.snapshot().topics.get(topic)
+            if info is not None and info.error is ErrorCode.NONE and info.partitions:
+                return info
+            if info is not None and info.error is not ErrorCode.NONE:
+                last = KafkaError(info.error, info.error_message or topic)
+                if not info.error.retriable:
+                    raise last
+            remaining = deadline - self._clock()
+            if remaining <= 0:
+                raise last or KafkaError(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    f"{topic} not in metadata after {timeout_s}s",
+                )
+            self._sleep(min(self.backoff_s(), remaining) if last is not None else 0.0)
+            try:
+                self.refresh([topic])
+            except KafkaError as error:
+                last = error
+
+    def _sleep(self, seconds: float) -> None:
+        """Back off between metadata attempts (not a synchronisation: nothing signals)."""
+        if seconds > 0:
+            time.sleep(seconds)
+
+    # -- channels --------------------------------------------------------------------------
+    def stub(self, target: BrokerInfo | str) -> pb_grpc.BrokerServiceStub:
+        address = target.address if isinstance(target, BrokerInfo) else target
+        with self._lock:
+            if self._closed:
+                raise KafkaError(ErrorCode.NETWORK_EXCEPTION, "the client is closed")
+            channel = self._channels.get(address)
+            if channel is None:
+                channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+                self._channels[address] = channel
+        return pb_grpc.BrokerServiceStub(channel)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            channels = list(self._channels.values())
+            self._channels.clear()
+        for channel in channels:
+            channel.close()

@@ -1,0 +1,315 @@
+"""The producer's one sender thread (Kafka's ``Sender``): drains ready batches from the
+accumulator, groups them by leader broker into one ProduceRequest per broker, keeps up to
+``max.in.flight.requests.per.connection`` requests in flight per broker (asynchronous unary
+calls, so requests pipeline), and settles each partition's batch from the response.
+
+Per partition, the response decides:
+
+* NONE: every record's future gets ``base_offset + index``.
+* a retriable error (``ErrorCode.retriable``; a failed RPC that is UNAVAILABLE, CANCELLED,
+  ABORTED or DEADLINE_EXCEEDED counts as NETWORK_EXCEPTION / REQUEST_TIMED_OUT): metadata is
+  invalidated when the error says the leader moved, and the batch goes back to the front of its
+  partition's deque after ``retry.backoff.ms``, while ``retries`` and ``delivery.timeout.ms``
+  allow. The partition stays muted while its batch is in flight, so order is kept.
+* anything else (MESSAGE_TOO_LARGE, INVALID_RECORD, CORRUPT_MESSAGE, ...): the futures fail
+  with ``KafkaError``. CORRUPT_MESSAGE is retriable in Kafka (bits flipped on the way); here the
+  batch bytes are built once and gRPC checks its transport, so resending the same bytes cannot
+  help and it fails at once.
+* UNKNOWN_TOPIC_OR_PARTITION is retried after a metadata refresh, unless the refreshed
+  metadata says the topic does not exist: then its queued batches fail.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import grpc
+
+from dataplane.client._accumulator import (
+    ProducerBatch,
+    ProducerTimeoutError,
+    RecordAccumulator,
+)
+from dataplane.client._cluster import BrokerInfo, Cluster, rpc_error
+from dataplane.client._config import ProducerConfig
+from dataplane.client._types import TopicPartition
+from protos import broker_pb2 as pb
+from raftlog.errors import ErrorCode, KafkaError
+from raftlog.records import encode_batch
+
+LEADER_ERRORS = frozenset(
+    {
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+        ErrorCode.NETWORK_EXCEPTION,
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.REPLICA_NOT_AVAILABLE,
+    }
+)
+NEVER_RETRIED = frozenset({ErrorCode.CORRUPT_MESSAGE})
+MAX_IDLE_S = 0.5  # the longest the loop sleeps without a reason to wake: expiry checks
+
+
+@dataclass(eq=False)
+class InFlightRequest:
+    node_id: int
+    batches: dict[TopicPartition, ProducerBatch]
+    call: grpc.Future | None = None
+    settled: bool = False
+
+
+@dataclass
+class _Wakeup:
+    condition: threading.Condition = field(default_factory=threading.Condition)
+    woken: bool = False
+    completions: deque[InFlightRequest] = field(default_factory=deque)
+
+
+class Sender:
+    def __init__(
+        self,
+        cluster: Cluster,
+        accumulator: RecordAccumulator,
+        config: ProducerConfig,
+        clock: Callable[[], float],
+    ) -> None:
+        self._cluster = cluster
+        self._accumulator = accumulator
+        self._config = config
+        self._clock = clock
+        self._acks = config.acks_code
+        self._rpc_timeout_s = config.request_timeout_ms / 1000
+        self._retry_backoff_s = config.retry_backoff_ms / 1000
+        self._delivery_timeout_s = config.delivery_timeout_ms / 1000
+        self._wake = _Wakeup()
+        self._in_flight: dict[int, set[InFlightRequest]] = {}
+        self._check_topics: set[str] = set()
+        self._running = True
+        self._forced = False
+        self.thread = threading.Thread(target=self.run, name="raftlog-producer-sender", daemon=True)
+
+    # -- control (application threads) -----------------------------------------------------
+    def wakeup(self) -> None:
+        with self._wake.condition:
+            self._wake.woken = True
+            self._wake.condition.notify()
+
+    def initiate_close(self) -> None:
+        """Stop after every accepted record is settled."""
+        self._running = False
+        self.wakeup()
+
+    def force_close(self) -> None:
+        """Stop now: fail what is queued and in flight."""
+        self._running = False
+        self._forced = True
+        self.wakeup()
+
+    # -- the loop --------------------------------------------------------------------------
+    def run(self) -> None:
+        while self._running:
+            self.run_once()
+        while not self._forced and (self._accumulator.has_incomplete() or self._requests()):
+            self.run_once()
+        if self._forced:
+            self._abort_all()
+
+    def _requests(self) -> int:
+        return sum(len(requests) for requests in self._in_flight.values())
+
+    def run_once(self) -> None:
+        self._settle_completions()
+        for batch in self._accumulator.expire(self._delivery_timeout_s):
+            self._fail(
+                batch, ProducerTimeoutError("expired before it was sent: delivery.timeout.ms")
+            )
+        if self._cluster.maybe_refresh() is None and self._check_topics:
+            self._fail_missing_topics()
+        ready = self._accumulator.ready()
+        snapshot = self._cluster.snapshot()
+        by_leader: dict[int, list[TopicPartition]] = {}
+        leaders: dict[int, BrokerInfo] = {}
+        for tp in ready.partitions:
+            leader = snapshot.leader(tp.topic, tp.partition)
+            if leader is None:
+                self._cluster.invalidate()
+                continue
+            leaders[leader.node_id] = leader
+            by_leader.setdefault(leader.node_id, []).append(tp)
+        for node_id, partitions in by_leader.items():
+            if (
+                len(self._in_flight.get(node_id, ()))
+                < self._config.max_in_flight_requests_per_connection
+            ):
+                batches = self._accumulator.drain(partitions, self._config.max_request_size)
+                if batches:
+                    self._send(leaders[node_id], batches)
+        self._wait(ready.next_ready_s)
+
+    def _wait(self, next_ready_s: float | None) -> None:
+        if not self._running and not self._requests() and not self._accumulator.has_incomplete():
+            return  # closing and nothing is left: the loop ends now
+        timeout = MAX_IDLE_S
+        if next_ready_s is not None:
+            timeout = min(timeout, max(0.0, next_ready_s - self._clock()))
+        if self._cluster.needs_refresh():
+            timeout = min(timeout, self._cluster.backoff_s())
+        with self._wake.condition:
+            if not self._wake.woken and not self._wake.completions:
+                self._wake.condition.wait(timeout)
+            self._wake.woken = False
+
+    # -- sending ---------------------------------------------------------------------------
+    def _send(self, leader: BrokerInfo, batches: list[ProducerBatch]) -> None:
+        by_topic: dict[str, list[pb.ProducePartition]] = {}
+        request_batches: dict[TopicPartition, ProducerBatch] = {}
+        for batch in batches:
+            if batch.payload is None:
+                try:
+                    batch.payload = encode_batch(
+                        batch.records, compression=self._config.compression
+                    )
+                except KafkaError as error:  # a record the codec refuses: fail this batch only
+                    self._fail(batch, error)
+                    continue
+            request_batches[batch.tp] = batch
+            by_topic.setdefault(batch.tp.topic, []).append(
+                pb.ProducePartition(partition=batch.tp.partition, records=batch.payload)
+            )
+        if not request_batches:
+            return
+        request = pb.ProduceRequest(
+            acks=self._acks,
+            timeout_ms=self._config.request_timeout_ms,
+            topics=[pb.ProduceTopic(name=t, partitions=ps) for t, ps in by_topic.items()],
+        )
+        entry = InFlightRequest(leader.node_id, request_batches)
+        try:
+            entry.call = self._cluster.stub(leader).Produce.future(
+                request, timeout=self._rpc_timeout_s
+            )
+        except KafkaError as error:  # the client is closed under us
+            for batch in request_batches.values():
+                self._fail(batch, error)
+            return
+        self._in_flight.setdefault(leader.node_id, set()).add(entry)
+        if self._acks == 0:  # no answer is awaited: the records are done once sent
+            for batch in request_batches.values():
+                self._succeed(batch, base_offset=-1, log_append_time_ms=-1, with_offsets=False)
+        entry.call.add_done_callback(lambda _: self._on_done(entry))
+
+    def _on_done(self, entry: InFlightRequest) -> None:
+        """gRPC's callback thread: hand the finished call to the sender thread."""
+        with self._wake.condition:
+            self._wake.completions.append(entry)
+            self._wake.condition.notify()
+
+    # -- settling --------------------------------------------------------------------------
+    def _settle_completions(self) -> None:
+        with self._wake.condition:
+            done = list(self._wake.completions)
+            self._wake.completions.clear()
+        for entry in done:
+            if entry.settled:
+                continue
+            entry.settled = True
+            self._in_flight.get(entry.node_id, set()).discard(entry)
+            if self._acks != 0:
+                self._settle(entry)
+
+    def _settle(self, entry: InFlightRequest) -> None:
+        assert entry.call is not None, "a completed request was sent"
+        try:
+            response: pb.ProduceResponse = entry.call.result()
+        except grpc.RpcError as error:
+            failure = rpc_error(error, f"Produce to broker {entry.node_id}")
+            for batch in entry.batches.values():
+                self._retry_or_fail(batch, failure)
+            return
+        except grpc.FutureCancelledError:
+            failure = KafkaError(ErrorCode.NETWORK_EXCEPTION, "the request was cancelled")
+            for batch in entry.batches.values():
+                self._retry_or_fail(batch, failure)
+            return
+        answers = {
+            TopicPartition(topic.name, p.partition): p
+            for topic in response.topics
+            for p in topic.partitions
+        }
+        for tp, batch in entry.batches.items():
+            answer = answers.get(tp)
+            if answer is None:
+                self._fail(batch, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"no answer for {tp}"))
+            elif answer.error_code == ErrorCode.NONE.code:
+                self._succeed(batch, answer.base_offset, answer.log_append_time_ms)
+            else:
+                code = ErrorCode.from_code(answer.error_code)
+                self._retry_or_fail(batch, KafkaError(code, answer.error_message or str(tp)))
+
+    def _retry_or_fail(self, batch: ProducerBatch, error: KafkaError) -> None:
+        expired = (
+            batch.created_s + self._delivery_timeout_s <= self._clock() + self._retry_backoff_s
+        )
+        retriable = error.retriable and error.error not in NEVER_RETRIED
+        if not retriable or batch.attempts > self._config.retries or expired or self._forced:
+            if retriable and expired:
+                error = ProducerTimeoutError(f"delivery.timeout.ms passed; last error {error}")
+            self._fail(batch, error)
+            return
+        if error.error in LEADER_ERRORS:
+            self._cluster.invalidate()
+        if error.error is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            self._check_topics.add(batch.tp.topic)
+        self._accumulator.reenqueue(batch, self._retry_backoff_s)
+
+    def _fail_missing_topics(self) -> None:
+        """After a refresh: batches of topics the metadata says do not exist fail."""
+        snapshot = self._cluster.snapshot()
+        missing = {
+            topic
+            for topic in self._check_topics
+            if (info := snapshot.topics.get(topic)) is not None
+            and info.error is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        }
+        self._check_topics.clear()
+        error = KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "the topic does not exist")
+        for batch in self._accumulator.remove_queued(lambda tp: tp.topic in missing):
+            self._fail(batch, error)
+
+    def _succeed(
+        self,
+        batch: ProducerBatch,
+        base_offset: int,
+        log_append_time_ms: int,
+        with_offsets: bool = True,
+    ) -> None:
+        self._accumulator.complete(batch)
+        for index, future in enumerate(batch.futures):
+            offset = base_offset + index if with_offsets else -1
+            future.set_result(batch.metadata(index, offset, log_append_time_ms))
+
+    def _fail(self, batch: ProducerBatch, error: KafkaError) -> None:
+        self._accumulator.complete(batch)
+        for future in batch.futures:
+            future.set_exception(error)
+
+    def _abort_all(self) -> None:
+        error = KafkaError(ErrorCode.NETWORK_EXCEPTION, "the producer was closed before delivery")
+        for requests in self._in_flight.values():
+            for entry in requests:
+                entry.settled = True
+                if entry.call is not None:
+                    entry.call.cancel()
+                if self._acks != 0:
+                    for batch in entry.batches.values():
+                        self._fail(batch, error)
+        self._in_flight.clear()
+        for batch in self._accumulator.remove_queued(lambda _: True):
+            self._fail(batch, error)

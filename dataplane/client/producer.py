@@ -1,0 +1,277 @@
+"""The producer: ``send`` appends to a :class:`RecordAccumulator`, one sender thread ships.
+
+Kafka's architecture and settings (``acks``, ``batch.size``, ``linger.ms``,
+``compression.type``, ``retries``, ``delivery.timeout.ms``, ``retry.backoff.ms``,
+``request.timeout.ms``, ``max.in.flight.requests.per.connection``, ``buffer.memory``,
+``max.block.ms``, ``max.request.size``) with underscores. ``send`` returns a
+``concurrent.futures.Future[RecordMetadata]``; expected failures (a missing topic, a record too
+large, a delivery timeout, a broker's non-retriable error) arrive on the future as
+``KafkaError``, never as an exception from ``send``. ``send`` raises only for a caller's bug
+(wrong types: ``TypeError``/``ValueError``) or after ``close`` (``ProducerClosedError``).
+
+Ordering: records of one partition are delivered in ``send`` order, also across retries: at
+most one batch per partition is in flight (see ``_accumulator``).
+
+Idempotence (producer ids, sequence numbers) is not implemented yet: batches carry
+producer id -1.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import random
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future
+from types import TracebackType
+from typing import Literal
+
+from dataplane.client._accumulator import (
+    ProducerClosedError,
+    ProducerTimeoutError,
+    RecordAccumulator,
+    estimate_record_bytes,
+)
+from dataplane.client._cluster import Cluster
+from dataplane.client._config import ProducerConfig
+from dataplane.client._sender import Sender
+from dataplane.client._types import RecordMetadata, TopicPartition
+from dataplane.client.partitioner import StickyPartitioner, partition_for_key
+from raftlog.batch import HEADER_SIZE
+from raftlog.errors import ErrorCode, KafkaError
+from raftlog.records import Headers
+
+__all__ = ["Producer", "ProducerClosedError", "ProducerTimeoutError"]
+
+Callback = Callable[[RecordMetadata | None, BaseException | None], None]
+CLOSE_FORCE_WAIT_S = 5.0  # after a forced close, how long to wait for the sender to stop
+
+
+def _as_bytes(name: str, data: bytes | bytearray | memoryview | None) -> bytes | None:
+    if data is None or isinstance(data, bytes):
+        return data
+    if isinstance(data, bytearray | memoryview):
+        return bytes(data)
+    raise TypeError(f"{name} must be bytes or None, not {type(data).__name__}")
+
+
+def _as_headers(headers: Iterable[tuple[str, bytes | None]] | None) -> Headers:
+    if headers is None:
+        return ()
+    result = tuple((key, _as_bytes("a header value", value)) for key, value in headers)
+    for key, _ in result:
+        if not isinstance(key, str):
+            raise TypeError(f"a header key must be str, not {type(key).__name__}")
+    return result
+
+
+class Producer:
+    """A thread-safe Kafka-style producer. Use as a context manager or call :meth:`close`."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str | Sequence[str],
+        *,
+        acks: Literal[0, 1, -1, "all"] = "all",
+        batch_size: int = 16_384,
+        linger_ms: int = 5,
+        compression_type: Literal["none", "gzip", "snappy", "lz4", "zstd"] = "none",
+        retries: int = 2**31 - 1,
+        delivery_timeout_ms: int = 120_000,
+        retry_backoff_ms: int = 100,
+        retry_backoff_max_ms: int = 1_000,
+        request_timeout_ms: int = 30_000,
+        max_in_flight_requests_per_connection: int = 5,
+        buffer_memory: int = 32 * 1024 * 1024,
+        max_block_ms: int = 60_000,
+        max_request_size: int = 1024 * 1024,
+        metadata_max_age_ms: int = 300_000,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = ProducerConfig(
+            acks=acks,
+            batch_size=batch_size,
+            linger_ms=linger_ms,
+            compression_type=compression_type,
+            retries=retries,
+            delivery_timeout_ms=delivery_timeout_ms,
+            retry_backoff_ms=retry_backoff_ms,
+            retry_backoff_max_ms=retry_backoff_max_ms,
+            request_timeout_ms=request_timeout_ms,
+            max_in_flight_requests_per_connection=max_in_flight_requests_per_connection,
+            buffer_memory=buffer_memory,
+            max_block_ms=max_block_ms,
+            max_request_size=max_request_size,
+            metadata_max_age_ms=metadata_max_age_ms,
+        )
+        self._clock = clock
+        self._cluster = Cluster(
+            bootstrap_servers,
+            request_timeout_ms=request_timeout_ms,
+            retry_backoff_ms=retry_backoff_ms,
+            retry_backoff_max_ms=retry_backoff_max_ms,
+            metadata_max_age_ms=metadata_max_age_ms,
+            clock=clock,
+        )
+        self._accumulator = RecordAccumulator(
+            batch_size=batch_size, linger_ms=linger_ms, buffer_memory=buffer_memory, clock=clock
+        )
+        self._sticky = StickyPartitioner(rng or random.Random())
+        self._sender = Sender(self._cluster, self._accumulator, self.config, clock)
+        self._closed = False
+        self._sender.thread.start()
+
+    # -- sending ---------------------------------------------------------------------------
+    def send(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Iterable[tuple[str, bytes | None]] | None = None,
+        callback: Callback | None = None,
+    ) -> Future[RecordMetadata]:
+        """Queue one record; the future completes when the broker acknowledged it (per
+        ``acks``) or delivery failed. ``callback(metadata, exception)`` runs on completion
+        (on the sender thread: keep it short). Blocks at most ``max.block.ms`` for metadata
+        and buffer space."""
+        if self._closed:
+            raise ProducerClosedError("send() after close()")
+        if not isinstance(topic, str) or not topic:
+            raise ValueError("topic must be a non-empty str")
+        record = (
+            _as_bytes("key", key),
+            _as_bytes("value", value),
+            int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms),
+            _as_headers(headers),
+        )
+        future: Future[RecordMetadata] = Future()
+        future.set_running_or_notify_cancel()  # records cannot be taken back once accepted
+        if callback is not None:
+            future.add_done_callback(_adapt(callback))
+        try:
+            self._append(topic, partition, record, future)
+        except KafkaError as error:
+            future.set_exception(error)
+        return future
+
+    def _append(
+        self,
+        topic: str,
+        partition: int | None,
+        record: tuple[bytes | None, bytes | None, int, Headers],
+        future: Future[RecordMetadata],
+    ) -> None:
+        key, value, _, headers = record
+        size = estimate_record_bytes(key, value, headers) + HEADER_SIZE
+        if size > self.config.max_request_size or size > self.config.buffer_memory:
+            raise KafkaError(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                f"a record of ~{size} bytes exceeds max.request.size={self.config.max_request_size}"
+                f" or buffer.memory={self.config.buffer_memory}",
+            )
+        deadline = self._clock() + self.config.max_block_ms / 1000
+        count = self._partition_count(topic, partition, deadline)
+        chosen = partition
+        if chosen is None and key is not None:
+            chosen = partition_for_key(key, count)
+        sticky = chosen is None
+        if chosen is None:
+            available = self._cluster.snapshot().available_partitions(topic)
+            chosen = self._sticky.partition(topic, available, count)
+        remaining_s = max(0.0, deadline - self._clock())
+        result = self._accumulator.append(
+            TopicPartition(topic, chosen),
+            record,
+            future,
+            abort_on_new_batch=sticky,
+            max_block_s=remaining_s,
+        )
+        if result.aborted:  # KIP-480: a new batch moves the sticky partition on
+            available = self._cluster.snapshot().available_partitions(topic)
+            chosen = self._sticky.on_new_batch(topic, chosen, available, count)
+            result = self._accumulator.append(
+                TopicPartition(topic, chosen),
+                record,
+                future,
+                max_block_s=max(0.0, deadline - self._clock()),
+            )
+        if result.batch_full or result.new_batch:
+            self._sender.wakeup()
+
+    def _partition_count(self, topic: str, partition: int | None, deadline: float) -> int:
+        count = self._cluster.snapshot().partition_count(topic)
+        if count is None:
+            try:
+                info = self._cluster.wait_for_topic(topic, max(0.0, deadline - self._clock()))
+            except KafkaError as error:
+                if error.error is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                    raise ProducerTimeoutError(
+                        f"topic {topic!r} not in metadata after max.block.ms: {error}"
+                    ) from error
+                raise
+            count = len(info.partitions)
+        if partition is not None and not 0 <= partition < count:
+            self._cluster.refresh([topic])  # it may have grown since the cache was filled
+            count = self._cluster.snapshot().partition_count(topic) or count
+            if not 0 <= partition < count:
+                raise KafkaError(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    f"partition {partition} is not in topic {topic!r} of {count} partitions",
+                )
+        return count
+
+    def partitions_for(self, topic: str) -> list[int]:
+        """The topic's partition ids (waits at most ``max.block.ms`` for metadata)."""
+        info = self._cluster.wait_for_topic(topic, self.config.max_block_ms / 1000)
+        return [p.partition for p in info.partitions]
+
+    # -- flush and close ---------------------------------------------------------------------
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything queued now and wait for it to complete (successfully or not).
+        Raises ProducerTimeoutError when ``timeout`` (seconds) passes first."""
+        batches = self._accumulator.begin_flush()
+        try:
+            self._sender.wakeup()
+            waits = [batch.futures[-1] for batch in batches if batch.futures]
+            _, not_done = concurrent.futures.wait(waits, timeout=timeout)
+            if not_done:
+                raise ProducerTimeoutError(f"flush: {len(not_done)} batches still in flight")
+        finally:
+            self._accumulator.end_flush()
+
+    def close(self, timeout: float | None = None) -> None:
+        """Deliver what is queued (within ``timeout`` seconds, None = until every record is
+        settled, itself bounded by ``delivery.timeout.ms``), then stop. Records still
+        pending after ``timeout`` fail. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._accumulator.close()
+        self._sender.initiate_close()
+        self._sender.thread.join(timeout)
+        if self._sender.thread.is_alive():
+            self._sender.force_close()
+            self._sender.thread.join(CLOSE_FORCE_WAIT_S)
+        self._cluster.close()
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _adapt(callback: Callback) -> Callable[[Future[RecordMetadata]], None]:
+    def on_done(future: Future[RecordMetadata]) -> None:
+        error = future.exception()
+        callback(None if error is not None else future.result(), error)
+
+    return on_done

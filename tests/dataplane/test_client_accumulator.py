@@ -1,0 +1,194 @@
+"""The producer's RecordAccumulator as pure logic, with an injected clock."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+
+import pytest
+
+from dataplane.client._accumulator import (
+    ProducerClosedError,
+    ProducerTimeoutError,
+    RecordAccumulator,
+    estimate_record_bytes,
+)
+from dataplane.client._types import RecordMetadata, TopicPartition
+
+TP0 = TopicPartition("t", 0)
+TP1 = TopicPartition("t", 1)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now_s = 1000.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+    def advance_ms(self, ms: float) -> None:
+        self.now_s += ms / 1000
+
+
+def record(value: bytes, ts: int = 1) -> tuple[bytes | None, bytes | None, int, tuple[()]]:
+    return (None, value, ts, ())
+
+
+def make(
+    clock: FakeClock, batch_size: int = 1000, linger_ms: int = 10, memory: int = 1 << 20
+) -> RecordAccumulator:
+    return RecordAccumulator(
+        batch_size=batch_size, linger_ms=linger_ms, buffer_memory=memory, clock=clock
+    )
+
+
+def fut() -> Future[RecordMetadata]:
+    return Future()
+
+
+def test_a_batch_becomes_ready_after_linger_ms() -> None:
+    clock = FakeClock()
+    acc = make(clock, linger_ms=10)
+    result = acc.append(TP0, record(b"a"), fut())
+    assert result.new_batch and not result.batch_full
+    ready = acc.ready()
+    assert ready.partitions == []
+    assert ready.next_ready_s == pytest.approx(clock.now_s + 0.010)
+    clock.advance_ms(9)
+    assert acc.ready().partitions == []
+    clock.advance_ms(1)
+    assert acc.ready().partitions == [TP0]
+
+
+def test_a_batch_is_ready_when_batch_size_is_reached() -> None:
+    clock = FakeClock()
+    size = estimate_record_bytes(None, b"x" * 100, ())
+    acc = make(clock, batch_size=61 + 3 * size, linger_ms=10_000)
+    assert not acc.append(TP0, record(b"x" * 100), fut()).batch_full
+    assert not acc.append(TP0, record(b"x" * 100), fut()).batch_full
+    assert acc.append(TP0, record(b"x" * 100), fut()).batch_full
+    assert acc.ready().partitions == [TP0]
+    result = acc.append(TP0, record(b"x" * 100), fut())
+    assert result.new_batch and result.batch_full  # the previous batch waits to be sent
+    drained = acc.drain([TP0], 1 << 20)
+    assert [len(b.records) for b in drained] == [3]
+
+
+def test_a_record_larger_than_batch_size_gets_its_own_full_batch() -> None:
+    clock = FakeClock()
+    acc = make(clock, batch_size=100)
+    result = acc.append(TP0, record(b"x" * 500), fut())
+    assert result.new_batch and result.batch_full
+
+
+def test_drain_takes_one_batch_per_partition_and_mutes_it_until_completed() -> None:
+    clock = FakeClock()
+    acc = make(clock, batch_size=100, linger_ms=0)
+    for i in range(3):
+        acc.append(TP0, record(bytes([i]) * 90), fut())
+    acc.append(TP1, record(b"b"), fut())
+    first = acc.drain([TP0, TP1], 1 << 20)
+    assert sorted(b.tp.partition for b in first) == [0, 1]
+    assert acc.ready().partitions == []  # both partitions are muted while in flight
+    assert acc.drain([TP0, TP1], 1 << 20) == []
+    [batch0] = [b for b in first if b.tp == TP0]
+    acc.complete(batch0)
+    assert acc.ready().partitions == [TP0]
+    second = acc.drain([TP0], 1 << 20)
+    assert second[0].records[0][1] == b"\x01" * 90  # in order
+
+
+def test_a_retried_batch_goes_back_first_and_waits_for_its_backoff() -> None:
+    clock = FakeClock()
+    acc = make(clock, batch_size=100, linger_ms=0)
+    acc.append(TP0, record(b"1" * 90), fut())
+    acc.append(TP0, record(b"2" * 90), fut())
+    [first] = acc.drain([TP0], 1 << 20)
+    acc.reenqueue(first, backoff_s=0.1)
+    assert acc.ready().partitions == []  # backing off: the later batch may not overtake it
+    assert acc.drain([TP0], 1 << 20) == []
+    clock.advance_ms(100)
+    assert acc.ready().partitions == [TP0]
+    [again] = acc.drain([TP0], 1 << 20)
+    assert again is first and again.attempts == 2
+
+
+def test_drain_respects_max_request_size_but_always_takes_one() -> None:
+    clock = FakeClock()
+    acc = make(clock, batch_size=10_000, linger_ms=0)
+    for tp in (TP0, TP1):
+        acc.append(tp, record(b"x" * 500), fut())
+    assert len(acc.drain([TP0, TP1], 600)) == 1
+    assert len(acc.drain([TP0, TP1], 600)) == 1
+
+
+def test_flush_makes_lingering_batches_ready() -> None:
+    clock = FakeClock()
+    acc = make(clock, linger_ms=60_000)
+    acc.append(TP0, record(b"a"), fut())
+    assert acc.ready().partitions == []
+    batches = acc.begin_flush()
+    assert len(batches) == 1
+    assert acc.ready().partitions == [TP0]
+    acc.end_flush()
+    assert acc.ready().partitions == []
+
+
+def test_buffer_memory_blocks_then_times_out() -> None:
+    clock = FakeClock()
+    size = estimate_record_bytes(None, b"x" * 100, ())
+    acc = make(clock, memory=size)
+    acc.append(TP0, record(b"x" * 100), fut())
+    assert acc.used_bytes == size
+    with pytest.raises(ProducerTimeoutError):
+        acc.append(TP1, record(b"x" * 100), fut(), max_block_s=0.0)
+
+
+def test_buffer_memory_is_released_when_a_batch_completes() -> None:
+    clock = FakeClock()
+    size = estimate_record_bytes(None, b"x" * 100, ())
+    acc = make(clock, memory=size, linger_ms=0)
+    acc.append(TP0, record(b"x" * 100), fut())
+    appended = threading.Event()
+
+    def blocked_append() -> None:
+        # the fake clock does not move, so this waits on the condition until memory frees up
+        acc.append(TP1, record(b"x" * 100), fut(), max_block_s=30.0)
+        appended.set()
+
+    thread = threading.Thread(target=blocked_append)
+    thread.start()
+    assert not appended.wait(0.05)
+    [batch] = acc.drain([TP0], 1 << 20)
+    acc.complete(batch)
+    assert appended.wait(10)
+    thread.join(10)
+    assert acc.used_bytes == size
+
+
+def test_expire_removes_old_queued_batches_only() -> None:
+    clock = FakeClock()
+    acc = make(clock, batch_size=100, linger_ms=0)
+    acc.append(TP0, record(b"1" * 90), fut())
+    clock.advance_ms(50)
+    acc.append(TP0, record(b"2" * 90), fut())
+    clock.advance_ms(60)
+    expired = acc.expire(delivery_timeout_s=0.1)
+    assert [(b.records[0][1] or b"")[:1] for b in expired] == [b"1"]
+    assert acc.ready().partitions == [TP0]
+
+
+def test_abort_on_new_batch_appends_nothing() -> None:
+    clock = FakeClock()
+    acc = make(clock)
+    result = acc.append(TP0, record(b"a"), fut(), abort_on_new_batch=True)
+    assert result.aborted and not acc.has_incomplete()
+    acc.append(TP0, record(b"a"), fut())
+    assert not acc.append(TP0, record(b"b"), fut(), abort_on_new_batch=True).aborted
+
+
+def test_append_after_close_raises() -> None:
+    acc = make(FakeClock())
+    acc.close()
+    with pytest.raises(ProducerClosedError):
+        acc.append(TP0, record(b"a"), fut())
