@@ -9,10 +9,11 @@ STAMP   := $(VENV)/.installed
 DEB_NEEDS := iptables:iptables
 PYTEST_WORKERS ?= 2
 
-.PHONY: help venv deps lint test test-fast demo bench clean protos cluster-up cluster-down cluster-status
+.PHONY: help venv deps lint test test-fast demo demo-storage bench clean protos cluster-up cluster-down cluster-status
 
 help:
-	@echo "make demo   - set up, run the storage demo end to end, clean up"
+	@echo "make demo   - set up, start 3 nodes, produce with acks=all through a leader SIGKILL, verify, stop"
+	@echo "make demo-storage - the storage engine alone: SIGKILL a writer, recover, verify"
 	@echo "make test   - set up, lint, run the whole test suite"
 	@echo "make lint   - ruff, mypy (strict on raftlog/), import-linter"
 	@echo "make bench  - benchmarks; figures in bench/results/latest.json"
@@ -50,6 +51,9 @@ test-fast: deps
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup -m "not slow"
 
 demo: deps
+	$(BIN)/raftlog demo cluster
+
+demo-storage: deps
 	$(BIN)/raftlog demo storage
 
 bench: deps

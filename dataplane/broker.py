@@ -128,10 +128,12 @@ class Broker:
         )  # fmt: skip
         self.servicer = BrokerServicer(
             settings.broker_id, self.replicas, metrics, settings.cluster_id,
-            settings.controller_addresses, self._enqueue_isr,
+            settings.controller_addresses, self._enqueue_isr, self.allocate_producer_id,
         )  # fmt: skip
         self.server: grpc.Server | None = None
         self.image = MetadataImage()
+        self._producer_ids_lock = threading.Lock()
+        self._producer_ids = range(0)  # the rest of the block the controller gave this broker
         self._stream: grpc.Future | None = None
         self._threads = [
             threading.Thread(target=self._lifecycle, name="broker-lifecycle", daemon=True),
@@ -335,6 +337,25 @@ class Broker:
                     state.partition_epoch,
                 ),
             )  # fmt: skip
+
+    # -- producer ids ------------------------------------------------------------------------
+    def allocate_producer_id(self) -> int:
+        """The next id of this broker's block; a new block from the controller when spent."""
+        with self._producer_ids_lock:
+            if not self._producer_ids:
+                if self.broker_epoch < 0:
+                    raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "broker not registered")
+                response = self.client.checked(
+                    "AllocateProducerIds",
+                    cpb.AllocateProducerIdsRequest(
+                        broker_id=self.settings.broker_id, broker_epoch=self.broker_epoch
+                    ),
+                )
+                start = response.producer_id_start
+                self._producer_ids = range(start, start + response.producer_id_len)
+            producer_id = self._producer_ids[0]
+            self._producer_ids = self._producer_ids[1:]
+            return producer_id
 
     # -- shutdown ------------------------------------------------------------------------------
     def controlled_shutdown(self) -> bool:

@@ -68,6 +68,7 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
         cluster_id: str,
         controller_addresses: list[str],
         alter_partition: Callable[[IsrChange], None],
+        allocate_producer_id: Callable[[], int],
     ) -> None:
         self.broker_id = broker_id
         self.replicas = replicas
@@ -75,6 +76,7 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
         self.cluster_id = cluster_id
         self.controller_addresses = controller_addresses
         self.alter_partition = alter_partition
+        self.allocate_producer_id = allocate_producer_id
 
     # -- Produce -------------------------------------------------------------------------------
     def Produce(self, request: pb.ProduceRequest, context: Any) -> pb.ProduceResponse:
@@ -286,6 +288,27 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
         for name in names:
             _describe_topic(image, name, response.topics.add(name=name))
         return response
+
+    # -- InitProducerId ----------------------------------------------------------------------
+    def InitProducerId(
+        self, request: pb.InitProducerIdRequest, context: Any
+    ) -> pb.InitProducerIdResponse:
+        """A new idempotent producer id (epoch 0) from this broker's block of ids."""
+        if request.transactional_id:
+            return pb.InitProducerIdResponse(
+                error_code=ErrorCode.UNSUPPORTED_VERSION.code,
+                error_message="transactions are not supported; leave transactional_id empty",
+                producer_id=-1,
+                producer_epoch=-1,
+            )
+        try:
+            producer_id = self.allocate_producer_id()
+        except KafkaError as error:
+            return pb.InitProducerIdResponse(
+                error_code=error.error.code, error_message=error.message, producer_id=-1,
+                producer_epoch=-1,
+            )  # fmt: skip
+        return pb.InitProducerIdResponse(producer_id=producer_id, producer_epoch=0)
 
 
 def _describe_topic(image: MetadataImage, name: str, out: pb.TopicMetadata) -> None:

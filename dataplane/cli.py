@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from dataplane.cluster_demo import main as cluster_demo
 from dataplane.cluster_status import cluster_status_rows
 from dataplane.local_cluster import LocalCluster
 from dataplane.node import run
@@ -100,6 +101,14 @@ def demo_storage(
 ) -> None:
     """Write, SIGKILL mid-way, recover, verify, finish, compact; print what happened."""
     run_demo(Path(".raftlog/demo"), total_records=records, partitions=partitions, keep=keep)
+
+
+@demo_app.command("cluster")
+def demo_cluster(
+    records: Annotated[int, typer.Option(help="records to produce", min=1000)] = 200_000,
+) -> None:
+    """3 nodes, acks=all writes, SIGKILL of a leader half-way; every acknowledged record back."""
+    raise typer.Exit(cluster_demo(Path(".raftlog/demo-cluster"), records))
 
 
 @log_app.command("dump")

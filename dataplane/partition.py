@@ -20,10 +20,18 @@ from pathlib import Path
 from typing import NamedTuple
 
 from dataplane import replica_state as rs
+from dataplane.producer_state import ProducerStates
 from metadata_quorum.image import PartitionRegistration
+from raftlog.batch import HEADER_SIZE, NO_PRODUCER_ID, iter_batches, read_header, verify_batch
 from raftlog.checkpoint import read_checkpoint, write_checkpoint
 from raftlog.epoch import UNDEFINED_EPOCH
-from raftlog.errors import ErrorCode, KafkaError, OffsetOutOfRangeError, StorageError
+from raftlog.errors import (
+    ErrorCode,
+    InvalidRecordError,
+    KafkaError,
+    OffsetOutOfRangeError,
+    StorageError,
+)
 from raftlog.log import AppendInfo, Log
 
 HIGH_WATERMARK_CHECKPOINT = "high-watermark-checkpoint"
@@ -105,6 +113,8 @@ class Partition:
         self._isr_retry_at_ms = 0  # after a refused ISR change, wait before proposing again
         self.high_watermark = min(self._read_hw_checkpoint(), log.log_end_offset)
         self._checkpointed_hw = self.high_watermark
+        self.producers = ProducerStates()
+        self.producers.rebuild(log.batch_headers())
 
     @property
     def name(self) -> str:
@@ -217,10 +227,29 @@ class Partition:
                     f"{self.name}: ISR {list(self.isr)} is smaller than min.insync.replicas "
                     f"{min_insync_replicas}",
                 )
-            info = self.log.append(records, leader_epoch=self.leader_epoch)
+            header = read_header(records) if len(records) >= HEADER_SIZE else None
+            if header is None or header.producer_id == NO_PRODUCER_ID:
+                info = self.log.append(records, leader_epoch=self.leader_epoch)
+            else:
+                info = self._append_idempotent(records)
             self._maybe_advance_hw()
             self._wake()
             return info, self.leader_epoch
+
+    def _append_idempotent(self, records: bytes) -> AppendInfo:
+        """One batch with a producer id: a retry gets its original offsets, nothing appended."""
+        header = verify_batch(records, 0)
+        if header.size_bytes != len(records):
+            raise InvalidRecordError("an idempotent produce carries exactly one batch")
+        stored = self.producers.check(header)
+        if stored is not None:
+            return AppendInfo(
+                stored.first_offset, stored.last_offset, stored.max_timestamp, -1,
+                header.record_count, 0,
+            )  # fmt: skip
+        info = self.log.append(records, leader_epoch=self.leader_epoch)
+        self.producers.update(header._replace(base_offset=info.first_offset))
+        return info
 
     def acks_all_outcome(
         self, required_offset: int, leader_epoch: int, min_insync_replicas: int
@@ -368,6 +397,8 @@ class Partition:
                 return  # the fetch was for an older leadership: drop it
             if records:
                 self.log.append_as_follower(records)
+                for _, header in iter_batches(records):
+                    self.producers.update(header)
             self.high_watermark = min(leader_hw, self.log.log_end_offset)
             self._wake()
 
@@ -375,8 +406,11 @@ class Partition:
         with self._lock:
             if self.role is not Role.FOLLOWER or self.leader_epoch != leader_epoch:
                 return self.log.log_end_offset
+            before = self.log.log_end_offset
             end = self.log.truncate_to(offset)
             self.high_watermark = min(self.high_watermark, end)
+            if end < before:
+                self.producers.rebuild(self.log.batch_headers())
             return end
 
     def restart_at(self, offset: int, leader_epoch: int) -> None:
@@ -386,6 +420,7 @@ class Partition:
                 return
             self.log.truncate_fully_and_start_at(offset)
             self.high_watermark = offset
+            self.producers.rebuild(())
 
     # -- durability --------------------------------------------------------------------------------
     def _hw_path(self) -> Path:

@@ -16,7 +16,7 @@ import bisect
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -692,6 +692,14 @@ class Log:
             assert self._segments[start : start + len(old)] == old, "segments must be consecutive"
             self._segments[start : start + len(old)] = [new]
             self._base_offsets[start : start + len(old)] = [new.base_offset]
+
+    def batch_headers(self) -> Iterator[BatchHeader]:
+        """The header of every batch from the log start, oldest first (what producer state is
+        rebuilt from). The segments are those of the moment of the call."""
+        for segment in self.segments():
+            for _, header in segment.iter_headers(0):
+                if header.last_offset >= self._log_start_offset:
+                    yield header
 
     def segments(self) -> list[LogSegment]:
         with self._lock:

@@ -75,6 +75,7 @@ class ProducerBatch:
     attempts: int = 0  # how many times it was drained (sent)
     retry_at_s: float = 0.0
     payload: bytes | None = None
+    producer_id: int = -1  # the idempotent producer id the payload carries, -1 = none
 
     def metadata(self, index: int, offset: int, log_append_time_ms: int) -> RecordMetadata:
         key, value, timestamp_ms, _ = self.records[index]

@@ -293,6 +293,10 @@ class Cluster:
             self._last_success_s = self._clock()
             return snapshot
 
+    def any_broker(self) -> str:
+        """The address of some broker (a known one, else the first bootstrap address)."""
+        return self._candidates()[0]
+
     def _candidates(self) -> list[str]:
         known = [b.address for b in self.snapshot().brokers.values()]
         return known + [a for a in self.bootstrap if a not in known]

@@ -37,6 +37,18 @@ class ProducerConfig(BaseModel):
     max_block_ms: int = Field(60_000, ge=0, le=3_600_000)
     max_request_size: int = Field(1 * MiB, ge=1, le=100 * MiB)
     metadata_max_age_ms: int = Field(300_000, ge=0, le=3_600_000)
+    # None: on when acks=all (Kafka's default since 3.0), off otherwise
+    enable_idempotence: bool | None = None
+
+    @model_validator(mode="after")
+    def _idempotence_needs_acks_all(self) -> ProducerConfig:
+        if self.enable_idempotence and self.acks_code != -1:
+            raise ValueError("enable.idempotence requires acks=all")
+        return self
+
+    @property
+    def idempotent(self) -> bool:
+        return self.acks_code == -1 if self.enable_idempotence is None else self.enable_idempotence
 
     @model_validator(mode="after")
     def _delivery_covers_one_attempt(self) -> ProducerConfig:

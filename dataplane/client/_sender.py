@@ -21,6 +21,7 @@ Per partition, the response decides:
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -36,10 +37,12 @@ from dataplane.client._accumulator import (
 from dataplane.client._cluster import BrokerInfo, Cluster, rpc_error
 from dataplane.client._config import ProducerConfig
 from dataplane.client._types import TopicPartition
+from dataplane.producer_state import next_sequence
 from protos import broker_pb2 as pb
 from raftlog.errors import ErrorCode, KafkaError
 from raftlog.records import encode_batch
 
+log = logging.getLogger(__name__)
 LEADER_ERRORS = frozenset(
     {
         ErrorCode.NOT_LEADER_OR_FOLLOWER,
@@ -93,6 +96,12 @@ class Sender:
         self._check_topics: set[str] = set()
         self._running = True
         self._forced = False
+        # Idempotence: the producer id and epoch from InitProducerId, and per partition the
+        # sequence of the next batch. At most one batch per partition is in flight, so a
+        # batch's sequence is fixed when it is first sent and every retry resends it.
+        self._producer_id = -1
+        self._producer_epoch = -1
+        self._sequences: dict[TopicPartition, int] = {}
         self.thread = threading.Thread(target=self.run, name="raftlog-producer-sender", daemon=True)
 
     # -- control (application threads) -----------------------------------------------------
@@ -132,6 +141,9 @@ class Sender:
             )
         if self._cluster.maybe_refresh() is None and self._check_topics:
             self._fail_missing_topics()
+        if self._config.idempotent and self._producer_id < 0 and not self._init_producer_id():
+            self._wait(self._clock() + self._cluster.backoff_s())
+            return
         ready = self._accumulator.ready()
         snapshot = self._cluster.snapshot()
         by_leader: dict[int, list[TopicPartition]] = {}
@@ -166,6 +178,43 @@ class Sender:
                 self._wake.condition.wait(timeout)
             self._wake.woken = False
 
+    # -- idempotence -----------------------------------------------------------------------
+    def _init_producer_id(self) -> bool:
+        """Ask any broker for a producer id; False (retry later) when none answered."""
+        try:
+            address = self._cluster.any_broker()
+            response = self._cluster.stub(address).InitProducerId(
+                pb.InitProducerIdRequest(), timeout=min(self._rpc_timeout_s, 10.0)
+            )
+        except grpc.RpcError as error:
+            self._cluster.invalidate()
+            log.debug("InitProducerId failed: %s", rpc_error(error, "InitProducerId"))
+            return False
+        except KafkaError as error:
+            log.debug("InitProducerId: %s", error)
+            return False
+        if response.error_code:
+            log.debug("InitProducerId: %s", ErrorCode.from_code(response.error_code).name)
+            return False
+        self._producer_id, self._producer_epoch = response.producer_id, response.producer_epoch
+        self._sequences.clear()
+        return True
+
+    def _encode(self, batch: ProducerBatch) -> bytes:
+        if not self._config.idempotent:
+            return encode_batch(batch.records, compression=self._config.compression)
+        sequence = self._sequences.get(batch.tp, 0)
+        payload = encode_batch(
+            batch.records,
+            compression=self._config.compression,
+            producer_id=self._producer_id,
+            producer_epoch=self._producer_epoch,
+            base_sequence=sequence,
+        )
+        self._sequences[batch.tp] = next_sequence(sequence, len(batch.records))
+        batch.producer_id = self._producer_id
+        return payload
+
     # -- sending ---------------------------------------------------------------------------
     def _send(self, leader: BrokerInfo, batches: list[ProducerBatch]) -> None:
         by_topic: dict[str, list[pb.ProducePartition]] = {}
@@ -173,9 +222,7 @@ class Sender:
         for batch in batches:
             if batch.payload is None:
                 try:
-                    batch.payload = encode_batch(
-                        batch.records, compression=self._config.compression
-                    )
+                    batch.payload = self._encode(batch)
                 except KafkaError as error:  # a record the codec refuses: fail this batch only
                     self._fail(batch, error)
                     continue
@@ -297,6 +344,10 @@ class Sender:
 
     def _fail(self, batch: ProducerBatch, error: KafkaError) -> None:
         self._accumulator.complete(batch)
+        if batch.producer_id >= 0 and batch.producer_id == self._producer_id:
+            # The batch's sequences are spent, stored or not: later batches would leave a gap.
+            # A new producer id starts every partition's sequence afresh (KIP-360's remedy).
+            self._producer_id = -1
         for future in batch.futures:
             future.set_exception(error)
 

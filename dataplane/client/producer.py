@@ -86,6 +86,7 @@ class Producer:
         max_block_ms: int = 60_000,
         max_request_size: int = 1024 * 1024,
         metadata_max_age_ms: int = 300_000,
+        enable_idempotence: bool | None = None,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
     ) -> None:
@@ -104,6 +105,7 @@ class Producer:
             max_block_ms=max_block_ms,
             max_request_size=max_request_size,
             metadata_max_age_ms=metadata_max_age_ms,
+            enable_idempotence=enable_idempotence,
         )
         self._clock = clock
         self._cluster = Cluster(

@@ -41,6 +41,7 @@ class FakeCluster:
         self.brokers: dict[int, str] = {}  # node id -> host:port
         self.controller_addresses = controller_addresses
         self.produce_requests: list[pb.ProduceRequest] = []  # every request received
+        self.next_producer_id = 1000
 
     def create_topic(self, name: str, partitions: int, leaders: list[int] | None = None) -> None:
         with self.lock:
@@ -209,6 +210,14 @@ class FakeBroker(pb_grpc.BrokerServiceServicer):
             leader_epoch=state.leader_epoch,
             leader_id=state.leader,
         )
+
+    def InitProducerId(
+        self, request: pb.InitProducerIdRequest, context: grpc.ServicerContext
+    ) -> pb.InitProducerIdResponse:
+        with self.cluster.lock:
+            producer_id = self.cluster.next_producer_id
+            self.cluster.next_producer_id += 1
+        return pb.InitProducerIdResponse(producer_id=producer_id, producer_epoch=0)
 
     def Metadata(
         self, request: pb.MetadataRequest, context: grpc.ServicerContext
