@@ -69,9 +69,9 @@ def test_round_trip(cluster: LocalCluster, acks: str | int, compression: str) ->
     values = [b"%s-%d-" % (topic.encode(), n) * 4 for n in range(300)]
     with Producer(
         cluster.bootstrap_servers,
-        acks=acks,
-        compression_type=compression,
-        linger_ms=2,  # type: ignore[arg-type]
+        acks=acks,  # type: ignore[arg-type]
+        compression_type=compression,  # type: ignore[arg-type]
+        linger_ms=2,
     ) as producer:
         futures = [producer.send(topic, v, key=b"k%d" % (n % 7)) for n, v in enumerate(values)]
         producer.flush(timeout=60)
