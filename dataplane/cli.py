@@ -87,9 +87,12 @@ def _print_status(cluster: LocalCluster, as_json: bool = False) -> None:
     if as_json:
         print(json.dumps(rows, indent=2))
         return
-    table = Table("node", "address", "pid", "role", "match index", "lag", title="cluster")
+    columns = ("node", "address", "pid", "role", "match", "lag", "broker")
+    table = Table(
+        "node", "controller", "pid", "role", "match index", "lag", "broker", title="cluster"
+    )
     for row in rows:
-        table.add_row(*(str(row[k]) for k in ("node", "address", "pid", "role", "match", "lag")))
+        table.add_row(*(str(row[k]) for k in columns))
     console.print(table)
 
 
