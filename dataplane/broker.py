@@ -109,6 +109,7 @@ class Broker:
         self.state = BrokerState.NOT_RUNNING
         self._state_lock = threading.Lock()
         self.broker_epoch = -1
+        self.incarnation_id = uuid.uuid4().hex  # this process's; a restart is a new incarnation
         self.fenced = True
         self._stop = threading.Event()
         self._shutdown_granted = threading.Event()
@@ -186,7 +187,7 @@ class Broker:
     def _register(self) -> None:
         request = cpb.RegisterBrokerRequest(
             broker_id=self.settings.broker_id,
-            incarnation_id=uuid.uuid4().hex,
+            incarnation_id=self.incarnation_id,
             endpoints=[
                 mpb.Endpoint(name="BROKER", host=self.settings.host, port=self.settings.port)
             ],
@@ -263,7 +264,9 @@ class Broker:
         # Caught up with the quorum once the image holds this broker's own registration: every
         # record committed before it is in. (The controller serving the stream may itself lag.)
         caught_up = 0 <= self.broker_epoch <= image.offset
-        followed = self.replicas.apply_image(image, caught_up=caught_up)
+        me = image.brokers.get(self.settings.broker_id)
+        may_lead = me is not None and me.incarnation_id == self.incarnation_id and not me.fenced
+        followed = self.replicas.apply_image(image, caught_up=caught_up, may_lead=may_lead)
         self.fetchers.reconcile(followed)
 
     # -- AlterPartition ------------------------------------------------------------------------

@@ -49,7 +49,7 @@ class Acks:
         with self.lock:
             if meta is None or error is not None:
                 self.failed += 1
-                self.errors[repr(error)[:160]] = self.errors.get(repr(error)[:160], 0) + 1
+                self.errors[repr(error)[:300]] = self.errors.get(repr(error)[:300], 0) + 1
                 return
             self.by_partition.setdefault(meta.partition, []).append((meta.offset, seq))
             if (
@@ -215,10 +215,18 @@ def main(root: Path, records: int) -> int:
         console.print(f"[red]demo failed:[/red] {error}")
         return 1
     print_result(result, console)
-    ok = result.missing == 0 and result.duplicated == 0 and result.out_of_order == 0
+    ok = (
+        result.missing == 0
+        and result.duplicated == 0
+        and result.out_of_order == 0
+        and result.failed == 0
+    )
     if ok:
         console.print("every acknowledged record came back exactly once, in order")
         shutil.rmtree(root, ignore_errors=True)
         return 0
-    console.print(f"[red]acknowledged records were lost, duplicated or reordered[/red]; see {root}")
+    console.print(
+        "[red]records failed, or acknowledged ones were lost, duplicated or reordered[/red]; "
+        f"see {root}"
+    )
     return 1

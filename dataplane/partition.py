@@ -12,6 +12,7 @@ Anything waiting on this replica (a long-polling fetch, an acks=all produce) reg
 from __future__ import annotations
 
 import enum
+import logging
 import threading
 import uuid
 from collections.abc import Callable
@@ -34,6 +35,7 @@ from raftlog.errors import (
 )
 from raftlog.log import AppendInfo, Log
 
+log = logging.getLogger(__name__)
 HIGH_WATERMARK_CHECKPOINT = "high-watermark-checkpoint"
 NO_LEADER = -1
 ISR_RETRY_BACKOFF_MS = 500
@@ -241,7 +243,12 @@ class Partition:
         header = verify_batch(records, 0)
         if header.size_bytes != len(records):
             raise InvalidRecordError("an idempotent produce carries exactly one batch")
-        stored = self.producers.check(header)
+        try:
+            stored = self.producers.check(header)
+        except KafkaError as error:
+            log.info("%s: refused a batch at offset %d: %s", self.name, self.log.log_end_offset,
+                     error.message)  # fmt: skip
+            raise
         if stored is not None:
             return AppendInfo(
                 stored.first_offset, stored.last_offset, stored.max_timestamp, -1,

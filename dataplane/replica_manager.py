@@ -104,9 +104,13 @@ class ReplicaManager:
         )
 
     # -- applying metadata -----------------------------------------------------------------------
-    def apply_image(self, image: MetadataImage, caught_up: bool) -> dict[int, list[Partition]]:
+    def apply_image(
+        self, image: MetadataImage, caught_up: bool, may_lead: bool = True
+    ) -> dict[int, list[Partition]]:
         """Give every hosted partition its role under ``image``; return the partitions to fetch,
-        by leader broker id."""
+        by leader broker id. Without ``may_lead`` (this incarnation is not registered and
+        unfenced yet) a partition the image says this broker leads is left as it is: that
+        leadership belongs to a previous incarnation the controller has not fenced yet."""
         wanted = dict(self._assigned(image))
         with self._lock:
             previous = dict(self._partitions)
@@ -124,7 +128,7 @@ class ReplicaManager:
                 partition = self._open(topic, partition_id, topic_id, settings[topic].log_config)
             elif partition.log.config != settings[topic].log_config:
                 partition.log.config = settings[topic].log_config
-            self._set_role(partition, reg, followed)
+            self._set_role(partition, reg, followed, may_lead)
             with self._lock:
                 self._partitions[(topic, partition_id)] = partition
         with self._lock:
@@ -155,10 +159,16 @@ class ReplicaManager:
         )
 
     def _set_role(
-        self, partition: Partition, reg: PartitionRegistration, followed: dict[int, list[Partition]]
+        self,
+        partition: Partition,
+        reg: PartitionRegistration,
+        followed: dict[int, list[Partition]],
+        may_lead: bool,
     ) -> None:
         partition.isr_eligible = self._isr_eligible
         if reg.leader == self.broker_id:
+            if not may_lead:
+                return
             if partition.make_leader(reg):
                 log.info("%s: leader at epoch %d", partition.name, reg.leader_epoch)
         elif reg.leader >= 0:

@@ -7,11 +7,12 @@ progress, or it is a retry whose backoff has passed. The sender thread drains re
 (one per partition per request), and gives them back through :meth:`complete` (done, failed or
 acks=0 sent) or :meth:`reenqueue` (retry: back at the *front* of its deque).
 
-Ordering rule: a partition with a batch in flight is *muted*: no other batch of it is drained
-until the in-flight one is completed or re-enqueued. So at most one batch per partition is in
-flight, and a retry can never be overtaken by a later batch of its partition. (With the
-idempotent producer, Kafka allows five per partition because sequence numbers keep order;
-until that exists, this is the rule.)
+Ordering rule: at most ``max_in_flight_per_partition`` batches of a partition are in flight:
+1 without idempotence (a retry can never be overtaken by a later batch of its partition), up to
+5 with it, since the broker's sequence check keeps their order (Kafka's rule). A batch that comes
+back for a retry is put back in first-sent order among the retries at the front of its deque,
+and a retry is only sent when nothing else of its partition is in flight, so retries go out one
+at a time, in their original order.
 
 Memory: every appended record reserves its estimated size out of ``buffer.memory``; an append
 that does not fit waits, at most ``max.block.ms``, for completed batches to release theirs.
@@ -76,6 +77,11 @@ class ProducerBatch:
     retry_at_s: float = 0.0
     payload: bytes | None = None
     producer_id: int = -1  # the idempotent producer id the payload carries, -1 = none
+    drain_order: int = -1  # when it was first sent, among all batches (-1 = not yet)
+    in_flight: bool = False
+    # sent (this time) while an earlier batch of its partition was still outstanding: the
+    # broker may see it first, since concurrent requests are not ordered
+    sent_behind: bool = False
 
     def metadata(self, index: int, offset: int, log_append_time_ms: int) -> RecordMetadata:
         key, value, timestamp_ms, _ = self.records[index]
@@ -109,15 +115,20 @@ class RecordAccumulator:
         linger_ms: int,
         buffer_memory: int,
         clock: Callable[[], float],
+        max_in_flight_per_partition: int = 1,
     ) -> None:
         self.batch_size = batch_size
+        self.max_in_flight_per_partition = max_in_flight_per_partition
         self.linger_s = linger_ms / 1000
         self.buffer_memory = buffer_memory
         self._clock = clock
         self._lock = threading.Lock()
         self._space = threading.Condition(self._lock)  # memory released or closed
         self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
-        self._muted: set[TopicPartition] = set()
+        self._in_flight: dict[TopicPartition, int] = {}
+        # sent at least once and not complete, by partition: in flight or waiting to retry
+        self._outstanding: dict[TopicPartition, set[ProducerBatch]] = {}
+        self._next_drain_order = 0
         self._incomplete: set[ProducerBatch] = set()
         self._used_bytes = 0
         self._flushes = 0
@@ -191,7 +202,7 @@ class RecordAccumulator:
         with self._lock:
             urgent = self._flushes > 0 or self._closed
             for tp, queue in self._queues.items():
-                if not queue or tp in self._muted:
+                if not queue or not self._may_send_locked(tp, queue[0]):
                     continue
                 first = queue[0]
                 if first.attempts > 0:
@@ -220,7 +231,9 @@ class RecordAccumulator:
             for index in range(count):
                 tp = partitions[(self._drain_start + index) % count]
                 queue = self._queues.get(tp)
-                if not queue or tp in self._muted or queue[0].retry_at_s > self._clock():
+                if not queue or not self._may_send_locked(tp, queue[0]):
+                    continue
+                if queue[0].retry_at_s > self._clock():
                     continue
                 batch = queue[0]
                 size = len(batch.payload) if batch.payload is not None else batch.estimated_bytes
@@ -229,27 +242,55 @@ class RecordAccumulator:
                 queue.popleft()
                 batch.full = True
                 batch.attempts += 1
-                self._muted.add(tp)
+                batch.in_flight = True
+                self._in_flight[tp] = self._in_flight.get(tp, 0) + 1
+                if batch.drain_order < 0:
+                    batch.drain_order = self._next_drain_order
+                    self._next_drain_order += 1
+                    self._outstanding.setdefault(tp, set()).add(batch)
+                batch.sent_behind = any(
+                    other.drain_order < batch.drain_order for other in self._outstanding[tp]
+                )
                 drained.append(batch)
                 total += size
         return drained
 
+    def _may_send_locked(self, tp: TopicPartition, first: ProducerBatch) -> bool:
+        in_flight = self._in_flight.get(tp, 0)
+        if first.attempts > 0:
+            return in_flight == 0  # a retry goes alone, after everything sent before it
+        return in_flight < self.max_in_flight_per_partition
+
+    def _landed_locked(self, batch: ProducerBatch) -> None:
+        if batch.in_flight:
+            batch.in_flight = False
+            self._in_flight[batch.tp] -= 1
+
     def reenqueue(self, batch: ProducerBatch, backoff_s: float) -> None:
-        """Put a batch that failed with a retriable error back at the front of its deque, to
-        be sent again after ``backoff_s``, and unmute its partition."""
+        """Put a batch that failed with a retriable error back at the front of its deque, in
+        first-sent order among the retries there, to be sent again after ``backoff_s``."""
         with self._lock:
+            self._landed_locked(batch)
             batch.retry_at_s = self._clock() + backoff_s
-            self._queues.setdefault(batch.tp, deque()).appendleft(batch)
-            self._muted.discard(batch.tp)
+            queue = self._queues.setdefault(batch.tp, deque())
+            position = 0
+            while (
+                position < len(queue)
+                and queue[position].attempts > 0
+                and queue[position].drain_order < batch.drain_order
+            ):
+                position += 1
+            queue.insert(position, batch)
 
     def complete(self, batch: ProducerBatch) -> None:
         """The batch is finished (its futures are or will be resolved): release its memory
-        and unmute its partition."""
+        and its in-flight slot."""
         with self._lock:
+            self._landed_locked(batch)
             self._finish_locked(batch)
-            self._muted.discard(batch.tp)
 
     def _finish_locked(self, batch: ProducerBatch) -> None:
+        self._outstanding.get(batch.tp, set()).discard(batch)
         if batch in self._incomplete:
             self._incomplete.discard(batch)
             self._used_bytes -= batch.reserved_bytes

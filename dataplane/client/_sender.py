@@ -305,6 +305,11 @@ class Sender:
             batch.created_s + self._delivery_timeout_s <= self._clock() + self._retry_backoff_s
         )
         retriable = error.retriable and error.error not in NEVER_RETRIED
+        if error.error is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER:
+            # Sent while an earlier batch was in flight, it may simply have overtaken it (the
+            # broker serves concurrent requests in any order): send it again, alone, after.
+            # Sent alone, the gap is real.
+            retriable = batch.sent_behind
         if not retriable or batch.attempts > self._config.retries or expired or self._forced:
             if retriable and expired:
                 error = ProducerTimeoutError(f"delivery.timeout.ms passed; last error {error}")

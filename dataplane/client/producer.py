@@ -65,6 +65,9 @@ def _as_headers(headers: Iterable[tuple[str, bytes | None]] | None) -> Headers:
     return result
 
 
+MAX_IN_FLIGHT_IDEMPOTENT = 5  # batches per partition the broker's sequence check can order
+
+
 class Producer:
     """A thread-safe Kafka-style producer. Use as a context manager or call :meth:`close`."""
 
@@ -117,7 +120,15 @@ class Producer:
             clock=clock,
         )
         self._accumulator = RecordAccumulator(
-            batch_size=batch_size, linger_ms=linger_ms, buffer_memory=buffer_memory, clock=clock
+            batch_size=batch_size,
+            linger_ms=linger_ms,
+            buffer_memory=buffer_memory,
+            clock=clock,
+            max_in_flight_per_partition=(
+                min(MAX_IN_FLIGHT_IDEMPOTENT, max_in_flight_requests_per_connection)
+                if self.config.idempotent
+                else 1
+            ),
         )
         self._sticky = StickyPartitioner(rng or random.Random())
         self._sender = Sender(self._cluster, self._accumulator, self.config, clock)

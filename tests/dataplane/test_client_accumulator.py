@@ -192,3 +192,26 @@ def test_append_after_close_raises() -> None:
     acc.close()
     with pytest.raises(ProducerClosedError):
         acc.append(TP0, record(b"a"), fut())
+
+
+def test_idempotent_partitions_pipeline_and_retries_go_alone_in_first_sent_order() -> None:
+    clock = FakeClock()
+    acc = RecordAccumulator(
+        batch_size=10, linger_ms=0, buffer_memory=1 << 20, clock=clock,
+        max_in_flight_per_partition=3,
+    )  # fmt: skip
+    for n in range(4):
+        acc.append(TP0, record(b"value-%d" % n), fut())  # each fills its own batch
+    sent = [acc.drain([TP0], 1 << 20)[0] for _ in range(3)]
+    assert acc.drain([TP0], 1 << 20) == [], "three in flight is the limit"
+    assert [b.sent_behind for b in sent] == [False, True, True]
+    # The first two come back for a retry, the later one first: back in first-sent order.
+    acc.reenqueue(sent[1], backoff_s=0)
+    acc.reenqueue(sent[0], backoff_s=0)
+    assert acc.drain([TP0], 1 << 20) == [], "a retry waits until nothing is in flight"
+    acc.complete(sent[2])
+    retry = acc.drain([TP0], 1 << 20)
+    assert retry == [sent[0]] and not retry[0].sent_behind
+    assert acc.drain([TP0], 1 << 20) == [], "retries go one at a time"
+    acc.complete(sent[0])
+    assert acc.drain([TP0], 1 << 20) == [sent[1]]
