@@ -59,6 +59,7 @@ demo-storage: deps
 bench: deps
 	$(BIN)/python -m bench.storage_bench --out bench/results/latest.json
 	$(BIN)/python -m bench.quorum_bench --out bench/results/latest.json
+	$(BIN)/python -m bench.dataplane_bench --out bench/results/latest.json
 
 # Generated modules are committed; tests/protos checks that regenerating changes nothing.
 PROTO_SOURCES := $(wildcard protos/*.proto)

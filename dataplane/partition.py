@@ -246,8 +246,9 @@ class Partition:
         try:
             stored = self.producers.check(header)
         except KafkaError as error:
-            log.info("%s: refused a batch at offset %d: %s", self.name, self.log.log_end_offset,
-                     error.message)  # fmt: skip
+            # Common and harmless with pipelined batches: concurrent requests arrive reordered.
+            log.debug("%s: refused a batch at offset %d: %s", self.name, self.log.log_end_offset,
+                      error.message)  # fmt: skip
             raise
         if stored is not None:
             return AppendInfo(

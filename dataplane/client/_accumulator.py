@@ -39,6 +39,8 @@ HEADER_OVERHEAD_BYTES = 10  # a header's key and value length varints
 
 
 def header_bytes(headers: Headers) -> int:
+    if not headers:
+        return 0  # the common case, on every send: no generator for nothing
     return sum(len(k.encode()) + (len(v) if v is not None else 0) for k, v in headers)
 
 

@@ -1,0 +1,324 @@
+"""Data-plane benchmark: produce and consume through a real 3-node cluster, leader failover, and
+where the produce path spends its time.
+
+``python -m bench.dataplane_bench --out bench/results/latest.json [--quick]``
+
+A LocalCluster of 3 combined nodes on 127.0.0.74-76 (reserved for this benchmark), data in a
+temporary directory removed afterwards.
+
+1. ``raftlog perf produce``'s core (:func:`dataplane.perf.run_produce_perf`): 1 KiB records,
+   acks=all, replication factor 3, ``min.insync.replicas`` 2, 6 partitions, the idempotent
+   producer's defaults (batch.size 16 KiB, linger.ms 5): records/s, MB/s, latency percentiles.
+2. ``raftlog perf consume``'s core: the same records read back from the beginning.
+3. Failover: one producer thread writes acks=all records one at a time to a 1-partition topic;
+   the partition's leader is SIGKILLed; the figure is the time from the kill to the first
+   acknowledgement of a record sent after it. Each round restarts the node and waits until it is
+   back in the ISR.
+4. Profile: a second produce run under py-spy (the busiest node and this client process),
+   folded into the functions that hold the most non-idle samples.
+
+Every loop is bounded; every wait polls a condition with a deadline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from bench import REPO_ROOT, write_section
+from dataplane.client import AdminClient, NewTopic, Producer
+from dataplane.local_cluster import LocalCluster, pick_cluster_port
+from dataplane.perf import run_consume_perf, run_produce_perf
+from raftlog.errors import KafkaError
+
+FIRST_HOST = 74  # 127.0.0.74-76 are this benchmark's
+RECORD_BYTES = 1024
+PARTITIONS = 6
+FAILOVER_TARGET_S = 5.0
+PACED_FRACTION = 0.5  # the paced run offers half the unthrottled throughput
+WAIT_S = 60.0
+POLL_S = 0.02
+# Leaf frames of threads that wait (py-spy samples them too): not where time goes.
+IDLE_LEAVES = (
+    "wait (threading.py", ".poll (pysyncobj", "select (selectors.py", "_serve (grpc",
+    "_worker (concurrent", "channel_spin (grpc", "_blocking (grpc", "_wait_for_tstate_lock",
+    "accept (socket.py",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Sizes:
+    produce_records: int
+    paced_s: int
+    profile_records: int
+    failover_rounds: int
+    profile_s: int
+
+
+FULL = Sizes(
+    produce_records=100_000, paced_s=10, profile_records=60_000, failover_rounds=3, profile_s=8
+)
+QUICK = Sizes(
+    produce_records=3_000, paced_s=1, profile_records=3_000, failover_rounds=1, profile_s=2
+)
+
+
+@contextmanager
+def cluster_in(workdir: Path, console: Console) -> Iterator[LocalCluster]:
+    root = Path(tempfile.mkdtemp(prefix="dataplane-", dir=workdir))
+    hosts = [f"127.0.0.{FIRST_HOST + n}" for n in range(3)]
+    cluster = LocalCluster(root, nodes=3, first_host=FIRST_HOST, port=pick_cluster_port(hosts))
+    try:
+        console.log(f"starting 3 nodes on {', '.join(cluster.bootstrap_servers)}")
+        cluster.up(timeout_s=WAIT_S)
+        yield cluster
+    finally:
+        cluster.down()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def create_topic(cluster: LocalCluster, name: str, partitions: int) -> None:
+    admin = AdminClient(cluster.bootstrap_servers)
+    try:
+        errors = admin.create_topics([NewTopic(name, partitions, 3, {"min.insync.replicas": "2"})])
+        if errors[name] is not None:
+            raise errors[name]  # type: ignore[misc]
+        wait_until(f"leaders of {name}", lambda: all(
+            p.leader >= 0 for p in admin.describe_topics([name])[name].partitions))  # fmt: skip
+    finally:
+        admin.close()
+
+
+def wait_until(what: str, condition: Any, timeout_s: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not within {timeout_s} s")
+        time.sleep(POLL_S)  # polling a condition with a deadline
+
+
+# -- failover ----------------------------------------------------------------------------------
+def failover_round(cluster: LocalCluster, topic: str) -> float:
+    """Seconds from SIGKILL of the partition's leader to the first acks=all write after it."""
+    admin = AdminClient(cluster.bootstrap_servers)
+    acks: list[tuple[float, float]] = []  # (sent, acknowledged) monotonic times
+    stop = threading.Event()
+
+    def write() -> None:
+        with Producer(cluster.bootstrap_servers, linger_ms=0, delivery_timeout_ms=60_000) as p:
+            while not stop.is_set():
+                sent = time.monotonic()
+                try:
+                    p.send(topic, b"x" * 100).result(timeout=WAIT_S)
+                except KafkaError:
+                    continue
+                acks.append((sent, time.monotonic()))
+
+    writer = threading.Thread(target=write, name="failover-writer")
+    writer.start()
+    try:
+        wait_until("writes flowing", lambda: len(acks) > 50)
+        leader = admin.describe_topics([topic])[topic].partitions[0].leader
+        cluster.stop_node(leader, kill=True)
+        killed = time.monotonic()
+        wait_until("writes after the kill", lambda: any(s > killed for s, _ in acks))
+        resumed = min(a for s, a in acks if s > killed)
+        cluster.start_node(leader)
+        wait_until("the old leader back in the ISR", lambda: leader in (
+            admin.describe_topics([topic])[topic].partitions[0].isr))  # fmt: skip
+        return resumed - killed
+    finally:
+        stop.set()
+        writer.join(timeout=WAIT_S)
+        admin.close()
+
+
+# -- profile -------------------------------------------------------------------------------------
+def profile(pids: dict[str, int], seconds: int, out_dir: Path) -> list[subprocess.Popen[bytes]]:
+    """Start py-spy on each process (raw folded stacks); the caller waits for them."""
+    spy = Path(sys.executable).with_name("py-spy")
+    return [
+        subprocess.Popen(
+            [
+                str(spy),
+                "record",
+                "--pid",
+                str(pid),
+                "--format",
+                "raw",
+                "--rate",
+                "200",
+                "--duration",
+                str(seconds),
+                "--nonblocking",
+                "-o",
+                str(out_dir / f"{name}.txt"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for name, pid in pids.items()
+    ]
+
+
+def hot_functions(folded: Path, top: int = 12) -> list[dict[str, Any]]:
+    """Self and inclusive share of the non-idle samples, per function."""
+    if not folded.exists():
+        return []  # py-spy could not attach (no ptrace here): no profile, the figures stand
+    own: collections.Counter[str] = collections.Counter()
+    inclusive: collections.Counter[str] = collections.Counter()
+    busy = 0
+    for line in folded.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        frames = [f for f in stack.split(";") if not f.startswith(("thread ", "process "))]
+        if not frames or any(tag in frames[-1] for tag in IDLE_LEAVES):
+            continue
+        busy += int(count)
+        own[frames[-1]] += int(count)
+        for frame in set(frames):
+            inclusive[frame] += int(count)
+    return [
+        {"function": f, "self_pct": round(100 * n / busy, 1),
+         "inclusive_pct": round(100 * inclusive[f] / busy, 1)}
+        for f, n in own.most_common(top)
+    ] if busy else []  # fmt: skip
+
+
+def profiled_produce(cluster: LocalCluster, sizes: Sizes, console: Console) -> dict[str, Any]:
+    out_dir = Path(tempfile.mkdtemp(prefix="profile-"))
+    pids = {"node-1": cluster.pid(1) or 0, "client": os.getpid()}
+    console.log(f"profiling a produce run with py-spy for {sizes.profile_s} s")
+    spies = profile(pids, sizes.profile_s, out_dir)
+    try:
+        run_produce_perf(cluster.bootstrap_servers, "perf", sizes.profile_records, RECORD_BYTES)
+    finally:
+        for spy in spies:
+            spy.wait(timeout=WAIT_S)
+    result = {name: hot_functions(out_dir / f"{name}.txt") for name in pids}
+    shutil.rmtree(out_dir, ignore_errors=True)
+    return result
+
+
+# -- the run ---------------------------------------------------------------------------------------
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_benchmarks(workdir: Path, sizes: Sizes, console: Console) -> dict[str, Any]:
+    load_start = os.getloadavg()
+    with cluster_in(workdir, console) as cluster:
+        create_topic(cluster, "perf", PARTITIONS)
+        create_topic(cluster, "failover", 1)
+        pids = {n: cluster.pid(n) or 0 for n in (1, 2, 3)}
+        cpu_before = {n: cpu_seconds(p) for n, p in pids.items()}
+        console.log(f"produce: {sizes.produce_records:,} records of {RECORD_BYTES} B, acks=all")
+        produced = run_produce_perf(
+            cluster.bootstrap_servers, "perf", sizes.produce_records, RECORD_BYTES
+        )
+        node_cpu = {n: round(cpu_seconds(p) - cpu_before[n], 2) for n, p in pids.items()}
+        rate = max(1, int(produced.records_per_s * PACED_FRACTION))
+        console.log(f"produce paced at {rate:,} records/s: latency without queueing")
+        paced = run_produce_perf(
+            cluster.bootstrap_servers, "perf", max(100, rate * sizes.paced_s), RECORD_BYTES,
+            throughput_per_s=rate,
+        )  # fmt: skip
+        console.log("consume: the same records from the beginning")
+        consumed = run_consume_perf(
+            cluster.bootstrap_servers, "perf", produced.records + paced.records
+        )
+        rounds = []
+        for n in range(sizes.failover_rounds):
+            console.log(f"failover round {n + 1}/{sizes.failover_rounds}")
+            rounds.append(round(failover_round(cluster, "failover"), 3))
+        profiled = profiled_produce(cluster, sizes, console)
+    return {
+        "nodes": 3,
+        "partitions": PARTITIONS,
+        "replication_factor": 3,
+        "record_bytes": RECORD_BYTES,
+        "produce": asdict(produced),
+        "produce_node_cpu_s": node_cpu,
+        "produce_paced": asdict(paced),
+        "consume": asdict(consumed),
+        "failover_s": rounds,
+        "failover_target_s": FAILOVER_TARGET_S,
+        "profile": profiled,
+        "load_avg_start": [round(x, 2) for x in load_start],
+        "load_avg_end": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def print_report(console: Console, figures: dict[str, Any]) -> None:
+    produce, consume = figures["produce"], figures["consume"]
+    table = Table(title="data plane: 3 nodes, RF 3, 1 KiB records, acks=all")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    latency = produce["latency_ms"]
+    rows = [
+        ("produce records/s", f"{produce['records_per_s']:,.0f}"),
+        ("produce MiB/s", f"{produce['mb_per_s']:.1f}"),
+        ("produce latency p50 / p99 / p999 ms",
+         f"{latency['p50']:.1f} / {latency['p99']:.1f} / {latency['p999']:.1f}"),
+        ("produce errors", str(produce["errors"])),
+        (f"paced at {figures['produce_paced']['records_per_s']:,.0f}/s: latency p50 / p99 ms",
+         f"{figures['produce_paced']['latency_ms']['p50']:.1f} / "
+         f"{figures['produce_paced']['latency_ms']['p99']:.1f}"),
+        ("consume records/s", f"{consume['records_per_s']:,.0f}"),
+        ("consume MiB/s", f"{consume['mb_per_s']:.1f}"),
+        ("leader failover s (target <= 5)", ", ".join(str(s) for s in figures["failover_s"])),
+    ]  # fmt: skip
+    for name, value in rows:
+        table.add_row(name, value)
+    console.print(table)
+    for process, functions in figures["profile"].items():
+        hot = Table(title=f"produce path profile: {process} (share of busy samples)")
+        hot.add_column("self %", justify="right")
+        hot.add_column("incl %", justify="right")
+        hot.add_column("function")
+        for entry in functions:
+            hot.add_row(str(entry["self_pct"]), str(entry["inclusive_pct"]), entry["function"])
+        console.print(hot)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")  # unwinds through the finally that stops nodes
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="results JSON file to update")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
+    parser.add_argument("--workdir", type=Path, default=REPO_ROOT / ".raftlog" / "bench")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    figures = run_benchmarks(args.workdir, QUICK if args.quick else FULL, Console(stderr=True))
+    write_section(args.out, "dataplane", figures)
+    console = Console()
+    print_report(console, figures)
+    console.print(f"figures written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
