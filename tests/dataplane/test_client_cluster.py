@@ -173,3 +173,28 @@ def test_leader_sigkill_under_acks_all_load_loses_nothing(cluster: LocalCluster)
         assert len(acked) > acked_at_kill
         for meta, value in acked:
             assert seen[meta.partition][meta.offset] == value, f"acknowledged {meta} is gone"
+
+
+def test_sigterm_is_a_controlled_shutdown_that_moves_leadership_first(
+    cluster: LocalCluster,
+) -> None:
+    create(cluster, "graceful", 1, **{"min.insync.replicas": "2"})
+    admin = AdminClient(cluster.bootstrap_servers)
+    try:
+        leader = admin.describe_topics(["graceful"])["graceful"].partitions[0].leader
+        with Producer(cluster.bootstrap_servers, linger_ms=1) as producer:
+            before = [producer.send("graceful", b"before-%d" % n) for n in range(200)]
+            cluster.stop_node(leader)  # SIGTERM
+            after = [producer.send("graceful", b"after-%d" % n) for n in range(200)]
+            producer.flush(timeout=60)
+        assert all(f.exception() is None for f in before + after), "no write failed"
+        moved = admin.describe_topics(["graceful"])["graceful"].partitions[0]
+        assert moved.leader not in (leader, -1)
+        log = cluster.spec(leader).log_path.read_text()
+        assert "controlled shutdown granted" in log
+        cluster.start_node(leader)
+        wait_for("the node back in the ISR", lambda: leader in (
+            admin.describe_topics(["graceful"])["graceful"].partitions[0].isr))  # fmt: skip
+    finally:
+        admin.close()
+    assert len(consume_all(cluster, "graceful", 1)[0]) == 400
