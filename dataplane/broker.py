@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 METADATA_STREAM_WAIT_MS = 3000
 METADATA_STREAM_DEADLINE_S = 5.0  # a stream from a paused controller is abandoned this soon
 CONTROLLER_DEADLINE_S = 5.0
+CONTROLLED_SHUTDOWN_ATTEMPTS = 2  # heartbeats in a row no controller answered: stop anyway
 CONTROLLER_RPC_TIMEOUT_S = 1.5  # per controller tried: a paused one must not hold a heartbeat
 ALTER_PARTITION_BATCH_MAX = 1000
 ALTER_PARTITION_QUEUE_MAX = 100_000
@@ -113,6 +114,7 @@ class Broker:
         self.fenced = True
         self._stop = threading.Event()
         self._shutdown_granted = threading.Event()
+        self._shutdown_abandoned = False
         self.client = ControllerClient(
             settings.controller_addresses, deadline_s=CONTROLLER_DEADLINE_S,
             rpc_timeout_s=CONTROLLER_RPC_TIMEOUT_S,
@@ -168,12 +170,15 @@ class Broker:
     # -- lifecycle -----------------------------------------------------------------------------
     def _lifecycle(self) -> None:
         interval_s = self.settings.heartbeat_interval_ms / 1000
+        failures = 0
         while not self._stop.is_set():
             try:
                 if self.broker_epoch < 0:
                     self._register()
                 self._heartbeat()
+                failures = 0
             except KafkaError as error:
+                failures += 1
                 log.warning("broker %d: %s", self.settings.broker_id, error)
                 if error.error in (
                     ErrorCode.STALE_BROKER_EPOCH,
@@ -181,6 +186,14 @@ class Broker:
                 ):
                     self.broker_epoch = -1
                     self._transition_to(BrokerState.STARTING)
+                if (
+                    self.state is BrokerState.PENDING_CONTROLLED_SHUTDOWN
+                    and failures >= CONTROLLED_SHUTDOWN_ATTEMPTS
+                ):
+                    # No controller answers (the quorum is stopping too): nobody can move the
+                    # leadership away, so stop without the grant, as Kafka gives up after retries.
+                    self._shutdown_abandoned = True
+                    self._shutdown_granted.set()
             wanting_shutdown = self.state is BrokerState.PENDING_CONTROLLED_SHUTDOWN
             self._stop.wait(interval_s / 4 if wanting_shutdown else interval_s)
 
@@ -366,9 +379,10 @@ class Broker:
         if self.state not in (BrokerState.RUNNING, BrokerState.RECOVERY):
             return False
         self._transition_to(BrokerState.PENDING_CONTROLLED_SHUTDOWN)
-        granted = self._shutdown_granted.wait(self.settings.controlled_shutdown_timeout_ms / 1000)
-        log.info("broker %d: controlled shutdown %s", self.settings.broker_id,
-                 "granted" if granted else "timed out")  # fmt: skip
+        done = self._shutdown_granted.wait(self.settings.controlled_shutdown_timeout_ms / 1000)
+        granted = done and not self._shutdown_abandoned
+        outcome = "granted" if granted else "given up: no controller moved its leadership"
+        log.info("broker %d: controlled shutdown %s", self.settings.broker_id, outcome)
         return granted
 
     def stop(self) -> None:

@@ -243,9 +243,22 @@ class LocalCluster:
             time.sleep(POLL_S)  # polling a condition with a deadline
         return False
 
-    def down(self) -> None:
+    def down(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """SIGTERM every node at once, wait for each (SIGKILL after ``timeout_s``)."""
+        signalled = []
         for spec in self.specs:
-            self.stop_node(spec.node_id)
+            pid = self.pid(spec.node_id)
+            if pid is not None:
+                os.kill(pid, signal.SIGTERM)
+                signalled.append((spec.node_id, pid))
+        for node_id, pid in signalled:
+            if not self._wait_gone(node_id, pid, timeout_s):
+                os.kill(pid, signal.SIGKILL)
+                self._wait_gone(node_id, pid, timeout_s)
+        pids = self._load_pids()
+        for node_id, _ in signalled:
+            pids.pop(node_id, None)
+        self._save_pids(pids)
 
     def restart_node(self, node_id: int) -> int:
         self.stop_node(node_id)
