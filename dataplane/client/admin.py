@@ -19,9 +19,9 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any, Literal, NamedTuple
 
+from dataplane.client._closing import Closing
 from dataplane.client._cluster import Cluster
 from dataplane.client._types import TopicPartition
 from metadata_quorum.client import ControllerClient
@@ -161,7 +161,7 @@ def _assignments(assignment: Mapping[int, Sequence[int]] | None) -> list[pb.Repl
     ]
 
 
-class AdminClient:
+class AdminClient(Closing):
     def __init__(
         self,
         bootstrap_servers: str | Sequence[str] | None = None,
@@ -381,14 +381,3 @@ class AdminClient:
     # -- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:
         self._controllers.close()
-
-    def __enter__(self) -> AdminClient:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

@@ -26,11 +26,11 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Literal
 
 import grpc
 
+from dataplane.client._closing import Closing
 from dataplane.client._cluster import Cluster, ClusterSnapshot, rpc_error
 from dataplane.client._config import ConsumerConfig
 from dataplane.client._types import ConsumerRecord, TopicPartition
@@ -111,7 +111,7 @@ def decode_fetched(
     return records, next_offset
 
 
-class Consumer:
+class Consumer(Closing):
     def __init__(
         self,
         bootstrap_servers: str | Sequence[str],
@@ -476,14 +476,3 @@ class Consumer:
     def close(self) -> None:
         self._closed.set()
         self._cluster.close()
-
-    def __enter__(self) -> Consumer:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

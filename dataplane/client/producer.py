@@ -23,7 +23,6 @@ import random
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
-from types import TracebackType
 from typing import Literal
 
 from dataplane.client._accumulator import (
@@ -32,6 +31,7 @@ from dataplane.client._accumulator import (
     RecordAccumulator,
     estimate_record_bytes,
 )
+from dataplane.client._closing import Closing
 from dataplane.client._cluster import Cluster
 from dataplane.client._config import ProducerConfig
 from dataplane.client._sender import Sender
@@ -68,7 +68,7 @@ def _as_headers(headers: Iterable[tuple[str, bytes | None]] | None) -> Headers:
 MAX_IN_FLIGHT_IDEMPOTENT = 5  # batches per partition the broker's sequence check can order
 
 
-class Producer:
+class Producer(Closing):
     """A thread-safe Kafka-style producer. Use as a context manager or call :meth:`close`."""
 
     def __init__(
@@ -269,17 +269,6 @@ class Producer:
             self._sender.force_close()
             self._sender.thread.join(CLOSE_FORCE_WAIT_S)
         self._cluster.close()
-
-    def __enter__(self) -> Producer:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def _adapt(callback: Callback) -> Callable[[Future[RecordMetadata]], None]:
