@@ -85,17 +85,20 @@ def decode_fetched(
             break
         header, batch = decode_batch(data, position)
         if header.next_offset > fetch_offset and not header.is_control:
+            # Per batch, not per record: the loop below runs for every record consumed.
+            topic, partition, epoch = tp.topic, tp.partition, header.partition_leader_epoch
+            timestamp_type = int(header.timestamp_type)
             records.extend(
                 ConsumerRecord(
-                    tp.topic,
-                    tp.partition,
+                    topic,
+                    partition,
                     r.offset,
                     r.timestamp,
-                    int(header.timestamp_type),
+                    timestamp_type,
                     r.key,
                     r.value,
                     r.headers,
-                    header.partition_leader_epoch,
+                    epoch,
                 )
                 for r in batch
                 if r.offset >= fetch_offset
