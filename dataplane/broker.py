@@ -369,6 +369,8 @@ class Broker:
                 )
                 start = response.producer_id_start
                 self._producer_ids = range(start, start + response.producer_id_len)
+                log.info("broker %d: producer ids %d..%d", self.settings.broker_id, start,
+                         start + response.producer_id_len - 1)  # fmt: skip
             producer_id = self._producer_ids[0]
             self._producer_ids = self._producer_ids[1:]
             return producer_id

@@ -69,7 +69,11 @@ class ProducerStates:
             return None
         entry = self._producers.get(header.producer_id)
         if entry is None:
-            return None  # first batch this partition sees from that producer
+            # The producer's first batch here must start its sequence: a later batch that
+            # overtook it (concurrent requests arrive in any order) waits for it.
+            if header.base_sequence != 0:
+                raise _out_of_order(header, expected=0)
+            return None
         if header.producer_epoch < entry.producer_epoch:
             raise KafkaError(
                 ErrorCode.INVALID_PRODUCER_EPOCH,

@@ -61,6 +61,14 @@ def test_check_rules(epoch: int, sequence: int, outcome: object) -> None:
         assert states.check(header) is None
 
 
+def test_an_unknown_producer_starts_at_sequence_zero() -> None:
+    states = ProducerStates()
+    with pytest.raises(KafkaError) as raised:
+        states.check(read_header(batch(9, 0, 2)))  # overtook its first batch
+    assert raised.value.error is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert states.check(read_header(batch(9, 0, 0))) is None
+
+
 def test_an_older_epoch_is_fenced_and_sequences_wrap() -> None:
     states = ProducerStates()
     stored(states, batch(7, 3, 0), 0)
