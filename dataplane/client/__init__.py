@@ -1,6 +1,7 @@
 """raftlog's client library: Producer, Consumer and AdminClient over the BrokerService and
 ControllerService gRPC APIs. Names and settings follow Kafka's clients."""
 
+from dataplane.client._closing import Closing
 from dataplane.client._types import ConsumerRecord, RecordMetadata, TopicPartition
 from dataplane.client.admin import AdminClient, NewTopic
 from dataplane.client.consumer import Consumer
@@ -8,6 +9,7 @@ from dataplane.client.producer import Producer
 
 __all__ = [
     "AdminClient",
+    "Closing",
     "Consumer",
     "ConsumerRecord",
     "NewTopic",

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from dataplane.client import AdminClient, NewTopic
 from dataplane.local_cluster import LocalCluster, pick_cluster_port
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc as pb_grpc
@@ -33,6 +34,9 @@ RANGES = {
     "bad_input": 94,
     "cli": 97,
     "client": 101,
+    "spark": 111,
+    "spark_stream": 114,
+    "spark_pipeline": 117,
 }
 
 
@@ -98,6 +102,20 @@ def create_topic(
     finally:
         client.close()
     return wait_for_leaders(cluster, name, partitions)
+
+
+def create_topic_admin(
+    cluster: LocalCluster, name: str, partitions: int, configs: dict[str, str] | None = None
+) -> None:
+    """Create a topic (replication factor 3) with the AdminClient; wait for its leaders."""
+    admin = AdminClient(cluster.bootstrap_servers)
+    try:
+        errors = admin.create_topics([NewTopic(name, partitions, 3, configs or {})])
+        assert errors[name] is None, errors[name]
+        wait_for(f"leaders of {name}", lambda: all(
+            p.leader >= 0 for p in admin.describe_topics([name])[name].partitions))  # fmt: skip
+    finally:
+        admin.close()
 
 
 def metadata(cluster: LocalCluster, node_id: int, topic: str) -> pb.TopicMetadata | None:

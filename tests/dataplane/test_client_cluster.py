@@ -13,9 +13,9 @@ from concurrent.futures import Future
 
 import pytest
 
-from dataplane.client import AdminClient, Consumer, NewTopic, Producer, RecordMetadata
+from dataplane.client import AdminClient, Consumer, Producer, RecordMetadata
 from dataplane.local_cluster import LocalCluster
-from tests.dataplane.cluster_support import running_cluster, wait_for
+from tests.dataplane.cluster_support import create_topic_admin, running_cluster, wait_for
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("dataplane-client")]
 
@@ -27,14 +27,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 
 def create(cluster: LocalCluster, name: str, partitions: int, **configs: str) -> None:
-    admin = AdminClient(cluster.bootstrap_servers)
-    try:
-        errors = admin.create_topics([NewTopic(name, partitions, 3, dict(configs))])
-        assert errors[name] is None, errors[name]
-        wait_for(f"leaders of {name}", lambda: all(
-            p.leader >= 0 for p in admin.describe_topics([name])[name].partitions))  # fmt: skip
-    finally:
-        admin.close()
+    create_topic_admin(cluster, name, partitions, dict(configs))
 
 
 def consume_all(

@@ -1,0 +1,13 @@
+"""raftlog for Apache Spark (PySpark only, no JVM connector).
+
+Import names from the modules, never the bare package (it would shadow the customary
+``spark = SparkSession...`` variable)::
+
+    from spark.source import register
+    register(session)
+    df = session.read.format("raftlog").option("subscribe", "clicks").load()
+
+``spark.source``: the ``raftlog`` Python data source (batch and streaming, read and write) with
+the option names and row schema of Spark's Kafka connector. ``spark.rdd``: an RDD reader of
+offset ranges. ``spark.pipeline``: the reference click-count pipeline.
+"""
