@@ -107,15 +107,15 @@ def create_topic(
 def create_topic_admin(
     cluster: LocalCluster, name: str, partitions: int, configs: dict[str, str] | None = None
 ) -> None:
-    """Create a topic (replication factor 3) with the AdminClient; wait for its leaders."""
+    """Create a topic (replication factor 3) with the AdminClient; wait until every live
+    broker serves its leaders (so even an acks=0 write, never retried, finds its leader)."""
     admin = AdminClient(cluster.bootstrap_servers)
     try:
         errors = admin.create_topics([NewTopic(name, partitions, 3, configs or {})])
         assert errors[name] is None, errors[name]
-        wait_for(f"leaders of {name}", lambda: all(
-            p.leader >= 0 for p in admin.describe_topics([name])[name].partitions))  # fmt: skip
     finally:
         admin.close()
+    wait_for_leaders(cluster, name, partitions)
 
 
 def metadata(cluster: LocalCluster, node_id: int, topic: str) -> pb.TopicMetadata | None:
