@@ -44,7 +44,7 @@ from rich.table import Table
 
 from bench import REPO_ROOT, write_section
 from dataplane.client import AdminClient, NewTopic, Producer
-from dataplane.local_cluster import LocalCluster, pick_cluster_port
+from dataplane.local_cluster import LocalCluster, pick_cluster_port, wait_for
 from dataplane.perf import run_consume_perf, run_produce_perf
 from raftlog.errors import KafkaError
 
@@ -54,7 +54,6 @@ PARTITIONS = 6
 FAILOVER_TARGET_S = 5.0
 PACED_FRACTION = 0.5  # the paced run offers half the unthrottled throughput
 WAIT_S = 60.0
-POLL_S = 0.02
 # Leaf frames of threads that wait (py-spy samples them too): not where time goes.
 IDLE_LEAVES = (
     "wait (threading.py", ".poll (pysyncobj", "select (selectors.py", "_serve (grpc",
@@ -100,18 +99,10 @@ def create_topic(cluster: LocalCluster, name: str, partitions: int) -> None:
         errors = admin.create_topics([NewTopic(name, partitions, 3, {"min.insync.replicas": "2"})])
         if errors[name] is not None:
             raise errors[name]  # type: ignore[misc]
-        wait_until(f"leaders of {name}", lambda: all(
+        wait_for(f"leaders of {name}", lambda: all(
             p.leader >= 0 for p in admin.describe_topics([name])[name].partitions))  # fmt: skip
     finally:
         admin.close()
-
-
-def wait_until(what: str, condition: Any, timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not within {timeout_s} s")
-        time.sleep(POLL_S)  # polling a condition with a deadline
 
 
 # -- failover ----------------------------------------------------------------------------------
@@ -134,14 +125,14 @@ def failover_round(cluster: LocalCluster, topic: str) -> float:
     writer = threading.Thread(target=write, name="failover-writer")
     writer.start()
     try:
-        wait_until("writes flowing", lambda: len(acks) > 50)
+        wait_for("writes flowing", lambda: len(acks) > 50)
         leader = admin.describe_topics([topic])[topic].partitions[0].leader
         cluster.stop_node(leader, kill=True)
         killed = time.monotonic()
-        wait_until("writes after the kill", lambda: any(s > killed for s, _ in acks))
+        wait_for("writes after the kill", lambda: any(s > killed for s, _ in acks))
         resumed = min(a for s, a in acks if s > killed)
         cluster.start_node(leader)
-        wait_until("the old leader back in the ISR", lambda: leader in (
+        wait_for("the old leader back in the ISR", lambda: leader in (
             admin.describe_topics([topic])[topic].partitions[0].isr))  # fmt: skip
         return resumed - killed
     finally:

@@ -111,7 +111,6 @@ class Broker:
         self._state_lock = threading.Lock()
         self.broker_epoch = -1
         self.incarnation_id = uuid.uuid4().hex  # this process's; a restart is a new incarnation
-        self.fenced = True
         self._stop = threading.Event()
         self._shutdown_granted = threading.Event()
         self._shutdown_abandoned = False
@@ -220,7 +219,6 @@ class Broker:
             want_shutdown=want_shutdown,
         )
         response = self.client.checked("BrokerHeartbeat", request)
-        self.fenced = response.is_fenced
         if want_shutdown:
             if response.should_shut_down:
                 self._shutdown_granted.set()

@@ -323,7 +323,7 @@ def _describe_topic(image: MetadataImage, name: str, out: pb.TopicMetadata) -> N
         out.error_message = f"no topic {name!r}"
         return
     out.topic_id = topic.topic_id.bytes
-    live = image.usable_broker_ids() | {b for b, r in image.brokers.items() if not r.fenced}
+    live = {b for b, r in image.brokers.items() if not r.fenced}
     for partition_id, reg in sorted(topic.partitions.items()):
         out.partitions.add(
             partition=partition_id,

@@ -59,7 +59,6 @@ class FetcherThread(threading.Thread):
         self._stopped = threading.Event()
         self._channel: grpc.Channel | None = None
         self._address: str | None = None
-        self.bytes_fetched = 0
 
     # -- membership (metadata thread) --------------------------------------------------------------
     def set_partitions(self, partitions: list[Partition]) -> None:
@@ -185,8 +184,6 @@ class FetcherThread(threading.Thread):
                         "%s: leader %d answered %s", partition.name, self.source_id, error.name
                     )
                     self._delay(partition)
-                else:
-                    self.bytes_fetched += len(item.records)
 
     def _delay(self, partition: Partition) -> None:
         with self._lock:
@@ -268,9 +265,6 @@ class FetcherManager:
                 thread.start()
             else:
                 thread.set_partitions(partitions)
-
-    def bytes_fetched(self) -> int:
-        return sum(t.bytes_fetched for t in self._threads.values())
 
     def close(self) -> None:
         threads = list(self._threads.values())

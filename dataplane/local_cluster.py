@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import grpc
 
@@ -30,6 +31,22 @@ from raftlog.errors import KafkaError
 Launcher = Callable[[int, list[str], Path], "subprocess.Popen[bytes]"]
 STOP_TIMEOUT_S = 10.0
 POLL_S = 0.05
+
+
+T = TypeVar("T")
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float = 30.0) -> T:
+    """Poll ``probe`` until it returns something other than None/False; TimeoutError naming
+    ``what`` after the deadline. (Tests, demos and benchmarks wait on clusters with it.)"""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = probe()
+        if value is not None and value is not False:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(POLL_S)  # polling a condition with a deadline
 
 
 def free_port(host: str) -> int:

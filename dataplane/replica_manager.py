@@ -67,8 +67,6 @@ class ReplicaManager:
         self._maintenance = threading.Thread(
             target=self._maintain, name=f"replica-maintenance-{broker_id}", daemon=True
         )
-        self.isr_shrinks = 0
-        self.isr_expands = 0
 
     def start(self) -> None:
         self._maintenance.start()
@@ -115,7 +113,7 @@ class ReplicaManager:
         with self._lock:
             previous = dict(self._partitions)
         for key in previous.keys() - wanted.keys():
-            self._remove(previous[key], image)
+            self._remove(previous[key])
         followed: dict[int, list[Partition]] = {}
         settings: dict[str, TopicSettings] = {}
         for (topic, partition_id), (topic_id, reg) in wanted.items():
@@ -124,7 +122,7 @@ class ReplicaManager:
             partition = previous.get((topic, partition_id))
             if partition is None or partition.topic_id != topic_id:
                 if partition is not None:
-                    self._remove(partition, image)
+                    self._remove(partition)
                 partition = self._open(topic, partition_id, topic_id, settings[topic].log_config)
             elif partition.log.config != settings[topic].log_config:
                 partition.log.config = settings[topic].log_config
@@ -135,7 +133,7 @@ class ReplicaManager:
             self.image = image
             self._settings = settings
         if caught_up and not self._strays_removed:
-            self._remove_strays(image)
+            self._remove_strays()
             self._strays_removed = True
         return followed
 
@@ -199,7 +197,7 @@ class ReplicaManager:
             log.info("%s: recovered %s", directory.name, opened.recovery)
         return Partition(topic, partition_id, topic_id, opened, self.broker_id, self.clock_ms)
 
-    def _remove(self, partition: Partition, image: MetadataImage) -> None:
+    def _remove(self, partition: Partition) -> None:
         with self._lock:
             if self._partitions.get((partition.topic, partition.partition)) is partition:
                 del self._partitions[(partition.topic, partition.partition)]
@@ -208,7 +206,7 @@ class ReplicaManager:
         log.info("%s: removed (topic id %s)", partition.name, partition.topic_id)
         shutil.rmtree(partition.log.directory, ignore_errors=True)
 
-    def _remove_strays(self, image: MetadataImage) -> None:
+    def _remove_strays(self) -> None:
         hosted = {p.log.directory.name for p in self.partitions()}
         for directory in sorted(self.log_dir.iterdir()):
             if not directory.is_dir() or directory.name.startswith("__cluster_metadata"):

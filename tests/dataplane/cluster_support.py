@@ -9,22 +9,19 @@ so broker behaviour is tested independently of ``dataplane.client``.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 
 from dataplane.client import AdminClient, NewTopic
-from dataplane.local_cluster import LocalCluster, pick_cluster_port
+from dataplane.local_cluster import LocalCluster, pick_cluster_port, wait_for
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc as pb_grpc
-from protos import controller_pb2 as cpb
 from raftlog.records import Record, encode_batch, iter_records
 
-T = TypeVar("T")
-POLL_S = 0.02
 # first host of each module's cluster: 127.0.0.N .. N+2
 RANGES = {
     "roundtrip": 81,
@@ -38,18 +35,6 @@ RANGES = {
     "spark_stream": 114,
     "spark_pipeline": 117,
 }
-
-
-def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float = 30.0) -> T:
-    """Poll ``probe`` until it returns something other than None/False; fail after the deadline."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = probe()
-        if value is not None and value is not False:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(POLL_S)  # polling a condition with a deadline
 
 
 @contextmanager
@@ -81,41 +66,18 @@ def create_topic(
     cluster: LocalCluster,
     name: str,
     partitions: int,
-    rf: int,
+    rf: int = 3,
     configs: dict[str, str] | None = None,
 ) -> dict[int, pb.PartitionMetadata]:
-    client = cluster.client()
-    try:
-        client.checked(
-            "CreateTopics",
-            cpb.CreateTopicsRequest(
-                topics=[
-                    cpb.CreatableTopic(
-                        name=name,
-                        num_partitions=partitions,
-                        replication_factor=rf,
-                        configs=configs or {},
-                    )
-                ]
-            ),
-        )
-    finally:
-        client.close()
-    return wait_for_leaders(cluster, name, partitions)
-
-
-def create_topic_admin(
-    cluster: LocalCluster, name: str, partitions: int, configs: dict[str, str] | None = None
-) -> None:
-    """Create a topic (replication factor 3) with the AdminClient; wait until every live
-    broker serves its leaders (so even an acks=0 write, never retried, finds its leader)."""
+    """Create a topic with the AdminClient; wait until every live broker serves its leaders
+    (so even an acks=0 write, never retried, finds its leader). The leaders, by partition."""
     admin = AdminClient(cluster.bootstrap_servers)
     try:
-        errors = admin.create_topics([NewTopic(name, partitions, 3, configs or {})])
+        errors = admin.create_topics([NewTopic(name, partitions, rf, configs or {})])
         assert errors[name] is None, errors[name]
     finally:
         admin.close()
-    wait_for_leaders(cluster, name, partitions)
+    return wait_for_leaders(cluster, name, partitions)
 
 
 def metadata(cluster: LocalCluster, node_id: int, topic: str) -> pb.TopicMetadata | None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from dataplane.local_cluster import wait_for
 from raftlog.log import Log
 from tests.dataplane.cluster_support import (
     create_topic,
@@ -17,7 +18,6 @@ from tests.dataplane.cluster_support import (
     read_all,
     running_cluster,
     values_batch,
-    wait_for,
 )
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("dataplane-divergence")]

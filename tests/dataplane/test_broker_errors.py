@@ -9,7 +9,6 @@ import socket
 import struct
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import grpc
 import pytest
@@ -162,9 +161,7 @@ def test_garbage_bytes_on_the_grpc_port_do_not_hurt_the_broker(
     assert stored_values(address, name) == [*before, b"after garbage"]
 
 
-def test_min_insync_replicas_larger_than_the_isr_refuses_acks_all(
-    cluster: LocalCluster, tmp_path: Path
-) -> None:
+def test_min_insync_replicas_larger_than_the_isr_refuses_acks_all(cluster: LocalCluster) -> None:
     leaders = create_topic(cluster, "too-strict", 1, 2, {"min.insync.replicas": "3"})
     address = cluster.broker_address(leaders[0].leader_id)
     refused = produce(address, "too-strict", 0, values_batch([b"x"]))

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from dataplane.local_cluster import LocalCluster
+from dataplane.local_cluster import LocalCluster, wait_for
 from raftlog.errors import ErrorCode
 from tests.dataplane.cluster_support import (
     create_topic,
@@ -19,7 +19,6 @@ from tests.dataplane.cluster_support import (
     read_all,
     running_cluster,
     values_batch,
-    wait_for,
 )
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("dataplane-isr")]

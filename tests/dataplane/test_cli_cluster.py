@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from dataplane.local_cluster import LocalCluster
+from dataplane.local_cluster import LocalCluster, wait_for
 from dataplane.perf import LatencySummary, latency_summary
-from tests.dataplane.cluster_support import running_cluster, wait_for
+from tests.dataplane.cluster_support import running_cluster
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("dataplane-cli")]
 

@@ -8,9 +8,9 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from dataplane.client import Consumer, Producer, RecordMetadata
-from dataplane.local_cluster import LocalCluster
+from dataplane.local_cluster import LocalCluster, wait_for
 from spark.session import local_session
-from tests.dataplane.cluster_support import create_topic_admin, wait_for
+from tests.dataplane.cluster_support import create_topic
 
 READ_DEADLINE_S = 60.0
 
@@ -28,7 +28,7 @@ def servers(cluster: LocalCluster) -> str:
 
 
 def create(cluster: LocalCluster, name: str, partitions: int, **configs: str) -> None:
-    create_topic_admin(cluster, name, partitions, dict(configs))
+    create_topic(cluster, name, partitions, 3, dict(configs))
 
 
 def produce(

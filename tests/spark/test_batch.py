@@ -13,9 +13,9 @@ from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, 
 
 from dataplane.client import Consumer, Producer, TopicPartition
 from dataplane.client.partitioner import partition_for_key
-from dataplane.local_cluster import LocalCluster
+from dataplane.local_cluster import LocalCluster, wait_for
 from spark.rdd import offset_ranges_between, topic_rdd
-from tests.dataplane.cluster_support import running_cluster, wait_for
+from tests.dataplane.cluster_support import running_cluster
 from tests.spark.support import consume_all, create, produce, read, servers, session_for
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("spark-batch"), pytest.mark.slow]
