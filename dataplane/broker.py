@@ -20,14 +20,15 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
 
 from dataplane.broker_service import BrokerServicer, serve
 from dataplane.fetcher import FetcherConfig, FetcherManager
+from dataplane.group_coordinator import GroupConfig, GroupCoordinator, GroupServicer
 from dataplane.metrics import NodeMetrics, PartitionGauge
 from dataplane.partition import IsrChange, Partition
 from dataplane.replica_manager import ReplicaManager, ReplicaManagerConfig
@@ -86,6 +87,7 @@ class BrokerSettings:
     controlled_shutdown_timeout_ms: int
     replica: ReplicaManagerConfig
     fetcher: FetcherConfig
+    groups: GroupConfig = field(default_factory=GroupConfig)
 
     @property
     def address(self) -> str:
@@ -132,6 +134,9 @@ class Broker:
             settings.broker_id, self.replicas, metrics, settings.cluster_id,
             settings.controller_addresses, self._enqueue_isr, self.allocate_producer_id,
         )  # fmt: skip
+        self.groups = GroupCoordinator(
+            settings.broker_id, settings.groups, self.replicas, self._create_topic, clock_ms
+        )
         self.server: grpc.Server | None = None
         self.image = MetadataImage()
         self._producer_ids_lock = threading.Lock()
@@ -155,8 +160,9 @@ class Broker:
 
     def start(self) -> None:
         self._transition_to(BrokerState.STARTING)
-        self.server = serve(self.servicer, self.settings.address)
+        self.server = serve(self.servicer, self.settings.address, GroupServicer(self.groups))
         self.replicas.start()
+        self.groups.start()
         for thread in self._threads:
             thread.start()
         log.info("broker %d serving on %s", self.settings.broker_id, self.settings.address)
@@ -279,6 +285,7 @@ class Broker:
         may_lead = me is not None and me.incarnation_id == self.incarnation_id and not me.fenced
         followed = self.replicas.apply_image(image, caught_up=caught_up, may_lead=may_lead)
         self.fetchers.reconcile(followed)
+        self.groups.on_image(image)
 
     # -- AlterPartition ------------------------------------------------------------------------
     def _enqueue_isr(self, change: IsrChange) -> None:
@@ -352,6 +359,20 @@ class Broker:
                 ),
             )  # fmt: skip
 
+    # -- internal topics ---------------------------------------------------------------------
+    def _create_topic(
+        self, name: str, partitions: int, replication_factor: int, configs: Mapping[str, str]
+    ) -> None:
+        """Create an internal topic through the controller (``__consumer_offsets``)."""
+        topic = cpb.CreatableTopic(
+            name=name, num_partitions=partitions, replication_factor=replication_factor,
+            configs=dict(configs),
+        )  # fmt: skip
+        response = self.client.checked("CreateTopics", cpb.CreateTopicsRequest(topics=[topic]))
+        for result in response.topics:
+            if result.error_code:
+                raise KafkaError(ErrorCode.from_code(result.error_code), result.error_message)
+
     # -- producer ids ------------------------------------------------------------------------
     def allocate_producer_id(self) -> int:
         """The next id of this broker's block; a new block from the controller when spent."""
@@ -392,6 +413,7 @@ class Broker:
         if stream is not None:
             stream.cancel()
         self.fetchers.close()
+        self.groups.close()
         if self.server is not None:
             self.server.stop(grace=1.0).wait(5.0)
         for thread in self._threads:

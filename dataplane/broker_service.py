@@ -24,6 +24,7 @@ from metadata_quorum.image import MetadataImage
 from metadata_quorum.replication import validate_topic_name
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc as pb_grpc
+from protos import group_pb2_grpc as gpb_grpc
 from raftlog.errors import ErrorCode, KafkaError, OffsetOutOfRangeError
 from raftlog.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 
@@ -32,6 +33,8 @@ MAX_WAIT_MS_MAX = 60_000
 PRODUCE_TIMEOUT_MS_MAX = 300_000
 MAX_MESSAGE_BYTES = 100 * 1024 * 1024  # socket.request.max.bytes
 ACKS = (0, 1, -1)
+DEBUGGING_REPLICA_ID = -2
+INTERNAL_TOPICS = frozenset({"__consumer_offsets"})  # written by group coordinators only
 
 
 def _error(message: Any, error: KafkaError) -> None:
@@ -107,6 +110,11 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
         if acks not in ACKS:
             raise KafkaError(
                 ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be 0, 1 or -1, not {acks}"
+            )
+        if topic in INTERNAL_TOPICS:
+            raise KafkaError(
+                ErrorCode.INVALID_TOPIC_EXCEPTION,
+                f"{topic} is internal: only its group coordinators write it",
             )
         partition = self.replicas.get(topic, item.partition)
         min_isr = self.replicas.settings(topic).min_insync_replicas
@@ -244,20 +252,27 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
                     leader_id=-1,
                 )  # fmt: skip
                 try:
-                    self._list_offset(topic.name, item, result)
+                    self._list_offset(topic.name, item, result, request.replica_id)
                 except KafkaError as error:
                     _error(result, error)
         return response
 
     def _list_offset(
-        self, topic: str, item: pb.ListOffsetsPartition, result: pb.ListOffsetsPartitionResponse
+        self,
+        topic: str,
+        item: pb.ListOffsetsPartition,
+        result: pb.ListOffsetsPartitionResponse,
+        replica_id: int,
     ) -> None:
         partition = self.replicas.get(topic, item.partition)
         leader_epoch, hw = partition.leader_state(item.current_leader_epoch)
         result.leader_epoch = leader_epoch
         result.leader_id = self.broker_id
         if item.timestamp == LATEST_TIMESTAMP:
-            result.offset = hw  # a consumer's end: the high watermark
+            # A consumer's end is the high watermark; Kafka's debugging replica (-2, used by
+            # the group coordinator to check commits) gets the log end offset.
+            debugging = replica_id == DEBUGGING_REPLICA_ID
+            result.offset = partition.log.log_end_offset if debugging else hw
             return
         if item.timestamp == EARLIEST_TIMESTAMP:
             result.offset = partition.log.log_start_offset
@@ -340,7 +355,12 @@ def _any_error(response: pb.FetchResponse) -> bool:
     return any(p.error_code for t in response.topics for p in t.partitions)
 
 
-def serve(servicer: BrokerServicer, address: str, max_workers: int = 64) -> grpc.Server:
+def serve(
+    servicer: BrokerServicer,
+    address: str,
+    groups: gpb_grpc.GroupCoordinatorServiceServicer | None = None,
+    max_workers: int = 64,
+) -> grpc.Server:
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="broker-rpc"),
         options=[
@@ -350,6 +370,8 @@ def serve(servicer: BrokerServicer, address: str, max_workers: int = 64) -> grpc
         ],
     )
     pb_grpc.add_BrokerServiceServicer_to_server(servicer, server)
+    if groups is not None:
+        gpb_grpc.add_GroupCoordinatorServiceServicer_to_server(groups, server)
     if server.add_insecure_port(address) == 0:
         raise OSError(f"cannot listen on {address}")
     server.start()

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dataplane.cli_client import register as register_client_commands
+from dataplane.cli_groups import group_app
 from dataplane.cluster_demo import main as cluster_demo
 from dataplane.cluster_status import cluster_status_rows
 from dataplane.local_cluster import LocalCluster
@@ -28,6 +29,7 @@ app.add_typer(demo_app, name="demo")
 app.add_typer(log_app, name="log")
 cluster_app = typer.Typer(help="A local cluster on 127.0.0.11-13.", no_args_is_help=True)
 app.add_typer(cluster_app, name="cluster")
+app.add_typer(group_app, name="group")
 register_client_commands(app)
 console = Console()
 CLUSTER_ROOT = Path(".raftlog/cluster")

@@ -44,7 +44,16 @@ from dataplane.perf import (
 )
 from raftlog.errors import ErrorCode, KafkaError
 
-__all__ = ["DEFAULT_BOOTSTRAP", "register"]
+__all__ = [
+    "DEFAULT_BOOTSTRAP",
+    "BootstrapOption",
+    "JsonOption",
+    "error_line",
+    "kafka_errors",
+    "print_json",
+    "register",
+    "servers",
+]
 
 DEFAULT_BOOTSTRAP = "127.0.0.11:9092,127.0.0.12:9092,127.0.0.13:9092"
 MAX_ERROR_SAMPLES = 10  # delivery errors printed by produce; the rest are only counted
@@ -530,18 +539,29 @@ def consume(
     ] = None,
     print_key: Annotated[bool, typer.Option("--print-key")] = False,
     print_offset: Annotated[bool, typer.Option("--print-offset")] = False,
+    group: Annotated[
+        str | None,
+        typer.Option("--group", help="consume as a member of this group, committing offsets"),
+    ] = None,
     bootstrap: BootstrapOption = DEFAULT_BOOTSTRAP,
     as_json: JsonOption = False,
 ) -> None:
-    """Print records: from the end (default), the beginning or an offset; one per line."""
+    """Print records: from the end (default), the beginning or an offset; one per line.
+    With --group: the group's share of the partitions, from its committed offsets (new
+    partitions from the end, or the beginning with --from-beginning)."""
     if from_beginning and offset is not None:
         raise typer.BadParameter("give --from-beginning or --offset, not both")
+    if group is not None and (offset is not None or partition is not None):
+        raise typer.BadParameter("--group takes no --offset or --partition: the group assigns")
     with kafka_errors():
-        ids = chosen_partitions(bootstrap, topic, partition)
-        partitions = [TopicPartition(topic, p) for p in ids]
         reset: Literal["earliest", "latest"] = "earliest" if from_beginning else "latest"
-        with Consumer(servers(bootstrap), auto_offset_reset=reset) as consumer:
-            start_positions(consumer, partitions, from_beginning, offset)
+        with Consumer(servers(bootstrap), auto_offset_reset=reset, group_id=group) as consumer:
+            if group is not None:
+                consumer.subscribe([topic])
+            else:
+                ids = chosen_partitions(bootstrap, topic, partition)
+                partitions = [TopicPartition(topic, p) for p in ids]
+                start_positions(consumer, partitions, from_beginning, offset)
             line: Callable[[ConsumerRecord], str] = (
                 record_json if as_json else lambda r: record_line(r, print_key, print_offset)
             )

@@ -73,6 +73,8 @@ LOCAL_DEFAULTS: dict[str, str | int] = {
     "broker.session.timeout.ms": 2500,
     "broker.heartbeat.interval.ms": 250,
     "replica.lag.time.max.ms": 10_000,
+    "group.consumer.session.timeout.ms": 10_000,
+    "group.consumer.heartbeat.interval.ms": 500,
 }
 
 

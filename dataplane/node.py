@@ -22,6 +22,7 @@ import grpc
 
 from dataplane.broker import Broker, BrokerSettings
 from dataplane.fetcher import FetcherConfig
+from dataplane.group_coordinator import GroupConfig
 from dataplane.metrics import ControllerGauge, NodeMetrics
 from dataplane.node_config import NodeConfig
 from dataplane.replica_manager import ReplicaManagerConfig
@@ -96,6 +97,18 @@ def start_broker(config: NodeConfig, metrics: NodeMetrics) -> Broker:
             replica_fetch_max_bytes=config.replica_fetch_max_bytes,
             replica_fetch_response_max_bytes=config.replica_fetch_response_max_bytes,
             replica_fetch_wait_max_ms=config.replica_fetch_wait_max_ms,
+        ),
+        groups=GroupConfig(
+            session_timeout_ms=config.group_consumer_session_timeout_ms,
+            heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
+            max_size=config.group_consumer_max_size,
+            offsets_topic_num_partitions=config.offsets_topic_num_partitions,
+            offsets_topic_replication_factor=config.offsets_topic_replication_factor,
+            offsets_topic_segment_bytes=config.offsets_topic_segment_bytes,
+            offsets_retention_minutes=config.offsets_retention_minutes,
+            offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
+            offset_metadata_max_bytes=config.offset_metadata_max_bytes,
+            offsets_commit_timeout_ms=config.offsets_commit_timeout_ms,
         ),
     )
     broker = Broker(settings, Path(config.log_dirs), metrics)

@@ -25,7 +25,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from metadata_quorum.service import Voter
 from raftlog.config import ConfigError, describe_validation_error
@@ -107,6 +114,45 @@ class NodeConfig(BaseModel):
     controlled_shutdown_timeout_ms: int = Field(
         30_000, alias="controlled.shutdown.timeout.ms", ge=0, le=600_000
     )
+    group_consumer_session_timeout_ms: int = Field(
+        45_000, alias="group.consumer.session.timeout.ms", ge=100, le=3_600_000
+    )
+    group_consumer_heartbeat_interval_ms: int = Field(
+        5_000, alias="group.consumer.heartbeat.interval.ms", ge=10, le=3_600_000
+    )
+    group_consumer_max_size: int = Field(
+        2**31 - 1, alias="group.consumer.max.size", ge=1, le=2**31 - 1
+    )
+    offsets_topic_num_partitions: int = Field(
+        50, alias="offsets.topic.num.partitions", ge=1, le=10_000
+    )
+    offsets_topic_replication_factor: int = Field(
+        3, alias="offsets.topic.replication.factor", ge=1, le=32_767
+    )
+    offsets_topic_segment_bytes: int = Field(
+        100 * 1024 * 1024, alias="offsets.topic.segment.bytes", ge=1024, le=2**31 - 1
+    )
+    offsets_retention_minutes: int = Field(
+        10_080, alias="offsets.retention.minutes", ge=1, le=2**31 - 1
+    )
+    offsets_retention_check_interval_ms: int = Field(
+        600_000, alias="offsets.retention.check.interval.ms", ge=100, le=86_400_000
+    )
+    offset_metadata_max_bytes: int = Field(
+        4096, alias="offset.metadata.max.bytes", ge=0, le=1024 * 1024
+    )
+    offsets_commit_timeout_ms: int = Field(
+        5_000, alias="offsets.commit.timeout.ms", ge=1, le=600_000
+    )
+
+    @model_validator(mode="after")
+    def _heartbeat_below_session(self) -> NodeConfig:
+        if self.group_consumer_heartbeat_interval_ms >= self.group_consumer_session_timeout_ms:
+            raise ValueError(
+                "group.consumer.heartbeat.interval.ms must be below "
+                "group.consumer.session.timeout.ms"
+            )
+        return self
 
     @field_validator("process_roles", mode="before")
     @classmethod

@@ -2,7 +2,13 @@
 ControllerService gRPC APIs. Names and settings follow Kafka's clients."""
 
 from dataplane.client._closing import Closing
-from dataplane.client._types import ConsumerRecord, RecordMetadata, TopicPartition
+from dataplane.client._types import (
+    ConsumerRebalanceListener,
+    ConsumerRecord,
+    OffsetAndMetadata,
+    RecordMetadata,
+    TopicPartition,
+)
 from dataplane.client.admin import AdminClient, NewTopic
 from dataplane.client.consumer import Consumer
 from dataplane.client.producer import Producer
@@ -11,8 +17,10 @@ __all__ = [
     "AdminClient",
     "Closing",
     "Consumer",
+    "ConsumerRebalanceListener",
     "ConsumerRecord",
     "NewTopic",
+    "OffsetAndMetadata",
     "Producer",
     "RecordMetadata",
     "TopicPartition",

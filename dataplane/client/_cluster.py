@@ -24,6 +24,7 @@ import grpc
 
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc as pb_grpc
+from protos import group_pb2_grpc as gpb_grpc
 from raftlog.errors import ErrorCode, KafkaError
 
 MAX_MESSAGE_BYTES = 128 * 1024 * 1024  # gRPC's own limit on one message (default 4 MiB)
@@ -334,6 +335,13 @@ class Cluster:
 
     # -- channels --------------------------------------------------------------------------
     def stub(self, target: BrokerInfo | str) -> pb_grpc.BrokerServiceStub:
+        return pb_grpc.BrokerServiceStub(self._channel(target))
+
+    def group_stub(self, target: BrokerInfo | str) -> gpb_grpc.GroupCoordinatorServiceStub:
+        """The group coordinator API of a broker (same listener, same channel)."""
+        return gpb_grpc.GroupCoordinatorServiceStub(self._channel(target))
+
+    def _channel(self, target: BrokerInfo | str) -> grpc.Channel:
         address = target.address if isinstance(target, BrokerInfo) else target
         with self._lock:
             if self._closed:
@@ -342,7 +350,7 @@ class Cluster:
             if channel is None:
                 channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
                 self._channels[address] = channel
-        return pb_grpc.BrokerServiceStub(channel)
+        return channel
 
     def close(self) -> None:
         with self._lock:

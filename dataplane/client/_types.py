@@ -38,3 +38,29 @@ class ConsumerRecord(NamedTuple):
     value: bytes | None
     headers: Headers
     leader_epoch: int  # the batch's partitionLeaderEpoch, -1 = unknown
+
+
+class OffsetAndMetadata(NamedTuple):
+    """A committed offset: the next record to consume, with the user's metadata string."""
+
+    offset: int
+    metadata: str = ""
+    leader_epoch: int = -1
+
+
+class ConsumerRebalanceListener:
+    """Called from ``Consumer.poll`` (the application thread) as the group moves partitions.
+    Subclass and override; the defaults do nothing (``on_partitions_lost`` calls
+    ``on_partitions_revoked``, as Kafka's does)."""
+
+    def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        """Before ``revoked`` go to another member: their positions are committed first when
+        auto-commit is on; commit your own processing state here."""
+
+    def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        """``assigned`` are now this consumer's, starting at their committed offsets."""
+
+    def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
+        """The member was fenced: ``lost`` may already belong to another member (do not
+        commit them)."""
+        self.on_partitions_revoked(lost)

@@ -12,20 +12,30 @@ entry per item: ``None`` for success or the item's ``KafkaError``, like confluen
 per-item futures without the futures; ``raise_for_errors`` turns such a dict into the first
 error. Describe calls raise the first item error (an unknown topic is
 UNKNOWN_TOPIC_OR_PARTITION).
+
+Consumer-group calls (``list_groups``, ``describe_groups``, ``delete_groups``,
+``list_group_offsets``, ``alter_group_offsets``) go to the brokers (so they need
+``bootstrap_servers``): to each group's coordinator, or to every broker for a listing.
 """
 
 from __future__ import annotations
 
 import enum
+import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
+import grpc
+
 from dataplane.client._closing import Closing
-from dataplane.client._cluster import Cluster
-from dataplane.client._types import TopicPartition
+from dataplane.client._cluster import Cluster, rpc_error
+from dataplane.client._group import GroupClient, commit_request, from_wire
+from dataplane.client._types import OffsetAndMetadata, TopicPartition
 from metadata_quorum.client import ControllerClient
 from protos import controller_pb2 as pb
+from protos import group_pb2 as gpb
 from protos import metadata_pb2
 from raftlog.errors import ErrorCode, KafkaError
 
@@ -35,6 +45,9 @@ __all__ = [
     "ClusterDescription",
     "ConfigEntry",
     "ConfigResource",
+    "GroupDescription",
+    "GroupListing",
+    "MemberDescription",
     "NewTopic",
     "PartitionDescription",
     "QuorumDescription",
@@ -133,6 +146,49 @@ class ConfigEntry(NamedTuple):
     is_default: bool
 
 
+class GroupListing(NamedTuple):
+    group_id: str
+    state: str
+    group_type: str
+
+
+@dataclass(frozen=True)
+class MemberDescription:
+    member_id: str
+    client_id: str
+    member_epoch: int
+    state: str
+    subscribed_topics: tuple[str, ...]
+    subscribed_pattern: str
+    assignment: frozenset[TopicPartition]
+    target_assignment: frozenset[TopicPartition]
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    group_id: str
+    state: str
+    group_epoch: int
+    assignment_epoch: int
+    assignor: str
+    coordinator_id: int
+    members: tuple[MemberDescription, ...]
+
+
+def _member_description(m: gpb.DescribedMember) -> MemberDescription:
+    return MemberDescription(
+        m.member_id, m.client_id, m.member_epoch, m.state, tuple(m.subscribed_topic_names),
+        m.subscribed_topic_regex, from_wire(m.assignment), from_wire(m.target_assignment),
+    )  # fmt: skip
+
+
+def _group_description(d: gpb.DescribedGroup) -> GroupDescription:
+    return GroupDescription(
+        d.group_id, d.state, d.group_epoch, d.assignment_epoch, d.assignor, d.coordinator_id,
+        tuple(_member_description(m) for m in d.members),
+    )  # fmt: skip
+
+
 def raise_for_errors(results: Mapping[Any, KafkaError | None]) -> None:
     """Raise the first per-item error of a result dict."""
     for error in results.values():
@@ -174,6 +230,7 @@ class AdminClient(Closing):
         if not 1 <= request_timeout_ms <= 600_000:
             raise ValueError(f"request_timeout_ms out of [1, 600000]: {request_timeout_ms}")
         self._timeout_s = request_timeout_ms / 1000
+        self._brokers: Cluster | None = None
         if bootstrap_controllers is not None:
             controllers = (
                 bootstrap_controllers.split(",")
@@ -182,19 +239,17 @@ class AdminClient(Closing):
             )
         else:
             assert bootstrap_servers is not None, "checked above"
-            controllers = self._discover_controllers(bootstrap_servers, request_timeout_ms)
+            self._brokers = Cluster(bootstrap_servers, request_timeout_ms=request_timeout_ms)
+            try:
+                controllers = list(self._brokers.refresh().controller_addresses)
+            except KafkaError:
+                self._brokers.close()
+                raise
+            if not controllers:
+                self._brokers.close()
+                raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, "Metadata named no controller")
         self._controllers = ControllerClient(controllers, deadline_s=self._timeout_s)
-
-    @staticmethod
-    def _discover_controllers(servers: str | Sequence[str], request_timeout_ms: int) -> list[str]:
-        cluster = Cluster(servers, request_timeout_ms=request_timeout_ms)
-        try:
-            addresses = list(cluster.refresh().controller_addresses)
-        finally:
-            cluster.close()
-        if not addresses:
-            raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, "Metadata named no controller")
-        return addresses
+        self._closed = threading.Event()
 
     def _checked(self, method: str, request: Any) -> Any:
         return self._controllers.checked(method, request, deadline_s=self._timeout_s)
@@ -378,6 +433,89 @@ class AdminClient(Closing):
             }
         return result
 
+    # -- consumer groups -------------------------------------------------------------------
+    def _group(self, group_id: str) -> GroupClient:
+        if self._brokers is None:
+            raise ValueError("group calls need bootstrap_servers (brokers), not controllers")
+        return GroupClient(self._brokers, group_id, self._closed, time.monotonic)
+
+    def list_groups(self, states: Iterable[str] = ()) -> list[GroupListing]:
+        """Every consumer group of the cluster (asking every broker for the ones it
+        coordinates), optionally only those in ``states`` (Empty, Stable, ...)."""
+        if self._brokers is None:
+            raise ValueError("group calls need bootstrap_servers (brokers), not controllers")
+        snapshot = self._brokers.refresh()
+        request = gpb.ListGroupsRequest(states_filter=list(states))
+        found: dict[str, GroupListing] = {}
+        for broker in snapshot.brokers.values():
+            try:
+                response = self._brokers.group_stub(broker).ListGroups(
+                    request, timeout=self._timeout_s
+                )
+            except grpc.RpcError as error:
+                raise rpc_error(error, f"ListGroups to broker {broker.node_id}") from error
+            for group in response.groups:
+                found[group.group_id] = GroupListing(group.group_id, group.state, group.group_type)
+        return [found[g] for g in sorted(found)]
+
+    def describe_groups(self, group_ids: Iterable[str]) -> dict[str, GroupDescription]:
+        """Members, their subscriptions and assignments, per group; raises the first error
+        (GROUP_ID_NOT_FOUND for an unknown group)."""
+        result: dict[str, GroupDescription] = {}
+        for group_id in group_ids:
+            request = gpb.DescribeGroupsRequest(group_ids=[group_id])
+            response = self._group(group_id).call(
+                "DescribeGroups", request, self._timeout_s, lambda r: r.groups[0]
+            )
+            described = response.groups[0]
+            if described.error_code:
+                raise KafkaError(ErrorCode.from_code(described.error_code), described.error_message)
+            result[group_id] = _group_description(described)
+        return result
+
+    def delete_groups(self, group_ids: Iterable[str]) -> dict[str, KafkaError | None]:
+        """Delete empty groups with their offsets (NON_EMPTY_GROUP while members remain)."""
+        result: dict[str, KafkaError | None] = {}
+        for group_id in group_ids:
+            request = gpb.DeleteGroupsRequest(group_ids=[group_id])
+            response = self._group(group_id).call(
+                "DeleteGroups", request, self._timeout_s, lambda r: r.results[0]
+            )
+            answer = response.results[0]
+            result[group_id] = _item_error(answer.error_code, answer.error_message)
+        return result
+
+    def list_group_offsets(self, group_id: str) -> dict[TopicPartition, OffsetAndMetadata]:
+        """Every offset the group committed."""
+        request = gpb.OffsetFetchRequest(group_id=group_id)
+        response = self._group(group_id).call("OffsetFetch", request, self._timeout_s)
+        if response.error_code:
+            raise KafkaError(ErrorCode.from_code(response.error_code), response.error_message)
+        return {
+            TopicPartition(t.name, p.partition): OffsetAndMetadata(
+                p.committed_offset, p.metadata, p.committed_leader_epoch
+            )
+            for t in response.topics
+            for p in t.partitions
+            if p.committed_offset >= 0
+        }
+
+    def alter_group_offsets(
+        self, group_id: str, offsets: Mapping[TopicPartition, int | OffsetAndMetadata]
+    ) -> dict[TopicPartition, KafkaError | None]:
+        """Set a group's committed offsets: only while it has no members (UNKNOWN_MEMBER_ID
+        otherwise), as Kafka's ``alterConsumerGroupOffsets``."""
+        request = commit_request(group_id, "", -1, offsets)
+        response = self._group(group_id).call("OffsetCommit", request, self._timeout_s)
+        return {
+            TopicPartition(t.name, p.partition): _item_error(p.error_code, p.error_message)
+            for t in response.topics
+            for p in t.partitions
+        }
+
     # -- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:
+        self._closed.set()
         self._controllers.close()
+        if self._brokers is not None:
+            self._brokers.close()

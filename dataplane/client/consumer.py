@@ -1,8 +1,19 @@
-"""The consumer with manual assignment: ``assign``, ``seek``, ``poll``, offset lookups.
+"""The consumer: ``subscribe`` (a consumer group) or ``assign``, ``poll``, commits, offsets.
 
-Kafka's settings (``fetch.min.bytes``, ``fetch.max.wait.ms``, ``fetch.max.bytes``,
+Kafka's settings (``group.id``, ``enable.auto.commit``, ``auto.commit.interval.ms``,
+``max.poll.interval.ms``, ``fetch.min.bytes``, ``fetch.max.wait.ms``, ``fetch.max.bytes``,
 ``max.partition.fetch.bytes``, ``max.poll.records``, ``auto.offset.reset``,
 ``request.timeout.ms``) with underscores. Not thread-safe, like Kafka's: one thread polls.
+
+**Groups** (KIP-848). ``subscribe(topics | pattern, listener)`` joins ``group_id``; a background
+thread heartbeats (see :mod:`dataplane.client._group`) and ``poll`` reconciles the assignment
+towards what the coordinator says: revoked partitions first (their positions committed when
+auto-commit is on, then ``on_partitions_revoked``), then new ones (starting at their committed
+offsets, else ``auto.offset.reset``, then ``on_partitions_assigned``). Partitions that do not
+move are fetched throughout. A fenced member gets ``on_partitions_lost`` and rejoins. Commits
+carry the member id and epoch; with ``assign`` and a ``group_id`` they are administrative
+commits (epoch -1), accepted while the group has no members. ``close`` commits (auto-commit),
+revokes and leaves the group.
 
 ``poll`` sends one Fetch per leader broker covering all its assigned partitions (concurrently,
 as asynchronous unary calls), decodes the returned RecordBatch v2 bytes, drops records below
@@ -15,31 +26,39 @@ NOT_LEADER_OR_FOLLOWER, UNKNOWN_LEADER_EPOCH, FENCED_LEADER_EPOCH, UNKNOWN_TOPIC
 LEADER_NOT_AVAILABLE and network failures refresh metadata and fetch again (from the new
 leader, with its epoch as ``current_leader_epoch``); other non-retriable errors raise
 ``KafkaError`` from ``poll``.
-
-Groups, ``subscribe`` and commits come later.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple, TypeVar
 
 import grpc
 
 from dataplane.client._closing import Closing
 from dataplane.client._cluster import Cluster, ClusterSnapshot, rpc_error
 from dataplane.client._config import ConsumerConfig
-from dataplane.client._types import ConsumerRecord, TopicPartition
+from dataplane.client._group import GroupClient, Membership, commit_request
+from dataplane.client._types import (
+    ConsumerRebalanceListener,
+    ConsumerRecord,
+    OffsetAndMetadata,
+    TopicPartition,
+)
 from protos import broker_pb2 as pb
-from raftlog.batch import HEADER_SIZE, read_header
+from protos import group_pb2 as gpb
+from raftlog.batch import HEADER_SIZE, check_header, read_header
 from raftlog.errors import ErrorCode, KafkaError
 from raftlog.records import decode_batch
 
-__all__ = ["Consumer"]
+__all__ = ["Consumer", "FetchedBatches"]
+log = logging.getLogger(__name__)
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
@@ -68,6 +87,47 @@ class _PartitionState:
     buffer: deque[ConsumerRecord] = field(default_factory=deque)
     buffer_end: int = -1  # the position once the buffer is returned
     high_watermark: int = -1
+    paused: bool = False
+    from_committed: bool = False  # assigned with a group: start at the committed offset
+    fetched: FetchedBatches | None = None  # poll_batches: undecoded, not yet returned
+
+
+class FetchedBatches(NamedTuple):
+    """What :meth:`Consumer.poll_batches` returns for one partition: the whole RecordBatch v2
+    batches of one fetch, not decoded (nor CRC-checked: the decoder does that). Records below
+    ``fetch_offset`` are the caller's to drop (a batch can start before it), and so are control
+    batches; ``next_offset`` is where the next fetch starts."""
+
+    tp: TopicPartition
+    data: bytes
+    fetch_offset: int
+    next_offset: int
+
+
+_Drained = TypeVar("_Drained", dict[TopicPartition, list[ConsumerRecord]], list[FetchedBatches])
+
+
+def whole_batches(tp: TopicPartition, data: bytes, fetch_offset: int) -> FetchedBatches:
+    """The whole batches at the start of ``data`` and the offset to fetch next, from the batch
+    headers alone. A torn batch at the end (the fetch was cut at its byte limit) is left out;
+    a header that breaks the framing rules raises."""
+    next_offset = fetch_offset
+    position = 0
+    while len(data) - position >= HEADER_SIZE:
+        header = read_header(data, position)
+        if header.size_bytes > len(data) - position:
+            break
+        check_header(header, len(data) - position)
+        next_offset = max(next_offset, header.next_offset)
+        position += header.size_bytes
+    if position == 0 and data:
+        raise KafkaError(
+            ErrorCode.RECORD_LIST_TOO_LARGE,
+            f"{tp}: no whole batch at offset {fetch_offset} in {len(data)} bytes; raise "
+            "max.partition.fetch.bytes (brokers should return at least one whole batch)",
+        )
+    whole = data if position == len(data) else data[:position]
+    return FetchedBatches(tp, whole, fetch_offset, next_offset)
 
 
 def decode_fetched(
@@ -76,14 +136,11 @@ def decode_fetched(
     """Records at or after ``fetch_offset`` in whole batches of ``data``, and the offset to
     fetch next. A torn batch at the end (the fetch was cut at its byte limit) is ignored;
     a corrupt batch raises. Control batches are skipped but advance the position."""
+    fetched = whole_batches(tp, data, fetch_offset)
     records: list[ConsumerRecord] = []
-    next_offset = fetch_offset
     position = 0
-    while len(data) - position >= HEADER_SIZE:
-        header = read_header(data, position)
-        if header.size_bytes > len(data) - position:
-            break
-        header, batch = decode_batch(data, position)
+    while position < len(fetched.data):
+        header, batch = decode_batch(fetched.data, position)
         if header.next_offset > fetch_offset and not header.is_control:
             # Per batch, not per record: the loop below runs for every record consumed.
             topic, partition, epoch = tp.topic, tp.partition, header.partition_leader_epoch
@@ -103,15 +160,8 @@ def decode_fetched(
                 for r in batch
                 if r.offset >= fetch_offset
             )
-        next_offset = max(next_offset, header.next_offset)
         position += header.size_bytes
-    if position == 0 and data:
-        raise KafkaError(
-            ErrorCode.RECORD_LIST_TOO_LARGE,
-            f"{tp}: no whole batch at offset {fetch_offset} in {len(data)} bytes; raise "
-            "max.partition.fetch.bytes (brokers should return at least one whole batch)",
-        )
-    return records, next_offset
+    return records, fetched.next_offset
 
 
 class Consumer(Closing):
@@ -129,9 +179,19 @@ class Consumer(Closing):
         retry_backoff_ms: int = 100,
         retry_backoff_max_ms: int = 1_000,
         metadata_max_age_ms: int = 300_000,
+        group_id: str | None = None,
+        client_id: str = "raftlog-consumer",
+        enable_auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5_000,
+        max_poll_interval_ms: int = 300_000,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = ConsumerConfig(
+            group_id=group_id,
+            client_id=client_id,
+            enable_auto_commit=enable_auto_commit,
+            auto_commit_interval_ms=auto_commit_interval_ms,
+            max_poll_interval_ms=max_poll_interval_ms,
             fetch_min_bytes=fetch_min_bytes,
             fetch_max_wait_ms=fetch_max_wait_ms,
             fetch_max_bytes=fetch_max_bytes,
@@ -155,17 +215,263 @@ class Consumer(Closing):
         self._request_timeout_s = request_timeout_ms / 1000
         self._states: dict[TopicPartition, _PartitionState] = {}
         self._closed = threading.Event()
+        self._group = (
+            None if group_id is None else GroupClient(self._cluster, group_id, self._closed, clock)
+        )
+        self._membership: Membership | None = None
+        self._listener = ConsumerRebalanceListener()
+        self._subscription: tuple[tuple[str, ...], str] | None = None
+        self._next_auto_commit = clock() + auto_commit_interval_ms / 1000
+        self._async_commits = ThreadPoolExecutor(1, thread_name_prefix="consumer-commit")
 
     # -- assignment and positions ----------------------------------------------------------
     def assign(self, partitions: Iterable[PartitionLike]) -> None:
         """Replace the assignment. Kept partitions keep their positions; new ones start at
         ``auto.offset.reset`` unless ``seek`` says otherwise."""
+        if self._subscription is not None:
+            raise ValueError("assign() after subscribe(): call unsubscribe() first")
         wanted = [TopicPartition(str(t), int(p)) for t, p in partitions]
-        reset = None if self.config.auto_offset_reset == "none" else self.config.auto_offset_reset
-        self._states = {
-            tp: self._states.get(tp) or _PartitionState(position=None, reset=reset) for tp in wanted
-        }
+        previous = self._states
+        self._states = {tp: previous.get(tp) or self._new_state() for tp in wanted}
+        for tp in set(wanted) - set(previous):
+            # With a group, an assigned partition starts at the group's committed offset.
+            self._states[tp].from_committed = self._group is not None
         self._cluster.add_topics(tp.topic for tp in wanted)
+
+    def _new_state(self, committed: int | None = None) -> _PartitionState:
+        if committed is not None and committed >= 0:
+            return _PartitionState(position=committed, reset=None)
+        reset = None if self.config.auto_offset_reset == "none" else self.config.auto_offset_reset
+        return _PartitionState(position=None, reset=reset)
+
+    # -- groups ----------------------------------------------------------------------------
+    def subscribe(
+        self,
+        topics: Iterable[str] = (),
+        *,
+        pattern: str | None = None,
+        listener: ConsumerRebalanceListener | None = None,
+    ) -> None:
+        """Join ``group_id`` for ``topics`` or the topics matching ``pattern`` (a regular
+        expression over topic names, matched by the coordinator, so new topics join in)."""
+        names = tuple(sorted(set(topics)))
+        if self._group is None:
+            raise ValueError("subscribe() needs a group_id")
+        if bool(names) == bool(pattern):
+            raise ValueError("subscribe() takes topic names or a pattern, not both or neither")
+        if self._subscription is None and self._states:
+            raise ValueError("subscribe() after assign(): call unsubscribe() first")
+        self._subscription = (names, pattern or "")
+        self._listener = listener or ConsumerRebalanceListener()
+        if self._membership is None:
+            self._membership = Membership(
+                self._group,
+                client_id=self.config.client_id,
+                rebalance_timeout_ms=self.config.max_poll_interval_ms,
+                max_poll_interval_ms=self.config.max_poll_interval_ms,
+                request_timeout_s=self._request_timeout_s,
+                clock=self._clock,
+            )
+        self._cluster.add_topics(names)
+        self._membership.subscribe(names, pattern or "")
+
+    def subscription(self) -> set[str]:
+        return set() if self._subscription is None else set(self._subscription[0])
+
+    def unsubscribe(self) -> None:
+        """Give up every partition (committing first with auto-commit) and leave the group."""
+        self._leave_group()
+        self._states = {}
+
+    def _leave_group(self) -> None:
+        membership = self._membership
+        if membership is None:
+            return
+        owned = set(self._states)
+        if owned:
+            self._maybe_commit_before_revoking(owned)
+            self._listener.on_partitions_revoked(owned)
+        membership.leave()
+        self._membership = None
+        self._subscription = None
+
+    def _reconcile(self) -> None:
+        """Move the owned partitions towards the coordinator's target (the poll thread)."""
+        membership = self._membership
+        if membership is None:
+            return
+        membership.polled()
+        target, lost = membership.state()
+        owned = frozenset(self._states)
+        if lost:
+            for tp in owned:
+                del self._states[tp]
+            self._listener.on_partitions_lost(set(owned))
+            membership.owned(frozenset(), released_all=True)
+            return
+        if target is None:
+            return
+        revoked = owned - target
+        if revoked:
+            # Still owned while the listener runs, so it can commit them.
+            self._maybe_commit_before_revoking(revoked)
+            self._listener.on_partitions_revoked(set(revoked))
+            for tp in revoked:
+                del self._states[tp]
+        added = target - owned
+        if added:
+            committed = self.committed(added)
+            for tp in added:
+                found = committed.get(tp)
+                self._states[tp] = self._new_state(None if found is None else found.offset)
+            self._cluster.add_topics(tp.topic for tp in added)
+        if revoked or added:
+            membership.owned(frozenset(self._states))
+        if added:
+            self._listener.on_partitions_assigned(set(added))
+
+    def _maybe_commit_before_revoking(self, partitions: Iterable[TopicPartition]) -> None:
+        if not self.config.enable_auto_commit or self._group is None:
+            return
+        offsets = self._positions(partitions)
+        if not offsets:
+            return
+        try:
+            self.commit(offsets)
+        except KafkaError as error:
+            log.warning("commit before giving up %s failed: %s", sorted(partitions), error)
+
+    def _positions(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return {
+            tp: state.position
+            for tp in partitions
+            if (state := self._states.get(tp)) is not None and state.position is not None
+        }
+
+    # -- commits ---------------------------------------------------------------------------
+    def commit(
+        self,
+        offsets: Mapping[TopicPartition, int | OffsetAndMetadata]
+        | Mapping[tuple[str, int], int | OffsetAndMetadata]
+        | None = None,
+        *,
+        asynchronous: bool = False,
+        callback: Callable[[dict[TopicPartition, int], KafkaError | None], None] | None = None,
+    ) -> None:
+        """Commit ``offsets`` (default: the position of every owned partition, i.e. all that
+        ``poll`` returned) for the group. Synchronous unless ``asynchronous``: then it returns
+        at once and ``callback(offsets, error)`` runs on the commit thread."""
+        group = self._require_group()
+        wanted = self._positions(self._states) if offsets is None else offsets
+        resolved = {
+            TopicPartition(*tp): value if isinstance(value, OffsetAndMetadata)
+            else OffsetAndMetadata(value)
+            for tp, value in wanted.items()
+        }  # fmt: skip
+        if not asynchronous:
+            self._commit_now(group, resolved)
+            return
+
+        def run() -> None:
+            error: KafkaError | None = None
+            try:
+                self._commit_now(group, resolved)
+            except KafkaError as failed:
+                error = failed
+                log.warning("asynchronous commit failed: %s", failed)
+            if callback is not None:
+                callback({tp: o.offset for tp, o in resolved.items()}, error)
+
+        self._async_commits.submit(run)
+
+    def _require_group(self) -> GroupClient:
+        if self._group is None:
+            raise ValueError("commits need a group_id")
+        return self._group
+
+    def _commit_now(
+        self, group: GroupClient, offsets: Mapping[TopicPartition, OffsetAndMetadata]
+    ) -> None:
+        if not offsets:
+            return
+        deadline = self._clock() + self._request_timeout_s
+        while True:
+            member_id, epoch = ("", -1) if self._membership is None else self._membership.epoch()
+            request = commit_request(group.group_id, member_id, epoch, offsets)
+            response = group.call("OffsetCommit", request, max(0.001, deadline - self._clock()))
+            failures = [
+                (TopicPartition(t.name, p.partition), ErrorCode.from_code(p.error_code), p)
+                for t in response.topics
+                for p in t.partitions
+                if p.error_code
+            ]
+            if not failures:
+                return
+            tp, code, answer = failures[0]
+            # STALE_MEMBER_EPOCH races with a heartbeat that moved this member to a new epoch
+            # (its answer may still be on the way): while still a member, retry with the
+            # epoch the next heartbeat brings.
+            stale = code is ErrorCode.STALE_MEMBER_EPOCH
+            if not (code.retriable or (stale and self._still_member(member_id))):
+                raise KafkaError(code, f"commit {tp}: {answer.error_message}")
+            if self._clock() >= deadline:
+                raise KafkaError(code, f"commit {tp}: {answer.error_message} (timed out)")
+            if stale and self._membership is not None:
+                self._membership.heartbeat_now()
+            self._closed.wait(self._cluster.backoff_s())
+
+    def _still_member(self, member_id: str) -> bool:
+        membership = self._membership
+        return membership is not None and membership.is_member(member_id)
+
+    def committed(
+        self, partitions: Iterable[PartitionLike]
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """The group's committed offset of each partition (None where nothing is committed)."""
+        group = self._require_group()
+        wanted = [TopicPartition(*tp) for tp in partitions]
+        if not wanted:
+            return {}
+        request = gpb.OffsetFetchRequest(group_id=group.group_id)
+        for topic in sorted({tp.topic for tp in wanted}):
+            request.topics.add(
+                topic=topic, partitions=sorted(tp.partition for tp in wanted if tp.topic == topic)
+            )
+        response = group.call("OffsetFetch", request, self._request_timeout_s)
+        if response.error_code:
+            raise KafkaError(ErrorCode.from_code(response.error_code), response.error_message)
+        found: dict[TopicPartition, OffsetAndMetadata | None] = dict.fromkeys(wanted)
+        for topic in response.topics:
+            for p in topic.partitions:
+                if p.committed_offset >= 0:
+                    found[TopicPartition(topic.name, p.partition)] = OffsetAndMetadata(
+                        p.committed_offset, p.metadata, p.committed_leader_epoch
+                    )
+        return found
+
+    def _maybe_auto_commit(self) -> None:
+        if self._group is None or not self.config.enable_auto_commit:
+            return
+        now = self._clock()
+        if now < self._next_auto_commit:
+            return
+        self._next_auto_commit = now + self.config.auto_commit_interval_ms / 1000
+        offsets = self._positions(self._states)
+        if offsets:
+            self.commit(offsets, asynchronous=True)
+
+    # -- pausing ---------------------------------------------------------------------------
+    def pause(self, *partitions: PartitionLike) -> None:
+        """Stop fetching ``partitions`` and returning their records until ``resume``."""
+        for tp in partitions:
+            self._state(tp).paused = True
+
+    def resume(self, *partitions: PartitionLike) -> None:
+        for tp in partitions:
+            self._state(tp).paused = False
+
+    def paused(self) -> set[TopicPartition]:
+        return {tp for tp, state in self._states.items() if state.paused}
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._states)
@@ -182,6 +488,7 @@ class Consumer(Closing):
         state = self._state(tp)
         state.position, state.reset = offset, None
         state.buffer.clear()
+        state.fetched = None
 
     def seek_to_beginning(self, *partitions: PartitionLike) -> None:
         self._seek_to("earliest", partitions)
@@ -195,6 +502,7 @@ class Consumer(Closing):
             state = self._state(tp)
             state.position, state.reset = None, reset
             state.buffer.clear()
+            state.fetched = None
 
     def position(self, tp: PartitionLike) -> int:
         """The offset of the next record ``poll`` returns for ``tp``."""
@@ -208,6 +516,13 @@ class Consumer(Closing):
         pending = {tp: s for tp, s in self._states.items() if s.position is None}
         if not pending:
             return
+        from_committed = [tp for tp, s in pending.items() if s.from_committed]
+        if from_committed:
+            for tp, found in self.committed(from_committed).items():
+                pending[tp].from_committed = False
+                if found is not None:
+                    pending[tp].position, pending[tp].reset = found.offset, None
+                    del pending[tp]
         for tp, state in pending.items():
             if state.reset is None:
                 raise KafkaError(
@@ -332,23 +647,40 @@ class Consumer(Closing):
     def poll(self, timeout_ms: int = 0) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Records of the assigned partitions, at most ``max.poll.records``, waiting up to
         ``timeout_ms`` for some to arrive. Empty when none did."""
+        return self._poll(timeout_ms, self._drain_buffers, raw=False)
+
+    def poll_batches(self, timeout_ms: int = 0) -> list[FetchedBatches]:
+        """Like :meth:`poll`, but each partition's fetched RecordBatch v2 bytes as they came,
+        undecoded: for readers that decode whole batches into columns themselves (the Spark
+        data source). Each partition's position moves past the batches returned;
+        ``max.poll.records`` does not apply. Use one of ``poll`` and ``poll_batches`` per
+        consumer: what one has fetched the other does not return."""
+        return self._poll(timeout_ms, self._drain_fetched, raw=True)
+
+    def _poll(self, timeout_ms: int, drain: Callable[[], _Drained], *, raw: bool) -> _Drained:
         if self._closed.is_set():
             raise RuntimeError("poll() after close()")
         deadline = self._clock() + max(0, timeout_ms) / 1000
+        self._reconcile()
+        self._maybe_auto_commit()
         while True:
-            records = self._drain_buffers()
-            if records:
-                return records
+            drained = drain()
+            if drained:
+                return drained
             self._reset_positions()
             remaining = deadline - self._clock()
             fetched = self._fetch(
-                max_wait_s=max(0.0, min(self.config.fetch_max_wait_ms / 1000, remaining))
+                max_wait_s=max(0.0, min(self.config.fetch_max_wait_ms / 1000, remaining)),
+                raw=raw,
             )
-            if any(s.buffer for s in self._states.values()):
+            if any(
+                (s.fetched is not None if raw else s.buffer) and not s.paused
+                for s in self._states.values()
+            ):
                 continue
             remaining = deadline - self._clock()
             if remaining <= 0:
-                return {}
+                return drained
             if not fetched:  # nothing could be fetched (no leader, errors): back off
                 self._closed.wait(min(self._cluster.backoff_s(), remaining))
 
@@ -358,7 +690,7 @@ class Consumer(Closing):
         for tp, state in self._states.items():
             if budget == 0:
                 break
-            if not state.buffer:
+            if not state.buffer or state.paused:
                 continue
             taken = [state.buffer.popleft() for _ in range(min(budget, len(state.buffer)))]
             budget -= len(taken)
@@ -366,9 +698,19 @@ class Consumer(Closing):
             state.position = state.buffer[0].offset if state.buffer else state.buffer_end
         return result
 
-    def _fetch(self, max_wait_s: float) -> bool:
+    def _drain_fetched(self) -> list[FetchedBatches]:
+        drained: list[FetchedBatches] = []
+        for state in self._states.values():
+            if state.fetched is None or state.paused:
+                continue
+            drained.append(state.fetched)
+            state.position, state.fetched = state.fetched.next_offset, None
+        return drained
+
+    def _fetch(self, max_wait_s: float, raw: bool = False) -> bool:
         """One Fetch to each leader of fetchable partitions; False when no partition was
-        answered without error (the caller backs off)."""
+        answered without error (the caller backs off). ``raw`` keeps the fetched batches
+        undecoded (for ``poll_batches``)."""
         self._cluster.maybe_refresh()
         snapshot = self._cluster.snapshot()
         requests = self._fetch_requests(snapshot, max_wait_s)
@@ -391,7 +733,7 @@ class Consumer(Closing):
                     raise rpc_error(error, f"Fetch from {address}") from error
                 self._cluster.invalidate()
                 continue
-            answered = self._handle_fetch(response, offsets) or answered
+            answered = self._handle_fetch(response, offsets, raw) or answered
         return answered
 
     def _fetch_requests(
@@ -400,7 +742,8 @@ class Consumer(Closing):
         by_leader: dict[str, dict[str, list[pb.FetchPartition]]] = {}
         offsets: dict[str, dict[TopicPartition, int]] = {}
         for tp, state in self._states.items():
-            if state.buffer or state.position is None:
+            pending = state.buffer or state.fetched is not None
+            if pending or state.position is None or state.paused:
                 continue
             leader = snapshot.leader(tp.topic, tp.partition)
             info = snapshot.partition(tp.topic, tp.partition)
@@ -434,7 +777,7 @@ class Consumer(Closing):
         }
 
     def _handle_fetch(
-        self, response: pb.FetchResponse, offsets: Mapping[TopicPartition, int]
+        self, response: pb.FetchResponse, offsets: Mapping[TopicPartition, int], raw: bool
     ) -> bool:
         """Apply each partition's answer; True when any came without error."""
         if response.error_code != ErrorCode.NONE.code:
@@ -450,15 +793,27 @@ class Consumer(Closing):
                 state = self._states.get(tp)
                 if state is None or tp not in offsets or state.position != offsets[tp]:
                     continue  # unassigned or moved by seek since the request went out
-                self._handle_partition(tp, state, answer)
+                self._handle_partition(tp, state, answer, raw)
                 ok = ok or answer.error_code == ErrorCode.NONE.code
         return ok
 
     def _handle_partition(
-        self, tp: TopicPartition, state: _PartitionState, answer: pb.FetchPartitionResponse
+        self,
+        tp: TopicPartition,
+        state: _PartitionState,
+        answer: pb.FetchPartitionResponse,
+        raw: bool,
     ) -> None:
         code = ErrorCode.from_code(answer.error_code)
-        if code is ErrorCode.NONE:
+        if code is ErrorCode.NONE and raw:
+            assert state.position is not None, "only partitions with a position are fetched"
+            fetched = whole_batches(tp, answer.records, state.position)
+            state.high_watermark = answer.high_watermark
+            if fetched.data:
+                state.fetched = fetched
+            else:
+                state.position = fetched.next_offset
+        elif code is ErrorCode.NONE:
             assert state.position is not None, "only partitions with a position are fetched"
             records, next_offset = decode_fetched(tp, answer.records, state.position)
             state.high_watermark = answer.high_watermark
@@ -477,5 +832,15 @@ class Consumer(Closing):
 
     # -- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:
-        self._closed.set()
-        self._cluster.close()
+        """Commit (with auto-commit), give up the partitions and leave the group; then close."""
+        if self._closed.is_set():
+            return
+        try:
+            if self._membership is not None:
+                self._leave_group()
+            elif self._group is not None and self._states:
+                self._maybe_commit_before_revoking(set(self._states))
+        finally:
+            self._async_commits.shutdown(wait=True)
+            self._closed.set()
+            self._cluster.close()

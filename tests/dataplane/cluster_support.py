@@ -16,7 +16,7 @@ from typing import Any
 
 import grpc
 
-from dataplane.client import AdminClient, NewTopic
+from dataplane.client import AdminClient, Consumer, NewTopic, Producer
 from dataplane.local_cluster import LocalCluster, pick_cluster_port, wait_for
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc as pb_grpc
@@ -34,6 +34,8 @@ RANGES = {
     "spark": 111,
     "spark_stream": 114,
     "spark_pipeline": 117,
+    "groups": 124,
+    "groups_failover": 127,
 }
 
 
@@ -197,3 +199,22 @@ def read_all(address: str, topic: str, partition: int, end_offset: int) -> list[
 def values_batch(values: list[bytes], timestamp_ms: int | None = None, **kwargs: Any) -> bytes:
     now_ms = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
     return encode_batch([(None, v, now_ms, ()) for v in values], **kwargs)
+
+
+def produce_numbers(cluster: LocalCluster, topic: str, start: int, count: int) -> None:
+    """Records ``start .. start+count-1``, each its number as key and value (acks=all)."""
+    with Producer(cluster.bootstrap_servers) as producer:
+        for n in range(start, start + count):
+            producer.send(topic, key=str(n).encode(), value=str(n).encode())
+        producer.flush()
+
+
+def consume_values(consumer: Consumer, count: int, timeout_s: float = 60) -> list[str]:
+    """Poll until ``count`` record values arrived (decoded), within ``timeout_s``."""
+    values: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    while len(values) < count:
+        assert time.monotonic() < deadline, f"got {len(values)} of {count}"
+        for records in consumer.poll(timeout_ms=200).values():
+            values += [(r.value or b"").decode() for r in records]
+    return values

@@ -1,0 +1,341 @@
+"""A client's side of a consumer group: finding its coordinator, and membership (KIP-848).
+
+:class:`GroupClient` finds the group's coordinator (FindCoordinator to any broker) and runs
+group RPCs against it, looking it up again when it moved (NOT_COORDINATOR,
+COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS, network errors), within a deadline.
+
+:class:`Membership` is the consumer's background heartbeat thread. It joins with epoch 0 and the
+subscription, then heartbeats every ``heartbeat_interval_ms`` the coordinator asks for (at once
+when the owned partitions or the subscription change), always reporting the partitions the
+application thread owns. The coordinator's answer is the member's *target*: the application
+thread reconciles towards it in ``poll`` (revoking first, then assigning), which is where the
+rebalance listener runs, as in Kafka. Fenced (FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID) or past
+``max.poll.interval.ms`` without a poll, the member loses its partitions: it waits for the
+application thread to let them go, then rejoins with epoch 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import grpc
+
+from dataplane.client._cluster import Cluster, rpc_error
+from dataplane.client._types import OffsetAndMetadata, TopicPartition
+from protos import group_pb2 as gpb
+from raftlog.errors import ErrorCode, KafkaError
+
+log = logging.getLogger(__name__)
+COORDINATOR_ERRORS = frozenset(
+    {
+        ErrorCode.NOT_COORDINATOR,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode.NETWORK_EXCEPTION,
+        ErrorCode.REQUEST_TIMED_OUT,
+    }
+)
+FENCING_ERRORS = frozenset({ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID})
+JOIN_EPOCH = 0
+LEAVE_EPOCH = -1
+
+
+def to_wire(partitions: set[TopicPartition] | frozenset[TopicPartition]) -> gpb.OwnedPartitions:
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in sorted(partitions):
+        by_topic.setdefault(topic, []).append(partition)
+    return gpb.OwnedPartitions(
+        topics=[gpb.TopicPartitions(topic=t, partitions=ps) for t, ps in by_topic.items()]
+    )
+
+
+def from_wire(items: Any) -> frozenset[TopicPartition]:
+    return frozenset(TopicPartition(i.topic, p) for i in items for p in i.partitions)
+
+
+def commit_request(
+    group_id: str,
+    member_id: str,
+    member_epoch: int,
+    offsets: Mapping[TopicPartition, int | OffsetAndMetadata],
+) -> gpb.OffsetCommitRequest:
+    """An OffsetCommit of ``offsets``; ("", -1) as member: an administrative commit."""
+    request = gpb.OffsetCommitRequest(
+        group_id=group_id, member_id=member_id, member_epoch=member_epoch
+    )
+    by_topic: dict[str, list[gpb.OffsetCommitPartition]] = {}
+    for tp, value in sorted(offsets.items()):
+        resolved = value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(value)
+        item = gpb.OffsetCommitPartition(
+            partition=tp.partition, committed_offset=resolved.offset,
+            committed_leader_epoch=resolved.leader_epoch, metadata=resolved.metadata,
+        )  # fmt: skip
+        by_topic.setdefault(tp.topic, []).append(item)
+    for topic, partitions in by_topic.items():
+        request.topics.add(name=topic, partitions=partitions)
+    return request
+
+
+class GroupClient:
+    """Group RPCs to the coordinator of ``group_id``, following it when it moves."""
+
+    def __init__(
+        self, cluster: Cluster, group_id: str, closed: threading.Event, clock: Callable[[], float]
+    ) -> None:
+        self.cluster = cluster
+        self.group_id = group_id
+        self._closed = closed
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._address: str | None = None
+
+    def coordinator(self, timeout_s: float) -> str:
+        with self._lock:
+            if self._address is not None:
+                return self._address
+        response = self.cluster.group_stub(self.cluster.any_broker()).FindCoordinator(
+            gpb.FindCoordinatorRequest(group_ids=[self.group_id]), timeout=timeout_s
+        )
+        found = response.coordinators[0]
+        if found.error_code:
+            raise KafkaError(ErrorCode.from_code(found.error_code), found.error_message)
+        address = f"{found.host}:{found.port}"
+        with self._lock:
+            self._address = address
+        return address
+
+    def forget(self) -> None:
+        with self._lock:
+            self._address = None
+
+    def call(
+        self,
+        method: str,
+        request: Any,
+        timeout_s: float,
+        error_of: Callable[[Any], Any] = lambda response: response,
+    ) -> Any:
+        """``method`` at the coordinator; retried while the coordinator is being found or
+        moves, until ``timeout_s``. ``error_of(response)`` is the message holding the
+        coordinator's error (the response itself, or its one item). The response may still
+        carry other (group) errors."""
+        deadline = self._clock() + timeout_s
+        while True:
+            remaining = max(0.001, deadline - self._clock())
+            try:
+                address = self.coordinator(remaining)
+                stub = self.cluster.group_stub(address)
+                response = getattr(stub, method)(request, timeout=remaining)
+                answer = error_of(response)
+                code = ErrorCode.from_code(answer.error_code)
+                if code not in COORDINATOR_ERRORS:
+                    return response
+                error = KafkaError(code, answer.error_message)
+            except grpc.RpcError as rpc:
+                error = rpc_error(rpc, f"{method} for group {self.group_id}")
+                self.cluster.invalidate()
+            except KafkaError as refused:
+                if refused.error not in COORDINATOR_ERRORS:
+                    raise
+                error = refused
+            self.forget()
+            if self._clock() >= deadline or self._closed.is_set():
+                raise error
+            self._closed.wait(min(self.cluster.backoff_s(), max(0.0, deadline - self._clock())))
+
+
+class Membership:
+    """The heartbeat thread of a subscribed consumer. Thread-safe; the application thread
+    reads the target and reports what it owns."""
+
+    def __init__(
+        self,
+        group: GroupClient,
+        *,
+        client_id: str,
+        rebalance_timeout_ms: int,
+        max_poll_interval_ms: int,
+        request_timeout_s: float,
+        clock: Callable[[], float],
+    ) -> None:
+        self.group = group
+        self.client_id = client_id
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.max_poll_interval_s = max_poll_interval_ms / 1000
+        self.request_timeout_s = request_timeout_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self.member_id = ""
+        self.member_epoch = JOIN_EPOCH
+        self._topics: tuple[str, ...] = ()
+        self._pattern = ""
+        self._subscription_sent = False
+        self._owned: frozenset[TopicPartition] = frozenset()
+        # What the last answered heartbeat reported (None: report again). Owned partitions are
+        # sent only when they changed, as Kafka's client does: "not reported" tells the
+        # coordinator nothing was released, so it never hands a partition on while a target
+        # this member received but has not reconciled yet still includes it.
+        self._owned_sent: frozenset[TopicPartition] | None = None
+        self._target: frozenset[TopicPartition] | None = None  # None until the first answer
+        self._lost = False  # fenced: the application thread must give up every partition
+        self._fatal: KafkaError | None = None
+        self._interval_s = 1.0
+        self._last_poll = clock()
+        self._thread: threading.Thread | None = None
+
+    # -- the application thread --------------------------------------------------------------
+    def subscribe(self, topics: tuple[str, ...], pattern: str) -> None:
+        with self._lock:
+            self._topics, self._pattern = topics, pattern
+            self._subscription_sent = False
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._run, name=f"heartbeat-{self.group.group_id}", daemon=True
+            )
+            self._thread.start()
+        self._wake.set()
+
+    def polled(self) -> None:
+        with self._lock:
+            self._last_poll = self._clock()
+            fatal = self._fatal
+        if fatal is not None:
+            raise fatal
+
+    def state(self) -> tuple[frozenset[TopicPartition] | None, bool]:
+        """(target, lost): what the application thread should own, and whether it must give
+        up everything first (fenced)."""
+        with self._lock:
+            return self._target, self._lost
+
+    def owned(self, partitions: frozenset[TopicPartition], *, released_all: bool = False) -> None:
+        """The application thread now owns ``partitions``; heartbeat at once."""
+        with self._lock:
+            self._owned = partitions
+            if released_all:
+                self._lost = False
+        self._wake.set()
+
+    def is_member(self, member_id: str) -> bool:
+        """Still ``member_id`` in the group, not fenced."""
+        with self._lock:
+            return (
+                bool(member_id)
+                and member_id == self.member_id
+                and not self._lost
+                and (self.member_epoch > JOIN_EPOCH)
+            )
+
+    def heartbeat_now(self) -> None:
+        self._wake.set()
+
+    def epoch(self) -> tuple[str, int]:
+        with self._lock:
+            return self.member_id, self.member_epoch
+
+    def leave(self) -> None:
+        """Stop heartbeating and leave the group (epoch -1), best effort."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.request_timeout_s + 1)
+        member_id, epoch = self.epoch()
+        if not member_id or epoch <= JOIN_EPOCH:
+            return
+        request = gpb.ConsumerGroupHeartbeatRequest(
+            group_id=self.group.group_id, member_id=member_id, member_epoch=LEAVE_EPOCH
+        )
+        try:
+            self.group.call("ConsumerGroupHeartbeat", request, min(5.0, self.request_timeout_s))
+        except KafkaError as error:
+            log.info("group %s: leave not acknowledged: %s", self.group.group_id, error)
+
+    # -- the heartbeat thread ----------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            wait_s = self._beat()
+            self._wake.wait(wait_s)
+            self._wake.clear()
+
+    def _request(self) -> gpb.ConsumerGroupHeartbeatRequest | None:
+        with self._lock:
+            if self._lost:
+                return None  # wait until the application thread released its partitions
+            request = gpb.ConsumerGroupHeartbeatRequest(
+                group_id=self.group.group_id,
+                member_id=self.member_id,
+                member_epoch=self.member_epoch,
+                rebalance_timeout_ms=self.rebalance_timeout_ms,
+                client_id=self.client_id,
+            )
+            if self._owned != self._owned_sent or self.member_epoch == JOIN_EPOCH:
+                request.owned.CopyFrom(to_wire(self._owned))
+            if not self._subscription_sent or self.member_epoch == JOIN_EPOCH:
+                request.subscribed_topic_names.names.extend(self._topics)
+                request.subscribed_topic_regex = self._pattern
+            return request
+
+    def _beat(self) -> float:
+        """One heartbeat; the seconds until the next."""
+        if self._clock() - self._last_poll > self.max_poll_interval_s:
+            return self._poll_timeout()
+        request = self._request()
+        if request is None:
+            return self._interval_s
+        try:
+            response = self.group.call("ConsumerGroupHeartbeat", request, self.request_timeout_s)
+        except KafkaError as error:
+            log.info("group %s: heartbeat failed: %s", self.group.group_id, error)
+            with self._lock:
+                self._owned_sent = None  # the answer may be lost: report in full again
+            return self.group.cluster.backoff_s()
+        code = ErrorCode.from_code(response.error_code)
+        with self._lock:
+            if code is ErrorCode.NONE:
+                self.member_id = response.member_id
+                self.member_epoch = response.member_epoch
+                self._subscription_sent = True
+                if request.HasField("owned"):
+                    self._owned_sent = from_wire(request.owned.topics)
+                self._target = from_wire(response.assignment.topics)
+                self._interval_s = response.heartbeat_interval_ms / 1000
+                return self._interval_s
+            if code in FENCING_ERRORS:
+                log.warning("group %s: member %s fenced (%s): rejoining", self.group.group_id,
+                            self.member_id, response.error_message)  # fmt: skip
+                self._lose()
+                return 0.0
+            self._fatal = KafkaError(code, response.error_message)
+            self._stop.set()
+            return 0.0
+
+    def _lose(self) -> None:
+        self.member_epoch = JOIN_EPOCH
+        self._owned_sent = None
+        self._target = frozenset()
+        self._lost = bool(self._owned)
+        self._subscription_sent = False
+
+    def _poll_timeout(self) -> float:
+        """No poll within max.poll.interval.ms: leave, so the group moves on without us."""
+        member_id, epoch = self.epoch()
+        if epoch > JOIN_EPOCH:
+            log.warning(
+                "group %s: no poll() within max.poll.interval.ms: member %s leaves",
+                self.group.group_id, member_id,
+            )  # fmt: skip
+            request = gpb.ConsumerGroupHeartbeatRequest(
+                group_id=self.group.group_id, member_id=member_id, member_epoch=LEAVE_EPOCH
+            )
+            try:
+                self.group.call("ConsumerGroupHeartbeat", request, self.request_timeout_s)
+            except KafkaError as error:
+                log.info("group %s: leave failed: %s", self.group.group_id, error)
+            with self._lock:
+                self._lose()
+        return self._interval_s
