@@ -3,8 +3,8 @@ where the produce path spends its time.
 
 ``python -m bench.dataplane_bench --out bench/results/latest.json [--quick]``
 
-A LocalCluster of 3 combined nodes on 127.0.0.74-76 (reserved for this benchmark), data in a
-temporary directory removed afterwards.
+A LocalCluster of 3 combined nodes on 127.0.0.74-76 (reserved for this benchmark; ``--first-host
+N`` moves it), data in a temporary directory removed afterwards.
 
 1. ``raftlog perf produce``'s core (:func:`dataplane.perf.run_produce_perf`): 1 KiB records,
    acks=all, replication factor 3, ``min.insync.replicas`` 2, 6 partitions, the idempotent
@@ -17,6 +17,18 @@ temporary directory removed afterwards.
 4. Profile: a second produce run under py-spy (the busiest node and this client process),
    folded into the functions that hold the most non-idle samples.
 
+Section ``idempotence`` (also alone, with ``--idempotence-only``):
+
+5. Idempotent vs plain produce, same cluster, same topic (6 partitions, RF 3, acks=all both):
+   the idempotent producer as configured by default (5 batches in flight per partition), the
+   idempotent producer with one batch in flight (what a plain producer is limited to, to keep its
+   order), and ``enable.idempotence=false``; rounds alternate the variants. Records/s and the
+   brokers' CPU seconds.
+6. Partition open time with a large log (1 KiB idempotent batches from 200 producer ids, 128 MiB
+   segments, 4.5 segments): the producer state from snapshots (after a clean stop: the one at the
+   log end; as after SIGKILL: the last roll's, plus the active segment's headers) against a full
+   rescan of the batch headers (no snapshots, what opening did before they existed).
+
 Every loop is bounded; every wait polls a condition with a deadline.
 """
 
@@ -27,11 +39,13 @@ import collections
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -45,8 +59,13 @@ from rich.table import Table
 from bench import REPO_ROOT, write_section
 from dataplane.client import AdminClient, NewTopic, Producer
 from dataplane.local_cluster import LocalCluster, pick_cluster_port, wait_for
+from dataplane.partition import Partition
 from dataplane.perf import run_consume_perf, run_produce_perf
+from metadata_quorum.image import PartitionRegistration
+from raftlog.config import LogConfig
 from raftlog.errors import KafkaError
+from raftlog.log import CLEAN_SHUTDOWN_MARKER, Log, wall_clock_ms
+from raftlog.records import encode_batch
 
 FIRST_HOST = 74  # 127.0.0.74-76 are this benchmark's
 RECORD_BYTES = 1024
@@ -62,6 +81,12 @@ IDLE_LEAVES = (
 )  # fmt: skip
 
 
+MiB = 1024 * 1024
+OPEN_SEGMENT_BYTES = 128 * MiB
+OPEN_PRODUCERS = 200
+OPEN_ROUNDS = 3
+
+
 @dataclass(frozen=True)
 class Sizes:
     produce_records: int
@@ -69,21 +94,42 @@ class Sizes:
     profile_records: int
     failover_rounds: int
     profile_s: int
+    idempotence_records: int
+    idempotence_rounds: int
+    open_log_bytes: int
 
 
 FULL = Sizes(
-    produce_records=100_000, paced_s=10, profile_records=60_000, failover_rounds=3, profile_s=8
-)
+    produce_records=100_000, paced_s=10, profile_records=60_000, failover_rounds=3, profile_s=8,
+    idempotence_records=30_000, idempotence_rounds=3, open_log_bytes=576 * MiB,
+)  # fmt: skip
 QUICK = Sizes(
-    produce_records=3_000, paced_s=1, profile_records=3_000, failover_rounds=1, profile_s=2
+    produce_records=3_000, paced_s=1, profile_records=3_000, failover_rounds=1, profile_s=2,
+    idempotence_records=2_000, idempotence_rounds=1, open_log_bytes=6 * MiB,
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ProduceVariant:
+    name: str
+    idempotent: bool
+    max_in_flight: int  # max.in.flight.requests.per.connection (a plain producer sends 1)
+
+
+PRODUCE_VARIANTS = (
+    ProduceVariant("idempotent", True, 5),
+    ProduceVariant("idempotent_1_in_flight", True, 1),
+    ProduceVariant("plain", False, 5),
 )
 
 
 @contextmanager
-def cluster_in(workdir: Path, console: Console) -> Iterator[LocalCluster]:
+def cluster_in(
+    workdir: Path, console: Console, first_host: int = FIRST_HOST
+) -> Iterator[LocalCluster]:
     root = Path(tempfile.mkdtemp(prefix="dataplane-", dir=workdir))
-    hosts = [f"127.0.0.{FIRST_HOST + n}" for n in range(3)]
-    cluster = LocalCluster(root, nodes=3, first_host=FIRST_HOST, port=pick_cluster_port(hosts))
+    hosts = [f"127.0.0.{first_host + n}" for n in range(3)]
+    cluster = LocalCluster(root, nodes=3, first_host=first_host, port=pick_cluster_port(hosts))
     try:
         console.log(f"starting 3 nodes on {', '.join(cluster.bootstrap_servers)}")
         cluster.up(timeout_s=WAIT_S)
@@ -215,9 +261,155 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run_benchmarks(workdir: Path, sizes: Sizes, console: Console) -> dict[str, Any]:
+# -- idempotence ---------------------------------------------------------------------------------
+def produce_variant(
+    cluster: LocalCluster, topic: str, records: int, variant: ProduceVariant
+) -> dict[str, Any]:
+    """``records`` records of RECORD_BYTES with acks=all as ``variant`` configures the producer:
+    records/s over the whole run (sends and the final flush) and the brokers' CPU seconds."""
+    payload = b"R" * RECORD_BYTES
+    pids = [cluster.pid(n) or 0 for n in (1, 2, 3)]
+    cpu_before = sum(cpu_seconds(pid) for pid in pids)
+    with Producer(
+        cluster.bootstrap_servers, acks="all", enable_idempotence=variant.idempotent,
+        max_in_flight_requests_per_connection=variant.max_in_flight,
+    ) as producer:  # fmt: skip
+        start = time.perf_counter()
+        futures = [producer.send(topic, payload) for _ in range(records)]
+        producer.flush(timeout=WAIT_S * 5)
+        seconds = time.perf_counter() - start
+    errors = sum(future.exception() is not None for future in futures)
+    return {
+        "records_per_s": round((records - errors) / seconds, 1),
+        "node_cpu_s": round(sum(cpu_seconds(pid) for pid in pids) - cpu_before, 2),
+        "errors": errors,
+    }
+
+
+def idempotence_throughput(cluster: LocalCluster, sizes: Sizes, console: Console) -> dict[str, Any]:
+    """Every variant once per round, rounds alternating, into one topic: medians per variant."""
+    create_topic(cluster, "idempotence", PARTITIONS)
+    runs: dict[str, list[dict[str, Any]]] = {v.name: [] for v in PRODUCE_VARIANTS}
+    for round_number in range(sizes.idempotence_rounds):
+        for variant in PRODUCE_VARIANTS:
+            console.log(f"produce round {round_number + 1}: {variant.name}")
+            runs[variant.name].append(
+                produce_variant(cluster, "idempotence", sizes.idempotence_records, variant)
+            )
+    return {
+        "records": sizes.idempotence_records,
+        "partitions": PARTITIONS,
+        "acks": "all",
+        "variants": {
+            name: {
+                "records_per_s_median": statistics.median(r["records_per_s"] for r in found),
+                "node_cpu_s_median": statistics.median(r["node_cpu_s"] for r in found),
+                "errors": sum(r["errors"] for r in found),
+                "runs": found,
+            }
+            for name, found in runs.items()
+        },
+    }
+
+
+def build_partition_log(directory: Path, size_bytes: int) -> int:
+    """Idempotent batches of one 1 KiB record, producer ids in turn, appended through a
+    leader Partition (so the rolls take snapshots), until the log holds ``size_bytes``; then a
+    clean stop. Returns the number of batches."""
+    log = Log(directory, LogConfig.parse({"segment.bytes": str(OPEN_SEGMENT_BYTES)}))
+    partition = Partition("open", 0, uuid.UUID(int=1), log, 1, wall_clock_ms)
+    partition.make_leader(PartitionRegistration((1,), (1,), 1, 0, 0))
+    value, now_ms = b"v" * RECORD_BYTES, wall_clock_ms()
+    batches = 0
+    while log.size_bytes < size_bytes:
+        producer_id = 1000 + batches % OPEN_PRODUCERS
+        sequence = batches // OPEN_PRODUCERS
+        payload = encode_batch(
+            [(b"k", value, now_ms, ())], producer_id=producer_id, producer_epoch=0,
+            base_sequence=sequence,
+        )  # fmt: skip
+        partition.append_as_leader(payload, -1, 1)
+        batches += 1
+    partition.stop()
+    log.close()
+    return batches
+
+
+def open_partition(directory: Path, *, clean: bool, snapshots: bool) -> tuple[float, float]:
+    """Seconds to open the log and then the Partition (its producer state). ``clean``: after a
+    clean stop (marker and the snapshot at the log end); else as after SIGKILL (no marker, only
+    the rolls' snapshots). Without ``snapshots`` every snapshot is removed first."""
+    bases = {int(path.name[:20]) for path in directory.glob("*.log")}
+    for path in directory.glob("*.snapshot"):
+        if not snapshots or (not clean and int(path.name[:20]) not in bases):
+            path.unlink()
+    if not clean:
+        (directory / CLEAN_SHUTDOWN_MARKER).unlink(missing_ok=True)
+    started = time.perf_counter()
+    log = Log(directory, LogConfig.parse({"segment.bytes": str(OPEN_SEGMENT_BYTES)}))
+    opened_log = time.perf_counter()
+    partition = Partition("open", 0, uuid.UUID(int=1), log, 1, wall_clock_ms)
+    done = time.perf_counter()
+    if clean:
+        partition.stop()  # a clean stop: the snapshot at the log end, the marker
+        log.close()
+    else:
+        log.abandon()  # a crash: nothing written
+    return opened_log - started, done - opened_log
+
+
+def partition_open_times(workdir: Path, sizes: Sizes, console: Console) -> dict[str, Any]:
+    directory = Path(tempfile.mkdtemp(prefix="open-", dir=workdir)) / "open-0"
+    try:
+        console.log(f"building a {sizes.open_log_bytes // MiB} MiB partition log")
+        batches = build_partition_log(directory, sizes.open_log_bytes)
+        figures: dict[str, Any] = {
+            "log_bytes": sizes.open_log_bytes, "segment_bytes": OPEN_SEGMENT_BYTES,
+            "batches": batches, "producer_ids": OPEN_PRODUCERS, "rounds": OPEN_ROUNDS,
+        }  # fmt: skip
+        # Order matters: the snapshot cases first, each leaving the directory as it found it;
+        # the full rescans remove every snapshot.
+        for name, clean, snapshots in (
+            ("clean_with_snapshots", True, True),
+            ("unclean_with_snapshots", False, True),
+            ("clean_full_rescan", True, False),
+            ("unclean_full_rescan", False, False),
+        ):
+            console.log(f"opening the partition: {name}")
+            times = [open_partition(directory, clean=clean, snapshots=snapshots)
+                     for _ in range(OPEN_ROUNDS)]  # fmt: skip
+            figures[name] = {
+                "open_s_median": round(statistics.median(a + b for a, b in times), 3),
+                "producer_state_s_median": round(statistics.median(b for _, b in times), 3),
+            }
+        return figures
+    finally:
+        shutil.rmtree(directory.parent, ignore_errors=True)
+
+
+def idempotence_section(
+    throughput: dict[str, Any],
+    load_start: tuple[float, ...],
+    workdir: Path,
+    sizes: Sizes,
+    console: Console,
+) -> dict[str, Any]:
+    """The produce figures (measured on a cluster) and the partition open times (measured
+    here, once the cluster is down, so its nodes do not share the cores)."""
+    return {
+        "produce": throughput,
+        "partition_open": partition_open_times(workdir, sizes, console),
+        "load_avg_start": [round(x, 2) for x in load_start],
+        "load_avg_end": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def run_benchmarks(
+    workdir: Path, sizes: Sizes, console: Console, first_host: int = FIRST_HOST
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ``dataplane`` section's figures and the ``idempotence`` section's, one cluster."""
     load_start = os.getloadavg()
-    with cluster_in(workdir, console) as cluster:
+    with cluster_in(workdir, console, first_host) as cluster:
         create_topic(cluster, "perf", PARTITIONS)
         create_topic(cluster, "failover", 1)
         pids = {n: cluster.pid(n) or 0 for n in (1, 2, 3)}
@@ -242,6 +434,9 @@ def run_benchmarks(workdir: Path, sizes: Sizes, console: Console) -> dict[str, A
             console.log(f"failover round {n + 1}/{sizes.failover_rounds}")
             rounds.append(round(failover_round(cluster, "failover"), 3))
         profiled = profiled_produce(cluster, sizes, console)
+        load_end = os.getloadavg()  # the dataplane section's end, the idempotence section's start
+        throughput = idempotence_throughput(cluster, sizes, console)
+    idempotence = idempotence_section(throughput, load_end, workdir, sizes, console)
     return {
         "nodes": 3,
         "partitions": PARTITIONS,
@@ -255,8 +450,37 @@ def run_benchmarks(workdir: Path, sizes: Sizes, console: Console) -> dict[str, A
         "failover_target_s": FAILOVER_TARGET_S,
         "profile": profiled,
         "load_avg_start": [round(x, 2) for x in load_start],
-        "load_avg_end": [round(x, 2) for x in os.getloadavg()],
-    }
+        "load_avg_end": [round(x, 2) for x in load_end],
+    }, idempotence
+
+
+def print_idempotence(console: Console, figures: dict[str, Any]) -> None:
+    produce, opened = figures["produce"], figures["partition_open"]
+    table = Table(
+        title=f"idempotence: {produce['records']:,} records of {RECORD_BYTES} B, acks=all, "
+        f"{produce['partitions']} partitions, RF 3"
+    )
+    for column in ("producer", "records/s (median)", "broker CPU s (median)", "errors"):
+        table.add_column(column, justify="left" if column == "producer" else "right")
+    for name, found in produce["variants"].items():
+        table.add_row(
+            name, f"{found['records_per_s_median']:,.0f}", f"{found['node_cpu_s_median']:.1f}",
+            str(found["errors"]),
+        )  # fmt: skip
+    console.print(table)
+    table = Table(
+        title=f"partition open: {opened['log_bytes'] // MiB} MiB, {opened['batches']:,} batches, "
+        f"{opened['segment_bytes'] // MiB} MiB segments"
+    )
+    for column in ("case", "open s (median)", "of which producer state s"):
+        table.add_column(column, justify="left" if column == "case" else "right")
+    for case in ("clean_with_snapshots", "clean_full_rescan", "unclean_with_snapshots",
+                 "unclean_full_rescan"):  # fmt: skip
+        table.add_row(
+            case, f"{opened[case]['open_s_median']:.3f}",
+            f"{opened[case]['producer_state_s_median']:.3f}",
+        )  # fmt: skip
+    console.print(table)
 
 
 def print_report(console: Console, figures: dict[str, Any]) -> None:
@@ -300,13 +524,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="results JSON file to update")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
     parser.add_argument("--workdir", type=Path, default=REPO_ROOT / ".raftlog" / "bench")
+    parser.add_argument(
+        "--idempotence-only", action="store_true",
+        help="only the idempotence section (produce variants, partition open time)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--first-host", type=int, default=FIRST_HOST, help="the cluster's first 127.0.0.N"
+    )
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _interrupt)
     args.workdir.mkdir(parents=True, exist_ok=True)
-    figures = run_benchmarks(args.workdir, QUICK if args.quick else FULL, Console(stderr=True))
-    write_section(args.out, "dataplane", figures)
-    console = Console()
-    print_report(console, figures)
+    sizes, log_console, console = QUICK if args.quick else FULL, Console(stderr=True), Console()
+    if args.idempotence_only:
+        load_start = os.getloadavg()
+        with cluster_in(args.workdir, log_console, args.first_host) as cluster:
+            throughput = idempotence_throughput(cluster, sizes, log_console)
+        idempotence = idempotence_section(throughput, load_start, args.workdir, sizes, log_console)
+    else:
+        figures, idempotence = run_benchmarks(args.workdir, sizes, log_console, args.first_host)
+        write_section(args.out, "dataplane", figures)
+        print_report(console, figures)
+    write_section(args.out, "idempotence", idempotence)
+    print_idempotence(console, idempotence)
     console.print(f"figures written to {args.out}")
     return 0
 

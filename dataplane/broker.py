@@ -88,6 +88,7 @@ class BrokerSettings:
     replica: ReplicaManagerConfig
     fetcher: FetcherConfig
     groups: GroupConfig = field(default_factory=GroupConfig)
+    fault_produce_drop_response_every: int = 0  # chaos testing only: see ProduceResponseDropper
 
     @property
     def address(self) -> str:
@@ -133,6 +134,7 @@ class Broker:
         self.servicer = BrokerServicer(
             settings.broker_id, self.replicas, metrics, settings.cluster_id,
             settings.controller_addresses, self._enqueue_isr, self.allocate_producer_id,
+            drop_produce_response_every=settings.fault_produce_drop_response_every,
         )  # fmt: skip
         self.groups = GroupCoordinator(
             settings.broker_id, settings.groups, self.replicas, self._create_topic, clock_ms

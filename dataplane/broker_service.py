@@ -62,6 +62,54 @@ def _wait_until(partitions: list[Partition], deadline: float, done: Callable[[],
             partition.remove_waiter(event)
 
 
+DROPPED_RESPONSES_HELD_MAX = 16  # fault injection: server threads lost answers may hold
+
+
+class ProduceResponseDropper:
+    """Fault injection for chaos testing, off by default: with ``fault.produce.drop.response.every``
+    N > 0, every Nth Produce request that expects an answer (acks 1 or all) is served in full
+    (appended, and for acks=all replicated) and its response is then lost. The call is held
+    unanswered until the client's deadline passes or it cancels, so the client sees
+    DEADLINE_EXCEEDED after its ``request.timeout.ms``, as when an answer is lost on the way;
+    then the call ends UNAVAILABLE. Each held call holds a server thread, so at most
+    ``DROPPED_RESPONSES_HELD_MAX`` are held at once; beyond that the call ends UNAVAILABLE at
+    once (an answer lost with a reset connection). The client's retry meets records already
+    stored: an idempotent producer gets their original offsets, a plain one stores them twice."""
+
+    def __init__(self, every: int) -> None:
+        self.every = every
+        self._lock = threading.Lock()
+        self._answered = 0  # Produce requests that expected an answer
+        self._held = 0
+
+    def maybe_drop(self, context: Any) -> None:
+        """Return to let the response go; raise (grpc's abort) to lose it."""
+        if self.every <= 0:
+            return
+        with self._lock:
+            self._answered += 1
+            if self._answered % self.every:
+                return
+            hold = self._held < DROPPED_RESPONSES_HELD_MAX
+            self._held += hold
+            request_number = self._answered
+        log.info("fault.produce.drop.response.every=%d: dropping the response of request %d",
+                 self.every, request_number)  # fmt: skip
+        try:
+            if hold:
+                ended = threading.Event()
+                if context.add_callback(ended.set):  # False: the call has already ended
+                    remaining_s = context.time_remaining()
+                    held_max_s = PRODUCE_TIMEOUT_MS_MAX / 1000
+                    ended.wait(held_max_s if remaining_s is None else min(remaining_s, held_max_s))
+        finally:
+            with self._lock:
+                self._held -= hold
+        context.abort(
+            grpc.StatusCode.UNAVAILABLE, "response dropped: fault.produce.drop.response.every"
+        )
+
+
 class BrokerServicer(pb_grpc.BrokerServiceServicer):
     def __init__(
         self,
@@ -72,6 +120,8 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
         controller_addresses: list[str],
         alter_partition: Callable[[IsrChange], None],
         allocate_producer_id: Callable[[], int],
+        *,
+        drop_produce_response_every: int = 0,
     ) -> None:
         self.broker_id = broker_id
         self.replicas = replicas
@@ -80,6 +130,7 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
         self.controller_addresses = controller_addresses
         self.alter_partition = alter_partition
         self.allocate_producer_id = allocate_producer_id
+        self.produce_faults = ProduceResponseDropper(drop_produce_response_every)
 
     # -- Produce -------------------------------------------------------------------------------
     def Produce(self, request: pb.ProduceRequest, context: Any) -> pb.ProduceResponse:
@@ -102,7 +153,10 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
             timeout_ms = min(max(request.timeout_ms, 0), PRODUCE_TIMEOUT_MS_MAX)
             self._await_replication(waiting, time.monotonic() + timeout_ms / 1000)
         self.metrics.request_latency.labels("produce").observe(time.perf_counter() - started)
-        return pb.ProduceResponse() if request.acks == 0 else response
+        if request.acks == 0:
+            return pb.ProduceResponse()
+        self.produce_faults.maybe_drop(context)
+        return response
 
     def _append(
         self, acks: int, topic: str, item: pb.ProducePartition, result: pb.ProducePartitionResponse

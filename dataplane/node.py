@@ -89,6 +89,7 @@ def start_broker(config: NodeConfig, metrics: NodeMetrics) -> Broker:
         controller_addresses=[v.address for v in config.voters],
         heartbeat_interval_ms=config.broker_heartbeat_interval_ms,
         controlled_shutdown_timeout_ms=config.controlled_shutdown_timeout_ms,
+        fault_produce_drop_response_every=config.fault_produce_drop_response_every,
         replica=ReplicaManagerConfig(
             replica_lag_time_max_ms=config.replica_lag_time_max_ms,
             log_retention_check_interval_ms=config.log_retention_check_interval_ms,

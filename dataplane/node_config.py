@@ -111,6 +111,12 @@ class NodeConfig(BaseModel):
     log_retention_check_interval_ms: int = Field(
         300_000, alias="log.retention.check.interval.ms", ge=100, le=86_400_000
     )
+    # Fault injection for chaos tests, never for production: every Nth Produce request (acks 1
+    # or all) is served in full and its response then never sent (0 = off). See
+    # dataplane.broker_service.ProduceResponseDropper.
+    fault_produce_drop_response_every: int = Field(
+        0, alias="fault.produce.drop.response.every", ge=0, le=1_000_000
+    )
     controlled_shutdown_timeout_ms: int = Field(
         30_000, alias="controlled.shutdown.timeout.ms", ge=0, le=600_000
     )

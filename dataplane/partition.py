@@ -7,6 +7,20 @@ role and the replication state; the ``Log`` has its own. The arithmetic lives in
 
 Anything waiting on this replica (a long-polling fetch, an acks=all produce) registers a
 ``threading.Event`` and is woken on every append, high watermark move and role change.
+
+Producer state (idempotence) and its snapshots. The state is loaded on open from the newest
+``<offset>.snapshot`` at or below the log end plus the batch headers after it (every header
+without a valid snapshot), reloaded the same way after a truncation (snapshots above the new end
+deleted first), and snapshotted at every segment roll and at a clean stop (at the log end, so a
+clean restart rescans nothing). The roll is noticed here, after the append, not by a callback
+from the log's roll: the state is updated under this replica's lock *after* ``Log.append``
+returns, so inside the log's roll it does not yet cover the last append when the retention
+thread rolls (it holds no replica lock), and taking this lock there would invert the lock order
+of the append path. After an append the state is exact: if the append began a new segment, the
+state before its batches are counted is the state as of that segment's base offset. (A segment
+rolled by retention between an append and this check gets no snapshot: the next open rescans
+from the previous one.) The log's one hook, ``log_start_listener``, only deletes the snapshots
+of segments retention removed (keeping the newest), which needs no state.
 """
 
 from __future__ import annotations
@@ -21,7 +35,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from dataplane import replica_state as rs
-from dataplane.producer_state import ProducerStates
+from dataplane.producer_state import ProducerStates, SnapshotFiles
 from metadata_quorum.image import PartitionRegistration
 from raftlog.batch import HEADER_SIZE, NO_PRODUCER_ID, iter_batches, read_header, verify_batch
 from raftlog.checkpoint import read_checkpoint, write_checkpoint
@@ -39,6 +53,8 @@ log = logging.getLogger(__name__)
 HIGH_WATERMARK_CHECKPOINT = "high-watermark-checkpoint"
 NO_LEADER = -1
 ISR_RETRY_BACKOFF_MS = 500
+# Kafka's producer.id.expiration.check.interval.ms (or producer.id.expiration.ms if shorter)
+PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS = 600_000
 
 
 class Role(enum.Enum):
@@ -115,8 +131,11 @@ class Partition:
         self._isr_retry_at_ms = 0  # after a refused ISR change, wait before proposing again
         self.high_watermark = min(self._read_hw_checkpoint(), log.log_end_offset)
         self._checkpointed_hw = self.high_watermark
-        self.producers = ProducerStates()
-        self.producers.rebuild(log.batch_headers())
+        self.snapshots = SnapshotFiles(log.directory)
+        self.producers = self._load_producer_state()
+        self._active_base_offset = log.active.base_offset  # a change means the log rolled
+        self._next_expiry_check_ms = 0  # the first append checks
+        log.log_start_listener = self.snapshots.delete_below
 
     @property
     def name(self) -> str:
@@ -190,9 +209,12 @@ class Partition:
             return changed
 
     def stop(self) -> None:
+        """No role any more; a clean stop snapshots the producer state at the log end."""
         with self._lock:
             if self.role is not Role.STOPPED:
                 self._transition_to(Role.STOPPED)
+                if self.log.segment_count:  # not closed under us
+                    self._write_snapshot(self.log.log_end_offset)
             self._wake()
 
     # -- checks --------------------------------------------------------------------------------
@@ -232,6 +254,7 @@ class Partition:
             header = read_header(records) if len(records) >= HEADER_SIZE else None
             if header is None or header.producer_id == NO_PRODUCER_ID:
                 info = self.log.append(records, leader_epoch=self.leader_epoch)
+                self._snapshot_if_rolled(info.first_offset)
             else:
                 info = self._append_idempotent(records)
             self._maybe_advance_hw()
@@ -243,6 +266,7 @@ class Partition:
         header = verify_batch(records, 0)
         if header.size_bytes != len(records):
             raise InvalidRecordError("an idempotent produce carries exactly one batch")
+        self._maybe_expire_producers()
         try:
             stored = self.producers.check(header)
         except KafkaError as error:
@@ -256,6 +280,7 @@ class Partition:
                 header.record_count, 0,
             )  # fmt: skip
         info = self.log.append(records, leader_epoch=self.leader_epoch)
+        self._snapshot_if_rolled(info.first_offset)
         self.producers.update(header._replace(base_offset=info.first_offset))
         return info
 
@@ -404,9 +429,10 @@ class Partition:
             if self.role is not Role.FOLLOWER or self.leader_epoch != leader_epoch:
                 return  # the fetch was for an older leadership: drop it
             if records:
-                self.log.append_as_follower(records)
-                for _, header in iter_batches(records):
-                    self.producers.update(header)
+                info = self.log.append_as_follower(records)
+                self._snapshot_if_rolled(info.first_offset)
+                self._maybe_expire_producers()
+                self.producers.update_all(header for _, header in iter_batches(records))
             self.high_watermark = min(leader_hw, self.log.log_end_offset)
             self._wake()
 
@@ -418,7 +444,8 @@ class Partition:
             end = self.log.truncate_to(offset)
             self.high_watermark = min(self.high_watermark, end)
             if end < before:
-                self.producers.rebuild(self.log.batch_headers())
+                self.producers = self._load_producer_state()
+                self._active_base_offset = self.log.active.base_offset
             return end
 
     def restart_at(self, offset: int, leader_epoch: int) -> None:
@@ -428,7 +455,54 @@ class Partition:
                 return
             self.log.truncate_fully_and_start_at(offset)
             self.high_watermark = offset
-            self.producers.rebuild(())
+            self.snapshots.delete_all()
+            self.producers = ProducerStates()
+            self._active_base_offset = self.log.active.base_offset
+
+    # -- producer state ----------------------------------------------------------------------------
+    def _load_producer_state(self) -> ProducerStates:
+        """The newest valid snapshot at or below the log end (those above it hold batches a
+        recovery or a truncation removed: deleted first), then the headers of the batches after
+        it; with none, every header from the log start. Expired producers are dropped."""
+        end = self.log.log_end_offset
+        self.snapshots.delete_above(end)
+        loaded = self.snapshots.load_latest(end)
+        start_offset, states = loaded if loaded is not None else (0, ProducerStates())
+        states.update_all(self.log.batch_headers(start_offset))
+        states.remove_expired(self.clock_ms(), self.log.config.producer_id_expiration_ms)
+        return states
+
+    def _snapshot_if_rolled(self, first_offset: int) -> None:
+        """After an append, before its batches are counted: if the log rolled and the new
+        segment begins with this append, the state is the state as of the segment's base."""
+        base_offset = self.log.active.base_offset
+        if base_offset == self._active_base_offset:
+            return
+        self._active_base_offset = base_offset
+        if base_offset == first_offset:
+            self._write_snapshot(base_offset)
+
+    def _write_snapshot(self, offset: int) -> None:
+        try:
+            self.snapshots.write(offset, self.producers)
+        except OSError as error:
+            # Only an optimisation of the next open (which then rescans more of the log): the
+            # append it follows is stored and must still be answered.
+            log.warning("%s: producer-state snapshot at %d not written: %s", self.name, offset,
+                        error)  # fmt: skip
+
+    def _maybe_expire_producers(self) -> None:
+        """Kafka's periodic ``removeExpiredProducers``, run from the append paths."""
+        now_ms = self.clock_ms()
+        if now_ms < self._next_expiry_check_ms:
+            return
+        expiration_ms = self.log.config.producer_id_expiration_ms
+        interval_ms = min(PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS, expiration_ms)
+        self._next_expiry_check_ms = now_ms + interval_ms
+        removed = self.producers.remove_expired(now_ms, expiration_ms)
+        if removed:
+            log.info("%s: %d producer ids expired (producer.id.expiration.ms %d)", self.name,
+                     removed, expiration_ms)  # fmt: skip
 
     # -- durability --------------------------------------------------------------------------------
     def _hw_path(self) -> Path:

@@ -170,6 +170,10 @@ class Log:
         self.epochs = self._load_epochs()
         self._unflushed_records = 0
         self._last_flush_ms = clock()
+        # The owner's hook, called under the log's lock with the new log start offset each time
+        # retention or a full truncation moves it: the broker drops the producer-state snapshots
+        # of the deleted segments there (files only; it must not take the owner's locks).
+        self.log_start_listener: Callable[[int], None] | None = None
         self.recovery = self._load()
 
     # -- opening -----------------------------------------------------------------------------
@@ -655,6 +659,8 @@ class Log:
         self._log_start_offset = offset
         write_checkpoint(self.directory / LOG_START_CHECKPOINT, [(offset,)])
         self.epochs.truncate_from_start(offset)
+        if self.log_start_listener is not None:
+            self.log_start_listener(offset)
 
     # -- retention and compaction ------------------------------------------------------------
     def delete_old_segments(self, high_watermark: int | None = None) -> int:
@@ -693,12 +699,24 @@ class Log:
             self._segments[start : start + len(old)] = [new]
             self._base_offsets[start : start + len(old)] = [new.base_offset]
 
-    def batch_headers(self) -> Iterator[BatchHeader]:
+    def batch_headers(self, start_offset: int = 0) -> Iterator[BatchHeader]:
         """The header of every batch from the log start, oldest first (what producer state is
-        rebuilt from). The segments are those of the moment of the call."""
-        for segment in self.segments():
-            for _, header in segment.iter_headers(0):
-                if header.last_offset >= self._log_start_offset:
+        rebuilt from); with ``start_offset``, only those of the batches that begin at or after
+        it (the rescan after a producer-state snapshot of that offset), found through the
+        offset index. The segments are those of the moment of the call."""
+        with self._lock:
+            first = max(0, bisect.bisect_right(self._base_offsets, start_offset) - 1)
+            segments = self._segments[first:]
+            log_start_offset = self._log_start_offset
+        for segment in segments:
+            position = 0
+            if segment.base_offset < start_offset:
+                found = segment.translate_offset(start_offset)
+                if found is None:
+                    continue  # every batch of this segment ends below start_offset
+                position = found[0]
+            for _, header in segment.iter_headers(position):
+                if header.base_offset >= start_offset and header.last_offset >= log_start_offset:
                     yield header
 
     def segments(self) -> list[LogSegment]:

@@ -17,6 +17,15 @@ Per partition, the response decides:
   help and it fails at once.
 * UNKNOWN_TOPIC_OR_PARTITION is retried after a metadata refresh, unless the refreshed
   metadata says the topic does not exist: then its queued batches fail.
+
+Idempotence: a batch's payload (its producer id, epoch and sequences) is built once and every
+retry resends those bytes. The broker recognises a retry only among a producer's last five
+batches of the partition, so a partition never has more than five batches outstanding counted
+from its oldest unsettled one (:meth:`Sender._window_full`): with answers that arrive in any
+order, a request whose answer was lost would otherwise time out while later batches are
+acknowledged and new ones sent, and its retry would fall out of the broker's window
+(OUT_OF_ORDER_SEQUENCE_NUMBER for a batch that is stored). Kafka gets this from its
+connection, which answers in order, so one lost answer holds every later one.
 """
 
 from __future__ import annotations
@@ -37,7 +46,7 @@ from dataplane.client._accumulator import (
 from dataplane.client._cluster import BrokerInfo, Cluster, rpc_error
 from dataplane.client._config import ProducerConfig
 from dataplane.client._types import TopicPartition
-from dataplane.producer_state import next_sequence
+from dataplane.producer_state import BATCHES_KEPT, next_sequence
 from protos import broker_pb2 as pb
 from raftlog.errors import ErrorCode, KafkaError
 from raftlog.records import encode_batch
@@ -97,11 +106,16 @@ class Sender:
         self._running = True
         self._forced = False
         # Idempotence: the producer id and epoch from InitProducerId, and per partition the
-        # sequence of the next batch. At most one batch per partition is in flight, so a
-        # batch's sequence is fixed when it is first sent and every retry resends it.
+        # sequence of the next batch. A batch's sequence is fixed when it is first sent (its
+        # payload is kept) and every retry resends it.
         self._producer_id = -1
         self._producer_epoch = -1
         self._sequences: dict[TopicPartition, int] = {}
+        # per partition, the batches with sequences from the oldest one not yet settled, in
+        # sequence order (settled ones behind it stay until it settles): at most BATCHES_KEPT
+        self._windows: dict[TopicPartition, deque[ProducerBatch]] = {}
+        self._settled: set[ProducerBatch] = set()  # settled batches still inside a window
+        self._window_batches = min(BATCHES_KEPT, accumulator.max_in_flight_per_partition)
         self.thread = threading.Thread(target=self.run, name="raftlog-producer-sender", daemon=True)
 
     # -- control (application threads) -----------------------------------------------------
@@ -149,6 +163,8 @@ class Sender:
         by_leader: dict[int, list[TopicPartition]] = {}
         leaders: dict[int, BrokerInfo] = {}
         for tp in ready.partitions:
+            if self._window_full(tp):
+                continue
             leader = snapshot.leader(tp.topic, tp.partition)
             if leader is None:
                 self._cluster.invalidate()
@@ -198,7 +214,25 @@ class Sender:
             return False
         self._producer_id, self._producer_epoch = response.producer_id, response.producer_epoch
         self._sequences.clear()
+        self._windows.clear()
+        self._settled.clear()
         return True
+
+    def _window_full(self, tp: TopicPartition) -> bool:
+        """True while ``tp`` must not send a new batch: five batches are outstanding from its
+        oldest unsettled one and that one is in flight. (Not in flight, it waits at the front of
+        its deque for a retry, which may go: it is inside the window.)"""
+        window = self._windows.get(tp)
+        return window is not None and len(window) >= self._window_batches and window[0].in_flight
+
+    def _settle_in_window(self, batch: ProducerBatch) -> None:
+        """A batch succeeded or failed: the window moves past the settled batches at its start."""
+        window = self._windows.get(batch.tp)
+        if window is None or batch.producer_id != self._producer_id:
+            return
+        self._settled.add(batch)
+        while window and window[0] in self._settled:
+            self._settled.discard(window.popleft())
 
     def _encode(self, batch: ProducerBatch) -> bytes:
         if not self._config.idempotent:
@@ -213,6 +247,7 @@ class Sender:
         )
         self._sequences[batch.tp] = next_sequence(sequence, len(batch.records))
         batch.producer_id = self._producer_id
+        self._windows.setdefault(batch.tp, deque()).append(batch)
         return payload
 
     # -- sending ---------------------------------------------------------------------------
@@ -343,12 +378,14 @@ class Sender:
         with_offsets: bool = True,
     ) -> None:
         self._accumulator.complete(batch)
+        self._settle_in_window(batch)
         for index, future in enumerate(batch.futures):
             offset = base_offset + index if with_offsets else -1
             future.set_result(batch.metadata(index, offset, log_append_time_ms))
 
     def _fail(self, batch: ProducerBatch, error: KafkaError) -> None:
         self._accumulator.complete(batch)
+        self._settle_in_window(batch)
         if batch.producer_id >= 0 and batch.producer_id == self._producer_id:
             # The batch's sequences are spent, stored or not: later batches would leave a gap.
             # A new producer id starts every partition's sequence afresh (KIP-360's remedy).

@@ -34,6 +34,7 @@ RANGES = {
     "spark": 111,
     "spark_stream": 114,
     "spark_pipeline": 117,
+    "idempotence": 121,
     "groups": 124,
     "groups_failover": 127,
 }

@@ -1,5 +1,7 @@
 """Idempotent producer state: the rules table-driven, then on real replicas (a retry gets its
-original offsets, the state moves to a new leader with the log and survives a reopen)."""
+original offsets, the state moves to a new leader with the log and survives a reopen); its
+snapshots (codec, taken at rolls and clean stops, loaded on open past corrupt ones, dropped by
+truncation and retention) and producer id expiry."""
 
 from __future__ import annotations
 
@@ -9,9 +11,19 @@ from pathlib import Path
 import pytest
 
 from dataplane.partition import Partition
-from dataplane.producer_state import SEQUENCE_MAX, ProducerStates, next_sequence
+from dataplane.producer_state import (
+    SEQUENCE_MAX,
+    BatchRange,
+    CorruptSnapshotError,
+    ProducerStates,
+    SnapshotFiles,
+    decode_snapshot,
+    encode_snapshot,
+    next_sequence,
+)
 from metadata_quorum.image import PartitionRegistration
 from raftlog.batch import read_header
+from raftlog.config import LogConfig
 from raftlog.errors import ErrorCode, KafkaError
 from raftlog.log import Log
 from raftlog.records import encode_batch
@@ -114,3 +126,190 @@ def test_a_retry_on_the_new_leader_gets_its_original_offsets(tmp_path: Path) -> 
     with pytest.raises(KafkaError) as raised:
         reopened.append_as_leader(batch(42, 0, 9), acks=-1, min_insync_replicas=1)
     assert raised.value.error is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+# -- snapshots and expiry ------------------------------------------------------------------------
+Dump = dict[int, tuple[int, tuple[BatchRange, ...]]]
+
+
+def dump(states: ProducerStates) -> Dump:
+    return {pid: (entry.producer_epoch, tuple(entry.batches)) for pid, entry in states.items()}
+
+
+def rebuilt(log: Log, below: int | None = None) -> Dump:
+    """The state a full rescan of the log gives (of the batches below ``below``)."""
+    states = ProducerStates()
+    states.update_all(h for h in log.batch_headers() if below is None or h.base_offset < below)
+    return dump(states)
+
+
+def sized(producer_id: int, sequence: int, timestamp_ms: int, count: int = 2) -> bytes:
+    """An idempotent batch of ``count`` 100-byte records stamped ``timestamp_ms``."""
+    return encode_batch(
+        [(None, b"%06d" % (sequence + n) * 17, timestamp_ms, ()) for n in range(count)],
+        producer_id=producer_id,
+        producer_epoch=0,
+        base_sequence=sequence,
+    )
+
+
+def leader(root: Path, clock: Clock, broker_id: int = 1, **config: str) -> Partition:
+    """A replica with 2 KiB segments (``config`` in Kafka's names, underscores for dots), leading
+    alone at epoch 0."""
+    settings = {"segment.bytes": "2048", **{k.replace("_", "."): v for k, v in config.items()}}
+    log = Log(root / "t-0", LogConfig.parse(settings), topic_id=TOPIC_ID, clock=clock)
+    partition = Partition("t", 0, TOPIC_ID, log, broker_id, clock)
+    partition.make_leader(PartitionRegistration((broker_id,), (broker_id,), broker_id, 0, 0))
+    return partition
+
+
+def produce(partition: Partition, batches: int, clock: Clock, producers: int = 3) -> None:
+    """``batches`` batches from ``producers`` producer ids in turn, each in sequence."""
+    for n in range(batches):
+        producer_id = 100 + n % producers
+        entry = partition.producers.entry(producer_id)
+        sequence = next_sequence(entry.batches[-1].last_sequence) if entry else 0
+        partition.append_as_leader(sized(producer_id, sequence, clock()), -1, 1)
+
+
+def test_a_snapshot_round_trips_and_any_damage_is_detected() -> None:
+    states = ProducerStates()
+    for n in range(7):  # producer 7 keeps its last five batches only
+        stored(states, batch(7, 0, 2 * n), 2 * n)
+    stored(states, batch(8, 3, 0), 14)
+    data = encode_snapshot(16, states)
+    assert dump(decode_snapshot(data, 16)) == dump(states)
+    assert len(decode_snapshot(data, 16).entry(7).batches) == 5  # type: ignore[union-attr]
+    assert dump(decode_snapshot(encode_snapshot(0, ProducerStates()), 0)) == {}
+    flipped = bytearray(data)
+    flipped[len(data) // 2] ^= 0x40
+    for damaged in (data[:-1], data + b"\0", bytes(flipped), data[:5], b""):
+        with pytest.raises(CorruptSnapshotError):
+            decode_snapshot(damaged, 16)
+    with pytest.raises(CorruptSnapshotError):
+        decode_snapshot(data, 17)  # renamed: its own offset says 16
+    with pytest.raises(CorruptSnapshotError):
+        decode_snapshot(encode_snapshot(10, states), 10)  # holds batches at or above 10
+
+
+def test_producers_silent_for_the_expiration_are_forgotten() -> None:
+    states = ProducerStates()
+    states.update(read_header(sized(1, 0, 1_000))._replace(base_offset=0))
+    states.update(read_header(sized(2, 0, 5_000))._replace(base_offset=2))
+    assert states.remove_expired(now_ms=5_999, expiration_ms=5_000) == 0
+    assert states.remove_expired(now_ms=6_000, expiration_ms=5_000) == 1
+    assert states.entry(1) is None and states.entry(2) is not None
+
+
+def test_snapshots_are_taken_at_rolls_as_of_the_new_segment_base(tmp_path: Path) -> None:
+    clock = Clock()
+    partition = leader(tmp_path, clock)
+    produce(partition, 40, clock)
+    bases = [s.base_offset for s in partition.log.segments()]
+    assert len(bases) > 4
+    assert partition.snapshots.offsets() == bases[1:]
+    for base in bases[1:]:
+        data = partition.snapshots.path(base).read_bytes()
+        assert dump(decode_snapshot(data, base)) == rebuilt(partition.log, below=base)
+    partition.stop()
+    end = partition.log.log_end_offset
+    assert partition.snapshots.offsets()[-1] == end, "a clean stop snapshots the log end"
+    partition.log.close()
+    reopened = leader(tmp_path, clock)
+    assert dump(reopened.producers) == rebuilt(reopened.log)
+
+
+def test_a_reopen_loads_the_newest_snapshot_and_falls_back_past_corrupt_ones(
+    tmp_path: Path,
+) -> None:
+    clock = Clock()
+    partition = leader(tmp_path, clock)
+    produce(partition, 40, clock)
+    partition.log.abandon()  # a crash: only the roll snapshots exist
+    offsets = SnapshotFiles(tmp_path / "t-0").offsets()
+    newest = offsets[-1]
+    # Plant a producer the log never saw in the newest snapshot: seeing it proves the reopen
+    # read that snapshot and took only the batches after it from the log.
+    files = SnapshotFiles(tmp_path / "t-0")
+    planted = decode_snapshot(files.path(newest).read_bytes(), newest)
+    stored(planted, batch(999, 0, 0), 0)
+    files.write(newest, planted)
+    reopened = leader(tmp_path, clock)
+    assert reopened.producers.entry(999) is not None
+    assert {p: s for p, s in dump(reopened.producers).items() if p != 999} == rebuilt(reopened.log)
+    reopened.log.abandon()
+    files.path(newest).write_bytes(files.path(newest).read_bytes()[:-3])  # torn
+    second = leader(tmp_path, clock)
+    assert second.producers.entry(999) is None
+    assert dump(second.producers) == rebuilt(second.log), "the next older snapshot, rescanned"
+    assert newest not in files.offsets(), "a corrupt snapshot is deleted"
+    second.log.abandon()
+    for offset in files.offsets():
+        files.path(offset).write_bytes(b"\0" * 40)
+    third = leader(tmp_path, clock)
+    assert dump(third.producers) == rebuilt(third.log), "no valid snapshot: the whole log"
+    assert files.offsets() == []
+    third.log.close()
+
+
+def test_a_truncation_drops_the_snapshots_above_it_and_rebuilds_the_state(tmp_path: Path) -> None:
+    clock = Clock()
+    a = leader(tmp_path / "a", clock)
+    b = leader(tmp_path / "b", clock, broker_id=2)
+    b.make_follower(PartitionRegistration((1, 2), (1, 2), 1, 1, 1))
+    a.make_leader(PartitionRegistration((1, 2), (1, 2), 1, 1, 1))
+    for _ in range(30):  # the follower fetches batch by batch, so it rolls as the leader does
+        produce(a, 1, clock, producers=1)
+        produce(a, 1, clock, producers=1)  # one producer: truncation cuts into its batches
+        fetch_round(b, a)
+    bases = [s.base_offset for s in b.log.segments()]
+    assert b.snapshots.offsets() == bases[1:] and len(bases) > 4
+    cut = bases[-3] + 3
+    end = b.truncate_to(cut, leader_epoch=1)
+    assert end <= cut
+    assert all(offset <= end for offset in b.snapshots.offsets())
+    assert bases[-3] in b.snapshots.offsets()
+    assert dump(b.producers) == rebuilt(b.log)
+    fetch_round(b, a)  # and the follower catches up again, counting every batch once
+    assert dump(b.producers) == rebuilt(b.log) == dump(a.producers)
+
+
+def test_retention_deletes_the_snapshots_of_deleted_segments_but_the_newest(
+    tmp_path: Path,
+) -> None:
+    clock = Clock()
+    partition = leader(tmp_path, clock, retention_ms="10000")
+    for _ in range(40):
+        produce(partition, 1, clock)
+        clock.now_ms += 1000
+    before = partition.snapshots.offsets()
+    assert partition.log.delete_old_segments(partition.high_watermark) > 0
+    start = partition.log.log_start_offset
+    assert partition.snapshots.offsets() == [o for o in before if o >= start]
+    clock.now_ms += 10**7
+    partition.log.delete_old_segments(partition.high_watermark)  # everything: rolled, deleted
+    assert partition.log.log_start_offset == partition.log.log_end_offset
+    assert partition.snapshots.offsets() == before[-1:], "the newest stays"
+    partition.log.close()
+
+
+def test_producer_ids_expire_after_producer_id_expiration_ms(tmp_path: Path) -> None:
+    clock = Clock()
+    partition = leader(tmp_path, clock, producer_id_expiration_ms="60000")
+    partition.append_as_leader(sized(1, 0, clock()), -1, 1)
+    partition.append_as_leader(sized(2, 0, clock()), -1, 1)
+    clock.now_ms += 30_000
+    partition.append_as_leader(sized(2, 2, clock()), -1, 1)
+    clock.now_ms += 40_000  # producer 1 silent for 70 s, producer 2 for 40 s
+    partition.append_as_leader(sized(3, 0, clock()), -1, 1)
+    assert partition.producers.entry(1) is None
+    assert partition.producers.entry(2) is not None
+    with pytest.raises(KafkaError) as raised:  # forgotten: it must start again at sequence 0
+        partition.append_as_leader(sized(1, 2, clock()), -1, 1)
+    assert raised.value.error is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    partition.stop()
+    partition.log.close()
+    clock.now_ms += 50_000  # producer 2 silent for 90 s, producer 3 for 50 s
+    reopened = leader(tmp_path, clock, producer_id_expiration_ms="60000")
+    assert sorted(pid for pid, _ in reopened.producers.items()) == [3]
+    reopened.log.close()

@@ -329,3 +329,37 @@ def test_flush_ms_at_its_maximum_never_flushes_by_time(tmp_path: Path) -> None:
     log.append(make_batch([b"b"]), leader_epoch=0)
     assert log.recovery_point == 0
     log.close()
+
+
+def test_batch_headers_from_an_offset_start_at_the_batch_that_begins_there(
+    tmp_path: Path,
+) -> None:
+    log = open_log(tmp_path, **{"segment.bytes": 4096, "index.interval.bytes": 1000})
+    for _ in range(30):
+        log.append(make_batch(values_of(5, size=100)), leader_epoch=0)
+    assert log.segment_count > 3
+    every = [h.base_offset for h in log.batch_headers()]
+    assert every == list(range(0, 150, 5))
+    for start in (0, 45, 50, log.segment_summaries()[2].base_offset, 145, 150):
+        assert [h.base_offset for h in log.batch_headers(start)] == [
+            b for b in every if b >= start
+        ], f"from {start}"
+    log.close()
+
+
+def test_the_log_start_listener_hears_retention_and_full_truncation(tmp_path: Path) -> None:
+    clock = ManualClock()
+    log = open_log(tmp_path, clock, **{"segment.bytes": 2048, "retention.ms": 10_000})
+    heard: list[int] = []
+    log.log_start_listener = heard.append
+    for n in range(20):
+        log.append(
+            make_batch(values_of(5, size=100), timestamp_ms=clock.now_ms + n * 1000), leader_epoch=0
+        )
+    clock.advance(15_000)
+    log.delete_old_segments()
+    assert heard == [log.log_start_offset] and heard[0] > 0
+    assert next(h.base_offset for h in log.batch_headers()) == log.log_start_offset
+    log.truncate_fully_and_start_at(500)
+    assert heard[-1] == 500
+    log.close()
