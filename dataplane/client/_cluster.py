@@ -270,7 +270,7 @@ class Cluster:
                 self._stale = False
             request = pb.MetadataRequest(topics=wanted, all_topics=all_topics)
             failures: list[str] = []
-            for address in self._candidates():
+            for address in self.candidates():
                 try:
                     response = self.stub(address).Metadata(
                         request, timeout=min(self.request_timeout_s, 10.0)
@@ -296,9 +296,10 @@ class Cluster:
 
     def any_broker(self) -> str:
         """The address of some broker (a known one, else the first bootstrap address)."""
-        return self._candidates()[0]
+        return self.candidates()[0]
 
-    def _candidates(self) -> list[str]:
+    def candidates(self) -> list[str]:
+        """Brokers to ask, known ones first, then the bootstrap addresses."""
         known = [b.address for b in self.snapshot().brokers.values()]
         return known + [a for a in self.bootstrap if a not in known]
 

@@ -40,6 +40,7 @@ COORDINATOR_ERRORS = frozenset(
 )
 FENCING_ERRORS = frozenset({ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID})
 JOIN_EPOCH = 0
+FIND_COORDINATOR_TRY_S = 2.0  # per broker asked: a dead one must not use the whole deadline
 LEAVE_EPOCH = -1
 
 
@@ -96,9 +97,7 @@ class GroupClient:
         with self._lock:
             if self._address is not None:
                 return self._address
-        response = self.cluster.group_stub(self.cluster.any_broker()).FindCoordinator(
-            gpb.FindCoordinatorRequest(group_ids=[self.group_id]), timeout=timeout_s
-        )
+        response = self._find(timeout_s)
         found = response.coordinators[0]
         if found.error_code:
             raise KafkaError(ErrorCode.from_code(found.error_code), found.error_message)
@@ -106,6 +105,29 @@ class GroupClient:
         with self._lock:
             self._address = address
         return address
+
+    def _find(self, timeout_s: float) -> gpb.FindCoordinatorResponse:
+        """FindCoordinator to the known brokers in turn (any broker can answer; a dead one
+        costs at most FIND_COORDINATOR_TRY_S), within ``timeout_s``."""
+        request = gpb.FindCoordinatorRequest(group_ids=[self.group_id])
+        deadline = self._clock() + timeout_s
+        failures: list[str] = []
+        for broker in self.cluster.candidates():
+            remaining = deadline - self._clock()
+            if remaining <= 0:
+                break
+            try:
+                response: gpb.FindCoordinatorResponse = self.cluster.group_stub(
+                    broker
+                ).FindCoordinator(request, timeout=min(remaining, FIND_COORDINATOR_TRY_S))
+                return response
+            except grpc.RpcError as error:
+                failures.append(str(rpc_error(error, broker)))
+        self.cluster.invalidate()
+        raise KafkaError(
+            ErrorCode.COORDINATOR_NOT_AVAILABLE,
+            "no broker answered FindCoordinator: " + ("; ".join(failures) or "out of time"),
+        )
 
     def forget(self) -> None:
         with self._lock:

@@ -11,6 +11,7 @@ import grpc
 import pytest
 
 from dataplane.client import Consumer, TopicPartition
+from dataplane.client._cluster import Cluster
 from dataplane.client._group import GroupClient
 from dataplane.local_cluster import LocalCluster, wait_for
 from raftlog.errors import KafkaError
@@ -56,8 +57,13 @@ def test_committed_offsets_survive_a_coordinator_sigkill(cluster: LocalCluster) 
         before = consumer.committed(tps)
         assert sum(o.offset for o in before.values() if o) == 300
 
-        finder = GroupClient(consumer._cluster, GROUP, threading.Event(), time.monotonic)
-        address = finder.coordinator(10)
+        address = GroupClient(
+            consumer._cluster, GROUP, threading.Event(), time.monotonic
+        ).coordinator(10)
+        # A client whose first bootstrap address is the broker about to die: FindCoordinator
+        # must move on to the others.
+        others = [a for a in cluster.bootstrap_servers if a != address]
+        finder = GroupClient(Cluster([address, *others]), GROUP, threading.Event(), time.monotonic)
         victim = next(
             s.node_id for s in cluster.specs if cluster.broker_address(s.node_id) == address
         )
@@ -71,6 +77,7 @@ def test_committed_offsets_survive_a_coordinator_sigkill(cluster: LocalCluster) 
                 return False  # no coordinator yet, or a broker that is gone
 
         wait_for("a new coordinator", moved, 60)
+        finder.cluster.close()
         assert consumer.committed(tps) == before  # intact on the new coordinator
         produce(cluster, 300, 150)
         # The member keeps consuming (rejoining if its session lapsed) from where it was.
