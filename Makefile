@@ -9,10 +9,12 @@ STAMP   := $(VENV)/.installed
 DEB_NEEDS := iptables:iptables
 PYTEST_WORKERS ?= 2
 
-.PHONY: help venv deps lint test test-fast demo demo-storage bench clean protos cluster-up cluster-down cluster-status
+.PHONY: help venv deps lint test test-fast demo demo-storage pipeline bench clean protos cluster-up cluster-down cluster-status
 
 help:
-	@echo "make demo   - set up, start 3 nodes, produce with acks=all through a leader SIGKILL, verify, stop"
+	@echo "make demo   - set up, start 3 nodes, produce with acks=all through a leader SIGKILL, verify, stop;"
+	@echo "             then the Spark pipeline (make pipeline)"
+	@echo "make pipeline - 3 nodes + Spark: click counts per 10 s window, job stopped and restarted, checked"
 	@echo "make demo-storage - the storage engine alone: SIGKILL a writer, recover, verify"
 	@echo "make test   - set up, lint, run the whole test suite"
 	@echo "make lint   - ruff, mypy (strict on raftlog/), import-linter"
@@ -52,6 +54,10 @@ test-fast: deps
 
 demo: deps
 	$(BIN)/raftlog demo cluster
+	$(BIN)/python -m spark.pipeline
+
+pipeline: deps
+	$(BIN)/python -m spark.pipeline
 
 demo-storage: deps
 	$(BIN)/raftlog demo storage
@@ -60,6 +66,8 @@ bench: deps
 	$(BIN)/python -m bench.storage_bench --out bench/results/latest.json
 	$(BIN)/python -m bench.quorum_bench --out bench/results/latest.json
 	$(BIN)/python -m bench.dataplane_bench --out bench/results/latest.json
+	$(BIN)/python -m bench.groups_bench --out bench/results/latest.json
+	$(BIN)/python -m bench.spark_bench --out bench/results/latest.json
 
 # Generated modules are committed; tests/protos checks that regenerating changes nothing.
 PROTO_SOURCES := $(wildcard protos/*.proto)

@@ -1,17 +1,21 @@
 """Writing DataFrames to topics: columns ``value`` (required), ``key``, ``topic``,
 ``partition``, ``headers``, as Spark's Kafka connector does.
 
-Each write task runs one idempotent producer (acks=all): the broker drops a batch the
-producer resends after a lost answer, so the producer's own retries never duplicate. A task
-that Spark itself retries starts a new producer (a new producer id), so records a failed task
-had already written are written again: at-least-once, as with Kafka without transactions.
-The task fails with the first record that could not be delivered.
+Each write task runs one idempotent producer (acks=all) with large batches: the broker drops a
+batch the producer resends after a lost answer, so the producer's own retries never duplicate.
+A task that Spark itself retries starts a new producer (a new producer id), so records a failed
+task had already written are written again: at-least-once, as with Kafka without transactions.
+Rows are sent without a callback each; the task keeps the futures of unacknowledged records
+(bounded by the producer's ``buffer.memory``), settles them oldest first as they complete,
+flushes once at the end, and fails with the first record that could not be delivered.
 """
 
 from __future__ import annotations
 
-import threading
+import itertools
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -34,8 +38,10 @@ from spark._options import WriteOptions
 from spark.errors import MissingColumnError
 
 FLUSH_TIMEOUT_S = 300.0
-PRODUCER_BATCH_BYTES = 256 * 1024
-PRODUCER_LINGER_MS = 10
+PRODUCER_BATCH_BYTES = 512 * 1024  # under the brokers' max.message.bytes (1 MiB)
+PRODUCER_LINGER_MS = 20
+PRODUCER_BUFFER_BYTES = 64 * 1024 * 1024
+SETTLE_EVERY_ROWS = 1_000
 KEY_VALUE_TYPES = (BinaryType, StringType)
 
 
@@ -89,22 +95,20 @@ def _as_bytes(value: bytes | str | None) -> bytes | None:
     return value.encode() if isinstance(value, str) else value
 
 
-class _Delivery:
-    """Counts acknowledged records and keeps the first failure (producer callbacks run on
-    the producer's sender thread)."""
+class _Pending:
+    """Futures of sent records, oldest first, settled in order as they complete."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        self.futures: deque[Future[RecordMetadata]] = deque()
         self.result = WriteResult()
-        self.error: BaseException | None = None
 
-    def __call__(self, metadata: RecordMetadata | None, error: BaseException | None) -> None:
-        with self.lock:
-            if error is not None:
-                self.error = self.error or error
-            elif metadata is not None:
-                key = (metadata.topic, metadata.partition)
-                self.result.records[key] = self.result.records.get(key, 0) + 1
+    def settle(self) -> None:
+        """Count the acknowledged records from the oldest on; raise the first failure."""
+        futures, counts = self.futures, self.result.records
+        while futures and futures[0].done():
+            metadata = futures.popleft().result()  # raises the record's delivery error
+            key = (metadata.topic, metadata.partition)
+            counts[key] = counts.get(key, 0) + 1
 
 
 def _column(batch: pa.RecordBatch, name: str) -> list[object] | None:
@@ -113,7 +117,7 @@ def _column(batch: pa.RecordBatch, name: str) -> list[object] | None:
 
 
 def _send_batch(
-    producer: Producer, batch: pa.RecordBatch, topic: str | None, done: _Delivery
+    producer: Producer, batch: pa.RecordBatch, topic: str | None, pending: _Pending
 ) -> None:
     values = _column(batch, "value")
     assert values is not None, "check_write_schema requires a value column"
@@ -122,41 +126,49 @@ def _send_batch(
     partitions = _column(batch, "partition") or [None] * batch.num_rows
     headers = _column(batch, "headers") or [None] * batch.num_rows
     assert topics is not None, "check_write_schema requires a topic option or column"
+    send, append = producer.send, pending.futures.append
     for row in range(batch.num_rows):
         row_topic = topics[row]
         if not isinstance(row_topic, str):
             raise MissingColumnError(f"row {row} of a written batch has a null topic")
         row_headers = headers[row]
-        producer.send(
-            row_topic,
-            _as_bytes(values[row]),  # type: ignore[arg-type]
-            key=_as_bytes(keys[row]),  # type: ignore[arg-type]
-            partition=partitions[row],  # type: ignore[arg-type]
-            headers=None
-            if row_headers is None
-            else [(h["key"], _as_bytes(h["value"])) for h in row_headers],  # type: ignore[attr-defined]
-            callback=done,
+        append(
+            send(
+                row_topic,
+                _as_bytes(values[row]),  # type: ignore[arg-type]
+                key=_as_bytes(keys[row]),  # type: ignore[arg-type]
+                partition=partitions[row],  # type: ignore[arg-type]
+                headers=None
+                if row_headers is None
+                else [(h["key"], _as_bytes(h["value"])) for h in row_headers],  # type: ignore[attr-defined]
+            )
         )
+        if row % SETTLE_EVERY_ROWS == 0:
+            pending.settle()
 
 
 def write_batches(options: WriteOptions, batches: Iterator[pa.RecordBatch]) -> WriteResult:
-    """Send every row; raise the first delivery failure after flushing."""
-    done = _Delivery()
+    """Send every row, flush once; raise the first delivery failure. A task without rows
+    (common in streaming: an aggregation's empty shuffle partitions) starts no producer."""
+    rows = (batch for batch in batches if batch.num_rows)
+    first = next(rows, None)
+    pending = _Pending()
+    if first is None:
+        return pending.result
     with Producer(
         list(options.bootstrap_servers),
         acks="all",
         enable_idempotence=True,
         batch_size=PRODUCER_BATCH_BYTES,
         linger_ms=PRODUCER_LINGER_MS,
+        buffer_memory=PRODUCER_BUFFER_BYTES,
     ) as producer:
-        for batch in batches:
-            _send_batch(producer, batch, options.topic, done)
-            if done.error is not None:
-                break
+        for batch in itertools.chain([first], rows):
+            _send_batch(producer, batch, options.topic, pending)
         producer.flush(timeout=FLUSH_TIMEOUT_S)
-    if done.error is not None:
-        raise done.error
-    return done.result
+        pending.settle()
+    assert not pending.futures, "flush() returned with records unsettled"
+    return pending.result
 
 
 class BatchWriter(DataSourceArrowWriter):

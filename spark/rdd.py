@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import RDD, SparkContext
+from pyspark.sql.pandas.types import to_arrow_schema
 
 from spark._metadata import ClusterMetadata
 from spark._offsets import (
@@ -24,7 +27,8 @@ from spark._offsets import (
     resolve_spec,
 )
 from spark._options import POLL_TIMEOUT_MS_DEFAULT, Subscription
-from spark._reader import iter_range
+from spark._reader import read_range
+from spark.source import row_schema
 
 __all__ = ["OffsetRange", "RecordTuple", "offset_ranges_between", "topic_rdd"]
 
@@ -57,15 +61,26 @@ def offset_ranges_between(
 def _read(
     servers: list[str], fail_on_data_loss: bool, ranges: Iterable[OffsetRange]
 ) -> Iterator[RecordTuple]:
+    schema = to_arrow_schema(row_schema(), timezone="UTC")
     for rng in ranges:
-        for records in iter_range(
+        for batch in read_range(
             servers,
             rng,
+            schema,
             fail_on_data_loss=fail_on_data_loss,
+            include_headers=False,
             poll_timeout_ms=POLL_TIMEOUT_MS_DEFAULT,
         ):
-            for r in records:
-                yield (r.key, r.value, r.topic, r.partition, r.offset, r.timestamp)
+            timestamps_ms = pc.divide(batch.column("timestamp").cast(pa.int64()), 1000)
+            yield from zip(
+                batch.column("key").to_pylist(),
+                batch.column("value").to_pylist(),
+                batch.column("topic").to_pylist(),
+                batch.column("partition").to_pylist(),
+                batch.column("offset").to_pylist(),
+                timestamps_ms.to_pylist(),
+                strict=True,
+            )
 
 
 def topic_rdd(

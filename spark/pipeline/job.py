@@ -1,0 +1,100 @@
+"""The Structured Streaming job: clicks in, per-page counts of event-time windows out.
+
+``clicks`` is read through the ``raftlog`` source; the JSON values are parsed, the events
+grouped into tumbling ``window_s``-second windows of their event time per page, with a
+watermark ``watermark_delay_s`` behind the latest event time seen; in append mode a window is
+written once, to ``page-counts`` through the ``raftlog`` sink, in the first micro-batch after
+the watermark passed its end. The checkpoint holds the source offsets and the windows' state,
+so a query started again on the same checkpoint continues where the last one stopped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.query import StreamingQuery
+
+from dataplane.local_cluster import wait_for
+
+EVENT_SCHEMA = "user STRING, page STRING, ts LONG"
+STOP_DEADLINE_S = 120.0
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    bootstrap_servers: str
+    source_topic: str
+    sink_topic: str
+    checkpoint: Path
+    window_s: int
+    watermark_delay_s: int
+    trigger_ms: int
+
+
+def window_counts(events: DataFrame, settings: JobSettings) -> DataFrame:
+    """Raw ``clicks`` rows to ``page-counts`` rows: key = page, value = the window's JSON."""
+    parsed = events.select(F.from_json(F.col("value").cast("string"), EVENT_SCHEMA).alias("e"))
+    counts = (
+        parsed.where(F.col("e.page").isNotNull() & F.col("e.ts").isNotNull())
+        .select(F.col("e.page").alias("page"), F.timestamp_millis("e.ts").alias("event_time"))
+        .withWatermark("event_time", f"{settings.watermark_delay_s} seconds")
+        .groupBy(F.window("event_time", f"{settings.window_s} seconds"), "page")
+        .count()
+    )
+    value = F.to_json(
+        F.struct(
+            F.unix_millis(F.col("window.start")).alias("window_start_ms"),
+            F.unix_millis(F.col("window.end")).alias("window_end_ms"),
+            F.col("page"),
+            F.col("count"),
+        )
+    )
+    return counts.select(F.col("page").cast("binary").alias("key"), value.alias("value"))
+
+
+def start(session: SparkSession, settings: JobSettings) -> StreamingQuery:
+    """Start (or, on an existing checkpoint, resume) the job."""
+    events = (
+        session.readStream.format("raftlog")
+        .option("raftlog.bootstrap.servers", settings.bootstrap_servers)
+        .option("subscribe", settings.source_topic)
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+    writer = (
+        window_counts(events, settings)
+        .writeStream.format("raftlog")
+        .option("raftlog.bootstrap.servers", settings.bootstrap_servers)
+        .option("topic", settings.sink_topic)
+        .option("checkpointLocation", str(settings.checkpoint))
+        .outputMode("append")
+        .queryName(f"page-counts-of-{settings.source_topic}")
+    )
+    query: StreamingQuery = writer.trigger(
+        processingTime=f"{settings.trigger_ms} milliseconds"
+    ).start()
+    return query
+
+
+def raise_if_failed(query: StreamingQuery) -> None:
+    error = query.exception()
+    if error is not None:
+        raise RuntimeError(f"the streaming job failed: {error}")
+
+
+def stop_between_batches(query: StreamingQuery) -> None:
+    """Stop the query while no micro-batch runs. The raftlog sink is at-least-once (as
+    Kafka's): a stop that interrupted a batch after some of its tasks wrote would make the
+    restarted query write that batch's windows again. Between batches, the checkpoint's
+    commit log says exactly which batches are done."""
+
+    def idle() -> bool:
+        raise_if_failed(query)
+        return not query.status["isTriggerActive"]
+
+    wait_for("the streaming job between two micro-batches", idle, STOP_DEADLINE_S)
+    query.stop()
+    raise_if_failed(query)
