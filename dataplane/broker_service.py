@@ -45,7 +45,7 @@ def _error(message: Any, error: KafkaError) -> None:
         message.leader_epoch = error.leader_epoch
 
 
-def _wait_until(partitions: list[Partition], deadline: float, done: Callable[[], bool]) -> None:
+def wait_until(partitions: list[Partition], deadline: float, done: Callable[[], bool]) -> None:
     """Wait until ``done()`` or the deadline, woken by any of ``partitions``."""
     event = threading.Event()
     for partition in partitions:
@@ -205,7 +205,7 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
                     pending.remove(entry)
             return not pending
 
-        _wait_until([entry[0] for entry in waiting], deadline, done)
+        wait_until([entry[0] for entry in waiting], deadline, done)
         for _partition, _required, _epoch, _min_isr, result in pending:
             result.error_code = ErrorCode.REQUEST_TIMED_OUT.code
             result.error_message = "the ISR did not replicate the batch within timeout_ms"
@@ -223,7 +223,7 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
                 response, size_bytes, _ = self._read_all(request)
                 return size_bytes >= max(request.min_bytes, 1) or _any_error(response)
 
-            _wait_until(hosted, deadline, done)
+            wait_until(hosted, deadline, done)
         kind = "fetch_follower" if request.replica_id >= 0 else "fetch_consumer"
         self.metrics.request_latency.labels(kind).observe(time.perf_counter() - started)
         return response

@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 import grpc
 
 from dataplane import group_state as gs
-from dataplane.broker_service import DEBUGGING_REPLICA_ID, INTERNAL_TOPICS
+from dataplane.broker_service import DEBUGGING_REPLICA_ID, INTERNAL_TOPICS, wait_until
 from dataplane.partition import NotLeader, Partition, Role
 from dataplane.replica_manager import ReplicaManager
 from metadata_quorum.image import MetadataImage
@@ -115,6 +115,7 @@ class GroupCoordinator:
         self._create_attempt_ms = 0
         self._known_ends: dict[tuple[str, int], int] = {}
         self._channels: dict[str, grpc.Channel] = {}
+        self._view: tuple[MetadataImage, gs.TopicsView] | None = None
         self._threads = [
             threading.Thread(target=self._load_loop, name="group-loader", daemon=True),
             threading.Thread(target=self._timer_loop, name="group-timers", daemon=True),
@@ -334,40 +335,41 @@ class GroupCoordinator:
             raise KafkaError(code, f"{partition.name}: {error.message}") from error
 
     def _await_replicated(self, shard: _Shard, required: int) -> None:
+        """Until the high watermark passes ``required`` (within offsets.commit.timeout.ms)."""
         partition = shard.partition
         min_isr = self.replicas.settings(OFFSETS_TOPIC).min_insync_replicas
+
+        def replicated() -> bool:
+            try:
+                outcome = partition.acks_all_outcome(required, shard.leader_epoch, min_isr)
+            except KafkaError as error:
+                raise KafkaError(ErrorCode.NOT_COORDINATOR, error.message) from error
+            if outcome not in (None, ErrorCode.NONE):
+                raise KafkaError(
+                    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                    f"{partition.name}: {outcome.name} while replicating group records",
+                )
+            return outcome is ErrorCode.NONE
+
         deadline = time.monotonic() + self.config.offsets_commit_timeout_ms / 1000
-        event = threading.Event()
-        partition.add_waiter(event)
-        try:
-            while True:
-                try:
-                    outcome = partition.acks_all_outcome(required, shard.leader_epoch, min_isr)
-                except KafkaError as error:
-                    raise KafkaError(ErrorCode.NOT_COORDINATOR, error.message) from error
-                if outcome is ErrorCode.NONE:
-                    return
-                if outcome is not None:
-                    raise KafkaError(
-                        ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                        f"{partition.name}: {outcome.name} while replicating group records",
-                    )
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise KafkaError(
-                        ErrorCode.REQUEST_TIMED_OUT,
-                        f"{partition.name}: group records not replicated within "
-                        "offsets.commit.timeout.ms",
-                    )
-                event.wait(remaining)
-                event.clear()
-        finally:
-            partition.remove_waiter(event)
+        wait_until([partition], deadline, replicated)
+        if not replicated():
+            raise KafkaError(
+                ErrorCode.REQUEST_TIMED_OUT,
+                f"{partition.name}: group records not replicated within offsets.commit.timeout.ms",
+            )
 
     # -- requests ----------------------------------------------------------------------------------
+    def _topics_view(self) -> gs.TopicsView:
+        """The partition counts of the current image (built once per image)."""
+        image, cached = self.replicas.image, self._view
+        if cached is None or cached[0] is not image:
+            cached = self._view = (image, topics_view(image))
+        return cached[1]
+
     def heartbeat(self, request: gpb.ConsumerGroupHeartbeatRequest) -> gs.HeartbeatResult:
         shard = self._shard(request.group_id)
-        view = topics_view(self.replicas.image)
+        view = self._topics_view()
         return self._run(shard, lambda s: s.heartbeat(request, view, self.clock_ms()))
 
     def commit(
@@ -544,7 +546,7 @@ class GroupCoordinator:
             expired: list[tuple[str, tuple[str, int], str]] = []
             if sweep:
                 retention_ms = self.config.offsets_retention_minutes * 60_000
-                view = topics_view(self.replicas.image)
+                view = self._topics_view()
                 expired = shard.state.expire_offsets(now_ms, retention_ms, view)
             self._append(shard, shard.state.take_emitted())
         for group_id, member_id, why in removed:

@@ -146,24 +146,16 @@ def record_key(
     ).SerializeToString(deterministic=True)
 
 
-def _tps(partitions: Iterable[TopicPartition]) -> list[gpb.TopicPartitions]:
+def to_topic_partitions(partitions: Iterable[TopicPartition]) -> list[gpb.TopicPartitions]:
+    """The wire form of a set of partitions, grouped by topic, sorted."""
     by_topic: dict[str, list[int]] = {}
     for topic, partition in sorted(partitions):
         by_topic.setdefault(topic, []).append(partition)
     return [gpb.TopicPartitions(topic=t, partitions=ps) for t, ps in by_topic.items()]
 
 
-def _from_tps(items: Iterable[gpb.TopicPartitions]) -> frozenset[TopicPartition]:
-    return frozenset((item.topic, p) for item in items for p in item.partitions)
-
-
-def to_topic_partitions(partitions: Iterable[TopicPartition]) -> list[gpb.TopicPartitions]:
-    """The wire form of a set of partitions, grouped by topic, sorted."""
-    return _tps(partitions)
-
-
 def from_topic_partitions(items: Iterable[gpb.TopicPartitions]) -> frozenset[TopicPartition]:
-    return _from_tps(items)
+    return frozenset((item.topic, p) for item in items for p in item.partitions)
 
 
 def java_string_hash(text: str) -> int:
@@ -255,7 +247,7 @@ class GroupShard:
                 group.target.pop(mid, None)
             else:
                 parts = gpb.TargetAssignmentMemberValue.FromString(value).partitions
-                group.target[mid] = _from_tps(parts)
+                group.target[mid] = from_topic_partitions(parts)
         elif key.type == RT.MEMBER_METADATA:
             if value is None:
                 group.members.pop(mid, None)
@@ -285,8 +277,8 @@ class GroupShard:
                 member_epoch=a.member_epoch,
                 previous_member_epoch=a.previous_member_epoch,
                 state=MemberState(a.state),
-                assigned=_from_tps(a.assigned),
-                pending_revocation=_from_tps(a.pending_revocation),
+                assigned=from_topic_partitions(a.assigned),
+                pending_revocation=from_topic_partitions(a.pending_revocation),
             )
         else:
             raise AssertionError(f"unknown group record type {key.type}")
@@ -316,8 +308,8 @@ class GroupShard:
             member_epoch=member.member_epoch,
             previous_member_epoch=member.previous_member_epoch,
             state=int(member.state),
-            assigned=_tps(member.assigned),
-            pending_revocation=_tps(member.pending_revocation),
+            assigned=to_topic_partitions(member.assigned),
+            pending_revocation=to_topic_partitions(member.pending_revocation),
         )
         key = record_key(RT.CURRENT_MEMBER_ASSIGNMENT, group.group_id, member.member_id)
         self._emit(key, value.SerializeToString())
@@ -350,7 +342,7 @@ class GroupShard:
                 )
             self._remove_member(group, request.member_id, now_ms)
             return HeartbeatResult(request.member_id, LEAVE_EPOCH, frozenset())
-        owned = _from_tps(request.owned.topics) if request.HasField("owned") else None
+        owned = from_topic_partitions(request.owned.topics) if request.HasField("owned") else None
         if epoch == 0:
             member, joined = self._joining(group, request)
             if group is None:
@@ -418,7 +410,7 @@ class GroupShard:
             self._emit(record_key(RT.TARGET_ASSIGNMENT_MEMBER, gid, member_id), None)
         for member_id, partitions in sorted(target.items()):
             if group.target.get(member_id) != partitions:
-                value = gpb.TargetAssignmentMemberValue(partitions=_tps(partitions))
+                value = gpb.TargetAssignmentMemberValue(partitions=to_topic_partitions(partitions))
                 key = record_key(RT.TARGET_ASSIGNMENT_MEMBER, gid, member_id)
                 self._emit(key, value.SerializeToString())
         value_meta = gpb.TargetAssignmentMetadataValue(assignment_epoch=group.epoch)
