@@ -9,7 +9,7 @@ STAMP   := $(VENV)/.installed
 DEB_NEEDS := iptables:iptables
 PYTEST_WORKERS ?= 2
 
-.PHONY: help venv deps lint test test-fast demo demo-storage pipeline bench clean protos cluster-up cluster-down cluster-status
+.PHONY: help venv deps lint test test-fast demo demo-storage pipeline bench chaos clean protos cluster-up cluster-down cluster-status
 
 help:
 	@echo "make demo   - set up, start 3 nodes, produce with acks=all through a leader SIGKILL, verify, stop;"
@@ -19,6 +19,7 @@ help:
 	@echo "make test   - set up, lint, run the whole test suite"
 	@echo "make lint   - ruff, mypy (strict on raftlog/), import-linter"
 	@echo "make bench  - benchmarks; figures in bench/results/latest.json"
+	@echo "make chaos  - 10-minute chaos run (3 nodes, NODES=5 for splits; every fault kind); report in .raftlog/chaos/report"
 	@echo "make cluster-up / cluster-down / cluster-status - the local 3-node cluster"
 
 $(STAMP): pyproject.toml
@@ -68,6 +69,14 @@ bench: deps
 	$(BIN)/python -m bench.dataplane_bench --out bench/results/latest.json
 	$(BIN)/python -m bench.groups_bench --out bench/results/latest.json
 	$(BIN)/python -m bench.spark_bench --out bench/results/latest.json
+
+# The 10-minute chaos run: SEED=N NODES=3|5 DURATION=10m override; needs root (node users, iptables).
+SEED     ?= 1
+NODES    ?= 3
+DURATION ?= 10m
+chaos: deps
+	$(BIN)/raftlog chaos run --seed $(SEED) --duration $(DURATION) --nodes $(NODES) \
+	  --faults kill,pause,partition,controller-kill,leader-kill --report .raftlog/chaos/report
 
 # Generated modules are committed; tests/protos checks that regenerating changes nothing.
 PROTO_SOURCES := $(wildcard protos/*.proto)

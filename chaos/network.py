@@ -69,6 +69,7 @@ import pwd
 import re
 import secrets
 import shlex
+import shutil
 import stat
 import struct
 import subprocess
@@ -230,18 +231,28 @@ def spawn(
     """Start `argv` as the node's user, with `NODE_GROUP` as supplementary group.
 
     With ``env=None`` the child gets this process's environment with HOME, USER and LOGNAME of the
-    node's user. The caller owns the process and kills it by pid.
+    node's user. The caller owns the process and kills it by pid: the pid is the command's own
+    (setpriv execs it).
+
+    The user changes in ``setpriv``, not in Popen's ``user=``: with ``user=`` Python forks the
+    whole process (vfork is ruled out) and gRPC's fork handlers run in a child of a process full
+    of gRPC threads. Chaos runs that restarted nodes this way saw the child die before the node
+    logged a line: SIGSEGV in gRPC's event-engine thread, or abseil's "Mutex::Fer with pending
+    CondVar" abort, in the node's log. Without ``user=`` Python uses vfork, which runs no fork
+    handlers; restarts have not failed since.
     """
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        raise NodeIdentityError("setpriv (util-linux) is missing: `apt-get install -y util-linux`")
+    groups = f"{identity.gid},{node_group_gid()}"
+    drop = [setpriv, f"--reuid={identity.uid}", f"--regid={identity.gid}", f"--groups={groups}"]
     return subprocess.Popen(
-        list(argv),
+        [*drop, "--", *argv],
         env=dict(env) if env is not None else _default_env(identity),
         cwd=cwd,
         stdin=stdin,
         stdout=stdout,
         stderr=stderr,
-        user=identity.uid,
-        group=identity.gid,
-        extra_groups=[node_group_gid()],
         close_fds=True,
     )
 

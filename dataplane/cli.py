@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Annotated
 
@@ -176,7 +177,19 @@ def log_dump(
         console.print(f"[red]{len(data) - position} trailing bytes do not form a batch[/red]")
 
 
+PLUGIN_GROUP = "raftlog.cli"
+
+
+def add_plugin_commands() -> None:
+    """Add the command groups other installed packages declare under the ``raftlog.cli``
+    entry-point group (``chaos`` comes from the chaos package, which sits above dataplane and
+    so cannot be imported from here by name)."""
+    for entry in entry_points(group=PLUGIN_GROUP):
+        app.add_typer(entry.load(), name=entry.name)
+
+
 def main() -> None:
+    add_plugin_commands()
     app()
 
 

@@ -1,0 +1,161 @@
+"""Faults on real node processes: SIGKILL and restart, SIGSTOP/SIGCONT, iptables partitions.
+
+`FaultInjector` owns every fault it starts until it is healed. Leaving its context — normally,
+on an exception, on Ctrl-C — resumes every paused process, removes every iptables rule (its
+`NetworkFaults` chain) and restarts nothing: what was killed stays down, the runner stops the
+cluster by pid. A fault is injected and healed by the same object, so the record of what is in
+place is never split between two owners.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Protocol, Self
+
+from chaos.network import NetworkFaults, NodeIdentity
+from chaos.schedule import PlannedFault, split_sides
+
+log = logging.getLogger(__name__)
+
+
+class NodeProcesses(Protocol):
+    """What the injector needs from a cluster: a node's pid, and a way to start it again."""
+
+    def pid(self, node_id: int) -> int | None: ...
+
+    def start(self, node_id: int) -> None: ...
+
+
+@dataclass
+class ActiveFault:
+    """A fault in place: what to undo and what it hit."""
+
+    planned: PlannedFault
+    nodes: list[int]
+    detail: str
+    heal: Callable[[], None]
+
+
+class FaultInjector:
+    """Injects and heals faults on `processes`, cutting the network through `network`."""
+
+    def __init__(
+        self,
+        processes: NodeProcesses,
+        identities: dict[int, NodeIdentity],
+        network: NetworkFaults,
+    ) -> None:
+        self._processes = processes
+        self._identities = identities
+        self._network = network
+        self._paused: dict[int, int] = {}  # node id -> pid stopped with SIGSTOP
+        self._lock = threading.Lock()
+
+    @property
+    def node_ids(self) -> list[int]:
+        return sorted(self._identities)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.release()
+
+    # -- the fault kinds ------------------------------------------------------------------------
+    def kill(self, node_id: int) -> Callable[[], None]:
+        """SIGKILL the node; healing starts it again."""
+        pid = self._processes.pid(node_id)
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+        return lambda: self._processes.start(node_id)
+
+    def pause(self, node_id: int) -> Callable[[], None]:
+        """SIGSTOP the node; healing sends SIGCONT."""
+        pid = self._processes.pid(node_id)
+        if pid is None:
+            return lambda: None
+        with self._lock:
+            self._paused[node_id] = pid
+        os.kill(pid, signal.SIGSTOP)
+        return lambda: self._resume(node_id)
+
+    def _resume(self, node_id: int) -> None:
+        with self._lock:
+            pid = self._paused.pop(node_id, None)
+        if pid is not None:
+            _signal_if_alive(pid, signal.SIGCONT)
+
+    def partition(self, fault: PlannedFault) -> tuple[list[int], str]:
+        """Cut the network as `fault.shape` says; (nodes hit, description). Heal with `heal`."""
+        nodes = self.node_ids
+        node = nodes[fault.node % len(nodes)]
+        identity = self._identities
+        if fault.shape == "one-way":
+            peer = nodes[fault.peer % len(nodes)]
+            self._network.cut_one_way(identity[node], identity[peer])
+            return [node, peer], f"one-way {node} -> {peer}"
+        if fault.shape == "split":
+            minority, majority = split_sides(nodes, fault)
+            for a in minority:
+                for b in majority:
+                    self._network.cut(identity[a], identity[b])
+            return minority, f"split {minority} | {majority}"
+        self._network.isolate(identity[node], [identity[n] for n in nodes if n != node])
+        return [node], f"isolate {node}"
+
+    def heal_network(self) -> None:
+        self._network.heal()
+
+    # -- one planned fault ----------------------------------------------------------------------
+    def inject(
+        self, fault: PlannedFault, *, controller: Callable[[], int], leader: Callable[[int], int]
+    ) -> ActiveFault:
+        """Put `fault` in place. `controller()` names the active controller, `leader(p)` the
+        leader of workload partition p (-1: none; the fault then hits nobody)."""
+        nodes = self.node_ids
+        kind = fault.kind
+        if kind == "partition":
+            hit, detail = self.partition(fault)
+            return ActiveFault(fault, hit, detail, self.heal_network)
+        if kind == "pause":
+            node = nodes[fault.node % len(nodes)]
+            return ActiveFault(fault, [node], f"SIGSTOP {node}", self.pause(node))
+        if kind == "kill":
+            node = nodes[fault.node % len(nodes)]
+        elif kind == "controller-kill":
+            node = controller()
+        else:
+            node = leader(fault.partition)
+        if node < 0:
+            return ActiveFault(fault, [], f"{kind}: nobody to kill", lambda: None)
+        detail = f"SIGKILL {node}" + (
+            f" (leader of partition {fault.partition})" if kind == "leader-kill" else ""
+        )
+        return ActiveFault(fault, [node], detail, self.kill(node))
+
+    def release(self) -> None:
+        """Resume every paused process and remove every cut; safe to call more than once."""
+        with self._lock:
+            paused = list(self._paused.values())
+            self._paused.clear()
+        for pid in paused:
+            _signal_if_alive(pid, signal.SIGCONT)
+        self._network.heal()
+
+
+def _signal_if_alive(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        log.info("pid %d is gone; nothing to signal", pid)

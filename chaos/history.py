@@ -1,0 +1,261 @@
+"""What a chaos run recorded: the plain data the checker judges and the report draws.
+
+The runner records every operation the workloads attempted (with the time it started and the
+time its outcome was known), every fault window, periodic samples of the cluster's metadata and,
+after healing and recovery, the final state: each partition's records as its leader serves them,
+each replica's batches as they are on disk, each controller's image. Times are seconds since the
+run started (monotonic clock). Everything is a frozen pydantic model, so a history is written to
+and read back from JSON unchanged (``report.json`` holds it) and the checker, a pure function,
+can be fed hand-made histories in tests.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+FaultKind = Literal["kill", "pause", "partition", "controller-kill", "leader-kill"]
+FAULT_KINDS: tuple[FaultKind, ...] = (
+    "kill",
+    "pause",
+    "partition",
+    "controller-kill",
+    "leader-kill",
+)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Write(_Model):
+    """One record a producer sent with acks=all: unique `value`, `seq` = its send order.
+
+    ``ok`` means acknowledged: the broker answered with `offset`. Not ok (an error, a timeout,
+    the run ending first) means indeterminate: the record may or may not have been stored, but
+    never twice.
+    """
+
+    producer: str
+    seq: int
+    topic: str
+    partition: int
+    value: str
+    start_s: float
+    end_s: float | None = None  # None: no outcome before the run ended
+    ok: bool = False
+    offset: int | None = None
+    error: str = ""
+
+
+class Consumed(_Model):
+    """One record a consumer-group member received from `Consumer.poll`."""
+
+    member: str
+    topic: str
+    partition: int
+    offset: int
+    value: str
+    time_s: float
+
+
+class Commit(_Model):
+    """An offset commit a member sent: `offset` is the next record it will read."""
+
+    member: str
+    topic: str
+    partition: int
+    offset: int
+    start_s: float
+    end_s: float
+    ok: bool
+    error: str = ""
+
+
+class CommittedObservation(_Model):
+    """The group's committed offset of one partition as an OffsetFetch answered at `time_s`
+    (-1: nothing committed yet)."""
+
+    topic: str
+    partition: int
+    offset: int
+    time_s: float
+
+
+class AdminOp(_Model):
+    """A topic created or deleted by the admin workload (each create uses a fresh name)."""
+
+    op: Literal["create", "delete"]
+    topic: str
+    start_s: float
+    end_s: float
+    ok: bool
+    error: str = ""
+
+
+class FaultWindow(_Model):
+    """One injected fault: from `start_s` (injected) to `end_s` (healed: restarted, resumed,
+    rules removed). `nodes` are the node ids it hit; for a partition, `detail` names the
+    sides, e.g. ``"isolate 2"``, ``"split [1] | [2, 3]"``, ``"one-way 1 -> 3"``."""
+
+    id: int
+    kind: FaultKind
+    nodes: list[int]
+    start_s: float
+    end_s: float
+    detail: str = ""
+
+
+class MetadataSample(_Model):
+    """One partition's leadership as the cluster described it at `time_s`."""
+
+    time_s: float
+    topic: str
+    partition: int
+    leader: int  # -1: no leader
+    leader_epoch: int
+    isr: list[int]
+
+
+class BatchEntry(_Model):
+    """One record batch as stored on a replica's disk: its offsets and its CRC."""
+
+    base_offset: int
+    last_offset: int
+    crc: int
+    leader_epoch: int
+
+
+class ReplicaLog(_Model):
+    """The batches one replica holds for one partition (read from its segment files)."""
+
+    node_id: int
+    batches: list[BatchEntry]
+
+
+class FinalPartition(_Model):
+    """One partition after recovery: its records as the leader serves them (log start to the
+    high watermark) and what each replica holds on disk."""
+
+    topic: str
+    partition: int
+    leader: int
+    isr: list[int]
+    log_start_offset: int
+    high_watermark: int
+    records: list[tuple[int, str]]  # (offset, value), ascending offsets
+    replicas: list[ReplicaLog] = Field(default_factory=list)
+
+
+class PartitionImage(_Model):
+    """One partition as a controller's committed metadata image holds it."""
+
+    partition: int
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+    replicas: list[int]
+    isr: list[int]
+
+
+class TopicImage(_Model):
+    name: str
+    topic_id: str
+    partitions: list[PartitionImage]
+
+
+class ControllerImage(_Model):
+    """What one controller's committed image holds after recovery (None: it did not answer)."""
+
+    node_id: int
+    topics: list[TopicImage] | None
+
+
+class History(_Model):
+    """Everything a run recorded. `workload_s` is when the workloads stopped; `end_s` when
+    the final state had been read."""
+
+    seed: int
+    nodes: list[int]
+    faults_requested: list[FaultKind]
+    duration_s: float
+    topic: str
+    partitions: int
+    group: str
+    started_at: str  # ISO wall-clock time the run started, for people
+    workload_s: float
+    end_s: float
+    writes: list[Write] = Field(default_factory=list)
+    consumed: list[Consumed] = Field(default_factory=list)
+    commits: list[Commit] = Field(default_factory=list)
+    committed: list[CommittedObservation] = Field(default_factory=list)
+    admin: list[AdminOp] = Field(default_factory=list)
+    faults: list[FaultWindow] = Field(default_factory=list)
+    samples: list[MetadataSample] = Field(default_factory=list)
+    final: list[FinalPartition] = Field(default_factory=list)
+    final_topics: list[str] | None = None  # topics the cluster lists after recovery
+    controllers: list[ControllerImage] = Field(default_factory=list)
+    problems: list[str] = Field(default_factory=list)  # steps the harness itself could not do
+
+
+FindingKind = Literal[
+    "lost-write",  # acknowledged, absent from the final log
+    "moved-write",  # acknowledged at one offset, stored at another
+    "duplicate",  # one value stored more than once
+    "unknown-value",  # a stored value no producer sent
+    "order",  # a producer's records in a partition out of send order
+    "replica-divergence",  # replicas hold different batches below the high watermark
+    "replica-missing",  # an ISR member lacks batches below the high watermark
+    "committed-backwards",  # a group's committed offset went down
+    "skipped-after-commit",  # a record below the committed offset no member received
+    "consumed-then-lost",  # a member received a record the final log does not hold there
+    "admin-lost-topic",  # an acknowledged create whose topic is gone (never deleted)
+    "admin-resurrected-topic",  # an acknowledged delete whose topic still exists
+    "metadata-divergence",  # controllers' images differ after recovery
+    "harness",  # the run itself could not complete a step (the verdict cannot be clean)
+]
+
+
+class Finding(_Model):
+    """One anomaly: what, where (partition, offset, value when they apply), when, and the
+    fault windows it falls in (active at `time_s`, or else the last one before it)."""
+
+    kind: FindingKind
+    message: str
+    topic: str | None = None
+    partition: int | None = None
+    offset: int | None = None
+    value: str | None = None
+    time_s: float | None = None
+    faults: list[int] = Field(default_factory=list)
+
+
+class FaultRecovery(_Model):
+    """How long acknowledged writes took to resume on every partition after one fault."""
+
+    fault_id: int
+    kind: FaultKind
+    recovery_s: float | None  # None: some partition never acknowledged a write again
+
+
+class Summary(_Model):
+    """The figures of a run: counts, availability and recovery per fault."""
+
+    attempted_writes: int
+    acknowledged_writes: int
+    indeterminate_writes: int
+    lost_writes: int
+    duplicated_values: int
+    availability: float  # fraction of the workload's seconds with >= 1 acknowledged write
+    faults_by_kind: dict[str, int]
+    recoveries: list[FaultRecovery]
+    consumed_records: int
+    commits_ok: int
+    admin_ops_ok: int
+
+
+class Verdict(_Model):
+    ok: bool
+    findings: list[Finding]
+    summary: Summary

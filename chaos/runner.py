@@ -1,0 +1,551 @@
+"""One chaos run, start to verdict: ``raftlog chaos run`` and ``make chaos`` call `run`.
+
+1. Start a cluster of combined nodes on 127.0.0.F.. (F = `first_host`), each node process as
+   its own system user so iptables can cut it off (chaos/network.py), inside the run's
+   `NetworkFaults` chain.
+2. Create the workload topic (RF = min(3, nodes), ``min.insync.replicas`` = 2) and start the
+   workloads (chaos/workloads.py): producers, a consumer group, an admin workload, samplers.
+3. Inject the faults of the seed's schedule (chaos/schedule.py) one at a time, healing each.
+4. Stop the producers, let the cluster recover (every partition led, its ISR complete), let the
+   group consume to the end, and read the final state: every partition's records from its
+   leader, the topic list, every controller's image; then stop the nodes (SIGTERM, by pid) and
+   read every replica's batches from its segment files.
+5. Check the history (chaos/checker.py), write report.json + report.html (chaos/report.py).
+
+Whatever happens — an error, Ctrl-C, SIGTERM — every paused node is resumed, every iptables rule
+removed and every node process stopped by its pid before `run` returns or raises.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import re
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from chaos.checker import check
+from chaos.faults import FaultInjector
+from chaos.history import (
+    BatchEntry,
+    ControllerImage,
+    FaultKind,
+    FaultWindow,
+    FinalPartition,
+    History,
+    PartitionImage,
+    ReplicaLog,
+    TopicImage,
+    Verdict,
+)
+from chaos.network import (
+    NetworkFaults,
+    NodeIdentity,
+    ensure_node_identity,
+    node_user_name,
+    prepare_data_dir,
+    prepare_runtime,
+    spawn,
+)
+from chaos.report import write_report
+from chaos.schedule import plan
+from chaos.workloads import (
+    CLIENT_ERRORS,
+    AdminWorkload,
+    CommittedWatcher,
+    GroupMember,
+    MetadataSampler,
+    ProducerWorkload,
+    Recorder,
+)
+from dataplane.client import AdminClient, Consumer, NewTopic, TopicPartition
+from dataplane.client.admin import PartitionDescription
+from dataplane.local_cluster import LocalCluster, pick_cluster_port, wait_for
+from metadata_quorum.client import ControllerClient
+from protos import controller_pb2 as cpb
+from raftlog.batch import HEADER_SIZE, read_header
+from raftlog.log import partition_dir_name
+
+log = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parents[1]
+NODE_MODULES = ("raftlog", "metadata_quorum", "dataplane", "protos", "grpc", "pysyncobj")
+RECOVERY_TIMEOUT_S = 120.0
+CATCH_UP_TIMEOUT_S = 60.0
+FLUSH_TIMEOUT_S = 60.0
+KILLS = ("kill", "controller-kill", "leader-kill")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    seed: int
+    duration_s: float
+    faults: list[FaultKind]
+    work_dir: Path  # the cluster's nodes, data and logs
+    report_dir: Path
+    nodes: int = 3
+    first_host: int = 41
+    partitions: int = 6
+    producers: int = 2
+    rate: float = 150.0  # records a second per producer
+    members: int = 2
+    topic: str = "chaos-events"
+    group: str = "chaos-group"
+    overrides: dict[str, str | int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not 3 <= self.nodes <= 9:
+            raise ValueError(
+                f"a chaos run needs 3..9 nodes (a quorum that survives one loss): {self.nodes}"
+            )
+        if self.duration_s < 30:
+            raise ValueError(f"a chaos run lasts at least 30 s: {self.duration_s}")
+
+
+def parse_duration(text: str) -> float:
+    """``90``, ``90s``, ``10m``, ``1h`` -> seconds."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
+    if match is None:
+        raise ValueError(f"not a duration (e.g. 90s, 10m): {text!r}")
+    return float(match[1]) * {"": 1, "s": 1, "m": 60, "h": 3600}[match[2]]
+
+
+class _Cluster:
+    """The run's LocalCluster with node processes started as their node users."""
+
+    def __init__(self, config: RunConfig, identities: dict[int, NodeIdentity]) -> None:
+        self.identities = identities
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        hosts = [identity.addresses[0] for identity in identities.values()]
+        self.local = LocalCluster(
+            config.work_dir,
+            nodes=config.nodes,
+            first_host=config.first_host,
+            port=pick_cluster_port(hosts),
+            overrides=config.overrides,
+            launcher=self._launch,
+        )
+
+    def _launch(self, node_id: int, argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+        identity = self.identities[node_id]
+        prepare_data_dir(identity, log_path.parent)
+        with log_path.open("ab") as out:
+            proc = spawn(identity, argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+        self.procs[node_id] = proc
+        return proc
+
+    def exited(self, expected_down: set[int]) -> list[tuple[int, int]]:
+        """(node id, exit status) of the node processes that ended though nobody stopped them
+        (a negative status is the signal that ended it, as in Popen.returncode)."""
+        return [
+            (node_id, code)
+            for node_id, proc in sorted(self.procs.items())
+            if node_id not in expected_down and (code := proc.poll()) is not None
+        ]
+
+    # NodeProcesses, for the FaultInjector
+    def pid(self, node_id: int) -> int | None:
+        return self.local.pid(node_id)
+
+    def start(self, node_id: int) -> None:
+        self.local.start_node(node_id)
+
+
+def _identities(config: RunConfig) -> dict[int, NodeIdentity]:
+    out = {}
+    for n in range(1, config.nodes + 1):
+        host = config.first_host + n - 1
+        out[n] = ensure_node_identity(node_user_name(host), [f"127.0.0.{host}"])
+    prepare_runtime(out[1], Path(sys.executable), REPO, NODE_MODULES)
+    return out
+
+
+class Run:
+    """The moving parts of one run; `execute` drives them in order."""
+
+    def __init__(self, config: RunConfig, say: Callable[[str], None]) -> None:
+        self.config = config
+        self.say = say
+        self.recorder = Recorder()
+        self.schedule = plan(
+            config.seed, config.duration_s, config.faults, config.nodes, config.partitions
+        )
+        self.windows: list[FaultWindow] = []
+        self.final: list[FinalPartition] = []
+        self.final_topics: list[str] | None = None
+        self.controllers: list[ControllerImage] = []
+        self.high_watermarks: dict[int, int] = {}
+        self.started_at = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+        self.workload_s = 0.0
+        self.abort = threading.Event()
+        self.cluster: _Cluster | None = None
+        self.down: set[int] = set()  # nodes a fault in place killed
+
+    @property
+    def rf(self) -> int:
+        return min(3, self.config.nodes)
+
+    def execute(self) -> History:
+        config = self.config
+        identities = _identities(config)
+        cluster = self.cluster = _Cluster(config, identities)
+        self.say(
+            f"chaos run: seed {config.seed}, {config.duration_s:.0f} s, {config.nodes} nodes on "
+            f"127.0.0.{config.first_host}-{config.first_host + config.nodes - 1}, "
+            f"{len(self.schedule)} faults planned"
+        )
+        with (
+            NetworkFaults(list(identities.values())) as network,
+            FaultInjector(cluster, identities, network) as injector,
+        ):
+            try:
+                cluster.local.up(timeout_s=60)
+                self._run_cluster(cluster, injector)
+                cluster.local.down()
+            finally:
+                for spec in cluster.local.specs:
+                    cluster.local.stop_node(spec.node_id, kill=True)
+        self._read_replicas(cluster.local)
+        return self._history()
+
+    def _run_cluster(self, cluster: _Cluster, injector: FaultInjector) -> None:
+        config, rec = self.config, self.recorder
+        bootstrap = cluster.local.bootstrap_servers
+        control = AdminClient(bootstrap, request_timeout_ms=10_000)
+        workload_admin = AdminClient(bootstrap, request_timeout_ms=10_000)
+        try:
+            self._create_topic(control)
+            stop_producers, stop_members, stop_rest = (threading.Event() for _ in range(3))
+            producers = [
+                ProducerWorkload(
+                    f"p{i}", bootstrap, config.topic, config.partitions, config.rate, rec,
+                    stop_producers,
+                )
+                for i in range(1, config.producers + 1)
+            ]  # fmt: skip
+            members = [
+                GroupMember(f"m{i}", bootstrap, config.group, config.topic, rec, stop_members)
+                for i in range(1, config.members + 1)
+            ]
+            others = [
+                CommittedWatcher(workload_admin, config.group, config.topic, rec, stop_rest),
+                AdminWorkload(workload_admin, "chaos-admin", min(2, self.rf), rec, stop_rest),
+                MetadataSampler(workload_admin, config.topic, rec, stop_rest),
+            ]
+            threads = [*producers, *members, *others]
+            try:
+                rec.start()
+                for thread in threads:
+                    thread.start()
+                self._inject_faults(cluster, injector, control)
+                self._wait_until(config.duration_s)
+                self.workload_s = rec.now()
+                self.say("workloads stopping; waiting for the cluster to recover")
+                stop_producers.set()
+                for producer in producers:
+                    producer.join(timeout=10)
+                    producer.finish(FLUSH_TIMEOUT_S)
+                self._wait_for_recovery(control)
+                self._wait_for_group(members, bootstrap)
+            finally:
+                for event in (stop_producers, stop_members, stop_rest):
+                    event.set()
+                for thread in threads:
+                    thread.join(timeout=30)
+            self._read_final_state(cluster, control, bootstrap)
+        finally:
+            control.close()
+            workload_admin.close()
+
+    def _create_topic(self, admin: AdminClient) -> None:
+        config = self.config
+        configs = {"min.insync.replicas": str(min(2, self.rf))}
+        topic = NewTopic(config.topic, config.partitions, self.rf, configs=configs)
+        errors = admin.create_topics([topic])
+        if errors.get(config.topic) is not None:
+            raise RuntimeError(f"cannot create {config.topic}: {errors[config.topic]}")
+        wait_for(
+            f"leaders for every partition of {config.topic}",
+            lambda: all(p.leader >= 0 for p in self._describe(admin)),
+            30,
+        )
+
+    def _describe(self, admin: AdminClient) -> tuple[PartitionDescription, ...]:
+        return admin.describe_topics([self.config.topic])[self.config.topic].partitions
+
+    # -- faults ---------------------------------------------------------------------------------
+    def _wait_until(self, time_s: float) -> None:
+        """Let the run go on until `time_s` seconds after its start (pacing the schedule),
+        watching for node processes that end on their own."""
+        while (left := time_s - self.recorder.now()) > 0:
+            self.abort.wait(min(left, 0.5))
+            self._watch_nodes()
+
+    def _watch_nodes(self) -> None:
+        """A node that exits without being killed is a finding (a crash, a failed start); it
+        is started again so the run goes on, as a service manager would."""
+        cluster = self.cluster
+        if cluster is None:
+            return
+        for node_id, code in cluster.exited(self.down):
+            how = f"signal {-code}" if code < 0 else f"status {code}"
+            self._problem(
+                f"node {node_id} exited on its own ({how}) at {self.recorder.now():.1f} s; "
+                f"see {cluster.local.spec(node_id).log_path}"
+            )
+            cluster.start(node_id)
+
+    def _inject_faults(
+        self, cluster: _Cluster, injector: FaultInjector, control: AdminClient
+    ) -> None:
+        def controller() -> int:
+            try:
+                return cluster.local.wait_for_leader(timeout_s=10)
+            except TimeoutError:
+                return -1
+
+        def leader(partition: int) -> int:
+            try:
+                return next(p.leader for p in self._describe(control) if p.partition == partition)
+            except CLIENT_ERRORS as error:  # no controller answers: nobody to kill
+                log.warning("leader of partition %d: %s", partition, error)
+                return -1
+
+        for fault in self.schedule:
+            self._wait_until(fault.at_s)
+            start = self.recorder.now()
+            try:
+                active = injector.inject(fault, controller=controller, leader=leader)
+            except Exception as error:  # noqa: BLE001 - recorded as a problem: fails the verdict
+                self._problem(f"fault {fault.id} ({fault.kind}) could not be injected: {error}")
+                continue
+            self.say(f"[{start:7.1f} s] fault {fault.id} {fault.kind}: {active.detail}")
+            if fault.kind in KILLS:
+                self.down = set(active.nodes)
+            self._wait_until(start + fault.length_s)
+            try:
+                active.heal()
+            except Exception as error:  # noqa: BLE001 - recorded as a problem: fails the verdict
+                self._problem(f"fault {fault.id} ({fault.kind}) could not be healed: {error}")
+            self.down = set()
+            end = self.recorder.now()
+            self.say(f"[{end:7.1f} s] fault {fault.id} healed")
+            self.windows.append(
+                FaultWindow(
+                    id=fault.id,
+                    kind=fault.kind,
+                    nodes=active.nodes,
+                    start_s=start,
+                    end_s=end,
+                    detail=active.detail,
+                )
+            )
+
+    def _problem(self, text: str) -> None:
+        log.warning("%s", text)
+        self.recorder.add(self.recorder.problems, text)
+
+    # -- recovery -------------------------------------------------------------------------------
+    def _wait_for_recovery(self, control: AdminClient) -> None:
+        def recovered() -> bool:
+            self._watch_nodes()
+            try:
+                partitions = self._describe(control)
+            except CLIENT_ERRORS:  # the controllers are still electing: not yet
+                return False
+            return all(p.leader >= 0 and len(p.isr) == self.rf for p in partitions)
+
+        try:
+            wait_for("every partition led, with a complete ISR", recovered, RECOVERY_TIMEOUT_S)
+        except TimeoutError as error:
+            self._problem(f"the cluster did not recover after healing: {error}")
+
+    def _wait_for_group(self, members: list[GroupMember], bootstrap: list[str]) -> None:
+        tps = [TopicPartition(self.config.topic, p) for p in range(self.config.partitions)]
+        with Consumer(bootstrap, request_timeout_ms=10_000) as reader:
+            ends = reader.end_offsets(tps)
+
+        def caught_up() -> bool:
+            return all(
+                max((m.positions.get(tp, 0) for m in members), default=0) >= end
+                for tp, end in ends.items()
+            )
+
+        try:
+            wait_for("the group to consume every record", caught_up, CATCH_UP_TIMEOUT_S)
+        except TimeoutError as error:
+            self._problem(f"the consumer group did not catch up: {error}")
+
+    # -- the final state ------------------------------------------------------------------------
+    def _read_final_state(
+        self, cluster: _Cluster, control: AdminClient, bootstrap: list[str]
+    ) -> None:
+        config = self.config
+        try:
+            self.final_topics = sorted(control.list_topics())
+        except CLIENT_ERRORS as error:
+            self._problem(f"the final topic list could not be read: {error}")
+        described = {p.partition: p for p in self._describe(control)}
+        tps = [TopicPartition(config.topic, p) for p in range(config.partitions)]
+        with Consumer(bootstrap, request_timeout_ms=10_000, max_poll_records=5_000) as reader:
+            starts = reader.beginning_offsets(tps)
+            ends = reader.end_offsets(tps)
+            reader.assign(tps)
+            reader.seek_to_beginning(*tps)
+            records: dict[int, list[tuple[int, str]]] = {tp.partition: [] for tp in tps}
+
+            def read_all() -> bool:
+                for tp, batch in reader.poll(200).items():
+                    records[tp.partition].extend(
+                        (r.offset, (r.value or b"").decode()) for r in batch if r.offset < ends[tp]
+                    )
+                return all(reader.position(tp) >= ends[tp] for tp in tps)
+
+            try:
+                wait_for("the final records of every partition", read_all, CATCH_UP_TIMEOUT_S)
+            except TimeoutError as error:
+                self._problem(f"the final records could not be read: {error}")
+        for tp in tps:
+            p = described[tp.partition]
+            self.final.append(
+                FinalPartition(
+                    topic=config.topic,
+                    partition=tp.partition,
+                    leader=p.leader,
+                    isr=sorted(p.isr),
+                    log_start_offset=starts[tp],
+                    high_watermark=ends[tp],
+                    records=records[tp.partition],
+                )
+            )
+        self.controllers = self._controller_images(cluster.local)
+
+    def _controller_images(self, local: LocalCluster) -> list[ControllerImage]:
+        """Every controller's committed image, once they all stand at the same metadata offset
+        (or after the deadline, as they are)."""
+        answers: dict[int, cpb.DescribeTopicsResponse | None] = {}
+
+        def agree() -> bool:
+            for spec in local.specs:
+                answers[spec.node_id] = _describe_node(f"{spec.host}:{local.port}")
+            offsets = {a.metadata_offset if a else None for a in answers.values()}
+            return len(offsets) == 1 and None not in offsets
+
+        try:
+            wait_for("every controller at the same metadata offset", agree, 30)
+        except TimeoutError:
+            log.warning("controllers stand at different metadata offsets: %s", answers)
+        return [_image(node_id, answer) for node_id, answer in sorted(answers.items())]
+
+    def _read_replicas(self, local: LocalCluster) -> None:
+        """Add each replica's on-disk batches to the final partitions (nodes stopped)."""
+        for i, final in enumerate(self.final):
+            replicas = []
+            for spec in local.specs:
+                directory = (
+                    spec.directory / "data" / partition_dir_name(final.topic, final.partition)
+                )
+                if directory.is_dir():
+                    replicas.append(
+                        ReplicaLog(node_id=spec.node_id, batches=read_batches(directory))
+                    )
+            self.final[i] = final.model_copy(update={"replicas": replicas})
+
+    def _history(self) -> History:
+        config, rec = self.config, self.recorder
+        return History(
+            seed=config.seed,
+            nodes=list(range(1, config.nodes + 1)),
+            faults_requested=list(config.faults),
+            duration_s=config.duration_s,
+            topic=config.topic,
+            partitions=config.partitions,
+            group=config.group,
+            started_at=self.started_at,
+            workload_s=self.workload_s,
+            end_s=rec.now(),
+            writes=sorted(rec.writes, key=lambda w: (w.producer, w.seq)),
+            consumed=rec.consumed,
+            commits=rec.commits,
+            committed=rec.committed,
+            admin=rec.admin,
+            faults=self.windows,
+            samples=rec.samples,
+            final=self.final,
+            final_topics=self.final_topics,
+            controllers=self.controllers,
+            problems=rec.problems,
+        )
+
+
+def _describe_node(address: str) -> cpb.DescribeTopicsResponse | None:
+    client = ControllerClient([address])
+    try:
+        response: cpb.DescribeTopicsResponse = client.stub(address).DescribeTopics(
+            cpb.DescribeTopicsRequest(), timeout=2.0
+        )
+        return response
+    except grpc.RpcError:
+        return None
+    finally:
+        client.close()
+
+
+def _image(node_id: int, answer: cpb.DescribeTopicsResponse | None) -> ControllerImage:
+    if answer is None:
+        return ControllerImage(node_id=node_id, topics=None)
+    topics = [
+        TopicImage(
+            name=t.name,
+            topic_id=t.topic_id.hex(),
+            partitions=[
+                PartitionImage(
+                    partition=p.partition,
+                    leader=p.leader,
+                    leader_epoch=p.leader_epoch,
+                    partition_epoch=p.partition_epoch,
+                    replicas=list(p.replicas),
+                    isr=sorted(p.isr),
+                )
+                for p in sorted(t.partitions, key=lambda p: p.partition)
+            ],
+        )
+        for t in sorted(answer.topics, key=lambda t: t.name)
+    ]
+    return ControllerImage(node_id=node_id, topics=topics)
+
+
+def read_batches(directory: Path) -> list[BatchEntry]:
+    """The batch headers of every segment of a partition directory, in offset order."""
+    batches = []
+    for segment in sorted(directory.glob("*.log")):
+        data = segment.read_bytes()
+        position = 0
+        while position + HEADER_SIZE <= len(data):
+            header = read_header(data, position)
+            if header.batch_length <= 0 or position + header.size_bytes > len(data):
+                break  # a torn tail (recovery would truncate it): not a stored batch
+            batches.append(
+                BatchEntry(
+                    base_offset=header.base_offset,
+                    last_offset=header.last_offset,
+                    crc=header.crc,
+                    leader_epoch=header.partition_leader_epoch,
+                )
+            )
+            position += header.size_bytes
+    return batches
+
+
+def run(config: RunConfig, say: Callable[[str], None]) -> tuple[History, Verdict]:
+    """Run, check and report; returns the history and the verdict (report in report_dir)."""
+    history = Run(config, say).execute()
+    verdict = check(history)
+    write_report(history, verdict, config.report_dir)
+    return history, verdict

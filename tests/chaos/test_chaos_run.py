@@ -1,0 +1,84 @@
+"""The short chaos run of CI: ``raftlog chaos run`` for 90 s, fixed seed, 3 nodes, every fault
+kind, and not one finding.
+
+The run is the real command in its own process: it starts its own cluster on 127.0.0.131-133
+(the addresses reserved for this module) as node users, cuts it with real iptables rules and
+stops everything it started. If the test times out or fails, the run is interrupted (SIGINT,
+which the harness answers by healing and stopping its nodes) and, as a last resort, the run and
+every node process it recorded are killed by pid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from chaos.history import FAULT_KINDS
+from chaos.report import load_report
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(900),
+    pytest.mark.skipif(os.geteuid() != 0, reason="iptables and node users need root"),
+]
+REPO = Path(__file__).resolve().parents[2]
+SEED = 20261123
+RUN_TIMEOUT_S = 720
+
+
+def kill_recorded_nodes(work_dir: Path) -> None:
+    try:
+        pids = json.loads((work_dir / "cluster.json").read_text())["pids"]
+    except FileNotFoundError:
+        return
+    for pid in pids.values():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid), signal.SIGKILL)
+
+
+@pytest.fixture
+def chaos_run(tmp_path: Path) -> Iterator[tuple[subprocess.CompletedProcess[str], Path]]:
+    report, work_dir = tmp_path / "report", tmp_path / "cluster"
+    argv = [
+        sys.executable, "-m", "dataplane.cli", "chaos", "run", "--seed", str(SEED),
+        "--duration", "90s", "--faults", ",".join(FAULT_KINDS), "--nodes", "3",
+        "--first-host", "131", "--report", str(report), "--work-dir", str(work_dir),
+    ]  # fmt: skip
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        out, _ = proc.communicate(timeout=RUN_TIMEOUT_S)
+        yield subprocess.CompletedProcess(argv, proc.returncode, out.decode(), ""), report
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        kill_recorded_nodes(work_dir)
+
+
+def test_a_short_chaos_run_with_every_fault_kind_finds_nothing(
+    chaos_run: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    result, report = chaos_run
+    history, verdict = load_report(report)
+    findings = "\n".join(f"{f.kind}: {f.message}" for f in verdict.findings[:20])
+    assert result.returncode == 0 and verdict.ok, f"{findings}\n\n{result.stdout[-5000:]}"
+    assert {f.kind for f in history.faults} == set(FAULT_KINDS)
+    summary = verdict.summary
+    assert summary.acknowledged_writes > 1_000
+    assert summary.lost_writes == 0 and summary.duplicated_values == 0
+    assert summary.consumed_records >= summary.acknowledged_writes
+    assert all(r.recovery_s is not None for r in summary.recoveries)
+    assert (report / "report.html").stat().st_size > 10_000
+    assert "PASS" in result.stdout

@@ -1,0 +1,124 @@
+"""The fault injector undoes everything it did, also when the run is interrupted.
+
+Real processes (``sleep``, run as node users raftlog-n134 and raftlog-n135 on 127.0.0.134-135,
+the addresses reserved for this module), real signals, real iptables rules. Every process the
+test starts is killed by its pid in a ``finally``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from chaos.faults import FaultInjector
+from chaos.network import NetworkFaults, NodeIdentity, ensure_node_identity, node_user_name, spawn
+from chaos.schedule import PlannedFault
+from dataplane.local_cluster import wait_for
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(120),
+    pytest.mark.skipif(os.geteuid() != 0, reason="iptables and node users need root"),
+]
+HOSTS = (134, 135)
+
+
+def process_state(pid: int) -> str:
+    """The one-letter state of /proc/<pid>/stat: R, S, T (stopped), Z..."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2]
+
+
+def chain_exists(chain: str) -> bool:
+    listing = subprocess.run(["iptables", "-S"], capture_output=True, text=True, check=True)
+    return chain in listing.stdout
+
+
+class SleepingNodes:
+    """Two node processes (``sleep``) standing in for nodes: the injector needs pids."""
+
+    def __init__(self) -> None:
+        self.identities = {
+            i: ensure_node_identity(node_user_name(host), [f"127.0.0.{host}"])
+            for i, host in enumerate(HOSTS, start=1)
+        }
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        for node_id in self.identities:
+            self.start(node_id)
+
+    def pid(self, node_id: int) -> int | None:
+        proc = self.procs.get(node_id)
+        return None if proc is None or proc.poll() is not None else proc.pid
+
+    def start(self, node_id: int) -> None:
+        self.procs[node_id] = spawn(self.identities[node_id], ["sleep", "600"])
+
+    def kill_all(self) -> None:
+        for proc in self.procs.values():
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+@pytest.fixture
+def nodes() -> Iterator[SleepingNodes]:
+    started = SleepingNodes()
+    try:
+        yield started
+    finally:
+        started.kill_all()
+
+
+def identities_of(nodes: SleepingNodes) -> list[NodeIdentity]:
+    return list(nodes.identities.values())
+
+
+def test_an_interrupted_run_resumes_paused_nodes_and_removes_every_rule(
+    nodes: SleepingNodes,
+) -> None:
+    pid_1 = nodes.pid(1)
+    assert pid_1 is not None
+    with (
+        pytest.raises(KeyboardInterrupt),
+        NetworkFaults(identities_of(nodes)) as network,
+        FaultInjector(nodes, nodes.identities, network) as injector,
+    ):
+        chain = network.chain
+        injector.pause(1)
+        injector.partition(PlannedFault(id=1, kind="partition", at_s=0, length_s=1))
+        assert process_state(pid_1) == "T"
+        assert network.cuts(), "the partition is in place"
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C: KeyboardInterrupt in this thread
+        wait_for("the interrupt", lambda: False, 5)  # interrupted long before this fails
+    assert process_state(pid_1) != "T", "the paused node was resumed"
+    assert not chain_exists(chain), "every rule of the run was removed"
+
+
+def test_kill_heals_by_starting_the_node_again(nodes: SleepingNodes) -> None:
+    old = nodes.pid(2)
+    with (
+        NetworkFaults(identities_of(nodes)) as network,
+        FaultInjector(nodes, nodes.identities, network) as injector,
+    ):
+        fault = PlannedFault(id=1, kind="kill", at_s=0, length_s=1, node=1)
+        active = injector.inject(fault, controller=lambda: -1, leader=lambda p: -1)
+        assert active.nodes == [2]
+        wait_for("node 2 to die", lambda: nodes.pid(2) is None, 10)
+        active.heal()
+        new = nodes.pid(2)
+        assert new is not None and new != old
+
+
+def test_a_fault_aimed_at_nobody_does_nothing(nodes: SleepingNodes) -> None:
+    with (
+        NetworkFaults(identities_of(nodes)) as network,
+        FaultInjector(nodes, nodes.identities, network) as injector,
+    ):
+        fault = PlannedFault(id=1, kind="controller-kill", at_s=0, length_s=1)
+        active = injector.inject(fault, controller=lambda: -1, leader=lambda p: -1)
+        assert active.nodes == []
+        assert all(nodes.pid(n) is not None for n in (1, 2))

@@ -1,0 +1,60 @@
+"""The fault schedule: drawn from the seed, one fault at a time, every kind when there is room."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from chaos.history import FAULT_KINDS, FaultKind
+from chaos.runner import parse_duration
+from chaos.schedule import LENGTH_S, phases, plan, split_sides
+
+ALL = list(FAULT_KINDS)
+
+
+def test_the_same_seed_gives_the_same_schedule_and_another_seed_another() -> None:
+    assert plan(42, 600, ALL, 5, 6) == plan(42, 600, ALL, 5, 6)
+    assert plan(42, 600, ALL, 5, 6) != plan(43, 600, ALL, 5, 6)
+
+
+@given(
+    seed=st.integers(0, 2**32),
+    duration=st.floats(30, 1200),
+    kinds=st.lists(st.sampled_from(ALL), min_size=1, unique=True),
+    nodes=st.integers(3, 9),
+)
+def test_faults_come_one_at_a_time_between_warm_up_and_cool_down(
+    seed: int, duration: float, kinds: list[FaultKind], nodes: int
+) -> None:
+    faults = plan(seed, duration, kinds, nodes, 6)
+    warm_up, cool_down = phases(duration)
+    previous_end = warm_up
+    for fault in faults:
+        assert fault.kind in kinds
+        assert fault.at_s >= previous_end
+        low, high = LENGTH_S[fault.kind]
+        assert low <= fault.length_s <= high
+        assert fault.node != fault.peer and 0 <= fault.node < nodes and 0 <= fault.partition < 6
+        previous_end = fault.end_s
+    assert previous_end <= duration - cool_down
+    assert [f.id for f in faults] == list(range(1, len(faults) + 1))
+
+
+def test_a_ninety_second_run_injects_every_kind() -> None:
+    for seed in range(20):
+        assert {f.kind for f in plan(seed, 90, ALL, 3, 6)} == set(ALL), seed
+
+
+def test_a_split_keeps_a_majority_on_one_side() -> None:
+    fault = plan(1, 600, ["partition"], 5, 6)[0]
+    minority, majority = split_sides([1, 2, 3, 4, 5], fault)
+    assert len(minority) == 2 and len(majority) == 3 and not set(minority) & set(majority)
+    # with 3 nodes a split is an isolation: the planner never asks for one
+    assert all(f.shape != "split" for f in plan(1, 1200, ["partition"], 3, 6))
+
+
+def test_durations_read_like_people_write_them() -> None:
+    assert parse_duration("90") == 90
+    assert parse_duration("90s") == 90
+    assert parse_duration("10m") == 600
+    assert parse_duration("1.5h") == 5400
