@@ -37,12 +37,14 @@ Rules, by finding kind:
   carries: each producer's seq must strictly increase. A record whose seq is not greater than
   that of the same producer's previous record is a finding at its offset, naming the offset it
   follows. Time: the time of its write.
-- ``replica-divergence``: per final partition with replicas, only batches with
-  ``last_offset < HW`` count. The reference replica is the leader's, else the first ISR member's
-  present, else the first listed. Every other replica is compared with it from the larger of
+- ``replica-divergence``: per final partition with replicas, only batches with ``last_offset <
+  HW`` count. The reference replica is the leader's, else the first ISR member's present, else
+  the first listed. Every other member of the final ISR is compared with it from the larger of
   their first base offsets, batch by batch, for as long as both have batches: the first pair
   that differs in base offset, last offset, CRC or leader epoch is a finding naming both nodes,
-  at the offset where they start to differ.
+  at the offset where they start to differ. Replicas outside the final ISR are not compared: one
+  may still hold a deposed leader's batches that it truncates when it next fetches (a cluster
+  that does not get every replica back into the ISR is reported by the harness).
 - ``replica-missing``: an ISR member whose batches (below HW) end before ``HW - 1``: its greatest
   last offset is below ``HW - 1``, or it has none. Only when ``HW > log start offset`` (an empty
   partition lacks nothing).
@@ -376,7 +378,9 @@ def _replica_findings(final: Iterable[FinalPartition]) -> list[Finding]:
         }
         reference = _reference_replica(part)
         for node_id, batches in below_hw.items():
-            if node_id != reference:
+            # Outside the ISR a replica may still hold a deposed leader's batches that it
+            # truncates when it next fetches: only ISR members must agree below the HW.
+            if node_id != reference and node_id in part.isr:
                 findings += _divergence(part, reference, below_hw[reference], node_id, batches)
         for node_id in part.isr:
             findings += _isr_member_missing(part, node_id, below_hw.get(node_id))

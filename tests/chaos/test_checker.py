@@ -538,6 +538,17 @@ def test_replicas_that_differ_below_the_high_watermark_diverge() -> None:
     assert "node 1" in divergence.message
 
 
+def test_a_replica_outside_the_isr_may_still_hold_a_deposed_leaders_batches() -> None:
+    run = Run(partitions=1)
+    written(run, 4)
+    history = with_final(run.history(), 0, isr=[1, 2])
+    good = history.final[0].replicas[0].batches
+    deposed = BatchEntry(base_offset=2, last_offset=2, crc=0xDEAD, leader_epoch=0)
+    history = with_replica(history, 0, 3, *good[:2], deposed)
+
+    assert findings(history) == []
+
+
 def test_different_batch_boundaries_diverge() -> None:
     run = Run(partitions=1)
     written(run, 4)
