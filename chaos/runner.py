@@ -69,7 +69,8 @@ from dataplane.client.admin import PartitionDescription
 from dataplane.local_cluster import LocalCluster, pick_cluster_port, wait_for
 from metadata_quorum.client import ControllerClient
 from protos import controller_pb2 as cpb
-from raftlog.batch import HEADER_SIZE, read_header
+from raftlog.batch import iter_batches
+from raftlog.errors import CorruptRecordError
 from raftlog.log import partition_dir_name
 
 log = logging.getLogger(__name__)
@@ -451,10 +452,14 @@ class Run:
                 directory = (
                     spec.directory / "data" / partition_dir_name(final.topic, final.partition)
                 )
-                if directory.is_dir():
-                    replicas.append(
-                        ReplicaLog(node_id=spec.node_id, batches=read_batches(directory))
-                    )
+                if not directory.is_dir():
+                    continue
+                try:
+                    batches = read_batches(directory)
+                except CorruptRecordError as error:
+                    self._problem(f"node {spec.node_id}, {directory.name}: {error}")
+                    continue
+                replicas.append(ReplicaLog(node_id=spec.node_id, batches=batches))
             self.final[i] = final.model_copy(update={"replicas": replicas})
 
     def _history(self) -> History:
@@ -522,25 +527,18 @@ def _image(node_id: int, answer: cpb.DescribeTopicsResponse | None) -> Controlle
 
 
 def read_batches(directory: Path) -> list[BatchEntry]:
-    """The batch headers of every segment of a partition directory, in offset order."""
-    batches = []
-    for segment in sorted(directory.glob("*.log")):
-        data = segment.read_bytes()
-        position = 0
-        while position + HEADER_SIZE <= len(data):
-            header = read_header(data, position)
-            if header.batch_length <= 0 or position + header.size_bytes > len(data):
-                break  # a torn tail (recovery would truncate it): not a stored batch
-            batches.append(
-                BatchEntry(
-                    base_offset=header.base_offset,
-                    last_offset=header.last_offset,
-                    crc=header.crc,
-                    leader_epoch=header.partition_leader_epoch,
-                )
-            )
-            position += header.size_bytes
-    return batches
+    """The batch headers of every segment of a partition directory, in offset order; raises
+    CorruptRecordError at a torn or corrupt batch (nodes are stopped cleanly before this)."""
+    return [
+        BatchEntry(
+            base_offset=header.base_offset,
+            last_offset=header.last_offset,
+            crc=header.crc,
+            leader_epoch=header.partition_leader_epoch,
+        )
+        for segment in sorted(directory.glob("*.log"))
+        for _, header in iter_batches(segment.read_bytes())
+    ]
 
 
 def run(config: RunConfig, say: Callable[[str], None]) -> tuple[History, Verdict]:
