@@ -76,7 +76,7 @@ NODES    ?= 3
 DURATION ?= 10m
 chaos: deps
 	$(BIN)/raftlog chaos run --seed $(SEED) --duration $(DURATION) --nodes $(NODES) \
-	  --faults kill,pause,partition,controller-kill,leader-kill --report .raftlog/chaos/report
+	  --faults kill,pause,partition,controller-kill,leader-kill,disk-full --report .raftlog/chaos/report
 
 # Generated modules are committed; tests/protos checks that regenerating changes nothing.
 PROTO_SOURCES := $(wildcard protos/*.proto)

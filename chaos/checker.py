@@ -751,9 +751,10 @@ def _recoveries(history: History) -> list[FaultRecovery]:
     resumption = [_resumption(history, partition) for partition in range(history.partitions)]
     recoveries: list[FaultRecovery] = []
     for fault in sorted(history.faults, key=lambda f: f.id):
-        ends = [_first_end_from(starts, ends, fault.start_s) for starts, ends in resumption]
+        origin = fault.start_s if fault.effect_s is None else fault.effect_s
+        ends = [_first_end_from(starts, ends, origin) for starts, ends in resumption]
         recovery_s = (
-            max(end - fault.start_s for end in ends if end is not None)
+            max(end - origin for end in ends if end is not None)
             if ends and None not in ends
             else None
         )

@@ -38,8 +38,11 @@ def run_command(
     seed: Annotated[int, typer.Option(help="the schedule's seed: the same seed, the same run")] = 1,
     duration: Annotated[str, typer.Option(help="how long the workloads run: 90s, 10m")] = "10m",
     faults: Annotated[
-        str, typer.Option(help="comma-separated: kill,pause,partition,controller-kill,leader-kill")
-    ] = "kill,pause,partition,controller-kill,leader-kill",
+        str,
+        typer.Option(
+            help="comma-separated: kill,pause,partition,controller-kill,leader-kill,disk-full"
+        ),
+    ] = "kill,pause,partition,controller-kill,leader-kill,disk-full",
     nodes: Annotated[int, typer.Option(min=3, max=9, help="nodes in the cluster")] = 3,
     report: Annotated[Path, typer.Option(help="where report.json and report.html go")] = Path(
         ".raftlog/chaos/report"
@@ -52,6 +55,9 @@ def run_command(
     ] = 41,
     partitions: Annotated[int, typer.Option(min=1, help="partitions of the workload topic")] = 6,
     rate: Annotated[float, typer.Option(min=1, help="records a second per producer")] = 150.0,
+    disk_mib: Annotated[
+        int, typer.Option(min=16, help="each node's disk (a tmpfs) when disk-full is a fault")
+    ] = 512,
 ) -> None:
     """Start a cluster, run the workloads under the seed's faults, heal, check, report, stop.
 
@@ -81,6 +87,7 @@ def run_command(
             first_host=first_host,
             partitions=partitions,
             rate=rate,
+            disk_bytes=disk_mib << 20,
         )
     except ValueError as error:
         raise typer.BadParameter(str(error)) from error
@@ -104,10 +111,13 @@ def report_command(
 
 @chaos_app.command("sweep")
 def sweep_command() -> None:
-    """Remove the iptables rules a crashed run left behind (runs whose process is gone)."""
+    """Remove the iptables rules and disks a crashed run left behind (its process is gone)."""
+    from chaos.disk import sweep_mounts  # noqa: PLC0415 - loaded when the command runs
     from chaos.network import stale_run_ids, sweep  # noqa: PLC0415 - loaded when the command runs
 
     stale = stale_run_ids()
     for run_id in stale:
         sweep(run_id)
     console.print(f"removed the rules of {len(stale)} crashed run(s): {', '.join(stale) or '-'}")
+    mounts = sweep_mounts()
+    console.print(f"unmounted {len(mounts)} disk(s): {', '.join(map(str, mounts)) or '-'}")

@@ -1,10 +1,11 @@
-"""Faults on real node processes: SIGKILL and restart, SIGSTOP/SIGCONT, iptables partitions.
+"""Faults on real node processes: SIGKILL and restart, SIGSTOP/SIGCONT, iptables partitions,
+a full disk (chaos/disk.py).
 
 `FaultInjector` owns every fault it starts until it is healed. Leaving its context — normally,
 on an exception, on Ctrl-C — resumes every paused process, removes every iptables rule (its
-`NetworkFaults` chain) and restarts nothing: what was killed stays down, the runner stops the
-cluster by pid. A fault is injected and healed by the same object, so the record of what is in
-place is never split between two owners.
+`NetworkFaults` chain), frees every filled disk and restarts nothing: what was killed stays
+down, the runner stops the cluster by pid. A fault is injected and healed by the same object, so
+the record of what is in place is never split between two owners.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol, Self
 
+from chaos.disk import DiskFaults
 from chaos.network import NetworkFaults, NodeIdentity
 from chaos.schedule import PlannedFault, split_sides
 
@@ -43,17 +45,20 @@ class ActiveFault:
 
 
 class FaultInjector:
-    """Injects and heals faults on `processes`, cutting the network through `network`."""
+    """Injects and heals faults on `processes`, cutting the network through `network` and
+    filling disks through `disks` (when the run's nodes have their own)."""
 
     def __init__(
         self,
         processes: NodeProcesses,
         identities: dict[int, NodeIdentity],
         network: NetworkFaults,
+        disks: DiskFaults | None = None,
     ) -> None:
         self._processes = processes
         self._identities = identities
         self._network = network
+        self._disks = disks
         self._paused: dict[int, int] = {}  # node id -> pid stopped with SIGSTOP
         self._lock = threading.Lock()
 
@@ -114,6 +119,19 @@ class FaultInjector:
         self._network.isolate(identity[node], [identity[n] for n in nodes if n != node])
         return [node], f"isolate {node}"
 
+    def fill_disk(self, node_id: int) -> Callable[[], None]:
+        """Fill the node's disk; healing frees it and starts the node again if it halted (a
+        broker whose only log directory fails halts, as Kafka's does)."""
+        if self._disks is None:
+            raise ValueError("disk-full needs the run's nodes on their own disks (DiskFaults)")
+        free = self._disks.fill(node_id)
+
+        def heal() -> None:
+            free()
+            self._processes.start(node_id)  # a no-op for a node that is still running
+
+        return heal
+
     def heal_network(self) -> None:
         self._network.heal()
 
@@ -131,6 +149,9 @@ class FaultInjector:
         if kind == "pause":
             node = nodes[fault.node % len(nodes)]
             return ActiveFault(fault, [node], f"SIGSTOP {node}", self.pause(node))
+        if kind == "disk-full":
+            node = nodes[fault.node % len(nodes)]
+            return ActiveFault(fault, [node], f"fill the disk of {node}", self.fill_disk(node))
         if kind == "kill":
             node = nodes[fault.node % len(nodes)]
         elif kind == "controller-kill":
@@ -152,6 +173,8 @@ class FaultInjector:
         for pid in paused:
             _signal_if_alive(pid, signal.SIGCONT)
         self._network.heal()
+        if self._disks is not None:
+            self._disks.free_all()
 
 
 def _signal_if_alive(pid: int, signum: int) -> None:

@@ -15,13 +15,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-FaultKind = Literal["kill", "pause", "partition", "controller-kill", "leader-kill"]
+FaultKind = Literal["kill", "pause", "partition", "controller-kill", "leader-kill", "disk-full"]
 FAULT_KINDS: tuple[FaultKind, ...] = (
     "kill",
     "pause",
     "partition",
     "controller-kill",
     "leader-kill",
+    "disk-full",
 )
 
 
@@ -105,6 +106,9 @@ class FaultWindow(_Model):
     start_s: float
     end_s: float
     detail: str = ""
+    # When the fault took hold, if later than its injection: a disk-full's node halts at its
+    # first write that needs a new page. Recovery is measured from here.
+    effect_s: float | None = None
 
 
 class MetadataSample(_Model):

@@ -694,7 +694,7 @@ def sweep(
     return sorted(run_ids - {""})
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -711,6 +711,6 @@ def stale_run_ids(*, iptables: str = "iptables", timeout_s: float = COMMAND_TIME
     for chain in chains:
         run_id = chain.removeprefix(CHAIN_PREFIX)
         pid, dash, _ = run_id.partition("-")
-        if dash and pid.isdigit() and not _pid_alive(int(pid)):
+        if dash and pid.isdigit() and not pid_alive(int(pid)):
             stale.append(run_id)
     return sorted(stale)

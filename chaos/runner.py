@@ -2,7 +2,8 @@
 
 1. Start a cluster of combined nodes on 127.0.0.F.. (F = `first_host`), each node process as
    its own system user so iptables can cut it off (chaos/network.py), inside the run's
-   `NetworkFaults` chain.
+   `NetworkFaults` chain; with disk-full faults, each node's data on its own size-limited
+   disk (chaos/disk.py).
 2. Create the workload topic (RF = min(3, nodes), ``min.insync.replicas`` = 2) and start the
    workloads (chaos/workloads.py): producers, a consumer group, an admin workload, samplers.
 3. Inject the faults of the seed's schedule (chaos/schedule.py) one at a time, healing each.
@@ -13,12 +14,15 @@
 5. Check the history (chaos/checker.py), write report.json + report.html (chaos/report.py).
 
 Whatever happens — an error, Ctrl-C, SIGTERM — every paused node is resumed, every iptables rule
-removed and every node process stopped by its pid before `run` returns or raises.
+removed, every node process stopped by its pid and every disk unmounted before `run` returns or
+raises.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import functools
 import logging
 import re
 import subprocess
@@ -31,6 +35,7 @@ from pathlib import Path
 import grpc
 
 from chaos.checker import check
+from chaos.disk import DiskFaults
 from chaos.faults import FaultInjector
 from chaos.history import (
     BatchEntry,
@@ -81,6 +86,7 @@ RECOVERY_TIMEOUT_S = 120.0
 CATCH_UP_TIMEOUT_S = 60.0
 FLUSH_TIMEOUT_S = 60.0
 KILLS = ("kill", "controller-kill", "leader-kill")
+DOWN_EXPECTED = (*KILLS, "disk-full")  # faults during which the node hit may be down
 
 
 @dataclass(frozen=True)
@@ -98,6 +104,7 @@ class RunConfig:
     members: int = 2
     topic: str = "chaos-events"
     group: str = "chaos-group"
+    disk_bytes: int = 512 << 20  # each node's disk (tmpfs) when disk-full is among the faults
     overrides: dict[str, str | int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -201,10 +208,15 @@ class Run:
             f"127.0.0.{config.first_host}-{config.first_host + config.nodes - 1}, "
             f"{len(self.schedule)} faults planned"
         )
-        with (
-            NetworkFaults(list(identities.values())) as network,
-            FaultInjector(cluster, identities, network) as injector,
-        ):
+        with contextlib.ExitStack() as stack:
+            network = stack.enter_context(NetworkFaults(list(identities.values())))
+            disks = None
+            if "disk-full" in config.faults:
+                disks = stack.enter_context(DiskFaults(network.run_id, config.disk_bytes))
+                for spec in cluster.local.specs:
+                    identity = identities[spec.node_id]
+                    disks.mount(spec.node_id, spec.directory / "data", identity.uid, identity.gid)
+            injector = stack.enter_context(FaultInjector(cluster, identities, network, disks))
             try:
                 cluster.local.up(timeout_s=60)
                 self._run_cluster(cluster, injector)
@@ -212,7 +224,7 @@ class Run:
             finally:
                 for spec in cluster.local.specs:
                     cluster.local.stop_node(spec.node_id, kill=True)
-        self._read_replicas(cluster.local)
+            self._read_replicas(cluster.local)  # before the disks go
         return self._history()
 
     def _run_cluster(self, cluster: _Cluster, injector: FaultInjector) -> None:
@@ -281,12 +293,14 @@ class Run:
         return admin.describe_topics([self.config.topic])[self.config.topic].partitions
 
     # -- faults ---------------------------------------------------------------------------------
-    def _wait_until(self, time_s: float) -> None:
+    def _wait_until(self, time_s: float, on_tick: Callable[[], None] | None = None) -> None:
         """Let the run go on until `time_s` seconds after its start (pacing the schedule),
-        watching for node processes that end on their own."""
+        watching for node processes that end on their own (and calling `on_tick` often)."""
         while (left := time_s - self.recorder.now()) > 0:
-            self.abort.wait(min(left, 0.5))
+            self.abort.wait(min(left, 0.5 if on_tick is None else 0.05))
             self._watch_nodes()
+            if on_tick is not None:
+                on_tick()
 
     def _watch_nodes(self) -> None:
         """A node that exits without being killed is a finding (a crash, a failed start); it
@@ -295,9 +309,8 @@ class Run:
         if cluster is None:
             return
         for node_id, code in cluster.exited(self.down):
-            how = f"signal {-code}" if code < 0 else f"status {code}"
             self._problem(
-                f"node {node_id} exited on its own ({how}) at {self.recorder.now():.1f} s; "
+                f"node {node_id} exited on its own ({_how(code)}) at {self.recorder.now():.1f} s; "
                 f"see {cluster.local.spec(node_id).log_path}"
             )
             cluster.start(node_id)
@@ -327,16 +340,25 @@ class Run:
                 self._problem(f"fault {fault.id} ({fault.kind}) could not be injected: {error}")
                 continue
             self.say(f"[{start:7.1f} s] fault {fault.id} {fault.kind}: {active.detail}")
-            if fault.kind in KILLS:
+            if fault.kind in DOWN_EXPECTED:
                 self.down = set(active.nodes)
-            self._wait_until(start + fault.length_s)
+            halted: dict[int, tuple[float, int]] = {}  # a disk-full's node: (when, how) it ended
+            watch = (
+                functools.partial(self._note_halts, cluster, active.nodes, halted)
+                if fault.kind == "disk-full"
+                else None
+            )
+            self._wait_until(start + fault.length_s, watch)
+            for node_id, (_, code) in sorted(halted.items()):
+                active.detail += f"; {node_id} halted ({_how(code)})"
             try:
                 active.heal()
             except Exception as error:  # noqa: BLE001 - recorded as a problem: fails the verdict
                 self._problem(f"fault {fault.id} ({fault.kind}) could not be healed: {error}")
             self.down = set()
             end = self.recorder.now()
-            self.say(f"[{end:7.1f} s] fault {fault.id} healed")
+            after = f": {active.detail}" if fault.kind == "disk-full" else ""
+            self.say(f"[{end:7.1f} s] fault {fault.id} healed{after}")
             self.windows.append(
                 FaultWindow(
                     id=fault.id,
@@ -345,8 +367,17 @@ class Run:
                     start_s=start,
                     end_s=end,
                     detail=active.detail,
+                    effect_s=min((at for at, _ in halted.values()), default=None),
                 )
             )
+
+    def _note_halts(
+        self, cluster: _Cluster, nodes: list[int], halted: dict[int, tuple[float, int]]
+    ) -> None:
+        """Note when and how each of `nodes` ended (a broker whose disk fills halts)."""
+        for node_id, code in cluster.exited(set()):
+            if node_id in nodes and node_id not in halted:
+                halted[node_id] = (self.recorder.now(), code)
 
     def _problem(self, text: str) -> None:
         log.warning("%s", text)
@@ -487,6 +518,11 @@ class Run:
             controllers=self.controllers,
             problems=rec.problems,
         )
+
+
+def _how(code: int) -> str:
+    """How a process ended, from its Popen.returncode."""
+    return f"signal {-code}" if code < 0 else f"status {code}"
 
 
 def _describe_node(address: str) -> cpb.DescribeTopicsResponse | None:

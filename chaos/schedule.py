@@ -7,8 +7,8 @@ lets the cluster settle before the workloads stop. The kinds go round in a shuff
 run long enough for as many faults as kinds injects every kind at least once.
 
 What a planned fault hits is fixed here as positions, not node ids picked at run time: `node`
-is an index into the run's nodes (kill, pause, partition), `peer` the second node of a one-way
-cut, `partition` the workload partition whose leader a leader-kill kills. Only a
+is an index into the run's nodes (kill, pause, partition, disk-full), `peer` the second node of
+a one-way cut, `partition` the workload partition whose leader a leader-kill kills. Only a
 controller-kill's victim is whoever is the active controller when it fires.
 """
 
@@ -29,6 +29,7 @@ LENGTH_S: dict[FaultKind, tuple[float, float]] = {
     "partition": (4.0, 10.0),
     "controller-kill": (3.0, 6.0),
     "leader-kill": (3.0, 6.0),
+    "disk-full": (3.0, 8.0),
 }
 GAP_S = (3.0, 6.0)  # quiet time before each fault
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import os
 import queue
 import threading
 import time
@@ -48,6 +49,7 @@ CONTROLLER_RPC_TIMEOUT_S = 1.5  # per controller tried: a paused one must not ho
 ALTER_PARTITION_BATCH_MAX = 1000
 ALTER_PARTITION_QUEUE_MAX = 100_000
 ALTER_PARTITION_DEADLINE_S = 10.0
+LOG_DIR_FAILURE_STATUS = 1  # the exit status of a broker whose log directory failed
 
 
 class BrokerState(enum.Enum):
@@ -99,6 +101,13 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def halt_process(status: int) -> None:
+    """Kafka's ``Exit.halt``: end the process now, after writing out the logs."""
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    os._exit(status)
+
+
 class Broker:
     def __init__(
         self,
@@ -106,8 +115,10 @@ class Broker:
         log_dir: Path,
         metrics: NodeMetrics,
         clock_ms: Callable[[], int] = wall_clock_ms,
+        halt: Callable[[int], None] = halt_process,
     ) -> None:
         self.settings = settings
+        self._halt = halt
         self.metrics = metrics
         self.clock_ms = clock_ms
         self.state = BrokerState.NOT_RUNNING
@@ -125,8 +136,9 @@ class Broker:
             maxsize=ALTER_PARTITION_QUEUE_MAX
         )
         self.replicas = ReplicaManager(
-            settings.broker_id, log_dir, settings.replica, clock_ms, self._enqueue_isr
-        )
+            settings.broker_id, log_dir, settings.replica, clock_ms, self._enqueue_isr,
+            self._log_dir_failed,
+        )  # fmt: skip
         self.fetchers = FetcherManager(
             settings.broker_id, self._broker_address, lambda: self.broker_epoch,
             settings.fetcher, clock_ms,
@@ -149,6 +161,19 @@ class Broker:
             threading.Thread(target=self._follow_metadata, name="broker-metadata", daemon=True),
             threading.Thread(target=self._send_isr_changes, name="broker-alter-isr", daemon=True),
         ]
+
+    def _log_dir_failed(self, directory: Path, error: OSError) -> None:
+        """Kafka's LogDirFailureChannel with one log directory: an IO error writing it (a full
+        disk, EIO) takes it offline, and a broker with no online log directory halts — no
+        controlled shutdown, no flush, no clean-shutdown marker: what memory holds no longer
+        matches the files, so recovery at the next start decides what the log is. The
+        controller sees the session end and moves leaderships to the other replicas."""
+        log.critical(
+            "broker %d: log directory %s failed (%s): it is the only log directory, so the "
+            "broker halts (status %d); free the disk and start the node again",
+            self.settings.broker_id, directory, error, LOG_DIR_FAILURE_STATUS,
+        )  # fmt: skip
+        self._halt(LOG_DIR_FAILURE_STATUS)
 
     # -- state ---------------------------------------------------------------------------------
     def _transition_to(self, state: BrokerState) -> None:

@@ -8,6 +8,11 @@ strays of topics deleted while the broker was away and are deleted too, as Kafka
 
 The maintenance thread runs the periodic work: ISR shrink checks, high watermark checkpoints,
 time-based flushes, retention and compaction.
+
+An OSError writing the log directory (a full disk, EIO) goes to ``on_log_dir_failure`` — from
+every log's ``io_failure_listener`` and from the manager's own writes — before the write fails
+with LogDirIOError: Kafka's LogDirFailureChannel. The broker halts there (its only log directory
+is offline).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from dataplane.partition import IsrChange, Partition, Role
 from metadata_quorum import configs
 from metadata_quorum.image import MetadataImage, PartitionRegistration
 from raftlog.config import LogConfig
-from raftlog.errors import ErrorCode, KafkaError, StorageError
+from raftlog.errors import ErrorCode, KafkaError, LogDirIOError, StorageError
 from raftlog.log import Log, parse_partition_dir_name, read_partition_metadata
 
 log = logging.getLogger(__name__)
@@ -52,8 +57,10 @@ class ReplicaManager:
         config: ReplicaManagerConfig,
         clock_ms: Callable[[], int],
         alter_partition: Callable[[IsrChange], None],
+        on_log_dir_failure: Callable[[Path, OSError], None],
     ) -> None:
         self.broker_id = broker_id
+        self.on_log_dir_failure = on_log_dir_failure
         self.log_dir = log_dir
         self.config = config
         self.clock_ms = clock_ms
@@ -192,7 +199,11 @@ class ReplicaManager:
                 "%s held topic id %s, now %s: deleting the old data", directory, stored, topic_id
             )
             shutil.rmtree(directory)
-        opened = Log(directory, config, topic_id=topic_id)
+        try:
+            opened = Log(directory, config, topic_id=topic_id)
+        except OSError as error:
+            raise self._failed(directory, error) from error
+        opened.io_failure_listener = self.on_log_dir_failure
         if opened.recovery.recovered or opened.recovery.notes:
             log.info("%s: recovered %s", directory.name, opened.recovery)
         return Partition(topic, partition_id, topic_id, opened, self.broker_id, self.clock_ms)
@@ -252,7 +263,14 @@ class ReplicaManager:
     def checkpoint(self, partitions: list[Partition]) -> None:
         for partition in partitions:
             if partition.role is not Role.STOPPED:
-                partition.checkpoint_high_watermark()
+                try:
+                    partition.checkpoint_high_watermark()
+                except OSError as error:
+                    raise self._failed(partition.log.directory, error) from error
+
+    def _failed(self, directory: Path, error: OSError) -> LogDirIOError:
+        self.on_log_dir_failure(directory, error)
+        return LogDirIOError(f"{directory}: {error}")
 
     def _retain(self, partitions: list[Partition]) -> None:
         for partition in partitions:

@@ -145,3 +145,10 @@ class StorageError(KafkaError):
 
     def __init__(self, message: str) -> None:
         super().__init__(ErrorCode.KAFKA_STORAGE_ERROR, message)
+
+
+class LogDirIOError(StorageError):
+    """KAFKA_STORAGE_ERROR from the operating system (ENOSPC, EIO, ...) while writing a log
+    directory. Kafka takes such a directory offline (``LogDirFailureChannel``): what the log
+    holds on disk may no longer match what it holds in memory, so no further write is trusted.
+    The log tells its ``io_failure_listener`` before raising this."""

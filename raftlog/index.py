@@ -108,12 +108,12 @@ class _IndexFile:
         entries = self.entries
         assert entries < self.max_entries, f"{self.path}: append to a full index"
         position = entries * self._entry_size
-        mapped = self._mmap
-        if mapped is None or len(mapped) < position + self._entry_size:
+        if self._mmap is None or len(self._mmap) < position + self._entry_size:
             self.preallocate()  # an index trimmed on roll or close, appended to again
-            mapped = self._mmap
-            assert mapped is not None
-        self.ENTRY.pack_into(mapped, position, key, value)
+        # pwrite, not a store into the map: the preallocated file is sparse, and on a full disk
+        # a store that needs a new page is SIGBUS, where pwrite is an ENOSPC OSError. The map is
+        # MAP_SHARED over the same page cache, so lookups see the entry at once.
+        os.pwrite(self._fd, self.ENTRY.pack(key, value), position)
         self.entries = entries + 1
         self._last = (key, value)
 

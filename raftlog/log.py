@@ -8,18 +8,24 @@ batches with one ``writev``; a follower's :meth:`Log.append_as_follower` keeps t
 the Kafka rules that need it (compacted topics reject null keys, ``LogAppendTime`` re-stamps).
 
 Thread safety: one lock per log serialises every call; callers may share a Log between threads.
+
+IO errors: an ``OSError`` from a write path (a full disk, EIO) becomes :class:`LogDirIOError`
+(KAFKA_STORAGE_ERROR), after the log's ``io_failure_listener`` heard of it: Kafka's
+``LogDirFailureChannel``, where the broker takes the directory offline. An append that fails
+leaves no torn bytes behind (the segment cuts them), so the files stay a valid log to recover.
 """
 
 from __future__ import annotations
 
 import bisect
+import functools
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Concatenate, NamedTuple, ParamSpec, TypeVar
 
 from raftlog import cleaner
 from raftlog.batch import (
@@ -37,6 +43,7 @@ from raftlog.errors import (
     ErrorCode,
     InvalidRecordError,
     KafkaError,
+    LogDirIOError,
     OffsetOutOfRangeError,
     StorageError,
 )
@@ -58,6 +65,26 @@ PARTITION_METADATA = "partition.metadata"
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _io_failures(method: Callable[Concatenate[Log, _P], _R]) -> Callable[Concatenate[Log, _P], _R]:
+    """Turn an OSError of a write path into LogDirIOError, telling the listener first."""
+
+    @functools.wraps(method)
+    def wrapper(self: Log, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(self, *args, **kwargs)
+        except OSError as error:
+            listener = self.io_failure_listener
+            if listener is not None:
+                listener(self.directory, error)
+            raise LogDirIOError(f"{self.directory}: {error}") from error
+
+    return wrapper
 
 
 def wall_clock_ms() -> int:
@@ -174,6 +201,9 @@ class Log:
         # retention or a full truncation moves it: the broker drops the producer-state snapshots
         # of the deleted segments there (files only; it must not take the owner's locks).
         self.log_start_listener: Callable[[int], None] | None = None
+        # The owner's hook for an OSError on a write path, called before LogDirIOError is raised
+        # (Kafka's LogDirFailureChannel): the broker takes its log directory offline there.
+        self.io_failure_listener: Callable[[Path, OSError], None] | None = None
         self.recovery = self._load()
 
     # -- opening -----------------------------------------------------------------------------
@@ -336,6 +366,7 @@ class Log:
             ]
 
     # -- appending ---------------------------------------------------------------------------
+    @_io_failures
     def append(self, records: bytes | bytearray | memoryview, *, leader_epoch: int) -> AppendInfo:
         """Append as the leader: validate, assign offsets from the log end, stamp the epoch."""
         with self._lock:
@@ -345,6 +376,7 @@ class Log:
                 return info._replace(log_append_time_ms=info.max_timestamp)
             return self._write(self._prepare(records, leader_epoch=leader_epoch))
 
+    @_io_failures
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> AppendInfo:
         """Append a leader's batches as they are: offsets and epochs are kept."""
         with self._lock:
@@ -488,6 +520,7 @@ class Log:
             waited_ms = self.clock() - segment.created_ms
         return waited_ms > policy.segment_ms
 
+    @_io_failures
     def roll(self, base_offset: int | None = None) -> LogSegment:
         """Start a new active segment (at the log end offset unless told otherwise)."""
         with self._lock:
@@ -512,6 +545,7 @@ class Log:
         ):
             self.flush()
 
+    @_io_failures
     def maybe_flush(self) -> bool:
         """For the owner's timer: flush if ``flush.ms`` has passed since the last flush."""
         with self._lock:
@@ -522,6 +556,7 @@ class Log:
                 return True
             return False
 
+    @_io_failures
     def flush(self) -> None:
         """fsync every segment holding data beyond the recovery point; move the point to the end."""
         with self._lock:
@@ -532,6 +567,7 @@ class Log:
             self._unflushed_records = 0
             self._last_flush_ms = self.clock()
 
+    @_io_failures
     def checkpoint(self) -> None:
         """Persist the recovery point (the owner calls this periodically and on roll)."""
         with self._lock:
@@ -617,6 +653,7 @@ class Log:
             return self.epochs.end_offset_for_epoch(epoch, self.log_end_offset)
 
     # -- truncation ------------------------------------------------------------------------
+    @_io_failures
     def truncate_to(self, offset: int) -> int:
         """Remove every batch holding offsets >= ``offset`` (a follower's divergence repair);
         return the new log end offset. Below the log start this empties the log."""
@@ -639,6 +676,7 @@ class Log:
             self._set_recovery_point(self.recovery_point)
             return self.log_end_offset
 
+    @_io_failures
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop everything; the log restarts empty at ``offset`` (log start = log end)."""
         with self._lock:
@@ -663,6 +701,7 @@ class Log:
             self.log_start_listener(offset)
 
     # -- retention and compaction ------------------------------------------------------------
+    @_io_failures
     def delete_old_segments(self, high_watermark: int | None = None) -> int:
         """Apply retention.ms / retention.bytes / the log start offset; return segments deleted."""
         with self._lock:
@@ -683,6 +722,7 @@ class Log:
             self._set_log_start_offset(max(self._log_start_offset, self._segments[0].base_offset))
             return plan.delete_count
 
+    @_io_failures
     def compact(self, *, force: bool = False) -> cleaner.CleanResult | None:
         """Run one cleaning pass if ``cleanup.policy`` has compact and the dirty ratio is reached
         (or ``force``); the active segment is never touched."""
@@ -724,6 +764,7 @@ class Log:
             return list(self._segments)
 
     # -- closing -----------------------------------------------------------------------------
+    @_io_failures
     def close(self) -> None:
         """Clean shutdown: flush, checkpoint, close the files, then write the marker."""
         with self._lock:

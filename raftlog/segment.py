@@ -9,6 +9,7 @@ truncates at the first torn or corrupt batch, and rebuilds both indexes from wha
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from raftlog.batch import HEADER_SIZE, BatchHeader, check_header, compute_crc, read_header
-from raftlog.errors import CorruptRecordError, StorageError
+from raftlog.errors import CorruptRecordError
 from raftlog.index import CorruptIndexError, OffsetIndex, TimeIndex
 
 LOG_SUFFIX = ".log"
@@ -211,21 +212,50 @@ class LogSegment:
         assert batches, "an append to a segment carries at least one batch"
         assert batches[0].last_offset >= self.next_offset, "offsets must continue the segment"
         start_position = position = self.size_bytes
-        if len(chunks) <= IOV_MAX:  # one writev: every append of up to IOV_MAX / 2 batches
-            written = _write_all(self._fd, chunks)
-        else:
-            written = sum(
-                _write_all(self._fd, chunks[start : start + IOV_MAX])
-                for start in range(0, len(chunks), IOV_MAX)
-            )
-        if self.rolling_timestamp is None:
-            self.rolling_timestamp = batches[0].max_timestamp
-        for last_offset, max_timestamp, size_bytes in batches:
-            self._index_batch(position, last_offset, max_timestamp, size_bytes)
-            position += size_bytes
+        undo = self._append_state()
+        try:
+            if len(chunks) <= IOV_MAX:  # one writev: every append of up to IOV_MAX / 2 batches
+                written = _write_all(self._fd, chunks)
+            else:
+                written = sum(
+                    _write_all(self._fd, chunks[start : start + IOV_MAX])
+                    for start in range(0, len(chunks), IOV_MAX)
+                )
+            if self.rolling_timestamp is None:
+                self.rolling_timestamp = batches[0].max_timestamp
+            for last_offset, max_timestamp, size_bytes in batches:
+                self._index_batch(position, last_offset, max_timestamp, size_bytes)
+                position += size_bytes
+        except OSError:
+            self._undo_append(start_position, undo)
+            raise
         assert position - start_position == written, "batch sizes must add up to the bytes written"
         self.size_bytes = position
         self.next_offset = batches[-1].last_offset + 1
+
+    def _append_state(self) -> tuple[int, int, int, int, int | None, int]:
+        return (
+            self.offset_index.entries,
+            self.time_index.entries,
+            self.max_timestamp,
+            self.offset_of_max_timestamp,
+            self.rolling_timestamp,
+            self._bytes_since_index_entry,
+        )
+
+    def _undo_append(
+        self, position: int, state: tuple[int, int, int, int, int | None, int]
+    ) -> None:
+        """Put the segment back as it was before a failed append (a full disk, an IO error):
+        cut the bytes of a torn write, forget the index entries and timestamps it added. A
+        torn batch left in place would sit under the next append's bytes, mid-log, where
+        recovery would cut everything after it."""
+        offsets, times, self.max_timestamp, self.offset_of_max_timestamp = state[:4]
+        self.rolling_timestamp, self._bytes_since_index_entry = state[4:]
+        self.offset_index.truncate_entries(offsets)
+        self.time_index.truncate_entries(times)
+        os.ftruncate(self._fd, position)
+        os.lseek(self._fd, position, os.SEEK_SET)
 
     def _index_batch(
         self, position: int, last_offset: int, max_timestamp: int, size_bytes: int
@@ -366,4 +396,4 @@ def _write_all(fd: int, chunks: Sequence[bytes | memoryview]) -> int:
         if not remaining:
             return total
         remaining = remaining[os.write(fd, remaining) :]
-    raise StorageError(f"write to fd {fd} made no progress with {len(remaining)} bytes left")
+    raise OSError(errno.EIO, f"write to fd {fd} made no progress with {len(remaining)} bytes left")

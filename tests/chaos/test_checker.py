@@ -344,6 +344,17 @@ def test_recovery_is_unknown_when_a_partition_never_acknowledges_again() -> None
     assert recovery.recovery_s is None
 
 
+def test_recovery_counts_from_when_a_fault_took_hold() -> None:
+    run = Run(partitions=1)
+    run.fault(2.0, 6.0, kind="disk-full")
+    run.faults[0] = run.faults[0].model_copy(update={"effect_s": 3.0})  # the node halted at 3.0
+    run.ack("written-before-the-halt", 0, at=2.5)  # acknowledged, but from before it took hold
+    run.ack("after", 0, at=4.2)
+
+    (recovery,) = check(run.history()).summary.recoveries
+    assert recovery.recovery_s == pytest.approx(4.2 + LATENCY_S - 3.0)
+
+
 def test_availability_counts_at_least_one_second() -> None:
     run = Run(partitions=1, workload_s=0.4)
     assert check(run.history()).summary.availability == 0.0

@@ -37,6 +37,7 @@ RANGES = {
     "idempotence": 121,
     "groups": 124,
     "groups_failover": 127,
+    "disk_full": 164,
 }
 
 
