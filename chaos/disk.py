@@ -31,10 +31,9 @@ import subprocess
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
 from chaos.network import pid_alive
+from dataplane.client._closing import Closing
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +66,9 @@ class _Mount:
     filler: Path | None = None  # set while the disk is full
 
 
-class DiskFaults:
-    """Size-limited disks for node data directories, and full-disk faults on them."""
+class DiskFaults(Closing):
+    """Size-limited disks for node data directories, and full-disk faults on them; leaving
+    the ``with`` block calls `close`."""
 
     def __init__(self, run_id: str, size_bytes: int) -> None:
         if size_bytes < 1 << 20:
@@ -76,17 +76,6 @@ class DiskFaults:
         self.source = SOURCE_PREFIX + run_id
         self.size_bytes = size_bytes
         self._mounts: dict[int, _Mount] = {}
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def mount(self, node_id: int, path: Path, uid: int, gid: int) -> None:
         """Mount the node's disk on `path` (created if missing), owned by the node's user."""

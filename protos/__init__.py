@@ -1,1 +1,15 @@
-"""Protocol buffer sources and the modules generated from them by ``make protos``."""
+"""Protocol buffer sources and the modules generated from them by ``make protos``.
+
+Importing this package (every raftlog package that speaks gRPC imports it first) sets
+``GRPC_ENABLE_FORK_SUPPORT=false`` unless the environment already says otherwise. gRPC reads it
+when it is first imported. With its fork support on (the default of grpcio's core), a process
+that forks while gRPC threads run — PySpark starting its JVM (``Popen`` with ``preexec_fn``), any
+``subprocess`` call that cannot use vfork — runs gRPC's fork handlers, and about one child in ten
+dies before its exec with ``epoll_wait error: Bad file descriptor`` (measured here:
+``tests/protos/test_fork_safety.py``). raftlog never uses gRPC in a forked child, so it needs none
+of that support.
+"""
+
+import os
+
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")

@@ -11,3 +11,5 @@ Import names from the modules, never the bare package (it would shadow the custo
 the option names and row schema of Spark's Kafka connector. ``spark.rdd``: an RDD reader of
 offset ranges. ``spark.pipeline``: the reference click-count pipeline.
 """
+
+import protos  # noqa: F401 - first, before anything imports grpc (see protos/__init__.py)
