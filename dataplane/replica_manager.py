@@ -12,7 +12,9 @@ time-based flushes, retention and compaction.
 An OSError writing the log directory (a full disk, EIO) goes to ``on_log_dir_failure`` — from
 every log's ``io_failure_listener`` and from the manager's own writes — before the write fails
 with LogDirIOError: Kafka's LogDirFailureChannel. The broker halts there (its only log directory
-is offline).
+is offline). One error is not the disk's: a missing file or directory (ENOENT) of a partition
+no longer hosted, from a thread that picked the partition before its topic was deleted and wrote
+into the directory removed meanwhile (that write fails, the broker goes on).
 """
 
 from __future__ import annotations
@@ -203,7 +205,7 @@ class ReplicaManager:
             opened = Log(directory, config, topic_id=topic_id)
         except OSError as error:
             raise self._failed(directory, error) from error
-        opened.io_failure_listener = self.on_log_dir_failure
+        opened.io_failure_listener = self._log_dir_failed
         if opened.recovery.recovered or opened.recovery.notes:
             log.info("%s: recovered %s", directory.name, opened.recovery)
         return Partition(topic, partition_id, topic_id, opened, self.broker_id, self.clock_ms)
@@ -266,11 +268,24 @@ class ReplicaManager:
                 try:
                     partition.checkpoint_high_watermark()
                 except OSError as error:
-                    raise self._failed(partition.log.directory, error) from error
+                    self._log_dir_failed(partition.log.directory, error)
+                    raise LogDirIOError(f"{partition.log.directory}: {error}") from error
 
     def _failed(self, directory: Path, error: OSError) -> LogDirIOError:
         self.on_log_dir_failure(directory, error)
         return LogDirIOError(f"{directory}: {error}")
+
+    def _log_dir_failed(self, directory: Path, error: OSError) -> None:
+        """An IO error on a partition's log: the log directory failed, unless the partition's
+        directory was removed under the writer (ENOENT on a partition no longer hosted)."""
+        if isinstance(error, FileNotFoundError):
+            with self._lock:
+                hosted = any(p.log.directory == directory for p in self._partitions.values())
+            if not hosted:
+                log.info("%s: %s after the partition was removed; not a disk failure",
+                         directory.name, error)  # fmt: skip
+                return
+        self.on_log_dir_failure(directory, error)
 
     def _retain(self, partitions: list[Partition]) -> None:
         for partition in partitions:
