@@ -30,6 +30,8 @@ import grpc
 from dataplane.broker_service import BrokerServicer, serve
 from dataplane.fetcher import FetcherConfig, FetcherManager
 from dataplane.group_coordinator import GroupConfig, GroupCoordinator, GroupServicer
+from dataplane.kafka_listener import LISTENER as KAFKA_LISTENER
+from dataplane.kafka_listener import KafkaListener
 from dataplane.metrics import NodeMetrics, PartitionGauge
 from dataplane.partition import IsrChange, Partition
 from dataplane.replica_manager import ReplicaManager, ReplicaManagerConfig
@@ -91,6 +93,7 @@ class BrokerSettings:
     fetcher: FetcherConfig
     groups: GroupConfig = field(default_factory=GroupConfig)
     fault_produce_drop_response_every: int = 0  # chaos testing only: see ProduceResponseDropper
+    kafka_listener: tuple[str, int] | None = None  # KAFKA://host:port: Kafka's binary protocol
 
     @property
     def address(self) -> str:
@@ -152,6 +155,11 @@ class Broker:
             settings.broker_id, settings.groups, self.replicas, self._create_topic, clock_ms
         )
         self.server: grpc.Server | None = None
+        self.kafka = (
+            None
+            if settings.kafka_listener is None
+            else KafkaListener(self.servicer, *settings.kafka_listener)
+        )
         self.image = MetadataImage()
         self._producer_ids_lock = threading.Lock()
         self._producer_ids = range(0)  # the rest of the block the controller gave this broker
@@ -188,11 +196,21 @@ class Broker:
     def start(self) -> None:
         self._transition_to(BrokerState.STARTING)
         self.server = serve(self.servicer, self.settings.address, GroupServicer(self.groups))
+        if self.kafka is not None:
+            self.kafka.start()
         self.replicas.start()
         self.groups.start()
         for thread in self._threads:
             thread.start()
         log.info("broker %d serving on %s", self.settings.broker_id, self.settings.address)
+
+    def _endpoints(self) -> list[mpb.Endpoint]:
+        settings = self.settings
+        endpoints = [mpb.Endpoint(name="BROKER", host=settings.host, port=settings.port)]
+        if settings.kafka_listener is not None:
+            host, port = settings.kafka_listener
+            endpoints.append(mpb.Endpoint(name=KAFKA_LISTENER, host=host, port=port))
+        return endpoints
 
     def _broker_address(self, broker_id: int) -> str | None:
         broker = self.image.brokers.get(broker_id)
@@ -233,9 +251,7 @@ class Broker:
         request = cpb.RegisterBrokerRequest(
             broker_id=self.settings.broker_id,
             incarnation_id=self.incarnation_id,
-            endpoints=[
-                mpb.Endpoint(name="BROKER", host=self.settings.host, port=self.settings.port)
-            ],
+            endpoints=self._endpoints(),
             rack=self.settings.rack or "",
         )
         response = self.client.checked("RegisterBroker", request)
@@ -441,6 +457,8 @@ class Broker:
             stream.cancel()
         self.fetchers.close()
         self.groups.close()
+        if self.kafka is not None:
+            self.kafka.stop()
         if self.server is not None:
             self.server.stop(grace=1.0).wait(5.0)
         for thread in self._threads:

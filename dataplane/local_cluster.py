@@ -66,7 +66,7 @@ def _port_free(host: str, port: int) -> bool:
         return True
 
 
-PORT_SPAN = (-1, 0, 1, 2)  # broker, controller, raft, metrics: offsets from the cluster port
+PORT_SPAN = (-1, 0, 1, 2, 3)  # broker, controller, raft, metrics, kafka: offsets from the port
 # Local clusters notice a dead broker within seconds (Kafka's defaults, 9 s sessions, suit
 # real networks); every value can still be overridden.
 LOCAL_DEFAULTS: dict[str, str | int] = {
@@ -153,6 +153,14 @@ class LocalCluster:
     def metrics_address(self, node_id: int) -> str:
         return f"{self.spec(node_id).host}:{self.port + 2}"
 
+    def kafka_address(self, node_id: int) -> str:
+        """The node's KAFKA listener (Kafka's binary protocol)."""
+        return f"{self.spec(node_id).host}:{self.port + 3}"
+
+    @property
+    def kafka_bootstrap_servers(self) -> list[str]:
+        return [self.kafka_address(s.node_id) for s in self.specs]
+
     def config(self, spec: NodeSpec) -> NodeConfig:
         values: dict[str, object] = {
             "node.id": spec.node_id,
@@ -160,7 +168,7 @@ class LocalCluster:
             "controller.quorum.voters": self.voters,
             "listeners": (
                 f"BROKER://{spec.host}:{self.port - 1},CONTROLLER://{spec.host}:{self.port},"
-                f"METRICS://{spec.host}:{self.port + 2}"
+                f"METRICS://{spec.host}:{self.port + 2},KAFKA://{spec.host}:{self.port + 3}"
             ),
             "log.dirs": str(spec.directory / "data"),
             **LOCAL_DEFAULTS,

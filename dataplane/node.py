@@ -90,6 +90,7 @@ def start_broker(config: NodeConfig, metrics: NodeMetrics) -> Broker:
         heartbeat_interval_ms=config.broker_heartbeat_interval_ms,
         controlled_shutdown_timeout_ms=config.controlled_shutdown_timeout_ms,
         fault_produce_drop_response_every=config.fault_produce_drop_response_every,
+        kafka_listener=config.listener("KAFKA"),
         replica=ReplicaManagerConfig(
             replica_lag_time_max_ms=config.replica_lag_time_max_ms,
             log_retention_check_interval_ms=config.log_retention_check_interval_ms,

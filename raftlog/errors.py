@@ -58,6 +58,7 @@ class ErrorCode(enum.Enum):
     REASSIGNMENT_IN_PROGRESS = (60, False)
     NON_EMPTY_GROUP = (68, False)
     GROUP_ID_NOT_FOUND = (69, False)
+    FETCH_SESSION_ID_NOT_FOUND = (70, True)
     FENCED_LEADER_EPOCH = (74, True)
     UNKNOWN_LEADER_EPOCH = (75, True)
     UNSUPPORTED_COMPRESSION_TYPE = (76, False)

@@ -38,6 +38,7 @@ RANGES = {
     "groups": 124,
     "groups_failover": 127,
     "disk_full": 164,
+    "kafka": 171,
 }
 
 

@@ -1,0 +1,174 @@
+"""Kafka's binary protocol: frames, request and response headers, and messages of any version.
+
+The message schemas are `kio`'s, generated from Kafka's published message definitions
+(``clients/src/main/resources/common/message/*.json``): one frozen dataclass per API, version and
+direction, with native readers and writers (compact and legacy encodings, tagged fields). Nothing
+here is written per version: handlers build a response as plain data with Kafka's field names
+(snake_case, as kio names them) and `to_entity` fits it to the negotiated version's class, keeping
+the fields that version has (a field a version lacks is dropped, one it has but the data omits takes
+its default). Requests are read into the version's class and read back with `field`, which gives a
+field's default for versions without it.
+
+Framing: every request and response is an int32 size and that many bytes. A request starts with
+api_key and api_version; the header then is v1 (correlation id, client id) or, for a flexible
+version, v2 (plus tagged fields). Responses carry the header their schema names (v0 or v1; the
+ApiVersions response is always v0, KIP-511).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import functools
+import io
+import struct
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode as KioErrorCode
+from kio.serial import entity_reader, entity_writer
+from kio.static.protocol import Entity
+
+SIZE = struct.Struct(">i")
+API_KEY_VERSION = struct.Struct(">hh")
+MAX_FRAME_BYTES = 100 * 1024 * 1024  # socket.request.max.bytes
+Data = Mapping[str, Any]
+
+# The APIs this listener serves, with the versions it advertises (kio holds every version Kafka
+# 4.x defines; these are the ones whose fields the handlers fill, topic names not ids).
+API_PRODUCE, API_FETCH, API_LIST_OFFSETS, API_METADATA = 0, 1, 2, 3
+API_VERSIONS, API_INIT_PRODUCER_ID = 18, 22
+SUPPORTED: dict[int, tuple[int, int]] = {
+    API_PRODUCE: (3, 11),
+    API_FETCH: (4, 12),
+    API_LIST_OFFSETS: (1, 8),
+    API_METADATA: (0, 12),
+    API_VERSIONS: (0, 3),
+    API_INIT_PRODUCER_ID: (0, 4),
+}
+
+
+class FrameError(ValueError):
+    """A frame that cannot be a Kafka request: the connection is closed."""
+
+
+class UnsupportedVersion(FrameError):
+    """An API key or version this listener does not serve."""
+
+    def __init__(self, api_key: int, api_version: int, correlation_id: int) -> None:
+        super().__init__(f"api key {api_key} version {api_version} is not supported")
+        self.api_key = api_key
+        self.api_version = api_version
+        self.correlation_id = correlation_id
+
+
+@dataclass(frozen=True)
+class Request:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body: Any  # the version's kio request entity
+
+
+def parse_request(frame: bytes) -> Request:
+    """A request frame (without its size) into its header and body; raises UnsupportedVersion
+    for an API or version not served (the header is still read, for the correlation id), and
+    FrameError for bytes that do not parse."""
+    if len(frame) < 8:
+        raise FrameError(f"a request frame of {len(frame)} bytes has no header")
+    api_key, api_version = API_KEY_VERSION.unpack_from(frame)
+    (correlation_id,) = SIZE.unpack_from(frame, 4)
+    versions = SUPPORTED.get(api_key)
+    if versions is None or not versions[0] <= api_version <= versions[1]:
+        raise UnsupportedVersion(api_key, api_version, correlation_id)
+    schema = request_schema(api_key, api_version)
+    try:
+        header, offset = entity_reader(schema.__header_schema__)(frame, 0)
+        body, size = entity_reader(schema)(frame, offset)
+    except Exception as error:  # kio's native readers raise several kinds on bad bytes
+        raise FrameError(f"api key {api_key} v{api_version}: {error}") from error
+    if offset + size != len(frame):
+        raise FrameError(f"{len(frame) - offset - size} bytes after the request body")
+    return Request(api_key, api_version, correlation_id, header.client_id, body)
+
+
+@functools.cache
+def request_schema(api_key: int, api_version: int) -> Any:
+    return load_request_schema(api_key, api_version)
+
+
+@functools.cache
+def response_schema(api_key: int, api_version: int) -> Any:
+    return load_response_schema(api_key, api_version)
+
+
+def encode_response(api_key: int, api_version: int, correlation_id: int, data: Data) -> bytes:
+    """The whole response frame (size included) of `data` in the version's schema."""
+    schema = response_schema(api_key, api_version)
+    header_schema = schema.__header_schema__
+    buffer = io.BytesIO()
+    buffer.write(b"\0\0\0\0")
+    header = to_entity(header_schema, {"correlation_id": correlation_id})
+    entity_writer(header_schema)(buffer, header)
+    entity_writer(schema)(buffer, to_entity(schema, data))
+    frame = buffer.getbuffer()
+    SIZE.pack_into(frame, 0, len(frame) - SIZE.size)
+    return bytes(frame)
+
+
+def field(entity: Any, name: str, default: Any = None) -> Any:
+    """A request field, or `default` in a version that lacks it."""
+    return getattr(entity, name, default)
+
+
+def millis(value: datetime.timedelta | int) -> int:
+    """A kio timedelta field (timeout, max wait) in milliseconds."""
+    if isinstance(value, datetime.timedelta):
+        return int(value.total_seconds() * 1000)
+    return int(value)
+
+
+# -- plain data -> a version's entity -----------------------------------------------------------
+@functools.cache
+def _fields(schema: type) -> tuple[tuple[str, Any, str | None], ...]:
+    hints = typing.get_type_hints(schema)
+    return tuple(
+        (f.name, hints[f.name], f.metadata.get("kafka_type")) for f in dataclasses.fields(schema)
+    )
+
+
+def to_entity(schema: type[Entity] | Any, data: Data) -> Any:
+    """`data` (Kafka's field names, plain values, nested mappings and lists) as an instance of
+    `schema`: fields the schema lacks are dropped, fields the data lacks take their defaults."""
+    kwargs = {
+        name: _convert(hint, data[name], kind)
+        for name, hint, kind in _fields(schema)
+        if name in data
+    }
+    return schema(**kwargs)
+
+
+def _convert(hint: Any, value: Any, kind: str | None) -> Any:
+    if value is None:
+        return None
+    if kind == "error_code":
+        return KioErrorCode(value)
+    if kind in ("timedelta_i32", "timedelta_i64"):
+        return datetime.timedelta(milliseconds=value)
+    if kind == "datetime_i64":
+        return None if value < 0 else datetime.datetime.fromtimestamp(value / 1000, datetime.UTC)
+    origin = typing.get_origin(hint)
+    if origin is typing.Union or origin is types.UnionType:
+        (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _convert(inner, value, kind)
+    if origin is tuple:
+        item = typing.get_args(hint)[0]
+        return tuple(_convert(item, v, kind) for v in value)
+    if dataclasses.is_dataclass(hint):
+        return to_entity(hint, value)
+    return value

@@ -1,0 +1,227 @@
+"""Kafka's own clients against the KAFKA listener of a real 3-node cluster (127.0.0.171-173):
+librdkafka (confluent-kafka and kcat) and kafka-python produce and consume unchanged, and what
+they write is what the gRPC client reads, byte for byte, and the other way round. Protocol edges
+(unsupported versions, malformed frames) are checked on raw sockets."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import struct
+import subprocess
+import time
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING
+from confluent_kafka import Consumer as RdConsumer
+from confluent_kafka import Producer as RdProducer
+from confluent_kafka import TopicPartition as RdTopicPartition
+from kafka import KafkaConsumer, KafkaProducer
+from kafka import TopicPartition as KpTopicPartition
+
+from dataplane.client import Consumer, Producer, TopicPartition
+from dataplane.local_cluster import LocalCluster, wait_for
+from tests.dataplane.cluster_support import create_topic, running_cluster
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("kafka-protocol")]
+KCAT = shutil.which("kcat")
+Row = tuple[int, int, bytes | None, bytes | None]  # partition, offset, key, value
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with running_cluster(tmp_path_factory.mktemp("kafka"), "kafka") as running:
+        yield running
+
+
+def kafka_servers(cluster: LocalCluster) -> str:
+    return ",".join(cluster.kafka_bootstrap_servers)
+
+
+def grpc_rows(cluster: LocalCluster, topic: str, partitions: int) -> list[Row]:
+    """Every record of `topic` read with the gRPC client, up to the end offsets."""
+    rows: list[Row] = []
+    with Consumer(cluster.bootstrap_servers) as consumer:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        ends = consumer.end_offsets(tps)
+
+        def done() -> bool:
+            for records in consumer.poll(timeout_ms=200).values():
+                rows.extend((r.partition, r.offset, r.key, r.value) for r in records)
+            return all(consumer.position(tp) >= end for tp, end in ends.items())
+
+        wait_for(f"{topic} read over gRPC", done, 60)
+    return sorted(rows)
+
+
+def librdkafka_rows(cluster: LocalCluster, topic: str, partitions: int, count: int) -> list[Row]:
+    consumer = RdConsumer({
+        "bootstrap.servers": kafka_servers(cluster), "group.id": "unused-assign-only",
+        "enable.auto.commit": False,
+    })  # fmt: skip
+    rows: list[Row] = []
+    try:
+        consumer.assign([RdTopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+
+        def done() -> bool:
+            for message in consumer.consume(num_messages=1000, timeout=0.5):
+                assert message.error() is None, message.error()
+                partition, offset = message.partition(), message.offset()
+                assert partition is not None and offset is not None
+                rows.append((partition, offset, message.key(), message.value()))
+            return len(rows) >= count
+
+        wait_for(f"{count} records of {topic} over the Kafka protocol", done, 60)
+    finally:
+        consumer.close()
+    return sorted(rows)
+
+
+def test_librdkafka_idempotent_producer_and_consumer_round_trip(cluster: LocalCluster) -> None:
+    create_topic(cluster, "rd-events", 3, configs={"min.insync.replicas": "2"})
+    delivered: list[tuple[int, int]] = []
+    errors: list[object] = []
+
+    def on_delivery(error: object, message: object) -> None:
+        if error is not None:
+            errors.append(error)
+        else:
+            delivered.append((message.partition(), message.offset()))  # type: ignore[attr-defined]
+
+    producer = RdProducer({
+        "bootstrap.servers": kafka_servers(cluster), "enable.idempotence": True, "acks": "all",
+        "compression.type": "zstd", "linger.ms": 5,
+    })  # fmt: skip
+    for n in range(3000):
+        producer.produce("rd-events", key=f"k{n % 17}".encode(), value=f"v{n}".encode(),
+                         on_delivery=on_delivery)  # fmt: skip
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    assert errors == [] and len(delivered) == 3000
+
+    over_grpc = grpc_rows(cluster, "rd-events", 3)
+    assert sorted((p, o) for p, o, _, _ in over_grpc) == sorted(delivered)
+    assert sorted(v or b"" for _, _, _, v in over_grpc) == sorted(
+        f"v{n}".encode() for n in range(3000)
+    )
+    assert librdkafka_rows(cluster, "rd-events", 3, 3000) == over_grpc
+
+
+def test_grpc_writes_read_by_librdkafka_and_kafka_python(cluster: LocalCluster) -> None:
+    create_topic(cluster, "grpc-events", 2)
+    with Producer(cluster.bootstrap_servers, compression_type="lz4") as producer:
+        for n in range(500):
+            producer.send("grpc-events", key=None if n % 5 == 0 else f"k{n}".encode(),
+                          value=f"g{n}".encode(), partition=n % 2)  # fmt: skip
+        producer.flush()
+    written = grpc_rows(cluster, "grpc-events", 2)
+    assert len(written) == 500
+    assert librdkafka_rows(cluster, "grpc-events", 2, 500) == written
+
+    consumer = KafkaConsumer(
+        bootstrap_servers=kafka_servers(cluster), group_id=None, enable_auto_commit=False,
+        consumer_timeout_ms=5000,
+    )  # fmt: skip
+    try:
+        tps = [KpTopicPartition("grpc-events", p) for p in range(2)]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        assert consumer.end_offsets(tps) == {
+            tp: max(o for p, o, _, _ in written if p == tp.partition) + 1 for tp in tps
+        }
+        read = sorted((m.partition, m.offset, m.key, m.value) for m in consumer)
+    finally:
+        consumer.close()
+    assert read == written
+
+
+def test_kafka_python_producer_acks_all(cluster: LocalCluster) -> None:
+    create_topic(cluster, "kp-events", 3)
+    producer = KafkaProducer(
+        bootstrap_servers=kafka_servers(cluster), acks="all", compression_type="gzip"
+    )
+    try:
+        futures = [producer.send("kp-events", value=f"p{n}".encode()) for n in range(600)]
+        producer.flush(30)
+        sent = sorted((f.get(10).partition, f.get(10).offset) for f in futures)
+    finally:
+        producer.close()
+    stored = grpc_rows(cluster, "kp-events", 3)
+    assert [(p, o) for p, o, _, _ in stored] == sent
+    assert sorted(v or b"" for *_, v in stored) == sorted(f"p{n}".encode() for n in range(600))
+
+
+@pytest.mark.skipif(KCAT is None, reason="kcat is installed by make deps")
+def test_kcat_lists_produces_and_consumes(cluster: LocalCluster) -> None:
+    assert KCAT is not None
+    create_topic(cluster, "kcat-events", 3)
+    servers = kafka_servers(cluster)
+    listing = subprocess.run([KCAT, "-b", servers, "-L", "-t", "kcat-events"], capture_output=True,
+                             text=True, timeout=30, check=True).stdout  # fmt: skip
+    assert "3 brokers:" in listing
+    for spec in cluster.specs:
+        assert f"broker {spec.node_id} at {cluster.kafka_address(spec.node_id)}" in listing
+    assert 'topic "kcat-events" with 3 partitions:' in listing
+
+    lines = "".join(f"line-{n}\n" for n in range(1000))
+    subprocess.run([KCAT, "-b", servers, "-P", "-t", "kcat-events", "-X", "acks=all",
+                    "-X", "enable.idempotence=true", "-z", "lz4"],
+                   input=lines, text=True, timeout=60, check=True)  # fmt: skip
+    consumed = subprocess.run([KCAT, "-b", servers, "-C", "-t", "kcat-events", "-o", "beginning",
+                               "-e", "-q"], capture_output=True, text=True, timeout=60,
+                              check=True).stdout.split()  # fmt: skip
+    assert sorted(consumed) == sorted(f"line-{n}" for n in range(1000))
+    assert sorted(v or b"" for *_, v in grpc_rows(cluster, "kcat-events", 3)) == sorted(
+        f"line-{n}".encode() for n in range(1000)
+    )
+
+
+# -- protocol edges on raw sockets ------------------------------------------------------------
+def _request(api_key: int, version: int, correlation_id: int, body: bytes = b"") -> bytes:
+    client_id = b"raw-test"
+    header = struct.pack(">hhih", api_key, version, correlation_id, len(client_id)) + client_id
+    if version >= 3 and api_key == 18:  # flexible ApiVersions: header v2 (tagged fields)
+        header += b"\0"
+    frame = header + body
+    return struct.pack(">i", len(frame)) + frame
+
+
+def _connect(cluster: LocalCluster) -> socket.socket:
+    host, port = cluster.kafka_address(1).rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=10)
+
+
+def _response(connection: socket.socket) -> bytes:
+    size = struct.unpack(">i", connection.recv(4, socket.MSG_WAITALL))[0]
+    return connection.recv(size, socket.MSG_WAITALL)
+
+
+def test_api_versions_of_an_unknown_version_answers_unsupported_version_in_v0(
+    cluster: LocalCluster,
+) -> None:
+    with _connect(cluster) as connection:
+        connection.sendall(_request(18, 99, 7))
+        answer = _response(connection)
+    correlation_id, error_code, count = struct.unpack_from(">ihi", answer)
+    assert (correlation_id, error_code) == (7, 35)  # UNSUPPORTED_VERSION
+    keys = {struct.unpack_from(">hhh", answer, 10 + 6 * n) for n in range(count)}
+    assert (18, 0, 3) in keys and (0, 3, 11) in keys
+
+
+def test_a_malformed_frame_closes_only_its_connection(cluster: LocalCluster) -> None:
+    with _connect(cluster) as bad, _connect(cluster) as good:
+        bad.sendall(struct.pack(">i", 6) + b"\x00\x03\x00\x00\x00\x00")  # no whole header
+        assert bad.recv(1) == b""  # closed by the broker
+        good.sendall(_request(18, 0, 1))
+        assert struct.unpack_from(">ih", _response(good)) == (1, 0)
+
+
+def test_an_unknown_api_key_closes_the_connection(cluster: LocalCluster) -> None:
+    with _connect(cluster) as connection:
+        connection.sendall(_request(999, 0, 3))
+        deadline = time.monotonic() + 10
+        while connection.recv(1) != b"":
+            assert time.monotonic() < deadline
