@@ -11,6 +11,7 @@ import struct
 import subprocess
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING
@@ -20,7 +21,7 @@ from confluent_kafka import TopicPartition as RdTopicPartition
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
 
-from dataplane.client import Consumer, Producer, TopicPartition
+from dataplane.client import AdminClient, Consumer, Producer, TopicPartition
 from dataplane.local_cluster import LocalCluster, wait_for
 from tests.dataplane.cluster_support import create_topic, running_cluster
 
@@ -177,6 +178,60 @@ def test_kcat_lists_produces_and_consumes(cluster: LocalCluster) -> None:
     assert sorted(v or b"" for *_, v in grpc_rows(cluster, "kcat-events", 3)) == sorted(
         f"line-{n}".encode() for n in range(1000)
     )
+
+
+def test_a_leader_sigkill_under_a_librdkafka_acks_all_run_loses_nothing(
+    cluster: LocalCluster,
+) -> None:
+    """librdkafka's idempotent producer through a leader SIGKILL: it finds the new leader from
+    Metadata, retries what was not acknowledged, and every delivered record is stored once, at the
+    offset its delivery report gave."""
+    create_topic(cluster, "rd-failover", 3, configs={"min.insync.replicas": "2"})
+    admin = AdminClient(cluster.bootstrap_servers)
+    delivered: dict[bytes, tuple[int, int]] = {}
+    failed: list[object] = []
+
+    def on_delivery(error: object, message: Any) -> None:
+        if error is None:
+            delivered[message.value()] = (message.partition(), message.offset())
+        else:
+            failed.append(error)
+
+    producer = RdProducer({
+        "bootstrap.servers": kafka_servers(cluster), "enable.idempotence": True, "acks": "all",
+        "linger.ms": 2, "message.timeout.ms": 120_000,
+    })  # fmt: skip
+    sent = 0
+
+    def send(until: int) -> None:
+        nonlocal sent
+        while sent < until:
+            producer.produce("rd-failover", value=b"f-%08d" % sent, on_delivery=on_delivery)
+            producer.poll(0)
+            sent += 1
+        producer.flush(0.1)
+
+    try:
+        send(3000)
+        wait_for("the first records delivered", lambda: producer.flush(0.5) == 0, 60)
+        victim = admin.describe_topics(["rd-failover"])["rd-failover"].partitions[0].leader
+        send(4000)
+        cluster.stop_node(victim, kill=True)
+        send(8000)
+        assert producer.flush(120) == 0
+        cluster.start_node(victim)
+
+        def rejoined() -> bool:
+            topic = admin.describe_topics(["rd-failover"])["rd-failover"]
+            return all(victim in p.isr for p in topic.partitions)
+
+        wait_for("the old leader back in every ISR", rejoined, 90)
+    finally:
+        admin.close()
+    assert failed == [] and len(delivered) == 8000
+    stored = grpc_rows(cluster, "rd-failover", 3)
+    assert len(stored) == 8000  # nothing twice
+    assert {(p, o): v for p, o, _, v in stored} == {at: v for v, at in delivered.items()}
 
 
 # -- protocol edges on raw sockets ------------------------------------------------------------
