@@ -198,24 +198,7 @@ class KafkaListener:
         if acks == 0:
             return None
         return {
-            "responses": [
-                {
-                    "name": topic.name,
-                    "partition_responses": [
-                        {
-                            "index": p.partition,
-                            "error_code": p.error_code,
-                            "base_offset": p.base_offset,
-                            "log_append_time": p.log_append_time_ms,
-                            "log_start_offset": p.log_start_offset,
-                            "record_errors": [],
-                            "error_message": p.error_message or None,
-                        }
-                        for p in topic.partitions
-                    ],
-                }
-                for topic in answer.topics
-            ],
+            "responses": _by_topic(answer.topics, "name", "partition_responses", _produced),
             "throttle_time": 0,
         }
 
@@ -254,25 +237,7 @@ class KafkaListener:
             "throttle_time": 0,
             "error_code": 0,
             "session_id": 0,
-            "responses": [
-                {
-                    "topic": topic.name,
-                    "partitions": [
-                        {
-                            "partition_index": p.partition,
-                            "error_code": p.error_code,
-                            "high_watermark": p.high_watermark,
-                            "last_stable_offset": p.high_watermark,  # no transactions
-                            "log_start_offset": p.log_start_offset,
-                            "aborted_transactions": [],
-                            "preferred_read_replica": -1,
-                            "records": p.records,
-                        }
-                        for p in topic.partitions
-                    ],
-                }
-                for topic in fetched.topics
-            ],
+            "responses": _by_topic(fetched.topics, "topic", "partitions", _fetched),
         }
 
     def _list_offsets(self, request: kc.Request) -> kc.Data:
@@ -299,22 +264,7 @@ class KafkaListener:
         )
         return {
             "throttle_time": 0,
-            "topics": [
-                {
-                    "name": topic.name,
-                    "partitions": [
-                        {
-                            "partition_index": p.partition,
-                            "error_code": p.error_code,
-                            "timestamp": p.timestamp,
-                            "offset": p.offset,
-                            "leader_epoch": p.leader_epoch,
-                        }
-                        for p in topic.partitions
-                    ],
-                }
-                for topic in listed.topics
-            ],
+            "topics": _by_topic(listed.topics, "name", "partitions", _listed),
         }
 
     def _init_producer_id(self, request: kc.Request) -> kc.Data:
@@ -332,6 +282,41 @@ class KafkaListener:
             "producer_id": answer.producer_id,
             "producer_epoch": answer.producer_epoch,
         }
+
+
+def _by_topic(
+    topics: Any, name_field: str, partitions_field: str, partition: Callable[[Any], kc.Data]
+) -> list[kc.Data]:
+    """A BrokerService answer's topics, each partition turned into Kafka's fields."""
+    return [
+        {name_field: topic.name, partitions_field: [partition(p) for p in topic.partitions]}
+        for topic in topics
+    ]
+
+
+def _produced(p: pb.ProducePartitionResponse) -> kc.Data:
+    return {
+        "index": p.partition, "error_code": p.error_code, "base_offset": p.base_offset,
+        "log_append_time": p.log_append_time_ms, "log_start_offset": p.log_start_offset,
+        "record_errors": [], "error_message": p.error_message or None,
+    }  # fmt: skip
+
+
+def _fetched(p: pb.FetchPartitionResponse) -> kc.Data:
+    return {
+        "partition_index": p.partition, "error_code": p.error_code,
+        "high_watermark": p.high_watermark,
+        "last_stable_offset": p.high_watermark,  # no transactions
+        "log_start_offset": p.log_start_offset, "aborted_transactions": [],
+        "preferred_read_replica": -1, "records": p.records,
+    }  # fmt: skip
+
+
+def _listed(p: pb.ListOffsetsPartitionResponse) -> kc.Data:
+    return {
+        "partition_index": p.partition, "error_code": p.error_code, "timestamp": p.timestamp,
+        "offset": p.offset, "leader_epoch": p.leader_epoch,
+    }  # fmt: skip
 
 
 def _topic_metadata(topic: pb.TopicMetadata) -> kc.Data:
