@@ -154,11 +154,12 @@ class Broker:
         self.groups = GroupCoordinator(
             settings.broker_id, settings.groups, self.replicas, self._create_topic, clock_ms
         )
+        self.group_servicer = GroupServicer(self.groups)
         self.server: grpc.Server | None = None
         self.kafka = (
             None
             if settings.kafka_listener is None
-            else KafkaListener(self.servicer, *settings.kafka_listener)
+            else KafkaListener(self.servicer, self.group_servicer, *settings.kafka_listener)
         )
         self.image = MetadataImage()
         self._producer_ids_lock = threading.Lock()
@@ -195,7 +196,7 @@ class Broker:
 
     def start(self) -> None:
         self._transition_to(BrokerState.STARTING)
-        self.server = serve(self.servicer, self.settings.address, GroupServicer(self.groups))
+        self.server = serve(self.servicer, self.settings.address, self.group_servicer)
         if self.kafka is not None:
             self.kafka.start()
         self.replicas.start()

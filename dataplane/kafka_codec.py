@@ -41,14 +41,19 @@ Data = Mapping[str, Any]
 # The APIs this listener serves, with the versions it advertises (kio holds every version Kafka
 # 4.x defines; these are the ones whose fields the handlers fill, topic names not ids).
 API_PRODUCE, API_FETCH, API_LIST_OFFSETS, API_METADATA = 0, 1, 2, 3
-API_VERSIONS, API_INIT_PRODUCER_ID = 18, 22
+API_OFFSET_COMMIT, API_OFFSET_FETCH, API_FIND_COORDINATOR = 8, 9, 10
+API_VERSIONS, API_INIT_PRODUCER_ID, API_CONSUMER_GROUP_HEARTBEAT = 18, 22, 68
 SUPPORTED: dict[int, tuple[int, int]] = {
     API_PRODUCE: (3, 11),
     API_FETCH: (4, 12),
     API_LIST_OFFSETS: (1, 8),
     API_METADATA: (0, 12),
+    API_OFFSET_COMMIT: (2, 9),
+    API_OFFSET_FETCH: (1, 9),
+    API_FIND_COORDINATOR: (0, 4),
     API_VERSIONS: (0, 3),
     API_INIT_PRODUCER_ID: (0, 4),
+    API_CONSUMER_GROUP_HEARTBEAT: (0, 1),
 }
 
 

@@ -11,7 +11,9 @@ Connections are served one request at a time, in order, as a Kafka broker does (
 pipeline; responses keep the order). A frame that is not a request closes its connection only;
 an API or version not served is answered UNSUPPORTED_VERSION for ApiVersions (in its v0 layout,
 KIP-511) and closes the connection otherwise, as Kafka's broker does. Served here: ApiVersions,
-Metadata, Produce, Fetch, ListOffsets, InitProducerId (versions in `kafka_codec.SUPPORTED`).
+Metadata, Produce, Fetch, ListOffsets, InitProducerId, and through dataplane/kafka_groups.py the
+GroupServicer's FindCoordinator, ConsumerGroupHeartbeat, OffsetCommit and OffsetFetch (versions
+in `kafka_codec.SUPPORTED`).
 Fetch sessions (KIP-227) are not kept: every fetch is answered in full with session id 0, which
 clients take as "no session".
 """
@@ -28,6 +30,8 @@ from typing import Any
 
 from dataplane import kafka_codec as kc
 from dataplane.broker_service import BrokerServicer
+from dataplane.group_coordinator import GroupServicer
+from dataplane.kafka_groups import KafkaGroups
 from protos import broker_pb2 as pb
 from raftlog.errors import ErrorCode
 
@@ -57,7 +61,9 @@ class _Call:
 class KafkaListener:
     """Accepts Kafka clients on `host:port` and serves them with `servicer`."""
 
-    def __init__(self, servicer: BrokerServicer, host: str, port: int) -> None:
+    def __init__(
+        self, servicer: BrokerServicer, groups: GroupServicer, host: str, port: int
+    ) -> None:
         self.servicer = servicer
         self.address = (host, port)
         self._socket: socket.socket | None = None
@@ -72,6 +78,8 @@ class KafkaListener:
             kc.API_LIST_OFFSETS: self._list_offsets,
             kc.API_INIT_PRODUCER_ID: self._init_producer_id,
         }
+        group_apis = KafkaGroups(groups, lambda: servicer.replicas.image, LISTENER, _Call)
+        self._handlers.update(group_apis.handlers())
 
     def start(self) -> None:
         listening = socket.create_server(self.address, backlog=ACCEPT_BACKLOG)
@@ -153,11 +161,16 @@ class KafkaListener:
     def _metadata(self, request: kc.Request) -> kc.Data:
         topics = kc.field(request.body, "topics")
         all_topics = topics is None or (request.api_version == 0 and not topics)
-        names = [t.name for t in topics or () if t.name is not None]
+        image = self.servicer.replicas.image
+        by_id = {topic_id: name for name, topic_id in image.topic_ids.items()}
+        names = [  # v10+ may name a topic by id only (KIP-516); an unknown id is not described
+            t.name if t.name is not None else by_id.get(kc.field(t, "topic_id"), "")
+            for t in topics or ()
+        ]
+        names = [name for name in names if name]
         described = self.servicer.Metadata(
             pb.MetadataRequest(topics=names, all_topics=all_topics), _Call()
         )
-        image = self.servicer.replicas.image
         brokers = []
         for broker in image.unfenced_brokers():
             endpoint = broker.endpoint(LISTENER)

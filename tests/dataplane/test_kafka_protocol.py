@@ -234,6 +234,63 @@ def test_a_leader_sigkill_under_a_librdkafka_acks_all_run_loses_nothing(
     assert {(p, o): v for p, o, _, v in stored} == {at: v for v, at in delivered.items()}
 
 
+def _group_consumer(cluster: LocalCluster, group: str) -> RdConsumer:
+    """librdkafka in a consumer group with KIP-848's protocol (ConsumerGroupHeartbeat)."""
+    consumer = RdConsumer({
+        "bootstrap.servers": kafka_servers(cluster), "group.id": group,
+        "group.protocol": "consumer", "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+    })  # fmt: skip
+    consumer.subscribe(["grp-events"])
+    return consumer
+
+
+def _consume(consumer: RdConsumer, count: int) -> list[bytes]:
+    values: list[bytes] = []
+
+    def done() -> bool:
+        for message in consumer.consume(num_messages=1000, timeout=0.5):
+            assert message.error() is None, message.error()
+            values.append(message.value() or b"")
+        return len(values) >= count
+
+    wait_for(f"{count} records through the group", done, 60)
+    return values
+
+
+def test_a_librdkafka_group_consumer_commits_and_a_successor_resumes(
+    cluster: LocalCluster,
+) -> None:
+    """FindCoordinator (answered with the KAFKA endpoint), ConsumerGroupHeartbeat with topic ids
+    (Metadata by topic id resolves them), OffsetCommit and OffsetFetch, against the same group
+    coordinator the gRPC client uses."""
+    create_topic(cluster, "grp-events", 3)
+    with Producer(cluster.bootstrap_servers) as producer:
+        for n in range(3000):
+            producer.send("grp-events", value=f"first-{n}".encode())
+        producer.flush()
+    first = _group_consumer(cluster, "kafka-group")
+    try:
+        values = _consume(first, 3000)
+        assert sorted(values) == sorted(f"first-{n}".encode() for n in range(3000))
+        assert {tp.partition for tp in first.assignment()} == {0, 1, 2}
+        first.commit(asynchronous=False)
+        committed = first.committed(first.assignment(), timeout=10)
+        assert sum(tp.offset for tp in committed) == 3000
+    finally:
+        first.close()
+    with Producer(cluster.bootstrap_servers) as producer:
+        for n in range(100):
+            producer.send("grp-events", value=f"second-{n}".encode())
+        producer.flush()
+    successor = _group_consumer(cluster, "kafka-group")
+    try:
+        resumed = _consume(successor, 100)
+    finally:
+        successor.close()
+    assert sorted(resumed) == sorted(f"second-{n}".encode() for n in range(100))
+
+
 # -- protocol edges on raw sockets ------------------------------------------------------------
 def _request(api_key: int, version: int, correlation_id: int, body: bytes = b"") -> bytes:
     client_id = b"raw-test"
