@@ -71,6 +71,7 @@ def test_a_short_chaos_run_with_every_fault_kind_finds_nothing(
     chaos_run: tuple[subprocess.CompletedProcess[str], Path],
 ) -> None:
     result, report = chaos_run
+    assert (report / "report.json").exists(), f"no report: the run failed\n{result.stdout[-5000:]}"
     history, verdict = load_report(report)
     findings = "\n".join(f"{f.kind}: {f.message}" for f in verdict.findings[:20])
     assert result.returncode == 0 and verdict.ok, f"{findings}\n\n{result.stdout[-5000:]}"
