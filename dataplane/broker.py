@@ -179,7 +179,8 @@ class Broker:
         controller sees the session end and moves leaderships to the other replicas."""
         log.critical(
             "broker %d: log directory %s failed (%s): it is the only log directory, so the "
-            "broker halts (status %d); free the disk and start the node again",
+            "broker halts (status %d); repair it (a full disk: free space) and start the node "
+            "again",
             self.settings.broker_id, directory, error, LOG_DIR_FAILURE_STATUS,
         )  # fmt: skip
         self._halt(LOG_DIR_FAILURE_STATUS)
