@@ -276,7 +276,9 @@ def test_a_librdkafka_group_consumer_commits_and_a_successor_resumes(
         assert {tp.partition for tp in first.assignment()} == {0, 1, 2}
         first.commit(asynchronous=False)
         committed = first.committed(first.assignment(), timeout=10)
-        assert sum(tp.offset for tp in committed) == 3000
+        # The sticky partitioner may leave a partition empty: nothing stored, nothing committed
+        # there (OFFSET_INVALID, -1001); every record is below some committed offset.
+        assert sum(max(tp.offset, 0) for tp in committed) == 3000
     finally:
         first.close()
     with Producer(cluster.bootstrap_servers) as producer:
