@@ -251,16 +251,7 @@ def _lost_writes(
         if write.offset is not None and write.offset < log_start_offset:
             continue
         findings.append(
-            Finding(
-                kind="lost-write",
-                message=f"write {write.value!r} ({write.producer} seq {write.seq}) acknowledged "
-                f"at {_name(*key)}@{write.offset} is stored nowhere",
-                topic=write.topic,
-                partition=write.partition,
-                offset=write.offset,
-                value=write.value,
-                time_s=_write_time(write),
-            )
+            _write_finding("lost-write", write, f"{_name(*key)}@{write.offset} is stored nowhere")
         )
     return findings
 
@@ -277,19 +268,24 @@ def _moved_writes(
         places = index.places_of.get(write.value, [])
         if not places or places == [acknowledged]:
             continue
+        stored = ", ".join(map(_place, places))
         findings.append(
-            Finding(
-                kind="moved-write",
-                message=f"write {write.value!r} ({write.producer} seq {write.seq}) acknowledged "
-                f"at {_place(acknowledged)} is stored at {', '.join(map(_place, places))}",
-                topic=write.topic,
-                partition=write.partition,
-                offset=write.offset,
-                value=write.value,
-                time_s=_write_time(write),
-            )
+            _write_finding("moved-write", write, f"{_place(acknowledged)} is stored at {stored}")
         )
     return findings
+
+
+def _write_finding(kind: FindingKind, write: Write, where: str) -> Finding:
+    """A finding about an acknowledged write; `where` goes on from "acknowledged at"."""
+    return Finding(
+        kind=kind,
+        message=f"write {write.value!r} ({write.producer} seq {write.seq}) acknowledged at {where}",
+        topic=write.topic,
+        partition=write.partition,
+        offset=write.offset,
+        value=write.value,
+        time_s=_write_time(write),
+    )
 
 
 def _duplicates(index: _FinalIndex, writer_of: dict[str, Write]) -> list[Finding]:

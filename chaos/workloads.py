@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 
@@ -162,22 +162,21 @@ class ProducerWorkload(_Worker):
         self._slots.release()
         if pending is None:
             return
-        partition, value, start = pending
         self.recorder.add(
             self.recorder.writes,
-            Write(
-                producer=self.producer_name,
-                seq=seq,
-                topic=self.topic,
-                partition=partition,
-                value=value,
-                start_s=start,
-                end_s=self.recorder.now(),
-                ok=error is None,
+            self._write(
+                seq, pending, end_s=self.recorder.now(), ok=error is None,
                 offset=None if metadata is None else metadata.offset,
                 error="" if error is None else _describe(error),
             ),
-        )
+        )  # fmt: skip
+
+    def _write(self, seq: int, pending: tuple[int, str, float], **outcome: Any) -> Write:
+        partition, value, start = pending
+        return Write(
+            producer=self.producer_name, seq=seq, topic=self.topic, partition=partition,
+            value=value, start_s=start, **outcome,
+        )  # fmt: skip
 
     def finish(self, timeout_s: float) -> None:
         """Wait (bounded) for the outcomes still due, close the producer, and record every send
@@ -193,16 +192,8 @@ class ProducerWorkload(_Worker):
         self.recorder.add(
             self.recorder.writes,
             *(
-                Write(
-                    producer=self.producer_name,
-                    seq=seq,
-                    topic=self.topic,
-                    partition=partition,
-                    value=value,
-                    start_s=start,
-                    error="no outcome before the run ended",
-                )
-                for seq, (partition, value, start) in left
+                self._write(seq, pending, error="no outcome before the run ended")
+                for seq, pending in left
             ),
         )
 
