@@ -156,10 +156,14 @@ class Broker:
         )
         self.group_servicer = GroupServicer(self.groups)
         self.server: grpc.Server | None = None
+        # Set once the image holds this incarnation's registration: clients are served from then.
+        self.serving = threading.Event()
         self.kafka = (
             None
             if settings.kafka_listener is None
-            else KafkaListener(self.servicer, self.group_servicer, *settings.kafka_listener)
+            else KafkaListener(
+                self.servicer, self.group_servicer, *settings.kafka_listener, ready=self.serving
+            )
         )
         self.image = MetadataImage()
         self._producer_ids_lock = threading.Lock()
@@ -197,7 +201,9 @@ class Broker:
 
     def start(self) -> None:
         self._transition_to(BrokerState.STARTING)
-        self.server = serve(self.servicer, self.settings.address, self.group_servicer)
+        self.server = serve(
+            self.servicer, self.settings.address, self.group_servicer, ready=self.serving
+        )
         if self.kafka is not None:
             self.kafka.start()
         self.replicas.start()
@@ -331,6 +337,12 @@ class Broker:
         followed = self.replicas.apply_image(image, caught_up=caught_up, may_lead=may_lead)
         self.fetchers.reconcile(followed)
         self.groups.on_image(image)
+        if caught_up and not self.serving.is_set():
+            self.serving.set()
+            log.info(
+                "broker %d: caught up with the metadata at offset %d; serving clients",
+                self.settings.broker_id, image.offset,
+            )  # fmt: skip
 
     # -- AlterPartition ------------------------------------------------------------------------
     def _enqueue_isr(self, change: IsrChange) -> None:

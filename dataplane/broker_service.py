@@ -319,13 +319,16 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
         replica_id: int,
     ) -> None:
         partition = self.replicas.get(topic, item.partition)
-        leader_epoch, hw = partition.leader_state(item.current_leader_epoch)
+        # Kafka's debugging replica (-2, used by the group coordinator to check commits) gets
+        # the log end offset; a consumer's end is the high watermark.
+        debugging = replica_id == DEBUGGING_REPLICA_ID
+        leader_epoch, hw = partition.leader_state(
+            item.current_leader_epoch,
+            committed=not debugging and item.timestamp != EARLIEST_TIMESTAMP,
+        )
         result.leader_epoch = leader_epoch
         result.leader_id = self.broker_id
         if item.timestamp == LATEST_TIMESTAMP:
-            # A consumer's end is the high watermark; Kafka's debugging replica (-2, used by
-            # the group coordinator to check commits) gets the log end offset.
-            debugging = replica_id == DEBUGGING_REPLICA_ID
             result.offset = partition.log.log_end_offset if debugging else hw
             return
         if item.timestamp == EARLIEST_TIMESTAMP:
@@ -409,14 +412,42 @@ def _any_error(response: pb.FetchResponse) -> bool:
     return any(p.error_code for t in response.topics for p in t.partitions)
 
 
+class ServeWhenReady(grpc.ServerInterceptor):  # type: ignore[misc]
+    """Kafka enables a broker's request processing only once it has caught up with the
+    metadata log: a restarted broker's empty image would otherwise tell clients that topics do
+    not exist and that it leads nothing. Until ``ready`` is set every call is UNAVAILABLE,
+    which clients treat as a broker that is down (retriable: they ask another one)."""
+
+    def __init__(self, ready: threading.Event, broker_id: int) -> None:
+        self.ready = ready
+        self.message = f"broker {broker_id} is starting: catching up with the cluster metadata"
+
+    def intercept_service(self, continuation: Any, details: Any) -> Any:
+        handler = continuation(details)
+        if handler is None or self.ready.is_set() or handler.unary_unary is None:
+            return handler
+        return grpc.unary_unary_rpc_method_handler(
+            self._refuse,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+    def _refuse(self, request: Any, context: Any) -> None:
+        context.abort(grpc.StatusCode.UNAVAILABLE, self.message)
+
+
 def serve(
     servicer: BrokerServicer,
     address: str,
     groups: gpb_grpc.GroupCoordinatorServiceServicer | None = None,
     max_workers: int = 64,
+    ready: threading.Event | None = None,
 ) -> grpc.Server:
+    """The broker's gRPC server; with ``ready``, calls are refused until it is set."""
+    interceptors = [] if ready is None else [ServeWhenReady(ready, servicer.broker_id)]
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="broker-rpc"),
+        interceptors=interceptors,
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),

@@ -62,9 +62,15 @@ class KafkaListener:
     """Accepts Kafka clients on `host:port` and serves them with `servicer`."""
 
     def __init__(
-        self, servicer: BrokerServicer, groups: GroupServicer, host: str, port: int
+        self,
+        servicer: BrokerServicer,
+        groups: GroupServicer,
+        host: str,
+        port: int,
+        ready: threading.Event | None = None,
     ) -> None:
         self.servicer = servicer
+        self.ready = ready
         self.address = (host, port)
         self._socket: socket.socket | None = None
         self._connections: set[socket.socket] = set()
@@ -104,6 +110,12 @@ class KafkaListener:
                 connection, peer = self._socket.accept()
             except OSError:
                 return  # closed by stop()
+            if self.ready is not None and not self.ready.is_set():
+                # Catching up with the metadata: refused as by a broker that is down, so the
+                # client tries another (Kafka enables its listeners only once caught up).
+                log.debug("Kafka connection from %s refused: still catching up", peer)
+                _close(connection)
+                continue
             connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with self._lock:
                 self._connections.add(connection)

@@ -295,10 +295,22 @@ class Partition:
                 required_offset, self.high_watermark, len(self.isr), min_insync_replicas
             )
 
-    def leader_state(self, current_leader_epoch: int) -> tuple[int, int]:
-        """(leader epoch, high watermark), if this replica leads at ``current_leader_epoch``."""
+    def leader_state(self, current_leader_epoch: int, committed: bool = False) -> tuple[int, int]:
+        """(leader epoch, high watermark), if this replica leads at ``current_leader_epoch``.
+
+        With ``committed`` (a client asks where the committed records end), a new leader whose
+        high watermark has not yet reached the start of its epoch answers OFFSET_NOT_AVAILABLE
+        (retriable), as Kafka does since KIP-207: it only learnt the old leader's high watermark
+        one fetch late, so until its followers fetch it would report an end offset below
+        records the old leader had acknowledged, and offsets would go backwards."""
         with self._lock:
             self._check_leader(current_leader_epoch)
+            if committed and self.high_watermark < self.epoch_start_offset:
+                raise KafkaError(
+                    ErrorCode.OFFSET_NOT_AVAILABLE,
+                    f"{self.name}: the high watermark {self.high_watermark} is behind the start "
+                    f"of leader epoch {self.leader_epoch} at offset {self.epoch_start_offset}",
+                )
             return self.leader_epoch, self.high_watermark
 
     def _maximal_isr(self) -> tuple[int, ...]:

@@ -25,7 +25,7 @@ from raftlog.records import Record, encode_batch, iter_records
 # first host of each module's cluster: 127.0.0.N .. N+2
 RANGES = {
     "roundtrip": 81,
-    "failover": 84,
+    "restart": 84,
     "divergence": 87,
     "isr": 91,
     "bad_input": 94,

@@ -178,3 +178,34 @@ def test_a_lagging_follower_leaves_the_isr_and_rejoins_when_caught_up(tmp_path: 
     assert state is not None
     _, expansion = a.read_for_follower(2, state[0], state[1], 0, 1 << 20)
     assert expansion is not None and expansion.new_isr == (1, 2)
+
+
+def test_a_new_leader_hides_its_end_offset_until_its_high_watermark_reaches_its_epoch(
+    tmp_path: Path,
+) -> None:
+    """KIP-207: a follower learns the leader's high watermark one fetch late; elected, it must
+    not report that lagging end offset (below acknowledged records) to a client."""
+    clock = Clock()
+    a, b, c = (replica(tmp_path, n, clock) for n in (1, 2, 3))
+    first = PartitionRegistration((1, 2, 3), (1, 2, 3), 1, 0, 0)
+    a.make_leader(first)
+    b.make_follower(first)
+    c.make_follower(first)
+    a.append_as_leader(batch(b"x", b"y"), acks=-1, min_insync_replicas=2)
+    fetch_round(b, a)  # b copies; its next fetch offset will say so
+    fetch_round(c, a)
+    fetch_round(b, a)
+    fetch_round(c, a)  # the HW reaches 2 on c's fetch: c learns it, b does not
+    assert (a.high_watermark, b.high_watermark, c.high_watermark) == (2, 0, 2)
+    second = PartitionRegistration((1, 2, 3), (2, 3), 2, 1, 1)
+    b.make_leader(second)
+    c.make_follower(second)
+    try:
+        b.leader_state(-1, committed=True)
+    except KafkaError as raised:
+        assert raised.error is ErrorCode.OFFSET_NOT_AVAILABLE
+    else:
+        raise AssertionError("a lagging high watermark was reported")
+    assert b.leader_state(-1) == (1, 0), "the debugging replica still gets an answer"
+    fetch_round(c, b)
+    assert b.leader_state(-1, committed=True) == (1, 2)
