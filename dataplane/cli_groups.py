@@ -47,11 +47,11 @@ def group_list(
     with kafka_errors(), AdminClient(servers(bootstrap)) as admin:
         groups = admin.list_groups(state or ())
     if as_json:
-        print_json([{"group": g.group_id, "state": g.state} for g in groups])
+        print_json([{"group": g.group_id, "state": g.state, "type": g.group_type} for g in groups])
         return
-    table = Table("GROUP", "STATE")
+    table = Table("GROUP", "STATE", "TYPE")
     for group in groups:
-        table.add_row(group.group_id, group.state)
+        table.add_row(group.group_id, group.state, group.group_type)
     console.print(table)
 
 
@@ -99,6 +99,7 @@ def group_describe(
             {
                 "group": group,
                 "state": description.state,
+                "type": description.group_type,
                 "group_epoch": description.group_epoch,
                 "coordinator": description.coordinator_id,
                 "members": [
@@ -117,7 +118,9 @@ def group_describe(
         )
         return
     console.print(
-        f"Group [bold]{group}[/bold]: {description.state}, epoch {description.group_epoch}, "
+        f"Group [bold]{group}[/bold] ({description.group_type}): {description.state}, "
+        f"{'generation' if description.group_type == 'classic' else 'epoch'} "
+        f"{description.group_epoch}, "
         f"{len(description.members)} members, coordinator {description.coordinator_id}"
     )
     table = Table("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "MEMBER-ID",

@@ -32,13 +32,16 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import grpc
 
+from dataplane import classic_group as cg
+from dataplane import consumer_protocol
 from dataplane import group_state as gs
 from dataplane.broker_service import DEBUGGING_REPLICA_ID, INTERNAL_TOPICS, wait_until
+from dataplane.classic_group import ClassicLimits
 from dataplane.partition import NotLeader, Partition, Role
 from dataplane.replica_manager import ReplicaManager
 from metadata_quorum.image import MetadataImage
@@ -58,6 +61,7 @@ LOAD_READ_BYTES = 4 * 1024 * 1024
 RECORDS_PER_BATCH = 500
 CREATE_TOPIC_RETRY_MS = 1000
 END_OFFSETS_TIMEOUT_S = 5.0
+CLASSIC_WAIT_MARGIN_S = 5.0  # a waiting JoinGroup gives up this long after its phase should end
 T = TypeVar("T")
 
 
@@ -73,6 +77,7 @@ class GroupConfig:
     offsets_retention_check_interval_ms: int = 600_000
     offset_metadata_max_bytes: int = 4096
     offsets_commit_timeout_ms: int = 5_000
+    classic: ClassicLimits = field(default_factory=ClassicLimits)
 
 
 class _Shard:
@@ -132,10 +137,14 @@ class GroupCoordinator:
             if thread.is_alive():
                 thread.join(timeout=5)
         with self._lock:
-            for shard in self._shards.values():
+            shards = list(self._shards.values())
+            for shard in shards:
                 shard.active = False
             self._shards.clear()
             channels, self._channels = list(self._channels.values()), {}
+        for shard in shards:
+            with shard.lock:
+                shard.state.classic.abandon(ErrorCode.NOT_COORDINATOR, "the broker is stopping")
         for channel in channels:
             channel.close()
 
@@ -153,6 +162,7 @@ class GroupCoordinator:
             self._sweep_offsets.set()
             self._known_ends.clear()  # a topic of that name may come back, from offset 0
         self._topics = topics
+        dropped: list[_Shard] = []
         with self._lock:
             for pid, shard in list(self._shards.items()):
                 partition = led.get(pid)
@@ -163,10 +173,14 @@ class GroupCoordinator:
                 ):
                     shard.active = False
                     del self._shards[pid]
+                    dropped.append(shard)
                     log.info("groups of %s-%d unloaded", OFFSETS_TOPIC, pid)
             for pid, partition in led.items():
                 if pid not in self._shards:
                     self._add_shard(partition)
+        for shard in dropped:  # (the shard lock is never taken under self._lock)
+            with shard.lock:
+                shard.state.classic.abandon(ErrorCode.NOT_COORDINATOR, "the coordinator moved")
 
     def _add_shard(self, partition: Partition) -> None:
         shard = _Shard(partition, partition.leader_epoch, self._new_state())
@@ -178,6 +192,7 @@ class GroupCoordinator:
             session_timeout_ms=self.config.session_timeout_ms,
             max_group_size=self.config.max_size,
             offset_metadata_max_bytes=self.config.offset_metadata_max_bytes,
+            classic_limits=self.config.classic,
         )
 
     def _load_loop(self) -> None:
@@ -294,7 +309,9 @@ class GroupCoordinator:
         return shard
 
     def _run(self, shard: _Shard, action: Callable[[gs.GroupShard], T]) -> T:
-        """``action`` on the shard's state; append what it emitted; answer once replicated."""
+        """``action`` on the shard's state; append what it emitted; answer once replicated.
+        Answers the action queued for waiting classic-group requests go out at the same
+        moment, or fail with the error that stopped the records."""
         with shard.lock:
             if not shard.active:
                 raise KafkaError(ErrorCode.NOT_COORDINATOR, f"{shard.partition.name} moved")
@@ -303,12 +320,37 @@ class GroupCoordinator:
                 result = action(shard.state)
             except KafkaError as error:
                 failure = error
-            self._append(shard, shard.state.take_emitted())
-            required = shard.written_end
+            answers, required = self._append_locked(shard)
+        if failure is not None and not answers:
+            raise failure
+        self._answer_once_replicated(shard, required, answers)
         if failure is not None:
             raise failure
-        self._await_replicated(shard, required)
         return result
+
+    def _append_locked(self, shard: _Shard) -> tuple[list[tuple[Any, cg.Answer]], int]:
+        """Under the shard lock: append what was emitted; the queued answers and the offset
+        they wait for. If the append fails, every waiting classic request learns it."""
+        answers = shard.state.take_answers()
+        try:
+            self._append(shard, shard.state.take_emitted())
+        except KafkaError as error:
+            cg.fail_answers(answers, error)
+            shard.state.classic.abandon(error.error, error.message)
+            raise
+        return answers, shard.written_end
+
+    def _answer_once_replicated(
+        self, shard: _Shard, required: int, answers: list[tuple[Any, cg.Answer]]
+    ) -> None:
+        try:
+            self._await_replicated(shard, required)
+        except KafkaError as error:
+            cg.fail_answers(answers, error)
+            raise
+        for future, answer in answers:
+            if not future.done():
+                future.set_result(answer)
 
     def _append(self, shard: _Shard, records: list[gs.GroupRecord]) -> None:
         if not records:
@@ -496,26 +538,70 @@ class GroupCoordinator:
         shard = self._shard(group_id)
         return self._run(shard, lambda s: s.committed(group_id, partitions))
 
-    def list_groups(self) -> list[tuple[str, str]]:
-        """(group id, state) of every group this broker coordinates."""
+    def list_groups(self) -> list[tuple[str, str, str]]:
+        """(group id, state, type) of every group this broker coordinates."""
         with self._lock:
             shards = [s for s in self._shards.values() if s.loaded.is_set()]
-        found: list[tuple[str, str]] = []
+        found: list[tuple[str, str, str]] = []
         for shard in shards:
             with shard.lock:
-                found += [(g, shard.state.group_state(g)) for g in shard.state.group_ids()]
+                state = shard.state
+                found += [(g, state.group_state(g), state.group_type(g)) for g in state.group_ids()]
         return sorted(found)
 
-    def describe_group(self, group_id: str) -> gs.Group | None:
+    def describe_group(self, group_id: str) -> gs.Group | cg.DescribedClassicGroup | None:
         shard = self._shard(group_id)
 
-        def describe(state: gs.GroupShard) -> gs.Group | None:
+        def describe(state: gs.GroupShard) -> gs.Group | cg.DescribedClassicGroup | None:
+            classic = state.classic.groups.get(group_id)
+            if classic is not None:
+                return classic.describe()
             group = state.groups.get(group_id)
             if group is None and group_id not in state.offsets:
                 return None
             return group or gs.Group(group_id)
 
         return self._run(shard, describe)
+
+    # -- classic groups ----------------------------------------------------------------------------
+    def join_group(self, request: cg.JoinRequest) -> cg.JoinAnswer:
+        """JoinGroup: returns when the join phase ends (or at once with an error)."""
+        shard = self._shard(request.group_id)
+        future = self._run(shard, lambda s: s.join_group(request, self.clock_ms()))
+        delay_ms = self.config.classic.initial_rebalance_delay_ms
+        wait_s = (request.rebalance_timeout_ms + delay_ms) / 1000 + CLASSIC_WAIT_MARGIN_S
+        answer = _wait_answer(future, wait_s)
+        if answer is None:
+            return cg.JoinAnswer(ErrorCode.REBALANCE_IN_PROGRESS, request.member_id)
+        assert isinstance(answer, cg.JoinAnswer)
+        return answer
+
+    def sync_group(self, request: cg.SyncRequest) -> cg.SyncAnswer:
+        """SyncGroup: returns once the leader's assignment is stored (or with an error)."""
+        shard = self._shard(request.group_id)
+        future = self._run(shard, lambda s: s.classic.sync(request, self.clock_ms()))
+        answer = _wait_answer(future, gs.DEFAULT_REBALANCE_TIMEOUT_MS / 1000)
+        if answer is None:
+            return cg.SyncAnswer(ErrorCode.REBALANCE_IN_PROGRESS, message="no assignment in time")
+        assert isinstance(answer, cg.SyncAnswer)
+        return answer
+
+    def classic_heartbeat(
+        self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
+    ) -> None:
+        shard = self._shard(group_id)
+        self._run(
+            shard,
+            lambda s: s.classic.heartbeat(
+                group_id, generation_id, member_id, group_instance_id, self.clock_ms()
+            ),
+        )
+
+    def leave_group(
+        self, group_id: str, members: list[tuple[str, str | None]]
+    ) -> list[KafkaError | None]:
+        shard = self._shard(group_id)
+        return self._run(shard, lambda s: s.classic.leave(group_id, members, self.clock_ms()))
 
     def delete_group(self, group_id: str) -> None:
         shard = self._shard(group_id)
@@ -548,11 +634,21 @@ class GroupCoordinator:
                 retention_ms = self.config.offsets_retention_minutes * 60_000
                 view = self._topics_view()
                 expired = shard.state.expire_offsets(now_ms, retention_ms, view)
-            self._append(shard, shard.state.take_emitted())
+            answers, required = self._append_locked(shard)
+        if answers:
+            self._answer_once_replicated(shard, required, answers)
         for group_id, member_id, why in removed:
             log.info("group %s: member %s removed: %s", group_id, member_id, why)
         for group_id, (topic, partition), why in expired:
             log.info("group %s: offset of %s-%d removed: %s", group_id, topic, partition, why)
+
+
+def _wait_answer(future: Any, timeout_s: float) -> cg.Answer | None:
+    try:
+        answer: cg.Answer = future.result(timeout=timeout_s)
+    except TimeoutError:
+        return None
+    return answer
 
 
 # -- the gRPC service ------------------------------------------------------------------------------
@@ -654,9 +750,9 @@ class GroupServicer(gpb_grpc.GroupCoordinatorServiceServicer):
     def ListGroups(self, request: gpb.ListGroupsRequest, context: Any) -> gpb.ListGroupsResponse:
         wanted = {s.lower() for s in request.states_filter}
         response = gpb.ListGroupsResponse()
-        for group_id, state in self.coordinator.list_groups():
+        for group_id, state, group_type in self.coordinator.list_groups():
             if not wanted or state.lower() in wanted:
-                response.groups.add(group_id=group_id, state=state, group_type="consumer")
+                response.groups.add(group_id=group_id, state=state, group_type=group_type)
         return response
 
     def DescribeGroups(
@@ -674,7 +770,10 @@ class GroupServicer(gpb_grpc.GroupCoordinatorServiceServicer):
                 out.state = "Dead"
                 _set_error(out, KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"no group {group_id!r}"))
                 continue
-            _describe(group, out)
+            if isinstance(group, cg.DescribedClassicGroup):
+                _describe_classic(group, out)
+            else:
+                _describe(group, out)
         return response
 
     def DeleteGroups(
@@ -690,7 +789,29 @@ class GroupServicer(gpb_grpc.GroupCoordinatorServiceServicer):
         return response
 
 
+def _describe_classic(group: cg.DescribedClassicGroup, out: gpb.DescribedGroup) -> None:
+    out.group_type = "classic"
+    out.state = group.state
+    out.group_epoch = group.generation
+    out.assignor = group.protocol_name or ""
+    for member in group.members:
+        try:
+            assigned = consumer_protocol.assigned_partitions(member.assignment)
+        except KafkaError:  # not the consumer protocol: nothing to show
+            assigned = []
+        out.members.add(
+            member_id=member.member_id,
+            client_id=member.client_id,
+            client_host=member.client_host,
+            group_instance_id=member.group_instance_id or "",
+            member_epoch=group.generation,
+            state="stable" if group.state == "Stable" else "rebalancing",
+            assignment=gs.to_topic_partitions(assigned),
+        )
+
+
 def _describe(group: gs.Group, out: gpb.DescribedGroup) -> None:
+    out.group_type = "consumer"
     out.state = group.state
     out.group_epoch = group.epoch
     out.assignment_epoch = group.assignment_epoch

@@ -23,10 +23,12 @@ import enum
 import re
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import TypeAlias
 
-from dataplane import group_assignor
+from dataplane import classic_group as cg
+from dataplane import consumer_protocol, group_assignor
 from protos import group_pb2 as gpb
 from raftlog.errors import ErrorCode, KafkaError
 
@@ -183,6 +185,7 @@ class GroupShard:
         max_group_size: int,
         offset_metadata_max_bytes: int,
         new_member_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+        classic_limits: cg.ClassicLimits | None = None,
     ) -> None:
         self.session_timeout_ms = session_timeout_ms
         self.max_group_size = max_group_size
@@ -194,6 +197,8 @@ class GroupShard:
         self.session_deadlines: dict[tuple[str, str], int] = {}
         self.revocation_deadlines: dict[tuple[str, str], int] = {}
         self._emitted: list[GroupRecord] = []
+        # JoinGroup/SyncGroup groups; a group id names either a classic or a consumer group
+        self.classic = cg.ClassicGroups(classic_limits or cg.ClassicLimits(), self._emit_classic)
 
     # -- records ---------------------------------------------------------------------------------
     def take_emitted(self) -> list[GroupRecord]:
@@ -219,6 +224,10 @@ class GroupShard:
                 self.offsets.setdefault(gid, {})[tp] = CommittedOffset(
                     v.offset, v.leader_epoch, v.metadata, v.commit_timestamp_ms
                 )
+            return
+        if key.type == RT.CLASSIC_GROUP_METADATA:
+            stored = None if value is None else gpb.ClassicGroupValue.FromString(value)
+            self.classic.replay(gid, stored)
             return
         if key.type == RT.GROUP_METADATA and value is None:
             self.groups.pop(gid, None)
@@ -284,6 +293,10 @@ class GroupShard:
             raise AssertionError(f"unknown group record type {key.type}")
 
     # -- emitting helpers ------------------------------------------------------------------------
+    def _emit_classic(self, group: cg.ClassicGroup) -> None:
+        key = record_key(RT.CLASSIC_GROUP_METADATA, group.group_id)
+        self._emit(key, cg.to_record(group).SerializeToString())
+
     def _emit_group_epoch(self, group: Group, epoch: int, now_ms: int) -> None:
         if group.members:
             empty_since = -1
@@ -334,6 +347,15 @@ class GroupShard:
         """KIP-848's ConsumerGroupHeartbeat: join (epoch 0), heartbeat, or leave (epoch -1)."""
         gid, epoch = request.group_id, request.member_epoch
         _validate_heartbeat(request)
+        classic = self.classic.groups.get(gid)
+        if classic is not None:
+            if classic.members or classic.pending:
+                raise KafkaError(
+                    ErrorCode.GROUP_ID_NOT_FOUND,
+                    f"group {gid!r} is a classic (JoinGroup) group with members, not a consumer "
+                    "group: join it with the classic protocol",
+                )
+            self._emit(record_key(RT.CLASSIC_GROUP_METADATA, gid), None)  # converted
         group = self.groups.get(gid)
         if epoch == LEAVE_EPOCH:
             if group is None or request.member_id not in group.members:
@@ -416,6 +438,25 @@ class GroupShard:
         value_meta = gpb.TargetAssignmentMetadataValue(assignment_epoch=group.epoch)
         self._emit(record_key(RT.TARGET_ASSIGNMENT_METADATA, gid), value_meta.SerializeToString())
 
+    # -- classic groups (JoinGroup / SyncGroup) ---------------------------------------------------
+    def join_group(self, request: cg.JoinRequest, now_ms: int) -> Future[cg.Answer]:
+        """A classic JoinGroup; its answer may come later (see :mod:`classic_group`)."""
+        if not request.group_id:
+            raise KafkaError(ErrorCode.INVALID_GROUP_ID, "the group id must not be empty")
+        group = self.groups.get(request.group_id)
+        if group is not None:
+            if group.members:
+                raise KafkaError(
+                    ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                    f"group {request.group_id!r} is a consumer group (KIP-848) with members: "
+                    "join it with group.protocol=consumer",
+                )
+            self._delete_group_records(group)  # an empty consumer group becomes classic
+        return self.classic.join(request, now_ms)
+
+    def take_answers(self) -> list[tuple[Future[cg.Answer], cg.Answer]]:
+        return self.classic.take_answers()
+
     # -- timers -----------------------------------------------------------------------------------
     def expire_members(self, now_ms: int) -> list[tuple[str, str, str]]:
         """Remove members whose session or revocation deadline passed: (group, member, why)."""
@@ -430,7 +471,7 @@ class GroupShard:
                     continue
                 self._remove_member(group, mid, now_ms)
                 removed.append((gid, mid, why))
-        return removed
+        return removed + self.classic.tick(now_ms)
 
     def start_sessions(self, now_ms: int) -> None:
         """After a load: every member gets a full session to find the new coordinator."""
@@ -440,12 +481,17 @@ class GroupShard:
             for m in g.members
         }
         self.revocation_deadlines = {}
+        self.classic.start_sessions(now_ms)
 
     # -- offsets ----------------------------------------------------------------------------------
     def validate_commit(self, group_id: str, member_id: str, member_epoch: int) -> None:
         """Kafka's rules for a consumer group's OffsetCommit (the group-level part)."""
         if not group_id:
             raise KafkaError(ErrorCode.INVALID_GROUP_ID, "the group id must not be empty")
+        classic = self.classic.groups.get(group_id)
+        if classic is not None:
+            self.classic.validate_commit(classic, member_id, member_epoch)
+            return
         group = self.groups.get(group_id)
         if member_epoch < 0 and not member_id:
             if group is not None and group.members:
@@ -501,8 +547,16 @@ class GroupShard:
         return {tp: stored.get(tp) for tp in partitions}
 
     def delete_group(self, group_id: str, now_ms: int) -> None:
+        classic = self.classic.groups.get(group_id)
+        if classic is not None and (classic.members or classic.pending):
+            raise KafkaError(
+                ErrorCode.NON_EMPTY_GROUP,
+                f"group {group_id!r} has {len(classic.members)} members; stop them first",
+            )
         group = self.groups.get(group_id)
-        if group is None and group_id not in self.offsets:
+        if classic is not None:
+            self._emit(record_key(RT.CLASSIC_GROUP_METADATA, group_id), None)
+        elif group is None and group_id not in self.offsets:
             raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"no group {group_id!r}")
         if group is not None and group.members:
             raise KafkaError(
@@ -534,19 +588,12 @@ class GroupShard:
         expired: list[tuple[str, TopicPartition, str]] = []
         names = list(topics.names())
         for gid in sorted(self.offsets):
-            group = self.groups.get(gid)
-            subscribed: set[str] = set()
-            if group is not None:
-                for member in group.members.values():
-                    subscribed |= member.subscribed(names)
-            empty = group is None or not group.members
+            empty, empty_since, subscribed = self._subscriptions(gid, names)
             for tp, committed in sorted(self.offsets[gid].items()):
                 if topics.count(tp[0]) is None:
                     why = "topic deleted"
                 elif empty:
-                    since = max(
-                        committed.commit_timestamp_ms, group.empty_since_ms if group else -1
-                    )
+                    since = max(committed.commit_timestamp_ms, empty_since)
                     why = "retention" if now_ms - since >= retention_ms else ""
                 elif tp[0] not in subscribed:
                     age = now_ms - committed.commit_timestamp_ms
@@ -561,12 +608,44 @@ class GroupShard:
             idle_ms = now_ms - group.empty_since_ms
             if not group.members and gid not in self.offsets and idle_ms >= retention_ms:
                 self._delete_group_records(group)
+        for gid, classic in sorted(self.classic.groups.items()):
+            idle_ms = now_ms - classic.empty_since_ms
+            if classic.state is cg.ClassicState.EMPTY and gid not in self.offsets and (
+                idle_ms >= retention_ms
+            ):  # fmt: skip
+                self._emit(record_key(RT.CLASSIC_GROUP_METADATA, gid), None)
         return expired
 
+    def _subscriptions(self, group_id: str, names: list[str]) -> tuple[bool, int, set[str]]:
+        """(empty?, empty since (ms), the topics its members subscribe to) of any group."""
+        classic = self.classic.groups.get(group_id)
+        if classic is not None:
+            subscribed: set[str] = set()
+            for member in classic.members.values():
+                metadata = member.metadata(classic.protocol_name or "")
+                try:
+                    subscribed.update(consumer_protocol.subscribed_topics(metadata))
+                except KafkaError:  # not the consumer protocol's bytes: keep everything
+                    subscribed.update(names)
+            return not classic.members, classic.empty_since_ms, subscribed
+        group = self.groups.get(group_id)
+        if group is None:
+            return True, -1, set()
+        subscribed = set()
+        for consumer in group.members.values():
+            subscribed |= consumer.subscribed(names)
+        return not group.members, group.empty_since_ms, subscribed
+
     def group_ids(self) -> Iterator[str]:
-        yield from sorted(set(self.groups) | set(self.offsets))
+        yield from sorted(set(self.groups) | set(self.offsets) | set(self.classic.groups))
+
+    def group_type(self, group_id: str) -> str:
+        return "classic" if group_id in self.classic.groups else "consumer"
 
     def group_state(self, group_id: str) -> str:
+        classic = self.classic.groups.get(group_id)
+        if classic is not None:
+            return classic.state.value
         group = self.groups.get(group_id)
         return "Empty" if group is None else group.state
 

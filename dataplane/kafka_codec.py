@@ -42,6 +42,8 @@ Data = Mapping[str, Any]
 # 4.x defines; these are the ones whose fields the handlers fill, topic names not ids).
 API_PRODUCE, API_FETCH, API_LIST_OFFSETS, API_METADATA = 0, 1, 2, 3
 API_OFFSET_COMMIT, API_OFFSET_FETCH, API_FIND_COORDINATOR = 8, 9, 10
+API_JOIN_GROUP, API_HEARTBEAT, API_LEAVE_GROUP, API_SYNC_GROUP = 11, 12, 13, 14
+API_DESCRIBE_GROUPS, API_LIST_GROUPS = 15, 16
 API_VERSIONS, API_INIT_PRODUCER_ID, API_CONSUMER_GROUP_HEARTBEAT = 18, 22, 68
 SUPPORTED: dict[int, tuple[int, int]] = {
     API_PRODUCE: (3, 11),
@@ -51,6 +53,12 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     API_OFFSET_COMMIT: (2, 9),
     API_OFFSET_FETCH: (1, 9),
     API_FIND_COORDINATOR: (0, 4),
+    API_JOIN_GROUP: (0, 9),
+    API_HEARTBEAT: (0, 4),
+    API_LEAVE_GROUP: (0, 5),
+    API_SYNC_GROUP: (0, 5),
+    API_DESCRIBE_GROUPS: (0, 5),
+    API_LIST_GROUPS: (0, 5),
     API_VERSIONS: (0, 3),
     API_INIT_PRODUCER_ID: (0, 4),
     API_CONSUMER_GROUP_HEARTBEAT: (0, 1),
@@ -78,6 +86,7 @@ class Request:
     correlation_id: int
     client_id: str | None
     body: Any  # the version's kio request entity
+    client_host: str = ""  # "/address" of the peer, as Kafka names it (set by the listener)
 
 
 def parse_request(frame: bytes) -> Request:

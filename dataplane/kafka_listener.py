@@ -21,6 +21,7 @@ clients take as "no session".
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import socket
 import threading
@@ -129,7 +130,7 @@ class KafkaListener:
                 frame = _read_frame(connection)
                 if frame is None:
                     return
-                answer = self.handle(frame)
+                answer = self.handle(frame, f"/{peer[0]}")
                 if answer is not None:
                     connection.sendall(answer)
         except (OSError, kc.FrameError, _DropResponse) as error:
@@ -139,11 +140,11 @@ class KafkaListener:
                 self._connections.discard(connection)
             _close(connection)
 
-    def handle(self, frame: bytes) -> bytes | None:
+    def handle(self, frame: bytes, client_host: str = "") -> bytes | None:
         """The response frame to one request frame (None: acks=0 produce, no answer). Raises
         FrameError for a frame that must close the connection."""
         try:
-            request = kc.parse_request(frame)
+            request = dataclasses.replace(kc.parse_request(frame), client_host=client_host)
         except kc.UnsupportedVersion as unsupported:
             if unsupported.api_key != kc.API_VERSIONS:
                 raise

@@ -75,6 +75,8 @@ LOCAL_DEFAULTS: dict[str, str | int] = {
     "replica.lag.time.max.ms": 10_000,
     "group.consumer.session.timeout.ms": 10_000,
     "group.consumer.heartbeat.interval.ms": 500,
+    # As Kafka's own development config: a local group rebalances at once, no 3 s gathering.
+    "group.initial.rebalance.delay.ms": 0,
 }
 
 

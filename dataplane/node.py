@@ -21,6 +21,7 @@ from types import FrameType
 import grpc
 
 from dataplane.broker import Broker, BrokerSettings
+from dataplane.classic_group import ClassicLimits
 from dataplane.fetcher import FetcherConfig
 from dataplane.group_coordinator import GroupConfig
 from dataplane.metrics import ControllerGauge, NodeMetrics
@@ -111,6 +112,12 @@ def start_broker(config: NodeConfig, metrics: NodeMetrics) -> Broker:
             offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
             offset_metadata_max_bytes=config.offset_metadata_max_bytes,
             offsets_commit_timeout_ms=config.offsets_commit_timeout_ms,
+            classic=ClassicLimits(
+                min_session_timeout_ms=config.group_min_session_timeout_ms,
+                max_session_timeout_ms=config.group_max_session_timeout_ms,
+                initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+                max_size=config.group_max_size,
+            ),
         ),
     )
     broker = Broker(settings, Path(config.log_dirs), metrics)

@@ -129,6 +129,17 @@ class NodeConfig(BaseModel):
     group_consumer_max_size: int = Field(
         2**31 - 1, alias="group.consumer.max.size", ge=1, le=2**31 - 1
     )
+    # classic (JoinGroup/SyncGroup) groups: the member names its session timeout within these
+    group_min_session_timeout_ms: int = Field(
+        6_000, alias="group.min.session.timeout.ms", ge=1, le=3_600_000
+    )
+    group_max_session_timeout_ms: int = Field(
+        1_800_000, alias="group.max.session.timeout.ms", ge=1, le=3_600_000
+    )
+    group_initial_rebalance_delay_ms: int = Field(
+        3_000, alias="group.initial.rebalance.delay.ms", ge=0, le=600_000
+    )
+    group_max_size: int = Field(2**31 - 1, alias="group.max.size", ge=1, le=2**31 - 1)
     offsets_topic_num_partitions: int = Field(
         50, alias="offsets.topic.num.partitions", ge=1, le=10_000
     )

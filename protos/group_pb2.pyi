@@ -45,6 +45,8 @@ class _GroupRecordTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Group
     """key: group, member"""
     CURRENT_MEMBER_ASSIGNMENT: _GroupRecordType.ValueType  # 7
     """key: group, member"""
+    CLASSIC_GROUP_METADATA: _GroupRecordType.ValueType  # 8
+    """key: group (a JoinGroup/SyncGroup group's stored generation)"""
 
 class GroupRecordType(_GroupRecordType, metaclass=_GroupRecordTypeEnumTypeWrapper):
     """-- Records of `__consumer_offsets` -------------------------------------------------------------
@@ -69,6 +71,8 @@ TARGET_ASSIGNMENT_MEMBER: GroupRecordType.ValueType  # 6
 """key: group, member"""
 CURRENT_MEMBER_ASSIGNMENT: GroupRecordType.ValueType  # 7
 """key: group, member"""
+CLASSIC_GROUP_METADATA: GroupRecordType.ValueType  # 8
+"""key: group (a JoinGroup/SyncGroup group's stored generation)"""
 Global___GroupRecordType: _TypeAlias = GroupRecordType  # noqa: Y015
 
 @_typing.final
@@ -608,7 +612,7 @@ class ListedGroup(_message.Message):
     group_id: _builtins.str
     state: _builtins.str
     group_type: _builtins.str
-    """"consumer" """
+    """"consumer" (KIP-848) or "classic" (JoinGroup/SyncGroup)"""
     def __init__(
         self,
         *,
@@ -680,12 +684,18 @@ class DescribedMember(_message.Message):
     ASSIGNMENT_FIELD_NUMBER: _builtins.int
     TARGET_ASSIGNMENT_FIELD_NUMBER: _builtins.int
     PENDING_REVOCATION_FIELD_NUMBER: _builtins.int
+    CLIENT_HOST_FIELD_NUMBER: _builtins.int
+    GROUP_INSTANCE_ID_FIELD_NUMBER: _builtins.int
     member_id: _builtins.str
     client_id: _builtins.str
     member_epoch: _builtins.int
     state: _builtins.str
     """stable, unrevoked_partitions, unreleased_partitions"""
     subscribed_topic_regex: _builtins.str
+    client_host: _builtins.str
+    """classic members"""
+    group_instance_id: _builtins.str
+    """classic static members"""
     @_builtins.property
     def subscribed_topic_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
@@ -706,10 +716,12 @@ class DescribedMember(_message.Message):
         assignment: _abc.Iterable[Global___TopicPartitions] | None = ...,
         target_assignment: _abc.Iterable[Global___TopicPartitions] | None = ...,
         pending_revocation: _abc.Iterable[Global___TopicPartitions] | None = ...,
+        client_host: _builtins.str = ...,
+        group_instance_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "client_id", b"client_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "pending_revocation", b"pending_revocation", "state", b"state", "subscribed_topic_names", b"subscribed_topic_names", "subscribed_topic_regex", b"subscribed_topic_regex", "target_assignment", b"target_assignment"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "client_host", b"client_host", "client_id", b"client_id", "group_instance_id", b"group_instance_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "pending_revocation", b"pending_revocation", "state", b"state", "subscribed_topic_names", b"subscribed_topic_names", "subscribed_topic_regex", b"subscribed_topic_regex", "target_assignment", b"target_assignment"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -728,6 +740,7 @@ class DescribedGroup(_message.Message):
     ASSIGNOR_FIELD_NUMBER: _builtins.int
     MEMBERS_FIELD_NUMBER: _builtins.int
     COORDINATOR_ID_FIELD_NUMBER: _builtins.int
+    GROUP_TYPE_FIELD_NUMBER: _builtins.int
     error_code: _builtins.int
     error_message: _builtins.str
     group_id: _builtins.str
@@ -737,6 +750,8 @@ class DescribedGroup(_message.Message):
     assignment_epoch: _builtins.int
     assignor: _builtins.str
     coordinator_id: _builtins.int
+    group_type: _builtins.str
+    """"consumer" or "classic" (then group_epoch is the generation,"""
     @_builtins.property
     def members(self) -> _containers.RepeatedCompositeFieldContainer[Global___DescribedMember]: ...
     def __init__(
@@ -751,10 +766,11 @@ class DescribedGroup(_message.Message):
         assignor: _builtins.str = ...,
         members: _abc.Iterable[Global___DescribedMember] | None = ...,
         coordinator_id: _builtins.int = ...,
+        group_type: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment_epoch", b"assignment_epoch", "assignor", b"assignor", "coordinator_id", b"coordinator_id", "error_code", b"error_code", "error_message", b"error_message", "group_epoch", b"group_epoch", "group_id", b"group_id", "members", b"members", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment_epoch", b"assignment_epoch", "assignor", b"assignor", "coordinator_id", b"coordinator_id", "error_code", b"error_code", "error_message", b"error_message", "group_epoch", b"group_epoch", "group_id", b"group_id", "group_type", b"group_type", "members", b"members", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1071,3 +1087,85 @@ class CurrentMemberAssignmentValue(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CurrentMemberAssignmentValue: _TypeAlias = CurrentMemberAssignmentValue  # noqa: Y015
+
+@_typing.final
+class ClassicMemberValue(_message.Message):
+    """A classic (JoinGroup/SyncGroup) group as stored when a generation's assignment is complete or
+    the group empties: enough for a new coordinator to carry on with the same generation.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    GROUP_INSTANCE_ID_FIELD_NUMBER: _builtins.int
+    CLIENT_ID_FIELD_NUMBER: _builtins.int
+    CLIENT_HOST_FIELD_NUMBER: _builtins.int
+    SESSION_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    REBALANCE_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTION_FIELD_NUMBER: _builtins.int
+    ASSIGNMENT_FIELD_NUMBER: _builtins.int
+    member_id: _builtins.str
+    group_instance_id: _builtins.str
+    """"" = a dynamic member"""
+    client_id: _builtins.str
+    client_host: _builtins.str
+    session_timeout_ms: _builtins.int
+    rebalance_timeout_ms: _builtins.int
+    subscription: _builtins.bytes
+    """its metadata for the chosen protocol"""
+    assignment: _builtins.bytes
+    def __init__(
+        self,
+        *,
+        member_id: _builtins.str = ...,
+        group_instance_id: _builtins.str = ...,
+        client_id: _builtins.str = ...,
+        client_host: _builtins.str = ...,
+        session_timeout_ms: _builtins.int = ...,
+        rebalance_timeout_ms: _builtins.int = ...,
+        subscription: _builtins.bytes = ...,
+        assignment: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "client_host", b"client_host", "client_id", b"client_id", "group_instance_id", b"group_instance_id", "member_id", b"member_id", "rebalance_timeout_ms", b"rebalance_timeout_ms", "session_timeout_ms", b"session_timeout_ms", "subscription", b"subscription"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClassicMemberValue: _TypeAlias = ClassicMemberValue  # noqa: Y015
+
+@_typing.final
+class ClassicGroupValue(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROTOCOL_TYPE_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
+    PROTOCOL_NAME_FIELD_NUMBER: _builtins.int
+    LEADER_FIELD_NUMBER: _builtins.int
+    EMPTY_SINCE_MS_FIELD_NUMBER: _builtins.int
+    MEMBERS_FIELD_NUMBER: _builtins.int
+    protocol_type: _builtins.str
+    generation: _builtins.int
+    protocol_name: _builtins.str
+    leader: _builtins.str
+    empty_since_ms: _builtins.int
+    """-1 while it has members"""
+    @_builtins.property
+    def members(self) -> _containers.RepeatedCompositeFieldContainer[Global___ClassicMemberValue]: ...
+    def __init__(
+        self,
+        *,
+        protocol_type: _builtins.str = ...,
+        generation: _builtins.int = ...,
+        protocol_name: _builtins.str = ...,
+        leader: _builtins.str = ...,
+        empty_since_ms: _builtins.int = ...,
+        members: _abc.Iterable[Global___ClassicMemberValue] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["empty_since_ms", b"empty_since_ms", "generation", b"generation", "leader", b"leader", "members", b"members", "protocol_name", b"protocol_name", "protocol_type", b"protocol_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClassicGroupValue: _TypeAlias = ClassicGroupValue  # noqa: Y015

@@ -173,6 +173,7 @@ class GroupDescription:
     assignor: str
     coordinator_id: int
     members: tuple[MemberDescription, ...]
+    group_type: str = "consumer"  # or "classic" (JoinGroup/SyncGroup: the epoch is the generation)
 
 
 def _member_description(m: gpb.DescribedMember) -> MemberDescription:
@@ -185,7 +186,7 @@ def _member_description(m: gpb.DescribedMember) -> MemberDescription:
 def _group_description(d: gpb.DescribedGroup) -> GroupDescription:
     return GroupDescription(
         d.group_id, d.state, d.group_epoch, d.assignment_epoch, d.assignor, d.coordinator_id,
-        tuple(_member_description(m) for m in d.members),
+        tuple(_member_description(m) for m in d.members), d.group_type or "consumer",
     )  # fmt: skip
 
 

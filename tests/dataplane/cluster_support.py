@@ -39,6 +39,7 @@ RANGES = {
     "groups_failover": 127,
     "disk_full": 164,
     "kafka": 171,
+    "kafka_groups": 174,
 }
 
 

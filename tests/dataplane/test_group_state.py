@@ -18,7 +18,12 @@ def _shard(**kwargs: int) -> gs.GroupShard:
     ids = (f"m{i}" for i in itertools.count(1))
     params = {"session_timeout_ms": 1000, "max_group_size": 100, "offset_metadata_max_bytes": 10}
     params.update(kwargs)
-    return gs.GroupShard(**params, new_member_id=lambda: next(ids))
+    return gs.GroupShard(
+        session_timeout_ms=params["session_timeout_ms"],
+        max_group_size=params["max_group_size"],
+        offset_metadata_max_bytes=params["offset_metadata_max_bytes"],
+        new_member_id=lambda: next(ids),
+    )
 
 
 def _hb(
