@@ -162,7 +162,11 @@ class Broker:
             None
             if settings.kafka_listener is None
             else KafkaListener(
-                self.servicer, self.group_servicer, *settings.kafka_listener, ready=self.serving
+                self.servicer,
+                self.group_servicer,
+                *settings.kafka_listener,
+                ready=self.serving,
+                controller=self.client,
             )
         )
         self.image = MetadataImage()

@@ -32,7 +32,9 @@ from typing import Any
 from dataplane import kafka_codec as kc
 from dataplane.broker_service import BrokerServicer
 from dataplane.group_coordinator import GroupServicer
+from dataplane.kafka_admin import KafkaAdmin
 from dataplane.kafka_groups import KafkaGroups
+from metadata_quorum.client import ControllerClient
 from protos import broker_pb2 as pb
 from raftlog.errors import ErrorCode
 
@@ -69,6 +71,7 @@ class KafkaListener:
         host: str,
         port: int,
         ready: threading.Event | None = None,
+        controller: ControllerClient | None = None,
     ) -> None:
         self.servicer = servicer
         self.ready = ready
@@ -87,6 +90,12 @@ class KafkaListener:
         }
         group_apis = KafkaGroups(groups, lambda: servicer.replicas.image, LISTENER, _Call)
         self._handlers.update(group_apis.handlers())
+        if controller is not None:
+            admin = KafkaAdmin(
+                controller, lambda: servicer.replicas.image, servicer.broker_id,
+                servicer.cluster_id, LISTENER,
+            )  # fmt: skip
+            self._handlers.update(admin.handlers())
 
     def start(self) -> None:
         listening = socket.create_server(self.address, backlog=ACCEPT_BACKLOG)
@@ -196,7 +205,8 @@ class KafkaListener:
             "throttle_time": 0,
             "brokers": brokers,
             "cluster_id": described.cluster_id,
-            "controller_id": described.controller_id,
+            # Kafka clients cannot reach controllers: name this broker, which forwards (KIP-590).
+            "controller_id": self.servicer.broker_id,
             "topics": [_topic_metadata(topic) for topic in described.topics],
             "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS,
         }

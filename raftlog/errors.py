@@ -82,6 +82,7 @@ class ErrorCode(enum.Enum):
     FENCED_MEMBER_EPOCH = (110, False)
     UNSUPPORTED_ASSIGNOR = (112, False)
     STALE_MEMBER_EPOCH = (113, False)
+    UNSUPPORTED_ENDPOINT_TYPE = (115, False)
     INVALID_REGULAR_EXPRESSION = (128, False)
 
     @property

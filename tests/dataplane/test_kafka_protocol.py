@@ -18,11 +18,19 @@ from confluent_kafka import OFFSET_BEGINNING
 from confluent_kafka import Consumer as RdConsumer
 from confluent_kafka import Producer as RdProducer
 from confluent_kafka import TopicPartition as RdTopicPartition
-from kafka import KafkaConsumer, KafkaProducer
+from confluent_kafka.admin import AdminClient as RdAdminClient
+from confluent_kafka.cimpl import NewTopic as RdNewTopic
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
+from kafka import errors as kafka_errors
+from kafka.admin import ConfigResource as KpConfigResource
+from kafka.admin import ConfigResourceType as KpResourceType
+from kafka.admin import NewPartitions as KpNewPartitions
+from kafka.admin import NewTopic as KpNewTopic
 
 from dataplane.client import AdminClient, Consumer, Producer, TopicPartition
 from dataplane.local_cluster import LocalCluster, wait_for
+from raftlog.errors import ErrorCode, KafkaError
 from tests.dataplane.cluster_support import create_topic, running_cluster
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("kafka-protocol")]
@@ -293,6 +301,69 @@ def test_a_librdkafka_group_consumer_commits_and_a_successor_resumes(
     assert sorted(resumed) == sorted(f"second-{n}".encode() for n in range(100))
 
 
+def test_kafka_python_admin_client_manages_topics_through_the_controller(
+    cluster: LocalCluster,
+) -> None:
+    """CreateTopics, CreatePartitions, DescribeConfigs, DescribeCluster and DeleteTopics from
+    kafka-python's KafkaAdminClient, forwarded to the controller; the native admin client sees
+    every change, and refusals come back with Kafka's errors."""
+    admin = KafkaAdminClient(bootstrap_servers=kafka_servers(cluster))
+    native = AdminClient(cluster.bootstrap_servers)
+    try:
+        created = admin.create_topics([
+            KpNewTopic("kp-admin", num_partitions=2, replication_factor=3,
+                       topic_configs={"retention.ms": "3600000"}),
+        ])  # fmt: skip
+        assert created["topics"][0]["error_code"] == 0
+
+        def partitions() -> int:  # (a controller that answers reads may lag a moment)
+            try:
+                return len(native.describe_topics(["kp-admin"])["kp-admin"].partitions)
+            except KafkaError as error:
+                assert error.error is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, error
+                return 0
+
+        wait_for("kp-admin's 2 partitions", lambda: partitions() == 2, timeout_s=30)
+        with pytest.raises(kafka_errors.TopicAlreadyExistsError):
+            admin.create_topics([KpNewTopic("kp-admin", num_partitions=1, replication_factor=3)])
+        with pytest.raises(kafka_errors.InvalidReplicationFactorError):
+            admin.create_topics([KpNewTopic("kp-too-many", num_partitions=1, replication_factor=9)])
+        admin.create_partitions({"kp-admin": KpNewPartitions(total_count=4)})
+        wait_for("kp-admin's 4 partitions", lambda: partitions() == 4, timeout_s=30)
+        configs = admin.describe_configs([KpConfigResource(KpResourceType.TOPIC, "kp-admin")])
+        retention = configs["topic"]["kp-admin"]["retention.ms"]
+        assert (retention["value"], retention["config_source"]) == (
+            "3600000",
+            "DYNAMIC_TOPIC_CONFIG",
+        )
+        described = admin.describe_cluster()
+        listed = {f"{b['host']}:{b['port']}" for b in described["brokers"]}
+        assert listed == set(cluster.kafka_bootstrap_servers)
+        admin.delete_topics(["kp-admin"])
+        wait_for(
+            "kp-admin to be gone", lambda: "kp-admin" not in native.list_topics(), timeout_s=30
+        )
+        with pytest.raises(kafka_errors.UnknownTopicOrPartitionError):
+            admin.delete_topics(["kp-admin"])
+    finally:
+        admin.close()
+        native.close()
+
+
+def test_librdkafka_admin_client_creates_and_deletes_topics(cluster: LocalCluster) -> None:
+    admin = RdAdminClient({"bootstrap.servers": kafka_servers(cluster)})
+    for future in admin.create_topics([RdNewTopic("rd-admin", 3, 3)]).values():
+        future.result(timeout=30)
+
+    def partitions() -> int:  # brokers learn of the topic a moment after the controller
+        described = admin.list_topics(timeout=10).topics.get("rd-admin")
+        return 0 if described is None or described.error else len(described.partitions)
+
+    wait_for("rd-admin in librdkafka's metadata", lambda: partitions() == 3, timeout_s=30)
+    for future in admin.delete_topics(["rd-admin"]).values():
+        future.result(timeout=30)
+
+
 # -- protocol edges on raw sockets ------------------------------------------------------------
 def _request(api_key: int, version: int, correlation_id: int, body: bytes = b"") -> bytes:
     client_id = b"raw-test"
@@ -339,3 +410,13 @@ def test_an_unknown_api_key_closes_the_connection(cluster: LocalCluster) -> None
         deadline = time.monotonic() + 10
         while connection.recv(1) != b"":
             assert time.monotonic() < deadline
+
+
+def test_bytes_after_a_request_body_are_ignored_as_kafka_does(cluster: LocalCluster) -> None:
+    """librdkafka 2.x's all-topics Metadata v12 (its admin list_topics) ends with three bytes
+    the schema does not have; Kafka reads the fields and ignores the rest, and so must we."""
+    frame = bytes.fromhex("0003000c00000004000772646b61666b610000000000010000")
+    with _connect(cluster) as connection:
+        connection.sendall(struct.pack(">i", len(frame)) + frame)
+        answer = _response(connection)
+    assert struct.unpack_from(">i", answer) == (4,)
