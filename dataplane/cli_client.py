@@ -33,6 +33,7 @@ from dataplane.client import (
     RecordMetadata,
     TopicPartition,
 )
+from dataplane.client._config import DEFAULT_BATCH_SIZE
 from dataplane.client.admin import ConfigResource, ResourceType, TopicDescription
 from dataplane.perf import (
     Acks,
@@ -610,7 +611,9 @@ def perf_produce(
     num_records: Annotated[int, typer.Option("--num-records", min=1)],
     record_size: Annotated[int, typer.Option("--record-size", min=0, help="bytes")] = 1024,
     acks: AcksOption = AcksChoice.ALL,
-    batch_size: Annotated[int, typer.Option("--batch-size", min=1, max=64 * 1024 * 1024)] = 16_384,
+    batch_size: Annotated[
+        int, typer.Option("--batch-size", min=1, max=64 * 1024 * 1024)
+    ] = DEFAULT_BATCH_SIZE,
     linger_ms: Annotated[int, typer.Option("--linger-ms", min=0, max=600_000)] = 5,
     compression: CompressionOption = CompressionChoice.NONE,
     throughput: Annotated[

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from dataplane.client import Consumer, Producer, RecordMetadata, TopicPartition
+from dataplane.client._config import DEFAULT_BATCH_SIZE
 
 __all__ = [
     "ConsumePerfResult",
@@ -150,7 +151,7 @@ def run_produce_perf(
     record_size: int = 1024,
     *,
     acks: Acks = "all",
-    batch_size: int = 16_384,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     linger_ms: int = 5,
     compression_type: CompressionType = "none",
     throughput_per_s: float = -1,

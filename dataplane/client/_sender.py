@@ -171,6 +171,7 @@ class Sender:
                 continue
             leaders[leader.node_id] = leader
             by_leader.setdefault(leader.node_id, []).append(tp)
+        sent = False
         for node_id, partitions in by_leader.items():
             if (
                 len(self._in_flight.get(node_id, ()))
@@ -179,7 +180,13 @@ class Sender:
                 batches = self._accumulator.drain(partitions, self._config.max_request_size)
                 if batches:
                     self._send(leaders[node_id], batches)
-        self._wait(ready.next_ready_s)
+                    sent = True
+        if not sent:
+            # Nothing more may go now (in-flight limits, windows) or nothing is ready: sleep
+            # until a completion, an append or the next linger expiry. After a send, go round
+            # at once: the next batches of the same partitions may already be ready, and
+            # waiting for the answer would allow one request in flight at a time.
+            self._wait(ready.next_ready_s)
 
     def _wait(self, next_ready_s: float | None) -> None:
         if not self._running and not self._requests() and not self._accumulator.has_incomplete():

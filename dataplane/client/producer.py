@@ -33,7 +33,7 @@ from dataplane.client._accumulator import (
 )
 from dataplane.client._closing import Closing
 from dataplane.client._cluster import Cluster
-from dataplane.client._config import ProducerConfig
+from dataplane.client._config import DEFAULT_BATCH_SIZE, ProducerConfig
 from dataplane.client._sender import Sender
 from dataplane.client._types import RecordMetadata, TopicPartition
 from dataplane.client.partitioner import StickyPartitioner, partition_for_key
@@ -76,7 +76,7 @@ class Producer(Closing):
         bootstrap_servers: str | Sequence[str],
         *,
         acks: Literal[0, 1, -1, "all"] = "all",
-        batch_size: int = 16_384,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         linger_ms: int = 5,
         compression_type: Literal["none", "gzip", "snappy", "lz4", "zstd"] = "none",
         retries: int = 2**31 - 1,
