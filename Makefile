@@ -63,6 +63,8 @@ pipeline: deps
 demo-storage: deps
 	$(BIN)/raftlog demo storage
 
+# The benchmark peer (NATS JetStream) is a Debian package too: only `make bench` needs it.
+bench: DEB_NEEDS += nats-server:nats-server
 bench: deps
 	$(BIN)/python -m bench.storage_bench --out bench/results/latest.json
 	$(BIN)/python -m bench.quorum_bench --out bench/results/latest.json
@@ -70,6 +72,7 @@ bench: deps
 	$(BIN)/python -m bench.groups_bench --out bench/results/latest.json
 	$(BIN)/python -m bench.spark_bench --out bench/results/latest.json
 	$(BIN)/python -m bench.kafka_protocol_bench --out bench/results/latest.json
+	$(BIN)/python -m bench.peer_bench --out bench/results/latest.json
 
 # The 10-minute chaos run: SEED=N NODES=3|5 DURATION=10m override; needs root (node users, iptables).
 SEED     ?= 1

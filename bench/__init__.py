@@ -11,14 +11,18 @@ Each benchmark owns one section (``storage``, later the metadata quorum, brokers
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import os
 import platform
 import random
 import subprocess
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from rich.console import Console
 
 from raftlog.records import Record, encode_batch
 
@@ -91,3 +95,26 @@ def write_section(path: Path, name: str, section: dict[str, Any]) -> dict[str, A
     tmp.write_text(json.dumps(results, indent=2, sort_keys=False) + "\n")
     os.replace(tmp, path)
     return results
+
+
+def bench_main(
+    argv: Sequence[str] | None,
+    description: str,
+    section: str,
+    run: Callable[[Path, bool, Console], dict[str, Any]],
+    report: Callable[[Console, dict[str, Any]], None],
+) -> int:
+    """The command line of a benchmark that writes one section: ``--out``, ``--quick`` and
+    ``--workdir``; ``run(workdir, quick, progress)`` gives the figures, ``report`` prints them."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--out", type=Path, required=True, help="results JSON file to update")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
+    parser.add_argument("--workdir", type=Path, default=REPO_ROOT / ".raftlog" / "bench")
+    args = parser.parse_args(argv)
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    figures = run(args.workdir, args.quick, Console(stderr=True))
+    write_section(args.out, section, figures)
+    console = Console()
+    report(console, figures)
+    console.print(f"figures written to {args.out}")
+    return 0

@@ -19,7 +19,6 @@ MB is 10**6 bytes of values. Every wait polls a condition with a deadline.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import sys
@@ -37,12 +36,11 @@ from confluent_kafka import TopicPartition as RdTopicPartition
 from rich.console import Console
 from rich.table import Table
 
-from bench import write_section
+from bench import bench_main
 from dataplane.client import AdminClient, NewTopic
 from dataplane.local_cluster import LocalCluster, pick_cluster_port, wait_for
 from dataplane.perf import run_consume_perf, run_produce_perf
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 FIRST_HOST = 67  # 127.0.0.67-69 are this benchmark's
 PARTITIONS = 6
 RECORD_BYTES = 1024
@@ -187,18 +185,10 @@ def print_report(console: Console, figures: dict[str, Any]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True, help="results JSON file to update")
-    parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
-    parser.add_argument("--workdir", type=Path, default=REPO_ROOT / ".raftlog" / "bench")
-    args = parser.parse_args(argv)
-    args.workdir.mkdir(parents=True, exist_ok=True)
-    console = Console()
-    figures = run(args.workdir, RECORDS["quick" if args.quick else "full"], Console(stderr=True))
-    write_section(args.out, "kafka_protocol", figures)
-    print_report(console, figures)
-    console.print(f"figures written to {args.out}")
-    return 0
+    def figures(workdir: Path, quick: bool, progress: Console) -> dict[str, Any]:
+        return run(workdir, RECORDS["quick" if quick else "full"], progress)
+
+    return bench_main(argv, __doc__.splitlines()[0], "kafka_protocol", figures, print_report)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,363 @@
+"""Side by side with the benchmark peer, NATS JetStream: the same workload, in one run, against a
+3-node JetStream cluster (a replicas=3, file-backed stream) on 127.0.0.21-23 and a 3-node raftlog
+cluster on 127.0.0.11-13, each from its Python client (nats-py; raftlog's gRPC client).
+
+``python -m bench.peer_bench --out bench/results/latest.json [--quick]``
+
+1. Produce 1 KiB records as fast as the client goes, every one acknowledged by the replicated
+   store (raftlog: acks=all, RF 3, min.insync.replicas 2, one partition; JetStream: pipelined
+   ``publish_async``, each PubAck awaited): records/s and MB/s.
+2. Consume them from the beginning (raftlog: the Consumer; JetStream: a pull consumer without
+   acks, fetching 1,000 at a time): records/s.
+3. Leader failover: SIGKILL the leader of the written partition (raftlog) / of the stream
+   (JetStream) under a writer sending one record at a time; seconds until the first write sent
+   after the kill is acknowledged. The killed node is started again after each round.
+
+Each process either system runs is stopped by its pid at the end, also on failure. The ratio
+column is raftlog ÷ JetStream (above 1: raftlog is faster; for failover, below 1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import nats
+from nats.js.api import AckPolicy, ConsumerConfig, StorageType, StreamConfig
+from nats.js.client import JetStreamContext
+from rich.console import Console
+from rich.table import Table
+
+from bench import bench_main
+from bench.dataplane_bench import failover_round
+from dataplane.client import AdminClient, NewTopic
+from dataplane.local_cluster import LocalCluster, free_port, pick_cluster_port, wait_for
+from dataplane.perf import run_consume_perf, run_produce_perf
+
+RAFTLOG_FIRST_HOST = 11
+NATS_FIRST_HOST = 21
+RECORD_BYTES = 1024
+RECORDS = {"full": 100_000, "quick": 2_000}
+FAILOVER_ROUNDS = {"full": 3, "quick": 1}
+STREAM, SUBJECT, TOPIC = "BENCH", "bench.data", "peer-bench"
+WAIT_S = 120.0
+NATS_PENDING = 4_000  # publish_async acknowledgements outstanding at once
+FETCH_BATCH = 1_000
+STOP_TIMEOUT_S = 10.0
+
+
+# -- the JetStream cluster -------------------------------------------------------------------------
+@dataclass
+class NatsNode:
+    name: str
+    host: str
+    config: Path
+    log: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+
+class JetStreamCluster:
+    """Three nats-server processes with JetStream, routed to each other."""
+
+    def __init__(self, root: Path, first_host: int = NATS_FIRST_HOST) -> None:
+        self.root = root
+        hosts = [f"127.0.0.{first_host + n}" for n in range(3)]
+        self.port = free_port(hosts[0])
+        self.route_port = free_port(hosts[0])
+        self.nodes = [
+            NatsNode(f"n{n + 1}", host, root / f"n{n + 1}.conf", root / f"n{n + 1}.log")
+            for n, host in enumerate(hosts)
+        ]
+        for node in self.nodes:
+            routes = ", ".join(
+                f"nats-route://{other.host}:{self.route_port}"
+                for other in self.nodes
+                if other is not node
+            )
+            node.config.write_text(
+                f"server_name: {node.name}\n"
+                f"listen: {node.host}:{self.port}\n"
+                f'jetstream {{ store_dir: "{root / node.name}" }}\n'
+                f"cluster {{ name: bench, listen: {node.host}:{self.route_port}, "
+                f"routes: [{routes}] }}\n"
+            )
+
+    @property
+    def servers(self) -> list[str]:
+        return [f"nats://{node.host}:{self.port}" for node in self.nodes]
+
+    def start(self, node: NatsNode) -> None:
+        server = shutil.which("nats-server")
+        if server is None:
+            raise RuntimeError("nats-server is not installed (make bench installs it)")
+        with node.log.open("ab") as log:
+            node.proc = subprocess.Popen(
+                [server, "-c", str(node.config)], stdout=log, stderr=subprocess.STDOUT
+            )
+
+    def stop(self, node: NatsNode, kill: bool = False) -> None:
+        proc = node.proc
+        if proc is None or proc.poll() is not None:
+            return
+        os.kill(proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
+        try:
+            proc.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=STOP_TIMEOUT_S)
+
+    def node(self, name: str) -> NatsNode:
+        return next(node for node in self.nodes if node.name == name)
+
+
+@contextmanager
+def jetstream_cluster(workdir: Path, console: Console) -> Iterator[JetStreamCluster]:
+    root = Path(tempfile.mkdtemp(prefix="jetstream-", dir=workdir))
+    cluster = JetStreamCluster(root)
+    try:
+        console.log(f"starting 3 JetStream servers: {', '.join(cluster.servers)}")
+        for node in cluster.nodes:
+            cluster.start(node)
+        yield cluster
+    finally:
+        for node in cluster.nodes:
+            cluster.stop(node)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def _quiet(*_: Any) -> None:
+    """nats-py's callbacks: a killed server's refused reconnects are the point, not news."""
+
+
+async def _connect(cluster: JetStreamCluster) -> tuple[Any, JetStreamContext]:
+    nc = await nats.connect(
+        cluster.servers, connect_timeout=2, reconnect_time_wait=0.2, max_reconnect_attempts=-1,
+        error_cb=_quiet, disconnected_cb=_quiet, reconnected_cb=_quiet,
+    )  # fmt: skip
+    return nc, nc.jetstream(timeout=5)
+
+
+async def _create_stream(js: JetStreamContext) -> None:
+    """Add the replicas=3 file stream once the cluster has a JetStream meta leader."""
+    deadline = time.monotonic() + WAIT_S
+    config = StreamConfig(name=STREAM, subjects=[SUBJECT], num_replicas=3, storage=StorageType.FILE)
+    while True:
+        try:
+            await js.add_stream(config)
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)  # polling a condition with a deadline
+
+
+async def nats_produce(js: JetStreamContext, records: int) -> dict[str, Any]:
+    payload = os.urandom(RECORD_BYTES)
+    failed = 0
+    started = time.perf_counter()
+    futures = [await js.publish_async(SUBJECT, payload, wait_stall=WAIT_S) for _ in range(records)]
+    for future in futures:
+        try:
+            await asyncio.wait_for(future, WAIT_S)
+        except Exception:  # noqa: BLE001 - a publish not acknowledged is counted, not raised
+            failed += 1
+    seconds = time.perf_counter() - started
+    acked = records - failed
+    return {
+        "records": acked,
+        "failed": failed,
+        "seconds": round(seconds, 3),
+        "records_per_s": round(acked / seconds),
+        "mb_per_s": round(acked * RECORD_BYTES / seconds / 1e6, 1),
+    }
+
+
+async def nats_consume(js: JetStreamContext, records: int) -> dict[str, Any]:
+    subscription = await js.pull_subscribe(
+        SUBJECT, durable="bench-reader", config=ConsumerConfig(ack_policy=AckPolicy.NONE)
+    )
+    got = 0
+    started = time.perf_counter()
+    deadline = time.monotonic() + WAIT_S
+    while got < records and time.monotonic() < deadline:
+        try:
+            messages = await subscription.fetch(FETCH_BATCH, timeout=5)
+        except nats.errors.TimeoutError:
+            continue
+        got += len(messages)
+    seconds = time.perf_counter() - started
+    return {"records": got, "seconds": round(seconds, 3), "records_per_s": round(got / seconds)}
+
+
+async def nats_failover(cluster: JetStreamCluster, js: JetStreamContext) -> float:
+    """SIGKILL the stream leader under a one-at-a-time writer; seconds to the next PubAck."""
+    leader = (await js.stream_info(STREAM)).cluster
+    assert leader is not None and leader.leader is not None, "a replicated stream has a leader"
+    victim = cluster.node(leader.leader)
+    for _ in range(50):  # writes flowing
+        await js.publish(SUBJECT, b"x" * 100, timeout=5)
+    cluster.stop(victim, kill=True)
+    killed = time.monotonic()
+    deadline = killed + WAIT_S
+    resumed: float | None = None
+    while resumed is None and time.monotonic() < deadline:
+        try:
+            await js.publish(SUBJECT, b"x" * 100, timeout=1)
+            resumed = time.monotonic()
+        except Exception:  # noqa: BLE001 - no leader yet: timeouts and "no responders"
+            continue
+    cluster.start(victim)
+    if resumed is None:
+        raise TimeoutError("JetStream took no write after its leader was killed")
+    # the stream whole again before the next round: the killed server back and caught up
+    while time.monotonic() < deadline:
+        info = (await js.stream_info(STREAM)).cluster
+        replicas = [] if info is None else list(info.replicas or [])
+        if len(replicas) == 2 and all(r.current and not r.offline for r in replicas):
+            break
+        await asyncio.sleep(0.2)  # polling a condition with a deadline
+    return resumed - killed
+
+
+async def run_jetstream(
+    cluster: JetStreamCluster, records: int, rounds: int, console: Console
+) -> dict[str, Any]:
+    nc, js = await _connect(cluster)
+    try:
+        await _create_stream(js)
+        console.log(f"JetStream produce: {records:,} records of {RECORD_BYTES} B")
+        produced = await nats_produce(js, records)
+        console.log("JetStream consume")
+        consumed = await nats_consume(js, produced["records"])
+        console.log(f"JetStream failover x{rounds}")
+        failover = [round(await nats_failover(cluster, js), 3) for _ in range(rounds)]
+    finally:
+        await nc.close()
+    return {"produce": produced, "consume": consumed, "failover_s": failover}
+
+
+# -- raftlog ---------------------------------------------------------------------------------------
+@contextmanager
+def raftlog_cluster(workdir: Path, console: Console) -> Iterator[LocalCluster]:
+    root = Path(tempfile.mkdtemp(prefix="peer-raftlog-", dir=workdir))
+    hosts = [f"127.0.0.{RAFTLOG_FIRST_HOST + n}" for n in range(3)]
+    cluster = LocalCluster(
+        root, nodes=3, first_host=RAFTLOG_FIRST_HOST, port=pick_cluster_port(hosts)
+    )
+    try:
+        console.log(f"starting 3 raftlog nodes: {', '.join(cluster.bootstrap_servers)}")
+        cluster.up(timeout_s=WAIT_S)
+        yield cluster
+    finally:
+        cluster.down()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def run_raftlog(
+    cluster: LocalCluster, records: int, rounds: int, console: Console
+) -> dict[str, Any]:
+    with AdminClient(cluster.bootstrap_servers) as admin:
+        errors = admin.create_topics([NewTopic(TOPIC, 1, 3, {"min.insync.replicas": "2"})])
+        if errors[TOPIC] is not None:
+            raise RuntimeError(f"cannot create {TOPIC}: {errors[TOPIC]}")
+        wait_for(
+            f"a leader of {TOPIC}",
+            lambda: admin.describe_topics([TOPIC])[TOPIC].partitions[0].leader >= 0,
+            WAIT_S,
+        )
+    console.log(f"raftlog produce: {records:,} records of {RECORD_BYTES} B")
+    produced = run_produce_perf(cluster.bootstrap_servers, TOPIC, records, RECORD_BYTES)
+    console.log("raftlog consume")
+    consumed = run_consume_perf(cluster.bootstrap_servers, TOPIC, produced.records)
+    console.log(f"raftlog failover x{rounds}")
+    failover = [round(failover_round(cluster, TOPIC), 3) for _ in range(rounds)]
+    return {
+        "produce": {
+            "records": produced.records,
+            "failed": produced.errors,
+            "seconds": round(produced.seconds, 3),
+            "records_per_s": round(produced.records_per_s),
+            "mb_per_s": round(produced.records * RECORD_BYTES / produced.seconds / 1e6, 1),
+        },
+        "consume": {
+            "records": consumed.records,
+            "seconds": round(consumed.seconds, 3),
+            "records_per_s": round(consumed.records_per_s),
+        },
+        "failover_s": failover,
+    }
+
+
+# -- the run ---------------------------------------------------------------------------------------
+def run(workdir: Path, size: str, console: Console) -> dict[str, Any]:
+    records, rounds = RECORDS[size], FAILOVER_ROUNDS[size]
+    with jetstream_cluster(workdir, console) as jetstream:
+        peer = asyncio.run(run_jetstream(jetstream, records, rounds, console))
+    with raftlog_cluster(workdir, console) as cluster:
+        ours = run_raftlog(cluster, records, rounds, console)
+    return {
+        "record_bytes": RECORD_BYTES,
+        "records": records,
+        "replication_factor": 3,
+        "raftlog": {**ours, "hosts": "127.0.0.11-13", "partitions": 1, "client": "gRPC client"},
+        "jetstream": {
+            **peer,
+            "hosts": "127.0.0.21-23",
+            "client": "nats-py",
+            "server": _nats_version(),
+        },
+    }
+
+
+def _nats_version() -> str:
+    server = shutil.which("nats-server")
+    if server is None:
+        return "unknown"
+    done = subprocess.run([server, "--version"], capture_output=True, text=True, check=False)
+    return done.stdout.strip() or done.stderr.strip()
+
+
+def _ratio(ours: float, theirs: float) -> str:
+    return f"{ours / theirs:.2f}x" if theirs else "-"
+
+
+def print_report(console: Console, figures: dict[str, Any]) -> None:
+    ours, peer = figures["raftlog"], figures["jetstream"]
+    table = Table(title="raftlog vs NATS JetStream: 1 KiB records, RF 3, Python clients")
+    for column in ("measure", "raftlog", "JetStream", "raftlog ÷ JetStream"):
+        table.add_column(column, justify="right")
+    for name, key in (("produce records/s", "produce"), ("consume records/s", "consume")):
+        a, b = ours[key]["records_per_s"], peer[key]["records_per_s"]
+        table.add_row(name, f"{a:,}", f"{b:,}", _ratio(a, b))
+    table.add_row(
+        "produce MB/s", str(ours["produce"]["mb_per_s"]), str(peer["produce"]["mb_per_s"]),
+        _ratio(ours["produce"]["mb_per_s"], peer["produce"]["mb_per_s"]),
+    )  # fmt: skip
+    worst_ours, worst_peer = max(ours["failover_s"]), max(peer["failover_s"])
+    table.add_row(
+        "leader failover s (worst)", f"{worst_ours:.2f}", f"{worst_peer:.2f}",
+        _ratio(worst_ours, worst_peer),
+    )  # fmt: skip
+    console.print(table)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    def figures(workdir: Path, quick: bool, progress: Console) -> dict[str, Any]:
+        return run(workdir, "quick" if quick else "full", progress)
+
+    return bench_main(argv, __doc__.splitlines()[0], "peer", figures, print_report)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
