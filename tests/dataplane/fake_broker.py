@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from dataplane.producer_state import ProducerStates
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc as pb_grpc
 from raftlog.batch import OFFSET_LENGTH_EPOCH, iter_batches
@@ -32,6 +33,7 @@ class FakePartition:
     batches: list[bytes] = field(default_factory=list)  # with offsets assigned
     log_end_offset: int = 0
     injected: list[ErrorCode] = field(default_factory=list)  # next produce answers, in order
+    producers: ProducerStates = field(default_factory=ProducerStates)
 
 
 class FakeCluster:
@@ -67,14 +69,21 @@ class FakeCluster:
         return [r.value for r in iter_records(data)]
 
     def append(self, topic: str, partition: int, batch: bytes) -> int:
-        """Append as a leader would: CRC-check, assign offsets. Returns the base offset."""
+        """Append as a leader would: CRC-check, check an idempotent producer's sequence (the
+        broker's own ProducerStates: a retry gets its first offsets back, a gap is
+        OUT_OF_ORDER_SEQUENCE_NUMBER, raised), assign offsets. Returns the base offset."""
         with self.lock:
             state = self.topics[topic][partition]
+            headers = [header for _, header in iter_batches(batch)]
+            stored = state.producers.check(headers[0])
+            if stored is not None:
+                return stored.first_offset
             base = state.log_end_offset
-            for _, header in iter_batches(batch):
+            for header in headers:
                 state.log_end_offset = base + header.last_offset_delta + 1
             rewritten = OFFSET_LENGTH_EPOCH.pack(base, len(batch) - 12, state.leader_epoch)
             state.batches.append(rewritten + batch[OFFSET_LENGTH_EPOCH.size :])
+            state.producers.update(headers[0]._replace(base_offset=base))
             self.lock.notify_all()
             return base
 

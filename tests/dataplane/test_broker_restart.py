@@ -28,9 +28,14 @@ SESSION_TIMEOUT_MS = 8000
 
 
 def _kafka_connection_is_refused(address: str) -> bool:
-    """True if the listener closes a new connection without answering an ApiVersions."""
+    """True if the listener closes a new connection without answering an ApiVersions (or is
+    not listening yet: the gRPC server starts a moment before it)."""
     host, port = address.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=5) as connection:
+    try:
+        connection = socket.create_connection((host, int(port)), timeout=5)
+    except ConnectionRefusedError:
+        return True
+    with connection:
         # ApiVersions v0, correlation id 7, client id "t": the listener closes before reading.
         body = b"\x00\x12\x00\x00\x00\x00\x00\x07\x00\x01t"
         try:
