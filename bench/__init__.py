@@ -19,6 +19,7 @@ import platform
 import random
 import subprocess
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -80,15 +81,78 @@ def utc_now() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
+REGRESSION_FRACTION = 0.10  # the guard reports figures that got worse by more than this
+# A figure's direction comes from its path in the results: rates are better higher; times,
+# latencies and failovers better lower; anything else (counts, sizes, settings) is not judged.
+HIGHER_IS_BETTER = ("per_s", "percent_of_raw")  # endings of the figure's own key
+LOWER_IS_BETTER = ("seconds", "_ms", "_s", "us_per_batch")  # endings of the figure's own key
+LOWER_IS_BETTER_UNDER = ("latency", "failover")  # anywhere in its path
+
+
+@dataclass(frozen=True)
+class Regression:
+    path: str
+    before: float
+    after: float
+
+    def describe(self) -> str:
+        change = (self.after - self.before) / self.before * 100 if self.before else 0.0
+        return f"{self.path}: {_figure(self.before)} -> {_figure(self.after)} ({change:+.0f}%)"
+
+
+def _figure(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+
+
+def _direction(path: str) -> int:
+    """+1 when a larger value is better, -1 when a smaller one is, 0 when not judged."""
+    last = path.rsplit(".", 1)[-1].split("[", 1)[0]
+    if any(last.endswith(suffix) for suffix in HIGHER_IS_BETTER):
+        return 1
+    if any(last.endswith(suffix) for suffix in LOWER_IS_BETTER):
+        return -1
+    if any(part in path for part in LOWER_IS_BETTER_UNDER):
+        return -1
+    return 0
+
+
+def regressions(before: Any, after: Any, path: str = "") -> list[Regression]:
+    """The figures of ``after`` worse than in ``before`` by more than REGRESSION_FRACTION
+    (matched by key, and by position in lists of the same length)."""
+    found: list[Regression] = []
+    if isinstance(before, dict) and isinstance(after, dict):
+        for key in [k for k in after if k in before]:  # in the new section's order
+            found += regressions(before[key], after[key], f"{path}.{key}" if path else key)
+    elif isinstance(before, list) and isinstance(after, list) and len(before) == len(after):
+        for index, (old, new) in enumerate(zip(before, after, strict=True)):
+            found += regressions(old, new, f"{path}[{index}]")
+    elif (
+        isinstance(before, int | float)
+        and isinstance(after, int | float)
+        and not isinstance(before, bool)
+        and before > 0
+    ):
+        direction = _direction(path)
+        worse = (before - after) if direction > 0 else (after - before) if direction < 0 else 0
+        if worse > REGRESSION_FRACTION * before:
+            found.append(Regression(path, float(before), float(after)))
+    return found
+
+
 def write_section(path: Path, name: str, section: dict[str, Any]) -> dict[str, Any]:
     """Replace section ``name`` of the results file at ``path`` (kept: the other sections) and
-    stamp the machine and date. Returns what was written."""
+    stamp the machine and date; first print (to stderr) every figure of the section that got
+    more than 10% worse than in the file. Returns what was written."""
     results: dict[str, Any] = {}
     if path.exists():
         loaded = json.loads(path.read_text())
         if not isinstance(loaded, dict):
             raise ValueError(f"{path} holds {type(loaded).__name__}, not a results object")
         results = loaded
+    worse = regressions(results.get(name), section, name)
+    console = Console(stderr=True)
+    for regression in worse:
+        console.print(f"[yellow]slower than the previous results:[/yellow] {regression.describe()}")
     results.update({"machine": machine_info(), "date": utc_now(), name: section})
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")

@@ -1,0 +1,39 @@
+"""The benchmarks' regression guard: which figures got more than 10% worse."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench import regressions, write_section
+
+
+def test_rates_must_not_drop_and_times_must_not_grow() -> None:
+    before = {
+        "produce": {"records_per_s": 1000, "records": 500, "latency_ms": {"p99": 10.0}},
+        "failover_s": [2.0, 3.0],
+        "append": [{"batch_bytes": 16589, "mb_per_s": 300.0, "percent_of_raw": 50.0}],
+        "config": {"batch_size": 16384},
+    }
+    after = {
+        "produce": {"records_per_s": 850, "records": 400, "latency_ms": {"p99": 10.5}},
+        "failover_s": [2.1, 4.0],
+        "append": [{"batch_bytes": 20000, "mb_per_s": 310.0, "percent_of_raw": 40.0}],
+        "config": {"batch_size": 1000000},
+    }
+    found = {r.path: (r.before, r.after) for r in regressions(before, after, "s")}
+    assert found == {
+        "s.produce.records_per_s": (1000, 850),  # 15% fewer: worse
+        "s.failover_s[1]": (3.0, 4.0),  # 33% longer: worse
+        "s.append[0].percent_of_raw": (50.0, 40.0),
+    }  # a count and a size are not judged; +5% latency and +5% failover are within 10%
+
+
+def test_write_section_reports_and_keeps_other_sections(tmp_path: Path, capsys: object) -> None:
+    out = tmp_path / "latest.json"
+    write_section(out, "a", {"x_per_s": 100})
+    write_section(out, "b", {"y_s": 1.0})
+    write_section(out, "a", {"x_per_s": 50})
+    written = json.loads(out.read_text())
+    assert written["a"] == {"x_per_s": 50} and written["b"] == {"y_s": 1.0}
+    assert "a.x_per_s" in capsys.readouterr().err  # type: ignore[attr-defined]
