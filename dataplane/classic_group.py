@@ -499,16 +499,20 @@ class ClassicGroups:
     ) -> list[KafkaError | None]:
         """Each (member id, instance id) leaves; one outcome per member."""
         outcomes: list[KafkaError | None] = []
-        for member_id, instance_id in members:
+        known = self.groups.get(group_id)
+        for given_id, instance_id in members:
+            member_id = given_id
+            if not member_id and instance_id is not None and known is not None:
+                # KIP-345: a static member may leave by its instance id alone.
+                owner = known.instance_owner(instance_id)
+                member_id = "" if owner is None else owner.member_id
             try:
                 group, member = self._member(group_id, member_id, instance_id)
             except KafkaError as error:
-                if error.error is ErrorCode.UNKNOWN_MEMBER_ID:
-                    group = self.groups[group_id]
-                    if group.pending.pop(member_id, None) is not None:
-                        outcomes.append(None)
-                        continue
-                outcomes.append(error)
+                if known is not None and known.pending.pop(member_id, None) is not None:
+                    outcomes.append(None)  # a KIP-394 member that never completed its join
+                else:
+                    outcomes.append(error)
                 continue
             self._remove(group, member, ErrorCode.UNKNOWN_MEMBER_ID, now_ms)
             outcomes.append(None)

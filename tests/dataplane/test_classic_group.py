@@ -228,3 +228,15 @@ def test_a_static_member_back_under_a_new_id_fences_its_old_self() -> None:
         ErrorCode.UNKNOWN_MEMBER_ID,
         ErrorCode.FENCED_INSTANCE_ID,
     }
+
+
+def test_leaving_an_unknown_group_or_by_instance_id() -> None:
+    state = shard()
+    (refused,) = state.classic.leave("nobody-here", [("m9", None)], 0)
+    assert refused is not None and refused.error is ErrorCode.UNKNOWN_MEMBER_ID
+    static = joined(join(state, "", 0, instance="i-7"))
+    pending = new_member(state, 1)  # MEMBER_ID_REQUIRED: pending, not yet a member
+    outcomes = state.classic.leave(GROUP, [("", "i-7"), (pending, None)], 2)
+    assert outcomes == [None, None]
+    assert static.member_id not in state.classic.groups[GROUP].members
+    assert state.group_state(GROUP) == "Empty"
