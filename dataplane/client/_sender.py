@@ -355,6 +355,14 @@ class Sender:
         if not retriable or batch.attempts > self._config.retries or expired or self._forced:
             if retriable and expired:
                 error = ProducerTimeoutError(f"delivery.timeout.ms passed; last error {error}")
+            elif error.error is ErrorCode.MESSAGE_TOO_LARGE and len(batch.futures) > 1:
+                # Batches are not split and resent (Kafka's Java client does, KIP-126): say
+                # what to change when the topic allows less than a whole batch.
+                error = KafkaError(
+                    error.error,
+                    f"{error.message} (a batch of {len(batch.futures)} records: set batch_size "
+                    f"below the topic's max.message.bytes, now {self._config.batch_size})",
+                )
             self._fail(batch, error)
             return
         if error.error in LEADER_ERRORS:

@@ -135,6 +135,18 @@ def test_record_too_large_fails_without_sending(cluster: FakeCluster) -> None:
     assert cluster.produce_requests == []
 
 
+def test_a_batch_the_topic_refuses_as_too_large_says_to_lower_batch_size(
+    cluster: FakeCluster,
+) -> None:
+    cluster.inject("t", 0, ErrorCode.MESSAGE_TOO_LARGE)
+    with Producer(bootstrap(cluster), linger_ms=200, batch_size=10_000, **FAST) as producer:
+        futures = [producer.send("t", value=b"v%d" % n, partition=0) for n in range(3)]
+        with pytest.raises(KafkaError) as info:
+            futures[0].result(timeout=10)
+    assert info.value.error is ErrorCode.MESSAGE_TOO_LARGE
+    assert "a batch of 3 records: set batch_size below" in info.value.message
+
+
 def test_acks_zero_completes_with_offset_minus_one(cluster: FakeCluster) -> None:
     with Producer(bootstrap(cluster), acks=0, **FAST) as producer:
         meta = producer.send("t", value=b"a", partition=0).result(timeout=10)

@@ -159,7 +159,9 @@ def test_clear_errors(session: SparkSession, cluster: LocalCluster) -> None:
 def test_fail_on_data_loss(session: SparkSession, cluster: LocalCluster, fail: bool) -> None:
     topic = f"retained-{str(fail).lower()}"
     create(cluster, topic, 1, **{"segment.bytes": "1024", "retention.bytes": "2048"})
-    produce(cluster, topic, [b"%04d" % n + b"x" * 100 for n in range(300)])
+    # Small batches: a segment holds whole batches, and retention never deletes the active one;
+    # one 1 MB batch (the client's default) would leave nothing to delete.
+    produce(cluster, topic, [b"%04d" % n + b"x" * 100 for n in range(300)], batch_size=1024)
     with Consumer(cluster.bootstrap_servers) as consumer:
         tp = TopicPartition(topic, 0)
         log_start = wait_for("retention to delete segments", lambda: (
