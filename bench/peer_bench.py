@@ -40,9 +40,8 @@ from rich.console import Console
 from rich.table import Table
 
 from bench import bench_main
-from bench.dataplane_bench import failover_round
-from dataplane.client import AdminClient, NewTopic
-from dataplane.local_cluster import LocalCluster, free_port, pick_cluster_port, wait_for
+from bench.dataplane_bench import cluster_in, create_topic, failover_round
+from dataplane.local_cluster import LocalCluster, free_port
 from dataplane.perf import run_consume_perf, run_produce_perf
 
 RAFTLOG_FIRST_HOST = 11
@@ -248,34 +247,10 @@ async def run_jetstream(
 
 
 # -- raftlog ---------------------------------------------------------------------------------------
-@contextmanager
-def raftlog_cluster(workdir: Path, console: Console) -> Iterator[LocalCluster]:
-    root = Path(tempfile.mkdtemp(prefix="peer-raftlog-", dir=workdir))
-    hosts = [f"127.0.0.{RAFTLOG_FIRST_HOST + n}" for n in range(3)]
-    cluster = LocalCluster(
-        root, nodes=3, first_host=RAFTLOG_FIRST_HOST, port=pick_cluster_port(hosts)
-    )
-    try:
-        console.log(f"starting 3 raftlog nodes: {', '.join(cluster.bootstrap_servers)}")
-        cluster.up(timeout_s=WAIT_S)
-        yield cluster
-    finally:
-        cluster.down()
-        shutil.rmtree(root, ignore_errors=True)
-
-
 def run_raftlog(
     cluster: LocalCluster, records: int, rounds: int, console: Console
 ) -> dict[str, Any]:
-    with AdminClient(cluster.bootstrap_servers) as admin:
-        errors = admin.create_topics([NewTopic(TOPIC, 1, 3, {"min.insync.replicas": "2"})])
-        if errors[TOPIC] is not None:
-            raise RuntimeError(f"cannot create {TOPIC}: {errors[TOPIC]}")
-        wait_for(
-            f"a leader of {TOPIC}",
-            lambda: admin.describe_topics([TOPIC])[TOPIC].partitions[0].leader >= 0,
-            WAIT_S,
-        )
+    create_topic(cluster, TOPIC, 1)  # min.insync.replicas 2, RF 3, once it has a leader
     console.log(f"raftlog produce: {records:,} records of {RECORD_BYTES} B")
     produced = run_produce_perf(cluster.bootstrap_servers, TOPIC, records, RECORD_BYTES)
     console.log("raftlog consume")
@@ -304,7 +279,7 @@ def run(workdir: Path, size: str, console: Console) -> dict[str, Any]:
     records, rounds = RECORDS[size], FAILOVER_ROUNDS[size]
     with jetstream_cluster(workdir, console) as jetstream:
         peer = asyncio.run(run_jetstream(jetstream, records, rounds, console))
-    with raftlog_cluster(workdir, console) as cluster:
+    with cluster_in(workdir, console, RAFTLOG_FIRST_HOST) as cluster:
         ours = run_raftlog(cluster, records, rounds, console)
     return {
         "record_bytes": RECORD_BYTES,

@@ -65,9 +65,10 @@ class KafkaAdmin:
             kc.API_DESCRIBE_CLUSTER: self.describe_cluster,
         }
 
-    def _forward(self, method: str, request: Any, timeout: Any) -> Any:
-        """The controller's answer; raises its top-level error (no active controller, ...)."""
-        deadline_s = min(max(kc.millis(timeout) / 1000, 1.0), FORWARD_DEADLINE_S)
+    def _forward(self, method: str, request: Any, timeout_ms: int) -> Any:
+        """The controller's answer within the request's timeout (1 s to FORWARD_DEADLINE_S);
+        raises its top-level error (no active controller, ...)."""
+        deadline_s = min(max(timeout_ms / 1000, 1.0), FORWARD_DEADLINE_S)
         return self.controller.checked(method, request, deadline_s=deadline_s)
 
     # -- CreateTopics -----------------------------------------------------------------------------
@@ -88,7 +89,7 @@ class KafkaAdmin:
                 configs={c.name: c.value for c in topic.configs if c.value is not None},
             )
         try:
-            answer = self._forward("CreateTopics", forwarded, body.timeout)
+            answer = self._forward("CreateTopics", forwarded, kc.millis(body.timeout))
         except KafkaError as error:
             failed = _failed(error)
             return {"throttle_time": 0, "topics": [
@@ -126,7 +127,7 @@ class KafkaAdmin:
         if names:
             try:
                 answer = self._forward(
-                    "DeleteTopics", cpb.DeleteTopicsRequest(names=names), body.timeout
+                    "DeleteTopics", cpb.DeleteTopicsRequest(names=names), kc.millis(body.timeout)
                 )
                 answers = {t.name: _outcome(t.error_code, t.error_message) for t in answer.topics}
             except KafkaError as error:
@@ -158,7 +159,7 @@ class KafkaAdmin:
                 ],
             )
         try:
-            answer = self._forward("CreatePartitions", forwarded, body.timeout)
+            answer = self._forward("CreatePartitions", forwarded, kc.millis(body.timeout))
         except KafkaError as error:
             failed = _failed(error)
             return {
@@ -197,7 +198,7 @@ class KafkaAdmin:
                 answer = self._forward(
                     "DescribeConfigs",
                     cpb.DescribeConfigsRequest(resources=[r for _, r in asked]),
-                    int(FORWARD_DEADLINE_S * 1000),
+                    int(FORWARD_DEADLINE_S * 1000),  # DescribeConfigs carries no timeout
                 )
                 described = list(answer.resources)
             except KafkaError as error:

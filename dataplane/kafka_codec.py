@@ -98,8 +98,9 @@ class Request:
     client_host: str = ""  # "/address" of the peer, as Kafka names it (set by the listener)
 
 
-def parse_request(frame: bytes) -> Request:
-    """A request frame (without its size) into its header and body; raises UnsupportedVersion
+def parse_request(frame: bytes, client_host: str = "") -> Request:
+    """A request frame (without its size) into its header and body (``client_host``: the
+    peer, as the listener names it); raises UnsupportedVersion
     for an API or version not served (the header is still read, for the correlation id), and
     FrameError for bytes that do not parse."""
     if len(frame) < 8:
@@ -122,7 +123,7 @@ def parse_request(frame: bytes) -> Request:
             "api key %d v%d: %d bytes after the request body ignored", api_key, api_version,
             len(frame) - offset - size,
         )  # fmt: skip
-    return Request(api_key, api_version, correlation_id, header.client_id, body)
+    return Request(api_key, api_version, correlation_id, header.client_id, body, client_host)
 
 
 @functools.cache

@@ -21,7 +21,6 @@ clients take as "no session".
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import socket
 import threading
@@ -153,7 +152,7 @@ class KafkaListener:
         """The response frame to one request frame (None: acks=0 produce, no answer). Raises
         FrameError for a frame that must close the connection."""
         try:
-            request = dataclasses.replace(kc.parse_request(frame), client_host=client_host)
+            request = kc.parse_request(frame, client_host)
         except kc.UnsupportedVersion as unsupported:
             if unsupported.api_key != kc.API_VERSIONS:
                 raise
