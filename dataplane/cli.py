@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Annotated
@@ -183,9 +184,18 @@ PLUGIN_GROUP = "raftlog.cli"
 def add_plugin_commands() -> None:
     """Add the command groups other installed packages declare under the ``raftlog.cli``
     entry-point group (``chaos`` comes from the chaos package, which sits above dataplane and
-    so cannot be imported from here by name)."""
+    so cannot be imported from here by name). A plugin that fails to load is reported on
+    stderr and left out: a broken ``raftlog connect`` must not stop ``raftlog node``."""
     for entry in entry_points(group=PLUGIN_GROUP):
-        app.add_typer(entry.load(), name=entry.name)
+        try:
+            command_group = entry.load()
+        except ImportError as error:
+            print(
+                f"raftlog: the {entry.name!r} commands ({entry.value}) did not load: {error}",
+                file=sys.stderr,
+            )
+            continue
+        app.add_typer(command_group, name=entry.name)
 
 
 def main() -> None:

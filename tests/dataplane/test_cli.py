@@ -5,8 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from importlib.metadata import EntryPoint
 from pathlib import Path
 
+import pytest
+
+from dataplane import cli
 from raftlog.log import Log
 from tests.raftlog.batches import make_batch, values_of
 
@@ -53,3 +57,14 @@ def test_log_dump_of_a_missing_file_is_a_clear_error(tmp_path: Path) -> None:
     result = run("log", "dump", str(tmp_path / "nope.log"))
     assert result.returncode != 0
     assert "does not exist" in result.stderr
+
+
+def test_a_plugin_that_fails_to_load_is_reported_and_left_out(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A broken plugin (here: a module that does not exist) must not stop `raftlog node`."""
+    broken = EntryPoint(name="broken", value="no_such_module.cli:app", group=cli.PLUGIN_GROUP)
+    monkeypatch.setattr(cli, "entry_points", lambda group: [broken])
+    cli.add_plugin_commands()
+    assert "'broken' commands (no_such_module.cli:app) did not load" in capsys.readouterr().err
+    assert "broken" not in {group.name for group in cli.app.registered_groups}
