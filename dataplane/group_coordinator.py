@@ -42,6 +42,7 @@ from dataplane import consumer_protocol
 from dataplane import group_state as gs
 from dataplane.broker_service import DEBUGGING_REPLICA_ID, INTERNAL_TOPICS, wait_until
 from dataplane.classic_group import ClassicLimits
+from dataplane.group_classic_rpc import ClassicGroupRpcs
 from dataplane.partition import NotLeader, Partition, Role
 from dataplane.replica_manager import ReplicaManager
 from metadata_quorum.image import MetadataImage
@@ -657,7 +658,7 @@ def _set_error(message: Any, error: KafkaError) -> None:
     message.error_message = error.message
 
 
-class GroupServicer(gpb_grpc.GroupCoordinatorServiceServicer):
+class GroupServicer(ClassicGroupRpcs, gpb_grpc.GroupCoordinatorServiceServicer):
     def __init__(self, coordinator: GroupCoordinator) -> None:
         self.coordinator = coordinator
 

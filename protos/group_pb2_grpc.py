@@ -69,6 +69,26 @@ class GroupCoordinatorServiceStub:
                 request_serializer=protos_dot_group__pb2.DeleteGroupsRequest.SerializeToString,
                 response_deserializer=protos_dot_group__pb2.DeleteGroupsResponse.FromString,
                 _registered_method=True)
+        self.JoinGroup = channel.unary_unary(
+                '/raftlog.group.GroupCoordinatorService/JoinGroup',
+                request_serializer=protos_dot_group__pb2.JoinGroupRequest.SerializeToString,
+                response_deserializer=protos_dot_group__pb2.JoinGroupResponse.FromString,
+                _registered_method=True)
+        self.SyncGroup = channel.unary_unary(
+                '/raftlog.group.GroupCoordinatorService/SyncGroup',
+                request_serializer=protos_dot_group__pb2.SyncGroupRequest.SerializeToString,
+                response_deserializer=protos_dot_group__pb2.SyncGroupResponse.FromString,
+                _registered_method=True)
+        self.Heartbeat = channel.unary_unary(
+                '/raftlog.group.GroupCoordinatorService/Heartbeat',
+                request_serializer=protos_dot_group__pb2.HeartbeatRequest.SerializeToString,
+                response_deserializer=protos_dot_group__pb2.HeartbeatResponse.FromString,
+                _registered_method=True)
+        self.LeaveGroup = channel.unary_unary(
+                '/raftlog.group.GroupCoordinatorService/LeaveGroup',
+                request_serializer=protos_dot_group__pb2.LeaveGroupRequest.SerializeToString,
+                response_deserializer=protos_dot_group__pb2.LeaveGroupResponse.FromString,
+                _registered_method=True)
 
 
 class GroupCoordinatorServiceServicer:
@@ -116,6 +136,30 @@ class GroupCoordinatorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def JoinGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SyncGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Heartbeat(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LeaveGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GroupCoordinatorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -153,6 +197,26 @@ def add_GroupCoordinatorServiceServicer_to_server(servicer, server):
                     servicer.DeleteGroups,
                     request_deserializer=protos_dot_group__pb2.DeleteGroupsRequest.FromString,
                     response_serializer=protos_dot_group__pb2.DeleteGroupsResponse.SerializeToString,
+            ),
+            'JoinGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.JoinGroup,
+                    request_deserializer=protos_dot_group__pb2.JoinGroupRequest.FromString,
+                    response_serializer=protos_dot_group__pb2.JoinGroupResponse.SerializeToString,
+            ),
+            'SyncGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.SyncGroup,
+                    request_deserializer=protos_dot_group__pb2.SyncGroupRequest.FromString,
+                    response_serializer=protos_dot_group__pb2.SyncGroupResponse.SerializeToString,
+            ),
+            'Heartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.Heartbeat,
+                    request_deserializer=protos_dot_group__pb2.HeartbeatRequest.FromString,
+                    response_serializer=protos_dot_group__pb2.HeartbeatResponse.SerializeToString,
+            ),
+            'LeaveGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.LeaveGroup,
+                    request_deserializer=protos_dot_group__pb2.LeaveGroupRequest.FromString,
+                    response_serializer=protos_dot_group__pb2.LeaveGroupResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -344,6 +408,114 @@ class GroupCoordinatorService:
             '/raftlog.group.GroupCoordinatorService/DeleteGroups',
             protos_dot_group__pb2.DeleteGroupsRequest.SerializeToString,
             protos_dot_group__pb2.DeleteGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def JoinGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.group.GroupCoordinatorService/JoinGroup',
+            protos_dot_group__pb2.JoinGroupRequest.SerializeToString,
+            protos_dot_group__pb2.JoinGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SyncGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.group.GroupCoordinatorService/SyncGroup',
+            protos_dot_group__pb2.SyncGroupRequest.SerializeToString,
+            protos_dot_group__pb2.SyncGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Heartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.group.GroupCoordinatorService/Heartbeat',
+            protos_dot_group__pb2.HeartbeatRequest.SerializeToString,
+            protos_dot_group__pb2.HeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LeaveGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.group.GroupCoordinatorService/LeaveGroup',
+            protos_dot_group__pb2.LeaveGroupRequest.SerializeToString,
+            protos_dot_group__pb2.LeaveGroupResponse.FromString,
             options,
             channel_credentials,
             insecure,

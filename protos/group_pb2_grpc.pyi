@@ -43,6 +43,10 @@ class GroupCoordinatorServiceStub:
     ListGroups: _grpc.UnaryUnaryMultiCallable[_group_pb2.ListGroupsRequest, _group_pb2.ListGroupsResponse]
     DescribeGroups: _grpc.UnaryUnaryMultiCallable[_group_pb2.DescribeGroupsRequest, _group_pb2.DescribeGroupsResponse]
     DeleteGroups: _grpc.UnaryUnaryMultiCallable[_group_pb2.DeleteGroupsRequest, _group_pb2.DeleteGroupsResponse]
+    JoinGroup: _grpc.UnaryUnaryMultiCallable[_group_pb2.JoinGroupRequest, _group_pb2.JoinGroupResponse]
+    SyncGroup: _grpc.UnaryUnaryMultiCallable[_group_pb2.SyncGroupRequest, _group_pb2.SyncGroupResponse]
+    Heartbeat: _grpc.UnaryUnaryMultiCallable[_group_pb2.HeartbeatRequest, _group_pb2.HeartbeatResponse]
+    LeaveGroup: _grpc.UnaryUnaryMultiCallable[_group_pb2.LeaveGroupRequest, _group_pb2.LeaveGroupResponse]
 
 @_typing.type_check_only
 class GroupCoordinatorServiceAsyncStub(GroupCoordinatorServiceStub):
@@ -54,6 +58,10 @@ class GroupCoordinatorServiceAsyncStub(GroupCoordinatorServiceStub):
     ListGroups: _aio.UnaryUnaryMultiCallable[_group_pb2.ListGroupsRequest, _group_pb2.ListGroupsResponse]  # type: ignore[assignment]
     DescribeGroups: _aio.UnaryUnaryMultiCallable[_group_pb2.DescribeGroupsRequest, _group_pb2.DescribeGroupsResponse]  # type: ignore[assignment]
     DeleteGroups: _aio.UnaryUnaryMultiCallable[_group_pb2.DeleteGroupsRequest, _group_pb2.DeleteGroupsResponse]  # type: ignore[assignment]
+    JoinGroup: _aio.UnaryUnaryMultiCallable[_group_pb2.JoinGroupRequest, _group_pb2.JoinGroupResponse]  # type: ignore[assignment]
+    SyncGroup: _aio.UnaryUnaryMultiCallable[_group_pb2.SyncGroupRequest, _group_pb2.SyncGroupResponse]  # type: ignore[assignment]
+    Heartbeat: _aio.UnaryUnaryMultiCallable[_group_pb2.HeartbeatRequest, _group_pb2.HeartbeatResponse]  # type: ignore[assignment]
+    LeaveGroup: _aio.UnaryUnaryMultiCallable[_group_pb2.LeaveGroupRequest, _group_pb2.LeaveGroupResponse]  # type: ignore[assignment]
 
 class GroupCoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -104,5 +112,33 @@ class GroupCoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _group_pb2.DeleteGroupsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_group_pb2.DeleteGroupsResponse, _abc.Awaitable[_group_pb2.DeleteGroupsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def JoinGroup(
+        self,
+        request: _group_pb2.JoinGroupRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_group_pb2.JoinGroupResponse, _abc.Awaitable[_group_pb2.JoinGroupResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def SyncGroup(
+        self,
+        request: _group_pb2.SyncGroupRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_group_pb2.SyncGroupResponse, _abc.Awaitable[_group_pb2.SyncGroupResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def Heartbeat(
+        self,
+        request: _group_pb2.HeartbeatRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_group_pb2.HeartbeatResponse, _abc.Awaitable[_group_pb2.HeartbeatResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def LeaveGroup(
+        self,
+        request: _group_pb2.LeaveGroupRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_group_pb2.LeaveGroupResponse, _abc.Awaitable[_group_pb2.LeaveGroupResponse]]: ...
 
 def add_GroupCoordinatorServiceServicer_to_server(servicer: GroupCoordinatorServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -2,6 +2,7 @@
 ControllerService gRPC APIs. Names and settings follow Kafka's clients."""
 
 from dataplane.client._closing import Closing
+from dataplane.client._membership import GroupAssignment, GroupMembership, JoinedMember
 from dataplane.client._types import (
     ConsumerRebalanceListener,
     ConsumerRecord,
@@ -19,6 +20,9 @@ __all__ = [
     "Consumer",
     "ConsumerRebalanceListener",
     "ConsumerRecord",
+    "GroupAssignment",
+    "GroupMembership",
+    "JoinedMember",
     "NewTopic",
     "OffsetAndMetadata",
     "Producer",
