@@ -20,7 +20,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
 from typing import Any, TypeVar
 
 import grpc
@@ -35,6 +34,7 @@ from chaos.history import (
 )
 from dataplane.client import AdminClient, Consumer, NewTopic, Producer, TopicPartition
 from dataplane.client._types import ConsumerRebalanceListener, RecordMetadata
+from dataplane.client.producer import RecordFuture
 from raftlog.errors import KafkaError
 
 log = logging.getLogger(__name__)
@@ -152,7 +152,7 @@ class ProducerWorkload(_Worker):
             return
         future.add_done_callback(lambda f: self._completed(seq, f))
 
-    def _completed(self, seq: int, future: Future[RecordMetadata]) -> None:
+    def _completed(self, seq: int, future: RecordFuture) -> None:
         error = future.exception()
         self._done(seq, None if error is not None else future.result(), error)
 

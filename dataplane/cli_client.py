@@ -15,7 +15,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import Annotated, Any, Literal, NoReturn
 
@@ -30,11 +29,11 @@ from dataplane.client import (
     ConsumerRecord,
     NewTopic,
     Producer,
-    RecordMetadata,
     TopicPartition,
 )
 from dataplane.client._config import DEFAULT_BATCH_SIZE
 from dataplane.client.admin import ConfigResource, ResourceType, TopicDescription
+from dataplane.client.producer import RecordFuture
 from dataplane.perf import (
     Acks,
     CompressionType,
@@ -339,8 +338,8 @@ class DeliveryTally:
             if len(self.error_lines) < MAX_ERROR_SAMPLES:
                 self.error_lines.append(line)
 
-    def watch(self, future: Future[RecordMetadata]) -> None:
-        def on_done(done: Future[RecordMetadata]) -> None:
+    def watch(self, future: RecordFuture) -> None:
+        def on_done(done: RecordFuture) -> None:
             error = done.exception()
             if error is None:
                 with self._lock:

@@ -14,12 +14,12 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from dataplane.client import Consumer, Producer, RecordMetadata, TopicPartition
+from dataplane.client import Consumer, Producer, TopicPartition
 from dataplane.client._config import DEFAULT_BATCH_SIZE
+from dataplane.client.producer import RecordFuture
 
 __all__ = [
     "ConsumePerfResult",
@@ -112,8 +112,8 @@ class _Recorder:
         self.samples_ms: list[float] = []
         self.error_samples: list[str] = []
 
-    def watch(self, future: Future[RecordMetadata], sent_at: float) -> None:
-        def on_done(done: Future[RecordMetadata]) -> None:
+    def watch(self, future: RecordFuture, sent_at: float) -> None:
+        def on_done(done: RecordFuture) -> None:
             latency_ms = (self._clock() - sent_at) * 1000
             error = done.exception()
             with self._lock:

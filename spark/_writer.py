@@ -15,7 +15,6 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -33,7 +32,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from dataplane.client import Producer, RecordMetadata
+from dataplane.client import Producer
+from dataplane.client.producer import RecordFuture
 from spark._options import WriteOptions
 from spark.errors import MissingColumnError
 
@@ -99,7 +99,7 @@ class _Pending:
     """Futures of sent records, oldest first, settled in order as they complete."""
 
     def __init__(self) -> None:
-        self.futures: deque[Future[RecordMetadata]] = deque()
+        self.futures: deque[RecordFuture] = deque()
         self.result = WriteResult()
 
     def settle(self) -> None:

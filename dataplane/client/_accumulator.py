@@ -25,11 +25,11 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from dataplane.client._types import RecordMetadata, TopicPartition
+from dataplane.client._record_future import BatchResult, RecordFuture
+from dataplane.client._types import TopicPartition
 from raftlog.batch import HEADER_SIZE
 from raftlog.errors import ErrorCode, KafkaError
 from raftlog.records import Headers, ProducerRecord
@@ -69,9 +69,8 @@ class ProducerBatch:
 
     tp: TopicPartition
     created_s: float
+    result: BatchResult  # shared by the futures of its records
     records: list[ProducerRecord] = field(default_factory=list)
-    futures: list[Future[RecordMetadata]] = field(default_factory=list)
-    header_sizes: list[int] = field(default_factory=list)
     estimated_bytes: int = HEADER_SIZE
     reserved_bytes: int = 0
     full: bool = False
@@ -85,20 +84,9 @@ class ProducerBatch:
     # broker may see it first, since concurrent requests are not ordered
     sent_behind: bool = False
 
-    def metadata(self, index: int, offset: int, log_append_time_ms: int) -> RecordMetadata:
-        key, value, timestamp_ms, _ = self.records[index]
-        return RecordMetadata(
-            topic=self.tp.topic,
-            partition=self.tp.partition,
-            offset=offset,
-            timestamp=timestamp_ms if log_append_time_ms < 0 else log_append_time_ms,
-            serialized_key_size=-1 if key is None else len(key),
-            serialized_value_size=-1 if value is None else len(value),
-            serialized_header_size=self.header_sizes[index],
-        )
-
 
 class AppendResult(NamedTuple):
+    future: RecordFuture | None  # None when aborted
     batch_full: bool  # the partition has a batch the sender should take now
     new_batch: bool  # this append opened a batch
     aborted: bool  # abort_on_new_batch and a batch would have been opened: nothing appended
@@ -142,13 +130,14 @@ class RecordAccumulator:
         self,
         tp: TopicPartition,
         record: ProducerRecord,
-        future: Future[RecordMetadata],
         *,
         abort_on_new_batch: bool = False,
         max_block_s: float = 0.0,
     ) -> AppendResult:
-        key, value, _, headers = record
+        """Add the record to the partition's open batch (or a new one) and return its future."""
+        key, value, timestamp_ms, headers = record
         size = estimate_record_bytes(key, value, headers)
+        header_size = header_bytes(headers)
         if size > self.buffer_memory:
             raise KafkaError(
                 ErrorCode.RECORD_LIST_TOO_LARGE,
@@ -159,10 +148,12 @@ class RecordAccumulator:
             while True:
                 if self._closed:
                     raise ProducerClosedError("the producer is closed")
-                queue = self._queues.setdefault(tp, deque())
+                queue = self._queues.get(tp)
+                if queue is None:
+                    queue = self._queues[tp] = deque()
                 batch = self._open_batch(queue, size)
                 if batch is None and abort_on_new_batch:
-                    return AppendResult(batch_full=False, new_batch=False, aborted=True)
+                    return AppendResult(None, batch_full=False, new_batch=False, aborted=True)
                 if self._used_bytes + size <= self.buffer_memory:
                     break
                 remaining = deadline - self._clock()
@@ -173,17 +164,23 @@ class RecordAccumulator:
                 self._space.wait(remaining)
             new_batch = batch is None
             if batch is None:
-                batch = ProducerBatch(tp=tp, created_s=self._clock())
+                batch = ProducerBatch(tp=tp, created_s=self._clock(), result=BatchResult(tp))
                 queue.append(batch)
                 self._incomplete.add(batch)
             self._used_bytes += size
             batch.reserved_bytes += size
             batch.estimated_bytes += size
+            future = RecordFuture(
+                batch.result,
+                len(batch.records),
+                timestamp_ms,
+                -1 if key is None else len(key),
+                -1 if value is None else len(value),
+                header_size,
+            )
             batch.records.append(record)
-            batch.futures.append(future)
-            batch.header_sizes.append(header_bytes(headers))
             batch.full = batch.estimated_bytes >= self.batch_size
-            return AppendResult(len(queue) > 1 or batch.full, new_batch, aborted=False)
+            return AppendResult(future, len(queue) > 1 or batch.full, new_batch, aborted=False)
 
     def _open_batch(self, queue: deque[ProducerBatch], size: int) -> ProducerBatch | None:
         """The deque's last batch if it takes ``size`` more bytes, else None."""

@@ -355,12 +355,12 @@ class Sender:
         if not retriable or batch.attempts > self._config.retries or expired or self._forced:
             if retriable and expired:
                 error = ProducerTimeoutError(f"delivery.timeout.ms passed; last error {error}")
-            elif error.error is ErrorCode.MESSAGE_TOO_LARGE and len(batch.futures) > 1:
+            elif error.error is ErrorCode.MESSAGE_TOO_LARGE and len(batch.records) > 1:
                 # Batches are not split and resent (Kafka's Java client does, KIP-126): say
                 # what to change when the topic allows less than a whole batch.
                 error = KafkaError(
                     error.error,
-                    f"{error.message} (a batch of {len(batch.futures)} records: set batch_size "
+                    f"{error.message} (a batch of {len(batch.records)} records: set batch_size "
                     f"below the topic's max.message.bytes, now {self._config.batch_size})",
                 )
             self._fail(batch, error)
@@ -394,9 +394,7 @@ class Sender:
     ) -> None:
         self._accumulator.complete(batch)
         self._settle_in_window(batch)
-        for index, future in enumerate(batch.futures):
-            offset = base_offset + index if with_offsets else -1
-            future.set_result(batch.metadata(index, offset, log_append_time_ms))
+        batch.result.succeed(base_offset if with_offsets else -1, log_append_time_ms)
 
     def _fail(self, batch: ProducerBatch, error: KafkaError) -> None:
         self._accumulator.complete(batch)
@@ -405,8 +403,7 @@ class Sender:
             # The batch's sequences are spent, stored or not: later batches would leave a gap.
             # A new producer id starts every partition's sequence afresh (KIP-360's remedy).
             self._producer_id = -1
-        for future in batch.futures:
-            future.set_exception(error)
+        batch.result.fail(error)
 
     def _abort_all(self) -> None:
         error = KafkaError(ErrorCode.NETWORK_EXCEPTION, "the producer was closed before delivery")

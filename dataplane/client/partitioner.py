@@ -65,6 +65,11 @@ class StickyPartitioner:
         self._rng = rng
         self._sticky: dict[str, int] = {}
 
+    def current(self, topic: str, partition_count: int) -> int | None:
+        """The topic's sticky partition, None when one must be chosen (on every send: cheap)."""
+        current = self._sticky.get(topic)
+        return None if current is None or current >= partition_count else current
+
     def partition(self, topic: str, available: Sequence[int], partition_count: int) -> int:
         """The topic's current sticky partition, choosing one when there is none yet."""
         current = self._sticky.get(topic)

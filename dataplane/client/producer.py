@@ -3,26 +3,24 @@
 Kafka's architecture and settings (``acks``, ``batch.size``, ``linger.ms``,
 ``compression.type``, ``retries``, ``delivery.timeout.ms``, ``retry.backoff.ms``,
 ``request.timeout.ms``, ``max.in.flight.requests.per.connection``, ``buffer.memory``,
-``max.block.ms``, ``max.request.size``) with underscores. ``send`` returns a
-``concurrent.futures.Future[RecordMetadata]``; expected failures (a missing topic, a record too
-large, a delivery timeout, a broker's non-retriable error) arrive on the future as
-``KafkaError``, never as an exception from ``send``. ``send`` raises only for a caller's bug
-(wrong types: ``TypeError``/``ValueError``) or after ``close`` (``ProducerClosedError``).
+``max.block.ms``, ``max.request.size``, ``enable.idempotence``) with underscores. ``send``
+returns a :class:`RecordFuture` (``result``, ``exception``, ``done``, ``add_done_callback``, as a
+``concurrent.futures.Future``; one outcome per batch, see ``_record_future``); expected failures
+(a missing topic, a record too large, a delivery timeout, a broker's non-retriable error)
+arrive on the future as ``KafkaError``, never as an exception from ``send``. ``send`` raises
+only for a caller's bug (wrong types: ``TypeError``/``ValueError``) or after ``close``
+(``ProducerClosedError``).
 
-Ordering: records of one partition are delivered in ``send`` order, also across retries: at
-most one batch per partition is in flight (see ``_accumulator``).
-
-Idempotence (producer ids, sequence numbers) is not implemented yet: batches carry
-producer id -1.
+Ordering: records of one partition are delivered in ``send`` order, also across retries:
+without idempotence at most one batch per partition is in flight; with it (the default under
+acks=all) up to five, ordered by the broker's sequence check (see ``_accumulator``).
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import random
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future
 from typing import Literal
 
 from dataplane.client._accumulator import (
@@ -34,6 +32,7 @@ from dataplane.client._accumulator import (
 from dataplane.client._closing import Closing
 from dataplane.client._cluster import Cluster
 from dataplane.client._config import DEFAULT_BATCH_SIZE, ProducerConfig
+from dataplane.client._record_future import RecordFuture
 from dataplane.client._sender import Sender
 from dataplane.client._types import RecordMetadata, TopicPartition
 from dataplane.client.partitioner import StickyPartitioner, partition_for_key
@@ -41,7 +40,7 @@ from raftlog.batch import HEADER_SIZE
 from raftlog.errors import ErrorCode, KafkaError
 from raftlog.records import Headers
 
-__all__ = ["Producer", "ProducerClosedError", "ProducerTimeoutError"]
+__all__ = ["Producer", "ProducerClosedError", "ProducerTimeoutError", "RecordFuture"]
 
 Callback = Callable[[RecordMetadata | None, BaseException | None], None]
 CLOSE_FORCE_WAIT_S = 5.0  # after a forced close, how long to wait for the sender to stop
@@ -145,7 +144,7 @@ class Producer(Closing):
         timestamp_ms: int | None = None,
         headers: Iterable[tuple[str, bytes | None]] | None = None,
         callback: Callback | None = None,
-    ) -> Future[RecordMetadata]:
+    ) -> RecordFuture:
         """Queue one record; the future completes when the broker acknowledged it (per
         ``acks``) or delivery failed. ``callback(metadata, exception)`` runs on completion
         (on the sender thread: keep it short). Blocks at most ``max.block.ms`` for metadata
@@ -160,14 +159,14 @@ class Producer(Closing):
             int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms),
             _as_headers(headers),
         )
-        future: Future[RecordMetadata] = Future()
-        future.set_running_or_notify_cancel()  # records cannot be taken back once accepted
+        try:
+            future = self._append(topic, partition, record)
+        except KafkaError as error:
+            future = RecordFuture.failed(
+                TopicPartition(topic, -1 if partition is None else partition), error
+            )
         if callback is not None:
             future.add_done_callback(_adapt(callback))
-        try:
-            self._append(topic, partition, record, future)
-        except KafkaError as error:
-            future.set_exception(error)
         return future
 
     def _append(
@@ -175,8 +174,7 @@ class Producer(Closing):
         topic: str,
         partition: int | None,
         record: tuple[bytes | None, bytes | None, int, Headers],
-        future: Future[RecordMetadata],
-    ) -> None:
+    ) -> RecordFuture:
         key, value, _, headers = record
         size = estimate_record_bytes(key, value, headers) + HEADER_SIZE
         if size > self.config.max_request_size or size > self.config.buffer_memory:
@@ -192,13 +190,14 @@ class Producer(Closing):
             chosen = partition_for_key(key, count)
         sticky = chosen is None
         if chosen is None:
+            chosen = self._sticky.current(topic, count)
+        if chosen is None:
             available = self._cluster.snapshot().available_partitions(topic)
             chosen = self._sticky.partition(topic, available, count)
         remaining_s = max(0.0, deadline - self._clock())
         result = self._accumulator.append(
             TopicPartition(topic, chosen),
             record,
-            future,
             abort_on_new_batch=sticky,
             max_block_s=remaining_s,
         )
@@ -208,11 +207,12 @@ class Producer(Closing):
             result = self._accumulator.append(
                 TopicPartition(topic, chosen),
                 record,
-                future,
                 max_block_s=max(0.0, deadline - self._clock()),
             )
         if result.batch_full or result.new_batch:
             self._sender.wakeup()
+        assert result.future is not None, "an append that was not aborted gives a future"
+        return result.future
 
     def _partition_count(self, topic: str, partition: int | None, deadline: float) -> int:
         count = self._cluster.snapshot().partition_count(topic)
@@ -248,10 +248,12 @@ class Producer(Closing):
         batches = self._accumulator.begin_flush()
         try:
             self._sender.wakeup()
-            waits = [batch.futures[-1] for batch in batches if batch.futures]
-            _, not_done = concurrent.futures.wait(waits, timeout=timeout)
-            if not_done:
-                raise ProducerTimeoutError(f"flush: {len(not_done)} batches still in flight")
+            deadline = None if timeout is None else time.monotonic() + timeout  # Event.wait's clock
+            for batch in batches:
+                left_s = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if not batch.result.wait(left_s):
+                    pending = sum(not b.result.done() for b in batches)
+                    raise ProducerTimeoutError(f"flush: {pending} batches still in flight")
         finally:
             self._accumulator.end_flush()
 
@@ -271,8 +273,8 @@ class Producer(Closing):
         self._cluster.close()
 
 
-def _adapt(callback: Callback) -> Callable[[Future[RecordMetadata]], None]:
-    def on_done(future: Future[RecordMetadata]) -> None:
+def _adapt(callback: Callback) -> Callable[[RecordFuture], None]:
+    def on_done(future: RecordFuture) -> None:
         error = future.exception()
         callback(None if error is not None else future.result(), error)
 

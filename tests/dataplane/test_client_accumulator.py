@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from concurrent.futures import Future
 
 import pytest
 
@@ -13,7 +12,7 @@ from dataplane.client._accumulator import (
     RecordAccumulator,
     estimate_record_bytes,
 )
-from dataplane.client._types import RecordMetadata, TopicPartition
+from dataplane.client._types import TopicPartition
 
 TP0 = TopicPartition("t", 0)
 TP1 = TopicPartition("t", 1)
@@ -42,14 +41,10 @@ def make(
     )
 
 
-def fut() -> Future[RecordMetadata]:
-    return Future()
-
-
 def test_a_batch_becomes_ready_after_linger_ms() -> None:
     clock = FakeClock()
     acc = make(clock, linger_ms=10)
-    result = acc.append(TP0, record(b"a"), fut())
+    result = acc.append(TP0, record(b"a"))
     assert result.new_batch and not result.batch_full
     ready = acc.ready()
     assert ready.partitions == []
@@ -64,11 +59,11 @@ def test_a_batch_is_ready_when_batch_size_is_reached() -> None:
     clock = FakeClock()
     size = estimate_record_bytes(None, b"x" * 100, ())
     acc = make(clock, batch_size=61 + 3 * size, linger_ms=10_000)
-    assert not acc.append(TP0, record(b"x" * 100), fut()).batch_full
-    assert not acc.append(TP0, record(b"x" * 100), fut()).batch_full
-    assert acc.append(TP0, record(b"x" * 100), fut()).batch_full
+    assert not acc.append(TP0, record(b"x" * 100)).batch_full
+    assert not acc.append(TP0, record(b"x" * 100)).batch_full
+    assert acc.append(TP0, record(b"x" * 100)).batch_full
     assert acc.ready().partitions == [TP0]
-    result = acc.append(TP0, record(b"x" * 100), fut())
+    result = acc.append(TP0, record(b"x" * 100))
     assert result.new_batch and result.batch_full  # the previous batch waits to be sent
     drained = acc.drain([TP0], 1 << 20)
     assert [len(b.records) for b in drained] == [3]
@@ -77,7 +72,7 @@ def test_a_batch_is_ready_when_batch_size_is_reached() -> None:
 def test_a_record_larger_than_batch_size_gets_its_own_full_batch() -> None:
     clock = FakeClock()
     acc = make(clock, batch_size=100)
-    result = acc.append(TP0, record(b"x" * 500), fut())
+    result = acc.append(TP0, record(b"x" * 500))
     assert result.new_batch and result.batch_full
 
 
@@ -85,8 +80,8 @@ def test_drain_takes_one_batch_per_partition_and_mutes_it_until_completed() -> N
     clock = FakeClock()
     acc = make(clock, batch_size=100, linger_ms=0)
     for i in range(3):
-        acc.append(TP0, record(bytes([i]) * 90), fut())
-    acc.append(TP1, record(b"b"), fut())
+        acc.append(TP0, record(bytes([i]) * 90))
+    acc.append(TP1, record(b"b"))
     first = acc.drain([TP0, TP1], 1 << 20)
     assert sorted(b.tp.partition for b in first) == [0, 1]
     assert acc.ready().partitions == []  # both partitions are muted while in flight
@@ -101,8 +96,8 @@ def test_drain_takes_one_batch_per_partition_and_mutes_it_until_completed() -> N
 def test_a_retried_batch_goes_back_first_and_waits_for_its_backoff() -> None:
     clock = FakeClock()
     acc = make(clock, batch_size=100, linger_ms=0)
-    acc.append(TP0, record(b"1" * 90), fut())
-    acc.append(TP0, record(b"2" * 90), fut())
+    acc.append(TP0, record(b"1" * 90))
+    acc.append(TP0, record(b"2" * 90))
     [first] = acc.drain([TP0], 1 << 20)
     acc.reenqueue(first, backoff_s=0.1)
     assert acc.ready().partitions == []  # backing off: the later batch may not overtake it
@@ -117,7 +112,7 @@ def test_drain_respects_max_request_size_but_always_takes_one() -> None:
     clock = FakeClock()
     acc = make(clock, batch_size=10_000, linger_ms=0)
     for tp in (TP0, TP1):
-        acc.append(tp, record(b"x" * 500), fut())
+        acc.append(tp, record(b"x" * 500))
     assert len(acc.drain([TP0, TP1], 600)) == 1
     assert len(acc.drain([TP0, TP1], 600)) == 1
 
@@ -125,7 +120,7 @@ def test_drain_respects_max_request_size_but_always_takes_one() -> None:
 def test_flush_makes_lingering_batches_ready() -> None:
     clock = FakeClock()
     acc = make(clock, linger_ms=60_000)
-    acc.append(TP0, record(b"a"), fut())
+    acc.append(TP0, record(b"a"))
     assert acc.ready().partitions == []
     batches = acc.begin_flush()
     assert len(batches) == 1
@@ -138,22 +133,22 @@ def test_buffer_memory_blocks_then_times_out() -> None:
     clock = FakeClock()
     size = estimate_record_bytes(None, b"x" * 100, ())
     acc = make(clock, memory=size)
-    acc.append(TP0, record(b"x" * 100), fut())
+    acc.append(TP0, record(b"x" * 100))
     assert acc.used_bytes == size
     with pytest.raises(ProducerTimeoutError):
-        acc.append(TP1, record(b"x" * 100), fut(), max_block_s=0.0)
+        acc.append(TP1, record(b"x" * 100), max_block_s=0.0)
 
 
 def test_buffer_memory_is_released_when_a_batch_completes() -> None:
     clock = FakeClock()
     size = estimate_record_bytes(None, b"x" * 100, ())
     acc = make(clock, memory=size, linger_ms=0)
-    acc.append(TP0, record(b"x" * 100), fut())
+    acc.append(TP0, record(b"x" * 100))
     appended = threading.Event()
 
     def blocked_append() -> None:
         # the fake clock does not move, so this waits on the condition until memory frees up
-        acc.append(TP1, record(b"x" * 100), fut(), max_block_s=30.0)
+        acc.append(TP1, record(b"x" * 100), max_block_s=30.0)
         appended.set()
 
     thread = threading.Thread(target=blocked_append)
@@ -169,9 +164,9 @@ def test_buffer_memory_is_released_when_a_batch_completes() -> None:
 def test_expire_removes_old_queued_batches_only() -> None:
     clock = FakeClock()
     acc = make(clock, batch_size=100, linger_ms=0)
-    acc.append(TP0, record(b"1" * 90), fut())
+    acc.append(TP0, record(b"1" * 90))
     clock.advance_ms(50)
-    acc.append(TP0, record(b"2" * 90), fut())
+    acc.append(TP0, record(b"2" * 90))
     clock.advance_ms(60)
     expired = acc.expire(delivery_timeout_s=0.1)
     assert [(b.records[0][1] or b"")[:1] for b in expired] == [b"1"]
@@ -181,17 +176,17 @@ def test_expire_removes_old_queued_batches_only() -> None:
 def test_abort_on_new_batch_appends_nothing() -> None:
     clock = FakeClock()
     acc = make(clock)
-    result = acc.append(TP0, record(b"a"), fut(), abort_on_new_batch=True)
+    result = acc.append(TP0, record(b"a"), abort_on_new_batch=True)
     assert result.aborted and not acc.has_incomplete()
-    acc.append(TP0, record(b"a"), fut())
-    assert not acc.append(TP0, record(b"b"), fut(), abort_on_new_batch=True).aborted
+    acc.append(TP0, record(b"a"))
+    assert not acc.append(TP0, record(b"b"), abort_on_new_batch=True).aborted
 
 
 def test_append_after_close_raises() -> None:
     acc = make(FakeClock())
     acc.close()
     with pytest.raises(ProducerClosedError):
-        acc.append(TP0, record(b"a"), fut())
+        acc.append(TP0, record(b"a"))
 
 
 def test_idempotent_partitions_pipeline_and_retries_go_alone_in_first_sent_order() -> None:
@@ -201,7 +196,7 @@ def test_idempotent_partitions_pipeline_and_retries_go_alone_in_first_sent_order
         max_in_flight_per_partition=3,
     )  # fmt: skip
     for n in range(4):
-        acc.append(TP0, record(b"value-%d" % n), fut())  # each fills its own batch
+        acc.append(TP0, record(b"value-%d" % n))  # each fills its own batch
     sent = [acc.drain([TP0], 1 << 20)[0] for _ in range(3)]
     assert acc.drain([TP0], 1 << 20) == [], "three in flight is the limit"
     assert [b.sent_behind for b in sent] == [False, True, True]

@@ -9,11 +9,11 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from concurrent.futures import Future
 
 import pytest
 
 from dataplane.client import AdminClient, Consumer, Producer, RecordMetadata
+from dataplane.client.producer import RecordFuture
 from dataplane.local_cluster import LocalCluster, wait_for
 from tests.dataplane.cluster_support import create_topic, running_cluster
 
@@ -123,7 +123,7 @@ def test_leader_sigkill_under_acks_all_load_loses_nothing(cluster: LocalCluster)
     lock = threading.Lock()
     stop = threading.Event()
 
-    def on_done(value: bytes, future: Future[RecordMetadata]) -> None:
+    def on_done(value: bytes, future: RecordFuture) -> None:
         if future.exception() is None:
             with lock:
                 acked.append((future.result(), value))

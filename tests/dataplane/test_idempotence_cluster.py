@@ -13,11 +13,11 @@ from __future__ import annotations
 import collections
 import time
 from collections.abc import Iterator
-from concurrent.futures import Future
 
 import pytest
 
-from dataplane.client import AdminClient, Consumer, Producer, RecordMetadata
+from dataplane.client import AdminClient, Consumer, Producer
+from dataplane.client.producer import RecordFuture
 from dataplane.local_cluster import LocalCluster, wait_for
 from tests.dataplane.cluster_support import create_topic, running_cluster
 
@@ -75,7 +75,7 @@ def test_lost_answers_and_a_leader_sigkill_store_every_record_exactly_once(
     admin = AdminClient(cluster.bootstrap_servers)
     dropped_before = dropped_responses(cluster)
     values = [b"record-%06d" % n for n in range(count)]
-    futures: list[Future[RecordMetadata]] = []
+    futures: list[RecordFuture] = []
     try:
         with producer(cluster, idempotent=True) as writer:
             for n, value in enumerate(values[: count // 2]):

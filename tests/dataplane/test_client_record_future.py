@@ -1,0 +1,80 @@
+"""The producer's futures: one outcome per batch, shared by its records' futures."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from dataplane.client._record_future import BatchResult, RecordFuture
+from dataplane.client._types import TopicPartition
+from raftlog.errors import ErrorCode, KafkaError
+
+TP = TopicPartition("t", 3)
+
+
+def futures_of(result: BatchResult, count: int) -> list[RecordFuture]:
+    return [RecordFuture(result, n, 1_000 + n, 1, 10, 0) for n in range(count)]
+
+
+def test_a_batch_result_completes_every_record_future_with_its_own_offset() -> None:
+    result = BatchResult(TP)
+    futures = futures_of(result, 3)
+    seen: list[int] = []
+    futures[1].add_done_callback(lambda f: seen.append(f.result().offset))
+    assert not any(f.done() for f in futures) and futures[0].running()
+    with pytest.raises(TimeoutError):
+        futures[0].result(timeout=0.01)
+    result.succeed(base_offset=40, log_append_time_ms=-1)
+    assert [f.result(0).offset for f in futures] == [40, 41, 42]
+    assert [f.result(0).timestamp for f in futures] == [1_000, 1_001, 1_002]  # CreateTime
+    assert seen == [41]
+    late: list[int] = []
+    futures[2].add_done_callback(lambda f: late.append(f.result().offset))  # done: at once
+    assert late == [42]
+    assert not futures[0].cancel() and not futures[0].cancelled()
+
+
+def test_log_append_time_replaces_the_records_timestamps_and_acks_0_has_no_offset() -> None:
+    result = BatchResult(TP)
+    (future,) = futures_of(result, 1)
+    result.succeed(base_offset=-1, log_append_time_ms=77)
+    metadata = future.result(0)
+    assert (metadata.offset, metadata.timestamp) == (-1, 77)
+    assert (metadata.serialized_key_size, metadata.serialized_value_size) == (1, 10)
+
+
+def test_a_failed_batch_fails_every_record_and_is_set_once() -> None:
+    result = BatchResult(TP)
+    futures = futures_of(result, 2)
+    error = KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS, "2 of 3")
+    result.fail(error)
+    assert all(f.exception(0) is error for f in futures)
+    with pytest.raises(KafkaError):
+        futures[0].result(0)
+    with pytest.raises(RuntimeError, match="set twice"):
+        result.succeed(0, -1)
+
+
+def test_a_raising_callback_is_logged_and_the_others_still_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    result = BatchResult(TP)
+    first, second = futures_of(result, 2)
+    ran: list[RecordFuture] = []
+
+    def boom(_: RecordFuture) -> None:
+        raise ValueError("a caller's bug")
+
+    first.add_done_callback(boom)
+    second.add_done_callback(ran.append)
+    with caplog.at_level(logging.ERROR):
+        result.succeed(0, -1)
+    assert ran == [second]
+    assert "a producer callback raised" in caplog.text and "a caller's bug" in caplog.text
+
+
+def test_a_record_refused_before_batching_has_a_failed_future() -> None:
+    error = KafkaError(ErrorCode.MESSAGE_TOO_LARGE, "too big")
+    future = RecordFuture.failed(TP, error)
+    assert future.done() and future.exception(0) is error
