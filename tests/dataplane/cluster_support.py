@@ -40,6 +40,8 @@ RANGES = {
     "disk_full": 164,
     "kafka": 171,
     "kafka_groups": 174,
+    "connect": 181,
+    "connect_distributed": 184,
 }
 
 

@@ -1,0 +1,1 @@
+"""raftlog Connect."""

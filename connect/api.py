@@ -1,0 +1,143 @@
+"""The connector API, in Kafka Connect's shape.
+
+A **connector** is configured once (a pydantic model per connector class, ``extra="forbid"``,
+bounded numbers) and splits its work into **task** configs (``task_configs(max_tasks)``); the
+runtime runs each task on some worker. A :class:`SourceTask` returns :class:`SourceRecord`\\ s
+from ``poll``, each with a *source partition* and *source offset* (plain JSON dicts, e.g.
+``{"filename": ...}`` / ``{"position": ...}``); the runtime produces them and stores, per source
+partition, the offset of the last record all of whose predecessors were acknowledged. A restarted
+task reads that offset back through its :class:`OffsetReader`. A :class:`SinkTask` gets records
+in ``put``; ``flush(offsets)`` must make everything up to ``offsets`` durable, after which the
+runtime commits those offsets for the consumer group ``connect-<connector>``.
+
+Delivery is at-least-once: records after the last committed offset are sent (source) or put
+(sink) again after a crash.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+JsonDict = dict[str, Any]
+TASKS_MAX_MAX = 1_000
+
+
+class ConnectorConfig(BaseModel):
+    """The settings every connector has (Kafka Connect's names). Subclass per connector and
+    add its own fields with dotted aliases."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    name: str = Field(min_length=1, max_length=249, pattern=r"^[A-Za-z0-9._-]+$")
+    connector_class: str = Field(alias="connector.class", min_length=1, max_length=255)
+    tasks_max: int = Field(1, alias="tasks.max", ge=1, le=TASKS_MAX_MAX)
+
+
+class SinkConnectorConfig(ConnectorConfig):
+    topics: str = Field(min_length=1, max_length=10_000)  # comma-separated, as in Kafka
+
+    def topic_list(self) -> list[str]:
+        return [t.strip() for t in self.topics.split(",") if t.strip()]
+
+
+@dataclass(frozen=True)
+class SourceRecord:
+    source_partition: JsonDict
+    source_offset: JsonDict
+    topic: str
+    value: bytes | None
+    key: bytes | None = None
+    partition: int | None = None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+@dataclass(frozen=True)
+class SinkRecord:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int
+    headers: tuple[tuple[str, bytes | None], ...] = field(default=())
+
+
+class OffsetReader(abc.ABC):
+    """The committed offsets of a connector's source partitions."""
+
+    @abc.abstractmethod
+    def offset(self, partition: Mapping[str, Any]) -> JsonDict | None:
+        """The last committed offset of ``partition``; None if none was committed."""
+
+
+class Connector(abc.ABC):
+    """Configured from a validated model; ``task_configs`` splits the work."""
+
+    config_model: ClassVar[type[ConnectorConfig]]
+    version: ClassVar[str] = "1.0"
+
+    def start(self, config: ConnectorConfig) -> None:  # noqa: B027 - optional to override
+        """Called once on the worker that runs the connector."""
+
+    @abc.abstractmethod
+    def task_configs(self, max_tasks: int) -> list[JsonDict]:
+        """At most ``max_tasks`` task configs (JSON objects), one task each."""
+
+    def stop(self) -> None:  # noqa: B027 - optional to override
+        """Release what ``start`` took."""
+
+
+class SourceConnector(Connector):
+    kind: ClassVar[str] = "source"
+
+    @staticmethod
+    @abc.abstractmethod
+    def task_class() -> type[SourceTask]: ...
+
+
+class SinkConnector(Connector):
+    kind: ClassVar[str] = "sink"
+    config_model: ClassVar[type[ConnectorConfig]] = SinkConnectorConfig
+
+    @staticmethod
+    @abc.abstractmethod
+    def task_class() -> type[SinkTask]: ...
+
+
+class SourceTask(abc.ABC):
+    @abc.abstractmethod
+    def start(self, config: JsonDict, offsets: OffsetReader) -> None:
+        """Begin where the committed offsets say."""
+
+    @abc.abstractmethod
+    def poll(self) -> list[SourceRecord]:
+        """The next records; may block briefly (bounded) and return [] when there are none."""
+
+    def commit(self) -> None:  # noqa: B027 - optional to override
+        """The offsets of the records polled so far, up to some point, are committed."""
+
+    @abc.abstractmethod
+    def stop(self) -> None:
+        """Called from another thread: make a blocked ``poll`` return soon."""
+
+
+class SinkTask(abc.ABC):
+    @abc.abstractmethod
+    def start(self, config: JsonDict) -> None: ...
+
+    @abc.abstractmethod
+    def put(self, records: list[SinkRecord]) -> None:
+        """Take the records (buffering is fine: ``flush`` makes them durable)."""
+
+    @abc.abstractmethod
+    def flush(self, offsets: Mapping[tuple[str, int], int]) -> None:
+        """Make every record put so far durable; ``offsets`` are about to be committed
+        (topic, partition -> next offset)."""
+
+    @abc.abstractmethod
+    def stop(self) -> None: ...

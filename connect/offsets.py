@@ -1,0 +1,75 @@
+"""Source offset bookkeeping: which offsets may be committed. Pure: no IO, no threads.
+
+A source task's records are produced asynchronously and acknowledged out of order (different
+topic partitions, retries). An offset may be committed only once **every record the task
+submitted before it for the same source partition** was acknowledged; otherwise a crash after the
+commit would skip an unacknowledged record. :class:`SubmittedRecords` keeps, per source partition,
+the records in submission order and hands out the offset of the last record of the acknowledged
+prefix (Kafka Connect's ``SubmittedRecords``). The bound on what is outstanding is the caller's
+(the producer's buffer and ``max.outstanding.records``).
+
+Offsets are stored under a key naming the connector and the source partition: the JSON text of
+``[connector, partition]`` with sorted keys, as Kafka Connect keys ``connect-offsets``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+JsonDict = dict[str, Any]
+
+
+def offset_key(connector: str, partition: Mapping[str, Any]) -> str:
+    return json.dumps([connector, dict(partition)], sort_keys=True, separators=(",", ":"))
+
+
+def parse_offset_key(key: str) -> tuple[str, JsonDict]:
+    connector, partition = json.loads(key)
+    if not isinstance(connector, str) or not isinstance(partition, dict):
+        raise ValueError(f"not an offset key: {key!r}")
+    return connector, partition
+
+
+@dataclass
+class SubmittedRecord:
+    partition_key: str
+    offset: JsonDict
+    acked: bool = False
+
+
+@dataclass
+class SubmittedRecords:
+    """The records of one task submitted but not yet covered by a committed offset."""
+
+    _by_partition: dict[str, deque[SubmittedRecord]] = field(default_factory=dict)
+    outstanding: int = 0  # submitted, not yet acknowledged
+
+    def submit(self, partition_key: str, offset: JsonDict) -> SubmittedRecord:
+        record = SubmittedRecord(partition_key, offset)
+        self._by_partition.setdefault(partition_key, deque()).append(record)
+        self.outstanding += 1
+        return record
+
+    def ack(self, record: SubmittedRecord) -> None:
+        assert not record.acked, "a record is acknowledged once"
+        record.acked = True
+        self.outstanding -= 1
+
+    def committable(self) -> dict[str, JsonDict]:
+        """Per source partition, the offset of the last record of its acknowledged prefix
+        (only partitions that moved); those records are forgotten."""
+        result: dict[str, JsonDict] = {}
+        for key, queue in list(self._by_partition.items()):
+            while queue and queue[0].acked:
+                result[key] = queue.popleft().offset
+            if not queue:
+                del self._by_partition[key]
+        return result
+
+    def pending(self) -> int:
+        """Records kept (acknowledged or not) that no committed offset covers yet."""
+        return sum(len(q) for q in self._by_partition.values())

@@ -1,0 +1,132 @@
+"""The REST API, in Kafka Connect's shape, served with FastAPI by uvicorn on the worker's
+``listeners`` address (loopback).
+
+Errors are answered as Kafka Connect answers them: ``{"error_code": 404, "message":
+"Connector x not found"}``; 400 for an invalid config (the message names each invalid field) or
+a malformed request; 409 for a name that exists or a rebalance in progress.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import uvicorn
+from fastapi import Body, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+
+from connect.config_state import PAUSED, STARTED
+from connect.herder import ConnectError, Herder
+
+log = logging.getLogger(__name__)
+STARTUP_TIMEOUT_S = 10.0
+
+
+def create_app(herder: Herder) -> FastAPI:
+    app = FastAPI(title="raftlog Connect", docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.exception_handler(ConnectError)
+    def _connect_error(request: Request, error: ConnectError) -> JSONResponse:
+        return JSONResponse({"error_code": error.status, "message": error.message}, error.status)
+
+    @app.exception_handler(RequestValidationError)
+    def _bad_request(request: Request, error: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"error_code": 400, "message": str(error.errors())}, 400)
+
+    @app.get("/")
+    def root() -> dict[str, Any]:
+        return {"version": "0.1.0", "commit": "", "kafka_cluster_id": ""}
+
+    @app.get("/connectors")
+    def list_connectors() -> list[str]:
+        return herder.connectors()
+
+    @app.post("/connectors", status_code=201)
+    def create(body: dict[str, Any] = Body(...)) -> dict[str, Any]:  # noqa: B008
+        name, config = body.get("name"), body.get("config")
+        if not isinstance(name, str) or not name or not isinstance(config, dict):
+            raise ConnectError(400, 'a connector is {"name": "...", "config": {...}}')
+        return herder.create(name, config)
+
+    @app.get("/connectors/{name}")
+    def info(name: str) -> dict[str, Any]:
+        return herder.connector_info(name)
+
+    @app.get("/connectors/{name}/config")
+    def get_config(name: str) -> dict[str, Any]:
+        return herder.connector_config(name)
+
+    @app.put("/connectors/{name}/config")
+    def put_config(name: str, config: dict[str, Any] = Body(...)) -> JSONResponse:  # noqa: B008
+        created, answer = herder.put_config(name, config)
+        return JSONResponse(answer, 201 if created else 200)
+
+    @app.get("/connectors/{name}/status")
+    def status(name: str) -> dict[str, Any]:
+        return herder.status(name)
+
+    @app.get("/connectors/{name}/tasks")
+    def tasks(name: str) -> list[dict[str, Any]]:
+        return herder.task_infos(name)
+
+    @app.put("/connectors/{name}/pause", status_code=202)
+    def pause(name: str) -> Response:
+        herder.set_target_state(name, PAUSED)
+        return Response(status_code=202)
+
+    @app.put("/connectors/{name}/resume", status_code=202)
+    def resume(name: str) -> Response:
+        herder.set_target_state(name, STARTED)
+        return Response(status_code=202)
+
+    @app.post("/connectors/{name}/restart", status_code=204)
+    def restart(name: str) -> Response:
+        herder.restart(name)
+        return Response(status_code=204)
+
+    @app.delete("/connectors/{name}", status_code=204)
+    def delete(name: str) -> Response:
+        herder.delete(name)
+        return Response(status_code=204)
+
+    @app.get("/connector-plugins")
+    def connector_plugins() -> list[dict[str, Any]]:
+        return herder.plugins()
+
+    return app
+
+
+class RestServer:
+    """uvicorn on its own thread; :meth:`start` returns once it listens."""
+
+    def __init__(self, herder: Herder, host: str, port: int) -> None:
+        config = uvicorn.Config(
+            create_app(herder), host=host, port=port, log_level="warning", access_log=False,
+            timeout_graceful_shutdown=5, lifespan="off",
+        )  # fmt: skip
+        self.server = uvicorn.Server(config)
+        self.host = host
+        self._thread = threading.Thread(target=self.server.run, name="connect-rest", daemon=True)
+
+    def start(self) -> str:
+        self._thread.start()
+        self._thread.join(0)
+        started = threading.Event()
+
+        def check() -> bool:
+            return bool(self.server.started) or not self._thread.is_alive()
+
+        deadline_s = STARTUP_TIMEOUT_S
+        while not check() and deadline_s > 0:
+            started.wait(0.02)
+            deadline_s -= 0.02
+        if not self.server.started:
+            raise OSError(f"the REST server did not start on {self.host}")
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        return f"http://{self.host}:{port}"
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self._thread.join(10)

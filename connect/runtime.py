@@ -1,0 +1,140 @@
+"""What one worker runs now: its connectors and tasks, started and stopped as a herder says.
+
+Both herders drive it the same way; it knows nothing of groups or topics. Stopping tasks asks
+all of them first, then waits for each within ``task.shutdown.graceful.timeout.ms`` (a task that
+does not finish in time is abandoned, as Kafka Connect does, and said so in the log).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from connect.api import JsonDict
+from connect.assignment import ConnectorTaskId
+from connect.config_state import PAUSED
+from connect.plugins import ConfigInvalid, validate
+from connect.worker import (
+    FAILED,
+    RUNNING,
+    UNASSIGNED,
+    OffsetStore,
+    RunningConnector,
+    WorkerTask,
+    generate_task_configs,
+    new_task,
+    start_connector,
+)
+from connect.worker_config import WorkerConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Status:
+    state: str
+    worker_id: str
+    trace: str = ""
+
+
+StatusSink = Callable[[str, str, Status | None], None]  # connector, task ("" = connector), status
+
+
+class Runtime:
+    """The connectors and tasks running in this process. Thread-safe."""
+
+    def __init__(
+        self, config: WorkerConfig, worker_id: str, offsets: OffsetStore, status: StatusSink
+    ) -> None:
+        self.config = config
+        self.worker_id = worker_id
+        self.offsets = offsets
+        self._status = status
+        self._lock = threading.RLock()
+        self.connectors: dict[str, RunningConnector] = {}
+        self.tasks: dict[ConnectorTaskId, WorkerTask] = {}
+
+    def _report(self, connector: str, task: str, state: str, trace: str) -> None:
+        self._status(connector, task, Status(state, self.worker_id, trace))
+
+    # -- connectors ------------------------------------------------------------------------------
+    def start_connector(
+        self, name: str, config: JsonDict, target_state: str
+    ) -> list[JsonDict] | None:
+        """Start ``name``; its task configs (None if it failed)."""
+        with self._lock:
+            self.stop_connector(name)
+            try:
+                running = start_connector(name, validate(name, config))
+                configs = generate_task_configs(running)
+            except Exception as error:  # a bad config or connector code: it FAILS
+                log.exception("connector %s failed to start", name)
+                self._report(name, "", FAILED, "".join(traceback.format_exception(error)))
+                return None
+            self.connectors[name] = running
+            self._report(name, "", PAUSED if target_state == PAUSED else RUNNING, "")
+            return configs
+
+    def stop_connector(self, name: str) -> None:
+        with self._lock:
+            running = self.connectors.pop(name, None)
+        if running is not None:
+            try:
+                running.instance.stop()
+            except Exception:  # connector code: logged, the connector is gone either way
+                log.exception("connector %s failed to stop", name)
+
+    # -- tasks -----------------------------------------------------------------------------------
+    def start_task(
+        self, task_id: ConnectorTaskId, config: JsonDict, task_config: JsonDict, target: str
+    ) -> None:
+        with self._lock:
+            self.stop_tasks([task_id])
+            try:
+                validated = validate(task_id.connector, config)
+            except ConfigInvalid as error:
+                self._report(task_id.connector, str(task_id.task), FAILED, str(error))
+                return
+            task = new_task(
+                task_id, validated, task_config, self.config, self._report, self.offsets
+            )
+            if target == PAUSED:
+                task.paused.set()
+            self.tasks[task_id] = task
+            task.start()
+
+    def stop_tasks(self, ids: Iterable[ConnectorTaskId], *, unassigned: bool = False) -> None:
+        with self._lock:
+            stopping = [self.tasks.pop(t) for t in list(ids) if t in self.tasks]
+        for task in stopping:
+            task.stop()
+        deadline = time.monotonic() + self.config.task_shutdown_graceful_timeout_ms / 1000
+        for task in stopping:
+            if not task.join(max(0.0, deadline - time.monotonic())):
+                log.error("task %s did not stop within task.shutdown.graceful.timeout.ms", task.id)
+            if unassigned:
+                task.report(UNASSIGNED)
+
+    def set_target_state(self, name: str, state: str) -> None:
+        with self._lock:
+            tasks = [t for t in self.tasks.values() if t.id.connector == name]
+            connector_running = name in self.connectors
+        for task in tasks:
+            task.set_paused(state == PAUSED)
+        if connector_running:
+            self._report(name, "", PAUSED if state == PAUSED else RUNNING, "")
+
+    def task_ids(self, name: str | None = None) -> list[ConnectorTaskId]:
+        with self._lock:
+            return sorted(t for t in self.tasks if name is None or t.connector == name)
+
+    def stop_all(self) -> None:
+        self.stop_tasks(self.task_ids())
+        with self._lock:
+            names = list(self.connectors)
+        for name in names:
+            self.stop_connector(name)

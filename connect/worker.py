@@ -1,0 +1,346 @@
+"""A worker runs connectors and tasks; the herders (standalone, distributed) tell it which.
+
+Each task runs on its own thread:
+
+- **source**: ``poll`` → each record produced with the task's own idempotent ``Producer``
+  (acks=all) and remembered in :class:`~connect.offsets.SubmittedRecords`; every
+  ``offset.flush.interval.ms`` (and when the task stops) the offsets whose predecessors were all
+  acknowledged are written to the offset store, then ``task.commit()`` runs. At most
+  ``max.outstanding.records`` records wait for their acknowledgement.
+- **sink**: a ``Consumer`` in group ``connect-<connector>`` subscribed to ``topics``; ``put``
+  the polled records; every ``offset.flush.interval.ms``, before partitions are revoked and when
+  the task stops, ``flush(offsets)`` and only then commit those offsets for the group.
+
+A task whose connector code raises is FAILED (the error in its status) until restarted.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from connect.api import (
+    JsonDict,
+    OffsetReader,
+    SinkConnector,
+    SinkConnectorConfig,
+    SinkRecord,
+    SinkTask,
+    SourceConnector,
+    SourceRecord,
+    SourceTask,
+)
+from connect.assignment import ConnectorTaskId
+from connect.offsets import SubmittedRecord, SubmittedRecords, offset_key
+from connect.plugins import Validated
+from connect.worker_config import WorkerConfig
+from dataplane.client import (
+    Consumer,
+    ConsumerRebalanceListener,
+    Producer,
+    RecordMetadata,
+    TopicPartition,
+)
+from raftlog.errors import KafkaError
+
+log = logging.getLogger(__name__)
+RUNNING, PAUSED, FAILED, UNASSIGNED = "RUNNING", "PAUSED", "FAILED", "UNASSIGNED"
+SINK_POLL_MS = 200
+PAUSED_WAIT_S = 0.1
+ACK_WAIT_S = 0.05
+
+
+class OffsetStore(Protocol):
+    def get(self, connector: str, partition: Mapping[str, Any]) -> JsonDict | None: ...
+    def commit(self, offsets: Mapping[str, JsonDict]) -> None: ...
+    def refresh(self, timeout_s: float) -> None: ...
+
+
+StatusListener = Callable[[str, str, str, str], None]  # (connector, task or "", state, trace)
+
+
+class _Reader(OffsetReader):
+    def __init__(self, store: OffsetStore, connector: str) -> None:
+        self.store = store
+        self.connector = connector
+
+    def offset(self, partition: Mapping[str, Any]) -> JsonDict | None:
+        return self.store.get(self.connector, partition)
+
+
+class WorkerTask:
+    """The thread of one task; ``stop`` asks it to finish, ``join`` waits for it."""
+
+    def __init__(
+        self, task_id: ConnectorTaskId, config: WorkerConfig, status: StatusListener
+    ) -> None:
+        self.id = task_id
+        self.worker_config = config
+        self._status = status
+        self.stopping = threading.Event()
+        self.paused = threading.Event()
+        self.thread = threading.Thread(target=self._main, name=f"task-{task_id}", daemon=True)
+        self.flush_interval_s = config.offset_flush_interval_ms / 1000
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def set_paused(self, paused: bool) -> None:
+        if paused != self.paused.is_set():
+            (self.paused.set if paused else self.paused.clear)()
+            self.report(PAUSED if paused else RUNNING)
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def join(self, timeout_s: float) -> bool:
+        self.thread.join(timeout_s)
+        return not self.thread.is_alive()
+
+    def report(self, state: str, trace: str = "") -> None:
+        self._status(self.id.connector, str(self.id.task), state, trace)
+
+    def _main(self) -> None:
+        try:
+            self.execute()
+        except Exception as error:  # connector code may raise anything: the task FAILS
+            log.exception("task %s failed", self.id)
+            self.report(FAILED, "".join(traceback.format_exception(error)))
+
+    def execute(self) -> None:
+        raise NotImplementedError
+
+
+class WorkerSourceTask(WorkerTask):
+    def __init__(
+        self,
+        task_id: ConnectorTaskId,
+        config: WorkerConfig,
+        status: StatusListener,
+        task: SourceTask,
+        task_config: JsonDict,
+        offsets: OffsetStore,
+    ) -> None:
+        super().__init__(task_id, config, status)
+        self.task = task
+        self.task_config = task_config
+        self.offsets = offsets
+        self._lock = threading.Lock()
+        self._submitted = SubmittedRecords()
+        self._acked = threading.Event()
+        self._send_error: BaseException | None = None
+
+    def stop(self) -> None:
+        super().stop()
+        self.task.stop()
+
+    def execute(self) -> None:
+        config = self.worker_config
+        self.offsets.refresh(config.request_timeout_ms / 1000)
+        producer = Producer(
+            config.bootstrap_servers, acks="all", enable_idempotence=True,
+            request_timeout_ms=config.request_timeout_ms,
+        )  # fmt: skip
+        try:
+            self.task.start(self.task_config, _Reader(self.offsets, self.id.connector))
+            self.report(PAUSED if self.paused.is_set() else RUNNING)
+            self._loop(producer)
+        finally:
+            try:
+                producer.flush(config.offset_flush_timeout_ms / 1000)
+                self._commit_offsets()
+            finally:
+                producer.close(config.offset_flush_timeout_ms / 1000)
+
+    def _loop(self, producer: Producer) -> None:
+        next_commit = time.monotonic() + self.flush_interval_s
+        while not self.stopping.is_set():
+            self._raise_send_error()
+            if time.monotonic() >= next_commit:
+                self._commit_offsets()
+                next_commit = time.monotonic() + self.flush_interval_s
+            if self.paused.is_set():
+                self.stopping.wait(PAUSED_WAIT_S)
+                continue
+            with self._lock:
+                full = self._submitted.outstanding >= self.worker_config.max_outstanding_records
+            if full:
+                self._acked.wait(ACK_WAIT_S)
+                self._acked.clear()
+                continue
+            for record in self.task.poll():
+                self._send(producer, record)
+
+    def _send(self, producer: Producer, record: SourceRecord) -> None:
+        key = offset_key(self.id.connector, record.source_partition)
+        with self._lock:
+            submitted = self._submitted.submit(key, dict(record.source_offset))
+        producer.send(
+            record.topic, record.value, record.key, partition=record.partition,
+            headers=record.headers, callback=lambda _m, e: self._on_ack(submitted, _m, e),
+        )  # fmt: skip
+
+    def _on_ack(
+        self, record: SubmittedRecord, _metadata: RecordMetadata | None, error: BaseException | None
+    ) -> None:
+        if error is not None:
+            self._send_error = error
+            return
+        with self._lock:
+            self._submitted.ack(record)
+        self._acked.set()
+
+    def _raise_send_error(self) -> None:
+        if self._send_error is not None:
+            raise RuntimeError(f"a record of {self.id} was not delivered") from self._send_error
+
+    def _commit_offsets(self) -> None:
+        with self._lock:
+            committable = self._submitted.committable()
+        if committable:
+            self.offsets.commit(committable)
+            self.task.commit()
+
+
+class _SinkListener(ConsumerRebalanceListener):
+    def __init__(self, owner: WorkerSinkTask) -> None:
+        self.owner = owner
+
+    def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        self.owner.commit(revoked)
+
+    def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
+        self.owner.forget(lost)
+
+
+class WorkerSinkTask(WorkerTask):
+    def __init__(
+        self,
+        task_id: ConnectorTaskId,
+        config: WorkerConfig,
+        status: StatusListener,
+        task: SinkTask,
+        task_config: JsonDict,
+        topics: list[str],
+    ) -> None:
+        super().__init__(task_id, config, status)
+        self.task = task
+        self.task_config = task_config
+        self.topics = topics
+        self._consumed: dict[TopicPartition, int] = {}  # next offset, not yet committed
+        self._consumer: Consumer | None = None
+
+    def execute(self) -> None:
+        config = self.worker_config
+        consumer = self._consumer = Consumer(
+            config.bootstrap_servers,
+            group_id=f"connect-{self.id.connector}",
+            client_id=f"connector-consumer-{self.id}",
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=SINK_POLL_MS,
+            request_timeout_ms=config.request_timeout_ms,
+        )
+        try:
+            self.task.start(self.task_config)
+            self.report(PAUSED if self.paused.is_set() else RUNNING)
+            consumer.subscribe(self.topics, listener=_SinkListener(self))
+            next_commit = time.monotonic() + self.flush_interval_s
+            while not self.stopping.is_set():
+                self._poll(consumer)
+                if time.monotonic() >= next_commit:
+                    self.commit(None)
+                    next_commit = time.monotonic() + self.flush_interval_s
+            self.commit(None)
+        finally:
+            try:
+                consumer.close()
+            finally:
+                self.task.stop()
+
+    def _poll(self, consumer: Consumer) -> None:
+        owned = consumer.assignment()
+        if self.paused.is_set():
+            consumer.pause(*owned)
+        else:
+            consumer.resume(*consumer.paused())
+        batch = consumer.poll(SINK_POLL_MS)
+        records = [
+            SinkRecord(r.topic, r.partition, r.offset, r.key, r.value, r.timestamp, r.headers)
+            for rs in batch.values()
+            for r in rs
+        ]
+        if records:
+            self.task.put(records)
+        for tp, rs in batch.items():
+            if rs:
+                self._consumed[tp] = rs[-1].offset + 1
+
+    def commit(self, partitions: set[TopicPartition] | None) -> None:
+        """Flush the task, then commit what it was given of ``partitions`` (None: all)."""
+        wanted = {
+            tp: offset
+            for tp, offset in self._consumed.items()
+            if partitions is None or tp in partitions
+        }
+        if not wanted or self._consumer is None:
+            return
+        self.task.flush({(tp.topic, tp.partition): o for tp, o in wanted.items()})
+        try:
+            self._consumer.commit(wanted)
+        except KafkaError as error:
+            log.warning("%s: offsets %s not committed: %s", self.id, wanted, error)
+            return
+        for tp, offset in wanted.items():
+            if self._consumed.get(tp) == offset:
+                del self._consumed[tp]
+
+    def forget(self, partitions: set[TopicPartition]) -> None:
+        for tp in partitions:
+            self._consumed.pop(tp, None)
+
+
+@dataclass
+class RunningConnector:
+    name: str
+    validated: Validated
+    instance: SourceConnector | SinkConnector
+
+
+def new_task(
+    task_id: ConnectorTaskId,
+    validated: Validated,
+    task_config: JsonDict,
+    config: WorkerConfig,
+    status: StatusListener,
+    offsets: OffsetStore,
+) -> WorkerTask:
+    cls = validated.cls
+    if issubclass(cls, SourceConnector):
+        source = cls.task_class()()
+        return WorkerSourceTask(task_id, config, status, source, task_config, offsets)
+    assert issubclass(cls, SinkConnector), f"{cls} is neither a source nor a sink"
+    assert isinstance(validated.config, SinkConnectorConfig), "a sink's config names its topics"
+    sink = cls.task_class()()
+    topics = validated.config.topic_list()
+    return WorkerSinkTask(task_id, config, status, sink, task_config, topics)
+
+
+def start_connector(name: str, validated: Validated) -> RunningConnector:
+    instance = validated.cls()
+    assert isinstance(instance, SourceConnector | SinkConnector)
+    instance.start(validated.config)
+    return RunningConnector(name, validated, instance)
+
+
+def generate_task_configs(running: RunningConnector) -> list[JsonDict]:
+    tasks_max = running.validated.config.tasks_max
+    configs = running.instance.task_configs(tasks_max)
+    if len(configs) > tasks_max:
+        raise ValueError(f"{running.name}: {len(configs)} task configs for tasks.max={tasks_max}")
+    return configs

@@ -1,0 +1,80 @@
+"""A worker's configuration: Kafka Connect's worker settings (dotted names), each bounded.
+
+Loaded from a JSON file (``worker.json``): ``{"bootstrap.servers": "127.0.0.11:9092",
+"listeners": "http://127.0.0.1:8083", ...}``. Standalone mode needs
+``offset.storage.file.filename``; distributed mode needs ``group.id``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class WorkerConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    bootstrap_servers: list[str] = Field(alias="bootstrap.servers", min_length=1, max_length=100)
+    listeners: str = Field("http://127.0.0.1:8083", max_length=255)
+    group_id: str | None = Field(None, alias="group.id", min_length=1, max_length=249)
+    offset_storage_file_filename: str | None = Field(
+        None, alias="offset.storage.file.filename", min_length=1, max_length=4096
+    )
+    offset_flush_interval_ms: int = Field(
+        10_000, alias="offset.flush.interval.ms", ge=10, le=3_600_000
+    )
+    offset_flush_timeout_ms: int = Field(5_000, alias="offset.flush.timeout.ms", ge=10, le=600_000)
+    config_storage_topic: str = Field("connect-configs", alias="config.storage.topic")
+    offset_storage_topic: str = Field("connect-offsets", alias="offset.storage.topic")
+    status_storage_topic: str = Field("connect-status", alias="status.storage.topic")
+    offset_storage_partitions: int = Field(5, alias="offset.storage.partitions", ge=1, le=1000)
+    status_storage_partitions: int = Field(5, alias="status.storage.partitions", ge=1, le=1000)
+    session_timeout_ms: int = Field(10_000, alias="session.timeout.ms", ge=100, le=3_600_000)
+    heartbeat_interval_ms: int = Field(3_000, alias="heartbeat.interval.ms", ge=10, le=600_000)
+    rebalance_timeout_ms: int = Field(60_000, alias="rebalance.timeout.ms", ge=100, le=3_600_000)
+    request_timeout_ms: int = Field(30_000, alias="request.timeout.ms", ge=100, le=600_000)
+    task_shutdown_graceful_timeout_ms: int = Field(
+        5_000, alias="task.shutdown.graceful.timeout.ms", ge=0, le=600_000
+    )
+    max_outstanding_records: int = Field(
+        10_000, alias="max.outstanding.records", ge=1, le=10_000_000
+    )
+
+    @field_validator("bootstrap_servers", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("listeners")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme != "http" or not parts.hostname or parts.port is None:
+            raise ValueError("listeners must be one http://host:port URL")
+        return value
+
+    @property
+    def rest_host(self) -> str:
+        host = urlsplit(self.listeners).hostname
+        assert host is not None
+        return host
+
+    @property
+    def rest_port(self) -> int:
+        port = urlsplit(self.listeners).port
+        assert port is not None
+        return port
+
+    @classmethod
+    def load(cls, path: Path, **overrides: Any) -> WorkerConfig:
+        values = json.loads(path.read_text())
+        if not isinstance(values, dict):
+            raise ValueError(f"{path}: a worker config is a JSON object")
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls.model_validate(values)

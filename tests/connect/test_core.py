@@ -1,0 +1,240 @@
+"""The pure core of Connect: assignment, config validation, config records, offset bookkeeping,
+and the file connectors' tasks against real files (no cluster)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from connect.api import OffsetReader, SinkRecord
+from connect.assignment import (
+    Assignment,
+    ConnectorTaskId,
+    WorkerMetadata,
+    WorkToAssign,
+    assign,
+)
+from connect.config_state import Change, ConfigState, task_records
+from connect.file import FileStreamSinkTask, FileStreamSource, FileStreamSourceTask
+from connect.offsets import SubmittedRecords, offset_key
+from connect.plugins import ConfigInvalid, validate
+from connect.storage import FileOffsetStore
+
+
+def tid(name: str, task: int) -> ConnectorTaskId:
+    return ConnectorTaskId(name, task)
+
+
+# -- assignment --------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("members", "work", "expected"),
+    [
+        (
+            ["w1"],
+            WorkToAssign(("a",), (tid("a", 0), tid("a", 1))),
+            {"w1": (("a",), (tid("a", 0), tid("a", 1)))},
+        ),
+        (  # connectors first, then tasks continue the round where the connectors stopped
+            ["w2", "w1"],
+            WorkToAssign(("b", "a"), (tid("a", 0), tid("a", 1), tid("b", 0))),
+            {
+                "w1": (("a",), (tid("a", 0), tid("b", 0))),
+                "w2": (("b",), (tid("a", 1),)),
+            },
+        ),
+        (
+            ["w1", "w2", "w3"],
+            WorkToAssign(("a",), (tid("a", 0), tid("a", 1), tid("a", 2), tid("a", 3))),
+            {
+                "w1": (("a",), (tid("a", 2),)),
+                "w2": ((), (tid("a", 0), tid("a", 3))),
+                "w3": ((), (tid("a", 1),)),
+            },
+        ),
+        (["w1", "w2"], WorkToAssign(()), {"w1": ((), ()), "w2": ((), ())}),
+    ],
+)
+def test_assignment_is_round_robin_over_sorted_members(
+    members: list[str],
+    work: WorkToAssign,
+    expected: dict[str, tuple[tuple[str, ...], tuple[ConnectorTaskId, ...]]],
+) -> None:
+    metadata = {m: WorkerMetadata(f"http://{m}", 7) for m in members}
+    result = assign(members[0], metadata, work, 7)
+    assert {m: (a.connectors, a.tasks) for m, a in result.items()} == expected
+    assert all(a.leader == members[0] and a.config_offset == 7 for a in result.values())
+    assert all(a.leader_url == f"http://{members[0]}" for a in result.values())
+    every = [t for a in result.values() for t in a.tasks]
+    assert sorted(every) == sorted(work.tasks), "each task exactly once"
+
+
+def test_a_leader_behind_a_member_assigns_nothing_and_says_so() -> None:
+    metadata = {"w1": WorkerMetadata("u1", 3), "w2": WorkerMetadata("u2", 5)}
+    result = assign("w1", metadata, WorkToAssign(("a",), (tid("a", 0),)), 3)
+    assert all(a.error == 1 and not a.connectors and not a.tasks for a in result.values())
+
+
+def test_assignment_and_metadata_round_trip_their_bytes() -> None:
+    assignment = Assignment("w1", "http://x:1", 9, ("a",), (tid("a-b", 2),))
+    assert Assignment.decode(assignment.encode()) == assignment
+    metadata = WorkerMetadata("http://x:1", 4)
+    assert WorkerMetadata.decode(metadata.encode()) == metadata
+
+
+# -- config validation -------------------------------------------------------------------------
+SOURCE = {"connector.class": "FileStreamSource", "file": "/tmp/in.txt", "topic": "t"}
+
+
+def test_a_valid_config_parses_with_kafka_names_and_string_numbers() -> None:
+    validated = validate("src", {**SOURCE, "tasks.max": "3", "batch.size": "10"})
+    assert validated.kind == "source"
+    assert validated.config.tasks_max == 3
+    kafka_name = "org.apache.kafka.connect.file.FileStreamSinkConnector"
+    sink = validate("snk", {"connector.class": kafka_name, "file": "/tmp/o", "topics": "a,b"})
+    assert sink.kind == "sink"
+
+
+@pytest.mark.parametrize(
+    ("config", "fields"),
+    [
+        ({**SOURCE, "tasks.max": 0}, ["tasks.max"]),
+        ({**SOURCE, "batch.size": "many"}, ["batch.size"]),
+        ({**SOURCE, "bogus": 1}, ["bogus"]),
+        ({"connector.class": "FileStreamSource", "file": "x"}, ["topic"]),
+        ({"connector.class": "FileStreamSource", "topic": "t"}, ["set exactly one"]),
+        ({"connector.class": "NoSuchConnector"}, ["connector.class"]),
+        ({"topic": "t"}, ["connector.class"]),
+        ({**SOURCE, "tasks.max": -1, "batch.size": 10**9}, ["tasks.max", "batch.size"]),
+        ({**SOURCE, "name": "other"}, ["name"]),
+    ],
+)
+def test_an_invalid_config_names_each_invalid_field(
+    config: dict[str, Any], fields: list[str]
+) -> None:
+    with pytest.raises(ConfigInvalid) as raised:
+        validate("src", config)
+    assert len(raised.value.errors) == len(fields)
+    for field, error in zip(fields, raised.value.errors, strict=True):
+        assert field in error
+    assert str(raised.value).startswith("Connector configuration is invalid")
+
+
+def test_file_source_splits_its_files_over_tasks() -> None:
+    connector = FileStreamSource()
+    connector.start(validate("s", {**SOURCE, "file": None, "files": "a,b,c"}).config)
+    assert [c["files"] for c in connector.task_configs(2)] == ["a,c", "b"]
+    assert [c["files"] for c in connector.task_configs(5)] == ["a", "b", "c"]
+
+
+# -- connect-configs records -------------------------------------------------------------------
+def test_config_records_replay_into_connectors_tasks_and_states() -> None:
+    state = ConfigState()
+    changes = []
+    records: list[tuple[str, Any]] = [
+        ("connector-a", {"properties": {"x": 1}}),
+        ("target-state-a", {"state": "STARTED"}),
+        ("task-a-0", {"properties": {"t": 0}}),  # pending until the commit
+        *task_records("a", [{"t": 0}, {"t": 1}]).items(),
+        ("connector-a", {"properties": {"x": 2}}),
+        ("target-state-a", {"state": "PAUSED"}),
+        ("restart-a", {"request": "r1"}),
+        ("task-a-0", {"properties": {"t": 9}}),
+        ("commit-a", {"tasks": 2}),  # task 1 of this round is missing: ignored
+        ("connector-a", None),
+    ]
+    for offset, (key, value) in enumerate(records):
+        changes.append(state.apply(key, value, offset)[0])
+        if key == "commit-a" and offset == 5:
+            assert state.task_ids("a") == [tid("a", 0), tid("a", 1)]
+            assert state.work().tasks == (tid("a", 0), tid("a", 1))
+        if key == "target-state-a" and value["state"] == "PAUSED":
+            assert state.target_state("a") == "PAUSED"
+    assert changes == [
+        Change.ASSIGNMENT, Change.NONE, Change.NONE, Change.NONE, Change.NONE,
+        Change.ASSIGNMENT, Change.CONFIG, Change.TARGET_STATE, Change.RESTART, Change.NONE,
+        Change.NONE, Change.ASSIGNMENT,
+    ]  # fmt: skip
+    assert state.connectors == {} and state.tasks == {} and state.offset == len(records)
+
+
+# -- source offsets ----------------------------------------------------------------------------
+def test_an_offset_is_committable_only_after_every_earlier_record_of_its_partition() -> None:
+    submitted = SubmittedRecords()
+    a1 = submitted.submit("A", {"position": 1})
+    a2 = submitted.submit("A", {"position": 2})
+    b1 = submitted.submit("B", {"position": 10})
+    a3 = submitted.submit("A", {"position": 3})
+    submitted.ack(a2)
+    submitted.ack(b1)
+    assert submitted.committable() == {"B": {"position": 10}}, "a1 still outstanding"
+    submitted.ack(a3)
+    assert submitted.committable() == {}
+    submitted.ack(a1)
+    assert submitted.committable() == {"A": {"position": 3}}
+    assert submitted.outstanding == 0 and submitted.pending() == 0
+    assert submitted.committable() == {}
+
+
+def test_file_offset_store_survives_a_reload(tmp_path: Path) -> None:
+    path = tmp_path / "offsets.json"
+    store = FileOffsetStore(path)
+    store.commit({offset_key("c", {"filename": "f"}): {"position": 42}})
+    assert FileOffsetStore(path).get("c", {"filename": "f"}) == {"position": 42}
+    assert FileOffsetStore(path).get("c", {"filename": "g"}) is None
+    assert [p.name for p in tmp_path.iterdir()] == ["offsets.json"], "no temp file left"
+
+
+# -- the file tasks ----------------------------------------------------------------------------
+class Offsets(OffsetReader):
+    def __init__(self, offsets: dict[str, int]) -> None:
+        self.offsets = offsets
+
+    def offset(self, partition: Mapping[str, Any]) -> dict[str, Any] | None:
+        position = self.offsets.get(partition["filename"])
+        return None if position is None else {"position": position}
+
+
+def source_task(path: Path, offsets: dict[str, int], batch: int = 100) -> FileStreamSourceTask:
+    task = FileStreamSourceTask()
+    config = {"topic": "t", "files": str(path), "batch.size": batch, "poll.interval.ms": 1,
+              "max.line.bytes": 64}  # fmt: skip
+    task.start(config, Offsets(offsets))
+    return task
+
+
+def test_file_source_emits_complete_lines_and_resumes_at_a_position(tmp_path: Path) -> None:
+    path = tmp_path / "in.txt"
+    assert source_task(path, {}).poll() == [], "a missing file is waited for"
+    path.write_bytes(b"one\ntwo\r\nthr")
+    task = source_task(path, {})
+    records = task.poll()
+    assert [r.value for r in records] == [b"one", b"two"]
+    assert [r.source_offset["position"] for r in records] == [4, 9]
+    assert records[0].source_partition == {"filename": str(path)} and records[0].key is None
+    assert task.poll() == [], "the partial line waits for its newline"
+    with path.open("ab") as f:
+        f.write(b"ee\nfour\n")
+    assert [r.value for r in task.poll()] == [b"three", b"four"]
+    resumed = source_task(path, {str(path): 9}, batch=1)
+    assert [r.value for r in resumed.poll()] == [b"three"], "batch.size bounds a poll"
+    assert [r.value for r in resumed.poll()] == [b"four"]
+
+
+def test_file_source_refuses_a_line_longer_than_max_line_bytes(tmp_path: Path) -> None:
+    path = tmp_path / "in.txt"
+    path.write_bytes(b"x" * 100)
+    with pytest.raises(ValueError, match=r"max\.line\.bytes"):
+        source_task(path, {}).poll()
+
+
+def test_file_sink_appends_values_as_lines(tmp_path: Path) -> None:
+    path = tmp_path / "out.txt"
+    task = FileStreamSinkTask()
+    task.start({"file": str(path)})
+    task.put([SinkRecord("t", 0, i, None, v, 0) for i, v in enumerate([b"a", None, b"b"])])
+    task.flush({("t", 0): 3})
+    task.stop()
+    assert path.read_bytes() == b"a\nb\n"
