@@ -113,7 +113,7 @@ class DistributedHerder(Herder):
         self._stopping.set()
         self._thread.join(self.timeout_s)
         with self._reconcile_lock:
-            self.runtime.stop_all()
+            self.runtime.stop_all(unassigned=True)
             self.forget_started()
         self.membership.close()
         self.configs.close()

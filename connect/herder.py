@@ -61,7 +61,7 @@ class Owned:
 
 
 class Herder:
-    def __init__(self, runtime_factory: Any = None) -> None:
+    def __init__(self) -> None:
         self.state = ConfigState()
         self.statuses: dict[tuple[str, str], Status] = {}
         self._lock = threading.RLock()  # state and statuses

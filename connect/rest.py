@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 import uvicorn
@@ -22,6 +23,7 @@ from connect.herder import ConnectError, Herder
 
 log = logging.getLogger(__name__)
 STARTUP_TIMEOUT_S = 10.0
+STARTUP_POLL_S = 0.02
 
 
 def create_app(herder: Herder) -> FastAPI:
@@ -111,17 +113,11 @@ class RestServer:
         self._thread = threading.Thread(target=self.server.run, name="connect-rest", daemon=True)
 
     def start(self) -> str:
+        """Start serving; the URL it serves (the port the OS picked for port 0)."""
         self._thread.start()
-        self._thread.join(0)
-        started = threading.Event()
-
-        def check() -> bool:
-            return bool(self.server.started) or not self._thread.is_alive()
-
-        deadline_s = STARTUP_TIMEOUT_S
-        while not check() and deadline_s > 0:
-            started.wait(0.02)
-            deadline_s -= 0.02
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while not self.server.started and self._thread.is_alive() and time.monotonic() < deadline:
+            self._thread.join(STARTUP_POLL_S)  # uvicorn signals nothing: poll its flag
         if not self.server.started:
             raise OSError(f"the REST server did not start on {self.host}")
         port = self.server.servers[0].sockets[0].getsockname()[1]

@@ -132,9 +132,13 @@ class Runtime:
         with self._lock:
             return sorted(t for t in self.tasks if name is None or t.connector == name)
 
-    def stop_all(self) -> None:
-        self.stop_tasks(self.task_ids())
+    def stop_all(self, *, unassigned: bool = False) -> None:
+        """Stop every task, then every connector; with ``unassigned`` (the worker is leaving)
+        report them UNASSIGNED."""
+        self.stop_tasks(self.task_ids(), unassigned=unassigned)
         with self._lock:
             names = list(self.connectors)
         for name in names:
             self.stop_connector(name)
+            if unassigned:
+                self._report(name, "", UNASSIGNED, "")

@@ -7,6 +7,7 @@ Loaded from a JSON file (``worker.json``): ``{"bootstrap.servers": "127.0.0.11:9
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,12 @@ class WorkerConfig(BaseModel):
         parts = urlsplit(value)
         if parts.scheme != "http" or not parts.hostname or parts.port is None:
             raise ValueError("listeners must be one http://host:port URL")
+        try:
+            loopback = ipaddress.ip_address(parts.hostname).is_loopback
+        except ValueError:
+            loopback = parts.hostname == "localhost"
+        if not loopback:
+            raise ValueError("the REST API has no authentication: listen on a loopback address")
         return value
 
     @property

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -40,7 +40,7 @@ def standalone(cluster: LocalCluster, root: Path, connectors: list[Path]) -> Wor
     return Worker(root, "standalone", WORKER_HOST, ["standalone", *map(str, connectors)], config)
 
 
-def connector_file(root: Path, name: str, config: dict[str, object]) -> Path:
+def connector_file(root: Path, name: str, config: Mapping[str, object]) -> Path:
     path = root / f"{name}.connector.json"
     path.write_text(json.dumps({"name": name, "config": config}))
     return path
@@ -148,5 +148,17 @@ def test_rest_api_answers_and_errors(cluster: LocalCluster, tmp_path: Path) -> N
         assert worker.call("DELETE", "/connectors/src").status_code == 204
         assert worker.call("GET", "/connectors").json() == []
         assert worker.call("GET", "/connectors/src").status_code == 404
+
+        cli_file = connector_file(tmp_path, "from-cli", config)
+        cli = [*RAFTLOG, "connect"]
+        created_by_cli = subprocess.run([*cli, "create", str(cli_file), "--url", worker.url],
+                                        check=False, capture_output=True, timeout=60)  # fmt: skip
+        assert created_by_cli.returncode == 0, created_by_cli.stderr
+        listed = subprocess.run([*cli, "list", "--url", worker.url], capture_output=True,
+                                timeout=60, check=True)  # fmt: skip
+        assert json.loads(listed.stdout) == ["from-cli"]
+        missing = subprocess.run([*cli, "get", "nope", "--url", worker.url], check=False,
+                                 capture_output=True, timeout=60)  # fmt: skip
+        assert missing.returncode == 1 and b"Connector nope not found" in missing.stdout
     finally:
         worker.stop()
