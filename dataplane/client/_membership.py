@@ -8,7 +8,8 @@ member gets its own assignment back and reports it through ``on_assigned``. Then
 every ``heartbeat_interval_ms``; REBALANCE_IN_PROGRESS (another member joined, left, or its
 session expired) or :meth:`GroupMembership.request_rejoin` make it join again. The protocol is
 eager, as Kafka Connect's first one: ``on_revoked`` runs before every rejoin, so a member stops
-all its work before the group hands it out again.
+all its work before the group hands it out again; meanwhile a helper thread keeps heartbeating, so
+a slow revocation does not let the member's session expire.
 
 Every RPC goes to the group's coordinator, found and followed by ``GroupClient`` (it moves with
 the ``__consumer_offsets`` partition's leader), with a deadline. Errors end the thread only when
@@ -147,7 +148,7 @@ class GroupMembership:
                 if not joined or self._rejoin.is_set():
                     self._rejoin.clear()
                     if joined:
-                        self._on_revoked()
+                        self._revoke()
                         joined = False
                     joined = self._join_and_sync()
                     continue
@@ -156,10 +157,37 @@ class GroupMembership:
                 if not self._closed.is_set() and not self._rejoin.is_set():
                     joined = self._heartbeat()
                     if not joined:
-                        self._on_revoked()
+                        self._revoke()
             except KafkaError as error:
                 log.warning("group %s: %s; retrying", self.group_id, error)
                 self._closed.wait(BACKOFF_S)
+
+    def _revoke(self) -> None:
+        """``on_revoked``, heartbeating meanwhile: the coordinator expires a member that has
+        not rejoined yet once its session runs out, and stopping work may take longer."""
+        done = threading.Event()
+        keepalive = threading.Thread(
+            target=self._keep_alive, args=(done,), name=f"keepalive-{self.group_id}", daemon=True
+        )
+        keepalive.start()
+        try:
+            self._on_revoked()
+        finally:
+            done.set()
+            keepalive.join(self.request_timeout_s)
+
+    def _keep_alive(self, done: threading.Event) -> None:
+        while not done.wait(self.heartbeat_interval_s):
+            with self._lock:
+                request = gpb.HeartbeatRequest(
+                    group_id=self.group_id,
+                    generation_id=self.generation_id,
+                    member_id=self.member_id,
+                )
+            try:  # REBALANCE_IN_PROGRESS is the expected answer: the session is what counts
+                self._group.call("Heartbeat", request, self.heartbeat_interval_s)
+            except KafkaError as error:
+                log.info("group %s: heartbeat while revoking: %s", self.group_id, error)
 
     def _join_and_sync(self) -> bool:
         """One JoinGroup + SyncGroup round; True with an assignment (reported)."""

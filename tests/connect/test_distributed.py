@@ -31,7 +31,8 @@ pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("connect-distrib
 HOSTS = ("127.0.0.187", "127.0.0.188")
 FILES = 4
 WRITE_EVERY_S = 0.01  # the writer's pace: one line per file every 10 ms
-DUPLICATES_PER_FILE_MAX = 150  # lines of ~1.5 s; a restart from the beginning would be 300+
+DUPLICATES_PER_FILE_MAX = 150
+SESSION_TIMEOUT_MS = 2000  # lines of ~1.5 s; a restart from the beginning would be 300+
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +116,13 @@ def test_group_membership_members_share_and_rebalance_when_one_leaves(
 ) -> None:
     seen: dict[str, list[GroupAssignment]] = {"a": [], "b": []}
     revoked: Counter[str] = Counter()
+    slow_stop = threading.Event()
+
+    def on_revoked(name: str) -> None:
+        revoked.update([name])
+        if name == "a" and revoked["a"] == 1:
+            # a first revocation slower than the session: the member must keep heartbeating
+            slow_stop.wait(SESSION_TIMEOUT_MS / 1000 + 1)
 
     def assign(protocol: str, members: Sequence[JoinedMember]) -> dict[str, bytes]:
         # every member gets the sorted list of everyone's metadata
@@ -125,8 +133,9 @@ def test_group_membership_members_share_and_rebalance_when_one_leaves(
         return GroupMembership(
             cluster.bootstrap_servers, "membership-group", protocol_type="connect",
             protocols=lambda: [("default", name.encode())], assign=assign,
-            on_assigned=seen[name].append, on_revoked=lambda: revoked.update([name]),
-            session_timeout_ms=3000, heartbeat_interval_ms=200, rebalance_timeout_ms=5000,
+            on_assigned=seen[name].append, on_revoked=lambda: on_revoked(name),
+            session_timeout_ms=SESSION_TIMEOUT_MS, heartbeat_interval_ms=200,
+            rebalance_timeout_ms=10_000,
         )  # fmt: skip
 
     a, b = member("a"), member("b")
@@ -142,6 +151,7 @@ def test_group_membership_members_share_and_rebalance_when_one_leaves(
         wait_for("a sees b", lambda: last("a") == b"a,b", 30)
         assert seen["a"][-1].generation_id == seen["b"][-1].generation_id
         assert revoked["a"] >= 1, "a stopped its work before the rebalance (eager)"
+        assert seen["a"][-1].member_id == seen["a"][0].member_id, "a's session never expired"
         b.close()
         wait_for("a alone again", lambda: last("a") == b"a", 30)
     finally:
