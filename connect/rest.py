@@ -9,6 +9,7 @@ a malformed request; 409 for a name that exists or a rebalance in progress.
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from typing import Any
@@ -100,29 +101,47 @@ def create_app(herder: Herder) -> FastAPI:
     return app
 
 
-class RestServer:
-    """uvicorn on its own thread; :meth:`start` returns once it listens."""
+def bind(host: str, port: int) -> socket.socket:
+    """The REST API's listening socket, bound before the worker starts so it knows its own
+    address (its id) even with port 0."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
-    def __init__(self, herder: Herder, host: str, port: int) -> None:
+
+def url_of(sock: socket.socket, host: str) -> str:
+    return f"http://{host}:{sock.getsockname()[1]}"
+
+
+class RestServer:
+    """uvicorn on its own thread, serving ``sock``; :meth:`start` returns once it listens."""
+
+    def __init__(self, herder: Herder, sock: socket.socket) -> None:
         config = uvicorn.Config(
-            create_app(herder), host=host, port=port, log_level="warning", access_log=False,
+            create_app(herder), log_level="warning", access_log=False,
             timeout_graceful_shutdown=5, lifespan="off",
         )  # fmt: skip
         self.server = uvicorn.Server(config)
-        self.host = host
-        self._thread = threading.Thread(target=self.server.run, name="connect-rest", daemon=True)
+        self.sock = sock
+        self._thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [sock]}, name="connect-rest", daemon=True
+        )
 
-    def start(self) -> str:
-        """Start serving; the URL it serves (the port the OS picked for port 0)."""
+    def start(self) -> None:
         self._thread.start()
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while not self.server.started and self._thread.is_alive() and time.monotonic() < deadline:
             self._thread.join(STARTUP_POLL_S)  # uvicorn signals nothing: poll its flag
         if not self.server.started:
-            raise OSError(f"the REST server did not start on {self.host}")
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        return f"http://{self.host}:{port}"
+            raise OSError(f"the REST server did not start on {self.sock.getsockname()}")
 
     def stop(self) -> None:
         self.server.should_exit = True
         self._thread.join(10)
+        self.sock.close()
