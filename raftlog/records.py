@@ -28,7 +28,7 @@ import itertools
 import struct
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import TypeVar, cast
 
 import crc32c
 
@@ -62,6 +62,9 @@ Buffer = bytes | bytearray | memoryview
 Headers = tuple[tuple[str, bytes | None], ...]
 # What a producer hands over: (key, value, timestamp_ms, headers); offsets are the index.
 ProducerRecord = tuple[bytes | None, bytes | None, int, Headers]
+T = TypeVar("T")
+# Builds what a decoder returns per record from (offset, timestamp, key, value, headers).
+RecordBuilder = Callable[[int, int, bytes | None, bytes | None, Headers], T]
 
 MAX_VARINT_BYTES = 5
 MAX_VARLONG_BYTES = 10
@@ -368,7 +371,21 @@ def decode_batch(
     more than ``max_output_bytes``), UNSUPPORTED_COMPRESSION_TYPE for an unknown codec id,
     INVALID_RECORD for malformed records. Control batches decode like any other."""
     header = verify_batch(buf, position)
-    return header, _decode_payload(buf, position, header, max_output_bytes)
+    return header, _decode_payload(buf, position, header, max_output_bytes, _build_record)
+
+
+def decode_batch_as(
+    buf: Buffer,
+    position: int,
+    build: RecordBuilder[T],
+    *,
+    max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+) -> tuple[BatchHeader, list[T]]:
+    """:func:`decode_batch`, each record built by ``build(offset, timestamp, key, value,
+    headers)``: a client builds its own record type in one step instead of copying a
+    :class:`Record` (the consumer's per-record cost)."""
+    header = verify_batch(buf, position)
+    return header, _decode_payload(buf, position, header, max_output_bytes, build)
 
 
 def iter_records(
@@ -377,12 +394,12 @@ def iter_records(
     """Every record of a buffer of whole batches back to back (what a fetch returns), decoded
     lazily one batch at a time. Raises at the first corrupt, torn or malformed batch."""
     for position, header in iter_batches(buf):
-        yield from _decode_payload(buf, position, header, max_output_bytes)
+        yield from _decode_payload(buf, position, header, max_output_bytes, _build_record)
 
 
 def _decode_payload(
-    buf: Buffer, position: int, header: BatchHeader, max_output_bytes: int
-) -> list[Record]:
+    buf: Buffer, position: int, header: BatchHeader, max_output_bytes: int, build: RecordBuilder[T]
+) -> list[T]:
     start, end = position + HEADER_SIZE, position + header.size_bytes
     if header.compression != Compression.NONE:
         data = decompress(header.compression, memoryview(buf)[start:end], max_output_bytes)
@@ -398,26 +415,38 @@ def _decode_payload(
             f"the header declares"
         )
     try:
-        return _decode_records(data, start, end, header)
+        return _decode_records(data, start, end, header, build)
     except IndexError:
         raise InvalidRecordError("a record is cut short by the end of the batch") from None
 
 
+def _build_record(
+    offset: int, timestamp: int, key: bytes | None, value: bytes | None, headers: Headers
+) -> Record:
+    record = _NEW_RECORD(Record)
+    _SET_OFFSET(record, offset)
+    _SET_TIMESTAMP(record, timestamp)
+    _SET_KEY(record, key)
+    _SET_VALUE(record, value)
+    _SET_HEADERS(record, headers)
+    return record
+
+
 def _decode_records(  # noqa: PLR0915 - one flat loop on purpose, see the docstring
-    data: bytes, position: int, end: int, header: BatchHeader
-) -> list[Record]:
+    data: bytes, position: int, end: int, header: BatchHeader, build: RecordBuilder[T]
+) -> list[T]:
     """The records in ``data[position:end]``.
 
     Flat on purpose, and longer than our usual function: this loop is the consumer's per-record
     cost. Varints of one or two bytes are read inline (``u`` is the raw zigzag value), longer
-    ones call :func:`_unsigned_at`, and records are built through their slots (see
-    ``_slot_setter``). Each field is checked against the record's declared length; a varint
-    that runs past it is caught by the final length check, one past the data by IndexError."""
+    ones call :func:`_unsigned_at`, and each record is made by ``build`` (a :class:`Record`
+    through its slots, see ``_slot_setter``, or the caller's type). Each field is checked
+    against the record's declared length; a varint that runs past it is caught by the final
+    length check, one past the data by IndexError."""
     base_offset, base_timestamp = header.base_offset, header.base_timestamp
     append_time = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None
-    new, set_offset, set_timestamp = _NEW_RECORD, _SET_OFFSET, _SET_TIMESTAMP
-    set_key, set_value, set_headers = _SET_KEY, _SET_VALUE, _SET_HEADERS
-    records: list[Record] = []
+    records: list[T] = []
+    append = records.append
     for _ in range(header.record_count):
         u = data[position]  # length
         if u < 0x80:
@@ -432,36 +461,49 @@ def _decode_records(  # noqa: PLR0915 - one flat loop on purpose, see the docstr
         u = data[position + 1]  # timestampDelta, after the unused attributes byte
         if u < 0x80:
             position += 2
+        elif data[position + 2] < 0x80:
+            u, position = (u & 0x7F) | (data[position + 2] << 7), position + 3
         else:
             u, position = _unsigned_at(data, position + 1, MAX_VARLONG_BYTES)
         timestamp = base_timestamp + ((u >> 1) ^ -(u & 1)) if append_time is None else append_time
         u = data[position]  # offsetDelta
         if u < 0x80:
             position += 1
+        elif data[position + 1] < 0x80:
+            u, position = (u & 0x7F) | (data[position + 1] << 7), position + 2
         else:
             u, position = _unsigned_at(data, position, MAX_VARINT_BYTES)
         offset = base_offset + ((u >> 1) ^ -(u & 1))
-        key = value = None
-        for field in range(2):  # key, then value: varint length (-1 = null) and bytes
-            u = data[position]
+        u = data[position]  # key: varint length (-1 = null) and bytes
+        if u == 1:
+            key = None
+            position += 1
+        else:
             if u < 0x80:
                 position += 1
             elif data[position + 1] < 0x80:
                 u, position = (u & 0x7F) | (data[position + 1] << 7), position + 2
             else:
                 u, position = _unsigned_at(data, position, MAX_VARINT_BYTES)
-            if u & 1:
-                if u != 1:
-                    raise InvalidRecordError(f"invalid negative field length {_zigzag(u)}")
-                continue
             stop = position + (u >> 1)
-            if stop > record_end:
-                raise InvalidRecordError(f"field of {u >> 1} bytes overruns its record")
-            if field:
-                value = data[position:stop]
+            if u & 1 or stop > record_end:
+                raise _field_length_error(u)
+            key, position = data[position:stop], stop
+        u = data[position]  # value: the same
+        if u == 1:
+            value = None
+            position += 1
+        else:
+            if u < 0x80:
+                position += 1
+            elif data[position + 1] < 0x80:
+                u, position = (u & 0x7F) | (data[position + 1] << 7), position + 2
             else:
-                key = data[position:stop]
-            position = stop
+                u, position = _unsigned_at(data, position, MAX_VARINT_BYTES)
+            stop = position + (u >> 1)
+            if u & 1 or stop > record_end:
+                raise _field_length_error(u)
+            value, position = data[position:stop], stop
         if data[position] == 0:
             headers: Headers = ()
             position += 1
@@ -469,18 +511,18 @@ def _decode_records(  # noqa: PLR0915 - one flat loop on purpose, see the docstr
             headers, position = _read_headers(data, position, record_end)
         if position != record_end:
             raise _fields_length_error(position, record_end)
-        record = new(Record)
-        set_offset(record, offset)
-        set_timestamp(record, timestamp)
-        set_key(record, key)
-        set_value(record, value)
-        set_headers(record, headers)
-        records.append(record)
+        append(build(offset, timestamp, key, value, headers))
     if position != end:
         raise InvalidRecordError(
             f"{end - position} bytes follow the {header.record_count} records the header declares"
         )
     return records
+
+
+def _field_length_error(unsigned: int) -> InvalidRecordError:
+    if unsigned & 1:
+        return InvalidRecordError(f"invalid negative field length {_zigzag(unsigned)}")
+    return InvalidRecordError(f"field of {unsigned >> 1} bytes overruns its record")
 
 
 def _record_length_error(unsigned: int) -> InvalidRecordError:

@@ -53,9 +53,9 @@ from dataplane.client._types import (
 )
 from protos import broker_pb2 as pb
 from protos import group_pb2 as gpb
-from raftlog.batch import HEADER_SIZE, check_header, read_header
+from raftlog.batch import HEADER_SIZE, BatchHeader, check_header, read_header
 from raftlog.errors import ErrorCode, KafkaError
-from raftlog.records import decode_batch
+from raftlog.records import Headers, RecordBuilder, decode_batch_as
 
 __all__ = ["Consumer", "FetchedBatches"]
 log = logging.getLogger(__name__)
@@ -85,11 +85,35 @@ class _PartitionState:
     position: int | None  # None = to be reset with `reset`
     reset: Reset | None
     buffer: deque[ConsumerRecord] = field(default_factory=deque)
-    buffer_end: int = -1  # the position once the buffer is returned
+    buffer_end: int = -1  # the position once the buffer is returned (-1: nothing decoded)
     high_watermark: int = -1
     paused: bool = False
     from_committed: bool = False  # assigned with a group: start at the committed offset
-    fetched: FetchedBatches | None = None  # poll_batches: undecoded, not yet returned
+    # fetched, not yet decoded (poll) or returned (poll_batches); at most one per partition
+    fetched: FetchedBatches | None = None
+
+    def fetch_offset(self) -> int | None:
+        """Where the next fetch starts: after what is held (fetched, decoded), else the
+        position; None while the position is to be reset."""
+        if self.position is None:
+            return None
+        if self.fetched is not None:
+            return self.fetched.next_offset
+        return max(self.position, self.buffer_end)
+
+    def clear(self) -> None:
+        """Drop what is held (a seek or a reset)."""
+        self.buffer.clear()
+        self.buffer_end = -1
+        self.fetched = None
+
+
+@dataclass(slots=True)
+class _InFlightFetch:
+    """A Fetch sent to one leader and not yet handled (at most one per leader, as Kafka)."""
+
+    offsets: dict[TopicPartition, int]  # the partitions asked for, at these positions
+    call: grpc.Future
 
 
 class FetchedBatches(NamedTuple):
@@ -130,38 +154,38 @@ def whole_batches(tp: TopicPartition, data: bytes, fetch_offset: int) -> Fetched
     return FetchedBatches(tp, whole, fetch_offset, next_offset)
 
 
-def decode_fetched(
-    tp: TopicPartition, data: bytes, fetch_offset: int
-) -> tuple[list[ConsumerRecord], int]:
-    """Records at or after ``fetch_offset`` in whole batches of ``data``, and the offset to
-    fetch next. A torn batch at the end (the fetch was cut at its byte limit) is ignored;
-    a corrupt batch raises. Control batches are skipped but advance the position."""
-    fetched = whole_batches(tp, data, fetch_offset)
+def decode_fetched(fetched: FetchedBatches) -> list[ConsumerRecord]:
+    """The records at or after the fetch offset in the fetched whole batches (see
+    :func:`whole_batches`); a corrupt batch raises. Control batches are skipped."""
+    tp, fetch_offset = fetched.tp, fetched.fetch_offset
     records: list[ConsumerRecord] = []
     position = 0
     while position < len(fetched.data):
-        header, batch = decode_batch(fetched.data, position)
+        header = read_header(fetched.data, position)
         if header.next_offset > fetch_offset and not header.is_control:
-            # Per batch, not per record: the loop below runs for every record consumed.
-            topic, partition, epoch = tp.topic, tp.partition, header.partition_leader_epoch
-            timestamp_type = int(header.timestamp_type)
-            records.extend(
-                ConsumerRecord(
-                    topic,
-                    partition,
-                    r.offset,
-                    r.timestamp,
-                    timestamp_type,
-                    r.key,
-                    r.value,
-                    r.headers,
-                    epoch,
-                )
-                for r in batch
-                if r.offset >= fetch_offset
-            )
+            _, batch = decode_batch_as(fetched.data, position, _consumer_record_builder(tp, header))
+            if header.base_offset < fetch_offset:  # only a fetch's first batch can start before
+                batch = [record for record in batch if record.offset >= fetch_offset]
+            records.extend(batch)
         position += header.size_bytes
-    return records, fetched.next_offset
+    return records
+
+
+def _consumer_record_builder(
+    tp: TopicPartition, header: BatchHeader
+) -> RecordBuilder[ConsumerRecord]:
+    """Builds a batch's ConsumerRecords in one step (a tuple made straight from its fields)."""
+    topic, partition, epoch = tp.topic, tp.partition, header.partition_leader_epoch
+    timestamp_type = int(header.timestamp_type)
+    new = tuple.__new__
+
+    def build(
+        offset: int, timestamp: int, key: bytes | None, value: bytes | None, headers: Headers
+    ) -> ConsumerRecord:
+        fields = (topic, partition, offset, timestamp, timestamp_type, key, value, headers, epoch)
+        return new(ConsumerRecord, fields)
+
+    return build
 
 
 class Consumer(Closing):
@@ -214,6 +238,7 @@ class Consumer(Closing):
         )
         self._request_timeout_s = request_timeout_ms / 1000
         self._states: dict[TopicPartition, _PartitionState] = {}
+        self._fetches: dict[str, _InFlightFetch] = {}  # by leader address
         self._closed = threading.Event()
         self._group = (
             None if group_id is None else GroupClient(self._cluster, group_id, self._closed, clock)
@@ -487,8 +512,7 @@ class Consumer(Closing):
             raise ValueError(f"offset must be >= 0, got {offset}")
         state = self._state(tp)
         state.position, state.reset = offset, None
-        state.buffer.clear()
-        state.fetched = None
+        state.clear()
 
     def seek_to_beginning(self, *partitions: PartitionLike) -> None:
         self._seek_to("earliest", partitions)
@@ -501,8 +525,7 @@ class Consumer(Closing):
         for tp in partitions or list(self._states):
             state = self._state(tp)
             state.position, state.reset = None, reset
-            state.buffer.clear()
-            state.fetched = None
+            state.clear()
 
     def position(self, tp: PartitionLike) -> int:
         """The offset of the next record ``poll`` returns for ``tp``."""
@@ -647,7 +670,7 @@ class Consumer(Closing):
     def poll(self, timeout_ms: int = 0) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Records of the assigned partitions, at most ``max.poll.records``, waiting up to
         ``timeout_ms`` for some to arrive. Empty when none did."""
-        return self._poll(timeout_ms, self._drain_buffers, raw=False)
+        return self._poll(timeout_ms, self._drain_buffers)
 
     def poll_batches(self, timeout_ms: int = 0) -> list[FetchedBatches]:
         """Like :meth:`poll`, but each partition's fetched RecordBatch v2 bytes as they came,
@@ -655,9 +678,9 @@ class Consumer(Closing):
         data source). Each partition's position moves past the batches returned;
         ``max.poll.records`` does not apply. Use one of ``poll`` and ``poll_batches`` per
         consumer: what one has fetched the other does not return."""
-        return self._poll(timeout_ms, self._drain_fetched, raw=True)
+        return self._poll(timeout_ms, self._drain_fetched)
 
-    def _poll(self, timeout_ms: int, drain: Callable[[], _Drained], *, raw: bool) -> _Drained:
+    def _poll(self, timeout_ms: int, drain: Callable[[], _Drained]) -> _Drained:
         if self._closed.is_set():
             raise RuntimeError("poll() after close()")
         deadline = self._clock() + max(0, timeout_ms) / 1000
@@ -666,25 +689,42 @@ class Consumer(Closing):
         while True:
             drained = drain()
             if drained:
+                # Pipelining, as Kafka's consumer: the next fetch of the partitions just
+                # emptied goes now and is served while the caller works on these records.
+                self._send_fetches(self.config.fetch_max_wait_ms / 1000)
                 return drained
             self._reset_positions()
             remaining = deadline - self._clock()
-            fetched = self._fetch(
-                max_wait_s=max(0.0, min(self.config.fetch_max_wait_ms / 1000, remaining)),
-                raw=raw,
-            )
+            self._send_fetches(max(0.0, min(self.config.fetch_max_wait_ms / 1000, remaining)))
+            answered = self._complete_fetches(max(0.0, remaining))
             if any(
-                (s.fetched is not None if raw else s.buffer) and not s.paused
-                for s in self._states.values()
+                (s.fetched is not None or s.buffer) and not s.paused for s in self._states.values()
             ):
                 continue
             remaining = deadline - self._clock()
             if remaining <= 0:
                 return drained
-            if not fetched:  # nothing could be fetched (no leader, errors): back off
+            if answered is False or (answered is None and not self._fetches):
+                # nothing could be fetched (no leader, errors): back off
                 self._closed.wait(min(self._cluster.backoff_s(), remaining))
 
     def _drain_buffers(self) -> dict[TopicPartition, list[ConsumerRecord]]:
+        decoding = [
+            (state, state.fetched)
+            for state in self._states.values()
+            if state.fetched is not None and not state.buffer and not state.paused
+        ]
+        if decoding:
+            for state, fetched in decoding:
+                assert fetched is not None, "only fetched partitions are decoded"
+                state.fetched, state.buffer_end = None, fetched.next_offset
+            # Pipelining: the next fetches go before this decode, which they overlap.
+            self._send_fetches(self.config.fetch_max_wait_ms / 1000)
+            for state, fetched in decoding:
+                assert fetched is not None, "only fetched partitions are decoded"
+                state.buffer.extend(decode_fetched(fetched))
+                if not state.buffer:
+                    state.position = state.buffer_end
         budget = self.config.max_poll_records
         result: dict[TopicPartition, list[ConsumerRecord]] = {}
         for tp, state in self._states.items():
@@ -707,60 +747,90 @@ class Consumer(Closing):
             state.position, state.fetched = state.fetched.next_offset, None
         return drained
 
-    def _fetch(self, max_wait_s: float, raw: bool = False) -> bool:
-        """One Fetch to each leader of fetchable partitions; False when no partition was
-        answered without error (the caller backs off). ``raw`` keeps the fetched batches
-        undecoded (for ``poll_batches``)."""
+    def _send_fetches(self, max_wait_s: float) -> None:
+        """A Fetch to each leader of fetchable partitions that has none in flight."""
+        self._drop_stale_fetches()
         self._cluster.maybe_refresh()
         snapshot = self._cluster.snapshot()
-        requests = self._fetch_requests(snapshot, max_wait_s)
-        calls = [
-            (
-                address,
-                offsets,
-                self._cluster.stub(address).Fetch.future(
-                    request, timeout=max_wait_s + self._request_timeout_s
-                ),
+        busy = {tp for fetch in self._fetches.values() for tp in fetch.offsets}
+        requests = self._fetch_requests(snapshot, max_wait_s, busy)
+        for address, (request, offsets) in requests.items():
+            call = self._cluster.stub(address).Fetch.future(
+                request, timeout=max_wait_s + self._request_timeout_s
             )
-            for address, (request, offsets) in requests.items()
-        ]
-        answered = False
-        for address, offsets, call in calls:
+            self._fetches[address] = _InFlightFetch(offsets, call)
+
+    def _drop_stale_fetches(self) -> None:
+        """Cancel fetches none of whose partitions still wants the answer (each was seeked,
+        paused, unassigned or filled since), so their partitions can be fetched again."""
+        for address, fetch in list(self._fetches.items()):
+            if not any(self._wants(tp, offset) for tp, offset in fetch.offsets.items()):
+                fetch.call.cancel()
+                del self._fetches[address]
+
+    def _wants(self, tp: TopicPartition, offset: int) -> bool:
+        state = self._states.get(tp)
+        return (
+            state is not None
+            and state.fetched is None
+            and state.fetch_offset() == offset
+            and not state.paused
+        )
+
+    def _complete_fetches(self, wait_s: float) -> bool | None:
+        """Handle the fetches answered within ``wait_s`` seconds (the others stay in flight).
+        True when a partition was answered without error, False when answers came but none
+        without error (the caller backs off), None when none came."""
+        deadline = time.monotonic() + wait_s  # gRPC waits in real time, whatever the clock
+        answered: bool | None = None
+        for address, fetch in list(self._fetches.items()):
             try:
-                response: pb.FetchResponse = call.result()
+                response: pb.FetchResponse = fetch.call.result(
+                    timeout=max(0.0, deadline - time.monotonic())
+                )
+            except grpc.FutureTimeoutError:
+                continue
+            except grpc.FutureCancelledError:
+                del self._fetches[address]
+                continue
             except grpc.RpcError as error:
+                del self._fetches[address]
                 if not rpc_error(error, address).retriable:
                     raise rpc_error(error, f"Fetch from {address}") from error
                 self._cluster.invalidate()
+                answered = bool(answered)
                 continue
-            answered = self._handle_fetch(response, offsets, raw) or answered
+            del self._fetches[address]
+            answered = self._handle_fetch(response, fetch.offsets) or bool(answered)
         return answered
 
     def _fetch_requests(
-        self, snapshot: ClusterSnapshot, max_wait_s: float
+        self, snapshot: ClusterSnapshot, max_wait_s: float, busy: set[TopicPartition]
     ) -> dict[str, tuple[pb.FetchRequest, dict[TopicPartition, int]]]:
         by_leader: dict[str, dict[str, list[pb.FetchPartition]]] = {}
         offsets: dict[str, dict[TopicPartition, int]] = {}
         for tp, state in self._states.items():
-            pending = state.buffer or state.fetched is not None
-            if pending or state.position is None or state.paused:
+            offset = state.fetch_offset()
+            if state.fetched is not None or offset is None or state.paused or tp in busy:
                 continue
             leader = snapshot.leader(tp.topic, tp.partition)
             info = snapshot.partition(tp.topic, tp.partition)
             if leader is None or info is None:
                 self._cluster.invalidate()
                 continue
+            if leader.address in self._fetches:
+                continue  # one fetch per leader in flight: this partition goes in the next
             by_leader.setdefault(leader.address, {}).setdefault(tp.topic, []).append(
                 pb.FetchPartition(
                     partition=tp.partition,
-                    fetch_offset=state.position,
+                    fetch_offset=offset,
                     current_leader_epoch=info.leader_epoch,
                     last_fetched_epoch=-1,
                     partition_max_bytes=self.config.max_partition_fetch_bytes,
                     log_start_offset=-1,
                 )
             )
-            offsets.setdefault(leader.address, {})[tp] = state.position
+            offsets.setdefault(leader.address, {})[tp] = offset
         return {
             address: (
                 pb.FetchRequest(
@@ -777,7 +847,7 @@ class Consumer(Closing):
         }
 
     def _handle_fetch(
-        self, response: pb.FetchResponse, offsets: Mapping[TopicPartition, int], raw: bool
+        self, response: pb.FetchResponse, offsets: Mapping[TopicPartition, int]
     ) -> bool:
         """Apply each partition's answer; True when any came without error."""
         if response.error_code != ErrorCode.NONE.code:
@@ -791,9 +861,10 @@ class Consumer(Closing):
             for answer in topic.partitions:
                 tp = TopicPartition(topic.name, answer.partition)
                 state = self._states.get(tp)
-                if state is None or tp not in offsets or state.position != offsets[tp]:
-                    continue  # unassigned or moved by seek since the request went out
-                self._handle_partition(tp, state, answer, raw)
+                if tp not in offsets or not self._wants(tp, offsets[tp]):
+                    continue  # unassigned, paused or moved by seek since the request went out
+                assert state is not None, "a partition that wants an answer is assigned"
+                self._handle_partition(tp, state, answer)
                 ok = ok or answer.error_code == ErrorCode.NONE.code
         return ok
 
@@ -802,25 +873,21 @@ class Consumer(Closing):
         tp: TopicPartition,
         state: _PartitionState,
         answer: pb.FetchPartitionResponse,
-        raw: bool,
     ) -> None:
         code = ErrorCode.from_code(answer.error_code)
-        if code is ErrorCode.NONE and raw:
-            assert state.position is not None, "only partitions with a position are fetched"
-            fetched = whole_batches(tp, answer.records, state.position)
+        if code is ErrorCode.NONE:
+            # Only the batch headers are read here (cheap); records are decoded when the
+            # buffer before them is drained (poll), after the next fetch has gone.
+            offset = state.fetch_offset()
+            assert offset is not None, "only partitions with a position are fetched"
+            fetched = whole_batches(tp, answer.records, offset)
             state.high_watermark = answer.high_watermark
             if fetched.data:
                 state.fetched = fetched
+            elif state.buffer:
+                state.buffer_end = fetched.next_offset
             else:
-                state.position = fetched.next_offset
-        elif code is ErrorCode.NONE:
-            assert state.position is not None, "only partitions with a position are fetched"
-            records, next_offset = decode_fetched(tp, answer.records, state.position)
-            state.high_watermark = answer.high_watermark
-            state.buffer.extend(records)
-            state.buffer_end = next_offset
-            if not records:
-                state.position = next_offset
+                state.position = state.buffer_end = fetched.next_offset
         elif code is ErrorCode.OFFSET_OUT_OF_RANGE:
             if self.config.auto_offset_reset == "none":
                 raise KafkaError(code, f"{tp}: offset {state.position} is out of range")
@@ -841,6 +908,9 @@ class Consumer(Closing):
             elif self._group is not None and self._states:
                 self._maybe_commit_before_revoking(set(self._states))
         finally:
+            for fetch in self._fetches.values():
+                fetch.call.cancel()
+            self._fetches.clear()
             self._async_commits.shutdown(wait=True)
             self._closed.set()
             self._cluster.close()

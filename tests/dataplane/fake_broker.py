@@ -43,6 +43,7 @@ class FakeCluster:
         self.brokers: dict[int, str] = {}  # node id -> host:port
         self.controller_addresses = controller_addresses
         self.produce_requests: list[pb.ProduceRequest] = []  # every request received
+        self.fetch_offsets: list[tuple[str, int, int]] = []  # (topic, partition, fetch offset)
         self.next_producer_id = 1000
 
     def create_topic(self, name: str, partitions: int, leaders: list[int] | None = None) -> None:
@@ -140,6 +141,9 @@ class FakeBroker(pb_grpc.BrokerServiceServicer):
     def Fetch(self, request: pb.FetchRequest, context: grpc.ServicerContext) -> pb.FetchResponse:
         deadline = time.monotonic() + request.max_wait_ms / 1000
         with self.cluster.lock:
+            self.cluster.fetch_offsets.extend(
+                (t.name, p.partition, p.fetch_offset) for t in request.topics for p in t.partitions
+            )
             while True:
                 response = self._fetch_once(request)
                 size = sum(len(p.records) for t in response.topics for p in t.partitions)

@@ -82,6 +82,39 @@ def test_max_poll_records_keeps_the_rest_for_the_next_poll(cluster: FakeCluster)
         assert sizes == [10, 10, 5]
 
 
+def test_the_next_fetch_is_sent_before_the_records_in_hand_are_returned(
+    cluster: FakeCluster,
+) -> None:
+    """Pipelining: while the caller works on one fetch's records, the next is being served."""
+    for first in range(0, 20, 5):
+        put(cluster, TP0, [b"%d" % i for i in range(first, first + 5)])
+    with Consumer(bootstrap(cluster), max_partition_fetch_bytes=1, **FAST) as consumer:
+        consumer.assign([TP0])
+        consumer.seek(TP0, 0)
+        assert [r.offset for r in consumer.poll(timeout_ms=5000)[TP0]] == [0, 1, 2, 3, 4]
+        with cluster.lock:
+            assert cluster.lock.wait_for(lambda: ("t", 0, 5) in cluster.fetch_offsets, 10)
+        got = poll_until(consumer, 15)
+        assert [r.offset for r in got] == list(range(5, 20))
+        assert consumer.position(TP0) == 20
+
+
+def test_a_seek_does_not_wait_for_a_fetch_in_flight_from_the_old_position(
+    cluster: FakeCluster,
+) -> None:
+    put(cluster, TP0, [b"a", b"b", b"c"])
+    long_poll = {**FAST, "fetch_max_wait_ms": 30_000}
+    with Consumer(bootstrap(cluster), **long_poll) as consumer:
+        consumer.assign([TP0])
+        consumer.seek(TP0, 0)
+        assert len(poll_until(consumer, 3)) == 3  # and a 30 s long poll at offset 3 goes out
+        with cluster.lock:
+            assert cluster.lock.wait_for(lambda: ("t", 0, 3) in cluster.fetch_offsets, 10)
+        consumer.seek(TP0, 1)
+        # the stale long poll is cancelled, not waited for: well within its 30 s
+        assert [r.value for r in poll_until(consumer, 2, timeout_s=10)] == [b"b", b"c"]
+
+
 def test_latest_reset_starts_at_the_end(cluster: FakeCluster) -> None:
     put(cluster, TP0, [b"old"])
     with Consumer(bootstrap(cluster), **FAST) as consumer:
