@@ -212,8 +212,9 @@ class Herder:
             tasks = {n: list(c) for n, c in self.state.tasks.items()}
             targets = {n: self.state.target_state(n) for n in connectors}
             restarts = dict(self.state.restarts)
-        self._reconcile_connectors(owned, connectors, tasks, targets, restarts)
-        self._reconcile_tasks(owned, connectors, tasks, targets, restarts)
+        regenerated: set[str] = set()
+        self._reconcile_connectors(owned, connectors, tasks, targets, restarts, regenerated)
+        self._reconcile_tasks(owned, connectors, tasks, targets, restarts, regenerated)
 
     def _reconcile_connectors(
         self,
@@ -222,6 +223,7 @@ class Herder:
         tasks: dict[str, list[JsonDict]],
         targets: dict[str, str],
         restarts: dict[str, str],
+        regenerated: set[str],
     ) -> None:
         for name in list(self._started):
             if name not in connectors or name not in owned.connectors:
@@ -238,6 +240,7 @@ class Herder:
                     log.info("connector %s: %d task configs", name, len(configs))
                     self.write(task_records(name, configs))
                     self._wrote_tasks = True
+                    regenerated.add(name)
             elif self._started[name][2] != targets[name]:
                 self._started[name] = (*started, targets[name])
                 self.runtime.set_target_state(name, targets[name])
@@ -249,7 +252,11 @@ class Herder:
         tasks: dict[str, list[JsonDict]],
         targets: dict[str, str],
         restarts: dict[str, str],
+        regenerated: set[str],
     ) -> None:
+        """Tasks of the connectors in ``regenerated`` (new task configs just written) are left
+        as they are: the next pass starts them with their new configs."""
+
         def config_of(t: ConnectorTaskId) -> JsonDict | None:
             configs = tasks.get(t.connector, [])
             return configs[t.task] if t.connector in connectors and t.task < len(configs) else None
@@ -262,6 +269,8 @@ class Herder:
             if t.connector not in connectors or t.task >= len(tasks.get(t.connector, [])):
                 self.write_status(t.connector, str(t.task), None)
         for t in sorted(wanted):
+            if t.connector in regenerated:
+                continue
             task_config = config_of(t)
             assert task_config is not None
             started = (connectors[t.connector], task_config, restarts.get(t.connector))

@@ -238,3 +238,96 @@ def test_file_sink_appends_values_as_lines(tmp_path: Path) -> None:
     task.flush({("t", 0): 3})
     task.stop()
     assert path.read_bytes() == b"a\nb\n"
+
+
+# -- reconciliation (standalone herder, a recording runtime) -----------------------------------
+class RecordingRuntime:
+    """Stands in for the runtime: records what the herder asks it to do."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, ...]] = []
+
+    def start_connector(self, name: str, config: dict[str, Any], target: str) -> list[Any]:
+        self.calls.append(("start_connector", name, target))
+        return [{"files": f} for f in str(config["files"]).split(",")]
+
+    def stop_connector(self, name: str) -> None:
+        self.calls.append(("stop_connector", name))
+
+    def set_target_state(self, name: str, state: str) -> None:
+        self.calls.append(("target", name, state))
+
+    def start_task(self, task: ConnectorTaskId, config: Any, task_config: Any, target: str) -> None:
+        self.calls.append(("start_task", str(task), task_config["files"], target))
+
+    def stop_tasks(self, ids: Any, *, unassigned: bool = False) -> None:
+        self.calls.extend(("stop_task", str(t)) for t in ids)
+
+    def take(self) -> list[tuple[str, ...]]:
+        calls, self.calls = self.calls, []
+        return calls
+
+
+def test_standalone_herder_reconciles_creates_pauses_restarts_updates_and_deletes(
+    tmp_path: Path,
+) -> None:
+    from connect.herder import ConnectError  # noqa: PLC0415
+    from connect.standalone import StandaloneHerder  # noqa: PLC0415
+    from connect.worker_config import WorkerConfig  # noqa: PLC0415
+
+    config = WorkerConfig.model_validate(
+        {"bootstrap.servers": "127.0.0.1:1", "offset.storage.file.filename": str(tmp_path / "o")}
+    )
+    herder = StandaloneHerder(config, "w")
+    runtime = RecordingRuntime()
+    herder.runtime = runtime  # type: ignore[assignment]
+    src = {"connector.class": "FileStreamSource", "files": "a,b", "topic": "t", "tasks.max": 2}
+    created, info = herder.put_config("src", src)
+    assert created and [t["task"] for t in info["tasks"]] == [0, 1]
+    assert runtime.take() == [
+        ("start_connector", "src", "STARTED"),
+        ("start_task", "src-0", "a", "STARTED"),
+        ("start_task", "src-1", "b", "STARTED"),
+    ]
+    herder.set_target_state("src", "PAUSED")
+    assert runtime.take() == [("target", "src", "PAUSED")] * 3
+    herder.set_target_state("src", "STARTED")
+    assert runtime.take() == [("target", "src", "STARTED")] * 3
+    herder.restart("src")
+    assert [c[0] for c in runtime.take()] == ["start_connector", "start_task", "start_task"]
+    assert herder.put_config("src", src)[0] is False
+    assert runtime.take() == [], "the same config changes nothing"
+    herder.put_config("src", {**src, "files": "a"})
+    assert runtime.take() == [
+        ("start_connector", "src", "STARTED"),
+        ("stop_task", "src-1"),  # one task fewer
+        ("start_task", "src-0", "a", "STARTED"),  # restarted once, with the new configs
+    ]
+    with pytest.raises(ConnectError) as raised:
+        herder.create("src", src)
+    assert raised.value.status == 409
+    herder.delete("src")
+    assert runtime.take() == [("stop_connector", "src"), ("stop_task", "src-0")]
+    assert herder.connectors() == []
+    with pytest.raises(ConnectError) as missing:
+        herder.status("src")
+    assert (missing.value.status, missing.value.message) == (404, "Connector src not found")
+
+
+@pytest.mark.parametrize(
+    ("listeners", "ok"),
+    [("http://127.0.0.5:8083", True), ("http://localhost:0", True), ("http://[::1]:1", True),
+     ("http://0.0.0.0:8083", False), ("http://10.1.2.3:8083", False),
+     ("https://127.0.0.1:1", False), ("http://127.0.0.1", False)],
+)  # fmt: skip
+def test_the_rest_api_listens_on_loopback_only(listeners: str, ok: bool) -> None:
+    from pydantic import ValidationError  # noqa: PLC0415
+
+    from connect.worker_config import WorkerConfig  # noqa: PLC0415
+
+    values = {"bootstrap.servers": "127.0.0.1:1", "listeners": listeners}
+    if ok:
+        assert WorkerConfig.model_validate(values).listeners == listeners
+    else:
+        with pytest.raises(ValidationError):
+            WorkerConfig.model_validate(values)
