@@ -63,8 +63,8 @@ pipeline: deps
 demo-storage: deps
 	$(BIN)/raftlog demo storage
 
-# The benchmark peer (NATS JetStream) is a Debian package too: only `make bench` needs it.
-bench: DEB_NEEDS += nats-server:nats-server
+# The benchmark peer (NATS JetStream) and the limit tools (fio, iperf3) are Debian packages: only `make bench` needs them.
+bench: DEB_NEEDS += nats-server:nats-server fio:fio iperf3:iperf3
 bench: deps
 	$(BIN)/python -m bench.storage_bench --out bench/results/latest.json
 	$(BIN)/python -m bench.quorum_bench --out bench/results/latest.json

@@ -9,17 +9,29 @@ cluster on 127.0.0.11-13, each from its Python client (nats-py; raftlog's gRPC c
    ``publish_async``, each PubAck awaited): records/s and MB/s.
 2. Consume them from the beginning (raftlog: the Consumer; JetStream: a pull consumer without
    acks, fetching 1,000 at a time): records/s.
-3. Leader failover: SIGKILL the leader of the written partition (raftlog) / of the stream
+3. Latency at half of each system's own saturation rate (from step 1): the same 1 KiB
+   records offered at that steady rate for ``LATENCY_SECONDS``, each one's time from send to
+   acknowledgement: p50, p99, p999.
+4. Leader failover: SIGKILL the leader of the written partition (raftlog) / of the stream
    (JetStream) under a writer sending one record at a time; seconds until the first write sent
    after the kill is acknowledged. The killed node is started again after each round.
 
+Before either system starts, the machine's limits (``bench.limits``): fio's sequential 64 KiB
+writes (fdatasync and buffered) in the work directory and iperf3 over loopback. While raftlog
+produces and consumes, py-spy samples its brokers (``bench.profiles``): the folded stacks go to
+``bench/results/profiles/`` and their summary (busiest functions; the share under the
+per-record codec, which must be nil on the broker) into the results.
+
 Each process either system runs is stopped by its pid at the end, also on failure. The ratio
-column is raftlog ÷ JetStream (above 1: raftlog is faster; for failover, below 1).
+columns are raftlog ÷ JetStream (above 1: raftlog is faster; for latency and failover, below 1)
+and raftlog ÷ the limit: produce MB/s against the disk's rate divided by the replication factor
+(three copies on one disk), consume MB/s against loopback TCP.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import shutil
 import signal
@@ -39,16 +51,22 @@ from nats.js.client import JetStreamContext
 from rich.console import Console
 from rich.table import Table
 
-from bench import bench_main
+from bench import REPO_ROOT, bench_main
 from bench.dataplane_bench import cluster_in, create_topic, failover_round
+from bench.limits import measure_limits
+from bench.profiles import sampling, summarize
+from dataplane.client import AdminClient
 from dataplane.local_cluster import LocalCluster, free_port
-from dataplane.perf import run_consume_perf, run_produce_perf
+from dataplane.perf import LatencySummary, latency_summary, run_consume_perf, run_produce_perf
 
 RAFTLOG_FIRST_HOST = 11
 NATS_FIRST_HOST = 21
 RECORD_BYTES = 1024
 RECORDS = {"full": 100_000, "quick": 2_000}
 FAILOVER_ROUNDS = {"full": 3, "quick": 1}
+LATENCY_SECONDS = {"full": 10.0, "quick": 1.0}
+LATENCY_LOAD = 0.5  # the latency run offers this fraction of the measured saturation rate
+PROFILES_DIR = REPO_ROOT / "bench" / "results" / "profiles"
 STREAM, SUBJECT, TOPIC = "BENCH", "bench.data", "peer-bench"
 WAIT_S = 120.0
 NATS_PENDING = 4_000  # publish_async acknowledgements outstanding at once
@@ -199,6 +217,56 @@ async def nats_consume(js: JetStreamContext, records: int) -> dict[str, Any]:
     return {"records": got, "seconds": round(seconds, 3), "records_per_s": round(got / seconds)}
 
 
+async def nats_latency(js: JetStreamContext, rate_per_s: float, seconds: float) -> dict[str, Any]:
+    """Offer ``rate_per_s`` publishes for ``seconds``; each one's send-to-PubAck time."""
+    loop = asyncio.get_running_loop()
+    payload = os.urandom(RECORD_BYTES)
+    count = max(1, int(rate_per_s * seconds))
+    latencies_ms: list[float] = []
+    failed = 0
+
+    def settle(sent: float, future: asyncio.Future[Any]) -> None:
+        nonlocal failed
+        if future.cancelled() or future.exception() is not None:
+            failed += 1
+        else:
+            latencies_ms.append((loop.time() - sent) * 1000)
+
+    futures = []
+    start = loop.time()
+    for n in range(count):
+        ahead_s = start + n / rate_per_s - loop.time()
+        if ahead_s > 0:
+            await asyncio.sleep(ahead_s)  # pacing the offered rate, not a synchronisation
+        sent = loop.time()
+        future = await js.publish_async(SUBJECT, payload, wait_stall=WAIT_S)
+        future.add_done_callback(functools.partial(settle, sent))
+        futures.append(future)
+    await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True), WAIT_S)
+    return _latency_figures(rate_per_s, seconds, latencies_ms, failed)
+
+
+def _latency_figures(
+    rate_per_s: float, seconds: float, latencies_ms: list[float], failed: int
+) -> dict[str, Any]:
+    total_ms, worst_ms = sum(latencies_ms), max(latencies_ms, default=0.0)
+    summary = latency_summary(latencies_ms, total_ms, len(latencies_ms), worst_ms)
+    return _latency_section(rate_per_s, seconds, len(latencies_ms), failed, summary)
+
+
+def _latency_section(
+    rate_per_s: float, seconds: float, acknowledged: int, failed: int, summary: LatencySummary
+) -> dict[str, Any]:
+    quantiles = {"p50": summary.p50, "p99": summary.p99, "p999": summary.p999, "max": summary.max}
+    return {
+        "offered_records_per_s": round(rate_per_s),
+        "seconds": seconds,
+        "acknowledged": acknowledged,
+        "failed": failed,
+        "latency_ms": {name: round(value, 2) for name, value in quantiles.items()},
+    }
+
+
 async def nats_failover(cluster: JetStreamCluster, js: JetStreamContext) -> float:
     """SIGKILL the stream leader under a one-at-a-time writer; seconds to the next PubAck."""
     leader = (await js.stream_info(STREAM)).cluster
@@ -230,7 +298,7 @@ async def nats_failover(cluster: JetStreamCluster, js: JetStreamContext) -> floa
 
 
 async def run_jetstream(
-    cluster: JetStreamCluster, records: int, rounds: int, console: Console
+    cluster: JetStreamCluster, records: int, rounds: int, size: str, console: Console
 ) -> dict[str, Any]:
     nc, js = await _connect(cluster)
     try:
@@ -239,22 +307,52 @@ async def run_jetstream(
         produced = await nats_produce(js, records)
         console.log("JetStream consume")
         consumed = await nats_consume(js, produced["records"])
+        rate = produced["records_per_s"] * LATENCY_LOAD
+        console.log(f"JetStream latency at {rate:,.0f} records/s")
+        latency = await nats_latency(js, rate, LATENCY_SECONDS[size])
         console.log(f"JetStream failover x{rounds}")
         failover = [round(await nats_failover(cluster, js), 3) for _ in range(rounds)]
     finally:
         await nc.close()
-    return {"produce": produced, "consume": consumed, "failover_s": failover}
+    return {
+        "produce": produced,
+        "consume": consumed,
+        "latency_at_half_saturation": latency,
+        "failover_s": failover,
+    }
 
 
 # -- raftlog ---------------------------------------------------------------------------------------
+def _leader_and_follower(cluster: LocalCluster) -> dict[str, int]:
+    """The pids of the written partition's leader and of one follower."""
+    admin = AdminClient(cluster.bootstrap_servers)
+    try:
+        partition = admin.describe_topics([TOPIC])[TOPIC].partitions[0]
+    finally:
+        admin.close()
+    follower = next(node for node in partition.replicas if node != partition.leader)
+    pids = {"leader": cluster.pid(partition.leader), "follower": cluster.pid(follower)}
+    return {role: pid for role, pid in pids.items() if pid is not None}
+
+
 def run_raftlog(
-    cluster: LocalCluster, records: int, rounds: int, console: Console
+    cluster: LocalCluster, records: int, rounds: int, size: str, console: Console
 ) -> dict[str, Any]:
     create_topic(cluster, TOPIC, 1)  # min.insync.replicas 2, RF 3, once it has a leader
-    console.log(f"raftlog produce: {records:,} records of {RECORD_BYTES} B")
-    produced = run_produce_perf(cluster.bootstrap_servers, TOPIC, records, RECORD_BYTES)
+    brokers = _leader_and_follower(cluster)
+    console.log(f"raftlog produce: {records:,} records of {RECORD_BYTES} B (py-spy on {brokers})")
+    with sampling(brokers, PROFILES_DIR, "produce") as produce_profiles:
+        produced = run_produce_perf(cluster.bootstrap_servers, TOPIC, records, RECORD_BYTES)
     console.log("raftlog consume")
-    consumed = run_consume_perf(cluster.bootstrap_servers, TOPIC, produced.records)
+    leader = {"leader": brokers["leader"]}
+    with sampling(leader, PROFILES_DIR, "consume") as consume_profiles:
+        consumed = run_consume_perf(cluster.bootstrap_servers, TOPIC, produced.records)
+    rate = produced.records_per_s * LATENCY_LOAD
+    console.log(f"raftlog latency at {rate:,.0f} records/s")
+    steady = run_produce_perf(
+        cluster.bootstrap_servers, TOPIC, max(1, int(rate * LATENCY_SECONDS[size])),
+        RECORD_BYTES, throughput_per_s=rate,
+    )  # fmt: skip
     console.log(f"raftlog failover x{rounds}")
     failover = [round(failover_round(cluster, TOPIC), 3) for _ in range(rounds)]
     return {
@@ -269,22 +367,34 @@ def run_raftlog(
             "records": consumed.records,
             "seconds": round(consumed.seconds, 3),
             "records_per_s": round(consumed.records_per_s),
+            "mb_per_s": round(consumed.payload_bytes / consumed.seconds / 1e6, 1),
         },
+        "latency_at_half_saturation": _latency_section(
+            rate, LATENCY_SECONDS[size], steady.records, steady.errors, steady.latency_ms
+        ),
         "failover_s": failover,
+        "broker_profiles": {
+            **{f"produce_{role}": summarize(path) for role, path in produce_profiles.items()},
+            **{f"consume_{role}": summarize(path) for role, path in consume_profiles.items()},
+        },
     }
 
 
 # -- the run ---------------------------------------------------------------------------------------
 def run(workdir: Path, size: str, console: Console) -> dict[str, Any]:
     records, rounds = RECORDS[size], FAILOVER_ROUNDS[size]
+    console.log("the machine's limits: fio, iperf3")
+    hosts = (f"127.0.0.{RAFTLOG_FIRST_HOST}", f"127.0.0.{RAFTLOG_FIRST_HOST + 1}")
+    limits = measure_limits(workdir, hosts, size)
     with jetstream_cluster(workdir, console) as jetstream:
-        peer = asyncio.run(run_jetstream(jetstream, records, rounds, console))
+        peer = asyncio.run(run_jetstream(jetstream, records, rounds, size, console))
     with cluster_in(workdir, console, RAFTLOG_FIRST_HOST) as cluster:
-        ours = run_raftlog(cluster, records, rounds, console)
+        ours = run_raftlog(cluster, records, rounds, size, console)
     return {
         "record_bytes": RECORD_BYTES,
         "records": records,
         "replication_factor": 3,
+        "limits": limits,
         "raftlog": {**ours, "hosts": "127.0.0.11-13", "partitions": 1, "client": "gRPC client"},
         "jetstream": {
             **peer,
@@ -309,22 +419,48 @@ def _ratio(ours: float, theirs: float) -> str:
 
 def print_report(console: Console, figures: dict[str, Any]) -> None:
     ours, peer = figures["raftlog"], figures["jetstream"]
+    disk, network = figures["limits"]["disk"], figures["limits"]["network"]
+    copies = figures["replication_factor"]
     table = Table(title="raftlog vs NATS JetStream: 1 KiB records, RF 3, Python clients")
-    for column in ("measure", "raftlog", "JetStream", "raftlog ÷ JetStream"):
+    for column in ("measure", "raftlog", "JetStream", "raftlog ÷ JetStream", "limit", "÷ limit"):
         table.add_column(column, justify="right")
     for name, key in (("produce records/s", "produce"), ("consume records/s", "consume")):
         a, b = ours[key]["records_per_s"], peer[key]["records_per_s"]
-        table.add_row(name, f"{a:,}", f"{b:,}", _ratio(a, b))
+        table.add_row(name, f"{a:,}", f"{b:,}", _ratio(a, b), "", "")
+    produce_mb, peer_mb = ours["produce"]["mb_per_s"], peer["produce"]["mb_per_s"]
+    for limit_name, limit in (
+        (f"fio buffered ÷ {copies}", disk["buffered_mb_per_s"] / copies),
+        (f"fio fdatasync ÷ {copies}", disk["fdatasync_mb_per_s"] / copies),
+    ):
+        table.add_row(
+            "produce MB/s", str(produce_mb), str(peer_mb), _ratio(produce_mb, peer_mb),
+            f"{limit:.0f} ({limit_name})", _ratio(produce_mb, limit),
+        )  # fmt: skip
+    loopback = network["loopback_mb_per_s"]
     table.add_row(
-        "produce MB/s", str(ours["produce"]["mb_per_s"]), str(peer["produce"]["mb_per_s"]),
-        _ratio(ours["produce"]["mb_per_s"], peer["produce"]["mb_per_s"]),
+        "consume MB/s", str(ours["consume"]["mb_per_s"]), "", "",
+        f"{loopback:,.0f} (iperf3)", _ratio(ours["consume"]["mb_per_s"], loopback),
     )  # fmt: skip
+    ours_latency = ours["latency_at_half_saturation"]
+    peer_latency = peer["latency_at_half_saturation"]
+    for quantile in ("p50", "p99", "p999"):
+        a, b = ours_latency["latency_ms"][quantile], peer_latency["latency_ms"][quantile]
+        table.add_row(
+            f"produce latency {quantile} ms at ½ saturation", f"{a:.1f}", f"{b:.1f}",
+            _ratio(a, b), "", "",
+        )  # fmt: skip
     worst_ours, worst_peer = max(ours["failover_s"]), max(peer["failover_s"])
     table.add_row(
         "leader failover s (worst)", f"{worst_ours:.2f}", f"{worst_peer:.2f}",
-        _ratio(worst_ours, worst_peer),
+        _ratio(worst_ours, worst_peer), "", "",
     )  # fmt: skip
     console.print(table)
+    for name, profile in ours["broker_profiles"].items():
+        top = ", ".join(f"{f['function']} {f['percent']}%" for f in profile["top_own"][:3])
+        console.print(
+            f"py-spy {name}: {profile['busy_samples']} busy samples, "
+            f"{profile['per_record_codec_percent']}% under the per-record codec; top: {top}"
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

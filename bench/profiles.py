@@ -1,0 +1,105 @@
+"""Where the brokers' time goes while a benchmark runs: py-spy samples of live node processes.
+
+:func:`sampling` runs ``py-spy record --nonblocking --format raw`` against each given process
+for as long as the ``with`` block lasts (SIGINT ends it; py-spy then writes the file), and
+leaves one collapsed-stack file per process (``<label>-<role>.folded``: one line per distinct
+stack, ``frame;frame;... count``, which speedscope and flamegraph.pl read). :func:`summarize`
+reads one back: the busiest functions by their own samples, and the share of samples spent
+under the per-record codec (``raftlog/records.py``: encoding or decoding records one by one).
+The brokers' produce, replication and fetch paths work on whole batches, so that share must
+be zero there; the summary says so with numbers, not by assertion.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+SAMPLE_RATE_HZ = 200
+STOP_TIMEOUT_S = 30.0
+TOP_FUNCTIONS = 12
+# Frames of the per-record codec: any sample with one of these under it did per-record work.
+PER_RECORD_MARKERS = ("raftlog/records.py",)
+# Frames of threads waiting (py-spy's --nonblocking sampling cannot always tell idle threads).
+WAITING_MARKERS = (
+    "Condition.wait (threading.py",
+    "PollPoller.poll (pysyncobj",
+    "_worker (concurrent/futures/thread.py",
+    "select (selectors.py",
+    "channel_spin (grpc/_channel.py",
+)
+
+
+def _py_spy() -> str:
+    beside = Path(sys.executable).parent / "py-spy"  # the venv's, also when not activated
+    found = str(beside) if beside.exists() else shutil.which("py-spy")
+    if found is None:
+        raise RuntimeError("py-spy is not installed (it is in the dev extra: make bench)")
+    return found
+
+
+@contextmanager
+def sampling(pids: Mapping[str, int], out_dir: Path, label: str) -> Iterator[dict[str, Path]]:
+    """Sample each process of ``pids`` (role -> pid) while the block runs."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    outputs = {role: out_dir / f"{label}-{role}.folded" for role in pids}
+    procs = [_record(pid, outputs[role]) for role, pid in pids.items()]
+    try:
+        yield outputs
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)  # py-spy writes its output on Ctrl-C
+        for proc in procs:
+            try:
+                proc.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=STOP_TIMEOUT_S)
+
+
+def _record(pid: int, output: Path) -> subprocess.Popen[bytes]:
+    command = [
+        _py_spy(), "record", "--pid", str(pid), "--rate", str(SAMPLE_RATE_HZ), "--nonblocking",
+        "--format", "raw", "--output", str(output),
+    ]  # fmt: skip
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _frames(line: str) -> tuple[list[str], int]:
+    stack, _, count = line.rstrip("\n").rpartition(" ")
+    return stack.split(";"), int(count)
+
+
+def summarize(folded: Path) -> dict[str, Any]:
+    """The busiest functions (own samples, waiting excluded) and the per-record share."""
+    own: Counter[str] = Counter()
+    busy = per_record = 0
+    lines = folded.read_text().splitlines() if folded.exists() else []
+    for line in lines:
+        frames, count = _frames(line)
+        leaf = frames[-1]
+        if any(marker in leaf for marker in WAITING_MARKERS):
+            continue
+        busy += count
+        own[leaf] += count
+        if any(marker in frame for frame in frames for marker in PER_RECORD_MARKERS):
+            per_record += count
+    return {
+        "file": folded.name,
+        "busy_samples": busy,
+        "sample_rate_hz": SAMPLE_RATE_HZ,
+        "per_record_codec_samples": per_record,
+        "per_record_codec_percent": round(100 * per_record / busy, 2) if busy else 0.0,
+        "top_own": [
+            {"function": name, "percent": round(100 * count / busy, 1)}
+            for name, count in own.most_common(TOP_FUNCTIONS)
+        ],
+    }
