@@ -23,6 +23,8 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dataplane.client import RecordMetadata
+
 JsonDict = dict[str, Any]
 TASKS_MAX_MAX = 1_000
 
@@ -54,6 +56,7 @@ class SourceRecord:
     key: bytes | None = None
     partition: int | None = None
     headers: tuple[tuple[str, bytes | None], ...] = ()
+    timestamp_ms: int | None = None  # None: the time of sending
 
 
 @dataclass(frozen=True)
@@ -75,11 +78,25 @@ class OffsetReader(abc.ABC):
         """The last committed offset of ``partition``; None if none was committed."""
 
 
+class ConnectorContext(abc.ABC):
+    """What a running connector may ask of the runtime (Kafka's ``ConnectorContext``)."""
+
+    @abc.abstractmethod
+    def request_task_reconfiguration(self) -> None:
+        """The connector's work changed (e.g. new topics): ask ``task_configs`` again and
+        restart the tasks if they differ. Does not block; safe from any thread."""
+
+
 class Connector(abc.ABC):
     """Configured from a validated model; ``task_configs`` splits the work."""
 
     config_model: ClassVar[type[ConnectorConfig]]
     version: ClassVar[str] = "1.0"
+    context: ConnectorContext | None = None
+
+    def initialize(self, context: ConnectorContext) -> None:
+        """Called before ``start``."""
+        self.context = context
 
     def start(self, config: ConnectorConfig) -> None:  # noqa: B027 - optional to override
         """Called once on the worker that runs the connector."""
@@ -120,6 +137,15 @@ class SourceTask(abc.ABC):
 
     def commit(self) -> None:  # noqa: B027 - optional to override
         """The offsets of the records polled so far, up to some point, are committed."""
+
+    def commit_record(self, record: SourceRecord, metadata: RecordMetadata) -> None:  # noqa: B027
+        """``record`` was acknowledged at ``metadata`` (Kafka's ``commitRecord``). Called on
+        the producer's thread: keep it short."""
+
+    def metrics(self) -> JsonDict:
+        """Figures for the task's status (e.g. replication lag); called on the task's thread
+        every ``status.metrics.interval.ms``. Empty: nothing to report."""
+        return {}
 
     @abc.abstractmethod
     def stop(self) -> None:

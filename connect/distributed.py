@@ -78,7 +78,9 @@ class DistributedHerder(Herder):
         self.status_log = TopicLog(
             servers, config.status_storage_topic, self._apply_status, config.request_timeout_ms
         )
-        self.runtime = Runtime(config, worker_id, self.offsets, self.write_status)
+        self.runtime = Runtime(
+            config, worker_id, self.offsets, self.write_status, self.request_task_reconfiguration
+        )
         self._assignment: Assignment | None = None
         self._pending: Assignment | None = None
         self._revocations = 0  # an assignment is installed only if none happened since
@@ -112,6 +114,7 @@ class DistributedHerder(Herder):
     def stop(self) -> None:
         self._stopping.set()
         self._thread.join(self.timeout_s)
+        self.stop_reconfiguring()
         with self._reconcile_lock:
             self.runtime.stop_all(unassigned=True)
             self.forget_started()
@@ -160,6 +163,7 @@ class DistributedHerder(Herder):
         key = f"{CONNECTOR_STATUS}{connector}" if not task else f"{TASK_STATUS}{connector}-{task}"
         value = None if status is None else {
             "state": status.state, "worker_id": status.worker_id, "trace": status.trace,
+            "metrics": status.metrics,
         }  # fmt: skip
         self.status_log.send(key, value)
 
@@ -183,7 +187,8 @@ class DistributedHerder(Herder):
             return
         parsed = None if value is None else json.loads(value)
         status = None if parsed is None else Status(
-            str(parsed["state"]), str(parsed["worker_id"]), str(parsed.get("trace", ""))
+            str(parsed["state"]), str(parsed["worker_id"]), str(parsed.get("trace", "")),
+            parsed.get("metrics"),
         )  # fmt: skip
         self.on_status(*item, status)
 

@@ -39,6 +39,7 @@ from connect.runtime import Runtime, Status
 log = logging.getLogger(__name__)
 Records = dict[str, JsonDict | None]
 RECONCILE_PASSES_MAX = 3
+RECONFIGURE_JOIN_S = 30.0
 
 
 class ConnectError(Exception):
@@ -70,6 +71,10 @@ class Herder:
         self._task_started: dict[ConnectorTaskId, tuple[Any, ...]] = {}
         self._wrote_tasks = False
         self.runtime: Runtime
+        self._reconfigure_requests: set[str] = set()
+        self._reconfigure_wanted = threading.Event()
+        self._reconfigure_stopping = threading.Event()
+        self._reconfigure_thread: threading.Thread | None = None
 
     # -- what the modes provide ------------------------------------------------------------------
     def write(self, records: Records) -> None:
@@ -87,6 +92,52 @@ class Herder:
     def after_write(self) -> None:
         """React to a write of the REST API (standalone: reconcile at once)."""
 
+    # -- task reconfiguration (a connector's work changed) ----------------------------------------
+    def request_task_reconfiguration(self, name: str) -> None:
+        """A running connector asks for new task configs (from its own thread: only noted
+        here; the reconfiguration thread regenerates them)."""
+        with self._lock:
+            self._reconfigure_requests.add(name)
+            if self._reconfigure_thread is None and not self._reconfigure_stopping.is_set():
+                self._reconfigure_thread = threading.Thread(
+                    target=self._reconfigure_loop, name="reconfigure", daemon=True
+                )
+                self._reconfigure_thread.start()
+        self._reconfigure_wanted.set()
+
+    def _reconfigure_loop(self) -> None:
+        while not self._reconfigure_stopping.is_set():
+            self._reconfigure_wanted.wait()
+            self._reconfigure_wanted.clear()
+            with self._lock:
+                names, self._reconfigure_requests = self._reconfigure_requests, set()
+            for name in sorted(names):
+                if self._reconfigure_stopping.is_set():
+                    return
+                try:
+                    self._regenerate_tasks(name)
+                except ConnectError as error:  # the config topic: the connector asks again
+                    log.warning("connector %s: task configs not written: %s", name, error.message)
+
+    def _regenerate_tasks(self, name: str) -> None:
+        with self._reconcile_lock:
+            configs = self.runtime.task_configs(name)
+            with self._lock:
+                current = self.state.tasks.get(name)
+            if configs is None or configs == current:
+                return
+            log.info("connector %s asked for new task configs: %d tasks", name, len(configs))
+            self.write(task_records(name, configs))
+        self.after_write()
+
+    def stop_reconfiguring(self) -> None:
+        self._reconfigure_stopping.set()
+        self._reconfigure_wanted.set()
+        with self._lock:
+            thread = self._reconfigure_thread
+        if thread is not None:
+            thread.join(RECONFIGURE_JOIN_S)
+
     # -- status ----------------------------------------------------------------------------------
     def on_status(self, connector: str, task: str, status: Status | None) -> None:
         with self._lock:
@@ -94,6 +145,11 @@ class Herder:
                 self.statuses.pop((connector, task), None)
             else:
                 self.statuses[(connector, task)] = status
+
+    def task_metrics(self) -> list[tuple[str, str, JsonDict]]:
+        """(connector, task, metrics) of every status that carries figures."""
+        with self._lock:
+            return [(c, t, s.metrics) for (c, t), s in self.statuses.items() if s.metrics]
 
     # -- the REST API's operations ---------------------------------------------------------------
     def connectors(self) -> list[str]:
@@ -311,6 +367,8 @@ def _status_json(status: Status | None) -> JsonDict:
     out: JsonDict = {"state": status.state, "worker_id": status.worker_id}
     if status.trace:
         out["trace"] = status.trace
+    if status.metrics:
+        out["metrics"] = status.metrics
     return out
 
 

@@ -17,15 +17,21 @@ from pydantic import ValidationError
 
 from connect.api import Connector, ConnectorConfig, SinkConnector, SourceConnector
 from connect.file import FileStreamSink, FileStreamSource
+from connect.mirror import MirrorSourceConnector
+from connect.mirror_checkpoint import MirrorCheckpointConnector
 
 PLUGIN_GROUP = "raftlog.connectors"
 BUILT_IN: dict[str, type[Connector]] = {
     "FileStreamSource": FileStreamSource,
     "FileStreamSink": FileStreamSink,
+    "MirrorSourceConnector": MirrorSourceConnector,
+    "MirrorCheckpointConnector": MirrorCheckpointConnector,
 }
 KAFKA_NAMES = {
     "org.apache.kafka.connect.file.FileStreamSourceConnector": "FileStreamSource",
     "org.apache.kafka.connect.file.FileStreamSinkConnector": "FileStreamSink",
+    "org.apache.kafka.connect.mirror.MirrorSourceConnector": "MirrorSourceConnector",
+    "org.apache.kafka.connect.mirror.MirrorCheckpointConnector": "MirrorCheckpointConnector",
 }
 
 

@@ -50,7 +50,13 @@ def start_standalone(worker: Path, connectors: list[Path]) -> Callable[[], None]
 
 
 def start_distributed(worker: Path) -> Callable[[], None]:
-    config = WorkerConfig.load(worker)
+    return start_distributed_worker(WorkerConfig.load(worker))[1]
+
+
+def start_distributed_worker(
+    config: WorkerConfig,
+) -> tuple[DistributedHerder, Callable[[], None]]:
+    """A distributed worker with its REST API, running; the herder and the stop function."""
     sock = bind(config.rest_host, config.rest_port)
     url = url_of(sock, config.rest_host)
     try:
@@ -68,4 +74,4 @@ def start_distributed(worker: Path) -> Callable[[], None]:
         rest.stop()
         herder.stop()
 
-    return stop
+    return herder, stop

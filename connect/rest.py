@@ -1,5 +1,9 @@
 """The REST API, in Kafka Connect's shape, served with FastAPI by uvicorn on the worker's
-``listeners`` address (loopback).
+``listeners`` address (any address; it has no authentication, so a non-loopback one is
+warned about in the log).
+
+``GET /metrics`` serves Prometheus text: the replication lag of the mirror tasks whose status
+this worker knows (``raftlog_mirror_replication_lag_records`` per source partition).
 
 Errors are answered as Kafka Connect answers them: ``{"error_code": 404, "message":
 "Connector x not found"}``; 400 for an invalid config (the message names each invalid field) or
@@ -8,16 +12,21 @@ a malformed request; 409 for a name that exists or a rebalance in progress.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
 from fastapi import Body, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from connect.config_state import PAUSED, STARTED
 from connect.herder import ConnectError, Herder
@@ -98,12 +107,57 @@ def create_app(herder: Herder) -> FastAPI:
     def connector_plugins() -> list[dict[str, Any]]:
         return herder.plugins()
 
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_LagCollector(herder))
+
+    @app.get("/metrics")
+    def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
     return app
+
+
+class _LagCollector(Collector):
+    """The mirror tasks' lag, read from the statuses at scrape time."""
+
+    def __init__(self, herder: Herder) -> None:
+        self.herder = herder
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        lag = GaugeMetricFamily(
+            "raftlog_mirror_replication_lag_records",
+            "source end offset minus the mirrored position, per source partition",
+            labels=["connector", "task", "topic", "partition", "target_topic"],
+        )
+        for connector, task, figures in self.herder.task_metrics():
+            partitions = figures.get("partitions", [])
+            for row in partitions if isinstance(partitions, list) else []:
+                labels = [connector, task, str(row["topic"]), str(row["partition"]),
+                          str(row["target_topic"])]  # fmt: skip
+                lag.add_metric(labels, float(row["lag_records"]))
+        yield lag
+
+
+def warn_if_exposed(host: str) -> bool:
+    """Log a warning when the REST API (no authentication) listens beyond loopback; whether
+    it did."""
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if not loopback:
+        log.warning(
+            "the REST API listens on %s without authentication: anyone who can reach it can "
+            "create, change and delete connectors; restrict access to it (firewall, proxy)",
+            host,
+        )
+    return not loopback
 
 
 def bind(host: str, port: int) -> socket.socket:
     """The REST API's listening socket, bound before the worker starts so it knows its own
     address (its id) even with port 0."""
+    warn_if_exposed(host)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

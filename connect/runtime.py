@@ -39,6 +39,7 @@ class Status:
     state: str
     worker_id: str
     trace: str = ""
+    metrics: JsonDict | None = None  # a task's figures (e.g. a mirror's replication lag)
 
 
 StatusSink = Callable[[str, str, Status | None], None]  # connector, task ("" = connector), status
@@ -48,9 +49,15 @@ class Runtime:
     """The connectors and tasks running in this process. Thread-safe."""
 
     def __init__(
-        self, config: WorkerConfig, worker_id: str, offsets: OffsetStore, status: StatusSink
+        self,
+        config: WorkerConfig,
+        worker_id: str,
+        offsets: OffsetStore,
+        status: StatusSink,
+        reconfigure: Callable[[str], None],
     ) -> None:
         self.config = config
+        self._reconfigure = reconfigure
         self.worker_id = worker_id
         self.offsets = offsets
         self._status = status
@@ -58,8 +65,10 @@ class Runtime:
         self.connectors: dict[str, RunningConnector] = {}
         self.tasks: dict[ConnectorTaskId, WorkerTask] = {}
 
-    def _report(self, connector: str, task: str, state: str, trace: str) -> None:
-        self._status(connector, task, Status(state, self.worker_id, trace))
+    def _report(
+        self, connector: str, task: str, state: str, trace: str, metrics: JsonDict | None = None
+    ) -> None:
+        self._status(connector, task, Status(state, self.worker_id, trace, metrics))
 
     # -- connectors ------------------------------------------------------------------------------
     def start_connector(
@@ -69,7 +78,7 @@ class Runtime:
         with self._lock:
             self.stop_connector(name)
             try:
-                running = start_connector(name, validate(name, config))
+                running = start_connector(name, validate(name, config), self._reconfigure)
                 configs = generate_task_configs(running)
             except Exception as error:  # a bad config or connector code: it FAILS
                 log.exception("connector %s failed to start", name)
@@ -78,6 +87,19 @@ class Runtime:
             self.connectors[name] = running
             self._report(name, "", PAUSED if target_state == PAUSED else RUNNING, "")
             return configs
+
+    def task_configs(self, name: str) -> list[JsonDict] | None:
+        """The running connector's task configs now (None if it does not run here or its
+        code failed)."""
+        with self._lock:
+            running = self.connectors.get(name)
+        if running is None:
+            return None
+        try:
+            return generate_task_configs(running)
+        except Exception:  # connector code: logged; its tasks keep their configs
+            log.exception("connector %s failed to generate task configs", name)
+            return None
 
     def stop_connector(self, name: str) -> None:
         with self._lock:

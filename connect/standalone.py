@@ -18,7 +18,9 @@ class StandaloneHerder(Herder):
         if config.offset_storage_file_filename is None:
             raise ValueError("standalone mode needs offset.storage.file.filename")
         self.offsets = FileOffsetStore(Path(config.offset_storage_file_filename))
-        self.runtime = Runtime(config, worker_id, self.offsets, self.on_status)
+        self.runtime = Runtime(
+            config, worker_id, self.offsets, self.on_status, self.request_task_reconfiguration
+        )
         self._next_offset = 0
 
     def write(self, records: Records) -> None:
@@ -39,4 +41,5 @@ class StandaloneHerder(Herder):
         """Nothing to join: everything is this worker's."""
 
     def stop(self) -> None:
+        self.stop_reconfiguring()
         self.runtime.stop_all()

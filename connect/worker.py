@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from connect.api import (
+    ConnectorContext,
     JsonDict,
     OffsetReader,
     SinkConnector,
@@ -61,7 +62,8 @@ class OffsetStore(Protocol):
     def refresh(self, timeout_s: float) -> None: ...
 
 
-StatusListener = Callable[[str, str, str, str], None]  # (connector, task or "", state, trace)
+# (connector, task or "", state, trace, metrics)
+StatusListener = Callable[[str, str, str, str, JsonDict | None], None]
 
 
 class _Reader(OffsetReader):
@@ -86,6 +88,7 @@ class WorkerTask:
         self.paused = threading.Event()
         self.thread = threading.Thread(target=self._main, name=f"task-{task_id}", daemon=True)
         self.flush_interval_s = config.offset_flush_interval_ms / 1000
+        self.state = UNASSIGNED
 
     def start(self) -> None:
         self.thread.start()
@@ -102,8 +105,9 @@ class WorkerTask:
         self.thread.join(timeout_s)
         return not self.thread.is_alive()
 
-    def report(self, state: str, trace: str = "") -> None:
-        self._status(self.id.connector, str(self.id.task), state, trace)
+    def report(self, state: str, trace: str = "", metrics: JsonDict | None = None) -> None:
+        self.state = state
+        self._status(self.id.connector, str(self.id.task), state, trace, metrics)
 
     def _main(self) -> None:
         try:
@@ -134,6 +138,7 @@ class WorkerSourceTask(WorkerTask):
         self._submitted = SubmittedRecords()
         self._acked = threading.Event()
         self._send_error: BaseException | None = None
+        self._metrics: JsonDict = {}
 
     def stop(self) -> None:
         super().stop()
@@ -159,11 +164,16 @@ class WorkerSourceTask(WorkerTask):
 
     def _loop(self, producer: Producer) -> None:
         next_commit = time.monotonic() + self.flush_interval_s
+        metrics_interval_s = self.worker_config.status_metrics_interval_ms / 1000
+        next_metrics = time.monotonic()
         while not self.stopping.is_set():
             self._raise_send_error()
             if time.monotonic() >= next_commit:
                 self._commit_offsets()
                 next_commit = time.monotonic() + self.flush_interval_s
+            if time.monotonic() >= next_metrics:
+                self._report_metrics()
+                next_metrics = time.monotonic() + metrics_interval_s
             if self.paused.is_set():
                 self.stopping.wait(PAUSED_WAIT_S)
                 continue
@@ -182,18 +192,35 @@ class WorkerSourceTask(WorkerTask):
             submitted = self._submitted.submit(key, dict(record.source_offset))
         producer.send(
             record.topic, record.value, record.key, partition=record.partition,
-            headers=record.headers, callback=lambda _m, e: self._on_ack(submitted, _m, e),
+            timestamp_ms=record.timestamp_ms, headers=record.headers,
+            callback=lambda m, e: self._on_ack(submitted, record, m, e),
         )  # fmt: skip
 
     def _on_ack(
-        self, record: SubmittedRecord, _metadata: RecordMetadata | None, error: BaseException | None
+        self,
+        submitted: SubmittedRecord,
+        record: SourceRecord,
+        metadata: RecordMetadata | None,
+        error: BaseException | None,
     ) -> None:
+        if error is None and metadata is not None:
+            try:
+                self.task.commit_record(record, metadata)
+            except Exception as raised:  # connector code: the task fails on its thread
+                log.exception("task %s: commit_record failed", self.id)
+                error = raised
         if error is not None:
             self._send_error = error
             return
         with self._lock:
-            self._submitted.ack(record)
+            self._submitted.ack(submitted)
         self._acked.set()
+
+    def _report_metrics(self) -> None:
+        metrics = self.task.metrics()
+        if metrics and metrics != self._metrics:
+            self._metrics = metrics
+            self.report(self.state, metrics=metrics)
 
     def _raise_send_error(self) -> None:
         if self._send_error is not None:
@@ -331,9 +358,21 @@ def new_task(
     return WorkerSinkTask(task_id, config, status, sink, task_config, topics)
 
 
-def start_connector(name: str, validated: Validated) -> RunningConnector:
+class _Context(ConnectorContext):
+    def __init__(self, name: str, reconfigure: Callable[[str], None]) -> None:
+        self.name = name
+        self.reconfigure = reconfigure
+
+    def request_task_reconfiguration(self) -> None:
+        self.reconfigure(self.name)
+
+
+def start_connector(
+    name: str, validated: Validated, reconfigure: Callable[[str], None]
+) -> RunningConnector:
     instance = validated.cls()
     assert isinstance(instance, SourceConnector | SinkConnector)
+    instance.initialize(_Context(name, reconfigure))
     instance.start(validated.config)
     return RunningConnector(name, validated, instance)
 

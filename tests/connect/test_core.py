@@ -315,19 +315,31 @@ def test_standalone_herder_reconciles_creates_pauses_restarts_updates_and_delete
 
 
 @pytest.mark.parametrize(
-    ("listeners", "ok"),
-    [("http://127.0.0.5:8083", True), ("http://localhost:0", True), ("http://[::1]:1", True),
-     ("http://0.0.0.0:8083", False), ("http://10.1.2.3:8083", False),
-     ("https://127.0.0.1:1", False), ("http://127.0.0.1", False)],
+    ("listeners", "exposed"),
+    [("http://127.0.0.5:8083", False), ("http://localhost:0", False), ("http://[::1]:1", False),
+     ("http://0.0.0.0:8083", True), ("http://10.1.2.3:8083", True),
+     ("http://connect.example.com:8083", True)],
 )  # fmt: skip
-def test_the_rest_api_listens_on_loopback_only(listeners: str, ok: bool) -> None:
+def test_the_rest_api_takes_any_address_and_warns_beyond_loopback(
+    listeners: str, exposed: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    from connect.rest import warn_if_exposed  # noqa: PLC0415
+    from connect.worker_config import WorkerConfig  # noqa: PLC0415
+
+    values = {"bootstrap.servers": "127.0.0.1:1", "listeners": listeners}
+    config = WorkerConfig.model_validate(values)
+    assert config.listeners == listeners
+    with caplog.at_level("WARNING", logger="connect.rest"):
+        assert warn_if_exposed(config.rest_host) is exposed
+    warned = [r for r in caplog.records if "without authentication" in r.getMessage()]
+    assert len(warned) == (1 if exposed else 0)
+
+
+@pytest.mark.parametrize("listeners", ["https://127.0.0.1:1", "http://127.0.0.1", "127.0.0.1:1"])
+def test_listeners_must_be_one_http_url(listeners: str) -> None:
     from pydantic import ValidationError  # noqa: PLC0415
 
     from connect.worker_config import WorkerConfig  # noqa: PLC0415
 
-    values = {"bootstrap.servers": "127.0.0.1:1", "listeners": listeners}
-    if ok:
-        assert WorkerConfig.model_validate(values).listeners == listeners
-    else:
-        with pytest.raises(ValidationError):
-            WorkerConfig.model_validate(values)
+    with pytest.raises(ValidationError):
+        WorkerConfig.model_validate({"bootstrap.servers": "127.0.0.1:1", "listeners": listeners})
