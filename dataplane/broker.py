@@ -280,6 +280,11 @@ class Broker:
             want_shutdown=want_shutdown,
         )
         response = self.client.checked("BrokerHeartbeat", request)
+        # The standbys hear it too, so whichever becomes active knows this broker's last
+        # contact and fences a dead one on time (see metadata_quorum.cluster).
+        self.client.tell_standbys(
+            "BrokerHeartbeat", request, self.settings.heartbeat_interval_ms / 4000
+        )
         if want_shutdown:
             if response.should_shut_down:
                 self._shutdown_granted.set()

@@ -70,7 +70,7 @@ PORT_SPAN = (-1, 0, 1, 2, 3)  # broker, controller, raft, metrics, kafka: offset
 # Local clusters notice a dead broker within seconds (Kafka's defaults, 9 s sessions, suit
 # real networks); every value can still be overridden.
 LOCAL_DEFAULTS: dict[str, str | int] = {
-    "broker.session.timeout.ms": 2500,
+    "broker.session.timeout.ms": 2000,
     "broker.heartbeat.interval.ms": 250,
     "replica.lag.time.max.ms": 10_000,
     "group.consumer.session.timeout.ms": 10_000,

@@ -7,6 +7,7 @@ failures are retried; anything else comes back to the caller as a ``KafkaError``
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -17,6 +18,8 @@ import grpc
 from protos import controller_pb2 as pb
 from protos import controller_pb2_grpc as pb_grpc
 from raftlog.errors import ErrorCode, KafkaError
+
+log = logging.getLogger(__name__)
 
 R = TypeVar("R")
 RPC_TIMEOUT_S = 5.0
@@ -112,6 +115,25 @@ class ControllerClient:
         except grpc.RpcError as error:
             code = error.code() if hasattr(error, "code") else None
             return f"{address}: {code}"
+
+    def tell_standbys(self, method: str, request: Any, timeout_s: float) -> list[str]:
+        """Send ``request`` to every controller but the active one, each waited for at most
+        ``timeout_s``; the addresses that answered. For notices a standby keeps for when it
+        becomes active (a broker's heartbeat): an unreachable standby is skipped, since all
+        it would miss is the notice."""
+        active = self.active_address
+        answered = []
+        for address in self.bootstrap:
+            if address == active or self._closed.is_set():
+                continue
+            rpc: Callable[..., Any] = getattr(self.stub(address), method)
+            try:
+                rpc(request, timeout=timeout_s)
+            except grpc.RpcError as error:
+                log.debug("%s to standby %s: %s", method, address, error.code())
+                continue
+            answered.append(address)
+        return answered
 
     def checked(self, method: str, request: Any, **kwargs: Any) -> Any:
         """``call`` and raise the response's top-level error, if any."""

@@ -1,7 +1,12 @@
 """Cluster control: broker registration, heartbeats, sessions, fencing, producer-id blocks.
 
-Sessions live only in the active controller's memory (:class:`BrokerSessions`); everything they
-decide becomes records. Time is a number passed in (monotonic milliseconds), never read here.
+Sessions live only in the controllers' memory (:class:`BrokerSessions`); everything they decide
+becomes records. Brokers heartbeat the active controller and also tell the standbys they are
+alive (:func:`note_standby_heartbeat`), so a newly active controller knows when it last heard
+from each broker: a broker that died shortly before the old controller did is fenced when its
+own session ends, not a whole session after the election (Kafka's new controller grants every
+broker a fresh session, which a combined node's death pays twice). Time is a number passed in
+(monotonic milliseconds of the controller's own clock), never read here.
 """
 
 from __future__ import annotations
@@ -36,8 +41,15 @@ class BrokerSessions:
             self.metadata_offset[broker_id] = metadata_offset
 
     def grant_all(self, broker_ids: list[int], now_ms: int) -> None:
-        """A newly active controller gives every broker a full session before fencing any."""
-        self.last_contact_ms = dict.fromkeys(broker_ids, now_ms)
+        """A newly active controller gives every broker it has not heard from within a session
+        a full session before fencing it (Kafka's grace); a broker it heard from as a standby
+        keeps that contact time, so its session runs on across the election."""
+        heard = {
+            broker_id: last
+            for broker_id, last in self.last_contact_ms.items()
+            if now_ms - self.session_timeout_ms <= last <= now_ms
+        }
+        self.last_contact_ms = {b: heard.get(b, now_ms) for b in broker_ids}
         self.metadata_offset = {}
 
     def expired(self, image: MetadataImage, now_ms: int) -> list[int]:
@@ -101,6 +113,18 @@ def _check_epoch(image: MetadataImage, broker_id: int, broker_epoch: int) -> Non
             ErrorCode.STALE_BROKER_EPOCH,
             f"broker {broker_id} epoch is {broker.broker_epoch}, not {broker_epoch}",
         )
+
+
+def note_standby_heartbeat(
+    image: MetadataImage, sessions: BrokerSessions, now_ms: int, broker_id: int, broker_epoch: int
+) -> bool:
+    """A standby controller heard a broker's heartbeat: remember the contact (nothing else:
+    only the active controller decides). Only for the registered incarnation; True if noted."""
+    broker = image.brokers.get(broker_id)
+    if broker is None or broker.broker_epoch != broker_epoch:
+        return False
+    sessions.touch(broker_id, now_ms)
+    return True
 
 
 def generate_heartbeat(

@@ -23,7 +23,11 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from metadata_quorum.cluster import BrokerSessions, generate_session_expiry
+from metadata_quorum.cluster import (
+    BrokerSessions,
+    generate_session_expiry,
+    note_standby_heartbeat,
+)
 from metadata_quorum.codec import decode_batch, decode_snapshot, encode_batch, encode_snapshot
 from metadata_quorum.configs import cluster_config
 from metadata_quorum.image import MetadataDelta, MetadataImage, Rejected
@@ -173,6 +177,15 @@ class QuorumController:
     # -- state -----------------------------------------------------------------------------
     def now_ms(self) -> int:
         return self._clock_ms()
+
+    def note_standby_heartbeat(self, broker_id: int, broker_epoch: int, now_ms: int) -> bool:
+        """As a standby, remember a broker's heartbeat for when this node becomes active."""
+        with self._write_lock:
+            if self._speculative is not None:
+                return False  # active: heartbeats go through write()
+            return note_standby_heartbeat(
+                self.state.image, self.sessions, now_ms, broker_id, broker_epoch
+            )
 
     @property
     def is_active(self) -> bool:

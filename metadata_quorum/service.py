@@ -142,7 +142,11 @@ class ControllerServicer(pb_grpc.ControllerServiceServicer):
                 )
                 return result.records, result
 
-            result, _ = self.controller.write(generate)
+            try:
+                result, _ = self.controller.write(generate)
+            except NotControllerError:
+                self.controller.note_standby_heartbeat(request.broker_id, request.broker_epoch, now)
+                raise
             return pb.BrokerHeartbeatResponse(
                 status=self._status(),
                 is_caught_up=result.is_caught_up,

@@ -201,6 +201,70 @@ def test_a_silent_broker_is_fenced_and_loses_leadership_and_isr(
         client.close()
 
 
+@pytest.fixture
+def six_second_sessions(tmp_path: Path) -> Iterator[LocalCluster]:
+    cluster = make_cluster(
+        tmp_path / "cluster", first_host=24, overrides={"broker.session.timeout.ms": 6000}
+    )
+    try:
+        cluster.up(timeout_s=30)
+        yield cluster
+    finally:
+        for spec in cluster.specs:
+            cluster.stop_node(spec.node_id, kill=True)
+
+
+def test_a_broker_dead_before_a_controller_election_is_fenced_when_its_session_ends(
+    six_second_sessions: LocalCluster,
+) -> None:
+    """Brokers tell the standby controllers of their heartbeats too (as a broker does with
+    ``tell_standbys``), so the controller elected after the active one dies fences broker 3,
+    silent since t0, at about t0 + 6 s: not a whole session after its own election (≥ t0 + 10 s
+    here, Kafka's grace), and without fencing the brokers that kept beating."""
+    cluster = six_second_sessions
+    client = cluster.client()
+    stop = threading.Event()
+    beating = {1, 2, 3}
+    told: dict[int, int] = {}  # broker -> rounds in which both standbys heard it
+    beater: threading.Thread | None = None
+    try:
+        epochs = register_brokers(client, [1, 2, 3])
+
+        def heartbeat() -> None:
+            while not stop.wait(0.25):
+                for broker_id in sorted(beating):
+                    request = pb.BrokerHeartbeatRequest(
+                        broker_id=broker_id,
+                        broker_epoch=epochs[broker_id],
+                        current_metadata_offset=2**62,
+                    )
+                    client.call("BrokerHeartbeat", request)
+                    if len(client.tell_standbys("BrokerHeartbeat", request, timeout_s=0.2)) == 2:
+                        told[broker_id] = told.get(broker_id, 0) + 1
+
+        beater = threading.Thread(target=heartbeat, daemon=True)
+        beater.start()
+        wait_for(lambda: told.get(3, 0) >= 3, 10, "both standbys hearing broker 3")
+        beating.discard(3)
+        silent_since = time.monotonic()
+        wait_for(lambda: time.monotonic() - silent_since > 4.0, 10, "4 s of broker 3's silence")
+        cluster.stop_node(cluster.wait_for_leader(10), kill=True)
+
+        def fenced() -> set[int]:
+            view = client.call("DescribeCluster", pb.DescribeClusterRequest())
+            return {b.broker_id for b in view.brokers if b.fenced}
+
+        wait_for(lambda: 3 in fenced(), 20, "broker 3 fenced by the new controller")
+        fenced_after_s = time.monotonic() - silent_since
+        assert fenced_after_s < 9.0, f"fenced {fenced_after_s:.1f} s after its last heartbeat"
+        assert fenced() == {3}, "the brokers that kept beating stay unfenced"
+    finally:
+        stop.set()
+        if beater is not None:
+            beater.join(timeout=10)
+        client.close()
+
+
 def test_admin_rpcs_end_to_end(cluster: LocalCluster) -> None:
     """Configs, partitions, deletion, elections, producer ids and the quorum view over gRPC."""
     client = cluster.client()
