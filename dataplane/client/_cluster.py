@@ -213,8 +213,10 @@ class Cluster:
 
     # -- reading ---------------------------------------------------------------------------
     def snapshot(self) -> ClusterSnapshot:
-        with self._lock:
-            return self._snapshot
+        # No lock: a snapshot is immutable and replaced whole (one attribute store), and this
+        # runs on every send, where taking a lock the sender thread also takes costs a GIL
+        # hand-off whenever the two meet.
+        return self._snapshot
 
     def add_topics(self, topics: Iterable[str]) -> None:
         """Ask about ``topics`` in every later refresh; a new one makes the cache stale."""

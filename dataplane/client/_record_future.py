@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable
 
 from dataplane.client._types import RecordMetadata, TopicPartition
@@ -31,18 +32,24 @@ DoneCallback = Callable[["RecordFuture"], object]
 
 
 class BatchResult:
-    """The outcome of one batch, set once: its base offset and log-append time, or an error."""
+    """The outcome of one batch, set once: its base offset and log-append time, or an error.
 
-    __slots__ = ("_callbacks", "_done", "_lock", "base_offset", "error", "log_append_time_ms", "tp")
+    Callbacks wait in a deque, added without a lock (``add_callback`` runs once per record on
+    the caller's thread, and a lock the sender thread also takes would cost a GIL hand-off
+    whenever the two meet). Each runs exactly once: whoever pops it from the deque runs it,
+    the completing thread after setting the outcome, or an adder who finds the outcome set
+    after adding (``deque.popleft`` is atomic)."""
+
+    __slots__ = ("_callbacks", "_done", "_set", "base_offset", "error", "log_append_time_ms", "tp")
 
     def __init__(self, tp: TopicPartition) -> None:
         self.tp = tp
         self.base_offset = -1  # -1: unknown (acks=0)
         self.log_append_time_ms = -1  # -1: the records' own (CreateTime) timestamps
         self.error: BaseException | None = None
-        self._lock = threading.Lock()
+        self._set = threading.Lock()  # taken once, by the first completion
         self._done = threading.Event()
-        self._callbacks: list[tuple[RecordFuture, DoneCallback]] | None = []
+        self._callbacks: deque[tuple[RecordFuture, DoneCallback]] = deque()
 
     def done(self) -> bool:
         return self._done.is_set()
@@ -59,23 +66,26 @@ class BatchResult:
     def _complete(
         self, base_offset: int, log_append_time_ms: int, error: BaseException | None
     ) -> None:
-        with self._lock:
-            callbacks = self._callbacks
-            if callbacks is None:
-                raise RuntimeError(f"the result of a batch of {self.tp} was set twice")
-            self.base_offset, self.log_append_time_ms = base_offset, log_append_time_ms
-            self.error = error
-            self._callbacks = None
-            self._done.set()
-        for future, callback in callbacks:
-            _invoke(callback, future)
+        if not self._set.acquire(blocking=False):
+            raise RuntimeError(f"the result of a batch of {self.tp} was set twice")
+        self.base_offset, self.log_append_time_ms = base_offset, log_append_time_ms
+        self.error = error
+        self._done.set()
+        self._run_callbacks()
 
     def add_callback(self, future: RecordFuture, callback: DoneCallback) -> None:
-        with self._lock:
-            if self._callbacks is not None:
-                self._callbacks.append((future, callback))
+        self._callbacks.append((future, callback))
+        if self._done.is_set():
+            self._run_callbacks()
+
+    def _run_callbacks(self) -> None:
+        callbacks = self._callbacks
+        while True:
+            try:
+                future, callback = callbacks.popleft()
+            except IndexError:
                 return
-        _invoke(callback, future)
+            _invoke(callback, future)
 
 
 def _invoke(callback: DoneCallback, future: RecordFuture) -> None:

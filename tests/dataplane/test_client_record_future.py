@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 
 import pytest
 
@@ -78,3 +79,21 @@ def test_a_record_refused_before_batching_has_a_failed_future() -> None:
     error = KafkaError(ErrorCode.MESSAGE_TOO_LARGE, "too big")
     future = RecordFuture.failed(TP, error)
     assert future.done() and future.exception(0) is error
+
+
+def _add_recording_callbacks(futures: list[RecordFuture], ran: list[int]) -> None:
+    for future in futures:
+        future.add_done_callback(lambda done: ran.append(done.result().offset))
+
+
+def test_callbacks_added_while_the_batch_completes_each_run_exactly_once() -> None:
+    """add_callback takes no lock: racing a completion, no callback is lost or run twice."""
+    for _ in range(50):
+        result = BatchResult(TP)
+        futures = futures_of(result, 2_000)
+        ran: list[int] = []
+        adder = threading.Thread(target=_add_recording_callbacks, args=(futures, ran))
+        adder.start()
+        result.succeed(0, -1)
+        adder.join(10)
+        assert sorted(ran) == list(range(2_000))
