@@ -47,6 +47,8 @@ def header_bytes(headers: Headers) -> int:
 def estimate_record_bytes(key: bytes | None, value: bytes | None, headers: Headers) -> int:
     """An upper bound of the record's encoded size (Kafka's ``DefaultRecord.sizeInBytes``)."""
     size = RECORD_OVERHEAD_BYTES + (len(key) if key else 0) + (len(value) if value else 0)
+    if not headers:
+        return size  # the common case, on every send
     return size + header_bytes(headers) + HEADER_OVERHEAD_BYTES * len(headers)
 
 
@@ -133,17 +135,20 @@ class RecordAccumulator:
         *,
         abort_on_new_batch: bool = False,
         max_block_s: float = 0.0,
+        size: int | None = None,
     ) -> AppendResult:
-        """Add the record to the partition's open batch (or a new one) and return its future."""
+        """Add the record to the partition's open batch (or a new one) and return its future.
+        ``size`` is the record's :func:`estimate_record_bytes` when the caller has it."""
         key, value, timestamp_ms, headers = record
-        size = estimate_record_bytes(key, value, headers)
+        if size is None:
+            size = estimate_record_bytes(key, value, headers)
         header_size = header_bytes(headers)
         if size > self.buffer_memory:
             raise KafkaError(
                 ErrorCode.RECORD_LIST_TOO_LARGE,
                 f"a record of ~{size} bytes exceeds buffer.memory={self.buffer_memory}",
             )
-        deadline = self._clock() + max_block_s
+        deadline: float | None = None  # read the clock only when memory is short
         with self._lock:
             while True:
                 if self._closed:
@@ -156,6 +161,8 @@ class RecordAccumulator:
                     return AppendResult(None, batch_full=False, new_batch=False, aborted=True)
                 if self._used_bytes + size <= self.buffer_memory:
                     break
+                if deadline is None:
+                    deadline = self._clock() + max_block_s
                 remaining = deadline - self._clock()
                 if remaining <= 0:
                     raise ProducerTimeoutError(

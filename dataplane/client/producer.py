@@ -110,6 +110,8 @@ class Producer(Closing):
             enable_idempotence=enable_idempotence,
         )
         self._clock = clock
+        self._max_block_s = max_block_ms / 1000
+        self._max_record_bytes = min(max_request_size, buffer_memory)
         self._cluster = Cluster(
             bootstrap_servers,
             request_timeout_ms=request_timeout_ms,
@@ -176,15 +178,20 @@ class Producer(Closing):
         record: tuple[bytes | None, bytes | None, int, Headers],
     ) -> RecordFuture:
         key, value, _, headers = record
-        size = estimate_record_bytes(key, value, headers) + HEADER_SIZE
-        if size > self.config.max_request_size or size > self.config.buffer_memory:
+        size = estimate_record_bytes(key, value, headers)
+        if size + HEADER_SIZE > self._max_record_bytes:
             raise KafkaError(
                 ErrorCode.MESSAGE_TOO_LARGE,
-                f"a record of ~{size} bytes exceeds max.request.size={self.config.max_request_size}"
-                f" or buffer.memory={self.config.buffer_memory}",
+                f"a record of ~{size + HEADER_SIZE} bytes exceeds "
+                f"max.request.size={self.config.max_request_size} "
+                f"or buffer.memory={self.config.buffer_memory}",
             )
-        deadline = self._clock() + self.config.max_block_ms / 1000
-        count = self._partition_count(topic, partition, deadline)
+        count = self._cluster.snapshot().partition_count(topic)
+        max_block_s = self._max_block_s
+        if count is None or partition is not None:  # a metadata wait takes from max.block.ms
+            started = self._clock()
+            count = self._partition_count(topic, partition, started + max_block_s)
+            max_block_s = max(0.0, started + max_block_s - self._clock())
         chosen = partition
         if chosen is None and key is not None:
             chosen = partition_for_key(key, count)
@@ -194,20 +201,19 @@ class Producer(Closing):
         if chosen is None:
             available = self._cluster.snapshot().available_partitions(topic)
             chosen = self._sticky.partition(topic, available, count)
-        remaining_s = max(0.0, deadline - self._clock())
         result = self._accumulator.append(
             TopicPartition(topic, chosen),
             record,
             abort_on_new_batch=sticky,
-            max_block_s=remaining_s,
+            max_block_s=max_block_s,
+            size=size,
         )
         if result.aborted:  # KIP-480: a new batch moves the sticky partition on
+            # (an aborted append returns before any wait: the whole budget is left)
             available = self._cluster.snapshot().available_partitions(topic)
             chosen = self._sticky.on_new_batch(topic, chosen, available, count)
             result = self._accumulator.append(
-                TopicPartition(topic, chosen),
-                record,
-                max_block_s=max(0.0, deadline - self._clock()),
+                TopicPartition(topic, chosen), record, max_block_s=max_block_s, size=size
             )
         if result.batch_full or result.new_batch:
             self._sender.wakeup()
