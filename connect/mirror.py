@@ -70,6 +70,7 @@ ALIAS_PATTERN = r"^[A-Za-z0-9_-]+$"
 POLL_MS = 100
 TOPICS_MAX = 10_000
 CLOSE_TIMEOUT_S = 5.0
+SYNCS_PENDING_MAX = 10_000  # offset syncs decided, not yet handed to the producer
 
 
 class MirrorConfig(ConnectorConfig):
@@ -281,9 +282,10 @@ class MirrorSourceTask(SourceTask):
         self._acks = threading.Lock()  # what commit_record updates (the producer's thread)
         self._stopping = threading.Event()
         self._sync_states: dict[tuple[str, int], PartitionSyncState] = {}
-        self._pending_syncs: dict[tuple[str, int], OffsetSync] = {}
+        self._pending_syncs: list[OffsetSync] = []
         self._mirrored: dict[tuple[str, int], int] = {}  # next upstream offset to mirror
         self._latency_ms: int | None = None
+        self._syncs_dropped = 0
         self._consumer: Consumer | None = None
         self._syncs: Producer | None = None
 
@@ -342,14 +344,17 @@ class MirrorSourceTask(SourceTask):
                 self._latency_ms = int(time.time() * 1000) - record.timestamp_ms
             state = self._sync_states.setdefault(tp, PartitionSyncState())
             if sync_needed(state, upstream, metadata.offset, self.offset_lag_max):
-                self._pending_syncs[tp] = OffsetSync(tp[0], tp[1], upstream, metadata.offset)
+                if len(self._pending_syncs) < SYNCS_PENDING_MAX:
+                    self._pending_syncs.append(OffsetSync(*tp, upstream, metadata.offset))
+                else:  # dropping a sync is safe: translation gets coarser, never wrong
+                    self._syncs_dropped += 1
 
     def _send_syncs(self) -> None:
-        """Write the offset syncs decided since the last poll (the newest per partition)."""
+        """Write the offset syncs decided since the last poll."""
         with self._acks:
-            pending, self._pending_syncs = self._pending_syncs, {}
+            pending, self._pending_syncs = self._pending_syncs, []
         assert self._syncs is not None
-        for sync in pending.values():
+        for sync in pending:
             self._syncs.send(self.syncs_topic, encode_sync(sync), sync_key(sync.topic,
                              sync.partition), partition=0)  # fmt: skip
 
@@ -364,8 +369,10 @@ class MirrorSourceTask(SourceTask):
                 for tp, end in ends.items()
             ]
             latency_ms = self._latency_ms
+            dropped = self._syncs_dropped
         report = lag_report(lags, self.alias)
         report["replication_latency_ms"] = latency_ms
+        report["offset_syncs_dropped"] = dropped
         return report
 
     def stop(self) -> None:

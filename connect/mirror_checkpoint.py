@@ -191,6 +191,7 @@ class MirrorCheckpointTask(SourceTask):
                 if topic_selected(tp.topic, self.topics, self.topics_exclude, target_alias)
             }
             latest[group] = found = checkpoints(group, committed, self.store)
+            log.debug("group %s: committed %s, checkpoints %s", group, committed, found)
             for c in found:
                 key = (c.group, c.topic, c.partition)
                 if self._emitted.get(key) == (c.upstream_offset, c.downstream_offset):

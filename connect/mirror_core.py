@@ -169,8 +169,8 @@ def sync_needed(
 @dataclass
 class OffsetSyncStore:
     """The syncs read from the offset-syncs topic, per source partition, ascending by upstream
-    offset, at most ``SYNCS_KEPT_MAX`` each (thinned where they are densest, so old offsets stay
-    translatable with coarser steps)."""
+    offset, at most ``SYNCS_KEPT_MAX`` each (thinned where they are densest relative to their
+    age, so old offsets stay translatable with coarser steps, as MM2's store does)."""
 
     syncs: dict[tuple[str, int], list[OffsetSync]] = field(default_factory=dict)
     kept_max: int = SYNCS_KEPT_MAX
@@ -194,12 +194,17 @@ class OffsetSyncStore:
 
 
 def _densest(kept: Sequence[OffsetSync]) -> int:
-    """The inner sync whose neighbours are closest together (never the first or last)."""
+    """The inner sync whose neighbours are closest together relative to its distance from
+    the newest sync (never the first or last): what is left is spaced roughly geometrically,
+    dense near the head, where groups commit, and sparse further back."""
     assert len(kept) >= 3, "thinning keeps the oldest and the newest sync"
-    return min(
-        range(1, len(kept) - 1),
-        key=lambda i: (kept[i + 1].upstream_offset - kept[i - 1].upstream_offset, i),
-    )
+    newest = kept[-1].upstream_offset
+
+    def density(i: int) -> tuple[float, int]:
+        gap = kept[i + 1].upstream_offset - kept[i - 1].upstream_offset
+        return gap / (newest - kept[i].upstream_offset + 1), i
+
+    return min(range(1, len(kept) - 1), key=density)
 
 
 def translate(syncs: Sequence[OffsetSync], upstream_offset: int) -> int | None:

@@ -42,6 +42,8 @@ RANGES = {
     "kafka_groups": 174,
     "connect": 181,
     "connect_distributed": 184,
+    "mirror_source": 191,
+    "mirror_target": 194,
 }
 
 
