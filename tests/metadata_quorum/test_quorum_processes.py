@@ -144,10 +144,11 @@ def test_fetch_metadata_streams_records_that_rebuild_the_image(cluster: LocalClu
         client.close()
 
 
-@pytest.fixture
-def short_sessions(tmp_path: Path) -> Iterator[LocalCluster]:
+def _sessions_of(tmp_path: Path, session_timeout_ms: int) -> Iterator[LocalCluster]:
     cluster = make_cluster(
-        tmp_path / "cluster", first_host=24, overrides={"broker.session.timeout.ms": 1500}
+        tmp_path / "cluster",
+        first_host=24,
+        overrides={"broker.session.timeout.ms": session_timeout_ms},
     )
     try:
         cluster.up(timeout_s=30)
@@ -155,6 +156,11 @@ def short_sessions(tmp_path: Path) -> Iterator[LocalCluster]:
     finally:
         for spec in cluster.specs:
             cluster.stop_node(spec.node_id, kill=True)
+
+
+@pytest.fixture
+def short_sessions(tmp_path: Path) -> Iterator[LocalCluster]:
+    yield from _sessions_of(tmp_path, 1500)
 
 
 def test_a_silent_broker_is_fenced_and_loses_leadership_and_isr(
@@ -203,15 +209,7 @@ def test_a_silent_broker_is_fenced_and_loses_leadership_and_isr(
 
 @pytest.fixture
 def six_second_sessions(tmp_path: Path) -> Iterator[LocalCluster]:
-    cluster = make_cluster(
-        tmp_path / "cluster", first_host=24, overrides={"broker.session.timeout.ms": 6000}
-    )
-    try:
-        cluster.up(timeout_s=30)
-        yield cluster
-    finally:
-        for spec in cluster.specs:
-            cluster.stop_node(spec.node_id, kill=True)
+    yield from _sessions_of(tmp_path, 6000)
 
 
 def test_a_broker_dead_before_a_controller_election_is_fenced_when_its_session_ends(
