@@ -732,7 +732,11 @@ class Consumer(Closing):
                 break
             if not state.buffer or state.paused:
                 continue
-            taken = [state.buffer.popleft() for _ in range(min(budget, len(state.buffer)))]
+            if budget >= len(state.buffer):  # the usual case: all of it, at C speed
+                taken = list(state.buffer)
+                state.buffer.clear()
+            else:
+                taken = [state.buffer.popleft() for _ in range(budget)]
             budget -= len(taken)
             result[tp] = taken
             state.position = state.buffer[0].offset if state.buffer else state.buffer_end
