@@ -84,7 +84,9 @@ def utc_now() -> str:
 REGRESSION_FRACTION = 0.10  # the guard reports figures that got worse by more than this
 # A figure's direction comes from its path in the results: rates are better higher; times,
 # latencies and failovers better lower; anything else (counts, sizes, settings) is not judged.
-HIGHER_IS_BETTER = ("per_s", "percent_of_raw")  # endings of the figure's own key
+# endings of the figure's own key (checked before the lower-is-better ones: "records_s" ends
+# in "_s" too)
+HIGHER_IS_BETTER = ("per_s", "percent_of_raw", "records_s", "records_s_best", "records_s_median")
 LOWER_IS_BETTER = ("seconds", "_ms", "_s", "us_per_batch")  # endings of the figure's own key
 LOWER_IS_BETTER_UNDER = ("latency", "failover")  # anywhere in its path
 

@@ -1,6 +1,6 @@
 """Where the brokers' time goes while a benchmark runs: py-spy samples of live node processes.
 
-:func:`sampling` runs ``py-spy record --nonblocking --format raw`` against each given process
+:func:`sampling` runs ``py-spy record --format raw`` against each given process
 for as long as the ``with`` block lasts (SIGINT ends it; py-spy then writes the file), and
 leaves one collapsed-stack file per process (``<label>-<role>.folded``: one line per distinct
 stack, ``frame;frame;... count``, which speedscope and flamegraph.pl read). :func:`summarize`
@@ -12,6 +12,7 @@ be zero there; the summary says so with numbers, not by assertion.
 
 from __future__ import annotations
 
+import functools
 import shutil
 import signal
 import subprocess
@@ -22,12 +23,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-SAMPLE_RATE_HZ = 200
+from dataplane.local_cluster import wait_for
+
+SAMPLE_RATE_HZ = 500
+ATTACH_S = 30.0
 STOP_TIMEOUT_S = 30.0
 TOP_FUNCTIONS = 12
 # Frames of the per-record codec: any sample with one of these under it did per-record work.
 PER_RECORD_MARKERS = ("raftlog/records.py",)
-# Frames of threads waiting (py-spy's --nonblocking sampling cannot always tell idle threads).
+# Frames of threads waiting in C (py-spy counts a thread blocked inside a C call as busy).
 WAITING_MARKERS = (
     "Condition.wait (threading.py",
     "PollPoller.poll (pysyncobj",
@@ -50,8 +54,11 @@ def sampling(pids: Mapping[str, int], out_dir: Path, label: str) -> Iterator[dic
     """Sample each process of ``pids`` (role -> pid) while the block runs."""
     out_dir.mkdir(parents=True, exist_ok=True)
     outputs = {role: out_dir / f"{label}-{role}.folded" for role in pids}
-    procs = [_record(pid, outputs[role]) for role, pid in pids.items()]
+    logs = {role: out_dir / f"{label}-{role}.py-spy.log" for role in pids}
+    procs = [_record(pid, outputs[role], logs[role]) for role, pid in pids.items()]
     try:
+        for role, log in logs.items():  # attaching takes py-spy a moment: sample the workload
+            wait_for(f"py-spy sampling the {role}", functools.partial(_sampling, log), ATTACH_S)
         yield outputs
     finally:
         for proc in procs:
@@ -63,14 +70,21 @@ def sampling(pids: Mapping[str, int], out_dir: Path, label: str) -> Iterator[dic
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=STOP_TIMEOUT_S)
+        for log in logs.values():
+            log.unlink(missing_ok=True)
 
 
-def _record(pid: int, output: Path) -> subprocess.Popen[bytes]:
+def _sampling(log: Path) -> bool:
+    return log.exists() and "Sampling process" in log.read_text(errors="replace")
+
+
+def _record(pid: int, output: Path, log: Path) -> subprocess.Popen[bytes]:
     command = [
-        _py_spy(), "record", "--pid", str(pid), "--rate", str(SAMPLE_RATE_HZ), "--nonblocking",
+        _py_spy(), "record", "--pid", str(pid), "--rate", str(SAMPLE_RATE_HZ),
         "--format", "raw", "--output", str(output),
     ]  # fmt: skip
-    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with log.open("wb") as out:  # "Sampling process ..." goes to stdout, errors to stderr
+        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
 
 
 def _frames(line: str) -> tuple[list[str], int]:

@@ -37,3 +37,10 @@ def test_write_section_reports_and_keeps_other_sections(tmp_path: Path, capsys: 
     written = json.loads(out.read_text())
     assert written["a"] == {"x_per_s": 50} and written["b"] == {"y_s": 1.0}
     assert "a.x_per_s" in capsys.readouterr().err  # type: ignore[attr-defined]
+
+
+def test_records_s_is_a_rate_not_a_time() -> None:
+    """The Spark section's ``records_s`` keys end in ``_s``: they are rates all the same."""
+    before = {"write": {"records_s": 17_733, "seconds": 56.4}, "read": {"records_s_best": 150_000}}
+    after = {"write": {"records_s": 37_274, "seconds": 26.8}, "read": {"records_s_best": 120_000}}
+    assert [r.path for r in regressions(before, after)] == ["read.records_s_best"]
