@@ -894,8 +894,11 @@ class Consumer(Closing):
                 state.position = state.buffer_end = fetched.next_offset
         elif code is ErrorCode.OFFSET_OUT_OF_RANGE:
             if self.config.auto_offset_reset == "none":
-                raise KafkaError(code, f"{tp}: offset {state.position} is out of range")
+                raise KafkaError(code, f"{tp}: offset {state.fetch_offset()} is out of range")
+            # The reset starts the partition over: what a pipelined fetch left buffered goes
+            # too (with "earliest" it is fetched again if the log still holds it).
             state.position, state.reset = None, self.config.auto_offset_reset
+            state.clear()
         elif code in LEADER_ERRORS:
             self._cluster.invalidate()
         elif not code.retriable:
