@@ -1,5 +1,7 @@
 """The offset and time indexes: preallocation, search, trim, truncation, damage detection."""
 
+import mmap
+import os
 from pathlib import Path
 
 import pytest
@@ -119,3 +121,34 @@ def test_appends_after_truncation_and_reopen_follow_the_entries_kept(tmp_path: P
     times.maybe_append(2000, 4)  # grows past what is left (1000), not past the dropped 3000
     assert times.last_entry() == (2000, 4)
     times.close()
+
+
+def test_entries_across_pages_go_by_pwrite_then_into_the_map_and_survive_reopen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the first entry of each page is a pwrite (it gives the sparse page a block, so a
+    full disk is an OSError, not SIGBUS); the rest of the page is stored into the map."""
+    pwrites: list[int] = []
+    real_pwrite = os.pwrite
+
+    def counting_pwrite(fd: int, data: bytes, position: int) -> int:
+        pwrites.append(position)
+        return real_pwrite(fd, data, position)
+
+    monkeypatch.setattr(os, "pwrite", counting_pwrite)
+    per_page = mmap.PAGESIZE // 8
+    index = OffsetIndex(tmp_path / "0.index", base_offset=0, max_index_bytes=3 * mmap.PAGESIZE)
+    for n in range(2 * per_page + 5):
+        index.append(n, n * 100)
+    assert pwrites == [0, mmap.PAGESIZE, 2 * mmap.PAGESIZE]
+    index.truncate_to(per_page + 2)  # entries of page 1 remain; page 1 keeps its block
+    index.trim()
+    index.append(per_page + 2, (per_page + 2) * 100)  # reopened for appending: pwrite first
+    assert pwrites[-1] == (per_page + 2) * 8
+    index.trim()  # as the segment does on close
+    index.close()
+    reopened = OffsetIndex(tmp_path / "0.index", base_offset=0, max_index_bytes=3 * mmap.PAGESIZE)
+    assert reopened.entries == per_page + 3
+    assert reopened.lookup(per_page + 1) == (per_page + 1, (per_page + 1) * 100)
+    assert reopened.lookup(10**6) == (per_page + 2, (per_page + 2) * 100)
+    reopened.close()
