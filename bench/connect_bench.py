@@ -38,9 +38,9 @@ from rich.console import Console
 from rich.table import Table
 
 from bench import RECORD_BYTES, REPO_ROOT, bench_main
-from bench.dataplane_bench import create_topic
+from bench.dataplane_bench import cluster_in, create_topic
 from dataplane.client import Consumer, Producer, TopicPartition
-from dataplane.local_cluster import LocalCluster, free_port, pick_cluster_port, wait_for
+from dataplane.local_cluster import LocalCluster, free_port, wait_for
 from raftlog.errors import KafkaError
 
 SOURCE_HOST, TARGET_HOST, WORKER_HOST = 201, 204, "127.0.0.207"
@@ -48,18 +48,6 @@ PARTITIONS = 6
 WAIT_S = 300.0
 SAMPLE_S = 0.1
 RAFTLOG = [sys.executable, "-c", "from dataplane.cli import main; main()"]
-
-
-@contextmanager
-def cluster_at(root: Path, first_host: int, console: Console) -> Iterator[LocalCluster]:
-    hosts = [f"127.0.0.{first_host + n}" for n in range(3)]
-    cluster = LocalCluster(root, nodes=3, first_host=first_host, port=pick_cluster_port(hosts))
-    try:
-        console.log(f"starting 3 nodes on {', '.join(cluster.bootstrap_servers)}")
-        cluster.up(timeout_s=WAIT_S)
-        yield cluster
-    finally:
-        cluster.down()
 
 
 @contextmanager
@@ -246,8 +234,8 @@ def run(workdir: Path, quick: bool, console: Console) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="connect-", dir=workdir))
     try:
         with ExitStack() as stack:
-            source = stack.enter_context(cluster_at(root / "source", SOURCE_HOST, console))
-            target = stack.enter_context(cluster_at(root / "target", TARGET_HOST, console))
+            source = stack.enter_context(cluster_in(root, console, SOURCE_HOST))
+            target = stack.enter_context(cluster_in(root, console, TARGET_HOST))
             figures: dict[str, Any] = {"file_source": file_source(target, root, lines, console)}
             create_topic(source, "bench-prefill", PARTITIONS)
             fill(source, "bench-prefill", prefill)
