@@ -63,7 +63,7 @@ def disk_limits(workdir: Path, size: str) -> dict[str, Any]:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return {
-        "tool": "fio " + _version("fio", "--version"),
+        "tool": "fio " + tool_version("fio"),
         "block": FIO_BLOCK,
         "fdatasync_mb_per_s": round(durable / 1e6, 1),
         "buffered_mb_per_s": round(buffered / 1e6, 1),
@@ -94,7 +94,7 @@ def loopback_limit(server_host: str, client_host: str, size: str) -> dict[str, A
         server.wait(timeout=TOOL_TIMEOUT_S)
     received = json.loads(done.stdout)["end"]["sum_received"]["bits_per_second"] / 8
     return {
-        "tool": "iperf3 " + _version("iperf3", "--version"),
+        "tool": "iperf3 " + tool_version("iperf3"),
         "streams": 1,
         "loopback_mb_per_s": round(received / 1e6, 1),
     }
@@ -113,7 +113,8 @@ def _hex_ip(host: str) -> str:
     return "".join(f"{int(part):02X}" for part in reversed(host.split(".")))
 
 
-def _version(tool: str, flag: str) -> str:
+def tool_version(tool: str, flag: str = "--version") -> str:
+    """The first line a tool prints of its version (an installed tool is required)."""
     done = subprocess.run(
         [_tool(tool), flag], capture_output=True, text=True, timeout=TOOL_TIMEOUT_S, check=False
     )

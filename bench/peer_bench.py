@@ -58,7 +58,7 @@ from rich.table import Table
 
 from bench import REPO_ROOT, bench_main
 from bench.dataplane_bench import cluster_in, create_topic, failover_round
-from bench.limits import measure_limits
+from bench.limits import measure_limits, tool_version
 from bench.profiles import sampling, summarize
 from dataplane.client import AdminClient
 from dataplane.client.admin import PartitionDescription
@@ -461,17 +461,9 @@ def run(workdir: Path, size: str, console: Console) -> dict[str, Any]:
             **peer,
             "hosts": "127.0.0.21-23",
             "client": "nats-py",
-            "server": _nats_version(),
+            "server": tool_version("nats-server"),
         },
     }
-
-
-def _nats_version() -> str:
-    server = shutil.which("nats-server")
-    if server is None:
-        return "unknown"
-    done = subprocess.run([server, "--version"], capture_output=True, text=True, check=False)
-    return done.stdout.strip() or done.stderr.strip()
 
 
 def _ratio(ours: float, theirs: float) -> str:

@@ -12,7 +12,7 @@ from dataplane.client._types import (
 )
 from dataplane.client.admin import AdminClient, NewTopic
 from dataplane.client.consumer import Consumer
-from dataplane.client.producer import Producer
+from dataplane.client.producer import Producer, RecordFuture
 
 __all__ = [
     "AdminClient",
@@ -26,6 +26,7 @@ __all__ = [
     "NewTopic",
     "OffsetAndMetadata",
     "Producer",
+    "RecordFuture",
     "RecordMetadata",
     "TopicPartition",
 ]
