@@ -202,7 +202,7 @@ def _clean_group(
                 counts=counts,
             )
             if kept is not None:
-                batch = AppendedBatch(header.last_offset, header.max_timestamp, len(kept))
+                batch: AppendedBatch = (header.last_offset, header.max_timestamp, len(kept))
                 dest.append([kept], [batch])
     dest.on_roll()
     dest.flush()

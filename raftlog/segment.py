@@ -14,7 +14,6 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 from raftlog.batch import HEADER_SIZE, BatchHeader, check_header, compute_crc, read_header
 from raftlog.errors import CorruptRecordError
@@ -33,12 +32,10 @@ def segment_name(base_offset: int, suffix: str) -> str:
     return f"{base_offset:020d}{suffix}"
 
 
-class AppendedBatch(NamedTuple):
-    """What a segment keeps of a batch it appended: its offsets, timestamp and size."""
-
-    last_offset: int
-    max_timestamp: int
-    size_bytes: int
+AppendedBatch = tuple[int, int, int]
+"""What a segment keeps of a batch it appended: (last offset, max timestamp, size in bytes). A
+plain tuple, not a NamedTuple: one is built per appended batch, and a tuple display is the
+cheapest object Python builds."""
 
 
 @dataclass(frozen=True)
@@ -210,7 +207,7 @@ class LogSegment:
         """Write ``chunks`` (the batches' bytes, header rewrites included) at the end and index
         each batch. Offsets must continue the segment."""
         assert batches, "an append to a segment carries at least one batch"
-        assert batches[0].last_offset >= self.next_offset, "offsets must continue the segment"
+        assert batches[0][0] >= self.next_offset, "offsets must continue the segment"
         start_position = position = self.size_bytes
         undo = self._append_state()
         try:
@@ -222,7 +219,7 @@ class LogSegment:
                     for start in range(0, len(chunks), IOV_MAX)
                 )
             if self.rolling_timestamp is None:
-                self.rolling_timestamp = batches[0].max_timestamp
+                self.rolling_timestamp = batches[0][1]
             for last_offset, max_timestamp, size_bytes in batches:
                 self._index_batch(position, last_offset, max_timestamp, size_bytes)
                 position += size_bytes
@@ -231,7 +228,7 @@ class LogSegment:
             raise
         assert position - start_position == written, "batch sizes must add up to the bytes written"
         self.size_bytes = position
-        self.next_offset = batches[-1].last_offset + 1
+        self.next_offset = batches[-1][0] + 1
 
     def _append_state(self) -> tuple[int, int, int, int, int | None, int]:
         return (
