@@ -24,6 +24,7 @@ from dataplane.broker import Broker, BrokerSettings
 from dataplane.classic_group import ClassicLimits
 from dataplane.fetcher import FetcherConfig
 from dataplane.group_coordinator import GroupConfig
+from dataplane.malloc_tuning import tune_malloc
 from dataplane.metrics import ControllerGauge, NodeMetrics
 from dataplane.node_config import NodeConfig
 from dataplane.replica_manager import ReplicaManagerConfig
@@ -139,6 +140,7 @@ def _controller_gauge(role: ControllerRole | None) -> ControllerGauge | None:
 
 def run(config: NodeConfig) -> None:
     """Run until SIGTERM/SIGINT."""
+    log.info("malloc settings applied: %s", tune_malloc() or "none")
     Path(config.log_dirs).mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
 
