@@ -94,6 +94,9 @@ class AppendResult(NamedTuple):
     aborted: bool  # abort_on_new_batch and a batch would have been opened: nothing appended
 
 
+_new_tuple = tuple.__new__
+
+
 class ReadyResult(NamedTuple):
     partitions: list[TopicPartition]
     next_ready_s: float | None  # when the next not-yet-ready batch becomes ready
@@ -187,7 +190,10 @@ class RecordAccumulator:
             )
             batch.records.append(record)
             batch.full = batch.estimated_bytes >= self.batch_size
-            return AppendResult(future, len(queue) > 1 or batch.full, new_batch, aborted=False)
+            # AppendResult(...) without NamedTuple.__new__'s Python frame: once per record
+            return _new_tuple(
+                AppendResult, (future, len(queue) > 1 or batch.full, new_batch, False)
+            )
 
     def _open_batch(self, queue: deque[ProducerBatch], size: int) -> ProducerBatch | None:
         """The deque's last batch if it takes ``size`` more bytes, else None."""

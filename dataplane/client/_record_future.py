@@ -55,7 +55,9 @@ class BatchResult:
         return self._done.is_set()
 
     def wait(self, timeout_s: float | None) -> bool:
-        return self._done.wait(timeout_s)
+        # is_set first: a done callback asks its future for the outcome, once per record, and
+        # Event.wait takes the event's Condition even when the event is already set
+        return self._done.is_set() or self._done.wait(timeout_s)
 
     def succeed(self, base_offset: int, log_append_time_ms: int) -> None:
         self._complete(base_offset, log_append_time_ms, None)

@@ -120,6 +120,11 @@ class Sender:
 
     # -- control (application threads) -----------------------------------------------------
     def wakeup(self) -> None:
+        if self._wake.woken:
+            # Already woken: the sender has not yet taken this wakeup (its _wait clears the
+            # flag without sleeping, then it drains again). Skips the lock on the send path:
+            # while batches queue behind the in-flight ones, every append asks for a wakeup.
+            return
         with self._wake.condition:
             self._wake.woken = True
             self._wake.condition.notify()

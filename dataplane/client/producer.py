@@ -132,6 +132,8 @@ class Producer(Closing):
             ),
         )
         self._sticky = StickyPartitioner(rng or random.Random())
+        # each topic's TopicPartitions, made once: send would otherwise build one per record
+        self._topic_partitions: dict[str, tuple[TopicPartition, ...]] = {}
         self._sender = Sender(self._cluster, self._accumulator, self.config, clock)
         self._closed = False
         self._sender.thread.start()
@@ -202,7 +204,7 @@ class Producer(Closing):
             available = self._cluster.snapshot().available_partitions(topic)
             chosen = self._sticky.partition(topic, available, count)
         result = self._accumulator.append(
-            TopicPartition(topic, chosen),
+            self._topic_partition(topic, chosen),
             record,
             abort_on_new_batch=sticky,
             max_block_s=max_block_s,
@@ -213,12 +215,19 @@ class Producer(Closing):
             available = self._cluster.snapshot().available_partitions(topic)
             chosen = self._sticky.on_new_batch(topic, chosen, available, count)
             result = self._accumulator.append(
-                TopicPartition(topic, chosen), record, max_block_s=max_block_s, size=size
+                self._topic_partition(topic, chosen), record, max_block_s=max_block_s, size=size
             )
         if result.batch_full or result.new_batch:
             self._sender.wakeup()
         assert result.future is not None, "an append that was not aborted gives a future"
         return result.future
+
+    def _topic_partition(self, topic: str, partition: int) -> TopicPartition:
+        known = self._topic_partitions.get(topic)
+        if known is None or partition >= len(known):  # new, or the topic grew
+            known = tuple(TopicPartition(topic, p) for p in range(partition + 1))
+            self._topic_partitions[topic] = known
+        return known[partition]
 
     def _partition_count(self, topic: str, partition: int | None, deadline: float) -> int:
         count = self._cluster.snapshot().partition_count(topic)
