@@ -63,7 +63,7 @@ def start_controller(config: NodeConfig) -> ControllerRole:
         [v.raft_address for v in voters],
         Path(config.log_dirs) / "__cluster_metadata",
         state,
-        RaftTiming(election_min_s=election_max_s / 2, election_max_s=election_max_s),
+        RaftTiming.for_election_timeout(election_max_s),
     )
     controller = QuorumController(
         me.node_id,

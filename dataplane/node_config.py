@@ -94,7 +94,7 @@ class NodeConfig(BaseModel):
         300, alias="leader.imbalance.check.interval.seconds", ge=1, le=86_400
     )
     controller_quorum_election_timeout_ms: int = Field(
-        600, alias="controller.quorum.election.timeout.ms", ge=50, le=60_000
+        600, alias="controller.quorum.election.timeout.ms", ge=50, le=10_000
     )
 
     broker_rack: str | None = Field(None, alias="broker.rack", min_length=1, max_length=255)

@@ -92,6 +92,15 @@ def test_timing_out_of_bounds_is_refused(bad: dict[str, float]) -> None:
         RaftTiming(**bad)
 
 
+@pytest.mark.parametrize("timeout_ms", [50, 600, 1_000, 3_000, 10_000])
+def test_every_configurable_election_timeout_gives_a_valid_timing(timeout_ms: int) -> None:
+    """controller.quorum.election.timeout.ms's whole range (50..10,000) starts a node."""
+    timing = RaftTiming.for_election_timeout(timeout_ms / 1000)
+    assert timing.election_max_s == timeout_ms / 1000
+    assert timing.election_min_s == timing.election_max_s / 2
+    assert timing.tick_period_s == timing.append_period_s <= 0.05
+
+
 def test_options_out_of_bounds_are_refused() -> None:
     with pytest.raises(ValueError):
         RaftOptions(max_journal_entries=1)
