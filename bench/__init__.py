@@ -89,6 +89,8 @@ REGRESSION_FRACTION = 0.10  # the guard reports figures that got worse by more t
 HIGHER_IS_BETTER = ("per_s", "percent_of_raw", "records_s", "records_s_best", "records_s_median")
 LOWER_IS_BETTER = ("seconds", "_ms", "_s", "us_per_batch")  # endings of the figure's own key
 LOWER_IS_BETTER_UNDER = ("latency", "failover")  # anywhere in its path
+# keys that name a node, a count or a position, also under those: never judged
+NOT_FIGURES = ("killed", "new_controller", "attempts", "metadata_offset", "leader", "node")
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,8 @@ def _figure(value: float) -> str:
 def _direction(path: str) -> int:
     """+1 when a larger value is better, -1 when a smaller one is, 0 when not judged."""
     last = path.rsplit(".", 1)[-1].split("[", 1)[0]
+    if last in NOT_FIGURES:
+        return 0
     if any(last.endswith(suffix) for suffix in HIGHER_IS_BETTER):
         return 1
     if any(last.endswith(suffix) for suffix in LOWER_IS_BETTER):

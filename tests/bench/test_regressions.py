@@ -44,3 +44,10 @@ def test_records_s_is_a_rate_not_a_time() -> None:
     before = {"write": {"records_s": 17_733, "seconds": 56.4}, "read": {"records_s_best": 150_000}}
     after = {"write": {"records_s": 37_274, "seconds": 26.8}, "read": {"records_s_best": 120_000}}
     assert [r.path for r in regressions(before, after)] == ["read.records_s_best"]
+
+
+def test_node_ids_and_counts_under_failover_are_not_judged() -> None:
+    """Which node was killed is not a figure, though it sits under ``failover``."""
+    before = {"failover": {"runs": [{"killed": 1, "new_controller": 2, "seconds": 0.4}]}}
+    after = {"failover": {"runs": [{"killed": 3, "new_controller": 3, "seconds": 0.8}]}}
+    assert [r.path for r in regressions(before, after)] == ["failover.runs[0].seconds"]
