@@ -43,9 +43,10 @@ class _IndexFile:
         self._mmap: mmap.mmap | None = None
         # The last entry, kept beside the file so an append checks order without reading it back.
         self._last: tuple[int, int] | None = None
-        # The page the last pwrite put an entry in: it has a block now, so stores into the map
-        # there cannot fault for space (see _append_raw). -1: none since this file was opened.
-        self._backed_page = -1
+        # The end of the page(s) the last pwrite put an entry in (within the map): they have
+        # blocks now, so stores into the map below it cannot fault for space (see _append_raw).
+        # 0: none since this file was opened or resized.
+        self._stores_until = 0
         if length == 0:
             self.entries = 0
             self._resize(self.max_entries * self._entry_size)
@@ -62,7 +63,7 @@ class _IndexFile:
         self._mmap = mmap.mmap(self._fd, length) if length else None
 
     def _resize(self, length: int) -> None:
-        self._backed_page = -1  # past a truncation, a page may be a hole again
+        self._stores_until = 0  # past a truncation, a page may be a hole again
         if self._mmap is not None:
             self._mmap.close()
             self._mmap = None
@@ -112,21 +113,23 @@ class _IndexFile:
         entries = self.entries
         assert entries < self.max_entries, f"{self.path}: append to a full index"
         position = entries * self._entry_size
-        if self._mmap is None or len(self._mmap) < position + self._entry_size:
-            self.preallocate()  # an index trimmed on roll or close, appended to again
-        page = position // mmap.PAGESIZE
-        if page == self._backed_page and page == (position + self._entry_size - 1) // mmap.PAGESIZE:
+        end = position + self._entry_size
+        if end <= self._stores_until:
             # A page an earlier pwrite gave a block: a store cannot need space (Kafka's way,
             # and no system call: one append of a 16 KiB batch writes an entry per index).
-            assert self._mmap is not None, "preallocated above"
+            assert self._mmap is not None, "_stores_until is 0 without a map"
             self.ENTRY.pack_into(self._mmap, position, key, value)
         else:
             # The first entry of a page goes by pwrite, not a store into the map: the file is
             # sparse, and on a full disk a store that needs a new block is SIGBUS, where pwrite
             # is an ENOSPC OSError. The map is MAP_SHARED over the same page cache, so lookups
             # see the entry at once.
+            if self._mmap is None or len(self._mmap) < end:
+                self.preallocate()  # an index trimmed on roll or close, appended to again
+            assert self._mmap is not None, "preallocated above"
             os.pwrite(self._fd, self.ENTRY.pack(key, value), position)
-            self._backed_page = page
+            page_end = ((end - 1) // mmap.PAGESIZE + 1) * mmap.PAGESIZE
+            self._stores_until = min(page_end, len(self._mmap))
         self.entries = entries + 1
         self._last = (key, value)
 
