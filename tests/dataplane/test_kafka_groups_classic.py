@@ -30,13 +30,17 @@ def kafka_servers(cluster: LocalCluster) -> str:
     return ",".join(cluster.kafka_bootstrap_servers)
 
 
-def produce(cluster: LocalCluster, topic: str, prefix: str, count: int) -> set[bytes]:
-    values = {f"{prefix}-{n}".encode() for n in range(count)}
+def produce(
+    cluster: LocalCluster, topic: str, prefix: str, count: int, partitions: int
+) -> set[bytes]:
+    """``count`` values dealt round-robin over the partitions: every member of a group that
+    holds a partition has records to read (the sticky partitioner could leave some empty)."""
+    values = sorted(f"{prefix}-{n}".encode() for n in range(count))
     with Producer(cluster.bootstrap_servers) as producer:
-        for value in sorted(values):
-            producer.send(topic, value=value)
+        for n, value in enumerate(values):
+            producer.send(topic, value=value, partition=n % partitions)
         producer.flush()
-    return values
+    return set(values)
 
 
 def rd_consumer(cluster: LocalCluster, group: str, topic: str) -> RdConsumer:
@@ -69,23 +73,26 @@ def test_librdkafka_classic_members_share_rebalance_commit_and_a_successor_resum
     cluster: LocalCluster,
 ) -> None:
     create_topic(cluster, "classic-rd", 4)
-    first_values = produce(cluster, "classic-rd", "first", 4000)
     a = rd_consumer(cluster, "classic-rd-group", "classic-rd")
     b = rd_consumer(cluster, "classic-rd-group", "classic-rd")
     try:
-        got = drain([a, b], first_values)
-        assert got[0] | got[1] == first_values
 
         def split() -> bool:
-            assert not any(drain([a, b], set()).values()), "every record was read once"
+            assert not any(drain([a, b], set()).values()), "nothing was written yet"
             mine, theirs = (
                 {tp.partition for tp in a.assignment()},
                 {tp.partition for tp in b.assignment()},
             )
             return bool(mine) and bool(theirs) and mine | theirs == {0, 1, 2, 3}
 
+        # Both members in one generation before anything is written: had one read first
+        # alone, the rebalance would hand it partitions it has not read (no offset to commit).
         wait_for("both members to hold partitions", split, 60)
         assert not {tp.partition for tp in a.assignment()} & {tp.partition for tp in b.assignment()}
+        first_values = produce(cluster, "classic-rd", "first", 4000, partitions=4)
+        got = drain([a, b], first_values)
+        assert got[0] | got[1] == first_values and not got[0] & got[1], "each record read once"
+        assert got[0] and got[1], "both members read their partitions"
         a.commit(asynchronous=False)
         b.commit(asynchronous=False)
         # a leaves (LeaveGroup): b is given every partition and reads what comes next.
@@ -96,13 +103,13 @@ def test_librdkafka_classic_members_share_rebalance_commit_and_a_successor_resum
             return {tp.partition for tp in b.assignment()} == {0, 1, 2, 3}
 
         wait_for("b to hold every partition after a left", b_alone, 60)
-        second_values = produce(cluster, "classic-rd", "second", 400)
+        second_values = produce(cluster, "classic-rd", "second", 400, partitions=4)
         assert drain([b], second_values)[0] == second_values, "b resumes at a's commits"
         b.commit(asynchronous=False)
     finally:
         a.close()
         b.close()
-    third_values = produce(cluster, "classic-rd", "third", 100)
+    third_values = produce(cluster, "classic-rd", "third", 100, partitions=4)
     successor = rd_consumer(cluster, "classic-rd-group", "classic-rd")
     try:
         resumed = drain([successor], third_values)[0]
@@ -113,7 +120,7 @@ def test_librdkafka_classic_members_share_rebalance_commit_and_a_successor_resum
 
 def test_kafka_python_group_consumer_and_admin_client(cluster: LocalCluster) -> None:
     create_topic(cluster, "classic-kp", 2)
-    values = produce(cluster, "classic-kp", "kp", 1000)
+    values = produce(cluster, "classic-kp", "kp", 1000, partitions=2)
     consumer = KafkaConsumer(
         "classic-kp", bootstrap_servers=kafka_servers(cluster), group_id="classic-kp-group",
         auto_offset_reset="earliest", enable_auto_commit=False, session_timeout_ms=6000,
