@@ -10,6 +10,7 @@ record once there are more), error messages kept at :data:`MAX_ERROR_SAMPLES`.
 
 from __future__ import annotations
 
+import functools
 import random
 import threading
 import time
@@ -19,7 +20,7 @@ from typing import Any, Literal
 
 from dataplane.client import Consumer, Producer, TopicPartition
 from dataplane.client._config import DEFAULT_BATCH_SIZE
-from dataplane.client.producer import RecordFuture
+from dataplane.client._record_future import BatchResult, RecordFuture
 
 __all__ = [
     "ConsumePerfResult",
@@ -98,13 +99,31 @@ def latency_summary(
     )
 
 
+class _BatchTimes:
+    """The send times of one batch's records, and its outcome once it arrived."""
+
+    __slots__ = ("done_at", "error", "sent_at")
+
+    def __init__(self) -> None:
+        self.sent_at: list[float] = []
+        self.done_at: float | None = None
+        self.error: BaseException | None = None
+
+
 class _Recorder:
-    """Counts completions from the producer's sender thread (under a lock)."""
+    """Counts completions, on the producer's sender thread (under a lock).
+
+    One callback per batch, not per record: every record of a batch completes at the same
+    instant, so the recorder keeps each batch's send times and turns them into latencies when
+    the batch's outcome arrives. A callback per record cost the producing process ~1.4 µs a
+    record, a seventh of its CPU, inside the figures it was measuring."""
 
     def __init__(self, num_records: int, clock: Callable[[], float]) -> None:
         self._lock = threading.Lock()
         self._clock = clock
         self._sample_every = max(1, -(-num_records // MAX_LATENCY_SAMPLES))
+        self._batch: BatchResult | None = None  # the batch the last record went to
+        self._times = _BatchTimes()  # its records' send times
         self.acked = 0
         self.errors = 0
         self.total_ms = 0.0
@@ -113,22 +132,40 @@ class _Recorder:
         self.error_samples: list[str] = []
 
     def watch(self, future: RecordFuture, sent_at: float) -> None:
-        def on_done(done: RecordFuture) -> None:
-            latency_ms = (self._clock() - sent_at) * 1000
-            error = done.exception()
-            with self._lock:
-                if error is not None:
-                    self.errors += 1
-                    if len(self.error_samples) < MAX_ERROR_SAMPLES:
-                        self.error_samples.append(str(error))
-                    return
-                self.acked += 1
-                self.total_ms += latency_ms
-                self.max_ms = max(self.max_ms, latency_ms)
-                if self.acked % self._sample_every == 0:
-                    self.samples_ms.append(latency_ms)
+        batch = future.batch
+        if batch is not self._batch:  # the first record of a batch (or a refused record)
+            self._batch, self._times = batch, _BatchTimes()
+            batch.add_batch_callback(functools.partial(self._on_done, self._times))
+        times = self._times
+        with self._lock:
+            if times.done_at is None:
+                times.sent_at.append(sent_at)
+                return
+            # the batch completed between send returning this record's future and now
+            self._count([sent_at], times.done_at, times.error)
 
-        future.add_done_callback(on_done)
+    def _on_done(self, times: _BatchTimes, batch: BatchResult) -> None:
+        now = self._clock()
+        with self._lock:
+            times.done_at, times.error = now, batch.error
+            self._count(times.sent_at, now, batch.error)
+            times.sent_at = []
+
+    def _count(self, sent_at: list[float], done_at: float, error: BaseException | None) -> None:
+        if not sent_at:  # the batch completed before its first record was noted
+            return
+        if error is not None:
+            self.errors += len(sent_at)
+            if len(self.error_samples) < MAX_ERROR_SAMPLES:
+                self.error_samples.append(str(error))
+            return
+        latencies = [(done_at - sent) * 1000 for sent in sent_at]
+        first = self.acked
+        self.acked += len(latencies)
+        self.total_ms += sum(latencies)
+        self.max_ms = max(self.max_ms, *latencies)
+        every = self._sample_every  # keep the latency of every n-th acknowledged record
+        self.samples_ms += latencies[(every - 1 - first % every) % every :: every]
 
     def summary(self) -> LatencySummary:
         with self._lock:
@@ -180,7 +217,8 @@ def run_produce_perf(
         start = clock()
         for sent in range(num_records):
             _throttle(start, sent, throughput_per_s, clock)
-            recorder.watch(producer.send(topic, payload), clock())
+            sent_at = clock()  # before send, as Kafka's tool: a wait for buffer space counts
+            recorder.watch(producer.send(topic, payload), sent_at)
             if on_progress is not None and (sent + 1) % PROGRESS_EVERY_RECORDS == 0:
                 on_progress(sent + 1)
         producer.flush()

@@ -21,6 +21,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 from dataplane.client._types import RecordMetadata, TopicPartition
 
@@ -29,6 +30,7 @@ __all__ = ["BatchResult", "RecordFuture"]
 LOG = logging.getLogger(__name__)
 
 DoneCallback = Callable[["RecordFuture"], object]
+BatchCallback = Callable[["BatchResult"], object]
 
 
 class BatchResult:
@@ -49,7 +51,8 @@ class BatchResult:
         self.error: BaseException | None = None
         self._set = threading.Lock()  # taken once, by the first completion
         self._done = threading.Event()
-        self._callbacks: deque[tuple[RecordFuture, DoneCallback]] = deque()
+        # (a record's future, a DoneCallback) or (this batch, a BatchCallback)
+        self._callbacks: deque[tuple[Any, Callable[[Any], object]]] = deque()
 
     def done(self) -> bool:
         return self._done.is_set()
@@ -80,6 +83,13 @@ class BatchResult:
         if self._done.is_set():
             self._run_callbacks()
 
+    def add_batch_callback(self, callback: BatchCallback) -> None:
+        """``callback(self)`` once the outcome is set (at once when it is): one callback for
+        all the batch's records, for a caller that watches many records (see ``perf``)."""
+        self._callbacks.append((self, callback))
+        if self._done.is_set():
+            self._run_callbacks()
+
     def _run_callbacks(self) -> None:
         callbacks = self._callbacks
         while True:
@@ -90,7 +100,7 @@ class BatchResult:
             _invoke(callback, future)
 
 
-def _invoke(callback: DoneCallback, future: RecordFuture) -> None:
+def _invoke(callback: Callable[[Any], object], future: RecordFuture | BatchResult) -> None:
     """A raising callback is logged with its traceback and the others still run, as
     ``concurrent.futures`` does: the sender thread must go on settling batches."""
     try:
@@ -171,6 +181,11 @@ class RecordFuture:
 
     def add_done_callback(self, callback: DoneCallback) -> None:
         self._result.add_callback(self, callback)
+
+    @property
+    def batch(self) -> BatchResult:
+        """The outcome this record shares with the rest of its batch."""
+        return self._result
 
     def __repr__(self) -> str:
         state = "pending" if not self.done() else "failed" if self._result.error else "done"

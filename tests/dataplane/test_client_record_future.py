@@ -97,3 +97,14 @@ def test_callbacks_added_while_the_batch_completes_each_run_exactly_once() -> No
         result.succeed(0, -1)
         adder.join(10)
         assert sorted(ran) == list(range(2_000))
+
+
+def test_a_batch_callback_runs_once_for_the_batch_also_when_added_late() -> None:
+    result = BatchResult(TP)
+    (future,) = futures_of(result, 1)
+    assert future.batch is result
+    seen: list[BatchResult] = []
+    result.add_batch_callback(seen.append)
+    result.succeed(base_offset=5, log_append_time_ms=-1)
+    result.add_batch_callback(seen.append)  # already done: at once
+    assert seen == [result, result]

@@ -1,0 +1,90 @@
+"""The perf tool's latency recorder: one callback per batch, each record's own latency."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from dataplane.client._record_future import BatchResult, RecordFuture
+from dataplane.client._types import TopicPartition
+from dataplane.perf import _Recorder
+from raftlog.errors import ErrorCode, KafkaError
+
+TP = TopicPartition("t", 0)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def send(recorder: _Recorder, batch: BatchResult, index: int, at: float) -> None:
+    recorder.watch(RecordFuture(batch, index, 0, -1, 1, 0), at)
+
+
+def test_every_record_gets_its_latency_from_its_own_send_time() -> None:
+    clock = Clock()
+    recorder = _Recorder(num_records=5, clock=clock)
+    first, second = BatchResult(TP), BatchResult(TP)
+    for index, at in enumerate((0.000, 0.001, 0.002)):
+        send(recorder, first, index, at)
+    send(recorder, second, 0, 0.003)
+    clock.now = 0.010
+    first.succeed(0, -1)
+    assert recorder.acked == 3
+    send(recorder, second, 1, 0.004)
+    clock.now = 0.020
+    second.succeed(3, -1)
+    summary = recorder.summary()
+    assert recorder.acked == 5 and recorder.errors == 0
+    assert sorted(round(ms, 6) for ms in recorder.samples_ms) == [8, 9, 10, 16, 17]
+    assert round(summary.max, 6) == 17 and round(summary.avg, 6) == 12
+
+
+def test_a_batch_done_before_its_record_was_noted_still_counts_the_record() -> None:
+    """The sender may complete a batch between ``send`` returning and ``watch``."""
+    clock = Clock()
+    recorder = _Recorder(num_records=2, clock=clock)
+    batch = BatchResult(TP)
+    send(recorder, batch, 0, 0.0)
+    clock.now = 0.005
+    batch.succeed(0, -1)
+    send(recorder, batch, 1, 0.001)  # its latency ends when the batch completed
+    assert recorder.acked == 2
+    assert sorted(round(ms, 6) for ms in recorder.samples_ms) == [4, 5]
+
+    done_first = BatchResult(TP)
+    done_first.succeed(2, -1)  # done before its first record was even noted
+    send(recorder, done_first, 0, 0.006)
+    assert recorder.acked == 3
+
+
+def test_failed_batches_count_each_record_as_an_error() -> None:
+    recorder = _Recorder(num_records=3, clock=Clock())
+    batch = BatchResult(TP)
+    for index in range(3):
+        send(recorder, batch, index, 0.0)
+    batch.fail(KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS, "1 of 3 in sync"))
+    assert (recorder.acked, recorder.errors) == (0, 3)
+    assert len(recorder.error_samples) == 1 and "NOT_ENOUGH_REPLICAS" in recorder.error_samples[0]
+
+
+def test_beyond_the_sample_cap_every_nth_acknowledged_record_is_sampled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("dataplane.perf.MAX_LATENCY_SAMPLES", 4)
+    clock = Clock()
+    recorder = _Recorder(num_records=12, clock=clock)  # every 3rd record: the 3rd, 6th, ...
+    counter = itertools.count()
+    for size in (2, 5, 5):  # batches that split the multiples of 3 differently
+        batch = BatchResult(TP)
+        for index in range(size):
+            send(recorder, batch, index, next(counter) / 1000)
+        clock.now = 1.0
+        batch.succeed(0, -1)
+    assert recorder.acked == 12
+    assert [round(1000 - ms) for ms in recorder.samples_ms] == [2, 5, 8, 11]
