@@ -25,6 +25,7 @@ from typing import Any
 
 from rich.console import Console
 
+from dataplane.malloc_tuning import tune_malloc
 from raftlog.records import Record, encode_batch
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -182,6 +183,7 @@ def bench_main(
     parser.add_argument("--workdir", type=Path, default=REPO_ROOT / ".raftlog" / "bench")
     args = parser.parse_args(argv)
     args.workdir.mkdir(parents=True, exist_ok=True)
+    tune_malloc()  # the producers and consumers run in this process, as the raftlog CLI's do
     figures = run(args.workdir, args.quick, Console(stderr=True))
     write_section(args.out, section, figures)
     console = Console()

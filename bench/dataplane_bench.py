@@ -59,6 +59,7 @@ from rich.table import Table
 from bench import REPO_ROOT, write_section
 from dataplane.client import AdminClient, NewTopic, Producer
 from dataplane.local_cluster import LocalCluster, pick_cluster_port, wait_for
+from dataplane.malloc_tuning import tune_malloc
 from dataplane.partition import Partition
 from dataplane.perf import run_consume_perf, run_produce_perf
 from metadata_quorum.image import PartitionRegistration
@@ -534,6 +535,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _interrupt)
     args.workdir.mkdir(parents=True, exist_ok=True)
+    tune_malloc()  # the producers and consumers run in this process, as the raftlog CLI's do
     sizes, log_console, console = QUICK if args.quick else FULL, Console(stderr=True), Console()
     if args.idempotence_only:
         load_start = os.getloadavg()

@@ -18,6 +18,7 @@ from dataplane.cli_groups import group_app
 from dataplane.cluster_demo import main as cluster_demo
 from dataplane.cluster_status import cluster_status_rows
 from dataplane.local_cluster import LocalCluster
+from dataplane.malloc_tuning import tune_malloc
 from dataplane.node import run
 from dataplane.node_config import NodeConfig
 from dataplane.storage_demo import run_demo
@@ -199,6 +200,7 @@ def add_plugin_commands() -> None:
 
 
 def main() -> None:
+    tune_malloc()  # produce, consume and perf move megabytes a second (a node does it anyway)
     add_plugin_commands()
     app()
 

@@ -145,7 +145,7 @@ class RecordAccumulator:
         key, value, timestamp_ms, headers = record
         if size is None:
             size = estimate_record_bytes(key, value, headers)
-        header_size = header_bytes(headers)
+        header_size = header_bytes(headers) if headers else 0
         if size > self.buffer_memory:
             raise KafkaError(
                 ErrorCode.RECORD_LIST_TOO_LARGE,
@@ -159,7 +159,14 @@ class RecordAccumulator:
                 queue = self._queues.get(tp)
                 if queue is None:
                     queue = self._queues[tp] = deque()
-                batch = self._open_batch(queue, size)
+                # the deque's last batch if it takes size more bytes (inline: once per record)
+                batch = queue[-1] if queue else None
+                if batch is not None and (
+                    batch.full
+                    or batch.payload is not None
+                    or batch.estimated_bytes + size > self.batch_size
+                ):
+                    batch = None
                 if batch is None and abort_on_new_batch:
                     return AppendResult(None, batch_full=False, new_batch=False, aborted=True)
                 if self._used_bytes + size <= self.buffer_memory:
@@ -194,15 +201,6 @@ class RecordAccumulator:
             return _new_tuple(
                 AppendResult, (future, len(queue) > 1 or batch.full, new_batch, False)
             )
-
-    def _open_batch(self, queue: deque[ProducerBatch], size: int) -> ProducerBatch | None:
-        """The deque's last batch if it takes ``size`` more bytes, else None."""
-        if not queue:
-            return None
-        last = queue[-1]
-        if last.full or last.payload is not None or last.estimated_bytes + size > self.batch_size:
-            return None
-        return last
 
     # -- the sender thread -----------------------------------------------------------------
     def ready(self) -> ReadyResult:

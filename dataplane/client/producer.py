@@ -157,11 +157,16 @@ class Producer(Closing):
             raise ProducerClosedError("send() after close()")
         if not isinstance(topic, str) or not topic:
             raise ValueError("topic must be a non-empty str")
+        # the checks inline for the common case (bytes or None, no headers): once per record
+        if key is not None and key.__class__ is not bytes:
+            key = _as_bytes("key", key)
+        if value is not None and value.__class__ is not bytes:
+            value = _as_bytes("value", value)
         record = (
-            _as_bytes("key", key),
-            _as_bytes("value", value),
+            key,
+            value,
             int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms),
-            _as_headers(headers),
+            () if headers is None else _as_headers(headers),
         )
         try:
             future = self._append(topic, partition, record)
@@ -203,31 +208,25 @@ class Producer(Closing):
         if chosen is None:
             available = self._cluster.snapshot().available_partitions(topic)
             chosen = self._sticky.partition(topic, available, count)
+        known = self._topic_partitions.get(topic)
+        if known is None or chosen >= len(known):  # new, or the topic grew
+            known = self._topic_partitions[topic] = tuple(
+                TopicPartition(topic, p) for p in range(max(count, chosen + 1))
+            )
         result = self._accumulator.append(
-            self._topic_partition(topic, chosen),
-            record,
-            abort_on_new_batch=sticky,
-            max_block_s=max_block_s,
-            size=size,
+            known[chosen], record, abort_on_new_batch=sticky, max_block_s=max_block_s, size=size
         )
         if result.aborted:  # KIP-480: a new batch moves the sticky partition on
             # (an aborted append returns before any wait: the whole budget is left)
             available = self._cluster.snapshot().available_partitions(topic)
             chosen = self._sticky.on_new_batch(topic, chosen, available, count)
             result = self._accumulator.append(
-                self._topic_partition(topic, chosen), record, max_block_s=max_block_s, size=size
+                TopicPartition(topic, chosen), record, max_block_s=max_block_s, size=size
             )
         if result.batch_full or result.new_batch:
             self._sender.wakeup()
         assert result.future is not None, "an append that was not aborted gives a future"
         return result.future
-
-    def _topic_partition(self, topic: str, partition: int) -> TopicPartition:
-        known = self._topic_partitions.get(topic)
-        if known is None or partition >= len(known):  # new, or the topic grew
-            known = tuple(TopicPartition(topic, p) for p in range(partition + 1))
-            self._topic_partitions[topic] = known
-        return known[partition]
 
     def _partition_count(self, topic: str, partition: int | None, deadline: float) -> int:
         count = self._cluster.snapshot().partition_count(topic)
