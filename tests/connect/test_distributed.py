@@ -57,15 +57,25 @@ def coordinator_of(cluster: LocalCluster, group: str) -> str:
     return wait_for(f"the coordinator of {group}", find, 30)
 
 
+COORDINATOR_MOVING = (ErrorCode.NOT_COORDINATOR.code, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS.code)
+
+
 def test_classic_group_rpcs(cluster: LocalCluster) -> None:
-    address = coordinator_of(cluster, "rpc-group")
-    stub = group_stub(address)
     join = gpb.JoinGroupRequest(
         group_id="rpc-group", session_timeout_ms=5000, rebalance_timeout_ms=5000,
         protocol_type="connect", client_id="t",
         protocols=[gpb.JoinGroupProtocol(name="default", metadata=b"meta")],
     )  # fmt: skip
-    first = stub.JoinGroup(join, timeout=30)
+
+    def first_join() -> tuple[str, gpb.JoinGroupResponse] | None:
+        # as a Kafka client: the coordinator found may not know yet that it is one (its
+        # metadata lags the broker asked) or still be loading: find it again and retry
+        address = coordinator_of(cluster, "rpc-group")
+        answer = group_stub(address).JoinGroup(join, timeout=30)
+        return None if answer.error_code in COORDINATOR_MOVING else (address, answer)
+
+    address, first = wait_for("a coordinator that takes the join", first_join, 60)
+    stub = group_stub(address)
     assert first.error_code == ErrorCode.MEMBER_ID_REQUIRED.code and first.member_id
     join.member_id = first.member_id
     joined = stub.JoinGroup(join, timeout=30)
