@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent import futures
 from typing import Any
 
@@ -25,6 +25,8 @@ from metadata_quorum.replication import validate_topic_name
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc as pb_grpc
 from protos import group_pb2_grpc as gpb_grpc
+from protos import wire
+from protos.wire import FetchAnswer, Records
 from raftlog.errors import ErrorCode, KafkaError, OffsetOutOfRangeError
 from raftlog.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 
@@ -134,18 +136,29 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
 
     # -- Produce -------------------------------------------------------------------------------
     def Produce(self, request: pb.ProduceRequest, context: Any) -> pb.ProduceResponse:
+        """A request with its records inside (in-process callers: the Kafka listener)."""
+        records = [item.records for topic in request.topics for item in topic.partitions]
+        return self.produce(request, records, context)
+
+    def produce(
+        self, request: pb.ProduceRequest, records: Sequence[Records], context: Any
+    ) -> pb.ProduceResponse:
+        """``request``'s partitions' records are ``records``, in message order (from the wire:
+        views of the received bytes, see ``protos.wire``)."""
         started = time.perf_counter()
         response = pb.ProduceResponse()
         waiting: list[tuple[Partition, int, int, int, pb.ProducePartitionResponse]] = []
+        each = iter(records)
         for topic in request.topics:
             out = response.topics.add(name=topic.name)
             for item in topic.partitions:
+                data = next(each)
                 result = out.partitions.add(
                     partition=item.partition, base_offset=-1, log_append_time_ms=-1,
                     log_start_offset=-1, leader_id=-1, leader_epoch=-1,
                 )  # fmt: skip
                 try:
-                    waiting += self._append(request.acks, topic.name, item, result)
+                    waiting += self._append(request.acks, topic.name, item.partition, data, result)
                 except KafkaError as error:
                     _error(result, error)
                     self.metrics.request_errors.labels("produce", error.error.name).inc()
@@ -159,7 +172,12 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
         return response
 
     def _append(
-        self, acks: int, topic: str, item: pb.ProducePartition, result: pb.ProducePartitionResponse
+        self,
+        acks: int,
+        topic: str,
+        index: int,
+        records: Records,
+        result: pb.ProducePartitionResponse,
     ) -> list[tuple[Partition, int, int, int, pb.ProducePartitionResponse]]:
         if acks not in ACKS:
             raise KafkaError(
@@ -170,9 +188,9 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
                 ErrorCode.INVALID_TOPIC_EXCEPTION,
                 f"{topic} is internal: only its group coordinators write it",
             )
-        partition = self.replicas.get(topic, item.partition)
+        partition = self.replicas.get(topic, index)
         min_isr = self.replicas.settings(topic).min_insync_replicas
-        info, epoch = partition.append_as_leader(item.records, acks, min_isr)
+        info, epoch = partition.append_as_leader(records, acks, min_isr)
         result.base_offset = info.first_offset
         result.log_append_time_ms = info.log_append_time_ms
         result.log_start_offset = partition.log.log_start_offset
@@ -212,24 +230,33 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
 
     # -- Fetch ---------------------------------------------------------------------------------
     def Fetch(self, request: pb.FetchRequest, context: Any) -> pb.FetchResponse:
+        """The response with its records inside (in-process callers: the Kafka listener)."""
+        return self.fetch(request).message()
+
+    def fetch(self, request: pb.FetchRequest) -> FetchAnswer:
         started = time.perf_counter()
         max_wait_ms = min(max(request.max_wait_ms, 0), MAX_WAIT_MS_MAX)
         deadline = time.monotonic() + max_wait_ms / 1000
-        response, size_bytes, hosted = self._read_all(request)
-        if size_bytes < max(request.min_bytes, 1) and max_wait_ms > 0 and not _any_error(response):
+        answer, size_bytes, hosted = self._read_all(request)
+        if (
+            size_bytes < max(request.min_bytes, 1)
+            and max_wait_ms > 0
+            and not _any_error(answer.response)
+        ):
 
             def done() -> bool:
-                nonlocal response, size_bytes
-                response, size_bytes, _ = self._read_all(request)
-                return size_bytes >= max(request.min_bytes, 1) or _any_error(response)
+                nonlocal answer, size_bytes
+                answer, size_bytes, _ = self._read_all(request)
+                return size_bytes >= max(request.min_bytes, 1) or _any_error(answer.response)
 
             wait_until(hosted, deadline, done)
         kind = "fetch_follower" if request.replica_id >= 0 else "fetch_consumer"
         self.metrics.request_latency.labels(kind).observe(time.perf_counter() - started)
-        return response
+        return answer
 
-    def _read_all(self, request: pb.FetchRequest) -> tuple[pb.FetchResponse, int, list[Partition]]:
+    def _read_all(self, request: pb.FetchRequest) -> tuple[FetchAnswer, int, list[Partition]]:
         response = pb.FetchResponse()
+        records: list[Records] = []  # beside the response, one per partition (protos.wire)
         remaining = request.max_bytes if request.max_bytes > 0 else MAX_MESSAGE_BYTES
         remaining = min(remaining, MAX_MESSAGE_BYTES)
         hosted: list[Partition] = []
@@ -241,13 +268,15 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
                     partition=item.partition, high_watermark=-1, log_start_offset=-1,
                     log_end_offset=-1, leader_id=-1, leader_epoch=-1,
                 )  # fmt: skip
+                records.append(b"")
                 try:
                     partition = self.replicas.get(topic.name, item.partition)
                     hosted.append(partition)
                     limit = min(item.partition_max_bytes or remaining, remaining)
-                    size = self._read(
+                    records[-1] = self._read(
                         request.replica_id, partition, item, limit, total == 0, result
                     )
+                    size = len(records[-1])
                 except OffsetOutOfRangeError as error:
                     _error(result, error)
                     result.log_start_offset = partition.log.log_start_offset
@@ -258,7 +287,7 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
                     continue
                 total += size
                 remaining = max(0, remaining - size)
-        return response, total, hosted
+        return FetchAnswer(response, records), total, hosted
 
     def _read(
         self,
@@ -268,7 +297,8 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
         max_bytes: int,
         first: bool,
         result: pb.FetchPartitionResponse,
-    ) -> int:
+    ) -> Records:
+        """Fill ``result`` in but for its records, and return those."""
         if replica_id >= 0:
             read, change = partition.read_for_follower(
                 replica_id, item.fetch_offset, item.last_fetched_epoch,
@@ -283,7 +313,6 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
             read = partition.read_for_consumer(
                 item.fetch_offset, max_bytes, item.current_leader_epoch, first
             )
-        result.records = read.records
         result.high_watermark = read.high_watermark
         result.log_start_offset = read.log_start_offset
         result.log_end_offset = read.log_end_offset
@@ -293,7 +322,7 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
             result.diverging_epoch.epoch, result.diverging_epoch.end_offset = read.diverging
         if read.records:
             self.metrics.bytes_out.labels(partition.topic).inc(len(read.records))
-        return len(read.records)
+        return read.records
 
     # -- ListOffsets ---------------------------------------------------------------------------
     def ListOffsets(self, request: pb.ListOffsetsRequest, context: Any) -> pb.ListOffsetsResponse:
@@ -436,6 +465,54 @@ class ServeWhenReady(grpc.ServerInterceptor):  # type: ignore[misc]
         context.abort(grpc.StatusCode.UNAVAILABLE, self.message)
 
 
+class _Handlers:
+    """Stands in for a server to collect the generated code's method handlers."""
+
+    def __init__(self) -> None:
+        self.handlers: dict[str, grpc.RpcMethodHandler] = {}
+
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+        pass  # the same handlers come through add_registered_method_handlers
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
+        self.service = service
+        self.handlers.update(handlers)
+
+
+def _add_broker_service(servicer: BrokerServicer, server: grpc.Server) -> None:
+    """The generated BrokerService handlers, but Produce's records read and Fetch's written
+    around the records (``protos.wire``): the copies of the plain way were 12% of a produce
+    leader's CPU."""
+    collected = _Handlers()
+    pb_grpc.add_BrokerServiceServicer_to_server(servicer, collected)
+    handlers = collected.handlers
+
+    def produce(arrived: tuple[pb.ProduceRequest, list[memoryview]], context: Any) -> Any:
+        return servicer.produce(arrived[0], arrived[1], context)
+
+    def fetch(request: pb.FetchRequest, context: Any) -> FetchAnswer:
+        return servicer.fetch(request)
+
+    handlers["Produce"] = grpc.unary_unary_rpc_method_handler(
+        produce,
+        request_deserializer=_decode_produce_request,
+        response_serializer=pb.ProduceResponse.SerializeToString,
+    )
+    handlers["Fetch"] = grpc.unary_unary_rpc_method_handler(
+        fetch,
+        request_deserializer=pb.FetchRequest.FromString,
+        response_serializer=FetchAnswer.encode,
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(collected.service, handlers),)
+    )
+    server.add_registered_method_handlers(collected.service, handlers)
+
+
+def _decode_produce_request(data: bytes) -> tuple[pb.ProduceRequest, list[memoryview]]:
+    return wire.decode(pb.ProduceRequest, data)
+
+
 def serve(
     servicer: BrokerServicer,
     address: str,
@@ -454,7 +531,7 @@ def serve(
             ("grpc.so_reuseport", 0),
         ],
     )
-    pb_grpc.add_BrokerServiceServicer_to_server(servicer, server)
+    _add_broker_service(servicer, server)
     if groups is not None:
         gpb_grpc.add_GroupCoordinatorServiceServicer_to_server(groups, server)
     if server.add_insecure_port(address) == 0:

@@ -18,7 +18,7 @@ import grpc
 
 from dataplane.partition import Partition
 from protos import broker_pb2 as pb
-from protos import broker_pb2_grpc as pb_grpc
+from protos.wire import FetchAnswer, Records, fetch_method
 from raftlog.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
@@ -58,6 +58,7 @@ class FetcherThread(threading.Thread):
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._channel: grpc.Channel | None = None
+        self._fetch: grpc.UnaryUnaryMultiCallable | None = None
         self._address: str | None = None
 
     # -- membership (metadata thread) --------------------------------------------------------------
@@ -82,8 +83,8 @@ class FetcherThread(threading.Thread):
                 self._wake.wait(wait_ms / 1000)
                 self._wake.clear()
                 continue
-            stub = self._stub()
-            if stub is None:
+            fetch = self._fetch_method()
+            if fetch is None:
                 self._stopped.wait(backoff_ms / 1000)
                 continue
             request, sent = self._request(ready)
@@ -92,7 +93,7 @@ class FetcherThread(threading.Thread):
                 self._wake.clear()
                 continue
             try:
-                response = stub.Fetch(
+                answer = fetch(
                     request, timeout=self.config.replica_fetch_wait_max_ms / 1000 + RPC_MARGIN_S
                 )
             except grpc.RpcError as error:
@@ -102,7 +103,7 @@ class FetcherThread(threading.Thread):
                 self._drop_channel()
                 continue
             backoff_ms = BACKOFF_MS
-            self._handle(response, sent)
+            self._handle(answer, sent)
         self._drop_channel()
 
     def _ready_partitions(self) -> tuple[list[Partition], int]:
@@ -116,21 +117,23 @@ class FetcherThread(threading.Thread):
             pending = [t - now_ms for t in self._delayed_until_ms.values() if t > now_ms]
         return ready, min(pending, default=BACKOFF_MAX_MS)
 
-    def _stub(self) -> pb_grpc.BrokerServiceStub | None:
+    def _fetch_method(self) -> grpc.UnaryUnaryMultiCallable | None:
+        """Fetch on the source's channel, answering a ``protos.wire.FetchAnswer``: the records
+        are views of the answer's bytes, appended to the log without a copy."""
         address = self.address_of(self.source_id)
         if address is None:
             return None
         if address != self._address:
             self._drop_channel()
             self._channel = grpc.insecure_channel(address)
+            self._fetch = fetch_method(self._channel)
             self._address = address
-        assert self._channel is not None
-        return pb_grpc.BrokerServiceStub(self._channel)
+        return self._fetch
 
     def _drop_channel(self) -> None:
         if self._channel is not None:
             self._channel.close()
-        self._channel, self._address = None, None
+        self._channel, self._fetch, self._address = None, None, None
 
     def _request(
         self, partitions: list[Partition]
@@ -164,18 +167,18 @@ class FetcherThread(threading.Thread):
         return request, sent
 
     def _handle(
-        self,
-        response: pb.FetchResponse,
-        sent: dict[tuple[str, int], tuple[Partition, int, int]],
+        self, answer: FetchAnswer, sent: dict[tuple[str, int], tuple[Partition, int, int]]
     ) -> None:
-        for topic in response.topics:
+        each = iter(answer.records)
+        for topic in answer.response.topics:
             for item in topic.partitions:
+                records = next(each)
                 entry = sent.get((topic.name, item.partition))
                 if entry is None:
                     continue
                 partition, fetch_offset, leader_epoch = entry
                 try:
-                    error = apply_fetched(partition, fetch_offset, leader_epoch, item)
+                    error = apply_fetched(partition, fetch_offset, leader_epoch, item, records)
                 except KafkaError as failure:
                     log.warning("%s: follower append failed: %s", partition.name, failure)
                     error = failure.error
@@ -193,7 +196,11 @@ class FetcherThread(threading.Thread):
 
 
 def apply_fetched(
-    partition: Partition, fetch_offset: int, leader_epoch: int, item: pb.FetchPartitionResponse
+    partition: Partition,
+    fetch_offset: int,
+    leader_epoch: int,
+    item: pb.FetchPartitionResponse,
+    records: Records,
 ) -> ErrorCode:
     """Apply one partition of a leader's fetch response to the follower replica; the error to
     back off on (NONE when the answer was used, including a truncation)."""
@@ -202,7 +209,7 @@ def apply_fetched(
         if item.HasField("diverging_epoch"):
             truncate_diverged(partition, leader_epoch, item.diverging_epoch)
         else:
-            partition.append_as_follower(item.records, item.high_watermark, leader_epoch)
+            partition.append_as_follower(records, item.high_watermark, leader_epoch)
         return ErrorCode.NONE
     if error is ErrorCode.OFFSET_OUT_OF_RANGE:
         if fetch_offset < item.log_start_offset:

@@ -240,7 +240,7 @@ class Partition:
 
     # -- the leader's paths ------------------------------------------------------------------------
     def append_as_leader(
-        self, records: bytes, acks: int, min_insync_replicas: int
+        self, records: bytes | memoryview, acks: int, min_insync_replicas: int
     ) -> tuple[AppendInfo, int]:
         """Append and return what was stored with the leader epoch it was stored under."""
         with self._lock:
@@ -261,7 +261,7 @@ class Partition:
             self._wake()
             return info, self.leader_epoch
 
-    def _append_idempotent(self, records: bytes) -> AppendInfo:
+    def _append_idempotent(self, records: bytes | memoryview) -> AppendInfo:
         """One batch with a producer id: a retry gets its original offsets, nothing appended."""
         header = verify_batch(records, 0)
         if header.size_bytes != len(records):
@@ -436,7 +436,9 @@ class Partition:
                 self.log.log_start_offset,
             )
 
-    def append_as_follower(self, records: bytes, leader_hw: int, leader_epoch: int) -> None:
+    def append_as_follower(
+        self, records: bytes | memoryview, leader_hw: int, leader_epoch: int
+    ) -> None:
         with self._lock:
             if self.role is not Role.FOLLOWER or self.leader_epoch != leader_epoch:
                 return  # the fetch was for an older leadership: drop it

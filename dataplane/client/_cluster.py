@@ -25,6 +25,7 @@ import grpc
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc as pb_grpc
 from protos import group_pb2_grpc as gpb_grpc
+from protos import wire
 from raftlog.errors import ErrorCode, KafkaError
 
 _NO_ERROR = ErrorCode.NONE  # an enum member's class attribute costs ~90 ns: send reads this
@@ -35,6 +36,19 @@ CHANNEL_OPTIONS = (
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
 )
 NO_LEADER = -1
+
+
+class BrokerChannel:
+    """A broker's channel and its calls, made once (a stub makes a callable per method)."""
+
+    __slots__ = ("channel", "fetch", "groups", "produce", "stub")
+
+    def __init__(self, channel: grpc.Channel) -> None:
+        self.channel = channel
+        self.stub = pb_grpc.BrokerServiceStub(channel)
+        self.groups = gpb_grpc.GroupCoordinatorServiceStub(channel)
+        self.produce = wire.produce_method(channel)
+        self.fetch = wire.fetch_method(channel)
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +224,7 @@ class Cluster:
         self._last_attempt_s = -math.inf
         self._last_success_s = -math.inf
         self._failures = 0
-        self._channels: dict[str, grpc.Channel] = {}
+        self._channels: dict[str, BrokerChannel] = {}
         self._closed = False
 
     # -- reading ---------------------------------------------------------------------------
@@ -340,20 +354,28 @@ class Cluster:
 
     # -- channels --------------------------------------------------------------------------
     def stub(self, target: BrokerInfo | str) -> pb_grpc.BrokerServiceStub:
-        return pb_grpc.BrokerServiceStub(self._channel(target))
+        return self._channel(target).stub
 
     def group_stub(self, target: BrokerInfo | str) -> gpb_grpc.GroupCoordinatorServiceStub:
         """The group coordinator API of a broker (same listener, same channel)."""
-        return gpb_grpc.GroupCoordinatorServiceStub(self._channel(target))
+        return self._channel(target).groups
 
-    def _channel(self, target: BrokerInfo | str) -> grpc.Channel:
+    def produce_method(self, target: BrokerInfo | str) -> grpc.UnaryUnaryMultiCallable:
+        """Produce taking the bytes of ``protos.wire.encode`` (records beside the request)."""
+        return self._channel(target).produce
+
+    def fetch_method(self, target: BrokerInfo | str) -> grpc.UnaryUnaryMultiCallable:
+        """Fetch answering a ``protos.wire.FetchAnswer`` (records as views of the answer)."""
+        return self._channel(target).fetch
+
+    def _channel(self, target: BrokerInfo | str) -> BrokerChannel:
         address = target.address if isinstance(target, BrokerInfo) else target
         with self._lock:
             if self._closed:
                 raise KafkaError(ErrorCode.NETWORK_EXCEPTION, "the client is closed")
             channel = self._channels.get(address)
             if channel is None:
-                channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+                channel = BrokerChannel(grpc.insecure_channel(address, options=CHANNEL_OPTIONS))
                 self._channels[address] = channel
         return channel
 
@@ -363,4 +385,4 @@ class Cluster:
             channels = list(self._channels.values())
             self._channels.clear()
         for channel in channels:
-            channel.close()
+            channel.channel.close()

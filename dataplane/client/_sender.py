@@ -48,6 +48,7 @@ from dataplane.client._config import ProducerConfig
 from dataplane.client._types import TopicPartition
 from dataplane.producer_state import BATCHES_KEPT, next_sequence
 from protos import broker_pb2 as pb
+from protos import wire
 from raftlog.errors import ErrorCode, KafkaError
 from raftlog.records import encode_batch
 
@@ -264,7 +265,7 @@ class Sender:
 
     # -- sending ---------------------------------------------------------------------------
     def _send(self, leader: BrokerInfo, batches: list[ProducerBatch]) -> None:
-        by_topic: dict[str, list[pb.ProducePartition]] = {}
+        by_topic: dict[str, list[tuple[int, bytes]]] = {}  # partition, records
         request_batches: dict[TopicPartition, ProducerBatch] = {}
         for batch in batches:
             if batch.payload is None:
@@ -274,20 +275,26 @@ class Sender:
                     self._fail(batch, error)
                     continue
             request_batches[batch.tp] = batch
-            by_topic.setdefault(batch.tp.topic, []).append(
-                pb.ProducePartition(partition=batch.tp.partition, records=batch.payload)
-            )
+            by_topic.setdefault(batch.tp.topic, []).append((batch.tp.partition, batch.payload))
         if not request_batches:
             return
+        # the records go beside the request (protos.wire): one copy of them, not four
         request = pb.ProduceRequest(
             acks=self._acks,
             timeout_ms=self._config.request_timeout_ms,
-            topics=[pb.ProduceTopic(name=t, partitions=ps) for t, ps in by_topic.items()],
+            topics=[
+                pb.ProduceTopic(
+                    name=topic,
+                    partitions=[pb.ProducePartition(partition=p) for p, _ in partitions],
+                )
+                for topic, partitions in by_topic.items()
+            ],
         )
+        records = [data for partitions in by_topic.values() for _, data in partitions]
         entry = InFlightRequest(leader.node_id, request_batches)
         try:
-            entry.call = self._cluster.stub(leader).Produce.future(
-                request, timeout=self._rpc_timeout_s
+            entry.call = self._cluster.produce_method(leader).future(
+                wire.encode(request, records), timeout=self._rpc_timeout_s
             )
         except KafkaError as error:  # the client is closed under us
             for batch in request_batches.values():

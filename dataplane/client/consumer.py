@@ -53,6 +53,7 @@ from dataplane.client._types import (
 )
 from protos import broker_pb2 as pb
 from protos import group_pb2 as gpb
+from protos.wire import FetchAnswer, Records
 from raftlog.batch import HEADER_SIZE, BatchHeader, check_header, read_header
 from raftlog.errors import ErrorCode, KafkaError
 from raftlog.records import Headers, RecordBuilder, decode_batch_as
@@ -759,7 +760,7 @@ class Consumer(Closing):
         busy = {tp for fetch in self._fetches.values() for tp in fetch.offsets}
         requests = self._fetch_requests(snapshot, max_wait_s, busy)
         for address, (request, offsets) in requests.items():
-            call = self._cluster.stub(address).Fetch.future(
+            call = self._cluster.fetch_method(address).future(
                 request, timeout=max_wait_s + self._request_timeout_s
             )
             self._fetches[address] = _InFlightFetch(offsets, call)
@@ -789,7 +790,7 @@ class Consumer(Closing):
         answered: bool | None = None
         for address, fetch in list(self._fetches.items()):
             try:
-                response: pb.FetchResponse = fetch.call.result(
+                answer: FetchAnswer = fetch.call.result(
                     timeout=max(0.0, deadline - time.monotonic())
                 )
             except grpc.FutureTimeoutError:
@@ -805,7 +806,7 @@ class Consumer(Closing):
                 answered = bool(answered)
                 continue
             del self._fetches[address]
-            answered = self._handle_fetch(response, fetch.offsets) or bool(answered)
+            answered = self._handle_fetch(answer, fetch.offsets) or bool(answered)
         return answered
 
     def _fetch_requests(
@@ -850,10 +851,9 @@ class Consumer(Closing):
             for address, topics in by_leader.items()
         }
 
-    def _handle_fetch(
-        self, response: pb.FetchResponse, offsets: Mapping[TopicPartition, int]
-    ) -> bool:
+    def _handle_fetch(self, fetched: FetchAnswer, offsets: Mapping[TopicPartition, int]) -> bool:
         """Apply each partition's answer; True when any came without error."""
+        response, records = fetched
         if response.error_code != ErrorCode.NONE.code:
             code = ErrorCode.from_code(response.error_code)
             if not code.retriable:
@@ -861,14 +861,16 @@ class Consumer(Closing):
             self._cluster.invalidate()
             return False
         ok = False
+        each = iter(records)
         for topic in response.topics:
             for answer in topic.partitions:
+                data = next(each)
                 tp = TopicPartition(topic.name, answer.partition)
                 state = self._states.get(tp)
                 if tp not in offsets or not self._wants(tp, offsets[tp]):
                     continue  # unassigned, paused or moved by seek since the request went out
                 assert state is not None, "a partition that wants an answer is assigned"
-                self._handle_partition(tp, state, answer)
+                self._handle_partition(tp, state, answer, data)
                 ok = ok or answer.error_code == ErrorCode.NONE.code
         return ok
 
@@ -877,6 +879,7 @@ class Consumer(Closing):
         tp: TopicPartition,
         state: _PartitionState,
         answer: pb.FetchPartitionResponse,
+        records: Records,
     ) -> None:
         code = ErrorCode.from_code(answer.error_code)
         if code is ErrorCode.NONE:
@@ -884,7 +887,9 @@ class Consumer(Closing):
             # buffer before them is drained (poll), after the next fetch has gone.
             offset = state.fetch_offset()
             assert offset is not None, "only partitions with a position are fetched"
-            fetched = whole_batches(tp, answer.records, offset)
+            # a copy out of the answer's bytes: the records' keys and values are sliced from
+            # it and must be bytes (protobuf's way made two)
+            fetched = whole_batches(tp, bytes(records), offset)
             state.high_watermark = answer.high_watermark
             if fetched.data:
                 state.fetched = fetched

@@ -90,6 +90,7 @@ def fetch_round(follower: Partition, leader: Partition) -> ErrorCode:
     assert state is not None
     fetch_offset, last_epoch, leader_epoch, _ = state
     item = pb.FetchPartitionResponse()
+    records = b""
     try:
         read, _change = leader.read_for_follower(
             follower.broker_id, fetch_offset, last_epoch, leader_epoch, 1 << 20
@@ -99,10 +100,11 @@ def fetch_round(follower: Partition, leader: Partition) -> ErrorCode:
         item.log_start_offset = leader.log.log_start_offset
         item.log_end_offset = leader.log.log_end_offset
     else:
-        item.records, item.high_watermark = read.records, read.high_watermark
+        records, item.high_watermark = read.records, read.high_watermark
         if read.diverging is not None:
             item.diverging_epoch.epoch, item.diverging_epoch.end_offset = read.diverging
-    return apply_fetched(follower, fetch_offset, leader_epoch, item)
+    # as the fetcher gets them: a view of the answer's bytes
+    return apply_fetched(follower, fetch_offset, leader_epoch, item, memoryview(records))
 
 
 def batch(*values: bytes) -> bytes:
