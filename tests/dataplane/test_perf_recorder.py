@@ -26,41 +26,62 @@ def send(recorder: _Recorder, batch: BatchResult, index: int, at: float) -> None
     recorder.watch(RecordFuture(batch, index, 0, -1, 1, 0), at)
 
 
+def rounded(samples: list[float]) -> list[float]:
+    return sorted(round(ms, 6) for ms in samples)
+
+
 def test_every_record_gets_its_latency_from_its_own_send_time() -> None:
     clock = Clock()
-    recorder = _Recorder(num_records=5, clock=clock)
-    first, second = BatchResult(TP), BatchResult(TP)
+    recorder = _Recorder(num_records=6, clock=clock)
+    first, second, third = BatchResult(TP), BatchResult(TP), BatchResult(TP)
     for index, at in enumerate((0.000, 0.001, 0.002)):
         send(recorder, first, index, at)
     send(recorder, second, 0, 0.003)
     clock.now = 0.010
     first.succeed(0, -1)
-    assert recorder.acked == 3
+    assert recorder.acked == 0  # counted by the sending thread, when it moves on
     send(recorder, second, 1, 0.004)
     clock.now = 0.020
     second.succeed(3, -1)
+    send(recorder, third, 0, 0.021)  # moved on: both earlier batches are counted
+    assert recorder.acked == 5
+    clock.now = 0.030
+    third.succeed(5, -1)
+    recorder.finish()
     summary = recorder.summary()
-    assert recorder.acked == 5 and recorder.errors == 0
-    assert sorted(round(ms, 6) for ms in recorder.samples_ms) == [8, 9, 10, 16, 17]
-    assert round(summary.max, 6) == 17 and round(summary.avg, 6) == 12
+    assert recorder.acked == 6 and recorder.errors == 0
+    assert rounded(recorder.samples_ms) == [8, 9, 9, 10, 16, 17]
+    assert round(summary.max, 6) == 17 and round(summary.avg, 6) == 11.5
 
 
-def test_a_batch_done_before_its_record_was_noted_still_counts_the_record() -> None:
+def test_records_sent_after_their_batch_completed_count_with_the_batch() -> None:
     """The sender may complete a batch between ``send`` returning and ``watch``."""
     clock = Clock()
-    recorder = _Recorder(num_records=2, clock=clock)
+    recorder = _Recorder(num_records=3, clock=clock)
     batch = BatchResult(TP)
     send(recorder, batch, 0, 0.0)
     clock.now = 0.005
     batch.succeed(0, -1)
     send(recorder, batch, 1, 0.001)  # its latency ends when the batch completed
-    assert recorder.acked == 2
-    assert sorted(round(ms, 6) for ms in recorder.samples_ms) == [4, 5]
-
     done_first = BatchResult(TP)
     done_first.succeed(2, -1)  # done before its first record was even noted
-    send(recorder, done_first, 0, 0.006)
+    send(recorder, done_first, 0, 0.002)
+    recorder.finish()
     assert recorder.acked == 3
+    assert rounded(recorder.samples_ms) == [3, 4, 5]
+
+
+def test_a_batch_is_counted_only_once_its_outcome_is_in() -> None:
+    clock = Clock()
+    recorder = _Recorder(num_records=2, clock=clock)
+    slow, fast = BatchResult(TP), BatchResult(TP)  # two partitions' batches
+    send(recorder, slow, 0, 0.0)
+    send(recorder, fast, 0, 0.0)
+    fast.succeed(0, -1)
+    send(recorder, BatchResult(TP), 0, 0.0)
+    assert recorder.acked == 0  # the one in front has no outcome yet: counted in order
+    with pytest.raises(RuntimeError, match="without an outcome"):
+        recorder.finish()
 
 
 def test_failed_batches_count_each_record_as_an_error() -> None:
@@ -69,6 +90,7 @@ def test_failed_batches_count_each_record_as_an_error() -> None:
     for index in range(3):
         send(recorder, batch, index, 0.0)
     batch.fail(KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS, "1 of 3 in sync"))
+    recorder.finish()
     assert (recorder.acked, recorder.errors) == (0, 3)
     assert len(recorder.error_samples) == 1 and "NOT_ENOUGH_REPLICAS" in recorder.error_samples[0]
 
@@ -86,5 +108,6 @@ def test_beyond_the_sample_cap_every_nth_acknowledged_record_is_sampled(
             send(recorder, batch, index, next(counter) / 1000)
         clock.now = 1.0
         batch.succeed(0, -1)
+    recorder.finish()
     assert recorder.acked == 12
     assert [round(1000 - ms) for ms in recorder.samples_ms] == [2, 5, 8, 11]
