@@ -47,11 +47,18 @@ def _error(message: Any, error: KafkaError) -> None:
         message.leader_epoch = error.leader_epoch
 
 
-def wait_until(partitions: list[Partition], deadline: float, done: Callable[[], bool]) -> None:
-    """Wait until ``done()`` or the deadline, woken by any of ``partitions``."""
+def wait_until(
+    partitions: list[Partition],
+    deadline: float,
+    done: Callable[[], bool],
+    high_watermarks: Sequence[int] | None = None,
+) -> None:
+    """Wait until ``done()`` or the deadline, woken by any of ``partitions``: by any change,
+    or with ``high_watermarks`` (one per partition) by one of role, epoch or ISR and once the
+    high watermark reaches its mark."""
     event = threading.Event()
-    for partition in partitions:
-        partition.add_waiter(event)
+    for n, partition in enumerate(partitions):
+        partition.add_waiter(event, None if high_watermarks is None else high_watermarks[n])
     try:
         while not done():
             remaining = deadline - time.monotonic()
@@ -223,7 +230,7 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
                     pending.remove(entry)
             return not pending
 
-        wait_until([entry[0] for entry in waiting], deadline, done)
+        wait_until([entry[0] for entry in waiting], deadline, done, [entry[1] for entry in waiting])
         for _partition, _required, _epoch, _min_isr, result in pending:
             result.error_code = ErrorCode.REQUEST_TIMED_OUT.code
             result.error_message = "the ISR did not replicate the batch within timeout_ms"

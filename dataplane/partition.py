@@ -116,7 +116,8 @@ class Partition:
         self.broker_id = broker_id
         self.clock_ms = clock_ms
         self._lock = threading.Lock()
-        self._waiters: set[threading.Event] = set()
+        # a waiter's high watermark to wake at (an acks=all produce), None: every change
+        self._waiters: dict[threading.Event, int | None] = {}
         self.role = Role.NONE
         self.leader_id = NO_LEADER
         self.leader_epoch = UNDEFINED_EPOCH
@@ -142,17 +143,24 @@ class Partition:
         return f"{self.topic}-{self.partition}"
 
     # -- waiting -------------------------------------------------------------------------------
-    def add_waiter(self, event: threading.Event) -> None:
+    def add_waiter(self, event: threading.Event, high_watermark: int | None = None) -> None:
+        """Set ``event`` on changes: all of them, or with ``high_watermark`` only on those of
+        role, epoch or ISR and once the high watermark reaches it."""
         with self._lock:
-            self._waiters.add(event)
+            self._waiters[event] = high_watermark
 
     def remove_waiter(self, event: threading.Event) -> None:
         with self._lock:
-            self._waiters.discard(event)
+            self._waiters.pop(event, None)
 
-    def _wake(self) -> None:
-        for event in self._waiters:
-            event.set()
+    def _wake(self, everyone: bool = True) -> None:
+        """Wake the waiters; after an append or a high watermark move (``everyone`` False) not
+        the acks=all produces still short of it: with five in flight, each append and each
+        follower fetch woke all five to find nothing to answer."""
+        hw = self.high_watermark
+        for event, target in self._waiters.items():
+            if everyone or target is None or target <= hw:
+                event.set()
 
     # -- role changes ----------------------------------------------------------------------------
     def _transition_to(self, role: Role) -> None:
@@ -258,7 +266,7 @@ class Partition:
             else:
                 info = self._append_idempotent(records)
             self._maybe_advance_hw()
-            self._wake()
+            self._wake(everyone=False)  # fetches wait for data; produces for the watermark
             return info, self.leader_epoch
 
     def _append_idempotent(self, records: bytes | memoryview) -> AppendInfo:
@@ -331,7 +339,7 @@ class Partition:
         )
         if new_hw != self.high_watermark:
             self.high_watermark = new_hw
-            self._wake()
+            self._wake(everyone=False)
 
     def read_for_consumer(
         self, offset: int, max_bytes: int, current_leader_epoch: int, min_one_batch: bool

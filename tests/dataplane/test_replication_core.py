@@ -4,6 +4,7 @@ fetcher and BrokerService use, including a divergence that must be truncated."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from pathlib import Path
 
@@ -129,6 +130,35 @@ def test_acks_all_waits_for_the_follower_and_the_hw_follows(tmp_path: Path) -> N
     assert a.high_watermark == 2
     assert a.acks_all_outcome(info.last_offset + 1, epoch, 2) is ErrorCode.NONE
     assert values(b) == [b"x", b"y"]
+
+
+def test_an_acks_all_waiter_is_woken_at_its_high_watermark_and_by_role_changes(
+    tmp_path: Path,
+) -> None:
+    clock = Clock()
+    a, b = replica(tmp_path, 1, clock), replica(tmp_path, 2, clock)
+    a.make_leader(registration(1, 0, (1, 2)))
+    b.make_follower(registration(1, 0, (1, 2)))
+    fetcher, first, second = threading.Event(), threading.Event(), threading.Event()
+    a.add_waiter(fetcher)  # a fetch long poll: every change
+    a.add_waiter(first, high_watermark=2)  # acks=all produces of two batches
+    a.add_waiter(second, high_watermark=3)
+    a.append_as_leader(batch(b"x", b"y"), acks=-1, min_insync_replicas=2)
+    a.append_as_leader(batch(b"z"), acks=-1, min_insync_replicas=2)
+    assert fetcher.is_set() and not first.is_set() and not second.is_set()
+    fetch_round(b, a)
+    fetch_round(b, a)  # acknowledges all three records
+    assert a.high_watermark == 3 and first.is_set() and second.is_set()
+
+    for event in (fetcher, first, second):
+        event.clear()
+    a.append_as_leader(batch(b"w"), acks=-1, min_insync_replicas=2)
+    a.add_waiter(first, high_watermark=4)
+    a.make_follower(registration(2, 1, (1, 2)))  # leadership moved: every waiter answers
+    assert first.is_set()
+    a.remove_waiter(first)
+    a.remove_waiter(second)
+    a.remove_waiter(fetcher)
 
 
 def test_a_returning_leader_truncates_what_it_never_replicated(tmp_path: Path) -> None:
