@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from dataplane.client._record_future import BatchResult, RecordFuture
+from dataplane.client._record_future import BatchResult, RecordFuture, header_bytes
 from dataplane.client._types import TopicPartition
 from raftlog.batch import HEADER_SIZE
 from raftlog.errors import ErrorCode, KafkaError
@@ -36,12 +36,6 @@ from raftlog.records import Headers, ProducerRecord
 
 RECORD_OVERHEAD_BYTES = 21  # length, attributes, timestamp and offset deltas, key/value lengths
 HEADER_OVERHEAD_BYTES = 10  # a header's key and value length varints
-
-
-def header_bytes(headers: Headers) -> int:
-    if not headers:
-        return 0  # the common case, on every send: no generator for nothing
-    return sum(len(k.encode()) + (len(v) if v is not None else 0) for k, v in headers)
 
 
 def estimate_record_bytes(key: bytes | None, value: bytes | None, headers: Headers) -> int:
@@ -142,10 +136,8 @@ class RecordAccumulator:
     ) -> AppendResult:
         """Add the record to the partition's open batch (or a new one) and return its future.
         ``size`` is the record's :func:`estimate_record_bytes` when the caller has it."""
-        key, value, timestamp_ms, headers = record
         if size is None:
-            size = estimate_record_bytes(key, value, headers)
-        header_size = header_bytes(headers) if headers else 0
+            size = estimate_record_bytes(record[0], record[1], record[3])
         if size > self.buffer_memory:
             raise KafkaError(
                 ErrorCode.RECORD_LIST_TOO_LARGE,
@@ -187,14 +179,7 @@ class RecordAccumulator:
             self._used_bytes += size
             batch.reserved_bytes += size
             batch.estimated_bytes += size
-            future = RecordFuture(
-                batch.result,
-                len(batch.records),
-                timestamp_ms,
-                -1 if key is None else len(key),
-                -1 if value is None else len(value),
-                header_size,
-            )
+            future = RecordFuture(batch.result, len(batch.records), record)
             batch.records.append(record)
             batch.full = batch.estimated_bytes >= self.batch_size
             # AppendResult(...) without NamedTuple.__new__'s Python frame: once per record

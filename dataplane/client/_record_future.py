@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dataplane.client._types import RecordMetadata, TopicPartition
+from raftlog.records import Headers, ProducerRecord
 
 __all__ = ["BatchResult", "RecordFuture"]
 
@@ -100,6 +101,13 @@ class BatchResult:
             _invoke(callback, future)
 
 
+def header_bytes(headers: Headers) -> int:
+    """The bytes of a record's header keys (UTF-8) and values: its serialized header size."""
+    if not headers:
+        return 0  # the common case: no generator for nothing
+    return sum(len(k.encode()) + (len(v) if v is not None else 0) for k, v in headers)
+
+
 def _invoke(callback: Callable[[Any], object], future: RecordFuture | BatchResult) -> None:
     """A raising callback is logged with its traceback and the others still run, as
     ``concurrent.futures`` does: the sender thread must go on settling batches."""
@@ -112,37 +120,19 @@ def _invoke(callback: Callable[[Any], object], future: RecordFuture | BatchResul
 class RecordFuture:
     """The future of one record of a batch."""
 
-    __slots__ = (
-        "_header_size",
-        "_key_size",
-        "_relative_offset",
-        "_result",
-        "_timestamp_ms",
-        "_value_size",
-    )
+    __slots__ = ("_record", "_relative_offset", "_result")
 
-    def __init__(
-        self,
-        result: BatchResult,
-        relative_offset: int,
-        timestamp_ms: int,
-        key_size: int,
-        value_size: int,
-        header_size: int,
-    ) -> None:
+    def __init__(self, result: BatchResult, relative_offset: int, record: ProducerRecord) -> None:
         self._result = result
         self._relative_offset = relative_offset
-        self._timestamp_ms = timestamp_ms
-        self._key_size = key_size  # -1: a null key
-        self._value_size = value_size  # -1: a null value
-        self._header_size = header_size
+        self._record = record  # sizes and timestamp are read from it when asked for
 
     @classmethod
     def failed(cls, tp: TopicPartition, error: BaseException) -> RecordFuture:
         """A future for a record refused before it reached a batch (no metadata, too large)."""
         result = BatchResult(tp)
         result.fail(error)
-        return cls(result, 0, -1, -1, -1, 0)
+        return cls(result, 0, (None, None, -1, ()))
 
     def done(self) -> bool:
         return self._result.done()
@@ -167,16 +157,15 @@ class RecordFuture:
         if error is not None:
             raise error
         result = self._result
+        key, value, timestamp_ms, headers = self._record
         return RecordMetadata(
             topic=result.tp.topic,
             partition=result.tp.partition,
             offset=-1 if result.base_offset < 0 else result.base_offset + self._relative_offset,
-            timestamp=self._timestamp_ms
-            if result.log_append_time_ms < 0
-            else result.log_append_time_ms,
-            serialized_key_size=self._key_size,
-            serialized_value_size=self._value_size,
-            serialized_header_size=self._header_size,
+            timestamp=timestamp_ms if result.log_append_time_ms < 0 else result.log_append_time_ms,
+            serialized_key_size=-1 if key is None else len(key),
+            serialized_value_size=-1 if value is None else len(value),
+            serialized_header_size=header_bytes(headers),
         )
 
     def add_done_callback(self, callback: DoneCallback) -> None:

@@ -15,7 +15,7 @@ TP = TopicPartition("t", 3)
 
 
 def futures_of(result: BatchResult, count: int) -> list[RecordFuture]:
-    return [RecordFuture(result, n, 1_000 + n, 1, 10, 0) for n in range(count)]
+    return [RecordFuture(result, n, (b"k", b"0123456789", 1_000 + n, ())) for n in range(count)]
 
 
 def test_a_batch_result_completes_every_record_future_with_its_own_offset() -> None:
@@ -108,3 +108,14 @@ def test_a_batch_callback_runs_once_for_the_batch_also_when_added_late() -> None
     result.succeed(base_offset=5, log_append_time_ms=-1)
     result.add_batch_callback(seen.append)  # already done: at once
     assert seen == [result, result]
+
+
+def test_the_metadata_sizes_come_from_the_record() -> None:
+    result = BatchResult(TP)
+    headers = (("trace", b"abc"), ("é", None))
+    future = RecordFuture(result, 0, (None, b"value", 7, headers))
+    result.succeed(base_offset=3, log_append_time_ms=-1)
+    metadata = future.result(0)
+    assert (metadata.serialized_key_size, metadata.serialized_value_size) == (-1, 5)
+    assert metadata.serialized_header_size == len("trace") + 3 + len("é".encode())
+    assert (metadata.offset, metadata.timestamp) == (3, 7)

@@ -23,7 +23,7 @@ class Clock:
 
 
 def send(recorder: _Recorder, batch: BatchResult, index: int, at: float) -> None:
-    recorder.watch(RecordFuture(batch, index, 0, -1, 1, 0), at)
+    recorder.watch(RecordFuture(batch, index, (None, b"v", 0, ())), at)
 
 
 def rounded(samples: list[float]) -> list[float]:
