@@ -91,7 +91,9 @@ HIGHER_IS_BETTER = ("per_s", "percent_of_raw", "records_s", "records_s_best", "r
 LOWER_IS_BETTER = ("seconds", "_ms", "_s", "us_per_batch")  # endings of the figure's own key
 LOWER_IS_BETTER_UNDER = ("latency", "failover")  # anywhere in its path
 # keys that name a node, a count or a position, also under those: never judged
-NOT_FIGURES = ("killed", "new_controller", "attempts", "metadata_offset", "leader", "node")
+NOT_FIGURES = (
+    "killed", "new_controller", "attempts", "metadata_offset", "leader", "node", "acknowledged",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -51,3 +51,12 @@ def test_node_ids_and_counts_under_failover_are_not_judged() -> None:
     before = {"failover": {"runs": [{"killed": 1, "new_controller": 2, "seconds": 0.4}]}}
     after = {"failover": {"runs": [{"killed": 3, "new_controller": 3, "seconds": 0.8}]}}
     assert [r.path for r in regressions(before, after)] == ["failover.runs[0].seconds"]
+
+
+def test_the_records_a_latency_run_acknowledged_are_a_count_not_a_latency() -> None:
+    """More records acknowledged at a higher offered rate is not a slowdown."""
+    before = {"latency_at_half_saturation": {"acknowledged": 392_852, "latency_ms": {"p99": 13.3}}}
+    after = {"latency_at_half_saturation": {"acknowledged": 655_923, "latency_ms": {"p99": 15.7}}}
+    assert [r.path for r in regressions(before, after)] == [
+        "latency_at_half_saturation.latency_ms.p99"
+    ]
