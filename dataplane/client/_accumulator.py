@@ -144,7 +144,9 @@ class RecordAccumulator:
                 f"a record of ~{size} bytes exceeds buffer.memory={self.buffer_memory}",
             )
         deadline: float | None = None  # read the clock only when memory is short
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # not a with statement: here (every send) it cost ~100 ns more
+        try:
             while True:
                 if self._closed:
                     raise ProducerClosedError("the producer is closed")
@@ -186,6 +188,8 @@ class RecordAccumulator:
             return _new_tuple(
                 AppendResult, (future, len(queue) > 1 or batch.full, new_batch, False)
             )
+        finally:
+            lock.release()
 
     # -- the sender thread -----------------------------------------------------------------
     def ready(self) -> ReadyResult:
