@@ -73,6 +73,7 @@ bench: deps
 	$(BIN)/python -m bench.spark_bench --out bench/results/latest.json
 	$(BIN)/python -m bench.kafka_protocol_bench --out bench/results/latest.json
 	$(BIN)/python -m bench.peer_bench --out bench/results/latest.json
+	$(BIN)/python -m bench.grpc_bench --out bench/results/latest.json
 	$(BIN)/python -m bench.connect_bench --out bench/results/latest.json
 
 # The 10-minute chaos run: SEED=N NODES=3|5 DURATION=10m override; needs root (node users, iptables).

@@ -1,0 +1,195 @@
+"""gRPC's own cost per megabyte: unary calls against a bidirectional stream (127.0.0.61, reserved).
+
+``python -m bench.grpc_bench --out bench/results/latest.json [--quick]``
+
+The brokers' CPU per record is mostly gRPC and the kernel moving the records (see the peer
+benchmark in the README), so this measures the transport alone, with nothing of raftlog's in
+it: a server process whose handler answers ``b"ok"`` to 1 MB messages of random bytes (no
+(de)serialisation: bytes in, bytes out), and a client sending them
+
+- **unary**: five threads each calling a unary method in turn (five in flight, as the producer
+  keeps five batches in flight);
+- **stream**: one bidirectional stream, the server answering each message, at most five
+  messages unanswered.
+
+Each mode reports MB/s and the CPU seconds per MB of the client and of the server process
+(``getrusage`` / ``/proc/<pid>/stat``), both with the node's malloc settings. Options the
+gRPC channel takes (``grpc.http2.max_frame_size``, ``grpc.http2.lookahead_bytes``, TCP read
+chunk sizes) changed nothing measurable here and are not in it.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import resource
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+from rich.console import Console
+from rich.table import Table
+
+from bench import bench_main
+from bench.dataplane_bench import cpu_seconds
+from dataplane.malloc_tuning import tune_malloc
+
+HOST = "127.0.0.61"
+MESSAGE_BYTES = 1_000_000
+IN_FLIGHT = 5
+MESSAGES = {"full": 1000, "quick": 20}
+WARMUP_MESSAGES = 20
+SERVICE = "bench.Transport"
+OPTIONS = [
+    ("grpc.max_receive_message_length", 64 * MESSAGE_BYTES),
+    ("grpc.max_send_message_length", 64 * MESSAGE_BYTES),
+]
+SERVER_START_S = 30.0
+
+
+# -- the server process ----------------------------------------------------------------------
+def serve() -> None:
+    """Serve the two methods on an ephemeral port of HOST, print the port, stop at stdin EOF."""
+    tune_malloc()
+
+    def put(request: bytes, context: Any) -> bytes:
+        return b"ok"
+
+    def stream(requests: Iterator[bytes], context: Any) -> Iterator[bytes]:
+        for _ in requests:
+            yield b"ok"
+
+    handler = grpc.method_handlers_generic_handler(
+        SERVICE,
+        {
+            "Put": grpc.unary_unary_rpc_method_handler(put),
+            "Stream": grpc.stream_stream_rpc_method_handler(stream),
+        },
+    )
+    server = grpc.server(futures.ThreadPoolExecutor(IN_FLIGHT + 2), options=OPTIONS)
+    server.add_generic_rpc_handlers((handler,))
+    port = server.add_insecure_port(f"{HOST}:0")
+    server.start()
+    print(port, flush=True)
+    sys.stdin.read()  # until the benchmark closes the pipe
+    server.stop(grace=None)
+
+
+# -- the client ------------------------------------------------------------------------------
+def _unary(channel: grpc.Channel, payload: bytes, messages: int) -> None:
+    put = channel.unary_unary(f"/{SERVICE}/Put")
+    share = messages // IN_FLIGHT
+
+    def caller() -> None:
+        for _ in range(share):
+            put(payload, timeout=SERVER_START_S)
+
+    threads = [threading.Thread(target=caller) for _ in range(IN_FLIGHT)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def _stream(channel: grpc.Channel, payload: bytes, messages: int) -> None:
+    outgoing: queue.Queue[bytes | None] = queue.Queue()
+
+    def requests() -> Iterator[bytes]:
+        while (item := outgoing.get()) is not None:
+            yield item
+
+    answers = channel.stream_stream(f"/{SERVICE}/Stream")(requests(), timeout=SERVER_START_S)
+    window = threading.Semaphore(IN_FLIGHT)
+
+    def reader() -> None:
+        for _ in range(messages):
+            next(answers)
+            window.release()
+
+    reading = threading.Thread(target=reader)
+    reading.start()
+    for _ in range(messages):
+        window.acquire()
+        outgoing.put(payload)
+    reading.join()
+    outgoing.put(None)
+
+
+MODES = {"unary": _unary, "stream": _stream}
+
+
+def _process_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def measure(messages: int) -> dict[str, Any]:
+    tune_malloc()
+    payload = os.urandom(MESSAGE_BYTES)
+    figures: dict[str, Any] = {"message_bytes": MESSAGE_BYTES, "in_flight": IN_FLIGHT}
+    for mode, run in MODES.items():
+        server = subprocess.Popen(
+            [sys.executable, "-c", "from bench.grpc_bench import serve; serve()"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert server.stdout is not None and server.stdin is not None
+            port = int(server.stdout.readline())  # printed once it listens
+            channel = grpc.insecure_channel(f"{HOST}:{port}", options=OPTIONS)
+            try:
+                run(channel, payload, WARMUP_MESSAGES)
+                client_before, server_before = _process_cpu_s(), cpu_seconds(server.pid)
+                started = time.perf_counter()
+                run(channel, payload, messages)
+                seconds = time.perf_counter() - started
+                client_cpu = _process_cpu_s() - client_before
+                server_cpu = cpu_seconds(server.pid) - server_before
+            finally:
+                channel.close()
+            megabytes = messages * MESSAGE_BYTES / 1e6
+            figures[mode] = {
+                "messages": messages,
+                "mb_per_s": round(megabytes / seconds, 1),
+                "client_cpu_ms_per_mb": round(client_cpu / megabytes * 1000, 3),
+                "server_cpu_ms_per_mb": round(server_cpu / megabytes * 1000, 3),
+            }
+        finally:
+            if server.stdin is not None:
+                server.stdin.close()
+            try:
+                server.wait(timeout=SERVER_START_S)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+    return figures
+
+
+def print_report(console: Console, figures: dict[str, Any]) -> None:
+    table = Table(title=f"gRPC alone: {MESSAGE_BYTES:,} B messages, {IN_FLIGHT} in flight")
+    for column in ("mode", "MB/s", "client CPU ms/MB", "server CPU ms/MB"):
+        table.add_column(column, justify="right")
+    for mode in MODES:
+        row = figures[mode]
+        table.add_row(
+            mode, f"{row['mb_per_s']:,.1f}", f"{row['client_cpu_ms_per_mb']:.3f}",
+            f"{row['server_cpu_ms_per_mb']:.3f}",
+        )  # fmt: skip
+    console.print(table)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    def figures(workdir: Path, quick: bool, progress: Console) -> dict[str, Any]:
+        progress.log(f"gRPC transport on {HOST}: unary, then a bidirectional stream")
+        return measure(MESSAGES["quick" if quick else "full"])
+
+    return bench_main(argv, __doc__.splitlines()[0], "grpc_transport", figures, print_report)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

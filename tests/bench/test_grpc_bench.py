@@ -1,0 +1,19 @@
+"""The gRPC transport benchmark, in miniature: both modes run and report positive figures."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.grpc_bench import MODES, measure
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_both_modes_move_the_messages_and_report_their_cpu() -> None:
+    figures = measure(messages=50)
+    for mode in MODES:
+        row = figures[mode]
+        assert row["messages"] == 50
+        assert row["mb_per_s"] > 0 and row["client_cpu_ms_per_mb"] > 0
+        # the server's CPU comes from /proc in clock ticks (10 ms): 50 MB may round to 0
+        assert row["server_cpu_ms_per_mb"] >= 0
