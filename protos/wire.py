@@ -79,6 +79,8 @@ def encode(skeleton: Message, records: Sequence[Records]) -> bytes:
             if partition.records:
                 raise ValueError("a skeleton's records must be empty: they are given beside it")
             head = partition.SerializeToString()
+            if index >= len(records):
+                raise ValueError(f"{len(records)} records for more partitions")
             data = records[index]
             index += 1
             size = len(head)

@@ -99,6 +99,8 @@ def test_records_given_beside_a_skeleton_must_match_its_partitions() -> None:
     )
     with pytest.raises(ValueError, match="2 records for 1 partitions"):
         wire.encode(skeleton, [b"a", b"b"])
+    with pytest.raises(ValueError, match="0 records for more partitions"):
+        wire.encode(skeleton, [])
     skeleton.topics[0].partitions[0].records = b"x"
     with pytest.raises(ValueError, match="must be empty"):
         wire.encode(skeleton, [b"a"])
