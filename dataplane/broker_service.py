@@ -476,6 +476,7 @@ class _Handlers:
     """Stands in for a server to collect the generated code's method handlers."""
 
     def __init__(self) -> None:
+        self.service = ""
         self.handlers: dict[str, grpc.RpcMethodHandler] = {}
 
     def add_generic_rpc_handlers(self, handlers: Any) -> None:

@@ -183,9 +183,8 @@ class _Recorder:
 
 
 def _throttle(start: float, sent: int, throughput_per_s: float, clock: Callable[[], float]) -> None:
-    """Sleep until record ``sent`` is due at ``throughput_per_s`` (a rate cap, not a sync)."""
-    if throughput_per_s <= 0:
-        return
+    """Sleep until record ``sent`` is due at ``throughput_per_s`` > 0 (a rate cap, not a
+    sync)."""
     ahead_s = start + sent / throughput_per_s - clock()
     if ahead_s > 0:
         time.sleep(ahead_s)

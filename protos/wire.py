@@ -135,6 +135,19 @@ def _fields(data: memoryview, start: int, end: int) -> list[tuple[int, int, int,
     return fields
 
 
+def _split(view: memoryview, start: int, end: int, number: int) -> tuple[list[slice], bytes]:
+    """In the message at ``view[start:end]``: where the values of length-delimited field
+    ``number`` lie, and the bytes of all its other fields."""
+    values: list[slice] = []
+    rest: list[memoryview] = []
+    for field_number, wire, at, value_start, value_end in _fields(view, start, end):
+        if field_number == number and wire == WIRE_LEN:
+            values.append(slice(value_start, value_end))
+        else:
+            rest.append(view[at:value_end])
+    return values, b"".join(rest)
+
+
 def decode(message_type: type[M], data: bytes) -> tuple[M, list[memoryview]]:
     """The message in ``data`` with its partitions' ``records`` left empty, and those records
     (views of ``data``, one per partition in message order, empty when absent)."""
@@ -142,28 +155,16 @@ def decode(message_type: type[M], data: bytes) -> tuple[M, list[memoryview]]:
     skeleton = message_type()
     topics_number, partitions_number, records_number = _numbers(skeleton)
     records: list[memoryview] = []
-    head: list[memoryview] = []
-    for number, wire, at, start, end in _fields(view, 0, len(view)):
-        if number != topics_number or wire != WIRE_LEN:
-            head.append(view[at:end])
-            continue
+    topics, head = _split(view, 0, len(view), topics_number)
+    for in_topic in topics:
         topic = skeleton.topics.add()  # type: ignore[attr-defined]
-        topic_head: list[memoryview] = []
-        for t_number, t_wire, t_at, t_start, t_end in _fields(view, start, end):
-            if t_number != partitions_number or t_wire != WIRE_LEN:
-                topic_head.append(view[t_at:t_end])
-                continue
-            partition_head: list[memoryview] = []
-            found = view[0:0]
-            for p_number, p_wire, p_at, p_start, p_end in _fields(view, t_start, t_end):
-                if p_number == records_number and p_wire == WIRE_LEN:
-                    found = view[p_start:p_end]  # the last occurrence wins, as in protobuf
-                else:
-                    partition_head.append(view[p_at:p_end])
-            topic.partitions.add().ParseFromString(b"".join(partition_head))
-            records.append(found)
-        topic.MergeFromString(b"".join(topic_head))
-    skeleton.MergeFromString(b"".join(head))
+        partitions, topic_head = _split(view, in_topic.start, in_topic.stop, partitions_number)
+        for at in partitions:
+            found, partition_head = _split(view, at.start, at.stop, records_number)
+            topic.partitions.add().ParseFromString(partition_head)
+            records.append(view[found[-1]] if found else view[0:0])  # the last wins, as in protobuf
+        topic.MergeFromString(topic_head)
+    skeleton.MergeFromString(head)
     return skeleton, records
 
 

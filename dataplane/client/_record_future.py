@@ -80,14 +80,15 @@ class BatchResult:
         self._run_callbacks()
 
     def add_callback(self, future: RecordFuture, callback: DoneCallback) -> None:
-        self._callbacks.append((future, callback))
-        if self._done.is_set():
-            self._run_callbacks()
+        self._add(future, callback)
 
     def add_batch_callback(self, callback: BatchCallback) -> None:
         """``callback(self)`` once the outcome is set (at once when it is): one callback for
         all the batch's records, for a caller that watches many records (see ``perf``)."""
-        self._callbacks.append((self, callback))
+        self._add(self, callback)
+
+    def _add(self, argument: RecordFuture | BatchResult, callback: Callable[[Any], object]) -> None:
+        self._callbacks.append((argument, callback))
         if self._done.is_set():
             self._run_callbacks()
 

@@ -15,5 +15,5 @@ def test_both_modes_move_the_messages_and_report_their_cpu() -> None:
         row = figures[mode]
         assert row["messages"] == 50
         assert row["mb_per_s"] > 0 and row["client_cpu_ms_per_mb"] > 0
-        # the server's CPU comes from /proc in clock ticks (10 ms): 50 MB may round to 0
-        assert row["server_cpu_ms_per_mb"] >= 0
+    # (the server's CPU comes from /proc in 10 ms clock ticks: 50 MB may round to 0, so it is
+    # not asserted here; the full run moves 1,000 MB)
