@@ -37,6 +37,9 @@ MAX_MESSAGE_BYTES = 100 * 1024 * 1024  # socket.request.max.bytes
 ACKS = (0, 1, -1)
 DEBUGGING_REPLICA_ID = -2
 INTERNAL_TOPICS = frozenset({"__consumer_offsets"})  # written by group coordinators only
+# How long an idempotent batch that overtook an earlier one of its producer waits for it: a
+# concurrent request is served within milliseconds; one that was lost is resent by the client.
+SEQUENCE_WAIT_S = 1.0
 
 
 def _error(message: Any, error: KafkaError) -> None:
@@ -143,15 +146,23 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
 
     # -- Produce -------------------------------------------------------------------------------
     def Produce(self, request: pb.ProduceRequest, context: Any) -> pb.ProduceResponse:
-        """A request with its records inside (in-process callers: the Kafka listener)."""
+        """A request with its records inside (in-process callers: the Kafka listener, which
+        serves a connection's requests in order: a sequence gap there is real, not waited on)."""
         records = [item.records for topic in request.topics for item in topic.partitions]
-        return self.produce(request, records, context)
+        return self.produce(request, records, context, sequence_wait_s=0.0)
 
     def produce(
-        self, request: pb.ProduceRequest, records: Sequence[Records], context: Any
+        self,
+        request: pb.ProduceRequest,
+        records: Sequence[Records],
+        context: Any,
+        *,
+        sequence_wait_s: float = SEQUENCE_WAIT_S,
     ) -> pb.ProduceResponse:
         """``request``'s partitions' records are ``records``, in message order (from the wire:
-        views of the received bytes, see ``protos.wire``)."""
+        views of the received bytes, see ``protos.wire``). An idempotent batch that overtook
+        an earlier one of its producer waits for it up to ``sequence_wait_s`` (gRPC serves a
+        client's concurrent requests in any order: see ``dataplane.partition``)."""
         started = time.perf_counter()
         response = pb.ProduceResponse()
         waiting: list[tuple[Partition, int, int, int, pb.ProducePartitionResponse]] = []
@@ -165,7 +176,9 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
                     log_start_offset=-1, leader_id=-1, leader_epoch=-1,
                 )  # fmt: skip
                 try:
-                    waiting += self._append(request.acks, topic.name, item.partition, data, result)
+                    waiting += self._append(
+                        request.acks, topic.name, item.partition, data, result, sequence_wait_s
+                    )
                 except KafkaError as error:
                     _error(result, error)
                     self.metrics.request_errors.labels("produce", error.error.name).inc()
@@ -185,6 +198,7 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
         index: int,
         records: Records,
         result: pb.ProducePartitionResponse,
+        sequence_wait_s: float,
     ) -> list[tuple[Partition, int, int, int, pb.ProducePartitionResponse]]:
         if acks not in ACKS:
             raise KafkaError(
@@ -197,7 +211,7 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
             )
         partition = self.replicas.get(topic, index)
         min_isr = self.replicas.settings(topic).min_insync_replicas
-        info, epoch = partition.append_as_leader(records, acks, min_isr)
+        info, epoch = partition.append_as_leader(records, acks, min_isr, sequence_wait_s)
         result.base_offset = info.first_offset
         result.log_append_time_ms = info.log_append_time_ms
         result.log_start_offset = partition.log.log_start_offset

@@ -8,6 +8,14 @@ role and the replication state; the ``Log`` has its own. The arithmetic lives in
 Anything waiting on this replica (a long-polling fetch, an acks=all produce) registers a
 ``threading.Event`` and is woken on every append, high watermark move and role change.
 
+Pipelined idempotent batches. A producer has up to five requests in flight, and gRPC serves
+concurrent calls on a pool of threads, so a batch can reach the append before the one sent just
+ahead of it. Kafka never sees this (a connection's requests are served in order); refused with
+OUT_OF_ORDER_SEQUENCE_NUMBER, the client would resend it alone after ``retry.backoff.ms``, and
+under load that stall was the producer's ceiling. So a batch whose sequence is *ahead* of its
+producer's next one waits (``sequence_wait_s``, on a condition of this replica's lock, woken
+with every other waiter) for the batches in between, and is refused only when they do not come.
+
 Producer state (idempotence) and its snapshots. The state is loaded on open from the newest
 ``<offset>.snapshot`` at or below the log end plus the batch headers after it (every header
 without a valid snapshot), reloaded the same way after a truncation (snapshots above the new end
@@ -28,6 +36,7 @@ from __future__ import annotations
 import enum
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,9 +44,16 @@ from pathlib import Path
 from typing import NamedTuple
 
 from dataplane import replica_state as rs
-from dataplane.producer_state import ProducerStates, SnapshotFiles
+from dataplane.producer_state import OutOfOrderSequenceError, ProducerStates, SnapshotFiles
 from metadata_quorum.image import PartitionRegistration
-from raftlog.batch import HEADER_SIZE, NO_PRODUCER_ID, iter_batches, read_header, verify_batch
+from raftlog.batch import (
+    HEADER_SIZE,
+    NO_PRODUCER_ID,
+    BatchHeader,
+    iter_batches,
+    read_header,
+    verify_batch,
+)
 from raftlog.checkpoint import read_checkpoint, write_checkpoint
 from raftlog.epoch import UNDEFINED_EPOCH
 from raftlog.errors import (
@@ -118,6 +134,9 @@ class Partition:
         self._lock = threading.Lock()
         # a waiter's high watermark to wake at (an acks=all produce), None: every change
         self._waiters: dict[threading.Event, int | None] = {}
+        # idempotent batches that overtook a batch of their producer, waiting for it
+        self._sequenced = threading.Condition(self._lock)
+        self._sequence_waiters = 0
         self.role = Role.NONE
         self.leader_id = NO_LEADER
         self.leader_epoch = UNDEFINED_EPOCH
@@ -157,6 +176,8 @@ class Partition:
         """Wake the waiters; after an append or a high watermark move (``everyone`` False) not
         the acks=all produces still short of it: with five in flight, each append and each
         follower fetch woke all five to find nothing to answer."""
+        if self._sequence_waiters:
+            self._sequenced.notify_all()
         hw = self.high_watermark
         for event, target in self._waiters.items():
             if everyone or target is None or target <= hw:
@@ -248,40 +269,64 @@ class Partition:
 
     # -- the leader's paths ------------------------------------------------------------------------
     def append_as_leader(
-        self, records: bytes | memoryview, acks: int, min_insync_replicas: int
+        self,
+        records: bytes | memoryview,
+        acks: int,
+        min_insync_replicas: int,
+        sequence_wait_s: float = 0.0,
     ) -> tuple[AppendInfo, int]:
-        """Append and return what was stored with the leader epoch it was stored under."""
+        """Append and return what was stored with the leader epoch it was stored under.
+
+        ``sequence_wait_s``: an idempotent batch whose sequence is ahead of its producer's next
+        one waits up to this long for the batches in between (see the module docstring) before
+        it is refused with OUT_OF_ORDER_SEQUENCE_NUMBER."""
+        header = read_header(records) if len(records) >= HEADER_SIZE else None
+        if header is not None and header.producer_id != NO_PRODUCER_ID:
+            header = verify_batch(records, 0)  # its CRC, outside the lock
+            if header.size_bytes != len(records):
+                raise InvalidRecordError("an idempotent produce carries exactly one batch")
+        deadline: float | None = None
         with self._lock:
-            self._check_leader(-1)
-            if acks == -1 and len(self.isr) < min_insync_replicas:
-                raise KafkaError(
-                    ErrorCode.NOT_ENOUGH_REPLICAS,
-                    f"{self.name}: ISR {list(self.isr)} is smaller than min.insync.replicas "
-                    f"{min_insync_replicas}",
-                )
-            header = read_header(records) if len(records) >= HEADER_SIZE else None
-            if header is None or header.producer_id == NO_PRODUCER_ID:
-                info = self.log.append(records, leader_epoch=self.leader_epoch)
-                self._snapshot_if_rolled(info.first_offset)
-            else:
-                info = self._append_idempotent(records)
+            while True:
+                self._check_writable(acks, min_insync_replicas)
+                if header is None or header.producer_id == NO_PRODUCER_ID:
+                    info = self.log.append(records, leader_epoch=self.leader_epoch)
+                    self._snapshot_if_rolled(info.first_offset)
+                    break
+                try:
+                    info = self._append_idempotent(records, header)
+                    break
+                except OutOfOrderSequenceError as error:
+                    now = time.monotonic()
+                    deadline = now + sequence_wait_s if deadline is None else deadline
+                    if not error.ahead or now >= deadline:
+                        # behind, or what it overtook did not come within the wait
+                        log.debug("%s: refused a batch at offset %d: %s", self.name,
+                                  self.log.log_end_offset, error.message)  # fmt: skip
+                        raise
+                    self._sequence_waiters += 1
+                    try:
+                        self._sequenced.wait(deadline - now)
+                    finally:
+                        self._sequence_waiters -= 1
             self._maybe_advance_hw()
             self._wake(everyone=False)  # fetches wait for data; produces for the watermark
             return info, self.leader_epoch
 
-    def _append_idempotent(self, records: bytes | memoryview) -> AppendInfo:
-        """One batch with a producer id: a retry gets its original offsets, nothing appended."""
-        header = verify_batch(records, 0)
-        if header.size_bytes != len(records):
-            raise InvalidRecordError("an idempotent produce carries exactly one batch")
+    def _check_writable(self, acks: int, min_insync_replicas: int) -> None:
+        self._check_leader(-1)
+        if acks == -1 and len(self.isr) < min_insync_replicas:
+            raise KafkaError(
+                ErrorCode.NOT_ENOUGH_REPLICAS,
+                f"{self.name}: ISR {list(self.isr)} is smaller than min.insync.replicas "
+                f"{min_insync_replicas}",
+            )
+
+    def _append_idempotent(self, records: bytes | memoryview, header: BatchHeader) -> AppendInfo:
+        """One verified batch with a producer id: a retry gets its original offsets, nothing
+        appended."""
         self._maybe_expire_producers()
-        try:
-            stored = self.producers.check(header)
-        except KafkaError as error:
-            # Common and harmless with pipelined batches: concurrent requests arrive reordered.
-            log.debug("%s: refused a batch at offset %d: %s", self.name, self.log.log_end_offset,
-                      error.message)  # fmt: skip
-            raise
+        stored = self.producers.check(header)
         if stored is not None:
             return AppendInfo(
                 stored.first_offset, stored.last_offset, stored.max_timestamp, -1,

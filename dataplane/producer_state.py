@@ -79,6 +79,21 @@ def _range(header: BatchHeader) -> BatchRange:
     )
 
 
+class OutOfOrderSequenceError(KafkaError):
+    """OUT_OF_ORDER_SEQUENCE_NUMBER. ``ahead``: the batch starts past the expected sequence
+    (within half the sequence space), so the batches in between may still come: a concurrent
+    request it overtook. Behind it, it overlaps what is stored and no wait can mend it."""
+
+    def __init__(self, header: BatchHeader, expected: int) -> None:
+        super().__init__(
+            ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+            f"producer {header.producer_id} epoch {header.producer_epoch}: sequence "
+            f"{header.base_sequence}, expected {expected}",
+        )
+        gap = (header.base_sequence - expected) % (SEQUENCE_MAX + 1)
+        self.ahead = 0 < gap <= SEQUENCE_MAX // 2
+
+
 class ProducerStates:
     def __init__(self, producers: dict[int, ProducerEntry] | None = None) -> None:
         self._producers: dict[int, ProducerEntry] = producers if producers is not None else {}
@@ -96,7 +111,7 @@ class ProducerStates:
         """Validate a batch the leader is about to append. Returns the stored range when the
         batch is a retry of one of the last five (answer with its original offsets, append
         nothing); None when it is the next in sequence; raises INVALID_PRODUCER_EPOCH for a
-        fenced epoch, OUT_OF_ORDER_SEQUENCE_NUMBER for a gap."""
+        fenced epoch, :class:`OutOfOrderSequenceError` for a gap."""
         if header.producer_id == NO_PRODUCER_ID:
             return None
         entry = self._producers.get(header.producer_id)
@@ -104,7 +119,7 @@ class ProducerStates:
             # The producer's first batch here must start its sequence: a later batch that
             # overtook it (concurrent requests arrive in any order) waits for it.
             if header.base_sequence != 0:
-                raise _out_of_order(header, expected=0)
+                raise OutOfOrderSequenceError(header, expected=0)
             return None
         if header.producer_epoch < entry.producer_epoch:
             raise KafkaError(
@@ -114,7 +129,7 @@ class ProducerStates:
             )
         if header.producer_epoch > entry.producer_epoch:
             if header.base_sequence != 0:
-                raise _out_of_order(header, expected=0)
+                raise OutOfOrderSequenceError(header, expected=0)
             return None
         last = _range(header)
         for stored in entry.batches:
@@ -125,7 +140,7 @@ class ProducerStates:
                 return stored
         expected = next_sequence(entry.batches[-1].last_sequence) if entry.batches else None
         if expected is not None and header.base_sequence != expected:
-            raise _out_of_order(header, expected)
+            raise OutOfOrderSequenceError(header, expected)
         return None
 
     def update(self, header: BatchHeader) -> None:
@@ -154,14 +169,6 @@ class ProducerStates:
         for producer_id in expired:
             del self._producers[producer_id]
         return len(expired)
-
-
-def _out_of_order(header: BatchHeader, expected: int) -> KafkaError:
-    return KafkaError(
-        ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
-        f"producer {header.producer_id} epoch {header.producer_epoch}: sequence "
-        f"{header.base_sequence}, expected {expected}",
-    )
 
 
 # -- snapshots ------------------------------------------------------------------------------

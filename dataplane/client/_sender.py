@@ -26,6 +26,10 @@ order, a request whose answer was lost would otherwise time out while later batc
 acknowledged and new ones sent, and its retry would fall out of the broker's window
 (OUT_OF_ORDER_SEQUENCE_NUMBER for a batch that is stored). Kafka gets this from its
 connection, which answers in order, so one lost answer holds every later one.
+
+Concurrent requests may also reach the broker reordered. The broker holds a batch that overtook
+an earlier one of its producer until that one is appended (``dataplane.partition``); only when
+it does not come within a second is the batch refused, and then it is resent alone.
 """
 
 from __future__ import annotations
@@ -360,9 +364,9 @@ class Sender:
         )
         retriable = error.retriable and error.error not in NEVER_RETRIED
         if error.error is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER:
-            # Sent while an earlier batch was in flight, it may simply have overtaken it (the
-            # broker serves concurrent requests in any order): send it again, alone, after.
-            # Sent alone, the gap is real.
+            # Sent while an earlier batch was in flight, it may have overtaken one that was
+            # lost (the broker waits a while for it): send it again, alone, after the earlier
+            # ones. Sent alone, the gap is real.
             retriable = batch.sent_behind
         if not retriable or batch.attempts > self._config.retries or expired or self._forced:
             if retriable and expired:

@@ -167,3 +167,32 @@ def test_min_insync_replicas_larger_than_the_isr_refuses_acks_all(cluster: Local
     refused = produce(address, "too-strict", 0, values_batch([b"x"]))
     assert refused.error_code == code(ErrorCode.NOT_ENOUGH_REPLICAS)
     assert produce(address, "too-strict", 0, values_batch([b"y"]), acks=1).error_code == 0
+
+
+def test_a_batch_that_overtook_its_predecessor_waits_and_a_real_gap_is_refused(
+    cluster: LocalCluster,
+) -> None:
+    """gRPC serves a producer's concurrent requests in any order: the broker holds a batch
+    that arrived ahead of its sequence until the one before it is stored. A gap that nothing
+    fills is OUT_OF_ORDER_SEQUENCE_NUMBER, after the wait, and nothing stored is lost."""
+    leaders = create_topic(cluster, "reordered", 1)
+    address = cluster.broker_address(leaders[0].leader_id)
+    ids = {"producer_id": 4242, "producer_epoch": 0}
+    request = pb.ProduceRequest(acks=-1, timeout_ms=10_000, topics=[pb.ProduceTopic(
+        name="reordered", partitions=[pb.ProducePartition(
+            partition=0, records=values_batch([b"third", b"fourth"], base_sequence=2, **ids),
+        )],
+    )])  # fmt: skip
+    ahead = stub(address).Produce.future(request, timeout=15)
+    # a round trip on the same channel: the broker has the early batch before the first comes
+    stub(address).Metadata(pb.MetadataRequest(topics=["reordered"]), timeout=5)
+    assert not ahead.done(), "the early batch was answered before the batch it overtook came"
+    first = values_batch([b"first", b"second"], base_sequence=0, **ids)
+    assert produce(address, "reordered", 0, first).base_offset == 0
+    answer = ahead.result().topics[0].partitions[0]
+    assert (answer.error_code, answer.base_offset) == (0, 2), "stored after the one it overtook"
+    gap = values_batch([b"lost one before"], base_sequence=9, **ids)
+    assert produce(address, "reordered", 0, gap).error_code == code(
+        ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    )
+    assert stored_values(address, "reordered") == [b"first", b"second", b"third", b"fourth"]

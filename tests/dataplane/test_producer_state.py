@@ -5,6 +5,7 @@ truncation and retention) and producer id expiry."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from dataplane.producer_state import (
     SEQUENCE_MAX,
     BatchRange,
     CorruptSnapshotError,
+    OutOfOrderSequenceError,
     ProducerStates,
     SnapshotFiles,
     decode_snapshot,
@@ -28,6 +30,7 @@ from raftlog.errors import ErrorCode, KafkaError
 from raftlog.log import Log
 from raftlog.records import encode_batch
 from tests.dataplane.test_replication_core import Clock, fetch_round
+from tests.metadata_quorum.quorum_support import wait_for
 
 TOPIC_ID = uuid.UUID(int=11)
 
@@ -63,9 +66,11 @@ def test_check_rules(epoch: int, sequence: int, outcome: object) -> None:
     stored(states, batch(7, 0, 2), 12)
     header = read_header(batch(7, epoch, sequence))
     if isinstance(outcome, ErrorCode):
-        with pytest.raises(KafkaError) as raised:
+        with pytest.raises(OutOfOrderSequenceError) as raised:
             states.check(header)
         assert raised.value.error is outcome
+        # ahead of the next sequence, the batches in between may still come; behind, never
+        assert raised.value.ahead is (sequence != 3)
     elif outcome == "duplicate":
         found = states.check(header)
         assert found is not None and found.first_offset == 10 + sequence
@@ -126,6 +131,73 @@ def test_a_retry_on_the_new_leader_gets_its_original_offsets(tmp_path: Path) -> 
     with pytest.raises(KafkaError) as raised:
         reopened.append_as_leader(batch(42, 0, 9), acks=-1, min_insync_replicas=1)
     assert raised.value.error is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+# -- pipelined batches that arrive reordered -----------------------------------------------------
+class Overtaker(threading.Thread):
+    """Appends one batch on its own thread, as a gRPC worker serving a concurrent request."""
+
+    def __init__(self, partition: Partition, data: bytes, wait_s: float) -> None:
+        super().__init__(daemon=True)
+        self.partition, self.data, self.wait_s = partition, data, wait_s
+        self.first_offset: int | None = None
+        self.error: KafkaError | None = None
+
+    def run(self) -> None:
+        try:
+            info, _ = self.partition.append_as_leader(self.data, -1, 1, self.wait_s)
+            self.first_offset = info.first_offset
+        except KafkaError as error:
+            self.error = error
+
+
+def waiting(partition: Partition, count: int) -> bool:
+    return partition._sequence_waiters == count
+
+
+def test_a_batch_that_overtook_its_predecessor_waits_for_it(tmp_path: Path) -> None:
+    clock = Clock()
+    partition = leader(tmp_path, clock)
+    partition.append_as_leader(sized(5, 0, clock()), -1, 1)
+    third = Overtaker(partition, sized(5, 4, clock()), wait_s=60)
+    second = Overtaker(partition, sized(5, 2, clock()), wait_s=60)
+    third.start()
+    wait_for(lambda: waiting(partition, 1), 10, "the third batch to wait")
+    second.start()
+    second.join(10)
+    third.join(10)
+    assert (second.error, third.error) == (None, None)
+    assert (second.first_offset, third.first_offset) == (2, 4), "stored in sequence order"
+    assert partition.log.log_end_offset == 6
+    partition.log.close()
+
+
+def test_a_gap_that_is_not_filled_in_time_is_refused(tmp_path: Path) -> None:
+    clock = Clock()
+    partition = leader(tmp_path, clock)
+    partition.append_as_leader(sized(5, 0, clock()), -1, 1)
+    with pytest.raises(KafkaError) as raised:  # nothing comes in between
+        partition.append_as_leader(sized(5, 4, clock()), -1, 1, sequence_wait_s=0.05)
+    assert raised.value.error is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    with pytest.raises(KafkaError) as raised:  # behind: refused at once, whatever the wait
+        partition.append_as_leader(sized(5, 1, clock()), -1, 1, sequence_wait_s=3600)
+    assert raised.value.error is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert partition.log.log_end_offset == 2
+    partition.log.close()
+
+
+def test_a_waiting_batch_is_answered_when_leadership_moves(tmp_path: Path) -> None:
+    clock = Clock()
+    partition = leader(tmp_path, clock)
+    early = Overtaker(partition, sized(5, 2, clock()), wait_s=3600)  # its first batch is late
+    early.start()
+    wait_for(lambda: waiting(partition, 1), 10, "the batch to wait")
+    partition.make_follower(PartitionRegistration((1, 2), (1, 2), 2, 1, 1))
+    early.join(10)
+    assert not early.is_alive()
+    assert early.error is not None and early.error.error is ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert partition.log.log_end_offset == 0
+    partition.log.close()
 
 
 # -- snapshots and expiry ------------------------------------------------------------------------
