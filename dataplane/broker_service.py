@@ -18,7 +18,7 @@ from typing import Any
 import grpc
 
 from dataplane.metrics import NodeMetrics
-from dataplane.partition import IsrChange, NotLeader, Partition
+from dataplane.partition import ON_APPEND, IsrChange, NotLeader, Partition
 from dataplane.replica_manager import ReplicaManager
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.replication import validate_topic_name
@@ -58,7 +58,7 @@ def wait_until(
 ) -> None:
     """Wait until ``done()`` or the deadline, woken by any of ``partitions``: by any change,
     or with ``high_watermarks`` (one per partition) by one of role, epoch or ISR and once the
-    high watermark reaches its mark."""
+    high watermark reaches its mark (``ON_APPEND``: on appends; see ``Partition.add_waiter``)."""
     event = threading.Event()
     for n, partition in enumerate(partitions):
         partition.add_waiter(event, None if high_watermarks is None else high_watermarks[n])
@@ -270,7 +270,9 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
                 answer, size_bytes, _ = self._read_all(request)
                 return size_bytes >= max(request.min_bytes, 1) or _any_error(answer.response)
 
-            wait_until(hosted, deadline, done)
+            # a follower waits for appends; the high watermark it learns on its next fetch
+            marks = [ON_APPEND] * len(hosted) if request.replica_id >= 0 else None
+            wait_until(hosted, deadline, done, marks)
         kind = "fetch_follower" if request.replica_id >= 0 else "fetch_consumer"
         self.metrics.request_latency.labels(kind).observe(time.perf_counter() - started)
         return answer

@@ -68,6 +68,7 @@ from raftlog.log import AppendInfo, Log
 log = logging.getLogger(__name__)
 HIGH_WATERMARK_CHECKPOINT = "high-watermark-checkpoint"
 NO_LEADER = -1
+ON_APPEND = -1  # add_waiter: wake on appends (and role, epoch, ISR), not high watermark moves
 ISR_RETRY_BACKOFF_MS = 500
 # Kafka's producer.id.expiration.check.interval.ms (or producer.id.expiration.ms if shorter)
 PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS = 600_000
@@ -163,8 +164,9 @@ class Partition:
 
     # -- waiting -------------------------------------------------------------------------------
     def add_waiter(self, event: threading.Event, high_watermark: int | None = None) -> None:
-        """Set ``event`` on changes: all of them, or with ``high_watermark`` only on those of
-        role, epoch or ISR and once the high watermark reaches it."""
+        """Set ``event`` on changes: all of them; or with ``high_watermark`` only on those of
+        role, epoch or ISR and once the high watermark reaches it; or with ``ON_APPEND`` (a
+        follower's fetch) on those and on appends, not on high watermark moves."""
         with self._lock:
             self._waiters[event] = high_watermark
 
@@ -172,15 +174,17 @@ class Partition:
         with self._lock:
             self._waiters.pop(event, None)
 
-    def _wake(self, everyone: bool = True) -> None:
+    def _wake(self, everyone: bool = True, appended: bool = False) -> None:
         """Wake the waiters; after an append or a high watermark move (``everyone`` False) not
-        the acks=all produces still short of it: with five in flight, each append and each
-        follower fetch woke all five to find nothing to answer."""
+        the acks=all produces still short of it (with five in flight, each append and each
+        follower fetch woke all five to find nothing to answer), and after a high watermark
+        move not the followers' fetches (each woke the other follower's parked fetch to read
+        nothing new)."""
         if self._sequence_waiters:
             self._sequenced.notify_all()
         hw = self.high_watermark
         for event, target in self._waiters.items():
-            if everyone or target is None or target <= hw:
+            if everyone or target is None or (appended if target == ON_APPEND else target <= hw):
                 event.set()
 
     # -- role changes ----------------------------------------------------------------------------
@@ -310,7 +314,7 @@ class Partition:
                     finally:
                         self._sequence_waiters -= 1
             self._maybe_advance_hw()
-            self._wake(everyone=False)  # fetches wait for data; produces for the watermark
+            self._wake(everyone=False, appended=True)  # fetches: data; produces: the watermark
             return info, self.leader_epoch
 
     def _check_writable(self, acks: int, min_insync_replicas: int) -> None:

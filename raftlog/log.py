@@ -591,6 +591,8 @@ class Log:
                     f"of {self.directory.name}"
                 )
             bound = end if max_offset is None else min(max_offset, end)
+            if offset >= bound:  # a long poll at the end asks again and again: no segment read
+                return b""
             first = max(0, bisect.bisect_right(self._base_offsets, offset) - 1)
             parts: list[bytes] = []
             remaining = max_bytes

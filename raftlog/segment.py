@@ -24,6 +24,7 @@ INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 SCAN_CHUNK_BYTES = 1024 * 1024
 LOOKUP_CHUNK_BYTES = 64 * 1024
+BATCH_ENDS_KEPT = 1024
 IOV_MAX = 1024
 MAX_RELATIVE_OFFSET = 2**31 - 1
 
@@ -75,6 +76,10 @@ class LogSegment:
         self.offset_of_max_timestamp = base_offset
         self.rolling_timestamp: int | None = None  # first batch's max timestamp (segment.ms)
         self._bytes_since_index_entry = 0
+        # next offset -> its position, after each of the last BATCH_ENDS_KEPT batches appended
+        # here: a fetch that continues where the previous one ended (a follower, a consumer at
+        # the tail) finds its batch without the index and the scan after the indexed entry
+        self._batch_ends: dict[int, int] = {}
 
     def path_for(self, file_suffix: str) -> Path:
         return self.directory / (segment_name(self.base_offset, file_suffix) + self.suffix)
@@ -194,6 +199,13 @@ class LogSegment:
 
     def translate_offset(self, offset: int) -> tuple[int, BatchHeader] | None:
         """(position, header) of the first batch whose last offset is >= ``offset``."""
+        start = self._batch_ends.get(offset)
+        if start is not None:  # the batch after one that ended at offset - 1
+            if start + HEADER_SIZE > self.size_bytes:
+                return None
+            header = read_header(os.pread(self._fd, HEADER_SIZE, start))
+            check_header(header, self.size_bytes - start)
+            return start, header
         _, start = self.offset_index.lookup(offset)
         for position, header in self.iter_headers(start, chunk_bytes=LOOKUP_CHUNK_BYTES):
             if header.last_offset >= offset:
@@ -247,6 +259,7 @@ class LogSegment:
         cut the bytes of a torn write, forget the index entries and timestamps it added. A
         torn batch left in place would sit under the next append's bytes, mid-log, where
         recovery would cut everything after it."""
+        self._batch_ends.clear()
         offsets, times, self.max_timestamp, self.offset_of_max_timestamp = state[:4]
         self.rolling_timestamp, self._bytes_since_index_entry = state[4:]
         self.offset_index.truncate_entries(offsets)
@@ -264,6 +277,10 @@ class LogSegment:
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
             self._bytes_since_index_entry = 0
         self._bytes_since_index_entry += size_bytes
+        ends = self._batch_ends
+        ends[last_offset + 1] = position + size_bytes
+        if len(ends) > BATCH_ENDS_KEPT:
+            del ends[next(iter(ends))]  # the oldest: dicts keep insertion order
 
     def _observe_timestamp(self, timestamp: int, offset: int) -> None:
         if timestamp > self.max_timestamp:
@@ -325,6 +342,7 @@ class LogSegment:
             return 0
         position, header = found
         dropped = self.size_bytes - position
+        self._batch_ends.clear()
         os.ftruncate(self._fd, position)
         os.lseek(self._fd, position, os.SEEK_SET)
         self.size_bytes = position

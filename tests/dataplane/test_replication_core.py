@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from dataplane import replica_state as rs
 from dataplane.fetcher import apply_fetched
-from dataplane.partition import Partition
+from dataplane.partition import ON_APPEND, Partition
 from metadata_quorum.image import PartitionRegistration
 from protos import broker_pb2 as pb
 from raftlog.errors import ErrorCode, KafkaError
@@ -132,7 +132,7 @@ def test_acks_all_waits_for_the_follower_and_the_hw_follows(tmp_path: Path) -> N
     assert values(b) == [b"x", b"y"]
 
 
-def test_an_acks_all_waiter_is_woken_at_its_high_watermark_and_by_role_changes(
+def test_waiters_are_woken_by_what_they_wait_for_and_all_by_role_changes(
     tmp_path: Path,
 ) -> None:
     clock = Clock()
@@ -140,25 +140,30 @@ def test_an_acks_all_waiter_is_woken_at_its_high_watermark_and_by_role_changes(
     a.make_leader(registration(1, 0, (1, 2)))
     b.make_follower(registration(1, 0, (1, 2)))
     fetcher, first, second = threading.Event(), threading.Event(), threading.Event()
-    a.add_waiter(fetcher)  # a fetch long poll: every change
+    follower = threading.Event()
+    a.add_waiter(fetcher)  # a consumer's fetch long poll: every change
+    a.add_waiter(follower, ON_APPEND)  # a follower's: appends
     a.add_waiter(first, high_watermark=2)  # acks=all produces of two batches
     a.add_waiter(second, high_watermark=3)
     a.append_as_leader(batch(b"x", b"y"), acks=-1, min_insync_replicas=2)
     a.append_as_leader(batch(b"z"), acks=-1, min_insync_replicas=2)
-    assert fetcher.is_set() and not first.is_set() and not second.is_set()
+    assert fetcher.is_set() and follower.is_set()
+    assert not first.is_set() and not second.is_set()
+    follower.clear()
     fetch_round(b, a)
     fetch_round(b, a)  # acknowledges all three records
     assert a.high_watermark == 3 and first.is_set() and second.is_set()
+    assert not follower.is_set(), "a high watermark move brings a follower nothing to copy"
 
     for event in (fetcher, first, second):
         event.clear()
     a.append_as_leader(batch(b"w"), acks=-1, min_insync_replicas=2)
     a.add_waiter(first, high_watermark=4)
+    follower.clear()
     a.make_follower(registration(2, 1, (1, 2)))  # leadership moved: every waiter answers
-    assert first.is_set()
-    a.remove_waiter(first)
-    a.remove_waiter(second)
-    a.remove_waiter(fetcher)
+    assert first.is_set() and follower.is_set()
+    for event in (first, second, fetcher, follower):
+        a.remove_waiter(event)
 
 
 def test_a_returning_leader_truncates_what_it_never_replicated(tmp_path: Path) -> None:

@@ -126,6 +126,25 @@ def test_truncate_to_drops_whole_batches(tmp_path: Path) -> None:
     reopened.close()
 
 
+def test_reads_that_continue_where_a_batch_ended_agree_with_the_index(tmp_path: Path) -> None:
+    """The segment remembers where each batch it appended ends (a follower's or a tail
+    consumer's next fetch starts there); what it reads from there is what the index finds in
+    the same files reopened, also after a truncation rewrote the tail with other sizes."""
+    log = open_log(tmp_path, **{"segment.bytes": 8192, "index.interval.bytes": 1024})
+    for n in range(30):
+        log.append(make_batch(values_of(1 + n % 4, size=150)), leader_epoch=0)
+    log.truncate_to(55)
+    for n in range(12):
+        log.append(make_batch(values_of(1 + n % 3, size=90, tag="w")), leader_epoch=1)
+    end = log.log_end_offset
+    remembered = [log.read(offset, 700) for offset in range(end + 1)]
+    log.close()
+    reopened = open_log(tmp_path, **{"segment.bytes": 8192, "index.interval.bytes": 1024})
+    assert [reopened.read(offset, 700) for offset in range(end + 1)] == remembered
+    assert remembered[-1] == b"" and all(remembered[:-1])
+    reopened.close()
+
+
 def test_offsets_for_time(tmp_path: Path) -> None:
     log = open_log(tmp_path, **{"segment.bytes": 2048, "index.interval.bytes": 300})
     for n in range(30):
