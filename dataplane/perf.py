@@ -36,6 +36,7 @@ MAX_LATENCY_SAMPLES = 500_000
 MAX_ERROR_SAMPLES = 5
 PROGRESS_EVERY_RECORDS = 1000
 POLL_TIMEOUT_MS = 200
+THROTTLE_MIN_SLEEP_S = 0.002  # Kafka ThroughputThrottler MIN_SLEEP_NS
 Acks = Literal[0, 1, -1, "all"]
 CompressionType = Literal["none", "gzip", "snappy", "lz4", "zstd"]
 Progress = Callable[[int], None]  # called with the records done so far
@@ -184,9 +185,11 @@ class _Recorder:
 
 def _throttle(start: float, sent: int, throughput_per_s: float, clock: Callable[[], float]) -> None:
     """Sleep until record ``sent`` is due at ``throughput_per_s`` > 0 (a rate cap, not a
-    sync)."""
+    sync), once it is at least ``THROTTLE_MIN_SLEEP_S`` ahead, as Kafka's ThroughputThrottler:
+    a sleep per record (16 us apart at 62,000 a second) cost the sending process ~2 us a record
+    and handed the GIL to the sender thread each time."""
     ahead_s = start + sent / throughput_per_s - clock()
-    if ahead_s > 0:
+    if ahead_s >= THROTTLE_MIN_SLEEP_S:
         time.sleep(ahead_s)
 
 

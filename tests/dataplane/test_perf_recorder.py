@@ -1,14 +1,16 @@
-"""The perf tool's latency recorder: one callback per batch, each record's own latency."""
+"""The perf tool's latency recorder (one callback per batch, each record's own latency) and its
+rate cap."""
 
 from __future__ import annotations
 
 import itertools
+import time
 
 import pytest
 
 from dataplane.client._record_future import BatchResult, RecordFuture
 from dataplane.client._types import TopicPartition
-from dataplane.perf import _Recorder
+from dataplane.perf import THROTTLE_MIN_SLEEP_S, _Recorder, _throttle
 from raftlog.errors import ErrorCode, KafkaError
 
 TP = TopicPartition("t", 0)
@@ -111,3 +113,20 @@ def test_beyond_the_sample_cap_every_nth_acknowledged_record_is_sampled(
     recorder.finish()
     assert recorder.acked == 12
     assert [round(1000 - ms) for ms in recorder.samples_ms] == [2, 5, 8, 11]
+
+
+def test_the_rate_cap_sleeps_only_once_it_is_a_minimum_sleep_ahead(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    slept: list[float] = []
+    monkeypatch.setattr(time, "sleep", slept.append)  # dataplane.perf calls time.sleep
+    clock = Clock()
+    rate = 10_000.0  # one record every 0.1 ms
+    due_soon = int(THROTTLE_MIN_SLEEP_S * rate) - 1
+    _throttle(0.0, due_soon, rate, clock)
+    assert slept == [], "a record due in less than the minimum sleep goes at once"
+    _throttle(0.0, due_soon + 11, rate, clock)
+    assert slept == [pytest.approx((due_soon + 11) / rate)]
+    clock.now = 1.0
+    _throttle(0.0, 5_000, rate, clock)  # behind: catches up without sleeping
+    assert len(slept) == 1
