@@ -1,4 +1,5 @@
-"""gRPC's own cost per megabyte: unary calls against a bidirectional stream (127.0.0.61, reserved).
+"""gRPC's own cost per megabyte and per call: unary calls against a bidirectional stream
+(127.0.0.61, reserved).
 
 ``python -m bench.grpc_bench --out bench/results/latest.json [--quick]``
 
@@ -13,9 +14,12 @@ it: a server process whose handler answers ``b"ok"`` to 1 MB messages of random 
   messages unanswered.
 
 Each mode reports MB/s and the CPU seconds per MB of the client and of the server process
-(``getrusage`` / ``/proc/<pid>/stat``), both with the node's malloc settings. Options the
-gRPC channel takes (``grpc.http2.max_frame_size``, ``grpc.http2.lookahead_bytes``, TCP read
-chunk sizes) changed nothing measurable here and are not in it.
+(``getrusage`` / ``/proc/<pid>/stat``), both with the node's malloc settings; then the same
+with 100-byte messages, calls per second and CPU µs per call: the fixed cost of a request,
+which a broker pays per produce request and per follower fetch however few records they
+carry. Options the gRPC channel takes (``grpc.http2.max_frame_size``,
+``grpc.http2.lookahead_bytes``, TCP read chunk sizes) changed nothing measurable here and are
+not in it.
 """
 
 from __future__ import annotations
@@ -44,6 +48,8 @@ HOST = "127.0.0.61"
 MESSAGE_BYTES = 1_000_000
 IN_FLIGHT = 5
 MESSAGES = {"full": 1000, "quick": 20}
+SMALL_MESSAGE_BYTES = 100  # per-call costs: what a request costs besides its bytes
+SMALL_MESSAGES = {"full": 4000, "quick": 200}
 WARMUP_MESSAGES = 20
 SERVICE = "bench.Transport"
 OPTIONS = [
@@ -129,44 +135,68 @@ def _process_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def measure(messages: int) -> dict[str, Any]:
+def _timed(mode: str, payload: bytes, messages: int) -> tuple[float, float, float]:
+    """(seconds, client CPU s, server CPU s) of ``messages`` calls of ``mode`` against a fresh
+    server process, after a warm-up."""
+    server = subprocess.Popen(
+        [sys.executable, "-c", "from bench.grpc_bench import serve; serve()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert server.stdout is not None and server.stdin is not None
+        port = int(server.stdout.readline())  # printed once it listens
+        channel = grpc.insecure_channel(f"{HOST}:{port}", options=OPTIONS)
+        try:
+            MODES[mode](channel, payload, WARMUP_MESSAGES)
+            client_before, server_before = _process_cpu_s(), cpu_seconds(server.pid)
+            started = time.perf_counter()
+            MODES[mode](channel, payload, messages)
+            seconds = time.perf_counter() - started
+            return (
+                seconds,
+                _process_cpu_s() - client_before,
+                cpu_seconds(server.pid) - server_before,
+            )
+        finally:
+            channel.close()
+    finally:
+        if server.stdin is not None:
+            server.stdin.close()
+        try:
+            server.wait(timeout=SERVER_START_S)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def measure(messages: int, small_messages: int = 0) -> dict[str, Any]:
+    """Per MB with ``messages`` 1 MB messages; per call with ``small_messages`` of
+    ``SMALL_MESSAGE_BYTES`` (0: not measured)."""
     tune_malloc()
     payload = os.urandom(MESSAGE_BYTES)
     figures: dict[str, Any] = {"message_bytes": MESSAGE_BYTES, "in_flight": IN_FLIGHT}
-    for mode, run in MODES.items():
-        server = subprocess.Popen(
-            [sys.executable, "-c", "from bench.grpc_bench import serve; serve()"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        try:
-            assert server.stdout is not None and server.stdin is not None
-            port = int(server.stdout.readline())  # printed once it listens
-            channel = grpc.insecure_channel(f"{HOST}:{port}", options=OPTIONS)
-            try:
-                run(channel, payload, WARMUP_MESSAGES)
-                client_before, server_before = _process_cpu_s(), cpu_seconds(server.pid)
-                started = time.perf_counter()
-                run(channel, payload, messages)
-                seconds = time.perf_counter() - started
-                client_cpu = _process_cpu_s() - client_before
-                server_cpu = cpu_seconds(server.pid) - server_before
-            finally:
-                channel.close()
-            megabytes = messages * MESSAGE_BYTES / 1e6
-            figures[mode] = {
-                "messages": messages,
-                "mb_per_s": round(megabytes / seconds, 1),
-                "client_cpu_ms_per_mb": round(client_cpu / megabytes * 1000, 3),
-                "server_cpu_ms_per_mb": round(server_cpu / megabytes * 1000, 3),
+    for mode in MODES:
+        seconds, client_cpu, server_cpu = _timed(mode, payload, messages)
+        megabytes = messages * MESSAGE_BYTES / 1e6
+        figures[mode] = {
+            "messages": messages,
+            "mb_per_s": round(megabytes / seconds, 1),
+            "client_cpu_ms_per_mb": round(client_cpu / megabytes * 1000, 3),
+            "server_cpu_ms_per_mb": round(server_cpu / megabytes * 1000, 3),
+        }
+    if small_messages:
+        small: dict[str, Any] = {"message_bytes": SMALL_MESSAGE_BYTES}
+        for mode in MODES:
+            seconds, client_cpu, server_cpu = _timed(
+                mode, os.urandom(SMALL_MESSAGE_BYTES), small_messages
+            )
+            small[mode] = {
+                "messages": small_messages,
+                "calls_per_s": round(small_messages / seconds),
+                "client_cpu_us_per_call": round(client_cpu / small_messages * 1e6, 1),
+                "server_cpu_us_per_call": round(server_cpu / small_messages * 1e6, 1),
             }
-        finally:
-            if server.stdin is not None:
-                server.stdin.close()
-            try:
-                server.wait(timeout=SERVER_START_S)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+        figures["small"] = small
     return figures
 
 
@@ -181,12 +211,26 @@ def print_report(console: Console, figures: dict[str, Any]) -> None:
             f"{row['server_cpu_ms_per_mb']:.3f}",
         )  # fmt: skip
     console.print(table)
+    small = figures.get("small")
+    if small is None:
+        return
+    table = Table(title=f"gRPC alone: {SMALL_MESSAGE_BYTES} B messages, {IN_FLIGHT} in flight")
+    for column in ("mode", "calls/s", "client CPU µs/call", "server CPU µs/call"):
+        table.add_column(column, justify="right")
+    for mode in MODES:
+        row = small[mode]
+        table.add_row(
+            mode, f"{row['calls_per_s']:,}", f"{row['client_cpu_us_per_call']:.1f}",
+            f"{row['server_cpu_us_per_call']:.1f}",
+        )  # fmt: skip
+    console.print(table)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     def figures(workdir: Path, quick: bool, progress: Console) -> dict[str, Any]:
         progress.log(f"gRPC transport on {HOST}: unary, then a bidirectional stream")
-        return measure(MESSAGES["quick" if quick else "full"])
+        size = "quick" if quick else "full"
+        return measure(MESSAGES[size], SMALL_MESSAGES[size])
 
     return bench_main(argv, __doc__.splitlines()[0], "grpc_transport", figures, print_report)
 
