@@ -24,7 +24,7 @@ INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 SCAN_CHUNK_BYTES = 1024 * 1024
 LOOKUP_CHUNK_BYTES = 64 * 1024
-BATCH_ENDS_KEPT = 1024
+BATCH_ENDS_KEPT = 128  # a reader at the tail is a few batches behind at most
 IOV_MAX = 1024
 MAX_RELATIVE_OFFSET = 2**31 - 1
 
@@ -77,8 +77,8 @@ class LogSegment:
         self.rolling_timestamp: int | None = None  # first batch's max timestamp (segment.ms)
         self._bytes_since_index_entry = 0
         # next offset -> its position, after each of the last BATCH_ENDS_KEPT batches appended
-        # here: a fetch that continues where the previous one ended (a follower, a consumer at
-        # the tail) finds its batch without the index and the scan after the indexed entry
+        # here while active: a fetch that continues where the previous one ended (a follower,
+        # a consumer at the tail) finds its batch without the index and the scan after it
         self._batch_ends: dict[int, int] = {}
 
     def path_for(self, file_suffix: str) -> Path:
@@ -357,7 +357,10 @@ class LogSegment:
         return dropped
 
     def on_roll(self) -> None:
-        """This segment stops taking appends: final time-index entry, indexes trimmed."""
+        """This segment stops taking appends: final time-index entry, indexes trimmed, the
+        remembered batch ends dropped (only the active segment keeps them: a broker with many
+        partitions and segments holds ``BATCH_ENDS_KEPT`` entries per partition)."""
+        self._batch_ends.clear()
         if self.max_timestamp >= 0 and not self.time_index.is_full:
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
         self.offset_index.trim()

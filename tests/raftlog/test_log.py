@@ -13,6 +13,7 @@ from raftlog.config import LogConfig
 from raftlog.errors import ErrorCode, KafkaError
 from raftlog.log import CLEAN_SHUTDOWN_MARKER, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Log
 from raftlog.records import decode_batch, iter_records
+from raftlog.segment import BATCH_ENDS_KEPT
 from tests.raftlog.batches import BASE_TIMESTAMP_MS, ManualClock, make_batch, values_of
 
 
@@ -138,6 +139,9 @@ def test_reads_that_continue_where_a_batch_ended_agree_with_the_index(tmp_path: 
         log.append(make_batch(values_of(1 + n % 3, size=90, tag="w")), leader_epoch=1)
     end = log.log_end_offset
     remembered = [log.read(offset, 700) for offset in range(end + 1)]
+    segments = log._segments
+    assert len(segments) > 1 and not any(s._batch_ends for s in segments[:-1]), "rolled: dropped"
+    assert 0 < len(segments[-1]._batch_ends) <= BATCH_ENDS_KEPT
     log.close()
     reopened = open_log(tmp_path, **{"segment.bytes": 8192, "index.interval.bytes": 1024})
     assert [reopened.read(offset, 700) for offset in range(end + 1)] == remembered
