@@ -1,5 +1,5 @@
-"""gRPC's own cost per megabyte and per call: unary calls against a bidirectional stream
-(127.0.0.61, reserved).
+"""gRPC's own cost per megabyte and per call: unary calls against a bidirectional stream, on
+three servers (127.0.0.61, reserved).
 
 ``python -m bench.grpc_bench --out bench/results/latest.json [--quick]``
 
@@ -17,13 +17,17 @@ Each mode reports MB/s and the CPU seconds per MB of the client and of the serve
 (``getrusage`` / ``/proc/<pid>/stat``), both with the node's malloc settings; then the same
 with 100-byte messages, calls per second and CPU µs per call: the fixed cost of a request,
 which a broker pays per produce request and per follower fetch however few records they
-carry. Options the gRPC channel takes (``grpc.http2.max_frame_size``,
+carry. All of it against three servers, each its own process: the thread-pool server the brokers
+run (``sync``, the top-level figures), ``grpc.aio`` (``aio``) and ``grpc.aio`` on uvloop's event
+loop (``aio_uvloop``): the alternatives to the brokers' server, picked between by these
+numbers. Options the gRPC channel takes (``grpc.http2.max_frame_size``,
 ``grpc.http2.lookahead_bytes``, TCP read chunk sizes) changed nothing measurable here and are
 not in it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import queue
 import resource
@@ -31,7 +35,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from concurrent import futures
 from pathlib import Path
 from typing import Any
@@ -50,6 +54,7 @@ IN_FLIGHT = 5
 MESSAGES = {"full": 1000, "quick": 20}
 SMALL_MESSAGE_BYTES = 100  # per-call costs: what a request costs besides its bytes
 SMALL_MESSAGES = {"full": 4000, "quick": 200}
+SERVER_KINDS = ("sync", "aio", "aio_uvloop")  # the brokers' server first
 WARMUP_MESSAGES = 20
 SERVICE = "bench.Transport"
 OPTIONS = [
@@ -60,10 +65,22 @@ SERVER_START_S = 30.0
 
 
 # -- the server process ----------------------------------------------------------------------
-def serve() -> None:
-    """Serve the two methods on an ephemeral port of HOST, print the port, stop at stdin EOF."""
+def serve(kind: str = "sync") -> None:
+    """Serve the two methods on an ephemeral port of HOST, print the port, stop at stdin EOF.
+    ``kind``: "sync" (the brokers' thread-pool server), "aio" (``grpc.aio`` on asyncio) or
+    "aio_uvloop" (the same on uvloop's event loop)."""
     tune_malloc()
+    if kind == "sync":
+        _serve_sync()
+    else:
+        if kind == "aio_uvloop":
+            import uvloop  # noqa: PLC0415 - only this server kind needs it
 
+            uvloop.install()
+        asyncio.run(_serve_aio())
+
+
+def _serve_sync() -> None:
     def put(request: bytes, context: Any) -> bytes:
         return b"ok"
 
@@ -71,20 +88,41 @@ def serve() -> None:
         for _ in requests:
             yield b"ok"
 
-    handler = grpc.method_handlers_generic_handler(
+    server = grpc.server(futures.ThreadPoolExecutor(IN_FLIGHT + 2), options=OPTIONS)
+    server.add_generic_rpc_handlers((_handler(put, stream),))
+    port = server.add_insecure_port(f"{HOST}:0")
+    server.start()
+    print(port, flush=True)
+    sys.stdin.read()  # until the benchmark closes the pipe
+    server.stop(grace=None)
+
+
+async def _serve_aio() -> None:
+    async def put(request: bytes, context: Any) -> bytes:
+        return b"ok"
+
+    async def stream(requests: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
+        async for _ in requests:
+            yield b"ok"
+
+    server = grpc.aio.server(options=OPTIONS)
+    server.add_generic_rpc_handlers((_handler(put, stream),))
+    port = server.add_insecure_port(f"{HOST}:0")
+    await server.start()
+    print(port, flush=True)
+    # until the benchmark closes the pipe
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+    await server.stop(None)
+
+
+def _handler(put: Any, stream: Any) -> grpc.GenericRpcHandler:
+    return grpc.method_handlers_generic_handler(
         SERVICE,
         {
             "Put": grpc.unary_unary_rpc_method_handler(put),
             "Stream": grpc.stream_stream_rpc_method_handler(stream),
         },
     )
-    server = grpc.server(futures.ThreadPoolExecutor(IN_FLIGHT + 2), options=OPTIONS)
-    server.add_generic_rpc_handlers((handler,))
-    port = server.add_insecure_port(f"{HOST}:0")
-    server.start()
-    print(port, flush=True)
-    sys.stdin.read()  # until the benchmark closes the pipe
-    server.stop(grace=None)
 
 
 # -- the client ------------------------------------------------------------------------------
@@ -135,11 +173,13 @@ def _process_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _timed(mode: str, payload: bytes, messages: int) -> tuple[float, float, float]:
+def _timed(
+    server_kind: str, mode: str, payload: bytes, messages: int
+) -> tuple[float, float, float]:
     """(seconds, client CPU s, server CPU s) of ``messages`` calls of ``mode`` against a fresh
-    server process, after a warm-up."""
+    server process of ``server_kind``, after a warm-up."""
     server = subprocess.Popen(
-        [sys.executable, "-c", "from bench.grpc_bench import serve; serve()"],
+        [sys.executable, "-c", f"from bench.grpc_bench import serve; serve({server_kind!r})"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -170,13 +210,25 @@ def _timed(mode: str, payload: bytes, messages: int) -> tuple[float, float, floa
 
 
 def measure(messages: int, small_messages: int = 0) -> dict[str, Any]:
-    """Per MB with ``messages`` 1 MB messages; per call with ``small_messages`` of
-    ``SMALL_MESSAGE_BYTES`` (0: not measured)."""
+    """Per MB with ``messages`` 1 MB messages and per call with ``small_messages`` of
+    ``SMALL_MESSAGE_BYTES`` (0: not measured), against each server kind: the thread-pool
+    server's figures at the top level (the brokers' server), the others under their names."""
     tune_malloc()
-    payload = os.urandom(MESSAGE_BYTES)
     figures: dict[str, Any] = {"message_bytes": MESSAGE_BYTES, "in_flight": IN_FLIGHT}
+    for kind in SERVER_KINDS:
+        measured = _server_figures(kind, messages, small_messages)
+        if kind == "sync":
+            figures.update(measured)
+        else:
+            figures[kind] = measured
+    return figures
+
+
+def _server_figures(kind: str, messages: int, small_messages: int) -> dict[str, Any]:
+    payload = os.urandom(MESSAGE_BYTES)
+    figures: dict[str, Any] = {}
     for mode in MODES:
-        seconds, client_cpu, server_cpu = _timed(mode, payload, messages)
+        seconds, client_cpu, server_cpu = _timed(kind, mode, payload, messages)
         megabytes = messages * MESSAGE_BYTES / 1e6
         figures[mode] = {
             "messages": messages,
@@ -188,7 +240,7 @@ def measure(messages: int, small_messages: int = 0) -> dict[str, Any]:
         small: dict[str, Any] = {"message_bytes": SMALL_MESSAGE_BYTES}
         for mode in MODES:
             seconds, client_cpu, server_cpu = _timed(
-                mode, os.urandom(SMALL_MESSAGE_BYTES), small_messages
+                kind, mode, os.urandom(SMALL_MESSAGE_BYTES), small_messages
             )
             small[mode] = {
                 "messages": small_messages,
@@ -201,34 +253,37 @@ def measure(messages: int, small_messages: int = 0) -> dict[str, Any]:
 
 
 def print_report(console: Console, figures: dict[str, Any]) -> None:
-    table = Table(title=f"gRPC alone: {MESSAGE_BYTES:,} B messages, {IN_FLIGHT} in flight")
-    for column in ("mode", "MB/s", "client CPU ms/MB", "server CPU ms/MB"):
+    table = Table(
+        title=f"gRPC alone: {MESSAGE_BYTES:,} B and {SMALL_MESSAGE_BYTES} B messages, "
+        f"{IN_FLIGHT} in flight"
+    )
+    for column in (
+        "server", "mode", "MB/s", "client CPU ms/MB", "server CPU ms/MB", "calls/s",
+        "client CPU µs/call", "server CPU µs/call",
+    ):  # fmt: skip
         table.add_column(column, justify="right")
-    for mode in MODES:
-        row = figures[mode]
-        table.add_row(
-            mode, f"{row['mb_per_s']:,.1f}", f"{row['client_cpu_ms_per_mb']:.3f}",
-            f"{row['server_cpu_ms_per_mb']:.3f}",
-        )  # fmt: skip
-    console.print(table)
-    small = figures.get("small")
-    if small is None:
-        return
-    table = Table(title=f"gRPC alone: {SMALL_MESSAGE_BYTES} B messages, {IN_FLIGHT} in flight")
-    for column in ("mode", "calls/s", "client CPU µs/call", "server CPU µs/call"):
-        table.add_column(column, justify="right")
-    for mode in MODES:
-        row = small[mode]
-        table.add_row(
-            mode, f"{row['calls_per_s']:,}", f"{row['client_cpu_us_per_call']:.1f}",
-            f"{row['server_cpu_us_per_call']:.1f}",
-        )  # fmt: skip
+    for kind in SERVER_KINDS:
+        measured = figures if kind == "sync" else figures[kind]
+        for mode in MODES:
+            row, small = measured[mode], measured.get("small", {}).get(mode)
+            per_call = (
+                [f"{small['calls_per_s']:,}", f"{small['client_cpu_us_per_call']:.1f}",
+                 f"{small['server_cpu_us_per_call']:.1f}"]
+                if small is not None else ["", "", ""]
+            )  # fmt: skip
+            table.add_row(
+                kind, mode, f"{row['mb_per_s']:,.1f}", f"{row['client_cpu_ms_per_mb']:.3f}",
+                f"{row['server_cpu_ms_per_mb']:.3f}", *per_call,
+            )  # fmt: skip
     console.print(table)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     def figures(workdir: Path, quick: bool, progress: Console) -> dict[str, Any]:
-        progress.log(f"gRPC transport on {HOST}: unary, then a bidirectional stream")
+        progress.log(
+            f"gRPC transport on {HOST}: unary calls and a bidirectional stream, against the "
+            "thread-pool server, grpc.aio, and grpc.aio on uvloop"
+        )
         size = "quick" if quick else "full"
         return measure(MESSAGES[size], SMALL_MESSAGES[size])
 
