@@ -6,7 +6,9 @@ role and the replication state; the ``Log`` has its own. The arithmetic lives in
 :mod:`dataplane.replica_state`; this class is the shell around it.
 
 Anything waiting on this replica (a long-polling fetch, an acks=all produce) registers a
-``threading.Event`` and is woken on every append, high watermark move and role change.
+``threading.Event`` and is woken on every append, high watermark move and role change, as far
+as it waits for them (``add_waiter``: an acks=all produce for its high watermark, a follower's
+fetch for appends).
 
 Pipelined idempotent batches. A producer has up to five requests in flight, and gRPC serves
 concurrent calls on a pool of threads, so a batch can reach the append before the one sent just
