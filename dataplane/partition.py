@@ -48,14 +48,7 @@ from typing import NamedTuple
 from dataplane import replica_state as rs
 from dataplane.producer_state import OutOfOrderSequenceError, ProducerStates, SnapshotFiles
 from metadata_quorum.image import PartitionRegistration
-from raftlog.batch import (
-    HEADER_SIZE,
-    NO_PRODUCER_ID,
-    BatchHeader,
-    iter_batches,
-    read_header,
-    verify_batch,
-)
+from raftlog.batch import HEADER_SIZE, NO_PRODUCER_ID, iter_batches, read_header, verify_batch
 from raftlog.checkpoint import read_checkpoint, write_checkpoint
 from raftlog.epoch import UNDEFINED_EPOCH
 from raftlog.errors import (
@@ -286,35 +279,14 @@ class Partition:
         ``sequence_wait_s``: an idempotent batch whose sequence is ahead of its producer's next
         one waits up to this long for the batches in between (see the module docstring) before
         it is refused with OUT_OF_ORDER_SEQUENCE_NUMBER."""
-        header = read_header(records) if len(records) >= HEADER_SIZE else None
-        if header is not None and header.producer_id != NO_PRODUCER_ID:
-            header = verify_batch(records, 0)  # its CRC, outside the lock
-            if header.size_bytes != len(records):
-                raise InvalidRecordError("an idempotent produce carries exactly one batch")
-        deadline: float | None = None
         with self._lock:
-            while True:
-                self._check_writable(acks, min_insync_replicas)
-                if header is None or header.producer_id == NO_PRODUCER_ID:
-                    info = self.log.append(records, leader_epoch=self.leader_epoch)
-                    self._snapshot_if_rolled(info.first_offset)
-                    break
-                try:
-                    info = self._append_idempotent(records, header)
-                    break
-                except OutOfOrderSequenceError as error:
-                    now = time.monotonic()
-                    deadline = now + sequence_wait_s if deadline is None else deadline
-                    if not error.ahead or now >= deadline:
-                        # behind, or what it overtook did not come within the wait
-                        log.debug("%s: refused a batch at offset %d: %s", self.name,
-                                  self.log.log_end_offset, error.message)  # fmt: skip
-                        raise
-                    self._sequence_waiters += 1
-                    try:
-                        self._sequenced.wait(deadline - now)
-                    finally:
-                        self._sequence_waiters -= 1
+            self._check_writable(acks, min_insync_replicas)  # Kafka's order: leadership first
+            header = read_header(records) if len(records) >= HEADER_SIZE else None
+            if header is None or header.producer_id == NO_PRODUCER_ID:
+                info = self.log.append(records, leader_epoch=self.leader_epoch)
+                self._snapshot_if_rolled(info.first_offset)
+            else:
+                info = self._append_idempotent(records, acks, min_insync_replicas, sequence_wait_s)
             self._maybe_advance_hw()
             self._wake(everyone=False, appended=True)  # fetches: data; produces: the watermark
             return info, self.leader_epoch
@@ -328,11 +300,39 @@ class Partition:
                 f"{min_insync_replicas}",
             )
 
-    def _append_idempotent(self, records: bytes | memoryview, header: BatchHeader) -> AppendInfo:
-        """One verified batch with a producer id: a retry gets its original offsets, nothing
-        appended."""
-        self._maybe_expire_producers()
-        stored = self.producers.check(header)
+    def _append_idempotent(
+        self,
+        records: bytes | memoryview,
+        acks: int,
+        min_insync_replicas: int,
+        sequence_wait_s: float,
+    ) -> AppendInfo:
+        """One batch with a producer id: a retry gets its original offsets, nothing appended;
+        one ahead of its producer's sequence waits for the batches in between (the lock is
+        released while it waits, so leadership is checked again after)."""
+        header = verify_batch(records, 0)
+        if header.size_bytes != len(records):
+            raise InvalidRecordError("an idempotent produce carries exactly one batch")
+        deadline: float | None = None
+        while True:
+            self._maybe_expire_producers()
+            try:
+                stored = self.producers.check(header)
+                break
+            except OutOfOrderSequenceError as error:
+                now = time.monotonic()
+                deadline = now + sequence_wait_s if deadline is None else deadline
+                if not error.ahead or now >= deadline:
+                    # behind, or what it overtook did not come within the wait
+                    log.debug("%s: refused a batch at offset %d: %s", self.name,
+                              self.log.log_end_offset, error.message)  # fmt: skip
+                    raise
+                self._sequence_waiters += 1
+                try:
+                    self._sequenced.wait(deadline - now)
+                finally:
+                    self._sequence_waiters -= 1
+                self._check_writable(acks, min_insync_replicas)
         if stored is not None:
             return AppendInfo(
                 stored.first_offset, stored.last_offset, stored.max_timestamp, -1,

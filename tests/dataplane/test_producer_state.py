@@ -200,6 +200,23 @@ def test_a_waiting_batch_is_answered_when_leadership_moves(tmp_path: Path) -> No
     partition.log.close()
 
 
+def test_leadership_is_checked_before_the_batch_as_in_kafka(tmp_path: Path) -> None:
+    clock = Clock()
+    corrupt = bytearray(sized(5, 0, clock()))
+    corrupt[-1] ^= 0xFF  # a flipped bit in the last record: the CRC no longer holds
+    follower = replica(tmp_path / "f", 2, clock)
+    follower.make_follower(PartitionRegistration((1, 2), (1, 2), 1, 0, 0))
+    with pytest.raises(KafkaError) as raised:
+        follower.append_as_leader(bytes(corrupt), -1, 1, sequence_wait_s=60)
+    assert raised.value.error is ErrorCode.NOT_LEADER_OR_FOLLOWER
+    partition = leader(tmp_path / "l", clock)
+    with pytest.raises(KafkaError) as raised:
+        partition.append_as_leader(bytes(corrupt), -1, 1, sequence_wait_s=60)
+    assert raised.value.error is ErrorCode.CORRUPT_MESSAGE
+    follower.log.close()
+    partition.log.close()
+
+
 # -- snapshots and expiry ------------------------------------------------------------------------
 Dump = dict[int, tuple[int, tuple[BatchRange, ...]]]
 
