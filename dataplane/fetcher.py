@@ -18,7 +18,7 @@ import grpc
 
 from dataplane.partition import Partition
 from protos import broker_pb2 as pb
-from protos.wire import FetchAnswer, Records, fetch_method
+from protos.wire import FetchAnswer, Records, each_partition, fetch_method
 from raftlog.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
@@ -169,24 +169,19 @@ class FetcherThread(threading.Thread):
     def _handle(
         self, answer: FetchAnswer, sent: dict[tuple[str, int], tuple[Partition, int, int]]
     ) -> None:
-        each = iter(answer.records)
-        for topic in answer.response.topics:
-            for item in topic.partitions:
-                records = next(each)
-                entry = sent.get((topic.name, item.partition))
-                if entry is None:
-                    continue
-                partition, fetch_offset, leader_epoch = entry
-                try:
-                    error = apply_fetched(partition, fetch_offset, leader_epoch, item, records)
-                except KafkaError as failure:
-                    log.warning("%s: follower append failed: %s", partition.name, failure)
-                    error = failure.error
-                if error is not ErrorCode.NONE:
-                    log.debug(
-                        "%s: leader %d answered %s", partition.name, self.source_id, error.name
-                    )
-                    self._delay(partition)
+        for topic, item, records in each_partition(answer.response, answer.records):
+            entry = sent.get((topic.name, item.partition))
+            if entry is None:
+                continue
+            partition, fetch_offset, leader_epoch = entry
+            try:
+                error = apply_fetched(partition, fetch_offset, leader_epoch, item, records)
+            except KafkaError as failure:
+                log.warning("%s: follower append failed: %s", partition.name, failure)
+                error = failure.error
+            if error is not ErrorCode.NONE:
+                log.debug("%s: leader %d answered %s", partition.name, self.source_id, error.name)
+                self._delay(partition)
 
     def _delay(self, partition: Partition) -> None:
         with self._lock:

@@ -20,15 +20,15 @@ beside it, in message order (topic by topic, partition by partition):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import NamedTuple, TypeVar
+from collections.abc import Iterator, Sequence
+from typing import Any, NamedTuple, TypeVar
 
 import grpc
 from google.protobuf.message import DecodeError, Message
 
 from protos import broker_pb2 as pb
 
-__all__ = ["FetchAnswer", "decode", "encode", "fetch_method", "produce_method"]
+__all__ = ["FetchAnswer", "decode", "each_partition", "encode", "fetch_method", "produce_method"]
 
 M = TypeVar("M", bound=Message)
 Records = bytes | memoryview
@@ -168,6 +168,17 @@ def decode(message_type: type[M], data: bytes) -> tuple[M, list[memoryview]]:
     return skeleton, records
 
 
+def each_partition(
+    skeleton: Message, records: Sequence[Records]
+) -> Iterator[tuple[Any, Any, Records]]:
+    """(topic, partition, its records) of a skeleton and the records beside it, in message
+    order."""
+    each = iter(records)
+    for topic in skeleton.topics:  # type: ignore[attr-defined]
+        for partition in topic.partitions:
+            yield topic, partition, next(each)
+
+
 # -- BrokerService's Produce and Fetch through these ---------------------------------------------
 class FetchAnswer(NamedTuple):
     """A fetch response without its partitions' records, and those records in message order."""
@@ -177,10 +188,8 @@ class FetchAnswer(NamedTuple):
 
     def message(self) -> pb.FetchResponse:
         """The response with its records inside (a copy of each)."""
-        each = iter(self.records)
-        for topic in self.response.topics:
-            for partition in topic.partitions:
-                partition.records = bytes(next(each))
+        for _, partition, records in each_partition(self.response, self.records):
+            partition.records = bytes(records)
         return self.response
 
     def encode(self) -> bytes:

@@ -53,7 +53,7 @@ from dataplane.client._types import (
 )
 from protos import broker_pb2 as pb
 from protos import group_pb2 as gpb
-from protos.wire import FetchAnswer, Records
+from protos.wire import FetchAnswer, Records, each_partition
 from raftlog.batch import HEADER_SIZE, BatchHeader, check_header, read_header
 from raftlog.errors import ErrorCode, KafkaError
 from raftlog.records import Headers, RecordBuilder, decode_batch_as
@@ -861,17 +861,14 @@ class Consumer(Closing):
             self._cluster.invalidate()
             return False
         ok = False
-        each = iter(records)
-        for topic in response.topics:
-            for answer in topic.partitions:
-                data = next(each)
-                tp = TopicPartition(topic.name, answer.partition)
-                state = self._states.get(tp)
-                if tp not in offsets or not self._wants(tp, offsets[tp]):
-                    continue  # unassigned, paused or moved by seek since the request went out
-                assert state is not None, "a partition that wants an answer is assigned"
-                self._handle_partition(tp, state, answer, data)
-                ok = ok or answer.error_code == ErrorCode.NONE.code
+        for topic, answer, data in each_partition(response, records):
+            tp = TopicPartition(topic.name, answer.partition)
+            state = self._states.get(tp)
+            if tp not in offsets or not self._wants(tp, offsets[tp]):
+                continue  # unassigned, paused or moved by seek since the request went out
+            assert state is not None, "a partition that wants an answer is assigned"
+            self._handle_partition(tp, state, answer, data)
+            ok = ok or answer.error_code == ErrorCode.NONE.code
         return ok
 
     def _handle_partition(

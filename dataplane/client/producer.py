@@ -221,7 +221,7 @@ class Producer(Closing):
             available = self._cluster.snapshot().available_partitions(topic)
             chosen = self._sticky.on_new_batch(topic, chosen, available, count)
             result = self._accumulator.append(
-                TopicPartition(topic, chosen), record, max_block_s=max_block_s, size=size
+                known[chosen], record, max_block_s=max_block_s, size=size
             )
         if result.batch_full or result.new_batch:
             self._sender.wakeup()

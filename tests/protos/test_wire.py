@@ -110,3 +110,16 @@ def test_records_given_beside_a_skeleton_must_match_its_partitions() -> None:
 def test_broken_bytes_raise_decode_error(data: bytes) -> None:
     with pytest.raises(DecodeError):
         wire.decode(pb.FetchResponse, data)
+
+
+def test_each_partition_pairs_partitions_with_their_records_in_message_order() -> None:
+    skeleton = pb.FetchResponse(topics=[
+        pb.FetchTopicResponse(name="a", partitions=[
+            pb.FetchPartitionResponse(partition=0), pb.FetchPartitionResponse(partition=1),
+        ]),
+        pb.FetchTopicResponse(name="b", partitions=[pb.FetchPartitionResponse(partition=0)]),
+    ])  # fmt: skip
+    pairs = [
+        (t.name, p.partition, r) for t, p, r in wire.each_partition(skeleton, [b"1", b"2", b"3"])
+    ]
+    assert pairs == [("a", 0, b"1"), ("a", 1, b"2"), ("b", 0, b"3")]
