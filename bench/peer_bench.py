@@ -13,8 +13,10 @@ cluster on 127.0.0.11-13, each from its Python client (nats-py; raftlog's gRPC c
    records offered at that steady rate for ``LATENCY_SECONDS``, each one's time from send to
    acknowledgement: p50, p99, p999.
 
-Every measured run of either system starts with the heap set up before it frozen
-(``frozen_heap``), as long-running Python services do after start-up.
+Every measured run of either system starts the same way (``measured_run``): the page cache's
+dirty data written back to the disk (``os.sync``), so no run pays for the writeback of what the
+runs before it wrote, and the heap set up before it frozen (``frozen_heap``), as long-running
+Python services do after start-up.
 4. Leader failover: SIGKILL the leader of the written partition (raftlog) / of the stream
    (JetStream) under a writer sending one record at a time; seconds until the first write sent
    after the kill is acknowledged. The killed node is started again after each round.
@@ -261,6 +263,25 @@ async def nats_latency(js: JetStreamContext, rate_per_s: float, seconds: float) 
 
 
 @contextmanager
+def measured_run() -> Iterator[None]:
+    """The start of every measured run of either system: nothing dirty in the page cache, and
+    the heap frozen (``frozen_heap``).
+
+    Without the ``os.sync``, a run paid for the writes of the runs before it. The kernel keeps
+    written data dirty in the page cache until it is 30 s old (``vm.dirty_expire_centisecs``)
+    or the dirty data passes ``vm.dirty_background_ratio`` (~2.3 GB here), and then writes it
+    back while the next run goes on. Seen here in 10 s runs at half saturation, one after
+    another: the first one's p99 14-27 ms, the ones after it 90-900 ms. In those, a segment's
+    ``writev`` blocked up to ~400 ms in the kernel with the partition's lock held, and reads
+    of pages under writeback waited too (``/proc/<pid>/task/*/stack``: page locks, writeback
+    throttling ``wbt_wait``, the discard a rename issues on this ``discard``-mounted ext4).
+    Both systems get the same start."""
+    os.sync()
+    with frozen_heap():
+        yield
+
+
+@contextmanager
 def frozen_heap() -> Iterator[None]:
     """Move every object alive now out of the garbage collector's sight (``gc.freeze``) for the
     block, as long-running Python services do after start-up: a full collection then walks
@@ -340,17 +361,17 @@ async def run_jetstream(
     try:
         await _create_stream(js)
         console.log(f"JetStream produce: {records:,} records of {RECORD_BYTES} B")
-        with frozen_heap():
+        with measured_run():
             produced = await nats_produce(js, records)
         console.log(f"JetStream consume x{CONSUME_PASSES}")
         passes = []
         for n in range(CONSUME_PASSES):
-            with frozen_heap():
+            with measured_run():
                 passes.append(await nats_consume(js, produced["records"], f"bench-reader-{n}"))
         consumed = _median_pass(passes)
         rate = produced["records_per_s"] * LATENCY_LOAD
         console.log(f"JetStream latency at {rate:,.0f} records/s")
-        with frozen_heap():
+        with measured_run():
             latency = await nats_latency(js, rate, LATENCY_SECONDS[size])
         console.log(f"JetStream failover x{rounds}")
         failover = [round(await nats_failover(cluster, js), 3) for _ in range(rounds)]
@@ -406,12 +427,12 @@ def run_raftlog(
 ) -> dict[str, Any]:
     create_topic(cluster, TOPIC, 1)  # min.insync.replicas 2, RF 3, once it has a leader
     console.log(f"raftlog produce: {records:,} records of {RECORD_BYTES} B")
-    with frozen_heap():
+    with measured_run():
         produced = run_produce_perf(cluster.bootstrap_servers, TOPIC, records, RECORD_BYTES)
     console.log(f"raftlog consume x{CONSUME_PASSES}")
     passes = []
     for _ in range(CONSUME_PASSES):
-        with frozen_heap():
+        with measured_run():
             done = run_consume_perf(cluster.bootstrap_servers, TOPIC, produced.records)
         passes.append({
             "records": done.records,
@@ -422,7 +443,7 @@ def run_raftlog(
     consumed = _median_pass(passes)
     rate = produced.records_per_s * LATENCY_LOAD
     console.log(f"raftlog latency at {rate:,.0f} records/s")
-    with frozen_heap():
+    with measured_run():
         steady = run_produce_perf(
             cluster.bootstrap_servers, TOPIC, max(1, int(rate * LATENCY_SECONDS[size])),
             RECORD_BYTES, throughput_per_s=rate,
