@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import os
 import threading
 import time
 import uuid
@@ -56,7 +57,9 @@ from raftlog.segment import (
     MAX_RELATIVE_OFFSET,
     AppendedBatch,
     LogSegment,
+    ReadPlan,
     RecoveryResult,
+    read_planned,
 )
 
 CLEAN_SHUTDOWN_MARKER = ".clean-shutdown"
@@ -66,6 +69,10 @@ PARTITION_METADATA = "partition.metadata"
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
+# One read takes a descriptor per segment it reads from (``LogSegment.plan_read``): a read with
+# a large max_bytes over tiny segments stops here, and the reader asks again (Kafka reads from
+# one segment a time)
+READ_SEGMENTS_MAX = 16
 
 
 _P = ParamSpec("_P")
@@ -594,21 +601,37 @@ class Log:
             if offset >= bound:  # a long poll at the end asks again and again: no segment read
                 return b""
             first = max(0, bisect.bisect_right(self._base_offsets, offset) - 1)
-            parts: list[bytes] = []
+            plans: list[ReadPlan] = []
             remaining = max_bytes
             for segment in self._segments[first:]:
-                data, reached_end = segment.read(
+                plan = segment.plan_read(
                     max(offset, segment.base_offset),
                     remaining,
                     bound,
-                    min_one_batch=min_one_batch and not parts,
+                    min_one_batch=min_one_batch and not plans,
                 )
+                if isinstance(plan, bool):
+                    if plan and remaining > 0:
+                        continue  # nothing of it here: the next segment
+                    break
+                plans.append(plan)
+                remaining -= plan.length
+                if not plan.ends_segment or remaining <= 0 or len(plans) == READ_SEGMENTS_MAX:
+                    break
+        # The reads themselves without the lock (Kafka reads a snapshot of its segments the
+        # same way): a read blocked on a page under writeback held up every append here.
+        parts: list[bytes] = []
+        try:
+            while plans:
+                data, reached_end = read_planned(plans.pop(0), bound)
                 if data:
                     parts.append(data)
-                    remaining -= len(data)
-                if not reached_end or remaining <= 0:
+                if not reached_end:
                     break
-            return parts[0] if len(parts) == 1 else b"".join(parts)
+        finally:
+            for plan in plans:
+                os.close(plan.fd)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def offsets_for_time(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record whose timestamp is >= ``timestamp``, as Kafka's

@@ -14,6 +14,7 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from raftlog.batch import HEADER_SIZE, BatchHeader, check_header, compute_crc, read_header
 from raftlog.errors import CorruptRecordError
@@ -295,32 +296,28 @@ class LogSegment:
         )
 
     # -- reading ---------------------------------------------------------------------------
-    def read(
+    def plan_read(
         self, offset: int, max_bytes: int, max_offset: int, *, min_one_batch: bool
-    ) -> tuple[bytes, bool]:
-        """Whole batches from the one containing ``offset``, at most ``max_bytes`` of them unless
-        ``min_one_batch`` and the first is larger; only batches ending below ``max_offset``.
-        Also says whether the read reached the segment's end (the caller may go on)."""
+    ) -> ReadPlan | bool:
+        """Where the batches from the one containing ``offset`` lie, for :func:`read_planned`
+        to read without the log's lock: at most ``max_bytes`` unless ``min_one_batch`` and the
+        first batch is larger. Nothing to read: whether this segment is done with (the caller
+        may go on to the next), as a bool."""
         found = self.translate_offset(offset)
         if found is None:
-            return b"", True
+            return True
         position, first = found
         if first.last_offset >= max_offset:
-            return b"", False
-        if first.size_bytes > max_bytes:
-            if not min_one_batch:
-                return b"", False
-            data = os.pread(self._fd, first.size_bytes, position)
-            return data, position + len(data) == self.size_bytes
-        data = os.pread(self._fd, min(max_bytes, self.size_bytes - position), position)
-        end = 0
-        while len(data) - end >= HEADER_SIZE:
-            header = read_header(data, end)
-            if end + header.size_bytes > len(data) or header.last_offset >= max_offset:
-                break
-            end += header.size_bytes
-        reached_end = position + end == self.size_bytes
-        return (data if end == len(data) else data[:end]), reached_end
+            return False
+        whole_first = first.size_bytes > max_bytes
+        if whole_first and not min_one_batch:
+            return False
+        length = first.size_bytes if whole_first else min(max_bytes, self.size_bytes - position)
+        # A descriptor of its own: the segment may be deleted or closed (retention, compaction,
+        # shutdown) before the read, and its number then reused by another file.
+        return ReadPlan(
+            os.dup(self._fd), position, length, position + length == self.size_bytes, whole_first
+        )
 
     def read_raw(self, position: int, size_bytes: int) -> bytes:
         return os.pread(self._fd, size_bytes, position)
@@ -400,6 +397,39 @@ class LogSegment:
     def largest_timestamp_ms(self) -> int:
         """What retention.ms compares: the largest record timestamp, or the file's mtime."""
         return self.max_timestamp if self.max_timestamp >= 0 else self.last_modified_ms()
+
+
+class ReadPlan(NamedTuple):
+    """A range of a segment to read: a duplicate of its descriptor, which the read closes."""
+
+    fd: int
+    position: int
+    length: int
+    ends_segment: bool  # the range reached the segment's end when it was planned
+    whole_first: bool  # the range is the first batch alone (larger than max_bytes)
+
+
+def read_planned(plan: ReadPlan, max_offset: int) -> tuple[bytes, bool]:
+    """Read a planned range (no lock held: a read that waits for a page under writeback holds
+    up no append) and keep its whole batches that end below ``max_offset``; also whether that
+    reached the segment's end. Bytes a concurrent truncation took are not returned: a batch
+    cut short ends the read."""
+    try:
+        data = os.pread(plan.fd, plan.length, plan.position)
+    finally:
+        os.close(plan.fd)
+    if plan.whole_first:
+        if len(data) < plan.length:
+            return b"", False
+        return data, plan.ends_segment
+    end = 0
+    while len(data) - end >= HEADER_SIZE:
+        header = read_header(data, end)
+        if end + header.size_bytes > len(data) or header.last_offset >= max_offset:
+            break
+        end += header.size_bytes
+    reached_end = plan.ends_segment and end == plan.length
+    return (data if end == len(data) else data[:end]), reached_end
 
 
 def _write_all(fd: int, chunks: Sequence[bytes | memoryview]) -> int:

@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import os
 import struct
+import threading
 import uuid
 from pathlib import Path
 
 import pytest
 
+import raftlog.log as log_module
 from raftlog.batch import HEADER_SIZE, compute_crc, read_header, verify_batch
 from raftlog.config import LogConfig
 from raftlog.errors import ErrorCode, KafkaError
 from raftlog.log import CLEAN_SHUTDOWN_MARKER, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Log
 from raftlog.records import decode_batch, iter_records
-from raftlog.segment import BATCH_ENDS_KEPT
+from raftlog.segment import BATCH_ENDS_KEPT, ReadPlan, read_planned
 from tests.raftlog.batches import BASE_TIMESTAMP_MS, ManualClock, make_batch, values_of
+
+WAIT_S = 10.0
 
 
 def open_log(path: Path, clock: ManualClock | None = None, /, **config: object) -> Log:
@@ -125,6 +130,85 @@ def test_truncate_to_drops_whole_batches(tmp_path: Path) -> None:
     reopened = open_log(tmp_path)
     assert (reopened.log_start_offset, reopened.log_end_offset) == (500, 501)
     reopened.close()
+
+
+class _HeldRead:
+    """Replaces ``raftlog.log.read_planned``: the first planned read waits until released, so a
+    test can act while a read is between its plan (under the log's lock) and its bytes."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.entered, self.release = threading.Event(), threading.Event()
+        self._real = read_planned
+        monkeypatch.setattr(log_module, "read_planned", self)
+
+    def __call__(self, plan: ReadPlan, max_offset: int) -> tuple[bytes, bool]:
+        if not self.entered.is_set():
+            self.entered.set()
+            assert self.release.wait(WAIT_S), "the test never released the read"
+        return self._real(plan, max_offset)
+
+    def start(self, log: Log, offset: int) -> tuple[threading.Thread, list[bytes]]:
+        got: list[bytes] = []
+        reader = threading.Thread(target=lambda: got.append(log.read(offset, 1 << 20)))
+        reader.start()
+        assert self.entered.wait(WAIT_S), "the read did not reach its planned read"
+        return reader, got
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_read_holds_no_lock_while_it_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bytes are read without the log's lock: an append goes on while a read waits (a read
+    of a page under writeback blocked in the kernel for hundreds of ms, appends behind it)."""
+    log = open_log(tmp_path)
+    log.append(make_batch(values_of(5)), leader_epoch=0)
+    held = _HeldRead(monkeypatch)
+    reader, got = held.start(log, 0)
+    appender = threading.Thread(target=lambda: log.append(make_batch(values_of(3)), leader_epoch=0))
+    appender.start()
+    appender.join(WAIT_S)
+    assert not appender.is_alive(), "the append waited for the read"
+    assert log.log_end_offset == 8
+    held.release.set()
+    reader.join(WAIT_S)
+    assert [r.offset for r in iter_records(got[0])] == list(range(5)), "what was planned"
+    log.close()
+
+
+@pytest.mark.parametrize("change", ["retention", "close"])
+def test_a_read_survives_its_segment_going_away(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
+    """A planned read has a descriptor of its own: retention deleting the segment or the log
+    closing meanwhile neither fails the read nor points it at another file; and no descriptor
+    is left open after it."""
+    baseline = _open_fds()
+    log = open_log(tmp_path, **{"segment.bytes": 2048, "retention.bytes": 1})
+    for _ in range(6):
+        log.append(make_batch(values_of(4, size=200)), leader_epoch=0)
+    assert log.segment_count > 2
+    held = _HeldRead(monkeypatch)
+    reader, got = held.start(log, 0)
+    if change == "retention":
+        assert log.delete_old_segments() > 0
+        assert log.log_start_offset > 0
+    else:
+        log.close()
+    reopened = [os.open(tmp_path / f"other-{n}", os.O_RDWR | os.O_CREAT) for n in range(8)]
+    try:  # descriptor numbers the segments freed, now other files
+        held.release.set()
+        reader.join(WAIT_S)
+    finally:
+        for fd in reopened:
+            os.close(fd)
+    assert [r.offset for r in iter_records(got[0])][:4] == [0, 1, 2, 3]
+    if change == "retention":
+        log.close()
+    assert _open_fds() == baseline, "the read's descriptors are closed, the segments' too"
 
 
 def test_reads_that_continue_where_a_batch_ended_agree_with_the_index(tmp_path: Path) -> None:
