@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import struct
+import threading
 from collections import deque
 from collections.abc import ItemsView, Iterable
 from dataclasses import dataclass, field
@@ -235,6 +236,8 @@ class SnapshotFiles:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
+        self._lock = threading.Lock()
+        self._unsynced: set[Path] = set()  # written with durable=False, not yet fsynced
 
     def path(self, offset: int) -> Path:
         return self.directory / segment_name(offset, SNAPSHOT_SUFFIX)
@@ -246,8 +249,30 @@ class SnapshotFiles:
         )
         return sorted(int(stem) for stem in stems if stem.isdigit())
 
-    def write(self, offset: int, states: ProducerStates) -> None:
-        write_atomically(self.path(offset), encode_snapshot(offset, states))
+    def write(self, offset: int, states: ProducerStates, *, durable: bool = True) -> None:
+        """``durable=False``: no fsync now (the append path on a roll, under the partition's
+        lock); :meth:`sync` does it later, off that path."""
+        path = self.path(offset)
+        write_atomically(path, encode_snapshot(offset, states), durable=durable)
+        if not durable:
+            with self._lock:
+                self._unsynced.add(path)
+
+    def sync(self) -> int:
+        """fsync the snapshots written without it, then the directory; how many there were.
+        One deleted meanwhile is skipped: only what exists needs to be durable."""
+        with self._lock:
+            pending, self._unsynced = self._unsynced, set()
+        synced = 0
+        for path in sorted(pending):
+            try:
+                fsync_path(path)
+            except FileNotFoundError:
+                continue
+            synced += 1
+        if pending:
+            fsync_path(self.directory)
+        return synced
 
     def load_latest(self, max_offset: int) -> tuple[int, ProducerStates] | None:
         """The newest valid snapshot at or below ``max_offset``: (its offset, its state). A

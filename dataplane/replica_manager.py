@@ -246,6 +246,7 @@ class ReplicaManager:
                 self._shrink_isrs(partitions, now_ms)
             for partition in partitions:
                 partition.log.maybe_flush()
+                partition.sync_snapshots()
             if now_ms >= due["hw"]:
                 due["hw"] = now_ms + HW_CHECKPOINT_INTERVAL_MS
                 self.checkpoint(partitions)

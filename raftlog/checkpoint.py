@@ -14,18 +14,23 @@ CHECKPOINT_VERSION = 0
 MAX_CHECKPOINT_ENTRIES = 1_000_000
 
 
-def write_atomically(path: Path, data: bytes) -> None:
+def write_atomically(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """Write a temporary, rename it over ``path``. ``durable``: fsync the file before the rename
+    and the directory after; without, a crash may leave the file empty or torn (for a file that
+    is a cache and checked when read, whose fsync the caller does later: ``fsync_path``)."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    fsync_path(path.parent)
+    if durable:
+        fsync_path(path.parent)
 
 
 def fsync_path(path: Path) -> None:
