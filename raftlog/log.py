@@ -602,22 +602,14 @@ class Log:
                 return b""
             first = max(0, bisect.bisect_right(self._base_offsets, offset) - 1)
             plans: list[ReadPlan] = []
-            remaining = max_bytes
-            for segment in self._segments[first:]:
-                plan = segment.plan_read(
-                    max(offset, segment.base_offset),
-                    remaining,
-                    bound,
-                    min_one_batch=min_one_batch and not plans,
+            try:
+                self._plan_reads(
+                    self._segments[first:], offset, max_bytes, bound, min_one_batch, plans
                 )
-                if isinstance(plan, bool):
-                    if plan and remaining > 0:
-                        continue  # nothing of it here: the next segment
-                    break
-                plans.append(plan)
-                remaining -= plan.length
-                if not plan.ends_segment or remaining <= 0 or len(plans) == READ_SEGMENTS_MAX:
-                    break
+            except BaseException:
+                for plan in plans:
+                    os.close(plan.fd)
+                raise
         # The reads themselves without the lock (Kafka reads a snapshot of its segments the
         # same way): a read blocked on a page under writeback held up every append here.
         parts: list[bytes] = []
@@ -632,6 +624,34 @@ class Log:
             for plan in plans:
                 os.close(plan.fd)
         return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    @staticmethod
+    def _plan_reads(
+        segments: list[LogSegment],
+        offset: int,
+        max_bytes: int,
+        bound: int,
+        min_one_batch: bool,
+        plans: list[ReadPlan],
+    ) -> None:
+        """Append to ``plans`` the ranges of ``segments`` a read from ``offset`` takes (under
+        the log's lock; ``plans`` is the caller's, so it can close what a failure left)."""
+        remaining = max_bytes
+        for segment in segments:
+            plan = segment.plan_read(
+                max(offset, segment.base_offset),
+                remaining,
+                bound,
+                min_one_batch=min_one_batch and not plans,
+            )
+            if isinstance(plan, bool):
+                if plan and remaining > 0:
+                    continue  # nothing of it here: the next segment
+                return
+            plans.append(plan)
+            remaining -= plan.length
+            if not plan.ends_segment or remaining <= 0 or len(plans) == READ_SEGMENTS_MAX:
+                return
 
     def offsets_for_time(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record whose timestamp is >= ``timestamp``, as Kafka's

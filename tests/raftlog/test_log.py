@@ -13,10 +13,10 @@ import pytest
 import raftlog.log as log_module
 from raftlog.batch import HEADER_SIZE, compute_crc, read_header, verify_batch
 from raftlog.config import LogConfig
-from raftlog.errors import ErrorCode, KafkaError
+from raftlog.errors import CorruptRecordError, ErrorCode, KafkaError
 from raftlog.log import CLEAN_SHUTDOWN_MARKER, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Log
 from raftlog.records import decode_batch, iter_records
-from raftlog.segment import BATCH_ENDS_KEPT, ReadPlan, read_planned
+from raftlog.segment import BATCH_ENDS_KEPT, LogSegment, ReadPlan, read_planned
 from tests.raftlog.batches import BASE_TIMESTAMP_MS, ManualClock, make_batch, values_of
 
 WAIT_S = 10.0
@@ -209,6 +209,33 @@ def test_a_read_survives_its_segment_going_away(
     if change == "retention":
         log.close()
     assert _open_fds() == baseline, "the read's descriptors are closed, the segments' too"
+
+
+def test_a_read_that_fails_planning_leaves_no_descriptor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failure planning a later segment (a corrupt header, say) closes the descriptors the
+    earlier plans took."""
+    baseline = _open_fds()
+    log = open_log(tmp_path, **{"segment.bytes": 2048})
+    for _ in range(6):
+        log.append(make_batch(values_of(4, size=200)), leader_epoch=0)
+    planned = _open_fds()
+    real = LogSegment.plan_read
+    calls: list[int] = []
+
+    def plan_read(segment: LogSegment, *args: object, **kwargs: object) -> ReadPlan | bool:
+        calls.append(segment.base_offset)
+        if len(calls) == 2:
+            raise CorruptRecordError("a corrupt header in the second segment")
+        return real(segment, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(LogSegment, "plan_read", plan_read)
+    with pytest.raises(CorruptRecordError):
+        log.read(0, 1 << 20)
+    assert _open_fds() == planned, "the first segment's duplicate is closed"
+    log.close()
+    assert _open_fds() == baseline
 
 
 def test_reads_that_continue_where_a_batch_ended_agree_with_the_index(tmp_path: Path) -> None:
