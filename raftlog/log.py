@@ -53,6 +53,7 @@ from raftlog.index import CorruptIndexError
 from raftlog.records import decode_batch, set_log_append_time
 from raftlog.retention import SegmentSummary, plan_retention
 from raftlog.segment import (
+    DELETED_SUFFIX,
     LOG_SUFFIX,
     MAX_RELATIVE_OFFSET,
     AppendedBatch,
@@ -250,6 +251,8 @@ class Log:
         started = time.perf_counter()
         marker = self.directory / CLEAN_SHUTDOWN_MARKER
         clean = marker.exists()
+        for leftover in self.directory.glob(f"*{DELETED_SUFFIX}"):
+            leftover.unlink()  # retention took it; a crash came before its delete
         cleaner.complete_interrupted_swaps(self.directory)
         self.recovery_point = self._read_checkpoint_or_note(RECOVERY_POINT_CHECKPOINT) or 0
         checkpointed_start = self._read_checkpoint_or_note(LOG_START_CHECKPOINT) or 0
@@ -757,9 +760,18 @@ class Log:
                 return 0
             if plan.roll_first:
                 self.roll()
-            self._delete_segments(0, plan.delete_count)
+            doomed = self._segments[: plan.delete_count]
+            for segment in doomed:
+                segment.mark_deleted()
+            del self._segments[: plan.delete_count]
+            del self._base_offsets[: plan.delete_count]
             self._set_log_start_offset(max(self._log_start_offset, self._segments[0].base_offset))
-            return plan.delete_count
+        # Closing a deleted file frees its blocks, which on a discard-mounted disk took ~0.3 s
+        # for 512 MiB here: not under the lock, where every append of the partition waits
+        # (Kafka deletes them later, on its scheduler). Readers have descriptors of their own.
+        for segment in doomed:
+            segment.delete()
+        return plan.delete_count
 
     @_io_failures
     def compact(self, *, force: bool = False) -> cleaner.CleanResult | None:

@@ -23,6 +23,7 @@ from raftlog.index import CorruptIndexError, OffsetIndex, TimeIndex
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
+DELETED_SUFFIX = ".deleted"  # a segment retention took, its blocks not yet freed
 SCAN_CHUNK_BYTES = 1024 * 1024
 LOOKUP_CHUNK_BYTES = 64 * 1024
 BATCH_ENDS_KEPT = 128  # a reader at the tail is a few batches behind at most
@@ -385,6 +386,20 @@ class LogSegment:
         self.close()
         for path in self.paths():
             path.unlink(missing_ok=True)
+
+    def mark_deleted(self) -> None:
+        """Rename the files to ``*.deleted`` (Kafka's way): gone from the log's directory at once,
+        their blocks freed by :meth:`delete` later, outside the log's lock. A log that opens
+        deletes any ``*.deleted`` file a crash left."""
+        for path in self.paths():
+            try:
+                os.rename(path, path.with_name(path.name + DELETED_SUFFIX))
+            except FileNotFoundError:
+                continue
+        self.suffix += DELETED_SUFFIX
+        self.log_path = self.path_for(LOG_SUFFIX)
+        self.offset_index.path = self.path_for(INDEX_SUFFIX)
+        self.time_index.path = self.path_for(TIME_INDEX_SUFFIX)
 
     def delete_indexes_and_close(self) -> None:
         self.close()
