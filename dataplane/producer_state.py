@@ -258,21 +258,18 @@ class SnapshotFiles:
             with self._lock:
                 self._unsynced.add(path)
 
-    def sync(self) -> int:
-        """fsync the snapshots written without it, then the directory; how many there were.
-        One deleted meanwhile is skipped: only what exists needs to be durable."""
+    def sync(self) -> None:
+        """fsync the snapshots written without it, then the directory. One deleted meanwhile
+        is skipped: only what exists needs to be durable."""
         with self._lock:
             pending, self._unsynced = self._unsynced, set()
-        synced = 0
         for path in sorted(pending):
             try:
                 fsync_path(path)
             except FileNotFoundError:
                 continue
-            synced += 1
         if pending:
             fsync_path(self.directory)
-        return synced
 
     def load_latest(self, max_offset: int) -> tuple[int, ProducerStates] | None:
         """The newest valid snapshot at or below ``max_offset``: (its offset, its state). A

@@ -66,7 +66,6 @@ class LogSegment:
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.suffix = suffix
-        self.log_path = self.path_for(LOG_SUFFIX)
         self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
         self.size_bytes = os.fstat(self._fd).st_size
         os.lseek(self._fd, self.size_bytes, os.SEEK_SET)
@@ -82,6 +81,10 @@ class LogSegment:
         # here while active: a fetch that continues where the previous one ended (a follower,
         # a consumer at the tail) finds its batch without the index and the scan after it
         self._batch_ends: dict[int, int] = {}
+
+    @property
+    def log_path(self) -> Path:
+        return self.path_for(LOG_SUFFIX)
 
     def path_for(self, file_suffix: str) -> Path:
         return self.directory / (segment_name(self.base_offset, file_suffix) + self.suffix)
@@ -397,7 +400,6 @@ class LogSegment:
             except FileNotFoundError:
                 continue
         self.suffix += DELETED_SUFFIX
-        self.log_path = self.path_for(LOG_SUFFIX)
         self.offset_index.path = self.path_for(INDEX_SUFFIX)
         self.time_index.path = self.path_for(TIME_INDEX_SUFFIX)
 
