@@ -6,7 +6,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 # Debian packages the suite needs, as "command:package" pairs; installed only when missing.
-DEB_NEEDS := iptables:iptables kcat:kcat
+DEB_NEEDS := iptables:iptables kcat:kcat perf:linux-perf
 PYTEST_WORKERS ?= 2
 
 .PHONY: help venv deps lint test test-fast demo demo-storage pipeline bench chaos clean protos cluster-up cluster-down cluster-status

@@ -21,6 +21,13 @@ Python services do after start-up.
    (JetStream) under a writer sending one record at a time; seconds until the first write sent
    after the kill is acknowledged. The killed node is started again after each round.
 
+Each system's produce run (step 1) is also sampled system-wide with ``perf record -a``
+(``bench.cpu_profile``): CPU µs per record, split by who ran (raftlog's leader, followers and
+client; JetStream's servers and client; idle) and by what ran (the copy into page-cache pages,
+other kernel work, Python, gRPC's C core, libc, CRC32C), kernel and C libraries included, which
+py-spy does not see. At 999 samples a second per CPU, perf itself took 0.19 CPU seconds in a
+6 s recording of both cores kept busy here (~1.6% of the machine).
+
 Before either system starts, the machine's limits (``bench.limits``): fio's sequential 64 KiB
 writes (fdatasync and buffered) in the work directory and iperf3 over loopback. After raftlog's
 measured runs, it produces and consumes once more while py-spy samples its brokers
@@ -59,6 +66,8 @@ from rich.console import Console
 from rich.table import Table
 
 from bench import REPO_ROOT, bench_main
+from bench.cpu_profile import CATEGORIES, breakdown, system_sampling
+from bench.cpu_profile import OTHER as OTHER_ROLE
 from bench.dataplane_bench import cluster_in, create_topic, failover_round
 from bench.limits import measure_limits, tool_version
 from bench.profiles import sampling, summarize
@@ -77,6 +86,7 @@ from raftlog.errors import ErrorCode, KafkaError
 RAFTLOG_FIRST_HOST = 11
 NATS_FIRST_HOST = 21
 RECORD_BYTES = 1024
+COPIES = 3  # the replication factor of both systems: each record is written three times
 RECORDS = {"full": 100_000, "quick": 2_000}
 FAILOVER_ROUNDS = {"full": 3, "quick": 1}
 LATENCY_SECONDS = {"full": 10.0, "quick": 1.0}
@@ -361,8 +371,13 @@ async def run_jetstream(
     try:
         await _create_stream(js)
         console.log(f"JetStream produce: {records:,} records of {RECORD_BYTES} B")
-        with measured_run():
+        with measured_run(), system_sampling(cluster.root / "produce.perf") as samples:
             produced = await nats_produce(js, records)
+        servers = [node.proc.pid for node in cluster.nodes if node.proc is not None]
+        produced["cpu"] = breakdown(
+            samples, {"servers": servers, "client": [os.getpid()]}, produced["records"],
+            produced["records"] * RECORD_BYTES * COPIES,
+        )  # fmt: skip
         console.log(f"JetStream consume x{CONSUME_PASSES}")
         passes = []
         for n in range(CONSUME_PASSES):
@@ -386,8 +401,8 @@ async def run_jetstream(
 
 
 # -- raftlog ---------------------------------------------------------------------------------------
-def _leader_and_follower(cluster: LocalCluster) -> dict[str, int]:
-    """The pids of the written partition's leader and of one follower."""
+def _replica_pids(cluster: LocalCluster) -> dict[str, list[int]]:
+    """The pids of the written partition's leader and of its followers."""
     admin = AdminClient(cluster.bootstrap_servers)
 
     def described() -> PartitionDescription | None:
@@ -402,15 +417,19 @@ def _leader_and_follower(cluster: LocalCluster) -> dict[str, int]:
         partition = wait_for(f"{TOPIC} described", described)
     finally:
         admin.close()
-    follower = next(node for node in partition.replicas if node != partition.leader)
-    pids = {"leader": cluster.pid(partition.leader), "follower": cluster.pid(follower)}
-    return {role: pid for role, pid in pids.items() if pid is not None}
+    followers = [cluster.pid(node) for node in partition.replicas if node != partition.leader]
+    leader = cluster.pid(partition.leader)
+    return {
+        "leader": [] if leader is None else [leader],
+        "followers": [pid for pid in followers if pid is not None],
+    }
 
 
 def _profiled_runs(cluster: LocalCluster, records: int, console: Console) -> dict[str, Any]:
     """Produce and consume once more with py-spy sampling the brokers. Apart from the figures
     above: sampling two brokers at 200 Hz took ~40% off the produce rate here."""
-    brokers = _leader_and_follower(cluster)
+    replicas = _replica_pids(cluster)
+    brokers = {"leader": replicas["leader"][0], "follower": replicas["followers"][0]}
     console.log(f"raftlog again, {records:,} records, py-spy on {brokers} (not in the figures)")
     with sampling(brokers, PROFILES_DIR, "produce") as produce_profiles:
         run_produce_perf(cluster.bootstrap_servers, TOPIC, records, RECORD_BYTES)
@@ -426,9 +445,11 @@ def run_raftlog(
     cluster: LocalCluster, records: int, rounds: int, size: str, console: Console
 ) -> dict[str, Any]:
     create_topic(cluster, TOPIC, 1)  # min.insync.replicas 2, RF 3, once it has a leader
+    roles = {**_replica_pids(cluster), "client": [os.getpid()]}
     console.log(f"raftlog produce: {records:,} records of {RECORD_BYTES} B")
-    with measured_run():
+    with measured_run(), system_sampling(cluster.root / "produce.perf") as samples:
         produced = run_produce_perf(cluster.bootstrap_servers, TOPIC, records, RECORD_BYTES)
+    cpu = breakdown(samples, roles, produced.records, produced.records * RECORD_BYTES * COPIES)
     console.log(f"raftlog consume x{CONSUME_PASSES}")
     passes = []
     for _ in range(CONSUME_PASSES):
@@ -458,6 +479,7 @@ def run_raftlog(
             "seconds": round(produced.seconds, 3),
             "records_per_s": round(produced.records_per_s),
             "mb_per_s": round(produced.records * RECORD_BYTES / produced.seconds / 1e6, 1),
+            "cpu": cpu,
         },
         "consume": consumed,
         "latency_at_half_saturation": _latency_section(
@@ -481,7 +503,7 @@ def run(workdir: Path, size: str, console: Console) -> dict[str, Any]:
     return {
         "record_bytes": RECORD_BYTES,
         "records": records,
-        "replication_factor": 3,
+        "replication_factor": COPIES,
         "limits": limits,
         "raftlog": {**ours, "hosts": "127.0.0.11-13", "partitions": 1, "client": "gRPC client"},
         "jetstream": {
@@ -535,12 +557,38 @@ def print_report(console: Console, figures: dict[str, Any]) -> None:
         _ratio(worst_ours, worst_peer), "", "",
     )  # fmt: skip
     console.print(table)
+    console.print(_cpu_table(ours["produce"]["cpu"], peer["produce"]["cpu"]))
     for name, profile in ours["broker_profiles"].items():
         top = ", ".join(f"{f['function']} {f['percent']}%" for f in profile["top_own"][:3])
         console.print(
             f"py-spy {name}: {profile['busy_samples']} busy samples, "
             f"{profile['per_record_codec_percent']}% under the per-record codec; top: {top}"
         )
+
+
+def _cpu_table(ours: dict[str, Any], peer: dict[str, Any]) -> Table:
+    """CPU µs per record in each system's produce run, by what ran (rows) and who (columns)."""
+    table = Table(title="where the CPU went in the produce runs: µs per record (perf record -a)")
+    table.add_column("what ran")
+    columns = [
+        (f"{system} {role}", figures)
+        for system, cpu in (("raftlog", ours), ("JetStream", peer))
+        for role, figures in cpu["roles"].items()
+        if role != OTHER_ROLE
+    ]
+    for name, _ in columns:
+        table.add_column(name, justify="right")
+    for cat in CATEGORIES:
+        cells = [figures["us_per_record_by_category"].get(cat) for _, figures in columns]
+        if any(cells):
+            table.add_row(cat, *(f"{cell:.1f}" if cell else "" for cell in cells))
+    table.add_row("all", *(f"{figures['us_per_record']:.1f}" for _, figures in columns))
+    table.caption = (
+        "page-cache writes: "
+        f"{ours['page_cache_mb_per_cpu_second'] or 0:,} MB per CPU second in raftlog's run, "
+        f"{peer['page_cache_mb_per_cpu_second'] or 0:,} in JetStream's"
+    )
+    return table
 
 
 def main(argv: Sequence[str] | None = None) -> int:
