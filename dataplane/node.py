@@ -96,6 +96,7 @@ def start_broker(config: NodeConfig, metrics: NodeMetrics) -> Broker:
         replica=ReplicaManagerConfig(
             replica_lag_time_max_ms=config.replica_lag_time_max_ms,
             log_retention_check_interval_ms=config.log_retention_check_interval_ms,
+            log_cache_tail_bytes=config.log_cache_tail_bytes,
         ),
         fetcher=FetcherConfig(
             replica_fetch_max_bytes=config.replica_fetch_max_bytes,

@@ -111,6 +111,12 @@ class NodeConfig(BaseModel):
     log_retention_check_interval_ms: int = Field(
         300_000, alias="log.retention.check.interval.ms", ge=100, le=86_400_000
     )
+    # Not a Kafka setting: the bytes at the end of each partition's log kept in the page cache;
+    # older ones are written back and dropped from it (raftlog.log.Log.release_page_cache).
+    # 0 leaves the page cache to the kernel, as Kafka does.
+    log_cache_tail_bytes: int = Field(
+        64 * 1024 * 1024, alias="log.cache.tail.bytes", ge=0, le=2**50
+    )
     # Fault injection for chaos tests, never for production: every Nth Produce request (acks 1
     # or all) is served in full and its response then never sent (0 = off). See
     # dataplane.broker_service.ProduceResponseDropper.

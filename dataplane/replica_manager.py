@@ -49,6 +49,7 @@ class TopicSettings:
 class ReplicaManagerConfig:
     replica_lag_time_max_ms: int = 30_000
     log_retention_check_interval_ms: int = 300_000
+    log_cache_tail_bytes: int = 64 * 1024 * 1024  # Log.release_page_cache; 0: the kernel's way
 
 
 class ReplicaManager:
@@ -247,6 +248,7 @@ class ReplicaManager:
             for partition in partitions:
                 partition.log.maybe_flush()
                 partition.sync_snapshots()
+                partition.log.release_page_cache(self.config.log_cache_tail_bytes)
             if now_ms >= due["hw"]:
                 due["hw"] = now_ms + HW_CHECKPOINT_INTERVAL_MS
                 self.checkpoint(partitions)

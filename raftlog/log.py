@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import logging
 import os
 import threading
 import time
@@ -57,10 +58,12 @@ from raftlog.segment import (
     LOG_SUFFIX,
     MAX_RELATIVE_OFFSET,
     AppendedBatch,
+    CachedRange,
     LogSegment,
     ReadPlan,
     RecoveryResult,
     read_planned,
+    release_cached,
 )
 
 CLEAN_SHUTDOWN_MARKER = ".clean-shutdown"
@@ -93,6 +96,8 @@ def _io_failures(method: Callable[Concatenate[Log, _P], _R]) -> Callable[Concate
     return wrapper
 
 
+log = logging.getLogger(__name__)
+CACHE_RELEASE_RETRY_MS = 3_000  # how long a range is advised again after its first advice
 _new_tuple = tuple.__new__
 
 
@@ -580,6 +585,50 @@ class Log:
     def _set_recovery_point(self, offset: int) -> None:
         self.recovery_point = offset
         write_checkpoint(self.directory / RECOVERY_POINT_CHECKPOINT, [(offset,)])
+
+    # -- the page cache ----------------------------------------------------------------------
+    def release_page_cache(self, keep_bytes: int, now_ms: int | None = None) -> int:
+        """Write back, and drop from the page cache, what this process appended to the log
+        before its last ``keep_bytes`` (:func:`raftlog.segment.release_cached`, advice to the
+        kernel). The owner calls this every tick: each range is advised again for
+        ``CACHE_RELEASE_RETRY_MS`` after its first advice, which starts the writeback of its
+        dirty pages, so it is dropped once written back. The tail stays cached for followers
+        and consumers; a reader further behind reads from the disk. Returns the bytes advised;
+        ``keep_bytes`` <= 0: nothing (the kernel decides, as for Kafka's logs).
+
+        Why: the kernel otherwise keeps every byte written until memory runs short, writes it
+        back in bursts once ``vm.dirty_background_ratio`` of memory is dirty (appends and reads
+        then stall behind the writeback), and takes a fresh page for every byte written.
+        Measured here (README, **The page cache**): dirty data stayed at ~200 MB instead of
+        climbing to ~2.3 GB, and on this VM, where a page that sat free is handed back to the
+        host and costs a fault to write again, reused pages made produce ~2x faster."""
+        if keep_bytes <= 0 or not hasattr(os, "posix_fadvise"):
+            return 0
+        now_ms = self.clock() if now_ms is None else now_ms
+        ranges: list[CachedRange] = []  # each holds a descriptor: closed here whatever happens
+        advised = 0
+        try:
+            with self._lock:
+                behind = 0  # bytes of the log after the segment at hand
+                for segment in reversed(self._segments):
+                    limit = segment.size_bytes - max(0, keep_bytes - behind)
+                    behind += segment.size_bytes
+                    if limit <= 0:
+                        continue
+                    if segment.cache_released:
+                        break  # and so were the ones before it
+                    cached = segment.plan_cache_release(limit, now_ms, CACHE_RELEASE_RETRY_MS)
+                    if cached is not None:
+                        ranges.append(cached)
+            for cached in ranges:
+                release_cached(cached)
+                advised += cached.length
+        except OSError as error:  # advice: a failure changes nothing stored
+            log.warning("%s: page cache release failed: %s", self.directory.name, error)
+        finally:
+            for cached in ranges:
+                os.close(cached.fd)
+        return advised
 
     # -- reading -----------------------------------------------------------------------------
     def read(

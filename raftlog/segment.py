@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,6 +69,10 @@ class LogSegment:
         self.suffix = suffix
         self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
         self.size_bytes = os.fstat(self._fd).st_size
+        # Log.release_page_cache: bytes below the floor were advised out of the page cache (what
+        # the file held when opened is left to the kernel); marks: (limit, first advised at ms)
+        self._cache_floor = self.size_bytes
+        self._cache_marks: deque[tuple[int, int]] = deque()
         os.lseek(self._fd, self.size_bytes, os.SEEK_SET)
         self.created_ms = created_ms
         self.offset_index, self.time_index = self._open_indexes(max_index_bytes)
@@ -323,6 +328,26 @@ class LogSegment:
             os.dup(self._fd), position, length, position + length == self.size_bytes, whole_first
         )
 
+    def plan_cache_release(self, limit: int, now_ms: int, retry_ms: int) -> CachedRange | None:
+        """The range of this segment to release from the page cache, up to ``limit``: from the
+        first byte not yet advised for ``retry_ms`` (a page still dirty at the first advice is
+        dropped by a later one, once written back). With a descriptor of its own, as
+        :meth:`plan_read`'s: :func:`release_cached` runs without the log's lock."""
+        marks = self._cache_marks
+        while marks and now_ms - marks[0][1] >= retry_ms:
+            self._cache_floor = max(self._cache_floor, marks.popleft()[0])
+        floor, limit = min(self._cache_floor, self.size_bytes), min(limit, self.size_bytes)
+        if limit <= floor:
+            return None
+        if not marks or limit > marks[-1][0]:
+            marks.append((limit, now_ms))
+        return CachedRange(os.dup(self._fd), floor, limit - floor)
+
+    @property
+    def cache_released(self) -> bool:
+        """Every byte of this segment was advised out of the page cache, retries done."""
+        return not self._cache_marks and self._cache_floor >= self.size_bytes
+
     def read_raw(self, position: int, size_bytes: int) -> bytes:
         return os.pread(self._fd, size_bytes, position)
 
@@ -424,6 +449,23 @@ class ReadPlan(NamedTuple):
     length: int
     ends_segment: bool  # the range reached the segment's end when it was planned
     whole_first: bool  # the range is the first batch alone (larger than max_bytes)
+
+
+class CachedRange(NamedTuple):
+    """A range of a segment whose page-cache pages to release: a duplicate of its descriptor,
+    which the releaser closes."""
+
+    fd: int
+    position: int
+    length: int
+
+
+def release_cached(cached: CachedRange) -> None:
+    """``posix_fadvise(POSIX_FADV_DONTNEED)`` on the range: Linux starts writing back its
+    dirty pages (without waiting for them) and drops those that are clean, so a range is gone
+    from the cache after a later call, once written back. Advice: the data on disk, and every
+    read of it, is the same either way."""
+    os.posix_fadvise(cached.fd, cached.position, cached.length, os.POSIX_FADV_DONTNEED)
 
 
 def read_planned(plan: ReadPlan, max_offset: int) -> tuple[bytes, bool]:

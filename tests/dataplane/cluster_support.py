@@ -31,6 +31,7 @@ RANGES = {
     "bad_input": 94,
     "cli": 97,
     "client": 101,
+    "page_cache": 104,
     "spark": 111,
     "spark_stream": 114,
     "spark_pipeline": 117,
