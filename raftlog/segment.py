@@ -341,7 +341,10 @@ class LogSegment:
             return None
         if not marks or limit > marks[-1][0]:
             marks.append((limit, now_ms))
-        return CachedRange(os.dup(self._fd), floor, limit - floor)
+        # The kernel drops only whole folios inside the range: starting at a boundary of the
+        # largest one, the folio holding the last call's end is dropped by this call.
+        start = floor - floor % CACHE_RELEASE_ALIGN
+        return CachedRange(os.dup(self._fd), start, limit - start)
 
     @property
     def cache_released(self) -> bool:
@@ -372,6 +375,9 @@ class LogSegment:
         os.ftruncate(self._fd, position)
         os.lseek(self._fd, position, os.SEEK_SET)
         self.size_bytes = position
+        # what is appended next, where the cut bytes were, is released like any other
+        self._cache_floor = min(self._cache_floor, position)
+        self._cache_marks = deque((min(limit, position), at) for limit, at in self._cache_marks)
         self.offset_index.truncate_to(header.base_offset)
         self.time_index.truncate_to(header.base_offset)
         self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset
@@ -449,6 +455,9 @@ class ReadPlan(NamedTuple):
     length: int
     ends_segment: bool  # the range reached the segment's end when it was planned
     whole_first: bool  # the range is the first batch alone (larger than max_bytes)
+
+
+CACHE_RELEASE_ALIGN = 2 * 1024 * 1024  # the largest page-cache folio on x86-64 (a PMD)
 
 
 class CachedRange(NamedTuple):

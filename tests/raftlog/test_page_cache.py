@@ -131,3 +131,22 @@ def test_what_a_segment_held_when_opened_and_a_zero_keep_are_the_kernels(tmp_pat
     reopened.append(make_batch(values[:128]), leader_epoch=0)
     assert reopened.release_page_cache(1) > 0  # what this one appends is released
     reopened.close()
+
+
+def test_what_is_appended_after_a_truncation_is_released_too(tmp_path: Path) -> None:
+    clock = ManualClock()
+    log, values = filled_log(tmp_path, clock, 3)
+    log.flush()
+    log.release_page_cache(MiB)
+    clock.advance(CACHE_RELEASE_RETRY_MS)
+    log.release_page_cache(MiB)  # retries over: everything before the tail counts as released
+    log.truncate_to(512)  # a diverged follower cuts back into the first segment
+    for n in range(0, 3 * 1024, 128):
+        log.append(make_batch(values[n : n + 128]), leader_epoch=0)
+    log.flush()
+    assert log.release_page_cache(MiB) > 0
+    old, tail = old_and_tail(log.directory, MiB)
+    assert len(old) > 400 and not any(old)
+    assert tail and all(tail)
+    assert read_values(log) == values[:512] + values[: 3 * 1024]
+    log.close()
