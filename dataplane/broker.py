@@ -140,7 +140,7 @@ class Broker:
         )
         self.replicas = ReplicaManager(
             settings.broker_id, log_dir, settings.replica, clock_ms, self._enqueue_isr,
-            self._log_dir_failed,
+            self._log_dir_failed, on_cache_released=metrics.page_cache_released.inc,
         )  # fmt: skip
         self.fetchers = FetcherManager(
             settings.broker_id, self._broker_address, lambda: self.broker_epoch,

@@ -125,6 +125,11 @@ class NodeMetrics:
         self.isr_expands = Counter(
             "raftlog_isr_expands", "ISR expansions proposed by this leader", registry=self.registry
         )
+        self.page_cache_released = Counter(
+            "raftlog_page_cache_released_bytes",
+            "log bytes advised out of the page cache behind log.cache.tail.bytes",
+            registry=self.registry,
+        )
 
     def watch(
         self,

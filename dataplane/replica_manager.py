@@ -61,9 +61,12 @@ class ReplicaManager:
         clock_ms: Callable[[], int],
         alter_partition: Callable[[IsrChange], None],
         on_log_dir_failure: Callable[[Path, OSError], None],
+        *,
+        on_cache_released: Callable[[int], None] | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.on_log_dir_failure = on_log_dir_failure
+        self.on_cache_released = on_cache_released  # bytes released from the page cache
         self.log_dir = log_dir
         self.config = config
         self.clock_ms = clock_ms
@@ -265,7 +268,9 @@ class ReplicaManager:
         ms a call at 100,000 records/s here), which must not hold up the ISR checks."""
         while not self._stop.wait(MAINTENANCE_TICK_MS / 1000):
             for partition in self.partitions():
-                partition.log.release_page_cache(self.config.log_cache_tail_bytes)
+                released = partition.log.release_page_cache(self.config.log_cache_tail_bytes)
+                if released and self.on_cache_released is not None:
+                    self.on_cache_released(released)
 
     def _shrink_isrs(self, partitions: list[Partition], now_ms: int) -> None:
         for partition in partitions:

@@ -593,8 +593,9 @@ class Log:
         kernel). The owner calls this every tick: each range is advised again for
         ``CACHE_RELEASE_RETRY_MS`` after its first advice, which starts the writeback of its
         dirty pages, so it is dropped once written back. The tail stays cached for followers
-        and consumers; a reader further behind reads from the disk. Returns the bytes advised;
-        ``keep_bytes`` <= 0: nothing (the kernel decides, as for Kafka's logs).
+        and consumers; a reader further behind reads from the disk. Returns the bytes advised
+        for the first time (released); ``keep_bytes`` <= 0: nothing (the kernel decides, as for
+        Kafka's logs).
 
         Why: the kernel otherwise keeps every byte written until memory runs short, writes it
         back in bursts once ``vm.dirty_background_ratio`` of memory is dirty (appends and reads
@@ -606,7 +607,7 @@ class Log:
             return 0
         now_ms = self.clock() if now_ms is None else now_ms
         ranges: list[CachedRange] = []  # each holds a descriptor: closed here whatever happens
-        advised = 0
+        released = 0
         try:
             with self._lock:
                 behind = 0  # bytes of the log after the segment at hand
@@ -622,13 +623,13 @@ class Log:
                         ranges.append(cached)
             for cached in ranges:
                 release_cached(cached)
-                advised += cached.length
+                released += cached.first_bytes
         except OSError as error:  # advice: a failure changes nothing stored
             log.warning("%s: page cache release failed: %s", self.directory.name, error)
         finally:
             for cached in ranges:
                 os.close(cached.fd)
-        return advised
+        return released
 
     # -- reading -----------------------------------------------------------------------------
     def read(

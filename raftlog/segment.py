@@ -339,12 +339,13 @@ class LogSegment:
         floor, limit = min(self._cache_floor, self.size_bytes), min(limit, self.size_bytes)
         if limit <= floor:
             return None
-        if not marks or limit > marks[-1][0]:
+        advised_to = max(floor, marks[-1][0]) if marks else floor
+        if limit > advised_to:
             marks.append((limit, now_ms))
         # The kernel drops only whole folios inside the range: starting at a boundary of the
         # largest one, the folio holding the last call's end is dropped by this call.
         start = floor - floor % CACHE_RELEASE_ALIGN
-        return CachedRange(os.dup(self._fd), start, limit - start)
+        return CachedRange(os.dup(self._fd), start, limit - start, max(0, limit - advised_to))
 
     @property
     def cache_released(self) -> bool:
@@ -467,6 +468,7 @@ class CachedRange(NamedTuple):
     fd: int
     position: int
     length: int
+    first_bytes: int  # of them, the bytes advised for the first time
 
 
 def release_cached(cached: CachedRange) -> None:

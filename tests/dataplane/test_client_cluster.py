@@ -111,6 +111,7 @@ def test_metrics_are_served_over_http(cluster: LocalCluster) -> None:
         "raftlog_under_replicated_partitions",
         "raftlog_controller_active",
         "raftlog_isr_shrinks_total",
+        "raftlog_page_cache_released_bytes_total",
     ):
         assert name in text, f"{name} missing from /metrics"
     assert sum("raftlog_controller_active 1.0" in body for body in bodies) == 1

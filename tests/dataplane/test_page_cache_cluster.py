@@ -4,6 +4,8 @@ every record, from the disk."""
 
 from __future__ import annotations
 
+import re
+import urllib.request
 from pathlib import Path
 
 from dataplane.client import Consumer, Producer, TopicPartition
@@ -37,6 +39,12 @@ def test_replicas_keep_only_the_tail_cached_and_everything_reads_back(tmp_path: 
         cached = wait_for("the old pages of every replica dropped", dropped, WAIT_S)
         assert all(len(old) > 1000 for old, _ in cached.values())
         assert all(tail and all(tail) for _, tail in cached.values()), "the tail stays cached"
+        for spec in cluster.specs:  # each replica counted what it released
+            url = f"http://{cluster.metrics_address(spec.node_id)}/metrics"
+            with urllib.request.urlopen(url, timeout=5) as response:
+                metrics = response.read().decode()
+            released = re.search(r"^raftlog_page_cache_released_bytes_total (\S+)$", metrics, re.M)
+            assert released is not None and float(released.group(1)) >= 5 * MiB
         with Consumer(cluster.bootstrap_servers, group_id=None) as consumer:
             consumer.assign([TopicPartition("cached", 0)])
             consumer.seek_to_beginning()

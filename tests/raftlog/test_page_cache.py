@@ -9,9 +9,13 @@ import mmap
 import time
 from pathlib import Path
 
+import pytest
+
+import raftlog.log as log_module
 from raftlog.config import LogConfig
 from raftlog.log import CACHE_RELEASE_RETRY_MS, Log
 from raftlog.records import iter_records
+from raftlog.segment import CachedRange, release_cached
 from tests.raftlog.batches import ManualClock, make_batch, values_of
 
 MiB = 1 << 20
@@ -108,14 +112,28 @@ def test_dirty_bytes_leave_the_cache_on_a_later_advice_once_written_back(tmp_pat
     log.close()
 
 
-def test_a_range_is_advised_for_the_retry_window_and_then_left_alone(tmp_path: Path) -> None:
+def test_a_range_is_advised_for_the_retry_window_and_then_left_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    advised: list[tuple[int, int]] = []
+
+    def spy(cached: CachedRange) -> None:
+        advised.append((cached.position, cached.length))
+        release_cached(cached)
+
+    monkeypatch.setattr(log_module, "release_cached", spy)
     clock = ManualClock()
     log, _ = filled_log(tmp_path, clock, 3)
-    assert log.release_page_cache(MiB) > 0
+    released = log.release_page_cache(MiB)
+    assert released > 0 and advised
     clock.advance(CACHE_RELEASE_RETRY_MS - 1)
-    assert log.release_page_cache(MiB) > 0  # again: its writeback may not have been done
+    advised.clear()
+    assert log.release_page_cache(MiB) == 0  # nothing released for the first time...
+    assert sum(length for _, length in advised) >= released  # ...but advised again
     clock.advance(1)
-    assert log.release_page_cache(MiB) == 0  # retried long enough
+    advised.clear()
+    assert log.release_page_cache(MiB) == 0
+    assert not advised  # retried long enough
     assert log.release_page_cache(0) == 0
     log.close()
 
