@@ -199,6 +199,7 @@ class Log:
         self._lock = threading.RLock()
         self.config = config or LogConfig()
         self.clock = clock
+        self._cache_release_failures = 0  # release_page_cache warns of the first one only
         self._segments: list[LogSegment] = []
         self._base_offsets: list[int] = []
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -625,7 +626,12 @@ class Log:
                 release_cached(cached)
                 released += cached.first_bytes
         except OSError as error:  # advice: a failure changes nothing stored
-            log.warning("%s: page cache release failed: %s", self.directory.name, error)
+            self._cache_release_failures += 1
+            log.log(
+                logging.WARNING if self._cache_release_failures == 1 else logging.DEBUG,
+                "%s: page cache release failed (%d times): %s",
+                self.directory.name, self._cache_release_failures, error,
+            )  # fmt: skip
         finally:
             for cached in ranges:
                 os.close(cached.fd)

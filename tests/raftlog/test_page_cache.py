@@ -5,7 +5,9 @@ the kernel's own answer (``mincore`` on a mapping of each segment), on the real 
 from __future__ import annotations
 
 import ctypes
+import logging
 import mmap
+import os
 import time
 from pathlib import Path
 
@@ -167,4 +169,25 @@ def test_what_is_appended_after_a_truncation_is_released_too(tmp_path: Path) -> 
     assert len(old) > 400 and not any(old)
     assert tail and all(tail)
     assert read_values(log) == values[:512] + values[: 3 * 1024]
+    log.close()
+
+
+def test_a_failed_advice_is_warned_of_once_and_stores_nothing_differently(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def refuse(cached: CachedRange) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(log_module, "release_cached", refuse)
+    clock = ManualClock()
+    log, values = filled_log(tmp_path, clock, 3)
+    fds = len(os.listdir("/proc/self/fd"))
+    with caplog.at_level(logging.DEBUG, logger="raftlog.log"):
+        for _ in range(3):
+            assert log.release_page_cache(MiB) == 0
+            clock.advance(1)
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "page cache release failed" in warnings[0].getMessage()
+    assert len(os.listdir("/proc/self/fd")) == fds  # no duplicate descriptor left open
+    assert read_values(log) == values
     log.close()
