@@ -34,7 +34,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple, TypeVar
@@ -56,7 +56,7 @@ from protos import group_pb2 as gpb
 from protos.wire import FetchAnswer, Records, each_partition
 from raftlog.batch import HEADER_SIZE, BatchHeader, check_header, read_header
 from raftlog.errors import ErrorCode, KafkaError
-from raftlog.records import Headers, RecordBuilder, decode_batch_as
+from raftlog.records import ParsedRecord, RecordsBuilder, decode_batch_as
 
 __all__ = ["Consumer", "FetchedBatches"]
 log = logging.getLogger(__name__)
@@ -174,17 +174,23 @@ def decode_fetched(fetched: FetchedBatches) -> list[ConsumerRecord]:
 
 def _consumer_record_builder(
     tp: TopicPartition, header: BatchHeader
-) -> RecordBuilder[ConsumerRecord]:
-    """Builds a batch's ConsumerRecords in one step (a tuple made straight from its fields)."""
+) -> RecordsBuilder[ConsumerRecord]:
+    """Builds a batch's ConsumerRecords, each a tuple made straight from its fields."""
     topic, partition, epoch = tp.topic, tp.partition, header.partition_leader_epoch
     timestamp_type = int(header.timestamp_type)
     new = tuple.__new__
 
-    def build(
-        offset: int, timestamp: int, key: bytes | None, value: bytes | None, headers: Headers
-    ) -> ConsumerRecord:
-        fields = (topic, partition, offset, timestamp, timestamp_type, key, value, headers, epoch)
-        return new(ConsumerRecord, fields)
+    def build(parsed: Iterator[ParsedRecord]) -> list[ConsumerRecord]:
+        return [
+            new(
+                ConsumerRecord,
+                (
+                    topic, partition, r.offset, r.timestamp, timestamp_type, r.key, r.value,
+                    tuple(h) if (h := r.headers) else (), epoch,
+                ),
+            )
+            for r in parsed
+        ]  # fmt: skip
 
     return build
 
