@@ -90,6 +90,8 @@ REGRESSION_FRACTION = 0.10  # the guard reports figures that got worse by more t
 HIGHER_IS_BETTER = ("per_s", "percent_of_raw", "records_s", "records_s_best", "records_s_median")
 LOWER_IS_BETTER = ("seconds", "_ms", "_s", "us_per_batch")  # endings of the figure's own key
 LOWER_IS_BETTER_UNDER = ("latency", "failover")  # anywhere in its path
+# a "seconds" beside a "records" that changed timed another workload: not judged
+WORKLOAD_KEY = "records"
 # keys that name a node, a count or a position, also under those: never judged
 NOT_FIGURES = (
     "killed", "new_controller", "attempts", "metadata_offset", "leader", "node", "acknowledged",
@@ -130,7 +132,11 @@ def regressions(before: Any, after: Any, path: str = "") -> list[Regression]:
     (matched by key, and by position in lists of the same length)."""
     found: list[Regression] = []
     if isinstance(before, dict) and isinstance(after, dict):
+        # a run that timed another number of records took another time: its rate is the figure
+        resized = before.get(WORKLOAD_KEY) != after.get(WORKLOAD_KEY)
         for key in [k for k in after if k in before]:  # in the new section's order
+            if resized and key == "seconds":
+                continue
             found += regressions(before[key], after[key], f"{path}.{key}" if path else key)
     elif isinstance(before, list) and isinstance(after, list) and len(before) == len(after):
         for index, (old, new) in enumerate(zip(before, after, strict=True)):

@@ -60,3 +60,15 @@ def test_the_records_a_latency_run_acknowledged_are_a_count_not_a_latency() -> N
     assert [r.path for r in regressions(before, after)] == [
         "latency_at_half_saturation.latency_ms.p99"
     ]
+
+
+def test_the_time_of_another_number_of_records_is_not_judged() -> None:
+    """A consume of more records takes longer: its rate, not its seconds, says if it got slower."""
+    before = {"consume": {"records": 125_010, "seconds": 1.84, "records_per_s": 67_979}}
+    after = {"consume": {"records": 941_000, "seconds": 3.97, "records_per_s": 237_239}}
+    assert regressions(before, after) == []
+    slower = {"consume": {"records": 125_010, "seconds": 3.97, "records_per_s": 31_489}}
+    assert [r.path for r in regressions(before, slower)] == [
+        "consume.seconds",
+        "consume.records_per_s",
+    ]
