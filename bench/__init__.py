@@ -25,7 +25,7 @@ from typing import Any
 
 from rich.console import Console
 
-from dataplane.malloc_tuning import tune_malloc
+from dataplane.broker.malloc_tuning import tune_malloc
 from raftlog.records import Record, encode_batch
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

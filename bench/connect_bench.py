@@ -40,14 +40,14 @@ from rich.table import Table
 from bench import RECORD_BYTES, REPO_ROOT, bench_main
 from bench.dataplane_bench import cluster_in, create_topic
 from dataplane.client import Consumer, Producer, TopicPartition
-from dataplane.local_cluster import LocalCluster, free_port, wait_for
+from dataplane.tools.local_cluster import LocalCluster, free_port, wait_for
 from raftlog.errors import KafkaError
 
 SOURCE_HOST, TARGET_HOST, WORKER_HOST = 201, 204, "127.0.0.207"
 PARTITIONS = 6
 WAIT_S = 300.0
 SAMPLE_S = 0.1
-RAFTLOG = [sys.executable, "-c", "from dataplane.cli import main; main()"]
+RAFTLOG = [sys.executable, "-c", "from dataplane.tools.cli import main; main()"]
 
 
 @contextmanager

@@ -6,7 +6,7 @@ where the produce path spends its time.
 A LocalCluster of 3 combined nodes on 127.0.0.74-76 (reserved for this benchmark; ``--first-host
 N`` moves it), data in a temporary directory removed afterwards.
 
-1. ``raftlog perf produce``'s core (:func:`dataplane.perf.run_produce_perf`): 1 KiB records,
+1. ``raftlog perf produce``'s core (:func:`dataplane.tools.perf.run_produce_perf`): 1 KiB records,
    acks=all, replication factor 3, ``min.insync.replicas`` 2, 6 partitions, the idempotent
    producer's defaults (batch.size 16 KiB, linger.ms 5): records/s, MB/s, latency percentiles.
 2. ``raftlog perf consume``'s core: the same records read back from the beginning.
@@ -57,11 +57,11 @@ from rich.console import Console
 from rich.table import Table
 
 from bench import REPO_ROOT, write_section
+from dataplane.broker.malloc_tuning import tune_malloc
+from dataplane.broker.partition import Partition
 from dataplane.client import AdminClient, NewTopic, Producer
-from dataplane.local_cluster import LocalCluster, pick_cluster_port, wait_for
-from dataplane.malloc_tuning import tune_malloc
-from dataplane.partition import Partition
-from dataplane.perf import run_consume_perf, run_produce_perf
+from dataplane.tools.local_cluster import LocalCluster, pick_cluster_port, wait_for
+from dataplane.tools.perf import run_consume_perf, run_produce_perf
 from metadata_quorum.image import PartitionRegistration
 from raftlog.config import LogConfig
 from raftlog.errors import KafkaError

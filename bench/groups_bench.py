@@ -33,7 +33,7 @@ from rich.table import Table
 
 from bench import RECORD_BYTES, REPO_ROOT, write_section
 from dataplane.client import AdminClient, Consumer, NewTopic, Producer
-from dataplane.local_cluster import LocalCluster, pick_cluster_port, wait_for
+from dataplane.tools.local_cluster import LocalCluster, pick_cluster_port, wait_for
 
 FIRST_HOST = 64
 PARTITIONS = 6

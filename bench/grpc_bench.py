@@ -46,7 +46,7 @@ from rich.table import Table
 
 from bench import bench_main
 from bench.dataplane_bench import cpu_seconds
-from dataplane.malloc_tuning import tune_malloc
+from dataplane.broker.malloc_tuning import tune_malloc
 
 HOST = "127.0.0.61"
 MESSAGE_BYTES = 1_000_000

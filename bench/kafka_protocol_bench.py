@@ -38,8 +38,8 @@ from rich.table import Table
 
 from bench import bench_main
 from dataplane.client import AdminClient, NewTopic
-from dataplane.local_cluster import LocalCluster, pick_cluster_port, wait_for
-from dataplane.perf import run_consume_perf, run_produce_perf
+from dataplane.tools.local_cluster import LocalCluster, pick_cluster_port, wait_for
+from dataplane.tools.perf import run_consume_perf, run_produce_perf
 
 FIRST_HOST = 67  # 127.0.0.67-69 are this benchmark's
 PARTITIONS = 6

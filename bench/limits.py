@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dataplane.local_cluster import free_port, wait_for
+from dataplane.tools.local_cluster import free_port, wait_for
 
 FIO_BLOCK = "64k"
 FIO_SIZE = {"full": "1g", "quick": "64m"}

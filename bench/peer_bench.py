@@ -73,8 +73,8 @@ from bench.limits import measure_limits, tool_version
 from bench.profiles import sampling, summarize
 from dataplane.client import AdminClient
 from dataplane.client.admin import PartitionDescription
-from dataplane.local_cluster import LocalCluster, free_port, wait_for
-from dataplane.perf import (
+from dataplane.tools.local_cluster import LocalCluster, free_port, wait_for
+from dataplane.tools.perf import (
     THROTTLE_MIN_SLEEP_S,
     LatencySummary,
     latency_summary,

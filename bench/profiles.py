@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from dataplane.local_cluster import wait_for
+from dataplane.tools.local_cluster import wait_for
 
 SAMPLE_RATE_HZ = 500
 ATTACH_S = 30.0

@@ -43,7 +43,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench import REPO_ROOT, write_section
-from dataplane.local_cluster import LocalCluster, pick_cluster_port
+from dataplane.tools.local_cluster import LocalCluster, pick_cluster_port
 from metadata_quorum.client import ControllerClient
 from protos import controller_pb2 as pb
 from protos import metadata_pb2 as mpb

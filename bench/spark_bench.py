@@ -37,7 +37,7 @@ from pyspark.sql import functions as F
 
 from bench import write_section
 from dataplane.client import Consumer, Producer
-from dataplane.local_cluster import LocalCluster, pick_cluster_port, wait_for
+from dataplane.tools.local_cluster import LocalCluster, pick_cluster_port, wait_for
 from spark.pipeline.run import create_topics
 from spark.session import local_session
 

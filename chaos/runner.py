@@ -71,7 +71,7 @@ from chaos.workloads import (
 )
 from dataplane.client import AdminClient, Consumer, NewTopic, TopicPartition
 from dataplane.client.admin import PartitionDescription
-from dataplane.local_cluster import LocalCluster, pick_cluster_port, wait_for
+from dataplane.tools.local_cluster import LocalCluster, pick_cluster_port, wait_for
 from metadata_quorum.client import ControllerClient
 from protos import controller_pb2 as cpb
 from raftlog.batch import iter_batches

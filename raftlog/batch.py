@@ -56,6 +56,18 @@ NO_SEQUENCE = -1
 NO_PARTITION_LEADER_EPOCH = -1
 NO_TIMESTAMP = -1
 
+# Idempotence, shared by the producer and the broker: sequences wrap from Integer.MAX_VALUE to 0,
+# and a producer has at most BATCHES_KEPT batches of a partition in flight, which is how many the
+# broker remembers per producer (Kafka's NUM_BATCHES_TO_RETAIN and the producer's cap on
+# max.in.flight.requests.per.connection).
+BATCHES_KEPT = 5
+SEQUENCE_MAX = 2**31 - 1
+
+
+def next_sequence(sequence: int, count: int = 1) -> int:
+    """Sequences wrap from Integer.MAX_VALUE to 0, as Kafka's."""
+    return (sequence + count) % (SEQUENCE_MAX + 1)
+
 
 class Compression(enum.IntEnum):
     NONE = 0

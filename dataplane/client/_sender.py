@@ -28,8 +28,8 @@ acknowledged and new ones sent, and its retry would fall out of the broker's win
 connection, which answers in order, so one lost answer holds every later one.
 
 Concurrent requests may also reach the broker reordered. The broker holds a batch that overtook
-an earlier one of its producer until that one is appended (``dataplane.partition``); only when
-it does not come within a second is the batch refused, and then it is resent alone.
+an earlier one of its producer until that one is appended (``dataplane.broker.partition``); only
+when it does not come within a second is the batch refused, and then it is resent alone.
 """
 
 from __future__ import annotations
@@ -50,9 +50,9 @@ from dataplane.client._accumulator import (
 from dataplane.client._cluster import BrokerInfo, Cluster, rpc_error
 from dataplane.client._config import ProducerConfig
 from dataplane.client._types import TopicPartition
-from dataplane.producer_state import BATCHES_KEPT, next_sequence
 from protos import broker_pb2 as pb
 from protos import wire
+from raftlog.batch import BATCHES_KEPT, next_sequence
 from raftlog.errors import ErrorCode, KafkaError
 from raftlog.records import encode_batch
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from dataplane.local_cluster import LocalCluster, pick_cluster_port
+from dataplane.tools.local_cluster import LocalCluster, pick_cluster_port
 from raftlog.errors import KafkaError
 from spark.pipeline.run import PipelineResult, PipelineSettings, run_pipeline
 from spark.session import local_session

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dataplane.client import Consumer
-from dataplane.local_cluster import wait_for
+from dataplane.tools.local_cluster import wait_for
 from spark.pipeline.events import LoggedEvent
 
 WindowKey = tuple[int, str]  # (window start, epoch ms; page)

@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
-from dataplane.local_cluster import wait_for
+from dataplane.tools.local_cluster import wait_for
 
 EVENT_SCHEMA = "user STRING, page STRING, ts LONG"
 STOP_DEADLINE_S = 120.0

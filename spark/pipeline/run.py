@@ -22,7 +22,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from dataplane.client import AdminClient, Closing, Consumer, NewTopic, Producer
 from dataplane.client.admin import raise_for_errors
-from dataplane.local_cluster import wait_for
+from dataplane.tools.local_cluster import wait_for
 from spark.pipeline import job
 from spark.pipeline.checker import CheckReport, compare, ground_truth, read_log, read_results
 from spark.pipeline.events import EventTime, LoggedEvent, flush_event, generate

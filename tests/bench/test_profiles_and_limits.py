@@ -10,7 +10,8 @@ from bench.profiles import summarize
 RUN = "thread (1);Thread.run (threading.py:982)"
 FOLDED = "\n".join(
     [
-        f"{RUN};_serve (grpc/_server.py:1314);Partition.append (dataplane/partition.py:246) 30",
+        f"{RUN};_serve (grpc/_server.py:1314);"
+        "Partition.append (dataplane/broker/partition.py:246) 30",
         f"{RUN};Condition.wait (threading.py:331) 500",
         f"{RUN};decode (dataplane/x.py:1);_decode_records (raftlog/records.py:470) 10",
         f"{RUN};LogSegment.read (raftlog/segment.py:301) 60",

@@ -48,7 +48,7 @@ def kill_recorded_nodes(work_dir: Path) -> None:
 def chaos_run(tmp_path: Path) -> Iterator[tuple[subprocess.CompletedProcess[str], Path]]:
     report, work_dir = tmp_path / "report", tmp_path / "cluster"
     argv = [
-        sys.executable, "-m", "dataplane.cli", "chaos", "run", "--seed", str(SEED),
+        sys.executable, "-m", "dataplane.tools.cli", "chaos", "run", "--seed", str(SEED),
         "--duration", "90s", "--faults", ",".join(FAULT_KINDS), "--nodes", "3",
         "--first-host", "131", "--report", str(report), "--work-dir", str(work_dir),
     ]  # fmt: skip

@@ -18,7 +18,7 @@ import pytest
 from chaos.faults import FaultInjector
 from chaos.network import NetworkFaults, NodeIdentity, ensure_node_identity, node_user_name, spawn
 from chaos.schedule import PlannedFault
-from dataplane.local_cluster import wait_for
+from dataplane.tools.local_cluster import wait_for
 
 pytestmark = [
     pytest.mark.slow,

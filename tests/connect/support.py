@@ -13,10 +13,10 @@ from typing import Any
 
 import httpx
 
-from dataplane.local_cluster import LocalCluster, free_port, wait_for
+from dataplane.tools.local_cluster import LocalCluster, free_port, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
-RAFTLOG = [sys.executable, "-c", "from dataplane.cli import main; main()"]
+RAFTLOG = [sys.executable, "-c", "from dataplane.tools.cli import main; main()"]
 HTTP_TIMEOUT_S = 30.0
 # Small timeouts so the tests see rebalances and expiries within seconds.
 CLUSTER_OVERRIDES: dict[str, str | int] = {

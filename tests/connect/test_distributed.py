@@ -20,7 +20,7 @@ import grpc
 import pytest
 
 from dataplane.client import GroupAssignment, GroupMembership, JoinedMember
-from dataplane.local_cluster import LocalCluster, wait_for
+from dataplane.tools.local_cluster import LocalCluster, wait_for
 from protos import group_pb2 as gpb
 from protos import group_pb2_grpc as gpb_grpc
 from raftlog.errors import ErrorCode

@@ -28,7 +28,7 @@ import pytest
 
 from dataplane.client import AdminClient, Consumer, Producer, TopicPartition
 from dataplane.client.admin import ConfigResource, ResourceType
-from dataplane.local_cluster import LocalCluster, free_port, wait_for
+from dataplane.tools.local_cluster import LocalCluster, free_port, wait_for
 from tests.connect.support import CLUSTER_OVERRIDES, RAFTLOG, REPO
 from tests.dataplane.cluster_support import create_topic, running_cluster
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dataplane.local_cluster import LocalCluster, wait_for
+from dataplane.tools.local_cluster import LocalCluster, wait_for
 from tests.connect.support import (
     CLUSTER_OVERRIDES,
     RAFTLOG,

@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 
 from dataplane.client import AdminClient, Consumer, NewTopic, Producer
-from dataplane.local_cluster import LocalCluster, pick_cluster_port, wait_for
+from dataplane.tools.local_cluster import LocalCluster, pick_cluster_port, wait_for
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc as pb_grpc
 from raftlog.records import Record, encode_batch, iter_records

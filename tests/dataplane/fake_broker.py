@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from dataplane.producer_state import ProducerStates
+from dataplane.broker.producer_state import ProducerStates
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc as pb_grpc
 from raftlog.batch import OFFSET_LENGTH_EPOCH, iter_batches

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from dataplane.local_cluster import LocalCluster, pick_cluster_port
+from dataplane.tools.local_cluster import LocalCluster, pick_cluster_port
 from metadata_quorum.client import ControllerClient
 from protos import controller_pb2 as pb
 from protos import metadata_pb2 as mpb

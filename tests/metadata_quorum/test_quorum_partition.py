@@ -25,7 +25,7 @@ from chaos.network import (
     prepare_runtime,
     spawn,
 )
-from dataplane.local_cluster import LocalCluster
+from dataplane.tools.local_cluster import LocalCluster
 from metadata_quorum.client import ControllerClient
 from protos import controller_pb2 as pb
 from tests.metadata_quorum.quorum_support import (

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dataplane.local_cluster import LocalCluster
+from dataplane.tools.local_cluster import LocalCluster
 from metadata_quorum.client import ControllerClient
 from metadata_quorum.codec import record_from_proto, snapshot_from_proto
 from metadata_quorum.image import MetadataImage, replay

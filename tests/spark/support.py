@@ -8,7 +8,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from dataplane.client import Consumer, Producer, RecordMetadata
-from dataplane.local_cluster import LocalCluster, wait_for
+from dataplane.tools.local_cluster import LocalCluster, wait_for
 from spark.session import local_session
 from tests.dataplane.cluster_support import create_topic
 

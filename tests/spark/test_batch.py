@@ -18,7 +18,7 @@ from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, 
 
 from dataplane.client import Consumer, Producer, TopicPartition
 from dataplane.client.partitioner import partition_for_key
-from dataplane.local_cluster import LocalCluster, wait_for
+from dataplane.tools.local_cluster import LocalCluster, wait_for
 from spark.rdd import offset_ranges_between, topic_rdd
 from tests.dataplane.cluster_support import running_cluster
 from tests.spark.support import consume_all, create, produce, read, servers, session_for

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from dataplane.local_cluster import LocalCluster
+from dataplane.tools.local_cluster import LocalCluster
 from spark.pipeline.checker import WindowCount, compare, ground_truth, read_results
 from spark.pipeline.events import EventTime, LoggedEvent, flush_event, generate
 from spark.pipeline.run import PAGE_COUNTS, PipelineSettings, run_pipeline

@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from dataplane.client.partitioner import partition_for_key
-from dataplane.local_cluster import LocalCluster, wait_for
+from dataplane.tools.local_cluster import LocalCluster, wait_for
 from tests.dataplane.cluster_support import running_cluster
 from tests.spark.support import consume_all, create, produce, servers, session_for
 

@@ -1,0 +1,607 @@
+"""One partition replica on a broker: its log, its role, and (as leader) its followers.
+
+The metadata thread moves a replica between roles (``make_leader``, ``make_follower``, ``stop``);
+request threads append and read; the replica fetcher appends as a follower. One lock guards the
+role and the replication state; the ``Log`` has its own. The arithmetic lives in
+:mod:`dataplane.broker.replica_state`; this class is the shell around it.
+
+Anything waiting on this replica (a long-polling fetch, an acks=all produce) registers a
+``threading.Event`` and is woken on every append, high watermark move and role change, as far
+as it waits for them (``add_waiter``: an acks=all produce for its high watermark, a follower's
+fetch for appends).
+
+Pipelined idempotent batches. A producer has up to five requests in flight, and gRPC serves
+concurrent calls on a pool of threads, so a batch can reach the append before the one sent just
+ahead of it. Kafka never sees this (a connection's requests are served in order); refused with
+OUT_OF_ORDER_SEQUENCE_NUMBER, the client would resend it alone after ``retry.backoff.ms``, and
+under load that stall was the producer's ceiling. So a batch whose sequence is *ahead* of its
+producer's next one waits (``sequence_wait_s``, on a condition of this replica's lock, woken
+with every other waiter) for the batches in between, and is refused only when they do not come.
+
+Producer state (idempotence) and its snapshots. The state is loaded on open from the newest
+``<offset>.snapshot`` at or below the log end plus the batch headers after it (every header
+without a valid snapshot), reloaded the same way after a truncation (snapshots above the new end
+deleted first), and snapshotted at every segment roll and at a clean stop (at the log end, so a
+clean restart rescans nothing). The roll is noticed here, after the append, not by a callback
+from the log's roll: the state is updated under this replica's lock *after* ``Log.append``
+returns, so inside the log's roll it does not yet cover the last append when the retention
+thread rolls (it holds no replica lock), and taking this lock there would invert the lock order
+of the append path. After an append the state is exact: if the append began a new segment, the
+state before its batches are counted is the state as of that segment's base offset. (A segment
+rolled by retention between an append and this check gets no snapshot: the next open rescans
+from the previous one.) The log's one hook, ``log_start_listener``, only deletes the snapshots
+of segments retention removed (keeping the newest), which needs no state.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from dataplane.broker import replica_state as rs
+from dataplane.broker.producer_state import OutOfOrderSequenceError, ProducerStates, SnapshotFiles
+from metadata_quorum.image import PartitionRegistration
+from raftlog.batch import HEADER_SIZE, NO_PRODUCER_ID, iter_batches, read_header, verify_batch
+from raftlog.checkpoint import read_checkpoint, write_checkpoint
+from raftlog.epoch import UNDEFINED_EPOCH
+from raftlog.errors import (
+    ErrorCode,
+    InvalidRecordError,
+    KafkaError,
+    OffsetOutOfRangeError,
+    StorageError,
+)
+from raftlog.log import AppendInfo, Log
+
+log = logging.getLogger(__name__)
+HIGH_WATERMARK_CHECKPOINT = "high-watermark-checkpoint"
+NO_LEADER = -1
+ON_APPEND = -1  # add_waiter: wake on appends (and role, epoch, ISR), not high watermark moves
+ISR_RETRY_BACKOFF_MS = 500
+# Kafka's producer.id.expiration.check.interval.ms (or producer.id.expiration.ms if shorter)
+PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS = 600_000
+
+
+class Role(enum.Enum):
+    NONE = "none"  # opened, no role yet
+    LEADER = "leader"
+    FOLLOWER = "follower"
+    STOPPED = "stopped"
+
+
+_LEGAL = {
+    Role.NONE: {Role.LEADER, Role.FOLLOWER, Role.STOPPED},
+    Role.LEADER: {Role.LEADER, Role.FOLLOWER, Role.STOPPED},
+    Role.FOLLOWER: {Role.LEADER, Role.FOLLOWER, Role.STOPPED},
+    Role.STOPPED: set(),
+}
+
+
+@dataclass(frozen=True)
+class IsrChange:
+    """An AlterPartition proposal of the leader."""
+
+    topic: str
+    topic_id: uuid.UUID
+    partition: int
+    leader_epoch: int
+    partition_epoch: int
+    new_isr: tuple[int, ...]
+
+
+class ReadResult(NamedTuple):
+    records: bytes
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+    diverging: tuple[int, int] | None  # (epoch, end offset) the follower must truncate to
+
+
+class NotLeader(KafkaError):
+    def __init__(self, error: ErrorCode, message: str, leader_id: int, leader_epoch: int) -> None:
+        super().__init__(error, message)
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+
+
+class Partition:
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        topic_id: uuid.UUID,
+        log: Log,
+        broker_id: int,
+        clock_ms: Callable[[], int],
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.topic_id = topic_id
+        self.log = log
+        self.broker_id = broker_id
+        self.clock_ms = clock_ms
+        self._lock = threading.Lock()
+        # a waiter's high watermark to wake at (an acks=all produce), None: every change
+        self._waiters: dict[threading.Event, int | None] = {}
+        # idempotent batches that overtook a batch of their producer, waiting for it
+        self._sequenced = threading.Condition(self._lock)
+        self._sequence_waiters = 0
+        self.role = Role.NONE
+        self.leader_id = NO_LEADER
+        self.leader_epoch = UNDEFINED_EPOCH
+        self.partition_epoch = -1
+        self.replicas: tuple[int, ...] = ()
+        self.isr: tuple[int, ...] = ()  # committed by the controller
+        self.pending_isr: tuple[int, ...] | None = None  # an AlterPartition in flight
+        self.followers: dict[int, rs.FollowerState] = {}
+        self.epoch_start_offset = 0
+        # set by the replica manager from its image: may this broker join an ISR now?
+        self.isr_eligible: Callable[[int], bool] = lambda broker_id: True
+        self._isr_retry_at_ms = 0  # after a refused ISR change, wait before proposing again
+        self.high_watermark = min(self._read_hw_checkpoint(), log.log_end_offset)
+        self._checkpointed_hw = self.high_watermark
+        self.snapshots = SnapshotFiles(log.directory)
+        self.producers = self._load_producer_state()
+        self._active_base_offset = log.active.base_offset  # a change means the log rolled
+        self._next_expiry_check_ms = 0  # the first append checks
+        log.log_start_listener = self.snapshots.delete_below
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    # -- waiting -------------------------------------------------------------------------------
+    def add_waiter(self, event: threading.Event, high_watermark: int | None = None) -> None:
+        """Set ``event`` on changes: all of them; or with ``high_watermark`` only on those of
+        role, epoch or ISR and once the high watermark reaches it; or with ``ON_APPEND`` (a
+        follower's fetch) on those and on appends, not on high watermark moves."""
+        with self._lock:
+            self._waiters[event] = high_watermark
+
+    def remove_waiter(self, event: threading.Event) -> None:
+        with self._lock:
+            self._waiters.pop(event, None)
+
+    def _wake(self, everyone: bool = True, appended: bool = False) -> None:
+        """Wake the waiters; after an append or a high watermark move (``everyone`` False) not
+        the acks=all produces still short of it (with five in flight, each append and each
+        follower fetch woke all five to find nothing to answer), and after a high watermark
+        move not the followers' fetches (each woke the other follower's parked fetch to read
+        nothing new)."""
+        if self._sequence_waiters:
+            self._sequenced.notify_all()
+        hw = self.high_watermark
+        for event, target in self._waiters.items():
+            if everyone or target is None or (appended if target == ON_APPEND else target <= hw):
+                event.set()
+
+    # -- role changes ----------------------------------------------------------------------------
+    def _transition_to(self, role: Role) -> None:
+        if role not in _LEGAL[self.role]:
+            raise AssertionError(f"{self.name}: illegal replica transition {self.role} -> {role}")
+        self.role = role
+
+    def _set_registration(self, reg: PartitionRegistration) -> None:
+        self.leader_id = reg.leader
+        self.leader_epoch = reg.leader_epoch
+        self.partition_epoch = reg.partition_epoch
+        self.replicas = reg.replicas
+        self.isr = reg.isr
+
+    def make_leader(self, reg: PartitionRegistration) -> bool:
+        """Lead at ``reg.leader_epoch``; True if this starts a new leadership (epoch)."""
+        with self._lock:
+            if self.role is Role.LEADER and reg.leader_epoch == self.leader_epoch:
+                if reg.partition_epoch > self.partition_epoch:
+                    self._set_registration(reg)
+                    self.pending_isr = None
+                    self._maybe_advance_hw()
+                return False
+            self._transition_to(Role.LEADER)
+            self._set_registration(reg)
+            self.pending_isr = None
+            now_ms = self.clock_ms()
+            # Every replica gets a fresh caught-up time: nobody is blamed for the election.
+            self.followers = {
+                b: rs.FollowerState(b, last_caught_up_ms=now_ms)
+                for b in reg.replicas
+                if b != self.broker_id
+            }
+            self.epoch_start_offset = self.log.log_end_offset
+            self.log.assign_leader_epoch(reg.leader_epoch)
+            self._maybe_advance_hw()
+            self._wake()
+            return True
+
+    def make_follower(self, reg: PartitionRegistration) -> bool:
+        """Follow ``reg.leader``; True if the leader or its epoch changed (fetch anew)."""
+        with self._lock:
+            changed = (
+                self.role is not Role.FOLLOWER
+                or reg.leader_epoch != self.leader_epoch
+                or reg.leader != self.leader_id
+            )
+            if changed:
+                self._transition_to(Role.FOLLOWER)
+                self.followers = {}
+                self.pending_isr = None
+            self._set_registration(reg)
+            self._wake()
+            return changed
+
+    def stop(self) -> None:
+        """No role any more; a clean stop snapshots the producer state at the log end."""
+        with self._lock:
+            if self.role is not Role.STOPPED:
+                self._transition_to(Role.STOPPED)
+                if self.log.segment_count:  # not closed under us
+                    self._write_snapshot(self.log.log_end_offset)
+                    self.sync_snapshots()  # the ones written on rolls since the last tick
+            self._wake()
+
+    # -- checks --------------------------------------------------------------------------------
+    def _not_leader(self, error: ErrorCode = ErrorCode.NOT_LEADER_OR_FOLLOWER) -> NotLeader:
+        return NotLeader(
+            error,
+            f"broker {self.broker_id} does not lead {self.name}; the leader is {self.leader_id} "
+            f"at epoch {self.leader_epoch}",
+            self.leader_id,
+            self.leader_epoch,
+        )
+
+    def _check_leader(self, current_leader_epoch: int) -> None:
+        if current_leader_epoch >= 0 and current_leader_epoch != self.leader_epoch:
+            error = (
+                ErrorCode.FENCED_LEADER_EPOCH
+                if current_leader_epoch < self.leader_epoch
+                else ErrorCode.UNKNOWN_LEADER_EPOCH
+            )
+            raise self._not_leader(error)
+        if self.role is not Role.LEADER:
+            raise self._not_leader()
+
+    # -- the leader's paths ------------------------------------------------------------------------
+    def append_as_leader(
+        self,
+        records: bytes | memoryview,
+        acks: int,
+        min_insync_replicas: int,
+        sequence_wait_s: float = 0.0,
+    ) -> tuple[AppendInfo, int]:
+        """Append and return what was stored with the leader epoch it was stored under.
+
+        ``sequence_wait_s``: an idempotent batch whose sequence is ahead of its producer's next
+        one waits up to this long for the batches in between (see the module docstring) before
+        it is refused with OUT_OF_ORDER_SEQUENCE_NUMBER."""
+        with self._lock:
+            self._check_writable(acks, min_insync_replicas)  # Kafka's order: leadership first
+            header = read_header(records) if len(records) >= HEADER_SIZE else None
+            if header is None or header.producer_id == NO_PRODUCER_ID:
+                info = self.log.append(records, leader_epoch=self.leader_epoch)
+                self._snapshot_if_rolled(info.first_offset)
+            else:
+                info = self._append_idempotent(records, acks, min_insync_replicas, sequence_wait_s)
+            self._maybe_advance_hw()
+            self._wake(everyone=False, appended=True)  # fetches: data; produces: the watermark
+            return info, self.leader_epoch
+
+    def _check_writable(self, acks: int, min_insync_replicas: int) -> None:
+        self._check_leader(-1)
+        if acks == -1 and len(self.isr) < min_insync_replicas:
+            raise KafkaError(
+                ErrorCode.NOT_ENOUGH_REPLICAS,
+                f"{self.name}: ISR {list(self.isr)} is smaller than min.insync.replicas "
+                f"{min_insync_replicas}",
+            )
+
+    def _append_idempotent(
+        self,
+        records: bytes | memoryview,
+        acks: int,
+        min_insync_replicas: int,
+        sequence_wait_s: float,
+    ) -> AppendInfo:
+        """One batch with a producer id: a retry gets its original offsets, nothing appended;
+        one ahead of its producer's sequence waits for the batches in between (the lock is
+        released while it waits, so leadership is checked again after)."""
+        header = verify_batch(records, 0)
+        if header.size_bytes != len(records):
+            raise InvalidRecordError("an idempotent produce carries exactly one batch")
+        deadline: float | None = None
+        while True:
+            self._maybe_expire_producers()
+            try:
+                stored = self.producers.check(header)
+                break
+            except OutOfOrderSequenceError as error:
+                now = time.monotonic()
+                deadline = now + sequence_wait_s if deadline is None else deadline
+                if not error.ahead or now >= deadline:
+                    # behind, or what it overtook did not come within the wait
+                    log.debug("%s: refused a batch at offset %d: %s", self.name,
+                              self.log.log_end_offset, error.message)  # fmt: skip
+                    raise
+                self._sequence_waiters += 1
+                try:
+                    self._sequenced.wait(deadline - now)
+                finally:
+                    self._sequence_waiters -= 1
+                self._check_writable(acks, min_insync_replicas)
+        if stored is not None:
+            return AppendInfo(
+                stored.first_offset, stored.last_offset, stored.max_timestamp, -1,
+                header.record_count, 0,
+            )  # fmt: skip
+        info = self.log.append(records, leader_epoch=self.leader_epoch)
+        self._snapshot_if_rolled(info.first_offset)
+        self.producers.update(header._replace(base_offset=info.first_offset))
+        return info
+
+    def acks_all_outcome(
+        self, required_offset: int, leader_epoch: int, min_insync_replicas: int
+    ) -> ErrorCode | None:
+        """None while an acks=all produce must wait for ``required_offset`` to be replicated."""
+        with self._lock:
+            if self.role is not Role.LEADER or self.leader_epoch != leader_epoch:
+                raise self._not_leader()
+            return rs.acks_all_outcome(
+                required_offset, self.high_watermark, len(self.isr), min_insync_replicas
+            )
+
+    def leader_state(self, current_leader_epoch: int, committed: bool = False) -> tuple[int, int]:
+        """(leader epoch, high watermark), if this replica leads at ``current_leader_epoch``.
+
+        With ``committed`` (a client asks where the committed records end), a new leader whose
+        high watermark has not yet reached the start of its epoch answers OFFSET_NOT_AVAILABLE
+        (retriable), as Kafka does since KIP-207: it only learnt the old leader's high watermark
+        one fetch late, so until its followers fetch it would report an end offset below
+        records the old leader had acknowledged, and offsets would go backwards."""
+        with self._lock:
+            self._check_leader(current_leader_epoch)
+            if committed and self.high_watermark < self.epoch_start_offset:
+                raise KafkaError(
+                    ErrorCode.OFFSET_NOT_AVAILABLE,
+                    f"{self.name}: the high watermark {self.high_watermark} is behind the start "
+                    f"of leader epoch {self.leader_epoch} at offset {self.epoch_start_offset}",
+                )
+            return self.leader_epoch, self.high_watermark
+
+    def _maximal_isr(self) -> tuple[int, ...]:
+        """While an ISR change is in flight, the high watermark waits on both sets."""
+        if self.pending_isr is None:
+            return self.isr
+        return tuple(sorted(set(self.isr) | set(self.pending_isr)))
+
+    def _maybe_advance_hw(self) -> None:
+        if self.role is not Role.LEADER:
+            return
+        new_hw = rs.high_watermark(
+            self.high_watermark,
+            self.broker_id,
+            self.log.log_end_offset,
+            self.followers,
+            self._maximal_isr(),
+        )
+        if new_hw != self.high_watermark:
+            self.high_watermark = new_hw
+            self._wake(everyone=False)
+
+    def read_for_consumer(
+        self, offset: int, max_bytes: int, current_leader_epoch: int, min_one_batch: bool
+    ) -> ReadResult:
+        with self._lock:
+            self._check_leader(current_leader_epoch)
+            hw = self.high_watermark
+        records = self.log.read(offset, max_bytes, max_offset=hw, min_one_batch=min_one_batch)
+        return ReadResult(records, hw, self.log.log_start_offset, self.log.log_end_offset, None)
+
+    def read_for_follower(
+        self,
+        replica_id: int,
+        fetch_offset: int,
+        last_fetched_epoch: int,
+        current_leader_epoch: int,
+        max_bytes: int,
+    ) -> tuple[ReadResult, IsrChange | None]:
+        """Serve a follower's fetch; it also reports the follower's log end offset."""
+        with self._lock:
+            self._check_leader(current_leader_epoch)
+            if replica_id not in self.followers:
+                raise KafkaError(
+                    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                    f"broker {replica_id} is not a replica of {self.name}",
+                )
+            leo = self.log.log_end_offset
+            if last_fetched_epoch >= 0:
+                epoch, end_offset = self.log.end_offset_for_epoch(last_fetched_epoch)
+                if epoch < 0:
+                    end_offset = leo  # an empty log: the follower keeps nothing above it
+                if epoch < last_fetched_epoch or end_offset < fetch_offset:
+                    result = ReadResult(b"", self.high_watermark, self.log.log_start_offset, leo,
+                                        (epoch, end_offset))  # fmt: skip
+                    return result, None
+            if not self.log.log_start_offset <= fetch_offset <= leo:
+                raise OffsetOutOfRangeError(
+                    f"{self.name}: fetch offset {fetch_offset} is outside "
+                    f"[{self.log.log_start_offset}, {leo}]"
+                )
+            now_ms = self.clock_ms()
+            state = rs.after_fetch(self.followers[replica_id], fetch_offset, leo, now_ms)
+            self.followers[replica_id] = state
+            self._maybe_advance_hw()
+            change = self._isr_expansion(state)
+            hw = self.high_watermark
+        records = self.log.read(fetch_offset, max_bytes, min_one_batch=True)
+        return ReadResult(records, hw, self.log.log_start_offset, leo, None), change
+
+    def _isr_expansion(self, follower: rs.FollowerState) -> IsrChange | None:
+        if self.pending_isr is not None or self.clock_ms() < self._isr_retry_at_ms:
+            return None
+        if not rs.may_join_isr(follower, self.isr, self.high_watermark, self.epoch_start_offset):
+            return None
+        if not self.isr_eligible(follower.broker_id):
+            return None
+        return self._propose(tuple(sorted((*self.isr, follower.broker_id))))
+
+    def _propose(self, new_isr: tuple[int, ...]) -> IsrChange:
+        self.pending_isr = new_isr
+        return IsrChange(
+            self.topic, self.topic_id, self.partition, self.leader_epoch, self.partition_epoch,
+            new_isr,
+        )  # fmt: skip
+
+    def isr_shrink(self, now_ms: int, lag_max_ms: int) -> IsrChange | None:
+        """Drop followers that lag past ``replica.lag.time.max.ms`` (never the leader)."""
+        with self._lock:
+            if self.role is not Role.LEADER or self.pending_isr is not None:
+                return None
+            if now_ms < self._isr_retry_at_ms:
+                return None
+            lagging = rs.out_of_sync(self.broker_id, self.isr, self.followers, now_ms, lag_max_ms)
+            if not lagging:
+                return None
+            return self._propose(tuple(b for b in self.isr if b not in lagging))
+
+    def isr_change_done(self, change: IsrChange, reg: PartitionRegistration | None) -> None:
+        """The controller's answer to ``change``: the new registration, or None if refused."""
+        with self._lock:
+            if self.pending_isr != change.new_isr or self.leader_epoch != change.leader_epoch:
+                return
+            self.pending_isr = None
+            if reg is None:
+                self._isr_retry_at_ms = self.clock_ms() + ISR_RETRY_BACKOFF_MS
+            elif reg.partition_epoch > self.partition_epoch:
+                self._set_registration(reg)
+            self._maybe_advance_hw()
+            self._wake()
+
+    # -- the follower's paths ----------------------------------------------------------------------
+    def fetch_state(self) -> tuple[int, int, int, int] | None:
+        """(fetch offset, last fetched epoch, leader epoch, log start offset) for the fetcher;
+        None unless this replica follows."""
+        with self._lock:
+            if self.role is not Role.FOLLOWER:
+                return None
+            return (
+                self.log.log_end_offset,
+                self.log.epochs.latest_epoch,
+                self.leader_epoch,
+                self.log.log_start_offset,
+            )
+
+    def append_as_follower(
+        self, records: bytes | memoryview, leader_hw: int, leader_epoch: int
+    ) -> None:
+        with self._lock:
+            if self.role is not Role.FOLLOWER or self.leader_epoch != leader_epoch:
+                return  # the fetch was for an older leadership: drop it
+            if records:
+                info = self.log.append_as_follower(records)
+                self._snapshot_if_rolled(info.first_offset)
+                self._maybe_expire_producers()
+                self.producers.update_all(header for _, header in iter_batches(records))
+            self.high_watermark = min(leader_hw, self.log.log_end_offset)
+            self._wake()
+
+    def truncate_to(self, offset: int, leader_epoch: int) -> int:
+        with self._lock:
+            if self.role is not Role.FOLLOWER or self.leader_epoch != leader_epoch:
+                return self.log.log_end_offset
+            before = self.log.log_end_offset
+            end = self.log.truncate_to(offset)
+            self.high_watermark = min(self.high_watermark, end)
+            if end < before:
+                self.producers = self._load_producer_state()
+                self._active_base_offset = self.log.active.base_offset
+            return end
+
+    def restart_at(self, offset: int, leader_epoch: int) -> None:
+        """The leader's log starts above ours: drop ours and start empty at ``offset``."""
+        with self._lock:
+            if self.role is not Role.FOLLOWER or self.leader_epoch != leader_epoch:
+                return
+            self.log.truncate_fully_and_start_at(offset)
+            self.high_watermark = offset
+            self.snapshots.delete_all()
+            self.producers = ProducerStates()
+            self._active_base_offset = self.log.active.base_offset
+
+    # -- producer state ----------------------------------------------------------------------------
+    def _load_producer_state(self) -> ProducerStates:
+        """The newest valid snapshot at or below the log end (those above it hold batches a
+        recovery or a truncation removed: deleted first), then the headers of the batches after
+        it; with none, every header from the log start. Expired producers are dropped."""
+        end = self.log.log_end_offset
+        self.snapshots.delete_above(end)
+        loaded = self.snapshots.load_latest(end)
+        start_offset, states = loaded if loaded is not None else (0, ProducerStates())
+        states.update_all(self.log.batch_headers(start_offset))
+        states.remove_expired(self.clock_ms(), self.log.config.producer_id_expiration_ms)
+        return states
+
+    def _snapshot_if_rolled(self, first_offset: int) -> None:
+        """After an append, before its batches are counted: if the log rolled and the new
+        segment begins with this append, the state is the state as of the segment's base."""
+        base_offset = self.log.active.base_offset
+        if base_offset == self._active_base_offset:
+            return
+        self._active_base_offset = base_offset
+        if base_offset == first_offset:
+            # Written, not fsynced: that waits for sync_snapshots, off the append path (Kafka's
+            # KAFKA-15046). Under a disk's writeback an fsync here took 100-400 ms, with the
+            # partition's lock held. A snapshot a crash tears is found corrupt when read and
+            # an older one is used, the log rescanned from it.
+            self._write_snapshot(base_offset, durable=False)
+
+    def sync_snapshots(self) -> None:
+        """fsync the snapshots written on rolls (the broker's maintenance thread calls this)."""
+        try:
+            self.snapshots.sync()
+        except OSError as error:
+            log.warning("%s: producer-state snapshots not synced: %s", self.name, error)
+
+    def _write_snapshot(self, offset: int, *, durable: bool = True) -> None:
+        try:
+            self.snapshots.write(offset, self.producers, durable=durable)
+        except OSError as error:
+            # Only an optimisation of the next open (which then rescans more of the log): the
+            # append it follows is stored and must still be answered.
+            log.warning("%s: producer-state snapshot at %d not written: %s", self.name, offset,
+                        error)  # fmt: skip
+
+    def _maybe_expire_producers(self) -> None:
+        """Kafka's periodic ``removeExpiredProducers``, run from the append paths."""
+        now_ms = self.clock_ms()
+        if now_ms < self._next_expiry_check_ms:
+            return
+        expiration_ms = self.log.config.producer_id_expiration_ms
+        interval_ms = min(PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS, expiration_ms)
+        self._next_expiry_check_ms = now_ms + interval_ms
+        removed = self.producers.remove_expired(now_ms, expiration_ms)
+        if removed:
+            log.info("%s: %d producer ids expired (producer.id.expiration.ms %d)", self.name,
+                     removed, expiration_ms)  # fmt: skip
+
+    # -- durability --------------------------------------------------------------------------------
+    def _hw_path(self) -> Path:
+        return self.log.directory / HIGH_WATERMARK_CHECKPOINT
+
+    def _read_hw_checkpoint(self) -> int:
+        try:
+            entries = read_checkpoint(self._hw_path(), fields=1)
+        except StorageError:
+            return 0
+        return entries[0][0] if entries else 0
+
+    def checkpoint_high_watermark(self) -> None:
+        hw = self.high_watermark
+        if hw != self._checkpointed_hw:
+            write_checkpoint(self._hw_path(), [(hw,)])
+            self._checkpointed_hw = hw

@@ -1,0 +1,328 @@
+"""The partitions a broker hosts: opened, given roles and removed as the metadata image changes.
+
+``apply_image`` is called by the metadata thread with each new image: every partition that lists
+this broker as a replica is opened (its directory created or recovered) and made leader or
+follower at the image's leader epoch; a partition that is gone (topic deleted, replica moved) is
+stopped and its directory deleted. Directories that the first complete image does not know are
+strays of topics deleted while the broker was away and are deleted too, as Kafka does in KRaft.
+
+The maintenance thread runs the periodic work: ISR shrink checks, high watermark checkpoints,
+time-based flushes, retention and compaction.
+
+An OSError writing the log directory (a full disk, EIO) goes to ``on_log_dir_failure`` — from
+every log's ``io_failure_listener`` and from the manager's own writes — before the write fails
+with LogDirIOError: Kafka's LogDirFailureChannel. The broker halts there (its only log directory
+is offline). One error is not the disk's: a missing file or directory (ENOENT) of a partition
+no longer hosted, from a thread that picked the partition before its topic was deleted and wrote
+into the directory removed meanwhile (that write fails, the broker goes on).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from dataplane.broker.partition import IsrChange, Partition, Role
+from metadata_quorum import configs
+from metadata_quorum.image import MetadataImage, PartitionRegistration
+from raftlog.config import LogConfig
+from raftlog.errors import ErrorCode, KafkaError, LogDirIOError, StorageError
+from raftlog.log import Log, parse_partition_dir_name, read_partition_metadata
+
+log = logging.getLogger(__name__)
+HW_CHECKPOINT_INTERVAL_MS = 5000
+MAINTENANCE_TICK_MS = 100
+
+
+@dataclass(frozen=True)
+class TopicSettings:
+    log_config: LogConfig
+    min_insync_replicas: int
+
+
+@dataclass(frozen=True)
+class ReplicaManagerConfig:
+    replica_lag_time_max_ms: int = 30_000
+    log_retention_check_interval_ms: int = 300_000
+    log_cache_tail_bytes: int = 64 * 1024 * 1024  # Log.release_page_cache; 0: the kernel's way
+
+
+class ReplicaManager:
+    def __init__(
+        self,
+        broker_id: int,
+        log_dir: Path,
+        config: ReplicaManagerConfig,
+        clock_ms: Callable[[], int],
+        alter_partition: Callable[[IsrChange], None],
+        on_log_dir_failure: Callable[[Path, OSError], None],
+        *,
+        on_cache_released: Callable[[int], None] | None = None,
+    ) -> None:
+        self.broker_id = broker_id
+        self.on_log_dir_failure = on_log_dir_failure
+        self.on_cache_released = on_cache_released  # bytes released from the page cache
+        self.log_dir = log_dir
+        self.config = config
+        self.clock_ms = clock_ms
+        self.alter_partition = alter_partition
+        self.image = MetadataImage()
+        self._lock = threading.Lock()
+        self._partitions: dict[tuple[str, int], Partition] = {}
+        self._settings: dict[str, TopicSettings] = {}
+        self._strays_removed = False
+        self._stop = threading.Event()
+        self._maintenance = threading.Thread(
+            target=self._maintain, name=f"replica-maintenance-{broker_id}", daemon=True
+        )
+        self._cache_release = threading.Thread(
+            target=self._release_page_cache, name=f"page-cache-release-{broker_id}", daemon=True
+        )
+
+    def start(self) -> None:
+        self._maintenance.start()
+        if self.config.log_cache_tail_bytes > 0:
+            self._cache_release.start()
+
+    # -- lookups -------------------------------------------------------------------------------
+    def partitions(self) -> list[Partition]:
+        with self._lock:
+            return list(self._partitions.values())
+
+    def settings(self, topic: str) -> TopicSettings:
+        with self._lock:
+            found = self._settings.get(topic)
+        if found is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic!r}")
+        return found
+
+    def get(self, topic: str, partition: int) -> Partition:
+        """The hosted replica; UNKNOWN_TOPIC_OR_PARTITION if the cluster has no such partition,
+        NOT_LEADER_OR_FOLLOWER if it exists but this broker holds no replica of it."""
+        with self._lock:
+            found = self._partitions.get((topic, partition))
+            image = self.image
+        if found is not None:
+            return found
+        topic_image = image.topic(topic)
+        if topic_image is None or partition not in topic_image.partitions:
+            raise KafkaError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {topic}-{partition}"
+            )
+        raise KafkaError(
+            ErrorCode.NOT_LEADER_OR_FOLLOWER,
+            f"broker {self.broker_id} holds no replica of {topic}-{partition}",
+        )
+
+    # -- applying metadata -----------------------------------------------------------------------
+    def apply_image(
+        self, image: MetadataImage, caught_up: bool, may_lead: bool = True
+    ) -> dict[int, list[Partition]]:
+        """Give every hosted partition its role under ``image``; return the partitions to fetch,
+        by leader broker id. Without ``may_lead`` (this incarnation is not registered and
+        unfenced yet) a partition the image says this broker leads is left as it is: that
+        leadership belongs to a previous incarnation the controller has not fenced yet."""
+        wanted = dict(self._assigned(image))
+        with self._lock:
+            previous = dict(self._partitions)
+        for key in previous.keys() - wanted.keys():
+            self._remove(previous[key])
+        followed: dict[int, list[Partition]] = {}
+        settings: dict[str, TopicSettings] = {}
+        for (topic, partition_id), (topic_id, reg) in wanted.items():
+            if topic not in settings:
+                settings[topic] = self._topic_settings(image, topic)
+            partition = previous.get((topic, partition_id))
+            if partition is None or partition.topic_id != topic_id:
+                if partition is not None:
+                    self._remove(partition)
+                partition = self._open(topic, partition_id, topic_id, settings[topic].log_config)
+            elif partition.log.config != settings[topic].log_config:
+                partition.log.config = settings[topic].log_config
+            self._set_role(partition, reg, followed, may_lead)
+            with self._lock:
+                self._partitions[(topic, partition_id)] = partition
+        with self._lock:
+            self.image = image
+            self._settings = settings
+        if caught_up and not self._strays_removed:
+            self._remove_strays()
+            self._strays_removed = True
+        return followed
+
+    def _isr_eligible(self, broker_id: int) -> bool:
+        """Kafka's ``isReplicaIsrEligible``: registered, unfenced, not shutting down."""
+        broker = self.image.brokers.get(broker_id)
+        return broker is not None and not broker.fenced and not broker.in_controlled_shutdown
+
+    def _assigned(
+        self, image: MetadataImage
+    ) -> Iterator[tuple[tuple[str, int], tuple[uuid.UUID, PartitionRegistration]]]:
+        for topic in image.topics.values():
+            for partition_id, reg in topic.partitions.items():
+                if self.broker_id in reg.replicas:
+                    yield (topic.name, partition_id), (topic.topic_id, reg)
+
+    def _topic_settings(self, image: MetadataImage, topic: str) -> TopicSettings:
+        return TopicSettings(
+            configs.log_config(image, topic),
+            configs.replication_config(image, topic).min_insync_replicas,
+        )
+
+    def _set_role(
+        self,
+        partition: Partition,
+        reg: PartitionRegistration,
+        followed: dict[int, list[Partition]],
+        may_lead: bool,
+    ) -> None:
+        partition.isr_eligible = self._isr_eligible
+        if reg.leader == self.broker_id:
+            if not may_lead:
+                return
+            if partition.make_leader(reg):
+                log.info("%s: leader at epoch %d", partition.name, reg.leader_epoch)
+        elif reg.leader >= 0:
+            if partition.make_follower(reg):
+                log.info(
+                    "%s: follower of %d at epoch %d", partition.name, reg.leader, reg.leader_epoch
+                )
+            followed.setdefault(reg.leader, []).append(partition)
+        else:
+            partition.make_follower(reg)  # offline: no leader to fetch from
+
+    def _open(
+        self, topic: str, partition_id: int, topic_id: uuid.UUID, config: LogConfig
+    ) -> Partition:
+        directory = self.log_dir / f"{topic}-{partition_id}"
+        stored = (
+            read_partition_metadata(directory / "partition.metadata")
+            if directory.exists()
+            else None
+        )
+        if stored is not None and stored != topic_id:
+            log.warning(
+                "%s held topic id %s, now %s: deleting the old data", directory, stored, topic_id
+            )
+            shutil.rmtree(directory)
+        try:
+            opened = Log(directory, config, topic_id=topic_id)
+        except OSError as error:
+            raise self._failed(directory, error) from error
+        opened.io_failure_listener = self._log_dir_failed
+        if opened.recovery.recovered or opened.recovery.notes:
+            log.info("%s: recovered %s", directory.name, opened.recovery)
+        return Partition(topic, partition_id, topic_id, opened, self.broker_id, self.clock_ms)
+
+    def _remove(self, partition: Partition) -> None:
+        with self._lock:
+            if self._partitions.get((partition.topic, partition.partition)) is partition:
+                del self._partitions[(partition.topic, partition.partition)]
+        partition.stop()
+        partition.log.close()
+        log.info("%s: removed (topic id %s)", partition.name, partition.topic_id)
+        shutil.rmtree(partition.log.directory, ignore_errors=True)
+
+    def _remove_strays(self) -> None:
+        hosted = {p.log.directory.name for p in self.partitions()}
+        for directory in sorted(self.log_dir.iterdir()):
+            if not directory.is_dir() or directory.name.startswith("__cluster_metadata"):
+                continue
+            try:
+                parse_partition_dir_name(directory.name)
+            except StorageError:
+                continue  # not a partition directory
+            if directory.name not in hosted:
+                log.warning(
+                    "%s: stray log of a topic this broker no longer hosts; deleted", directory
+                )
+                shutil.rmtree(directory, ignore_errors=True)
+
+    # -- periodic work ---------------------------------------------------------------------------
+    def _maintain(self) -> None:
+        lag_check_ms = max(MAINTENANCE_TICK_MS, self.config.replica_lag_time_max_ms // 2)
+        due = {"isr": 0, "hw": 0, "retention": 0}
+        while not self._stop.wait(MAINTENANCE_TICK_MS / 1000):
+            now_ms = self.clock_ms()
+            partitions = self.partitions()
+            if now_ms >= due["isr"]:
+                due["isr"] = now_ms + lag_check_ms
+                self._shrink_isrs(partitions, now_ms)
+            for partition in partitions:
+                partition.log.maybe_flush()
+                partition.sync_snapshots()
+            if now_ms >= due["hw"]:
+                due["hw"] = now_ms + HW_CHECKPOINT_INTERVAL_MS
+                self.checkpoint(partitions)
+            if now_ms >= due["retention"]:
+                due["retention"] = now_ms + self.config.log_retention_check_interval_ms
+                self._retain(partitions)
+
+    def _release_page_cache(self) -> None:
+        """Its own thread: the advice submits writeback and may wait on a busy disk (up to ~8
+        ms a call at 100,000 records/s here), which must not hold up the ISR checks."""
+        while not self._stop.wait(MAINTENANCE_TICK_MS / 1000):
+            for partition in self.partitions():
+                released = partition.log.release_page_cache(self.config.log_cache_tail_bytes)
+                if released and self.on_cache_released is not None:
+                    self.on_cache_released(released)
+
+    def _shrink_isrs(self, partitions: list[Partition], now_ms: int) -> None:
+        for partition in partitions:
+            change = partition.isr_shrink(now_ms, self.config.replica_lag_time_max_ms)
+            if change is not None:
+                log.info(
+                    "%s: shrinking ISR %s -> %s", partition.name, partition.isr, change.new_isr
+                )
+                self.alter_partition(change)
+
+    def checkpoint(self, partitions: list[Partition]) -> None:
+        for partition in partitions:
+            if partition.role is not Role.STOPPED:
+                try:
+                    partition.checkpoint_high_watermark()
+                except OSError as error:
+                    self._log_dir_failed(partition.log.directory, error)
+                    raise LogDirIOError(f"{partition.log.directory}: {error}") from error
+
+    def _failed(self, directory: Path, error: OSError) -> LogDirIOError:
+        self.on_log_dir_failure(directory, error)
+        return LogDirIOError(f"{directory}: {error}")
+
+    def _log_dir_failed(self, directory: Path, error: OSError) -> None:
+        """An IO error on a partition's log: the log directory failed, unless the partition's
+        directory was removed under the writer (ENOENT on a partition no longer hosted)."""
+        if isinstance(error, FileNotFoundError):
+            with self._lock:
+                hosted = any(p.log.directory == directory for p in self._partitions.values())
+            if not hosted:
+                log.info("%s: %s after the partition was removed; not a disk failure",
+                         directory.name, error)  # fmt: skip
+                return
+        self.on_log_dir_failure(directory, error)
+
+    def _retain(self, partitions: list[Partition]) -> None:
+        for partition in partitions:
+            if partition.role is Role.STOPPED:
+                continue
+            deleted = partition.log.delete_old_segments(partition.high_watermark)
+            if deleted:
+                log.info("%s: retention deleted %d segments", partition.name, deleted)
+            if partition.log.config.compact:
+                partition.log.compact()
+
+    def close(self) -> None:
+        self._stop.set()
+        for thread in (self._maintenance, self._cache_release):
+            if thread.is_alive():
+                thread.join(timeout=5)
+        partitions = self.partitions()
+        self.checkpoint(partitions)
+        for partition in partitions:
+            partition.stop()
+            partition.log.close()

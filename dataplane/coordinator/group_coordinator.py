@@ -1,0 +1,831 @@
+"""The group coordinator of a broker: the consumer groups of the ``__consumer_offsets`` partitions
+it leads, served over GroupCoordinatorService.
+
+Group ``g`` lives in partition ``partition_for(g, N)`` of the compacted internal topic
+``__consumer_offsets`` (N = ``offsets.topic.num.partitions``, created on the first
+FindCoordinator, replication ``offsets.topic.replication.factor``); its coordinator is that
+partition's leader. When this broker becomes leader of such a partition it **loads** it: replays
+the whole log into a :class:`~dataplane.coordinator.group_state.GroupShard` (requests meanwhile get
+COORDINATOR_LOAD_IN_PROGRESS); when it stops leading, the shard is dropped and requests get
+NOT_COORDINATOR, so clients look the coordinator up again.
+
+**Writes.** Every request runs under its shard's lock: the pure shard emits records (already
+applied to its state), they are appended to the partition as leader, and the response waits,
+outside the lock, until the high watermark covers everything the shard has written, so nothing a
+client is told can be lost by a failover. A failed append leaves the state ahead of the log: the
+shard is dropped and reloaded from the log. Responses that wrote nothing wait the same way, so a
+client never sees state that is not yet replicated.
+
+**Timers.** A thread expires members whose session (``group.consumer.session.timeout.ms``) or
+revocation (their rebalance timeout) ran out, and every ``offsets.retention.check.interval.ms``
+(or at once when a topic was deleted) removes expired offsets and offsets of deleted topics.
+
+**Commits** are checked against the log end offset of each partition (asked of its leader with
+ListOffsets as replica -2, cached, since log ends only grow): an offset beyond it is refused with
+OFFSET_OUT_OF_RANGE.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import grpc
+
+from dataplane.broker.partition import NotLeader, Partition, Role
+from dataplane.broker.replica_manager import ReplicaManager
+from dataplane.broker.service import DEBUGGING_REPLICA_ID, INTERNAL_TOPICS, wait_until
+from dataplane.coordinator import classic_group as cg
+from dataplane.coordinator import consumer_protocol
+from dataplane.coordinator import group_state as gs
+from dataplane.coordinator.classic_group import ClassicLimits
+from dataplane.coordinator.classic_rpc import ClassicGroupRpcs
+from metadata_quorum.image import MetadataImage
+from protos import broker_pb2 as pb
+from protos import broker_pb2_grpc as pb_grpc
+from protos import group_pb2 as gpb
+from protos import group_pb2_grpc as gpb_grpc
+from raftlog.batch import iter_batches
+from raftlog.errors import ErrorCode, KafkaError
+from raftlog.records import Record, decode_batch, encode_batch
+
+log = logging.getLogger(__name__)
+OFFSETS_TOPIC = "__consumer_offsets"
+assert OFFSETS_TOPIC in INTERNAL_TOPICS, "producers must not write the offsets topic"
+TIMER_TICK_S = 0.1
+LOAD_READ_BYTES = 4 * 1024 * 1024
+RECORDS_PER_BATCH = 500
+CREATE_TOPIC_RETRY_MS = 1000
+END_OFFSETS_TIMEOUT_S = 5.0
+CLASSIC_WAIT_MARGIN_S = 5.0  # a waiting JoinGroup gives up this long after its phase should end
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    session_timeout_ms: int = 45_000
+    heartbeat_interval_ms: int = 5_000
+    max_size: int = 2**31 - 1
+    offsets_topic_num_partitions: int = 50
+    offsets_topic_replication_factor: int = 3
+    offsets_topic_segment_bytes: int = 100 * 1024 * 1024
+    offsets_retention_minutes: int = 10_080
+    offsets_retention_check_interval_ms: int = 600_000
+    offset_metadata_max_bytes: int = 4096
+    offsets_commit_timeout_ms: int = 5_000
+    classic: ClassicLimits = field(default_factory=ClassicLimits)
+
+
+class _Shard:
+    def __init__(self, partition: Partition, leader_epoch: int, state: gs.GroupShard) -> None:
+        self.partition = partition
+        self.leader_epoch = leader_epoch
+        self.state = state
+        self.lock = threading.Lock()
+        self.loaded = threading.Event()
+        self.active = True
+        self.written_end = 0  # the log end after this shard's last append
+
+
+def topics_view(image: MetadataImage) -> gs.TopicsView:
+    return gs.TopicsView(
+        {t.name: len(t.partitions) for t in image.topics.values() if t.name != OFFSETS_TOPIC}
+    )
+
+
+class GroupCoordinator:
+    def __init__(
+        self,
+        broker_id: int,
+        config: GroupConfig,
+        replicas: ReplicaManager,
+        create_topic: Callable[[str, int, int, Mapping[str, str]], None],
+        clock_ms: Callable[[], int],
+    ) -> None:
+        self.broker_id = broker_id
+        self.config = config
+        self.replicas = replicas
+        self.create_topic = create_topic
+        self.clock_ms = clock_ms
+        self._lock = threading.Lock()
+        self._shards: dict[int, _Shard] = {}
+        self._loads: queue.Queue[_Shard | None] = queue.Queue()
+        self._stop = threading.Event()
+        self._topics: frozenset[str] = frozenset()
+        self._sweep_offsets = threading.Event()  # a topic was deleted: drop its offsets now
+        self._create_attempt_ms = 0
+        self._known_ends: dict[tuple[str, int], int] = {}
+        self._channels: dict[str, grpc.Channel] = {}
+        self._view: tuple[MetadataImage, gs.TopicsView] | None = None
+        self._threads = [
+            threading.Thread(target=self._load_loop, name="group-loader", daemon=True),
+            threading.Thread(target=self._timer_loop, name="group-timers", daemon=True),
+        ]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._loads.put(None)
+        for thread in self._threads:
+            if thread.is_alive():
+                thread.join(timeout=5)
+        with self._lock:
+            shards = list(self._shards.values())
+            for shard in shards:
+                shard.active = False
+            self._shards.clear()
+            channels, self._channels = list(self._channels.values()), {}
+        for shard in shards:
+            with shard.lock:
+                shard.state.classic.abandon(ErrorCode.NOT_COORDINATOR, "the broker is stopping")
+        for channel in channels:
+            channel.close()
+
+    # -- leadership --------------------------------------------------------------------------------
+    def on_image(self, image: MetadataImage) -> None:
+        """After the replica manager applied ``image``: load the ``__consumer_offsets``
+        partitions this broker now leads, drop the ones it no longer leads."""
+        led = {
+            p.partition: p
+            for p in self.replicas.partitions()
+            if p.topic == OFFSETS_TOPIC and p.role is Role.LEADER
+        }
+        topics = frozenset(image.topic_ids)
+        if self._topics - topics:
+            self._sweep_offsets.set()
+            self._known_ends.clear()  # a topic of that name may come back, from offset 0
+        self._topics = topics
+        dropped: list[_Shard] = []
+        with self._lock:
+            for pid, shard in list(self._shards.items()):
+                partition = led.get(pid)
+                if (
+                    partition is None
+                    or partition is not shard.partition
+                    or (partition.leader_epoch != shard.leader_epoch)
+                ):
+                    shard.active = False
+                    del self._shards[pid]
+                    dropped.append(shard)
+                    log.info("groups of %s-%d unloaded", OFFSETS_TOPIC, pid)
+            for pid, partition in led.items():
+                if pid not in self._shards:
+                    self._add_shard(partition)
+        for shard in dropped:  # (the shard lock is never taken under self._lock)
+            with shard.lock:
+                shard.state.classic.abandon(ErrorCode.NOT_COORDINATOR, "the coordinator moved")
+
+    def _add_shard(self, partition: Partition) -> None:
+        shard = _Shard(partition, partition.leader_epoch, self._new_state())
+        self._shards[partition.partition] = shard
+        self._loads.put(shard)
+
+    def _new_state(self) -> gs.GroupShard:
+        return gs.GroupShard(
+            session_timeout_ms=self.config.session_timeout_ms,
+            max_group_size=self.config.max_size,
+            offset_metadata_max_bytes=self.config.offset_metadata_max_bytes,
+            classic_limits=self.config.classic,
+        )
+
+    def _load_loop(self) -> None:
+        while not self._stop.is_set():
+            shard = self._loads.get()
+            if shard is None:
+                return
+            try:
+                self._load(shard)
+            except Exception:
+                log.exception("loading %s-%d failed", OFFSETS_TOPIC, shard.partition.partition)
+                self._reload(shard)
+
+    def _load(self, shard: _Shard) -> None:
+        started = time.monotonic()
+        partition = shard.partition
+        plog = partition.log
+        offset, end = plog.log_start_offset, plog.log_end_offset
+        count = 0
+        while offset < end and shard.active:
+            data = plog.read(offset, LOAD_READ_BYTES, min_one_batch=True)
+            if not data:
+                break
+            for position, header in iter_batches(data):
+                if not header.is_control:
+                    for record in decode_batch(data, position)[1]:
+                        if record.offset >= offset and record.key is not None:
+                            shard.state.replay(record.key, record.value)
+                            count += 1
+                offset = header.next_offset
+        with shard.lock:
+            shard.written_end = end
+            shard.state.start_sessions(self.clock_ms())
+            shard.loaded.set()
+        log.info(
+            "groups of %s loaded: %d records, %d groups in %.0f ms", partition.name, count,
+            len(list(shard.state.group_ids())), (time.monotonic() - started) * 1000,
+        )  # fmt: skip
+
+    def _reload(self, shard: _Shard) -> None:
+        """The shard's state may be ahead of its log: start again from the log."""
+        with self._lock:
+            shard.active = False
+            if self._shards.get(shard.partition.partition) is shard:
+                del self._shards[shard.partition.partition]
+                if shard.partition.role is Role.LEADER and not self._stop.is_set():
+                    self._add_shard(shard.partition)
+
+    # -- finding the coordinator -------------------------------------------------------------------
+    def find_coordinator(self, group_id: str) -> tuple[int, str, int]:
+        if not group_id:
+            raise KafkaError(ErrorCode.INVALID_GROUP_ID, "the group id must not be empty")
+        image = self.replicas.image
+        topic = image.topic(OFFSETS_TOPIC)
+        if topic is None or not topic.partitions:
+            self._ensure_offsets_topic()
+            raise KafkaError(
+                ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} is being created"
+            )
+        pid = gs.partition_for(group_id, len(topic.partitions))
+        leader = topic.partitions[pid].leader
+        broker = image.brokers.get(leader)
+        endpoint = None if broker is None or broker.fenced else broker.endpoint("BROKER")
+        if endpoint is None:
+            raise KafkaError(
+                ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC}-{pid} has no leader"
+            )
+        return leader, endpoint.host, endpoint.port
+
+    def _ensure_offsets_topic(self) -> None:
+        now_ms = self.clock_ms()
+        with self._lock:
+            if now_ms - self._create_attempt_ms < CREATE_TOPIC_RETRY_MS:
+                return
+            self._create_attempt_ms = now_ms
+        configs = {
+            "cleanup.policy": "compact",
+            "segment.bytes": str(self.config.offsets_topic_segment_bytes),
+        }
+        try:
+            self.create_topic(
+                OFFSETS_TOPIC, self.config.offsets_topic_num_partitions,
+                self.config.offsets_topic_replication_factor, configs,
+            )  # fmt: skip
+            log.info("created %s", OFFSETS_TOPIC)
+        except KafkaError as error:
+            if error.error is not ErrorCode.TOPIC_ALREADY_EXISTS:
+                log.warning("cannot create %s: %s", OFFSETS_TOPIC, error)
+                raise KafkaError(
+                    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                    f"cannot create {OFFSETS_TOPIC}: {error.message} "
+                    "(offsets.topic.replication.factor)",
+                ) from error
+
+    # -- running requests --------------------------------------------------------------------------
+    def _shard(self, group_id: str) -> _Shard:
+        if not group_id:
+            raise KafkaError(ErrorCode.INVALID_GROUP_ID, "the group id must not be empty")
+        topic = self.replicas.image.topic(OFFSETS_TOPIC)
+        if topic is None or not topic.partitions:
+            raise KafkaError(ErrorCode.NOT_COORDINATOR, f"{OFFSETS_TOPIC} does not exist yet")
+        pid = gs.partition_for(group_id, len(topic.partitions))
+        with self._lock:
+            shard = self._shards.get(pid)
+        if shard is None:
+            raise KafkaError(
+                ErrorCode.NOT_COORDINATOR,
+                f"broker {self.broker_id} does not coordinate group {group_id!r}",
+            )
+        if not shard.loaded.is_set():
+            raise KafkaError(
+                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, f"{shard.partition.name} is loading"
+            )
+        return shard
+
+    def _run(self, shard: _Shard, action: Callable[[gs.GroupShard], T]) -> T:
+        """``action`` on the shard's state; append what it emitted; answer once replicated.
+        Answers the action queued for waiting classic-group requests go out at the same
+        moment, or fail with the error that stopped the records."""
+        with shard.lock:
+            if not shard.active:
+                raise KafkaError(ErrorCode.NOT_COORDINATOR, f"{shard.partition.name} moved")
+            failure: KafkaError | None = None
+            try:
+                result = action(shard.state)
+            except KafkaError as error:
+                failure = error
+            answers, required = self._append_locked(shard)
+        if failure is not None and not answers:
+            raise failure
+        self._answer_once_replicated(shard, required, answers)
+        if failure is not None:
+            raise failure
+        return result
+
+    def _append_locked(self, shard: _Shard) -> tuple[list[tuple[Any, cg.Answer]], int]:
+        """Under the shard lock: append what was emitted; the queued answers and the offset
+        they wait for. If the append fails, every waiting classic request learns it."""
+        answers = shard.state.take_answers()
+        try:
+            self._append(shard, shard.state.take_emitted())
+        except KafkaError as error:
+            cg.fail_answers(answers, error)
+            shard.state.classic.abandon(error.error, error.message)
+            raise
+        return answers, shard.written_end
+
+    def _answer_once_replicated(
+        self, shard: _Shard, required: int, answers: list[tuple[Any, cg.Answer]]
+    ) -> None:
+        try:
+            self._await_replicated(shard, required)
+        except KafkaError as error:
+            cg.fail_answers(answers, error)
+            raise
+        for future, answer in answers:
+            if not future.done():
+                future.set_result(answer)
+
+    def _append(self, shard: _Shard, records: list[gs.GroupRecord]) -> None:
+        if not records:
+            return
+        partition = shard.partition
+        now_ms = self.clock_ms()
+        try:
+            min_isr = self.replicas.settings(OFFSETS_TOPIC).min_insync_replicas
+            for start in range(0, len(records), RECORDS_PER_BATCH):
+                chunk = records[start : start + RECORDS_PER_BATCH]
+                batch = encode_batch([Record(-1, now_ms, k, v) for k, v in chunk])
+                info, epoch = partition.append_as_leader(batch, -1, min_isr)
+                if epoch != shard.leader_epoch:
+                    raise NotLeader(ErrorCode.NOT_LEADER_OR_FOLLOWER, "new leader epoch", -1, epoch)
+                shard.written_end = info.last_offset + 1
+        except KafkaError as error:
+            log.warning("%s: group records not appended (%s): reloading", partition.name, error)
+            self._reload(shard)
+            code = (
+                ErrorCode.NOT_COORDINATOR
+                if isinstance(error, NotLeader)
+                else ErrorCode.COORDINATOR_NOT_AVAILABLE
+            )
+            raise KafkaError(code, f"{partition.name}: {error.message}") from error
+
+    def _await_replicated(self, shard: _Shard, required: int) -> None:
+        """Until the high watermark passes ``required`` (within offsets.commit.timeout.ms)."""
+        partition = shard.partition
+        min_isr = self.replicas.settings(OFFSETS_TOPIC).min_insync_replicas
+
+        def replicated() -> bool:
+            try:
+                outcome = partition.acks_all_outcome(required, shard.leader_epoch, min_isr)
+            except KafkaError as error:
+                raise KafkaError(ErrorCode.NOT_COORDINATOR, error.message) from error
+            if outcome not in (None, ErrorCode.NONE):
+                raise KafkaError(
+                    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                    f"{partition.name}: {outcome.name} while replicating group records",
+                )
+            return outcome is ErrorCode.NONE
+
+        deadline = time.monotonic() + self.config.offsets_commit_timeout_ms / 1000
+        wait_until([partition], deadline, replicated)
+        if not replicated():
+            raise KafkaError(
+                ErrorCode.REQUEST_TIMED_OUT,
+                f"{partition.name}: group records not replicated within offsets.commit.timeout.ms",
+            )
+
+    # -- requests ----------------------------------------------------------------------------------
+    def _topics_view(self) -> gs.TopicsView:
+        """The partition counts of the current image (built once per image)."""
+        image, cached = self.replicas.image, self._view
+        if cached is None or cached[0] is not image:
+            cached = self._view = (image, topics_view(image))
+        return cached[1]
+
+    def heartbeat(self, request: gpb.ConsumerGroupHeartbeatRequest) -> gs.HeartbeatResult:
+        shard = self._shard(request.group_id)
+        view = self._topics_view()
+        return self._run(shard, lambda s: s.heartbeat(request, view, self.clock_ms()))
+
+    def commit(
+        self, group_id: str, member_id: str, member_epoch: int, items: list[gs.OffsetCommitItem]
+    ) -> dict[tuple[str, int], KafkaError | None]:
+        shard = self._shard(group_id)
+        with shard.lock:
+            shard.state.validate_commit(group_id, member_id, member_epoch)
+        results, valid = self._check_offsets(items)
+
+        def commit(state: gs.GroupShard) -> dict[tuple[str, int], KafkaError | None]:
+            # Checked again under the lock: the member may have been fenced meanwhile.
+            state.validate_commit(group_id, member_id, member_epoch)
+            return state.commit(group_id, valid, self.clock_ms())
+
+        if valid:
+            results.update(self._run(shard, commit))
+        return results
+
+    def _check_offsets(
+        self, items: list[gs.OffsetCommitItem]
+    ) -> tuple[dict[tuple[str, int], KafkaError | None], list[gs.OffsetCommitItem]]:
+        image = self.replicas.image
+        results: dict[tuple[str, int], KafkaError | None] = {}
+        unknown_ends: dict[tuple[str, int], int] = {}
+        for item in items:
+            tp = (item.topic, item.partition)
+            topic = image.topic(item.topic)
+            if topic is None or item.partition not in topic.partitions:
+                results[tp] = KafkaError(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    f"no partition {item.topic}-{item.partition}",
+                )
+            elif item.offset < 0:
+                results[tp] = KafkaError(
+                    ErrorCode.OFFSET_OUT_OF_RANGE, f"offset {item.offset} is negative"
+                )
+            elif item.offset > self._known_ends.get(tp, -1):
+                unknown_ends[tp] = topic.partitions[item.partition].leader
+        if unknown_ends:
+            self._known_ends.update(self._end_offsets(image, unknown_ends))
+        valid: list[gs.OffsetCommitItem] = []
+        for item in items:
+            tp = (item.topic, item.partition)
+            if tp in results:
+                continue
+            end = self._known_ends.get(tp)
+            if end is None:
+                results[tp] = KafkaError(
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    f"the log end of {item.topic}-{item.partition} is unknown (no leader answered)",
+                )
+            elif item.offset > end:
+                results[tp] = KafkaError(
+                    ErrorCode.OFFSET_OUT_OF_RANGE,
+                    f"offset {item.offset} is beyond the log end {end} of "
+                    f"{item.topic}-{item.partition}",
+                )
+            else:
+                valid.append(item)
+        return results, valid
+
+    def _end_offsets(
+        self, image: MetadataImage, leaders: Mapping[tuple[str, int], int]
+    ) -> dict[tuple[str, int], int]:
+        """The log end offset of each partition, from its leader (this broker or another)."""
+        found: dict[tuple[str, int], int] = {}
+        by_leader: dict[int, list[tuple[str, int]]] = {}
+        for tp, leader in leaders.items():
+            by_leader.setdefault(leader, []).append(tp)
+        for leader, tps in by_leader.items():
+            if leader == self.broker_id:
+                for topic, partition in tps:
+                    try:
+                        hosted = self.replicas.get(topic, partition)
+                    except KafkaError:
+                        continue
+                    if hosted.role is Role.LEADER:
+                        found[(topic, partition)] = hosted.log.log_end_offset
+                continue
+            found.update(self._remote_end_offsets(image, leader, tps))
+        return found
+
+    def _remote_end_offsets(
+        self, image: MetadataImage, leader: int, tps: list[tuple[str, int]]
+    ) -> dict[tuple[str, int], int]:
+        broker = image.brokers.get(leader)
+        endpoint = None if broker is None else broker.endpoint("BROKER")
+        if endpoint is None:
+            return {}
+        by_topic: dict[str, list[pb.ListOffsetsPartition]] = {}
+        for topic, partition in tps:
+            by_topic.setdefault(topic, []).append(
+                pb.ListOffsetsPartition(partition=partition, timestamp=-1, current_leader_epoch=-1)
+            )
+        request = pb.ListOffsetsRequest(
+            replica_id=DEBUGGING_REPLICA_ID,
+            topics=[pb.ListOffsetsTopic(name=t, partitions=ps) for t, ps in by_topic.items()],
+        )
+        try:
+            response = self._stub(endpoint.address).ListOffsets(
+                request, timeout=END_OFFSETS_TIMEOUT_S
+            )
+        except grpc.RpcError as error:
+            log.info("ListOffsets to broker %d for commit checks failed: %s", leader, error)
+            return {}
+        return {
+            (t.name, p.partition): p.offset
+            for t in response.topics
+            for p in t.partitions
+            if p.error_code == 0
+        }
+
+    def _stub(self, address: str) -> pb_grpc.BrokerServiceStub:
+        with self._lock:
+            channel = self._channels.get(address)
+            if channel is None:
+                channel = self._channels[address] = grpc.insecure_channel(address)
+        return pb_grpc.BrokerServiceStub(channel)
+
+    def fetch_offsets(
+        self, group_id: str, partitions: Iterable[tuple[str, int]] | None
+    ) -> dict[tuple[str, int], gs.CommittedOffset | None]:
+        shard = self._shard(group_id)
+        return self._run(shard, lambda s: s.committed(group_id, partitions))
+
+    def list_groups(self) -> list[tuple[str, str, str]]:
+        """(group id, state, type) of every group this broker coordinates."""
+        with self._lock:
+            shards = [s for s in self._shards.values() if s.loaded.is_set()]
+        found: list[tuple[str, str, str]] = []
+        for shard in shards:
+            with shard.lock:
+                state = shard.state
+                found += [(g, state.group_state(g), state.group_type(g)) for g in state.group_ids()]
+        return sorted(found)
+
+    def describe_group(self, group_id: str) -> gs.Group | cg.DescribedClassicGroup | None:
+        shard = self._shard(group_id)
+
+        def describe(state: gs.GroupShard) -> gs.Group | cg.DescribedClassicGroup | None:
+            classic = state.classic.groups.get(group_id)
+            if classic is not None:
+                return classic.describe()
+            group = state.groups.get(group_id)
+            if group is None and group_id not in state.offsets:
+                return None
+            return group or gs.Group(group_id)
+
+        return self._run(shard, describe)
+
+    # -- classic groups ----------------------------------------------------------------------------
+    def join_group(self, request: cg.JoinRequest) -> cg.JoinAnswer:
+        """JoinGroup: returns when the join phase ends (or at once with an error)."""
+        shard = self._shard(request.group_id)
+        future = self._run(shard, lambda s: s.join_group(request, self.clock_ms()))
+        delay_ms = self.config.classic.initial_rebalance_delay_ms
+        wait_s = (request.rebalance_timeout_ms + delay_ms) / 1000 + CLASSIC_WAIT_MARGIN_S
+        answer = _wait_answer(future, wait_s)
+        if answer is None:
+            return cg.JoinAnswer(ErrorCode.REBALANCE_IN_PROGRESS, request.member_id)
+        assert isinstance(answer, cg.JoinAnswer)
+        return answer
+
+    def sync_group(self, request: cg.SyncRequest) -> cg.SyncAnswer:
+        """SyncGroup: returns once the leader's assignment is stored (or with an error)."""
+        shard = self._shard(request.group_id)
+        future = self._run(shard, lambda s: s.classic.sync(request, self.clock_ms()))
+        answer = _wait_answer(future, gs.DEFAULT_REBALANCE_TIMEOUT_MS / 1000)
+        if answer is None:
+            return cg.SyncAnswer(ErrorCode.REBALANCE_IN_PROGRESS, message="no assignment in time")
+        assert isinstance(answer, cg.SyncAnswer)
+        return answer
+
+    def classic_heartbeat(
+        self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
+    ) -> None:
+        shard = self._shard(group_id)
+        self._run(
+            shard,
+            lambda s: s.classic.heartbeat(
+                group_id, generation_id, member_id, group_instance_id, self.clock_ms()
+            ),
+        )
+
+    def leave_group(
+        self, group_id: str, members: list[tuple[str, str | None]]
+    ) -> list[KafkaError | None]:
+        shard = self._shard(group_id)
+        return self._run(shard, lambda s: s.classic.leave(group_id, members, self.clock_ms()))
+
+    def delete_group(self, group_id: str) -> None:
+        shard = self._shard(group_id)
+        self._run(shard, lambda s: s.delete_group(group_id, self.clock_ms()))
+
+    # -- timers ------------------------------------------------------------------------------------
+    def _timer_loop(self) -> None:
+        next_sweep = self.clock_ms() + self.config.offsets_retention_check_interval_ms
+        while not self._stop.wait(TIMER_TICK_S):
+            now_ms = self.clock_ms()
+            sweep = now_ms >= next_sweep or self._sweep_offsets.is_set()
+            if sweep:
+                self._sweep_offsets.clear()
+                next_sweep = now_ms + self.config.offsets_retention_check_interval_ms
+            with self._lock:
+                shards = [s for s in self._shards.values() if s.loaded.is_set()]
+            for shard in shards:
+                try:
+                    self._expire(shard, now_ms, sweep)
+                except KafkaError as error:
+                    log.info("%s: expiry not written: %s", shard.partition.name, error)
+
+    def _expire(self, shard: _Shard, now_ms: int, sweep: bool) -> None:
+        with shard.lock:
+            if not shard.active:
+                return
+            removed = shard.state.expire_members(now_ms)
+            expired: list[tuple[str, tuple[str, int], str]] = []
+            if sweep:
+                retention_ms = self.config.offsets_retention_minutes * 60_000
+                view = self._topics_view()
+                expired = shard.state.expire_offsets(now_ms, retention_ms, view)
+            answers, required = self._append_locked(shard)
+        if answers:
+            self._answer_once_replicated(shard, required, answers)
+        for group_id, member_id, why in removed:
+            log.info("group %s: member %s removed: %s", group_id, member_id, why)
+        for group_id, (topic, partition), why in expired:
+            log.info("group %s: offset of %s-%d removed: %s", group_id, topic, partition, why)
+
+
+def _wait_answer(future: Any, timeout_s: float) -> cg.Answer | None:
+    try:
+        answer: cg.Answer = future.result(timeout=timeout_s)
+    except TimeoutError:
+        return None
+    return answer
+
+
+# -- the gRPC service ------------------------------------------------------------------------------
+def _set_error(message: Any, error: KafkaError) -> None:
+    message.error_code = error.error.code
+    message.error_message = error.message
+
+
+class GroupServicer(ClassicGroupRpcs, gpb_grpc.GroupCoordinatorServiceServicer):
+    def __init__(self, coordinator: GroupCoordinator) -> None:
+        self.coordinator = coordinator
+
+    def FindCoordinator(
+        self, request: gpb.FindCoordinatorRequest, context: Any
+    ) -> gpb.FindCoordinatorResponse:
+        response = gpb.FindCoordinatorResponse()
+        for group_id in request.group_ids:
+            out = response.coordinators.add(group_id=group_id, node_id=-1)
+            try:
+                out.node_id, out.host, out.port = self.coordinator.find_coordinator(group_id)
+            except KafkaError as error:
+                _set_error(out, error)
+        return response
+
+    def ConsumerGroupHeartbeat(
+        self, request: gpb.ConsumerGroupHeartbeatRequest, context: Any
+    ) -> gpb.ConsumerGroupHeartbeatResponse:
+        response = gpb.ConsumerGroupHeartbeatResponse(
+            member_id=request.member_id,
+            member_epoch=request.member_epoch,
+            heartbeat_interval_ms=self.coordinator.config.heartbeat_interval_ms,
+        )
+        try:
+            result = self.coordinator.heartbeat(request)
+        except KafkaError as error:
+            _set_error(response, error)
+            return response
+        response.member_id = result.member_id
+        response.member_epoch = result.member_epoch
+        response.assignment.topics.extend(gs.to_topic_partitions(result.assignment))
+        return response
+
+    def OffsetCommit(
+        self, request: gpb.OffsetCommitRequest, context: Any
+    ) -> gpb.OffsetCommitResponse:
+        items = [
+            gs.OffsetCommitItem(
+                t.name, p.partition, p.committed_offset, p.committed_leader_epoch, p.metadata
+            )
+            for t in request.topics
+            for p in t.partitions
+        ]
+        response = gpb.OffsetCommitResponse()
+        group_error: KafkaError | None = None
+        results: dict[tuple[str, int], KafkaError | None] = {}
+        try:
+            results = self.coordinator.commit(
+                request.group_id, request.member_id, request.member_epoch, items
+            )
+        except KafkaError as error:
+            group_error = error
+            _set_error(response, error)
+        for topic in request.topics:
+            out = response.topics.add(name=topic.name)
+            for item in topic.partitions:
+                answer = out.partitions.add(partition=item.partition)
+                refused = group_error or results.get((topic.name, item.partition))
+                if refused is not None:
+                    _set_error(answer, refused)
+        return response
+
+    def OffsetFetch(self, request: gpb.OffsetFetchRequest, context: Any) -> gpb.OffsetFetchResponse:
+        response = gpb.OffsetFetchResponse()
+        wanted = [(t.topic, p) for t in request.topics for p in t.partitions] or None
+        try:
+            found = self.coordinator.fetch_offsets(request.group_id, wanted)
+        except KafkaError as error:
+            _set_error(response, error)
+            return response
+        by_topic: dict[str, list[gpb.OffsetFetchPartitionResponse]] = {}
+        for (topic, partition), committed in sorted(found.items()):
+            by_topic.setdefault(topic, []).append(
+                gpb.OffsetFetchPartitionResponse(
+                    partition=partition, committed_offset=-1, committed_leader_epoch=-1
+                )
+                if committed is None
+                else gpb.OffsetFetchPartitionResponse(
+                    partition=partition,
+                    committed_offset=committed.offset,
+                    committed_leader_epoch=committed.leader_epoch,
+                    metadata=committed.metadata,
+                    commit_timestamp_ms=committed.commit_timestamp_ms,
+                )
+            )
+        for topic, partitions in by_topic.items():
+            response.topics.add(name=topic, partitions=partitions)
+        return response
+
+    def ListGroups(self, request: gpb.ListGroupsRequest, context: Any) -> gpb.ListGroupsResponse:
+        wanted = {s.lower() for s in request.states_filter}
+        response = gpb.ListGroupsResponse()
+        for group_id, state, group_type in self.coordinator.list_groups():
+            if not wanted or state.lower() in wanted:
+                response.groups.add(group_id=group_id, state=state, group_type=group_type)
+        return response
+
+    def DescribeGroups(
+        self, request: gpb.DescribeGroupsRequest, context: Any
+    ) -> gpb.DescribeGroupsResponse:
+        response = gpb.DescribeGroupsResponse()
+        for group_id in request.group_ids:
+            out = response.groups.add(group_id=group_id, coordinator_id=self.coordinator.broker_id)
+            try:
+                group = self.coordinator.describe_group(group_id)
+            except KafkaError as error:
+                _set_error(out, error)
+                continue
+            if group is None:
+                out.state = "Dead"
+                _set_error(out, KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"no group {group_id!r}"))
+                continue
+            if isinstance(group, cg.DescribedClassicGroup):
+                _describe_classic(group, out)
+            else:
+                _describe(group, out)
+        return response
+
+    def DeleteGroups(
+        self, request: gpb.DeleteGroupsRequest, context: Any
+    ) -> gpb.DeleteGroupsResponse:
+        response = gpb.DeleteGroupsResponse()
+        for group_id in request.group_ids:
+            out = response.results.add(group_id=group_id)
+            try:
+                self.coordinator.delete_group(group_id)
+            except KafkaError as error:
+                _set_error(out, error)
+        return response
+
+
+def _describe_classic(group: cg.DescribedClassicGroup, out: gpb.DescribedGroup) -> None:
+    out.group_type = "classic"
+    out.state = group.state
+    out.group_epoch = group.generation
+    out.assignor = group.protocol_name or ""
+    for member in group.members:
+        try:
+            assigned = consumer_protocol.assigned_partitions(member.assignment)
+        except KafkaError:  # not the consumer protocol: nothing to show
+            assigned = []
+        out.members.add(
+            member_id=member.member_id,
+            client_id=member.client_id,
+            client_host=member.client_host,
+            group_instance_id=member.group_instance_id or "",
+            member_epoch=group.generation,
+            state="stable" if group.state == "Stable" else "rebalancing",
+            assignment=gs.to_topic_partitions(assigned),
+        )
+
+
+def _describe(group: gs.Group, out: gpb.DescribedGroup) -> None:
+    out.group_type = "consumer"
+    out.state = group.state
+    out.group_epoch = group.epoch
+    out.assignment_epoch = group.assignment_epoch
+    out.assignor = "uniform"
+    for member in sorted(group.members.values(), key=lambda m: m.member_id):
+        out.members.add(
+            member_id=member.member_id,
+            client_id=member.client_id,
+            member_epoch=member.member_epoch,
+            state=member.state.name.lower(),
+            subscribed_topic_names=member.subscribed_topic_names,
+            subscribed_topic_regex=member.subscribed_topic_regex,
+            assignment=gs.to_topic_partitions(member.assigned),
+            target_assignment=gs.to_topic_partitions(group.target.get(member.member_id, ())),
+            pending_revocation=gs.to_topic_partitions(member.pending_revocation),
+        )

@@ -1,0 +1,789 @@
+"""The consumer groups of one ``__consumer_offsets`` partition: pure state, records in, records out.
+
+A :class:`GroupShard` holds the groups whose ids hash to one partition of ``__consumer_offsets``
+and their committed offsets. It changes only by **replaying records** (:meth:`GroupShard.replay`):
+loading a partition replays its log, and every handler (heartbeat, commit, delete, expiry)
+*emits* records, each replayed at once and collected for the coordinator to append to the log.
+So the state is always exactly the replay of the log, as in Kafka's new group coordinator.
+
+Membership follows KIP-848. The group epoch moves when membership, a subscription or the partition
+count of a subscribed topic changes; the target assignment is recomputed (by
+:mod:`dataplane.coordinator.assignor`) when the group epoch passes the assignment epoch; each member
+is then reconciled towards its target (Kafka's ``CurrentAssignmentBuilder``): partitions to give up
+are revoked first and the member stays at its epoch until its heartbeat no longer reports them;
+partitions still owned by another member are held back ("unreleased") until that member lets
+them go. A member's epoch fences its stale heartbeats (FENCED_MEMBER_EPOCH) and commits
+(STALE_MEMBER_EPOCH). Timers (session and rebalance timeouts) are runtime state, not records:
+after a load every member starts a fresh session, as in Kafka.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
+from typing import TypeAlias
+
+from dataplane.coordinator import assignor, consumer_protocol
+from dataplane.coordinator import classic_group as cg
+from protos import group_pb2 as gpb
+from raftlog.errors import ErrorCode, KafkaError
+
+TopicPartition = tuple[str, int]
+GroupRecord = tuple[bytes, bytes | None]  # (key, value); a None value is a tombstone
+RT = gpb.GroupRecordType
+RecordType: TypeAlias = gpb.GroupRecordType.ValueType
+DEFAULT_REBALANCE_TIMEOUT_MS = 300_000
+LEAVE_EPOCH = -1
+
+
+class MemberState(enum.IntEnum):
+    STABLE = 0
+    UNREVOKED_PARTITIONS = 1  # must give up `pending_revocation` before it moves on
+    UNRELEASED_PARTITIONS = 2  # waits for partitions another member still owns
+
+
+@dataclass(frozen=True)
+class Member:
+    member_id: str
+    client_id: str = ""
+    subscribed_topic_names: tuple[str, ...] = ()
+    subscribed_topic_regex: str = ""
+    rebalance_timeout_ms: int = DEFAULT_REBALANCE_TIMEOUT_MS
+    server_assignor: str = ""
+    member_epoch: int = 0
+    previous_member_epoch: int = -1
+    state: MemberState = MemberState.STABLE
+    assigned: frozenset[TopicPartition] = frozenset()
+    pending_revocation: frozenset[TopicPartition] = frozenset()
+
+    def subscribed(self, topic_names: Iterable[str]) -> set[str]:
+        """The existing topics this member subscribes to, by name or by regex."""
+        wanted = set(self.subscribed_topic_names)
+        if self.subscribed_topic_regex:
+            pattern = re.compile(self.subscribed_topic_regex)
+            wanted |= {t for t in topic_names if not t.startswith("__") and pattern.fullmatch(t)}
+        return wanted
+
+
+@dataclass
+class Group:
+    group_id: str
+    epoch: int = 0
+    empty_since_ms: int = -1
+    partition_counts: dict[str, int] = field(default_factory=dict)  # what the target used
+    assignment_epoch: int = 0
+    target: dict[str, frozenset[TopicPartition]] = field(default_factory=dict)
+    members: dict[str, Member] = field(default_factory=dict)
+
+    @property
+    def state(self) -> str:
+        """Kafka's ConsumerGroupState names."""
+        if not self.members:
+            return "Empty"
+        if self.epoch > self.assignment_epoch:
+            return "Assigning"
+        if any(
+            m.member_epoch != self.assignment_epoch or m.state is not MemberState.STABLE
+            for m in self.members.values()
+        ):
+            return "Reconciling"
+        return "Stable"
+
+    def owners(self) -> dict[TopicPartition, str]:
+        """Who holds each partition now (assigned or still to revoke)."""
+        found: dict[TopicPartition, str] = {}
+        for member in self.members.values():
+            for tp in member.assigned | member.pending_revocation:
+                found[tp] = member.member_id
+        return found
+
+
+@dataclass(frozen=True)
+class CommittedOffset:
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp_ms: int
+
+
+@dataclass(frozen=True)
+class HeartbeatResult:
+    member_id: str
+    member_epoch: int
+    assignment: frozenset[TopicPartition]
+
+
+@dataclass(frozen=True)
+class OffsetCommitItem:
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int
+    metadata: str
+
+
+class TopicsView:
+    """What the shard needs of the cluster metadata: partition counts by topic name."""
+
+    def __init__(self, partition_counts: Mapping[str, int]) -> None:
+        self.partition_counts = partition_counts
+
+    def count(self, topic: str) -> int | None:
+        return self.partition_counts.get(topic)
+
+    def names(self) -> Iterable[str]:
+        return self.partition_counts.keys()
+
+
+# -- record codec ---------------------------------------------------------------------------------
+def record_key(
+    kind: RecordType, group_id: str, member_id: str = "", topic: str = "", partition: int = 0
+) -> bytes:
+    return gpb.GroupRecordKey(
+        type=kind, group_id=group_id, member_id=member_id, topic=topic, partition=partition
+    ).SerializeToString(deterministic=True)
+
+
+def to_topic_partitions(partitions: Iterable[TopicPartition]) -> list[gpb.TopicPartitions]:
+    """The wire form of a set of partitions, grouped by topic, sorted."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in sorted(partitions):
+        by_topic.setdefault(topic, []).append(partition)
+    return [gpb.TopicPartitions(topic=t, partitions=ps) for t, ps in by_topic.items()]
+
+
+def from_topic_partitions(items: Iterable[gpb.TopicPartitions]) -> frozenset[TopicPartition]:
+    return frozenset((item.topic, p) for item in items for p in item.partitions)
+
+
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode`` (over UTF-16 code units), as a signed 32-bit int."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def partition_for(group_id: str, partitions: int) -> int:
+    """Kafka's ``Utils.abs(groupId.hashCode()) % partitions``: the same group, the same
+    ``__consumer_offsets`` partition as a Kafka cluster would pick."""
+    h = java_string_hash(group_id)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+# -- the shard ------------------------------------------------------------------------------------
+class GroupShard:
+    def __init__(
+        self,
+        *,
+        session_timeout_ms: int,
+        max_group_size: int,
+        offset_metadata_max_bytes: int,
+        new_member_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+        classic_limits: cg.ClassicLimits | None = None,
+    ) -> None:
+        self.session_timeout_ms = session_timeout_ms
+        self.max_group_size = max_group_size
+        self.offset_metadata_max_bytes = offset_metadata_max_bytes
+        self.new_member_id = new_member_id
+        self.groups: dict[str, Group] = {}
+        self.offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
+        # runtime only: (group, member) -> deadline (ms) of its session and of its revocation
+        self.session_deadlines: dict[tuple[str, str], int] = {}
+        self.revocation_deadlines: dict[tuple[str, str], int] = {}
+        self._emitted: list[GroupRecord] = []
+        # JoinGroup/SyncGroup groups; a group id names either a classic or a consumer group
+        self.classic = cg.ClassicGroups(classic_limits or cg.ClassicLimits(), self._emit_classic)
+
+    # -- records ---------------------------------------------------------------------------------
+    def take_emitted(self) -> list[GroupRecord]:
+        emitted, self._emitted = self._emitted, []
+        return emitted
+
+    def _emit(self, key: bytes, value: bytes | None) -> None:
+        self.replay(key, value)
+        self._emitted.append((key, value))
+
+    def replay(self, key_bytes: bytes, value: bytes | None) -> None:
+        """Apply one record of ``__consumer_offsets`` (a load replays the log through this)."""
+        key = gpb.GroupRecordKey.FromString(key_bytes)
+        gid = key.group_id
+        if key.type == RT.OFFSET_COMMIT:
+            tp = (key.topic, key.partition)
+            if value is None:
+                self.offsets.get(gid, {}).pop(tp, None)
+                if gid in self.offsets and not self.offsets[gid]:
+                    del self.offsets[gid]
+            else:
+                v = gpb.OffsetCommitValue.FromString(value)
+                self.offsets.setdefault(gid, {})[tp] = CommittedOffset(
+                    v.offset, v.leader_epoch, v.metadata, v.commit_timestamp_ms
+                )
+            return
+        if key.type == RT.CLASSIC_GROUP_METADATA:
+            stored = None if value is None else gpb.ClassicGroupValue.FromString(value)
+            self.classic.replay(gid, stored)
+            return
+        if key.type == RT.GROUP_METADATA and value is None:
+            self.groups.pop(gid, None)
+            return
+        group = self.groups.get(gid)
+        if group is None:
+            if value is None:
+                return  # a tombstone of something already gone
+            group = self.groups[gid] = Group(gid)
+        self._replay_group(group, key, value)
+
+    def _replay_group(self, group: Group, key: gpb.GroupRecordKey, value: bytes | None) -> None:
+        mid = key.member_id
+        if key.type == RT.GROUP_METADATA:
+            assert value is not None
+            meta = gpb.GroupMetadataValue.FromString(value)
+            group.epoch, group.empty_since_ms = meta.epoch, meta.empty_since_ms
+        elif key.type == RT.GROUP_SUBSCRIPTION_METADATA:
+            counts = gpb.SubscriptionMetadataValue.FromString(value or b"").partition_counts
+            group.partition_counts = dict(counts)
+        elif key.type == RT.TARGET_ASSIGNMENT_METADATA:
+            meta_t = gpb.TargetAssignmentMetadataValue.FromString(value or b"")
+            group.assignment_epoch = meta_t.assignment_epoch
+        elif key.type == RT.TARGET_ASSIGNMENT_MEMBER:
+            if value is None:
+                group.target.pop(mid, None)
+            else:
+                parts = gpb.TargetAssignmentMemberValue.FromString(value).partitions
+                group.target[mid] = from_topic_partitions(parts)
+        elif key.type == RT.MEMBER_METADATA:
+            if value is None:
+                group.members.pop(mid, None)
+                return
+            meta_m = gpb.MemberMetadataValue.FromString(value)
+            group.members[mid] = replace(
+                group.members.get(mid) or Member(mid),
+                client_id=meta_m.client_id,
+                subscribed_topic_names=tuple(meta_m.subscribed_topic_names),
+                subscribed_topic_regex=meta_m.subscribed_topic_regex,
+                rebalance_timeout_ms=meta_m.rebalance_timeout_ms,
+                server_assignor=meta_m.server_assignor,
+            )
+        elif key.type == RT.CURRENT_MEMBER_ASSIGNMENT:
+            current = group.members.get(mid)
+            if value is None:
+                if current is not None:
+                    group.members[mid] = replace(
+                        current, member_epoch=0, previous_member_epoch=-1,
+                        state=MemberState.STABLE, assigned=frozenset(),
+                        pending_revocation=frozenset(),
+                    )  # fmt: skip
+                return
+            a = gpb.CurrentMemberAssignmentValue.FromString(value)
+            group.members[mid] = replace(
+                current or Member(mid),
+                member_epoch=a.member_epoch,
+                previous_member_epoch=a.previous_member_epoch,
+                state=MemberState(a.state),
+                assigned=from_topic_partitions(a.assigned),
+                pending_revocation=from_topic_partitions(a.pending_revocation),
+            )
+        else:
+            raise AssertionError(f"unknown group record type {key.type}")
+
+    # -- emitting helpers ------------------------------------------------------------------------
+    def _emit_classic(self, group: cg.ClassicGroup) -> None:
+        key = record_key(RT.CLASSIC_GROUP_METADATA, group.group_id)
+        self._emit(key, cg.to_record(group).SerializeToString())
+
+    def _emit_group_epoch(self, group: Group, epoch: int, now_ms: int) -> None:
+        if group.members:
+            empty_since = -1
+        else:
+            empty_since = group.empty_since_ms if group.empty_since_ms >= 0 else now_ms
+        value = gpb.GroupMetadataValue(epoch=epoch, empty_since_ms=empty_since)
+        self._emit(record_key(RT.GROUP_METADATA, group.group_id), value.SerializeToString())
+
+    def _emit_member_metadata(self, group: Group, member: Member) -> None:
+        value = gpb.MemberMetadataValue(
+            client_id=member.client_id,
+            subscribed_topic_names=member.subscribed_topic_names,
+            subscribed_topic_regex=member.subscribed_topic_regex,
+            rebalance_timeout_ms=member.rebalance_timeout_ms,
+            server_assignor=member.server_assignor,
+        )
+        key = record_key(RT.MEMBER_METADATA, group.group_id, member.member_id)
+        self._emit(key, value.SerializeToString())
+
+    def _emit_current_assignment(self, group: Group, member: Member) -> None:
+        value = gpb.CurrentMemberAssignmentValue(
+            member_epoch=member.member_epoch,
+            previous_member_epoch=member.previous_member_epoch,
+            state=int(member.state),
+            assigned=to_topic_partitions(member.assigned),
+            pending_revocation=to_topic_partitions(member.pending_revocation),
+        )
+        key = record_key(RT.CURRENT_MEMBER_ASSIGNMENT, group.group_id, member.member_id)
+        self._emit(key, value.SerializeToString())
+
+    def _remove_member(self, group: Group, member_id: str, now_ms: int) -> None:
+        gid = group.group_id
+        self._emit(record_key(RT.CURRENT_MEMBER_ASSIGNMENT, gid, member_id), None)
+        if member_id in group.target:
+            self._emit(record_key(RT.TARGET_ASSIGNMENT_MEMBER, gid, member_id), None)
+        self._emit(record_key(RT.MEMBER_METADATA, gid, member_id), None)
+        self._emit_group_epoch(group, group.epoch + 1, now_ms)
+        self.session_deadlines.pop((gid, member_id), None)
+        self.revocation_deadlines.pop((gid, member_id), None)
+
+    # -- heartbeat --------------------------------------------------------------------------------
+    def heartbeat(
+        self,
+        request: gpb.ConsumerGroupHeartbeatRequest,
+        topics: TopicsView,
+        now_ms: int,
+    ) -> HeartbeatResult:
+        """KIP-848's ConsumerGroupHeartbeat: join (epoch 0), heartbeat, or leave (epoch -1)."""
+        gid, epoch = request.group_id, request.member_epoch
+        _validate_heartbeat(request)
+        classic = self.classic.groups.get(gid)
+        if classic is not None:
+            if classic.members or classic.pending:
+                raise KafkaError(
+                    ErrorCode.GROUP_ID_NOT_FOUND,
+                    f"group {gid!r} is a classic (JoinGroup) group with members, not a consumer "
+                    "group: join it with the classic protocol",
+                )
+            self._emit(record_key(RT.CLASSIC_GROUP_METADATA, gid), None)  # converted
+        group = self.groups.get(gid)
+        if epoch == LEAVE_EPOCH:
+            if group is None or request.member_id not in group.members:
+                raise KafkaError(
+                    ErrorCode.UNKNOWN_MEMBER_ID, f"{request.member_id!r} is not in {gid!r}"
+                )
+            self._remove_member(group, request.member_id, now_ms)
+            return HeartbeatResult(request.member_id, LEAVE_EPOCH, frozenset())
+        owned = from_topic_partitions(request.owned.topics) if request.HasField("owned") else None
+        if epoch == 0:
+            member, joined = self._joining(group, request)
+            if group is None:
+                group = Group(gid)  # recorded by the records below
+        else:
+            if group is None or request.member_id not in group.members:
+                raise KafkaError(
+                    ErrorCode.UNKNOWN_MEMBER_ID,
+                    f"member {request.member_id!r} is not in group {gid!r}: rejoin with epoch 0",
+                )
+            member = group.members[request.member_id]
+            _check_member_epoch(member, epoch, owned)
+            joined = False
+        updated = _with_subscription(member, request)
+        bump = joined or updated != member
+        if bump:
+            self._emit_member_metadata(group, updated)
+            group = self.groups[gid]
+        if joined:
+            # A new member starts without partitions at epoch 0.
+            self._emit_current_assignment(group, updated)
+        counts = _subscribed_counts(group.members.values(), topics)
+        if counts != group.partition_counts:
+            value = gpb.SubscriptionMetadataValue(partition_counts=counts).SerializeToString()
+            self._emit(record_key(RT.GROUP_SUBSCRIPTION_METADATA, gid), value)
+            bump = True
+        if bump:
+            self._emit_group_epoch(group, group.epoch + 1, now_ms)
+        if group.epoch > group.assignment_epoch:
+            self._compute_target(group, topics)
+        member = group.members[updated.member_id]
+        reconciled = reconcile(member, group.assignment_epoch,
+                               group.target.get(member.member_id, frozenset()),
+                               owned, group.owners())  # fmt: skip
+        if reconciled != member:
+            self._emit_current_assignment(group, reconciled)
+        key = (gid, reconciled.member_id)
+        self.session_deadlines[key] = now_ms + self.session_timeout_ms
+        if reconciled.state is MemberState.UNREVOKED_PARTITIONS:
+            self.revocation_deadlines.setdefault(key, now_ms + reconciled.rebalance_timeout_ms)
+        else:
+            self.revocation_deadlines.pop(key, None)
+        return HeartbeatResult(reconciled.member_id, reconciled.member_epoch, reconciled.assigned)
+
+    def _joining(
+        self, group: Group | None, request: gpb.ConsumerGroupHeartbeatRequest
+    ) -> tuple[Member, bool]:
+        size = 0 if group is None else len(group.members)
+        known = group is not None and request.member_id in group.members
+        if not known and size >= self.max_group_size:
+            raise KafkaError(
+                ErrorCode.GROUP_MAX_SIZE_REACHED,
+                f"group {request.group_id!r} is full: {size} members (group.consumer.max.size)",
+            )
+        member_id = request.member_id or self.new_member_id()
+        # A member rejoining with epoch 0 starts over: it reports that it owns nothing.
+        return Member(member_id), True
+
+    def _compute_target(self, group: Group, topics: TopicsView) -> None:
+        names = list(topics.names())
+        subscriptions = {m.member_id: m.subscribed(names) for m in group.members.values()}
+        target = assignor.assign(subscriptions, group.partition_counts, group.target)
+        gid = group.group_id
+        for member_id in sorted(set(group.target) - set(target)):
+            self._emit(record_key(RT.TARGET_ASSIGNMENT_MEMBER, gid, member_id), None)
+        for member_id, partitions in sorted(target.items()):
+            if group.target.get(member_id) != partitions:
+                value = gpb.TargetAssignmentMemberValue(partitions=to_topic_partitions(partitions))
+                key = record_key(RT.TARGET_ASSIGNMENT_MEMBER, gid, member_id)
+                self._emit(key, value.SerializeToString())
+        value_meta = gpb.TargetAssignmentMetadataValue(assignment_epoch=group.epoch)
+        self._emit(record_key(RT.TARGET_ASSIGNMENT_METADATA, gid), value_meta.SerializeToString())
+
+    # -- classic groups (JoinGroup / SyncGroup) ---------------------------------------------------
+    def join_group(self, request: cg.JoinRequest, now_ms: int) -> Future[cg.Answer]:
+        """A classic JoinGroup; its answer may come later (see :mod:`classic_group`)."""
+        if not request.group_id:
+            raise KafkaError(ErrorCode.INVALID_GROUP_ID, "the group id must not be empty")
+        group = self.groups.get(request.group_id)
+        if group is not None:
+            if group.members:
+                raise KafkaError(
+                    ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                    f"group {request.group_id!r} is a consumer group (KIP-848) with members: "
+                    "join it with group.protocol=consumer",
+                )
+            self._delete_group_records(group)  # an empty consumer group becomes classic
+        return self.classic.join(request, now_ms)
+
+    def take_answers(self) -> list[tuple[Future[cg.Answer], cg.Answer]]:
+        return self.classic.take_answers()
+
+    # -- timers -----------------------------------------------------------------------------------
+    def expire_members(self, now_ms: int) -> list[tuple[str, str, str]]:
+        """Remove members whose session or revocation deadline passed: (group, member, why)."""
+        removed: list[tuple[str, str, str]] = []
+        for deadlines, why in (
+            (self.session_deadlines, "session timeout"),
+            (self.revocation_deadlines, "rebalance timeout: partitions not revoked in time"),
+        ):
+            for (gid, mid), deadline in sorted(deadlines.items()):
+                group = self.groups.get(gid)
+                if deadline > now_ms or group is None or mid not in group.members:
+                    continue
+                self._remove_member(group, mid, now_ms)
+                removed.append((gid, mid, why))
+        return removed + self.classic.tick(now_ms)
+
+    def start_sessions(self, now_ms: int) -> None:
+        """After a load: every member gets a full session to find the new coordinator."""
+        self.session_deadlines = {
+            (g.group_id, m): now_ms + self.session_timeout_ms
+            for g in self.groups.values()
+            for m in g.members
+        }
+        self.revocation_deadlines = {}
+        self.classic.start_sessions(now_ms)
+
+    # -- offsets ----------------------------------------------------------------------------------
+    def validate_commit(self, group_id: str, member_id: str, member_epoch: int) -> None:
+        """Kafka's rules for a consumer group's OffsetCommit (the group-level part)."""
+        if not group_id:
+            raise KafkaError(ErrorCode.INVALID_GROUP_ID, "the group id must not be empty")
+        classic = self.classic.groups.get(group_id)
+        if classic is not None:
+            self.classic.validate_commit(classic, member_id, member_epoch)
+            return
+        group = self.groups.get(group_id)
+        if member_epoch < 0 and not member_id:
+            if group is not None and group.members:
+                raise KafkaError(
+                    ErrorCode.UNKNOWN_MEMBER_ID,
+                    f"group {group_id!r} has members: only they may commit (or stop them first)",
+                )
+            return
+        if group is None:
+            raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"no group {group_id!r}")
+        member = group.members.get(member_id)
+        if member is None:
+            raise KafkaError(
+                ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id!r} is not in group {group_id!r}"
+            )
+        if member_epoch != member.member_epoch:
+            raise KafkaError(
+                ErrorCode.STALE_MEMBER_EPOCH,
+                f"member {member_id!r} committed at epoch {member_epoch}, its epoch is "
+                f"{member.member_epoch}",
+            )
+
+    def commit(
+        self, group_id: str, items: Sequence[OffsetCommitItem], now_ms: int
+    ) -> dict[TopicPartition, KafkaError | None]:
+        """Record the offsets that pass the per-partition checks (after ``validate_commit``
+        and after the caller checked them against the partitions' log end offsets)."""
+        results: dict[TopicPartition, KafkaError | None] = {}
+        for item in items:
+            tp = (item.topic, item.partition)
+            if len(item.metadata.encode()) > self.offset_metadata_max_bytes:
+                results[tp] = KafkaError(
+                    ErrorCode.OFFSET_METADATA_TOO_LARGE,
+                    f"{len(item.metadata.encode())} bytes of metadata, the limit is "
+                    f"{self.offset_metadata_max_bytes} (offset.metadata.max.bytes)",
+                )
+                continue
+            value = gpb.OffsetCommitValue(
+                offset=item.offset, leader_epoch=item.leader_epoch, metadata=item.metadata,
+                commit_timestamp_ms=now_ms,
+            )  # fmt: skip
+            key = record_key(RT.OFFSET_COMMIT, group_id, topic=item.topic, partition=item.partition)
+            self._emit(key, value.SerializeToString())
+            results[tp] = None
+        return results
+
+    def committed(
+        self, group_id: str, partitions: Iterable[TopicPartition] | None
+    ) -> dict[TopicPartition, CommittedOffset | None]:
+        stored = self.offsets.get(group_id, {})
+        if partitions is None:
+            return dict(stored)
+        return {tp: stored.get(tp) for tp in partitions}
+
+    def delete_group(self, group_id: str, now_ms: int) -> None:
+        classic = self.classic.groups.get(group_id)
+        if classic is not None and (classic.members or classic.pending):
+            raise KafkaError(
+                ErrorCode.NON_EMPTY_GROUP,
+                f"group {group_id!r} has {len(classic.members)} members; stop them first",
+            )
+        group = self.groups.get(group_id)
+        if classic is not None:
+            self._emit(record_key(RT.CLASSIC_GROUP_METADATA, group_id), None)
+        elif group is None and group_id not in self.offsets:
+            raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"no group {group_id!r}")
+        if group is not None and group.members:
+            raise KafkaError(
+                ErrorCode.NON_EMPTY_GROUP,
+                f"group {group_id!r} has {len(group.members)} members; stop them first",
+            )
+        for topic, partition in sorted(self.offsets.get(group_id, {})):
+            self._emit(
+                record_key(RT.OFFSET_COMMIT, group_id, topic=topic, partition=partition), None
+            )
+        if group is not None:
+            self._delete_group_records(group)
+
+    def _delete_group_records(self, group: Group) -> None:
+        gid = group.group_id
+        for member_id in sorted(group.target):
+            self._emit(record_key(RT.TARGET_ASSIGNMENT_MEMBER, gid, member_id), None)
+        self._emit(record_key(RT.TARGET_ASSIGNMENT_METADATA, gid), None)
+        self._emit(record_key(RT.GROUP_SUBSCRIPTION_METADATA, gid), None)
+        self._emit(record_key(RT.GROUP_METADATA, gid), None)
+
+    def expire_offsets(
+        self, now_ms: int, retention_ms: int, topics: TopicsView
+    ) -> list[tuple[str, TopicPartition, str]]:
+        """Offsets of deleted topics, and offsets past ``offsets.retention.minutes`` (for an
+        empty group counted from when it emptied or the commit, whichever is later; for a
+        group with members only offsets of topics none of them subscribes to expire); then
+        empty groups without offsets are deleted. Returns (group, partition, why)."""
+        expired: list[tuple[str, TopicPartition, str]] = []
+        names = list(topics.names())
+        for gid in sorted(self.offsets):
+            empty, empty_since, subscribed = self._subscriptions(gid, names)
+            for tp, committed in sorted(self.offsets[gid].items()):
+                if topics.count(tp[0]) is None:
+                    why = "topic deleted"
+                elif empty:
+                    since = max(committed.commit_timestamp_ms, empty_since)
+                    why = "retention" if now_ms - since >= retention_ms else ""
+                elif tp[0] not in subscribed:
+                    age = now_ms - committed.commit_timestamp_ms
+                    why = "retention" if age >= retention_ms else ""
+                else:
+                    why = ""
+                if why:
+                    key = record_key(RT.OFFSET_COMMIT, gid, topic=tp[0], partition=tp[1])
+                    self._emit(key, None)
+                    expired.append((gid, tp, why))
+        for gid, group in sorted(self.groups.items()):
+            idle_ms = now_ms - group.empty_since_ms
+            if not group.members and gid not in self.offsets and idle_ms >= retention_ms:
+                self._delete_group_records(group)
+        for gid, classic in sorted(self.classic.groups.items()):
+            idle_ms = now_ms - classic.empty_since_ms
+            if classic.state is cg.ClassicState.EMPTY and gid not in self.offsets and (
+                idle_ms >= retention_ms
+            ):  # fmt: skip
+                self._emit(record_key(RT.CLASSIC_GROUP_METADATA, gid), None)
+        return expired
+
+    def _subscriptions(self, group_id: str, names: list[str]) -> tuple[bool, int, set[str]]:
+        """(empty?, empty since (ms), the topics its members subscribe to) of any group."""
+        classic = self.classic.groups.get(group_id)
+        if classic is not None:
+            subscribed: set[str] = set()
+            for member in classic.members.values():
+                metadata = member.metadata(classic.protocol_name or "")
+                try:
+                    subscribed.update(consumer_protocol.subscribed_topics(metadata))
+                except KafkaError:  # not the consumer protocol's bytes: keep everything
+                    subscribed.update(names)
+            return not classic.members, classic.empty_since_ms, subscribed
+        group = self.groups.get(group_id)
+        if group is None:
+            return True, -1, set()
+        subscribed = set()
+        for consumer in group.members.values():
+            subscribed |= consumer.subscribed(names)
+        return not group.members, group.empty_since_ms, subscribed
+
+    def group_ids(self) -> Iterator[str]:
+        yield from sorted(set(self.groups) | set(self.offsets) | set(self.classic.groups))
+
+    def group_type(self, group_id: str) -> str:
+        return "classic" if group_id in self.classic.groups else "consumer"
+
+    def group_state(self, group_id: str) -> str:
+        classic = self.classic.groups.get(group_id)
+        if classic is not None:
+            return classic.state.value
+        group = self.groups.get(group_id)
+        return "Empty" if group is None else group.state
+
+
+# -- the pure pieces of a heartbeat ---------------------------------------------------------------
+def _validate_heartbeat(request: gpb.ConsumerGroupHeartbeatRequest) -> None:
+    if not request.group_id:
+        raise KafkaError(ErrorCode.INVALID_GROUP_ID, "the group id must not be empty")
+    epoch = request.member_epoch
+    if epoch < LEAVE_EPOCH:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"member epoch {epoch} is not valid")
+    if epoch != 0 and not request.member_id:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "a member id is needed unless joining")
+    if epoch == 0:
+        names = request.subscribed_topic_names.names
+        regex = request.subscribed_topic_regex if request.HasField("subscribed_topic_regex") else ""
+        if not names and not regex:
+            raise KafkaError(
+                ErrorCode.INVALID_REQUEST, "joining needs subscribed topic names or a regex"
+            )
+        if request.rebalance_timeout_ms <= 0:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "joining needs a rebalance timeout")
+    if request.server_assignor and request.server_assignor not in assignor.ASSIGNORS:
+        raise KafkaError(
+            ErrorCode.UNSUPPORTED_ASSIGNOR,
+            f"assignor {request.server_assignor!r} is not one of {sorted(assignor.ASSIGNORS)}",
+        )
+    if request.HasField("subscribed_topic_regex") and request.subscribed_topic_regex:
+        try:
+            re.compile(request.subscribed_topic_regex)
+        except re.error as error:
+            raise KafkaError(
+                ErrorCode.INVALID_REGULAR_EXPRESSION,
+                f"{request.subscribed_topic_regex!r}: {error}",
+            ) from error
+
+
+def _check_member_epoch(member: Member, epoch: int, owned: Set[TopicPartition] | None) -> None:
+    """Kafka's ``throwIfConsumerGroupMemberEpochIsInvalid``."""
+    if epoch > member.member_epoch:
+        raise KafkaError(
+            ErrorCode.FENCED_MEMBER_EPOCH,
+            f"member epoch {epoch} is ahead of the coordinator's {member.member_epoch}: "
+            "give up every partition and rejoin",
+        )
+    if epoch < member.member_epoch and (
+        epoch != member.previous_member_epoch or owned is None or not owned <= member.assigned
+    ):
+        raise KafkaError(
+            ErrorCode.FENCED_MEMBER_EPOCH,
+            f"member epoch {epoch} is behind the coordinator's {member.member_epoch}: "
+            "give up every partition and rejoin",
+        )
+
+
+def _with_subscription(member: Member, request: gpb.ConsumerGroupHeartbeatRequest) -> Member:
+    updated = member
+    if request.HasField("subscribed_topic_names"):
+        names = tuple(sorted(set(request.subscribed_topic_names.names)))
+        updated = replace(updated, subscribed_topic_names=names)
+    if request.HasField("subscribed_topic_regex"):
+        updated = replace(updated, subscribed_topic_regex=request.subscribed_topic_regex)
+    if request.rebalance_timeout_ms > 0:
+        updated = replace(updated, rebalance_timeout_ms=request.rebalance_timeout_ms)
+    if request.client_id:
+        updated = replace(updated, client_id=request.client_id)
+    if request.server_assignor:
+        updated = replace(updated, server_assignor=request.server_assignor)
+    return updated
+
+
+def _subscribed_counts(members: Iterable[Member], topics: TopicsView) -> dict[str, int]:
+    names = list(topics.names())
+    counts: dict[str, int] = {}
+    for member in members:
+        for topic in member.subscribed(names):
+            count = topics.count(topic)
+            if count is not None:
+                counts[topic] = count
+    return counts
+
+
+def reconcile(
+    member: Member,
+    target_epoch: int,
+    target: frozenset[TopicPartition],
+    owned: Set[TopicPartition] | None,
+    owners: Mapping[TopicPartition, str],
+) -> Member:
+    """Kafka's ``CurrentAssignmentBuilder``: move ``member`` one step towards ``target``.
+    ``owned`` is what the member reported (None = not reported: assumed unchanged)."""
+
+    def still_owns(partitions: frozenset[TopicPartition]) -> bool:
+        return owned is None or bool(partitions & owned)
+
+    if member.state is MemberState.STABLE:
+        if member.member_epoch == target_epoch:
+            return member
+        return _next_assignment(
+            member, member.member_epoch, target_epoch, target, owners, still_owns
+        )
+    if member.state is MemberState.UNREVOKED_PARTITIONS:
+        if still_owns(member.pending_revocation):
+            return member
+        return _next_assignment(
+            member, member.member_epoch + 1, target_epoch, target, owners, still_owns
+        )
+    return _next_assignment(member, member.member_epoch, target_epoch, target, owners, still_owns)
+
+
+def _next_assignment(
+    member: Member,
+    epoch: int,
+    target_epoch: int,
+    target: frozenset[TopicPartition],
+    owners: Mapping[TopicPartition, str],
+    still_owns: Callable[[frozenset[TopicPartition]], bool],
+) -> Member:
+    kept = member.assigned & target
+    revoke = member.assigned - kept
+    wanted = target - kept
+    free = frozenset(tp for tp in wanted if owners.get(tp, member.member_id) == member.member_id)
+    unreleased = bool(wanted - free)
+    if revoke and still_owns(revoke):
+        return _moved(member, epoch, MemberState.UNREVOKED_PARTITIONS, kept, revoke)
+    state = MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE
+    return _moved(member, target_epoch, state, kept | free, frozenset())
+
+
+def _moved(
+    member: Member,
+    epoch: int,
+    state: MemberState,
+    assigned: frozenset[TopicPartition],
+    pending: frozenset[TopicPartition],
+) -> Member:
+    previous = member.member_epoch if epoch != member.member_epoch else member.previous_member_epoch
+    return replace(
+        member, member_epoch=epoch, previous_member_epoch=previous, state=state,
+        assigned=assigned, pending_revocation=pending,
+    )  # fmt: skip

@@ -1,0 +1,409 @@
+"""The KAFKA listener's group APIs: FindCoordinator, ConsumerGroupHeartbeat (KIP-848), the
+classic protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup), OffsetCommit, OffsetFetch,
+ListGroups and DescribeGroups, served by the same group coordinator as gRPC.
+
+Clients that speak KIP-848's consumer protocol (librdkafka with ``group.protocol=consumer``) get
+server-side assignment; clients of the classic protocol (librdkafka's default, kafka-python) get a
+classic group (:mod:`dataplane.coordinator.classic_group`) whose leader assigns. Both kinds live in
+the same ``__consumer_offsets`` shards, commit offsets the same way, and are listed and described
+together; DescribeGroups shows a KIP-848 group in the classic shape (subscriptions and assignments
+encoded as
+Kafka's consumer protocol), as Kafka does. Kafka names topics by id in ConsumerGroupHeartbeat and by
+name elsewhere; the broker's metadata image translates. Coordinators are answered with their KAFKA
+endpoints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from dataplane.coordinator import classic_group as cg
+from dataplane.coordinator import consumer_protocol as cp
+from dataplane.coordinator import group_state as gs
+from dataplane.coordinator.group_coordinator import GroupServicer
+from dataplane.kafka import codec as kc
+from metadata_quorum.image import MetadataImage
+from protos import group_pb2 as gpb
+from raftlog.errors import ErrorCode, KafkaError
+
+GROUP_KEY_TYPE = 0  # FindCoordinator key_type: 0 group, 1 transaction
+OFFSET_COMMIT_KIP_848_VERSION = 9  # from v9 a commit may carry a KIP-848 member epoch
+CLASSIC_PROTOCOL_TYPE = "consumer"  # what a KIP-848 group is shown as in DescribeGroups
+
+
+class KafkaGroups:
+    """Group requests of the KAFKA listener."""
+
+    def __init__(
+        self,
+        groups: GroupServicer,
+        image: Callable[[], MetadataImage],
+        listener: str,
+        call: Callable[[], Any],
+    ) -> None:
+        self.groups = groups
+        self.image = image
+        self.listener = listener
+        self.call = call
+
+    def handlers(self) -> dict[int, Callable[[kc.Request], kc.Data]]:
+        return {
+            kc.API_FIND_COORDINATOR: self.find_coordinator,
+            kc.API_CONSUMER_GROUP_HEARTBEAT: self.consumer_group_heartbeat,
+            kc.API_OFFSET_COMMIT: self.offset_commit,
+            kc.API_OFFSET_FETCH: self.offset_fetch,
+            kc.API_JOIN_GROUP: self.join_group,
+            kc.API_SYNC_GROUP: self.sync_group,
+            kc.API_HEARTBEAT: self.heartbeat,
+            kc.API_LEAVE_GROUP: self.leave_group,
+            kc.API_LIST_GROUPS: self.list_groups,
+            kc.API_DESCRIBE_GROUPS: self.describe_groups,
+        }
+
+    # -- FindCoordinator --------------------------------------------------------------------------
+    def find_coordinator(self, request: kc.Request) -> kc.Data:
+        body = request.body
+        batched = request.api_version >= 4
+        keys = list(body.coordinator_keys) if batched else [body.key]
+        found = [self._coordinator(key, kc.field(body, "key_type", GROUP_KEY_TYPE)) for key in keys]
+        if batched:
+            return {"throttle_time": 0, "coordinators": found}
+        (only,) = found
+        return {"throttle_time": 0, **{k: v for k, v in only.items() if k != "key"}}
+
+    def _coordinator(self, key: str, key_type: int) -> kc.Data:
+        out: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1}
+        if key_type != GROUP_KEY_TYPE:
+            return {**out, "error_code": ErrorCode.INVALID_REQUEST.code,
+                    "error_message": "transactions are not supported"}  # fmt: skip
+        answer = self.groups.FindCoordinator(
+            gpb.FindCoordinatorRequest(group_ids=[key]), self.call()
+        )
+        (coordinator,) = answer.coordinators
+        if coordinator.error_code:
+            return {**out, "error_code": coordinator.error_code,
+                    "error_message": coordinator.error_message or None}  # fmt: skip
+        broker = self.image().brokers.get(coordinator.node_id)
+        endpoint = None if broker is None else broker.endpoint(self.listener)
+        if endpoint is None:
+            missing = f"broker {coordinator.node_id} has no {self.listener} listener"
+            return {**out, "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE.code,
+                    "error_message": missing}  # fmt: skip
+        return {**out, "node_id": coordinator.node_id, "host": endpoint.host,
+                "port": endpoint.port, "error_code": 0, "error_message": None}  # fmt: skip
+
+    # -- ConsumerGroupHeartbeat -------------------------------------------------------------------
+    def consumer_group_heartbeat(self, request: kc.Request) -> kc.Data:
+        body = request.body
+        image = self.image()
+        names = {topic_id: name for name, topic_id in image.topic_ids.items()}
+        heartbeat = gpb.ConsumerGroupHeartbeatRequest(
+            group_id=body.group_id,
+            member_id=body.member_id,
+            member_epoch=body.member_epoch,
+            rebalance_timeout_ms=kc.millis(body.rebalance_timeout),
+            client_id=request.client_id or "",
+            server_assignor=body.server_assignor or "",
+        )
+        if body.subscribed_topic_names is not None:
+            heartbeat.subscribed_topic_names.SetInParent()
+            heartbeat.subscribed_topic_names.names.extend(body.subscribed_topic_names)
+        regex = kc.field(body, "subscribed_topic_regex")
+        if regex is not None:
+            heartbeat.subscribed_topic_regex = regex
+        if body.topic_partitions is not None:
+            heartbeat.owned.SetInParent()
+            for owned in body.topic_partitions:
+                name = names.get(owned.topic_id)
+                if name is not None:  # a topic deleted meanwhile is owned no more
+                    heartbeat.owned.topics.add(topic=name, partitions=owned.partitions)
+        answer = self.groups.ConsumerGroupHeartbeat(heartbeat, self.call())
+        assignment = None
+        if not answer.error_code:
+            assignment = {"topic_partitions": [
+                {"topic_id": image.topic_ids[t.topic], "partitions": list(t.partitions)}
+                for t in answer.assignment.topics
+                if t.topic in image.topic_ids
+            ]}  # fmt: skip
+        return {
+            "throttle_time": 0,
+            "error_code": answer.error_code,
+            "error_message": answer.error_message or None,
+            "member_id": answer.member_id or None,
+            "member_epoch": answer.member_epoch,
+            "heartbeat_interval": answer.heartbeat_interval_ms,
+            "assignment": assignment,
+        }
+
+    # -- OffsetCommit / OffsetFetch ---------------------------------------------------------------
+    def offset_commit(self, request: kc.Request) -> kc.Data:
+        body = request.body
+        commit = gpb.OffsetCommitRequest(
+            group_id=body.group_id,
+            member_id=body.member_id,
+            member_epoch=body.generation_id_or_member_epoch,
+            topics=[
+                gpb.OffsetCommitTopic(
+                    name=topic.name,
+                    partitions=[
+                        gpb.OffsetCommitPartition(
+                            partition=p.partition_index,
+                            committed_offset=p.committed_offset,
+                            committed_leader_epoch=kc.field(p, "committed_leader_epoch", -1),
+                            metadata=p.committed_metadata or "",
+                        )
+                        for p in topic.partitions
+                    ],
+                )
+                for topic in body.topics
+            ],
+        )
+        answer = self.groups.OffsetCommit(commit, self.call())
+        legacy = request.api_version < OFFSET_COMMIT_KIP_848_VERSION
+
+        def code(p: gpb.OffsetCommitPartitionResponse) -> int:
+            found = p.error_code or answer.error_code
+            if legacy and found == ErrorCode.GROUP_ID_NOT_FOUND.code:
+                # A classic member committing to a group the coordinator does not know:
+                # Kafka answers older versions ILLEGAL_GENERATION, so the member rejoins.
+                return ErrorCode.ILLEGAL_GENERATION.code
+            return found
+
+        return {
+            "throttle_time": 0,
+            "topics": [
+                {
+                    "name": topic.name,
+                    "partitions": [
+                        {
+                            "partition_index": p.partition,
+                            "error_code": code(p),
+                        }
+                        for p in topic.partitions
+                    ],
+                }
+                for topic in answer.topics
+            ],
+        }
+
+    def offset_fetch(self, request: kc.Request) -> kc.Data:
+        body = request.body
+        if request.api_version >= 8:
+            groups = [self._fetch_group(g.group_id, g.topics) for g in body.groups]
+            return {"throttle_time": 0, "groups": groups}
+        group = self._fetch_group(body.group_id, body.topics)
+        return {"throttle_time": 0, "topics": group["topics"], "error_code": group["error_code"]}
+
+    def _fetch_group(self, group_id: str, topics: Any) -> dict[str, Any]:
+        fetch = gpb.OffsetFetchRequest(
+            group_id=group_id,
+            topics=[
+                gpb.TopicPartitions(topic=t.name, partitions=list(t.partition_indexes))
+                for t in topics or ()
+            ],
+        )
+        answer = self.groups.OffsetFetch(fetch, self.call())
+        return {
+            "group_id": group_id,
+            "error_code": answer.error_code,
+            "topics": [
+                {
+                    "name": topic.name,
+                    "partitions": [
+                        {
+                            "partition_index": p.partition,
+                            "committed_offset": p.committed_offset,
+                            "committed_leader_epoch": p.committed_leader_epoch,
+                            "metadata": p.metadata,
+                            "error_code": p.error_code,
+                        }
+                        for p in topic.partitions
+                    ],
+                }
+                for topic in answer.topics
+            ],
+        }
+
+    # -- the classic protocol ---------------------------------------------------------------------
+    @property
+    def coordinator(self) -> Any:
+        return self.groups.coordinator
+
+    def join_group(self, request: kc.Request) -> kc.Data:
+        body = request.body
+        session_ms = kc.millis(body.session_timeout)
+        # v0 has no rebalance timeout: the session timeout stands for it, as in Kafka.
+        rebalance = kc.field(body, "rebalance_timeout")
+        join = cg.JoinRequest(
+            group_id=body.group_id,
+            member_id=body.member_id,
+            group_instance_id=kc.field(body, "group_instance_id"),
+            client_id=request.client_id or "",
+            client_host=request.client_host,
+            session_timeout_ms=session_ms,
+            rebalance_timeout_ms=session_ms if rebalance is None else kc.millis(rebalance),
+            protocol_type=body.protocol_type,
+            protocols=tuple((p.name, bytes(p.metadata)) for p in body.protocols),
+            require_known_member_id=request.api_version >= JOIN_GROUP_KIP_394_VERSION,
+        )
+        try:
+            answer = self.coordinator.join_group(join)
+        except KafkaError as error:
+            answer = cg.JoinAnswer(error.error, body.member_id, message=error.message)
+        nullable = request.api_version >= JOIN_GROUP_NULLABLE_PROTOCOL_VERSION
+        return {
+            "throttle_time": 0,
+            "error_code": answer.error.code,
+            "generation_id": answer.generation_id,
+            "protocol_type": answer.protocol_type,
+            "protocol_name": answer.protocol_name or (None if nullable else ""),
+            "leader": answer.leader,
+            "skip_assignment": False,
+            "member_id": answer.member_id,
+            "members": [
+                {"member_id": m, "group_instance_id": instance, "metadata": metadata}
+                for m, instance, metadata in answer.members
+            ],
+        }
+
+    def sync_group(self, request: kc.Request) -> kc.Data:
+        body = request.body
+        try:
+            answer = self.coordinator.sync_group(
+                cg.SyncRequest(
+                    body.group_id,
+                    body.generation_id,
+                    body.member_id,
+                    kc.field(body, "group_instance_id"),
+                    kc.field(body, "protocol_type"),
+                    kc.field(body, "protocol_name"),
+                    {a.member_id: bytes(a.assignment) for a in body.assignments},
+                )
+            )
+        except KafkaError as error:
+            answer = cg.SyncAnswer(error.error, message=error.message)
+        return {
+            "throttle_time": 0,
+            "error_code": answer.error.code,
+            "protocol_type": answer.protocol_type,
+            "protocol_name": answer.protocol_name,
+            "assignment": answer.assignment,
+        }
+
+    def heartbeat(self, request: kc.Request) -> kc.Data:
+        body = request.body
+        try:
+            self.coordinator.classic_heartbeat(
+                body.group_id, body.generation_id, body.member_id,
+                kc.field(body, "group_instance_id"),
+            )  # fmt: skip
+        except KafkaError as error:
+            return {"throttle_time": 0, "error_code": error.error.code}
+        return {"throttle_time": 0, "error_code": 0}
+
+    def leave_group(self, request: kc.Request) -> kc.Data:
+        body = request.body
+        batched = request.api_version >= 3
+        leaving = (
+            [(m.member_id, m.group_instance_id) for m in body.members]
+            if batched
+            else [(body.member_id, None)]
+        )
+        try:
+            outcomes = self.coordinator.leave_group(body.group_id, leaving)
+        except KafkaError as error:
+            return {"throttle_time": 0, "error_code": error.error.code, "members": []}
+        if not batched:
+            (only,) = outcomes
+            return {"throttle_time": 0, "error_code": 0 if only is None else only.error.code}
+        return {
+            "throttle_time": 0,
+            "error_code": 0,
+            "members": [
+                {
+                    "member_id": member_id,
+                    "group_instance_id": instance,
+                    "error_code": 0 if outcome is None else outcome.error.code,
+                }
+                for (member_id, instance), outcome in zip(leaving, outcomes, strict=True)
+            ],
+        }
+
+    # -- ListGroups / DescribeGroups ---------------------------------------------------------------
+    def list_groups(self, request: kc.Request) -> kc.Data:
+        body = request.body
+        states = {s.lower() for s in kc.field(body, "states_filter", ()) or ()}
+        types = {t.lower() for t in kc.field(body, "types_filter", ()) or ()}
+        groups = []
+        for group_id, state, group_type in self.coordinator.list_groups():
+            if (states and state.lower() not in states) or (types and group_type not in types):
+                continue
+            groups.append(
+                {
+                    "group_id": group_id,
+                    "protocol_type": CLASSIC_PROTOCOL_TYPE,
+                    "group_state": state,
+                    "group_type": group_type,
+                }
+            )
+        return {"throttle_time": 0, "error_code": 0, "groups": groups}
+
+    def describe_groups(self, request: kc.Request) -> kc.Data:
+        described = [self._describe_group(group_id) for group_id in request.body.groups]
+        return {"throttle_time": 0, "groups": described}
+
+    def _describe_group(self, group_id: str) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "error_code": 0, "group_id": group_id, "group_state": "Dead", "protocol_type": "",
+            "protocol_data": "", "members": [], "authorized_operations": -(2**31),
+        }  # fmt: skip
+        try:
+            group = self.coordinator.describe_group(group_id)
+        except KafkaError as error:
+            return {**out, "error_code": error.error.code}
+        if group is None:
+            return out  # Kafka describes an unknown group as Dead, with no error (v0-v5)
+        if isinstance(group, cg.DescribedClassicGroup):
+            members = [
+                {
+                    "member_id": m.member_id,
+                    "group_instance_id": m.group_instance_id,
+                    "client_id": m.client_id,
+                    "client_host": m.client_host,
+                    "member_metadata": m.metadata,
+                    "member_assignment": m.assignment,
+                }
+                for m in group.members
+            ]
+            return {
+                **out, "group_state": group.state, "protocol_type": group.protocol_type or "",
+                "protocol_data": group.protocol_name or "", "members": members,
+            }  # fmt: skip
+        return {**out, **_as_classic(group)}
+
+
+JOIN_GROUP_KIP_394_VERSION = 4  # from v4 a new member first gets its id (MEMBER_ID_REQUIRED)
+JOIN_GROUP_NULLABLE_PROTOCOL_VERSION = 7
+
+
+def _as_classic(group: gs.Group) -> dict[str, Any]:
+    """A KIP-848 group in DescribeGroups' shape: subscriptions and assignments as the
+    consumer protocol's bytes."""
+    members = [
+        {
+            "member_id": m.member_id,
+            "group_instance_id": None,
+            "client_id": m.client_id,
+            "client_host": "",
+            "member_metadata": cp.encode_subscription(m.subscribed_topic_names),
+            "member_assignment": cp.encode_assignment(m.assigned),
+        }
+        for m in sorted(group.members.values(), key=lambda m: m.member_id)
+    ]
+    return {
+        "group_state": group.state,
+        "protocol_type": CLASSIC_PROTOCOL_TYPE if group.members else "",
+        "protocol_data": "uniform" if group.members else "",
+        "members": members,
+    }

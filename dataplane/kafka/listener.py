@@ -1,0 +1,434 @@
+"""The KAFKA listener: Kafka's binary protocol in front of the same broker core as gRPC.
+
+A broker whose ``listeners`` name ``KAFKA://host:port`` accepts Kafka clients (librdkafka, kcat,
+kafka-python) there. Each request is read into its version's schema (dataplane/kafka/codec.py),
+turned into the BrokerService request the gRPC front door takes, served by the same
+`BrokerServicer` (produce with acks 0/1/all and idempotence, fetch long polls, list offsets,
+producer ids), and the answer is written back in the version the client asked for. Metadata
+points clients at every live broker's KAFKA endpoint (brokers register it with the controller).
+
+Connections are served one request at a time, in order, as a Kafka broker does (a client may
+pipeline; responses keep the order). A frame that is not a request closes its connection only;
+an API or version not served is answered UNSUPPORTED_VERSION for ApiVersions (in its v0 layout,
+KIP-511) and closes the connection otherwise, as Kafka's broker does. Served here: ApiVersions,
+Metadata, Produce, Fetch, ListOffsets, InitProducerId, and through dataplane/kafka/groups.py the
+GroupServicer's FindCoordinator, ConsumerGroupHeartbeat, OffsetCommit and OffsetFetch (versions
+in `kafka_codec.SUPPORTED`).
+Fetch sessions (KIP-227) are not kept: every fetch is answered in full with session id 0, which
+clients take as "no session".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from dataplane.broker.service import BrokerServicer
+from dataplane.coordinator.group_coordinator import GroupServicer
+from dataplane.kafka import codec as kc
+from dataplane.kafka.admin import KafkaAdmin
+from dataplane.kafka.groups import KafkaGroups
+from metadata_quorum.client import ControllerClient
+from protos import broker_pb2 as pb
+from raftlog.errors import ErrorCode
+
+log = logging.getLogger(__name__)
+LISTENER = "KAFKA"
+ACCEPT_BACKLOG = 128
+NO_AUTHORIZED_OPERATIONS = -(2**31)  # Kafka's "not requested" for authorized operations
+
+
+class _DropResponse(Exception):
+    """Fault injection (fault.produce.drop.response.every) lost this answer: close instead."""
+
+
+class _Call:
+    """What BrokerServicer reads of a gRPC call context, for a request from this listener."""
+
+    def add_callback(self, callback: Callable[[], None]) -> bool:
+        return False  # nothing to hold: a dropped answer closes the connection at once
+
+    def time_remaining(self) -> float | None:
+        return 0.0
+
+    def abort(self, code: Any, details: str) -> None:
+        raise _DropResponse(details)
+
+
+class KafkaListener:
+    """Accepts Kafka clients on `host:port` and serves them with `servicer`."""
+
+    def __init__(
+        self,
+        servicer: BrokerServicer,
+        groups: GroupServicer,
+        host: str,
+        port: int,
+        ready: threading.Event | None = None,
+        controller: ControllerClient | None = None,
+    ) -> None:
+        self.servicer = servicer
+        self.ready = ready
+        self.address = (host, port)
+        self._socket: socket.socket | None = None
+        self._connections: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._handlers: dict[int, Callable[[kc.Request], kc.Data | None]] = {
+            kc.API_VERSIONS: self._api_versions,
+            kc.API_METADATA: self._metadata,
+            kc.API_PRODUCE: self._produce,
+            kc.API_FETCH: self._fetch,
+            kc.API_LIST_OFFSETS: self._list_offsets,
+            kc.API_INIT_PRODUCER_ID: self._init_producer_id,
+        }
+        group_apis = KafkaGroups(groups, lambda: servicer.replicas.image, LISTENER, _Call)
+        self._handlers.update(group_apis.handlers())
+        if controller is not None:
+            admin = KafkaAdmin(
+                controller, lambda: servicer.replicas.image, servicer.broker_id,
+                servicer.cluster_id, LISTENER,
+            )  # fmt: skip
+            self._handlers.update(admin.handlers())
+
+    def start(self) -> None:
+        listening = socket.create_server(self.address, backlog=ACCEPT_BACKLOG)
+        self._socket = listening
+        threading.Thread(target=self._accept, name="kafka-accept", daemon=True).start()
+        log.info("Kafka protocol listener on %s:%d", *self.address)
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._socket is not None:
+            self._socket.close()
+        with self._lock:
+            connections = list(self._connections)
+        for connection in connections:
+            _close(connection)
+
+    # -- connections ----------------------------------------------------------------------------
+    def _accept(self) -> None:
+        assert self._socket is not None
+        while not self._stopped.is_set():
+            try:
+                connection, peer = self._socket.accept()
+            except OSError:
+                return  # closed by stop()
+            if self.ready is not None and not self.ready.is_set():
+                # Catching up with the metadata: refused as by a broker that is down, so the
+                # client tries another (Kafka enables its listeners only once caught up).
+                log.debug("Kafka connection from %s refused: still catching up", peer)
+                _close(connection)
+                continue
+            connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with self._lock:
+                self._connections.add(connection)
+            threading.Thread(
+                target=self._serve, args=(connection, peer), name="kafka-conn", daemon=True
+            ).start()
+
+    def _serve(self, connection: socket.socket, peer: Any) -> None:
+        try:
+            while not self._stopped.is_set():
+                frame = _read_frame(connection)
+                if frame is None:
+                    return
+                answer = self.handle(frame, f"/{peer[0]}")
+                if answer is not None:
+                    connection.sendall(answer)
+        except (OSError, kc.FrameError, _DropResponse) as error:
+            log.info("Kafka connection from %s closed: %s", peer, error)
+        finally:
+            with self._lock:
+                self._connections.discard(connection)
+            _close(connection)
+
+    def handle(self, frame: bytes, client_host: str = "") -> bytes | None:
+        """The response frame to one request frame (None: acks=0 produce, no answer). Raises
+        FrameError for a frame that must close the connection."""
+        try:
+            request = kc.parse_request(frame, client_host)
+        except kc.UnsupportedVersion as unsupported:
+            if unsupported.api_key != kc.API_VERSIONS:
+                raise
+            versions = self._api_versions_data(ErrorCode.UNSUPPORTED_VERSION)
+            return kc.encode_response(kc.API_VERSIONS, 0, unsupported.correlation_id, versions)
+        data = self._handlers[request.api_key](request)
+        if data is None:
+            return None
+        return kc.encode_response(
+            request.api_key, request.api_version, request.correlation_id, data
+        )
+
+    # -- the APIs ---------------------------------------------------------------------------------
+    def _api_versions(self, request: kc.Request) -> kc.Data:
+        return self._api_versions_data(ErrorCode.NONE)
+
+    def _api_versions_data(self, error: ErrorCode) -> kc.Data:
+        return {
+            "error_code": error.code,
+            "api_keys": [
+                {"api_key": key, "min_version": low, "max_version": high}
+                for key, (low, high) in sorted(kc.SUPPORTED.items())
+            ],
+            "throttle_time": 0,
+        }
+
+    def _metadata(self, request: kc.Request) -> kc.Data:
+        topics = kc.field(request.body, "topics")
+        all_topics = topics is None or (request.api_version == 0 and not topics)
+        image = self.servicer.replicas.image
+        by_id = {topic_id: name for name, topic_id in image.topic_ids.items()}
+        names = [  # v10+ may name a topic by id only (KIP-516); an unknown id is not described
+            t.name if t.name is not None else by_id.get(kc.field(t, "topic_id"), "")
+            for t in topics or ()
+        ]
+        names = [name for name in names if name]
+        described = self.servicer.Metadata(
+            pb.MetadataRequest(topics=names, all_topics=all_topics), _Call()
+        )
+        brokers = []
+        for broker in image.unfenced_brokers():
+            endpoint = broker.endpoint(LISTENER)
+            if endpoint is not None:
+                brokers.append({
+                    "node_id": broker.broker_id, "host": endpoint.host, "port": endpoint.port,
+                    "rack": broker.rack,
+                })  # fmt: skip
+        return {
+            "throttle_time": 0,
+            "brokers": brokers,
+            "cluster_id": described.cluster_id,
+            # Kafka clients cannot reach controllers: name this broker, which forwards (KIP-590).
+            "controller_id": self.servicer.broker_id,
+            "topics": [_topic_metadata(topic) for topic in described.topics],
+            "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS,
+        }
+
+    def _produce(self, request: kc.Request) -> kc.Data | None:
+        body = request.body
+        acks = int(body.acks)
+        if kc.field(body, "transactional_id") is not None:
+            return _produce_error(body, ErrorCode.UNSUPPORTED_VERSION)  # no transactions
+        produced = pb.ProduceRequest(
+            acks=acks,
+            timeout_ms=kc.millis(body.timeout),
+            topics=[
+                pb.ProduceTopic(
+                    name=topic.name,
+                    partitions=[
+                        pb.ProducePartition(partition=p.index, records=bytes(p.records or b""))
+                        for p in topic.partition_data
+                    ],
+                )
+                for topic in body.topic_data
+            ],
+        )
+        answer = self.servicer.Produce(produced, _Call())
+        if acks == 0:
+            return None
+        return {
+            "responses": _by_topic(answer.topics, "name", "partition_responses", _produced),
+            "throttle_time": 0,
+        }
+
+    def _fetch(self, request: kc.Request) -> kc.Data:
+        body = request.body
+        if kc.field(body, "session_id", 0) != 0:
+            return {"throttle_time": 0, "error_code": ErrorCode.FETCH_SESSION_ID_NOT_FOUND.code,
+                    "session_id": 0, "responses": []}  # fmt: skip
+        if kc.field(body, "replica_id", -1) >= 0:
+            raise kc.FrameError("followers fetch over gRPC, not the KAFKA listener")
+        fetched = self.servicer.Fetch(
+            pb.FetchRequest(
+                replica_id=-1,
+                max_wait_ms=kc.millis(body.max_wait),
+                min_bytes=body.min_bytes,
+                max_bytes=kc.field(body, "max_bytes", kc.MAX_FRAME_BYTES),
+                topics=[
+                    pb.FetchTopic(
+                        name=topic.topic,
+                        partitions=[
+                            pb.FetchPartition(
+                                partition=p.partition,
+                                fetch_offset=p.fetch_offset,
+                                current_leader_epoch=kc.field(p, "current_leader_epoch", -1),
+                                partition_max_bytes=p.partition_max_bytes,
+                            )
+                            for p in topic.partitions
+                        ],
+                    )
+                    for topic in body.topics
+                ],
+            ),
+            _Call(),
+        )
+        return {
+            "throttle_time": 0,
+            "error_code": 0,
+            "session_id": 0,
+            "responses": _by_topic(fetched.topics, "topic", "partitions", _fetched),
+        }
+
+    def _list_offsets(self, request: kc.Request) -> kc.Data:
+        body = request.body
+        listed = self.servicer.ListOffsets(
+            pb.ListOffsetsRequest(
+                replica_id=body.replica_id,
+                topics=[
+                    pb.ListOffsetsTopic(
+                        name=topic.name,
+                        partitions=[
+                            pb.ListOffsetsPartition(
+                                partition=p.partition_index,
+                                timestamp=p.timestamp,
+                                current_leader_epoch=kc.field(p, "current_leader_epoch", -1),
+                            )
+                            for p in topic.partitions
+                        ],
+                    )
+                    for topic in body.topics
+                ],
+            ),
+            _Call(),
+        )
+        return {
+            "throttle_time": 0,
+            "topics": _by_topic(listed.topics, "name", "partitions", _listed),
+        }
+
+    def _init_producer_id(self, request: kc.Request) -> kc.Data:
+        body = request.body
+        answer = self.servicer.InitProducerId(
+            pb.InitProducerIdRequest(
+                transactional_id=body.transactional_id or "",
+                transaction_timeout_ms=kc.millis(body.transaction_timeout),
+            ),
+            _Call(),
+        )
+        return {
+            "throttle_time": 0,
+            "error_code": answer.error_code,
+            "producer_id": answer.producer_id,
+            "producer_epoch": answer.producer_epoch,
+        }
+
+
+def _by_topic(
+    topics: Any, name_field: str, partitions_field: str, partition: Callable[[Any], kc.Data]
+) -> list[kc.Data]:
+    """A BrokerService answer's topics, each partition turned into Kafka's fields."""
+    return [
+        {name_field: topic.name, partitions_field: [partition(p) for p in topic.partitions]}
+        for topic in topics
+    ]
+
+
+def _produced(p: pb.ProducePartitionResponse) -> kc.Data:
+    return {
+        "index": p.partition, "error_code": p.error_code, "base_offset": p.base_offset,
+        "log_append_time": p.log_append_time_ms, "log_start_offset": p.log_start_offset,
+        "record_errors": [], "error_message": p.error_message or None,
+    }  # fmt: skip
+
+
+def _fetched(p: pb.FetchPartitionResponse) -> kc.Data:
+    return {
+        "partition_index": p.partition, "error_code": p.error_code,
+        "high_watermark": p.high_watermark,
+        "last_stable_offset": p.high_watermark,  # no transactions
+        "log_start_offset": p.log_start_offset, "aborted_transactions": [],
+        "preferred_read_replica": -1, "records": p.records,
+    }  # fmt: skip
+
+
+def _listed(p: pb.ListOffsetsPartitionResponse) -> kc.Data:
+    return {
+        "partition_index": p.partition, "error_code": p.error_code, "timestamp": p.timestamp,
+        "offset": p.offset, "leader_epoch": p.leader_epoch,
+    }  # fmt: skip
+
+
+def _topic_metadata(topic: pb.TopicMetadata) -> kc.Data:
+    return {
+        "error_code": topic.error_code,
+        "name": topic.name,
+        "topic_id": uuid_of(topic.topic_id),
+        "is_internal": topic.name.startswith("__"),
+        "partitions": [
+            {
+                "error_code": p.error_code,
+                "partition_index": p.partition,
+                "leader_id": p.leader_id,
+                "leader_epoch": p.leader_epoch,
+                "replica_nodes": list(p.replicas),
+                "isr_nodes": list(p.isr),
+                "offline_replicas": list(p.offline_replicas),
+            }
+            for p in topic.partitions
+        ],
+        "topic_authorized_operations": NO_AUTHORIZED_OPERATIONS,
+    }
+
+
+def uuid_of(raw: bytes) -> uuid.UUID:
+    return uuid.UUID(bytes=raw) if len(raw) == 16 else uuid.UUID(int=0)
+
+
+def _produce_error(body: Any, error: ErrorCode) -> kc.Data:
+    return {
+        "responses": [
+            {
+                "name": topic.name,
+                "partition_responses": [
+                    {
+                        "index": p.index,
+                        "error_code": error.code,
+                        "base_offset": -1,
+                        "log_append_time": -1,
+                        "log_start_offset": -1,
+                        "record_errors": [],
+                    }
+                    for p in topic.partition_data
+                ],
+            }
+            for topic in body.topic_data
+        ],
+        "throttle_time": 0,
+    }
+
+
+def _read_exactly(connection: socket.socket, size: int) -> bytes | None:
+    chunks, remaining = [], size
+    while remaining:
+        chunk = connection.recv(min(remaining, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
+
+
+def _read_frame(connection: socket.socket) -> bytes | None:
+    """The next request frame, None when the client closed the connection between frames."""
+    head = _read_exactly(connection, kc.SIZE.size)
+    if head is None:
+        return None
+    (size,) = kc.SIZE.unpack(head)
+    if not 0 < size <= kc.MAX_FRAME_BYTES:
+        raise kc.FrameError(f"frame size {size} outside 1..{kc.MAX_FRAME_BYTES}")
+    frame = _read_exactly(connection, size)
+    if frame is None:
+        raise kc.FrameError("the connection closed inside a frame")
+    return frame
+
+
+def _close(connection: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        connection.shutdown(socket.SHUT_RDWR)
+    connection.close()

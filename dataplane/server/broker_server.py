@@ -1,0 +1,507 @@
+"""The broker role of a node: its lifecycle with the quorum and the threads that drive it.
+
+- The **lifecycle thread** registers the broker (a new incarnation id each start), then
+  heartbeats every ``broker.heartbeat.interval.ms`` with the metadata offset it has applied; the
+  controller unfences it once that offset reaches its registration. On SIGTERM it asks for a
+  controlled shutdown and waits (bounded) until the controller moved its leaderships away.
+- The **metadata thread** follows the quorum's committed records through FetchMetadata, applies
+  them to its own image, and hands each new image to the replica manager, which gives every
+  hosted partition its role, and to the fetcher manager.
+- The **AlterPartition thread** sends the leaders' ISR changes to the controller, batched.
+
+States follow Kafka's ``BrokerState``; ``_transition_to`` refuses any move not in the table.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from dataplane.broker.fetcher import FetcherConfig, FetcherManager
+from dataplane.broker.metrics import NodeMetrics, PartitionGauge
+from dataplane.broker.partition import IsrChange, Partition
+from dataplane.broker.replica_manager import ReplicaManager, ReplicaManagerConfig
+from dataplane.broker.service import BrokerServicer, serve
+from dataplane.coordinator.group_coordinator import GroupConfig, GroupCoordinator, GroupServicer
+from dataplane.kafka.listener import LISTENER as KAFKA_LISTENER
+from dataplane.kafka.listener import KafkaListener
+from metadata_quorum.client import ControllerClient
+from metadata_quorum.codec import record_from_proto, snapshot_from_proto
+from metadata_quorum.image import MetadataDelta, MetadataImage, PartitionRegistration
+from protos import controller_pb2 as cpb
+from protos import metadata_pb2 as mpb
+from raftlog.errors import ErrorCode, KafkaError
+
+log = logging.getLogger(__name__)
+METADATA_STREAM_WAIT_MS = 3000
+METADATA_STREAM_DEADLINE_S = 5.0  # a stream from a paused controller is abandoned this soon
+CONTROLLER_DEADLINE_S = 5.0
+CONTROLLED_SHUTDOWN_ATTEMPTS = 2  # heartbeats in a row no controller answered: stop anyway
+CONTROLLER_RPC_TIMEOUT_S = 1.5  # per controller tried: a paused one must not hold a heartbeat
+ALTER_PARTITION_BATCH_MAX = 1000
+ALTER_PARTITION_QUEUE_MAX = 100_000
+ALTER_PARTITION_DEADLINE_S = 10.0
+LOG_DIR_FAILURE_STATUS = 1  # the exit status of a broker whose log directory failed
+
+
+class BrokerState(enum.Enum):
+    NOT_RUNNING = "not running"
+    STARTING = "starting"  # registering
+    RECOVERY = "recovery"  # registered, fenced, catching up with the metadata
+    RUNNING = "running"
+    PENDING_CONTROLLED_SHUTDOWN = "pending controlled shutdown"
+    SHUTTING_DOWN = "shutting down"
+
+
+_LEGAL = {
+    BrokerState.NOT_RUNNING: {BrokerState.STARTING, BrokerState.SHUTTING_DOWN},
+    BrokerState.STARTING: {BrokerState.RECOVERY, BrokerState.SHUTTING_DOWN},
+    BrokerState.RECOVERY: {
+        BrokerState.RUNNING, BrokerState.STARTING, BrokerState.PENDING_CONTROLLED_SHUTDOWN,
+        BrokerState.SHUTTING_DOWN,
+    },
+    BrokerState.RUNNING: {
+        BrokerState.RECOVERY, BrokerState.STARTING, BrokerState.PENDING_CONTROLLED_SHUTDOWN,
+        BrokerState.SHUTTING_DOWN,
+    },
+    BrokerState.PENDING_CONTROLLED_SHUTDOWN: {BrokerState.SHUTTING_DOWN, BrokerState.STARTING},
+    BrokerState.SHUTTING_DOWN: set(),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class BrokerSettings:
+    broker_id: int
+    host: str
+    port: int
+    rack: str | None
+    cluster_id: str
+    controller_addresses: list[str]
+    heartbeat_interval_ms: int
+    controlled_shutdown_timeout_ms: int
+    replica: ReplicaManagerConfig
+    fetcher: FetcherConfig
+    groups: GroupConfig = field(default_factory=GroupConfig)
+    fault_produce_drop_response_every: int = 0  # chaos testing only: see ProduceResponseDropper
+    kafka_listener: tuple[str, int] | None = None  # KAFKA://host:port: Kafka's binary protocol
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def halt_process(status: int) -> None:
+    """Kafka's ``Exit.halt``: end the process now, after writing out the logs."""
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    os._exit(status)
+
+
+class Broker:
+    def __init__(
+        self,
+        settings: BrokerSettings,
+        log_dir: Path,
+        metrics: NodeMetrics,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+        halt: Callable[[int], None] = halt_process,
+    ) -> None:
+        self.settings = settings
+        self._halt = halt
+        self.metrics = metrics
+        self.clock_ms = clock_ms
+        self.state = BrokerState.NOT_RUNNING
+        self._state_lock = threading.Lock()
+        self.broker_epoch = -1
+        self.incarnation_id = uuid.uuid4().hex  # this process's; a restart is a new incarnation
+        self._stop = threading.Event()
+        self._shutdown_granted = threading.Event()
+        self._shutdown_abandoned = False
+        self.client = ControllerClient(
+            settings.controller_addresses, deadline_s=CONTROLLER_DEADLINE_S,
+            rpc_timeout_s=CONTROLLER_RPC_TIMEOUT_S,
+        )  # fmt: skip
+        self._isr_queue: queue.Queue[tuple[IsrChange, Partition | None]] = queue.Queue(
+            maxsize=ALTER_PARTITION_QUEUE_MAX
+        )
+        self.replicas = ReplicaManager(
+            settings.broker_id, log_dir, settings.replica, clock_ms, self._enqueue_isr,
+            self._log_dir_failed, on_cache_released=metrics.page_cache_released.inc,
+        )  # fmt: skip
+        self.fetchers = FetcherManager(
+            settings.broker_id, self._broker_address, lambda: self.broker_epoch,
+            settings.fetcher, clock_ms,
+        )  # fmt: skip
+        self.servicer = BrokerServicer(
+            settings.broker_id, self.replicas, metrics, settings.cluster_id,
+            settings.controller_addresses, self._enqueue_isr, self.allocate_producer_id,
+            drop_produce_response_every=settings.fault_produce_drop_response_every,
+        )  # fmt: skip
+        self.groups = GroupCoordinator(
+            settings.broker_id, settings.groups, self.replicas, self._create_topic, clock_ms
+        )
+        self.group_servicer = GroupServicer(self.groups)
+        self.server: grpc.Server | None = None
+        # Set once the image holds this incarnation's registration: clients are served from then.
+        self.serving = threading.Event()
+        self.kafka = (
+            None
+            if settings.kafka_listener is None
+            else KafkaListener(
+                self.servicer,
+                self.group_servicer,
+                *settings.kafka_listener,
+                ready=self.serving,
+                controller=self.client,
+            )
+        )
+        self.image = MetadataImage()
+        self._producer_ids_lock = threading.Lock()
+        self._producer_ids = range(0)  # the rest of the block the controller gave this broker
+        self._stream: grpc.Future | None = None
+        self._threads = [
+            threading.Thread(target=self._lifecycle, name="broker-lifecycle", daemon=True),
+            threading.Thread(target=self._follow_metadata, name="broker-metadata", daemon=True),
+            threading.Thread(target=self._send_isr_changes, name="broker-alter-isr", daemon=True),
+        ]
+
+    def _log_dir_failed(self, directory: Path, error: OSError) -> None:
+        """Kafka's LogDirFailureChannel with one log directory: an IO error writing it (a full
+        disk, EIO) takes it offline, and a broker with no online log directory halts — no
+        controlled shutdown, no flush, no clean-shutdown marker: what memory holds no longer
+        matches the files, so recovery at the next start decides what the log is. The
+        controller sees the session end and moves leaderships to the other replicas."""
+        log.critical(
+            "broker %d: log directory %s failed (%s): it is the only log directory, so the "
+            "broker halts (status %d); repair it (a full disk: free space) and start the node "
+            "again",
+            self.settings.broker_id, directory, error, LOG_DIR_FAILURE_STATUS,
+        )  # fmt: skip
+        self._halt(LOG_DIR_FAILURE_STATUS)
+
+    # -- state ---------------------------------------------------------------------------------
+    def _transition_to(self, state: BrokerState) -> None:
+        with self._state_lock:
+            if state is self.state:
+                return
+            if state not in _LEGAL[self.state]:
+                raise AssertionError(f"illegal broker transition {self.state} -> {state}")
+            log.info("broker %d: %s -> %s", self.settings.broker_id, self.state.value, state.value)
+            self.state = state
+
+    def start(self) -> None:
+        self._transition_to(BrokerState.STARTING)
+        self.server = serve(
+            self.servicer, self.settings.address, self.group_servicer, ready=self.serving
+        )
+        if self.kafka is not None:
+            self.kafka.start()
+        self.replicas.start()
+        self.groups.start()
+        for thread in self._threads:
+            thread.start()
+        log.info("broker %d serving on %s", self.settings.broker_id, self.settings.address)
+
+    def _endpoints(self) -> list[mpb.Endpoint]:
+        settings = self.settings
+        endpoints = [mpb.Endpoint(name="BROKER", host=settings.host, port=settings.port)]
+        if settings.kafka_listener is not None:
+            host, port = settings.kafka_listener
+            endpoints.append(mpb.Endpoint(name=KAFKA_LISTENER, host=host, port=port))
+        return endpoints
+
+    def _broker_address(self, broker_id: int) -> str | None:
+        broker = self.image.brokers.get(broker_id)
+        endpoint = None if broker is None else broker.endpoint("BROKER")
+        return None if endpoint is None else endpoint.address
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def _lifecycle(self) -> None:
+        interval_s = self.settings.heartbeat_interval_ms / 1000
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                if self.broker_epoch < 0:
+                    self._register()
+                self._heartbeat()
+                failures = 0
+            except KafkaError as error:
+                failures += 1
+                log.warning("broker %d: %s", self.settings.broker_id, error)
+                if error.error in (
+                    ErrorCode.STALE_BROKER_EPOCH,
+                    ErrorCode.BROKER_ID_NOT_REGISTERED,
+                ):
+                    self.broker_epoch = -1
+                    self._transition_to(BrokerState.STARTING)
+                if (
+                    self.state is BrokerState.PENDING_CONTROLLED_SHUTDOWN
+                    and failures >= CONTROLLED_SHUTDOWN_ATTEMPTS
+                ):
+                    # No controller answers (the quorum is stopping too): nobody can move the
+                    # leadership away, so stop without the grant, as Kafka gives up after retries.
+                    self._shutdown_abandoned = True
+                    self._shutdown_granted.set()
+            wanting_shutdown = self.state is BrokerState.PENDING_CONTROLLED_SHUTDOWN
+            self._stop.wait(interval_s / 4 if wanting_shutdown else interval_s)
+
+    def _register(self) -> None:
+        request = cpb.RegisterBrokerRequest(
+            broker_id=self.settings.broker_id,
+            incarnation_id=self.incarnation_id,
+            endpoints=self._endpoints(),
+            rack=self.settings.rack or "",
+        )
+        response = self.client.checked("RegisterBroker", request)
+        self.broker_epoch = response.broker_epoch
+        self._transition_to(BrokerState.RECOVERY)
+        log.info("broker %d registered at epoch %d", self.settings.broker_id, self.broker_epoch)
+
+    def _heartbeat(self) -> None:
+        want_shutdown = self.state is BrokerState.PENDING_CONTROLLED_SHUTDOWN
+        request = cpb.BrokerHeartbeatRequest(
+            broker_id=self.settings.broker_id,
+            broker_epoch=self.broker_epoch,
+            current_metadata_offset=self.image.offset,
+            want_shutdown=want_shutdown,
+        )
+        response = self.client.checked("BrokerHeartbeat", request)
+        # The standbys hear it too, so whichever becomes active knows this broker's last
+        # contact and fences a dead one on time (see metadata_quorum.cluster).
+        self.client.tell_standbys(
+            "BrokerHeartbeat", request, self.settings.heartbeat_interval_ms / 4000
+        )
+        if want_shutdown:
+            if response.should_shut_down:
+                self._shutdown_granted.set()
+        elif response.is_fenced and self.state is BrokerState.RUNNING:
+            self._transition_to(BrokerState.RECOVERY)
+        elif not response.is_fenced and self.state is BrokerState.RECOVERY:
+            self._transition_to(BrokerState.RUNNING)
+
+    # -- metadata ------------------------------------------------------------------------------
+    def _follow_metadata(self) -> None:
+        candidates = list(self.settings.controller_addresses)
+        turn = 0
+        while not self._stop.is_set():
+            # The active controller has the newest records; without one known, take turns.
+            address = self.client.active_address or candidates[turn % len(candidates)]
+            progressed = self._stream_from(address)
+            if not progressed:
+                turn += 1
+                self._stop.wait(0.05)
+
+    def _stream_from(self, address: str) -> bool:
+        """Apply updates from one controller until its stream ends; True if any arrived."""
+        request = cpb.FetchMetadataRequest(
+            from_offset=self.image.offset + 1, max_wait_ms=METADATA_STREAM_WAIT_MS
+        )
+        progressed = False
+        try:
+            stream = self.client.stub(address).FetchMetadata(
+                request, timeout=METADATA_STREAM_DEADLINE_S
+            )
+            self._stream = stream
+            if self._stop.is_set():
+                stream.cancel()
+            for update in stream:
+                self._apply_update(update)
+                progressed = True
+        except grpc.RpcError as error:
+            log.debug("metadata stream from %s ended: %s", address, error)
+        return progressed
+
+    def _apply_update(self, update: cpb.MetadataUpdate) -> None:
+        image = self.image
+        if update.HasField("snapshot"):
+            image = snapshot_from_proto(update.snapshot)
+        delta = MetadataDelta(image)
+        for item in update.records:
+            if item.offset != delta.offset + 1:
+                raise AssertionError(
+                    f"metadata offsets must be contiguous: {item.offset} after {delta.offset}"
+                )
+            delta.replay(record_from_proto(item.record))
+        image = delta.image()
+        self.image = image
+        # Caught up with the quorum once the image holds this broker's own registration: every
+        # record committed before it is in. (The controller serving the stream may itself lag.)
+        caught_up = 0 <= self.broker_epoch <= image.offset
+        me = image.brokers.get(self.settings.broker_id)
+        may_lead = me is not None and me.incarnation_id == self.incarnation_id and not me.fenced
+        followed = self.replicas.apply_image(image, caught_up=caught_up, may_lead=may_lead)
+        self.fetchers.reconcile(followed)
+        self.groups.on_image(image)
+        if caught_up and not self.serving.is_set():
+            self.serving.set()
+            log.info(
+                "broker %d: caught up with the metadata at offset %d; serving clients",
+                self.settings.broker_id, image.offset,
+            )  # fmt: skip
+
+    # -- AlterPartition ------------------------------------------------------------------------
+    def _enqueue_isr(self, change: IsrChange) -> None:
+        try:
+            partition: Partition | None = self.replicas.get(change.topic, change.partition)
+        except KafkaError:
+            partition = None
+        if partition is not None:
+            shrink = len(change.new_isr) < len(partition.isr)
+            (self.metrics.isr_shrinks if shrink else self.metrics.isr_expands).inc()
+        try:
+            self._isr_queue.put_nowait((change, partition))
+        except queue.Full:
+            log.warning("AlterPartition queue full: dropping %s", change)
+            if partition is not None:
+                partition.isr_change_done(change, None)
+
+    def _send_isr_changes(self) -> None:
+        while not self._stop.is_set():
+            try:
+                first = self._isr_queue.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            batch = [first]
+            while len(batch) < ALTER_PARTITION_BATCH_MAX:
+                try:
+                    batch.append(self._isr_queue.get_nowait())
+                except queue.Empty:
+                    break
+            self._alter_partitions(batch)
+
+    def _alter_partitions(self, batch: list[tuple[IsrChange, Partition | None]]) -> None:
+        request = cpb.AlterPartitionRequest(
+            broker_id=self.settings.broker_id,
+            broker_epoch=self.broker_epoch,
+            partitions=[
+                cpb.AlterPartitionItem(
+                    topic_id=c.topic_id.bytes,
+                    partition=c.partition,
+                    leader_epoch=c.leader_epoch,
+                    new_isr=c.new_isr,
+                    partition_epoch=c.partition_epoch,
+                )
+                for c, _ in batch
+            ],
+        )
+        try:
+            response = self.client.checked(
+                "AlterPartition", request, deadline_s=ALTER_PARTITION_DEADLINE_S
+            )
+            states = {(s.topic, s.partition): s for s in response.partitions}
+        except KafkaError as error:
+            log.warning("AlterPartition failed: %s", error)
+            states = {}
+        for change, partition in batch:
+            if partition is None:
+                continue
+            state = states.get((change.topic, change.partition))
+            if state is None or state.error_code:
+                reason = (
+                    "no answer" if state is None else ErrorCode.from_code(state.error_code).name
+                )
+                log.info("%s: ISR change to %s refused: %s", partition.name, change.new_isr, reason)
+                partition.isr_change_done(change, None)
+                continue
+            partition.isr_change_done(
+                change,
+                PartitionRegistration(
+                    tuple(state.replicas), tuple(state.isr), state.leader, state.leader_epoch,
+                    state.partition_epoch,
+                ),
+            )  # fmt: skip
+
+    # -- internal topics ---------------------------------------------------------------------
+    def _create_topic(
+        self, name: str, partitions: int, replication_factor: int, configs: Mapping[str, str]
+    ) -> None:
+        """Create an internal topic through the controller (``__consumer_offsets``)."""
+        topic = cpb.CreatableTopic(
+            name=name, num_partitions=partitions, replication_factor=replication_factor,
+            configs=dict(configs),
+        )  # fmt: skip
+        response = self.client.checked("CreateTopics", cpb.CreateTopicsRequest(topics=[topic]))
+        for result in response.topics:
+            if result.error_code:
+                raise KafkaError(ErrorCode.from_code(result.error_code), result.error_message)
+
+    # -- producer ids ------------------------------------------------------------------------
+    def allocate_producer_id(self) -> int:
+        """The next id of this broker's block; a new block from the controller when spent."""
+        with self._producer_ids_lock:
+            if not self._producer_ids:
+                if self.broker_epoch < 0:
+                    raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "broker not registered")
+                response = self.client.checked(
+                    "AllocateProducerIds",
+                    cpb.AllocateProducerIdsRequest(
+                        broker_id=self.settings.broker_id, broker_epoch=self.broker_epoch
+                    ),
+                )
+                start = response.producer_id_start
+                self._producer_ids = range(start, start + response.producer_id_len)
+                log.info("broker %d: producer ids %d..%d", self.settings.broker_id, start,
+                         start + response.producer_id_len - 1)  # fmt: skip
+            producer_id = self._producer_ids[0]
+            self._producer_ids = self._producer_ids[1:]
+            return producer_id
+
+    # -- shutdown ------------------------------------------------------------------------------
+    def controlled_shutdown(self) -> bool:
+        """Ask the controller to move leadership away; True once it let this broker go."""
+        if self.state not in (BrokerState.RUNNING, BrokerState.RECOVERY):
+            return False
+        self._transition_to(BrokerState.PENDING_CONTROLLED_SHUTDOWN)
+        done = self._shutdown_granted.wait(self.settings.controlled_shutdown_timeout_ms / 1000)
+        granted = done and not self._shutdown_abandoned
+        outcome = "granted" if granted else "given up: no controller moved its leadership"
+        log.info("broker %d: controlled shutdown %s", self.settings.broker_id, outcome)
+        return granted
+
+    def stop(self) -> None:
+        self._transition_to(BrokerState.SHUTTING_DOWN)
+        self._stop.set()
+        stream = self._stream
+        if stream is not None:
+            stream.cancel()
+        self.fetchers.close()
+        self.groups.close()
+        if self.kafka is not None:
+            self.kafka.stop()
+        if self.server is not None:
+            self.server.stop(grace=1.0).wait(5.0)
+        for thread in self._threads:
+            if thread.is_alive():
+                thread.join(timeout=5.0)
+        self.replicas.close()
+        self.client.close()
+
+    # -- observation ---------------------------------------------------------------------------
+    def partition_gauges(self) -> list[PartitionGauge]:
+        return [
+            PartitionGauge(
+                p.topic,
+                p.partition,
+                p.role.value,
+                p.high_watermark,
+                p.log.log_end_offset,
+                p.log.log_start_offset,
+                len(p.isr),
+                len(p.replicas),
+            )
+            for p in self.replicas.partitions()
+        ]

@@ -1,0 +1,270 @@
+"""A node's configuration: a pydantic model with Kafka's dotted names, from TOML + environment.
+
+```toml
+"node.id" = 1
+"process.roles" = "controller,broker"
+"controller.quorum.voters" = "1@127.0.0.11:9093,2@127.0.0.12:9093,3@127.0.0.13:9093"
+"listeners" = "CONTROLLER://127.0.0.11:9093"
+"log.dirs" = ".raftlog/cluster/node-1"
+```
+
+Environment variables override file values: ``RAFTLOG_NODE_ID=2`` sets ``node.id`` (upper case,
+dots as underscores, ``RAFTLOG_`` prefix). Every number has bounds, unknown keys are refused, and
+an error names the key.
+
+The voters string names each controller's CONTROLLER listener (gRPC), as Kafka's does. The Raft
+transport between controllers listens on the same host at that port plus
+``controller.quorum.raft.port.offset`` (default 1).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from metadata_quorum.service import Voter
+from raftlog.config import ConfigError, describe_validation_error
+
+ENV_PREFIX = "RAFTLOG_"
+ROLES = frozenset({"controller", "broker"})
+
+
+def parse_listeners(value: str) -> dict[str, tuple[str, int]]:
+    """``"CONTROLLER://127.0.0.11:9093,BROKER://127.0.0.11:9092"`` → {name: (host, port)}."""
+    out: dict[str, tuple[str, int]] = {}
+    for part in filter(None, (p.strip() for p in value.split(","))):
+        name, sep, rest = part.partition("://")
+        host, colon, port = rest.rpartition(":")
+        if not sep or not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"listener {part!r} is not NAME://host:port")
+        if name in out:
+            raise ValueError(f"listener {name} is given twice")
+        out[name.upper()] = (host, int(port))
+    return out
+
+
+def parse_voters(value: str, raft_port_offset: int) -> list[Voter]:
+    """``"1@127.0.0.11:9093,2@127.0.0.12:9093"`` → voters, ordered by node id."""
+    voters: dict[int, Voter] = {}
+    for part in filter(None, (p.strip() for p in value.split(","))):
+        node, at, address = part.partition("@")
+        host, colon, port = address.rpartition(":")
+        if not at or not node.isdigit() or not colon or not port.isdigit():
+            raise ValueError(f"voter {part!r} is not id@host:port")
+        node_id = int(node)
+        if node_id in voters:
+            raise ValueError(f"voter {node_id} is given twice")
+        voters[node_id] = Voter(node_id, host, int(port), int(port) + raft_port_offset)
+    if not voters:
+        raise ValueError("at least one voter is needed")
+    return [voters[k] for k in sorted(voters)]
+
+
+class NodeConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    node_id: int = Field(alias="node.id", ge=0, le=2**31 - 1)
+    process_roles: frozenset[str] = Field(alias="process.roles", min_length=1)
+    controller_quorum_voters: str = Field(alias="controller.quorum.voters", min_length=1)
+    controller_quorum_raft_port_offset: int = Field(
+        1, alias="controller.quorum.raft.port.offset", ge=1, le=1000
+    )
+    listeners: str = Field(alias="listeners", min_length=1)
+    log_dirs: Path = Field(alias="log.dirs")
+    cluster_id: str = Field("raftlog-local", alias="cluster.id", min_length=1, max_length=64)
+    broker_session_timeout_ms: int = Field(
+        9000, alias="broker.session.timeout.ms", ge=100, le=3_600_000
+    )
+    broker_heartbeat_interval_ms: int = Field(
+        2000, alias="broker.heartbeat.interval.ms", ge=10, le=600_000
+    )
+    leader_imbalance_check_interval_seconds: int = Field(
+        300, alias="leader.imbalance.check.interval.seconds", ge=1, le=86_400
+    )
+    controller_quorum_election_timeout_ms: int = Field(
+        600, alias="controller.quorum.election.timeout.ms", ge=50, le=10_000
+    )
+
+    broker_rack: str | None = Field(None, alias="broker.rack", min_length=1, max_length=255)
+    replica_lag_time_max_ms: int = Field(
+        30_000, alias="replica.lag.time.max.ms", ge=100, le=3_600_000
+    )
+    replica_fetch_wait_max_ms: int = Field(500, alias="replica.fetch.wait.max.ms", ge=0, le=60_000)
+    replica_fetch_max_bytes: int = Field(
+        1024 * 1024, alias="replica.fetch.max.bytes", ge=1024, le=64 * 1024 * 1024
+    )
+    replica_fetch_response_max_bytes: int = Field(
+        10 * 1024 * 1024, alias="replica.fetch.response.max.bytes", ge=1024, le=100 * 1024 * 1024
+    )
+    log_retention_check_interval_ms: int = Field(
+        300_000, alias="log.retention.check.interval.ms", ge=100, le=86_400_000
+    )
+    # Not a Kafka setting: the bytes at the end of each partition's log kept in the page cache;
+    # older ones are written back and dropped from it (raftlog.log.Log.release_page_cache).
+    # 0 leaves the page cache to the kernel, as Kafka does.
+    log_cache_tail_bytes: int = Field(
+        64 * 1024 * 1024, alias="log.cache.tail.bytes", ge=0, le=2**50
+    )
+    # Fault injection for chaos tests, never for production: every Nth Produce request (acks 1
+    # or all) is served in full and its response then never sent (0 = off). See
+    # dataplane.broker.service.ProduceResponseDropper.
+    fault_produce_drop_response_every: int = Field(
+        0, alias="fault.produce.drop.response.every", ge=0, le=1_000_000
+    )
+    controlled_shutdown_timeout_ms: int = Field(
+        30_000, alias="controlled.shutdown.timeout.ms", ge=0, le=600_000
+    )
+    group_consumer_session_timeout_ms: int = Field(
+        45_000, alias="group.consumer.session.timeout.ms", ge=100, le=3_600_000
+    )
+    group_consumer_heartbeat_interval_ms: int = Field(
+        5_000, alias="group.consumer.heartbeat.interval.ms", ge=10, le=3_600_000
+    )
+    group_consumer_max_size: int = Field(
+        2**31 - 1, alias="group.consumer.max.size", ge=1, le=2**31 - 1
+    )
+    # classic (JoinGroup/SyncGroup) groups: the member names its session timeout within these
+    group_min_session_timeout_ms: int = Field(
+        6_000, alias="group.min.session.timeout.ms", ge=1, le=3_600_000
+    )
+    group_max_session_timeout_ms: int = Field(
+        1_800_000, alias="group.max.session.timeout.ms", ge=1, le=3_600_000
+    )
+    group_initial_rebalance_delay_ms: int = Field(
+        3_000, alias="group.initial.rebalance.delay.ms", ge=0, le=600_000
+    )
+    group_max_size: int = Field(2**31 - 1, alias="group.max.size", ge=1, le=2**31 - 1)
+    offsets_topic_num_partitions: int = Field(
+        50, alias="offsets.topic.num.partitions", ge=1, le=10_000
+    )
+    offsets_topic_replication_factor: int = Field(
+        3, alias="offsets.topic.replication.factor", ge=1, le=32_767
+    )
+    offsets_topic_segment_bytes: int = Field(
+        100 * 1024 * 1024, alias="offsets.topic.segment.bytes", ge=1024, le=2**31 - 1
+    )
+    offsets_retention_minutes: int = Field(
+        10_080, alias="offsets.retention.minutes", ge=1, le=2**31 - 1
+    )
+    offsets_retention_check_interval_ms: int = Field(
+        600_000, alias="offsets.retention.check.interval.ms", ge=100, le=86_400_000
+    )
+    offset_metadata_max_bytes: int = Field(
+        4096, alias="offset.metadata.max.bytes", ge=0, le=1024 * 1024
+    )
+    offsets_commit_timeout_ms: int = Field(
+        5_000, alias="offsets.commit.timeout.ms", ge=1, le=600_000
+    )
+
+    @model_validator(mode="after")
+    def _heartbeat_below_session(self) -> NodeConfig:
+        if self.group_consumer_heartbeat_interval_ms >= self.group_consumer_session_timeout_ms:
+            raise ValueError(
+                "group.consumer.heartbeat.interval.ms must be below "
+                "group.consumer.session.timeout.ms"
+            )
+        return self
+
+    @field_validator("process_roles", mode="before")
+    @classmethod
+    def _split_roles(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = frozenset(p.strip() for p in value.split(",") if p.strip())
+        unknown = set(value) - ROLES
+        if unknown:
+            raise ValueError(f"unknown roles {sorted(unknown)}; use controller and/or broker")
+        return value
+
+    @field_validator("listeners")
+    @classmethod
+    def _check_listeners(cls, value: str) -> str:
+        parse_listeners(value)
+        return value
+
+    @field_validator("controller_quorum_voters")
+    @classmethod
+    def _check_voters(cls, value: str) -> str:
+        parse_voters(value, 1)
+        return value
+
+    @property
+    def voters(self) -> list[Voter]:
+        return parse_voters(self.controller_quorum_voters, self.controller_quorum_raft_port_offset)
+
+    @property
+    def listener_map(self) -> dict[str, tuple[str, int]]:
+        return parse_listeners(self.listeners)
+
+    @property
+    def is_controller(self) -> bool:
+        return "controller" in self.process_roles
+
+    @property
+    def is_broker(self) -> bool:
+        return "broker" in self.process_roles
+
+    def listener(self, name: str) -> tuple[str, int] | None:
+        return self.listener_map.get(name)
+
+    def broker_listener(self) -> tuple[str, int]:
+        listener = self.listener("BROKER")
+        if listener is None:
+            raise ConfigError("listeners: the broker role needs a BROKER://host:port listener")
+        return listener
+
+    def controller_voter(self) -> Voter:
+        """This node's voter entry; its CONTROLLER listener must match it."""
+        mine = [v for v in self.voters if v.node_id == self.node_id]
+        if not mine:
+            raise ConfigError(f"node.id {self.node_id} is not in controller.quorum.voters")
+        listener = self.listener_map.get("CONTROLLER")
+        if listener != (mine[0].host, mine[0].port):
+            raise ConfigError(
+                f"listeners: CONTROLLER must be {mine[0].address} as in controller.quorum.voters"
+            )
+        return mine[0]
+
+    @classmethod
+    def parse(cls, values: Mapping[str, Any]) -> NodeConfig:
+        try:
+            return cls.model_validate(dict(values))
+        except ValidationError as error:
+            raise ConfigError(describe_validation_error(error)) from error
+
+    @classmethod
+    def load(cls, path: Path, environ: Mapping[str, str] | None = None) -> NodeConfig:
+        """The TOML file, then ``RAFTLOG_*`` environment overrides."""
+        try:
+            values: dict[str, Any] = tomllib.loads(path.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as error:
+            raise ConfigError(f"{path}: {error}") from error
+        env = os.environ if environ is None else environ
+        for field in cls.model_fields.values():
+            key = field.alias or ""
+            name = ENV_PREFIX + key.upper().replace(".", "_")
+            if name in env:
+                values[key] = env[name]
+        return cls.parse(values)
+
+    def to_toml(self) -> str:
+        lines = []
+        for key, raw in self.model_dump(by_alias=True).items():
+            if raw is None:
+                continue
+            value = ",".join(sorted(raw)) if isinstance(raw, frozenset) else raw
+            value = str(value) if isinstance(value, Path) else value
+            rendered = f'"{value}"' if isinstance(value, str) else str(value).lower()
+            lines.append(f'"{key}" = {rendered}')
+        return "\n".join(lines) + "\n"

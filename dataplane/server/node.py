@@ -1,0 +1,174 @@
+"""The node launcher: ``raftlog node --config node.toml``.
+
+A node runs the roles its configuration names. The controller role runs the Raft metadata log, the
+replicated metadata state, the controller (write path, sessions, timers) and ControllerService on
+the CONTROLLER listener. The broker role (:mod:`dataplane.server.broker_server`) serves
+BrokerService on the BROKER listener. A METRICS listener, when configured, serves Prometheus metrics
+over HTTP.
+
+SIGTERM and SIGINT stop the node cleanly: the broker asks for a controlled shutdown (its
+leaderships move away first), then the gRPC servers drain and the logs and the Raft journal close.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+import grpc
+
+from dataplane.broker.fetcher import FetcherConfig
+from dataplane.broker.malloc_tuning import tune_malloc
+from dataplane.broker.metrics import ControllerGauge, NodeMetrics
+from dataplane.broker.replica_manager import ReplicaManagerConfig
+from dataplane.coordinator.classic_group import ClassicLimits
+from dataplane.coordinator.group_coordinator import GroupConfig
+from dataplane.server.broker_server import Broker, BrokerSettings
+from dataplane.server.config import NodeConfig
+from metadata_quorum.controller import MetadataState, QuorumController
+from metadata_quorum.raft import MetadataLog, RaftTiming
+from metadata_quorum.records import NO_LEADER
+from metadata_quorum.service import ControllerServicer, serve
+
+log = logging.getLogger(__name__)
+SHUTDOWN_GRACE_S = 5.0
+
+
+@dataclass
+class ControllerRole:
+    state: MetadataState
+    metadata_log: MetadataLog
+    controller: QuorumController
+    servicer: ControllerServicer
+    server: grpc.Server
+
+    def stop(self) -> None:
+        self.servicer.stop_streams = True
+        self.server.stop(grace=SHUTDOWN_GRACE_S).wait(SHUTDOWN_GRACE_S)
+        self.controller.close()
+        self.metadata_log.close()
+
+
+def start_controller(config: NodeConfig) -> ControllerRole:
+    me = config.controller_voter()
+    voters = config.voters
+    by_raft = {v.raft_address: v.node_id for v in voters}
+    state = MetadataState()
+    election_max_s = config.controller_quorum_election_timeout_ms / 1000
+    metadata_log = MetadataLog(
+        me.raft_address,
+        [v.raft_address for v in voters],
+        Path(config.log_dirs) / "__cluster_metadata",
+        state,
+        RaftTiming.for_election_timeout(election_max_s),
+    )
+    controller = QuorumController(
+        me.node_id,
+        state,
+        metadata_log,
+        leader_id_of=lambda address: by_raft.get(address or "", NO_LEADER),
+        session_timeout_ms=config.broker_session_timeout_ms,
+        rebalance_interval_ms=config.leader_imbalance_check_interval_seconds * 1000,
+    )
+    servicer = ControllerServicer(controller, voters, config.cluster_id)
+    server = serve(servicer, me.address)
+    controller.start()
+    log.info("controller %d serving on %s (raft %s)", me.node_id, me.address, me.raft_address)
+    return ControllerRole(state, metadata_log, controller, servicer, server)
+
+
+def start_broker(config: NodeConfig, metrics: NodeMetrics) -> Broker:
+    host, port = config.broker_listener()
+    settings = BrokerSettings(
+        broker_id=config.node_id,
+        host=host,
+        port=port,
+        rack=config.broker_rack,
+        cluster_id=config.cluster_id,
+        controller_addresses=[v.address for v in config.voters],
+        heartbeat_interval_ms=config.broker_heartbeat_interval_ms,
+        controlled_shutdown_timeout_ms=config.controlled_shutdown_timeout_ms,
+        fault_produce_drop_response_every=config.fault_produce_drop_response_every,
+        kafka_listener=config.listener("KAFKA"),
+        replica=ReplicaManagerConfig(
+            replica_lag_time_max_ms=config.replica_lag_time_max_ms,
+            log_retention_check_interval_ms=config.log_retention_check_interval_ms,
+            log_cache_tail_bytes=config.log_cache_tail_bytes,
+        ),
+        fetcher=FetcherConfig(
+            replica_fetch_max_bytes=config.replica_fetch_max_bytes,
+            replica_fetch_response_max_bytes=config.replica_fetch_response_max_bytes,
+            replica_fetch_wait_max_ms=config.replica_fetch_wait_max_ms,
+        ),
+        groups=GroupConfig(
+            session_timeout_ms=config.group_consumer_session_timeout_ms,
+            heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
+            max_size=config.group_consumer_max_size,
+            offsets_topic_num_partitions=config.offsets_topic_num_partitions,
+            offsets_topic_replication_factor=config.offsets_topic_replication_factor,
+            offsets_topic_segment_bytes=config.offsets_topic_segment_bytes,
+            offsets_retention_minutes=config.offsets_retention_minutes,
+            offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
+            offset_metadata_max_bytes=config.offset_metadata_max_bytes,
+            offsets_commit_timeout_ms=config.offsets_commit_timeout_ms,
+            classic=ClassicLimits(
+                min_session_timeout_ms=config.group_min_session_timeout_ms,
+                max_session_timeout_ms=config.group_max_session_timeout_ms,
+                initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+                max_size=config.group_max_size,
+            ),
+        ),
+    )
+    broker = Broker(settings, Path(config.log_dirs), metrics)
+    broker.start()
+    return broker
+
+
+def _controller_gauge(role: ControllerRole | None) -> ControllerGauge | None:
+    if role is None:
+        return None
+    status = role.metadata_log.status()
+    return ControllerGauge(
+        active=role.controller.is_active,
+        metadata_offset=role.state.image.offset,
+        term=status.term,
+        has_quorum=status.has_quorum,
+    )
+
+
+def run(config: NodeConfig) -> None:
+    """Run until SIGTERM/SIGINT."""
+    log.info("malloc settings applied: %s", tune_malloc() or "none")
+    Path(config.log_dirs).mkdir(parents=True, exist_ok=True)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("signal %d: stopping", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    metrics = NodeMetrics()
+    controller = start_controller(config) if config.is_controller else None
+    broker = start_broker(config, metrics) if config.is_broker else None
+    metrics.watch(
+        broker.partition_gauges if broker is not None else list,
+        lambda: _controller_gauge(controller),
+    )
+    metrics_listener = config.listener("METRICS")
+    http = metrics.serve(*metrics_listener) if metrics_listener is not None else None
+    try:
+        stop.wait()
+    finally:
+        if broker is not None:
+            broker.controlled_shutdown()
+            broker.stop()
+        if controller is not None:
+            controller.stop()
+        if http is not None:
+            http.shutdown()
+    log.info("node %d stopped", config.node_id)

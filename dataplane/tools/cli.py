@@ -1,0 +1,209 @@
+"""The ``raftlog`` command line."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from dataplane.broker.malloc_tuning import tune_malloc
+from dataplane.server.config import NodeConfig
+from dataplane.server.node import run
+from dataplane.tools.client_commands import register as register_client_commands
+from dataplane.tools.cluster_demo import main as cluster_demo
+from dataplane.tools.cluster_status import cluster_status_rows
+from dataplane.tools.group_commands import group_app
+from dataplane.tools.local_cluster import LocalCluster
+from dataplane.tools.storage_demo import run_demo
+from raftlog.batch import HEADER_SIZE, read_header
+from raftlog.records import decode_batch
+
+app = typer.Typer(help="raftlog: a Kafka-style streaming log.", no_args_is_help=True)
+demo_app = typer.Typer(help="End-to-end demonstrations.", no_args_is_help=True)
+log_app = typer.Typer(help="Inspect log directories on disk.", no_args_is_help=True)
+app.add_typer(demo_app, name="demo")
+app.add_typer(log_app, name="log")
+cluster_app = typer.Typer(help="A local cluster on 127.0.0.11-13.", no_args_is_help=True)
+app.add_typer(cluster_app, name="cluster")
+app.add_typer(group_app, name="group")
+register_client_commands(app)
+console = Console()
+CLUSTER_ROOT = Path(".raftlog/cluster")
+
+NodesOption = Annotated[int, typer.Option("--nodes", min=1, max=9, help="nodes in the cluster")]
+RootOption = Annotated[Path, typer.Option("--root", help="cluster directory")]
+
+
+@app.command("node")
+def node(
+    config: Annotated[Path, typer.Option("--config", exists=True, dir_okay=False)],
+) -> None:
+    """Run one node (controller and/or broker) until SIGTERM."""
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    run(NodeConfig.load(config))
+
+
+@cluster_app.command("up")
+def cluster_up(nodes: NodesOption = 3, root: RootOption = CLUSTER_ROOT) -> None:
+    """Start the nodes (those not running) and wait for an active controller."""
+    cluster = LocalCluster(root, nodes=nodes)
+    cluster.up()
+    _print_status(cluster)
+
+
+@cluster_app.command("down")
+def cluster_down(nodes: NodesOption = 3, root: RootOption = CLUSTER_ROOT) -> None:
+    """Stop every node by its pid (SIGTERM, then SIGKILL after 10 s)."""
+    LocalCluster(root, nodes=nodes).down()
+    console.print("cluster stopped")
+
+
+@cluster_app.command("status")
+def cluster_status(
+    nodes: NodesOption = 3,
+    root: RootOption = CLUSTER_ROOT,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Nodes, pids, the active controller and each voter's replication lag."""
+    _print_status(LocalCluster(root, nodes=nodes), as_json)
+
+
+@cluster_app.command("kill")
+def cluster_kill(node_id: int, nodes: NodesOption = 3, root: RootOption = CLUSTER_ROOT) -> None:
+    """SIGKILL one node."""
+    LocalCluster(root, nodes=nodes).stop_node(node_id, kill=True)
+
+
+@cluster_app.command("restart")
+def cluster_restart(node_id: int, nodes: NodesOption = 3, root: RootOption = CLUSTER_ROOT) -> None:
+    """Stop one node (SIGTERM) and start it again."""
+    LocalCluster(root, nodes=nodes).restart_node(node_id)
+
+
+def _print_status(cluster: LocalCluster, as_json: bool = False) -> None:
+    rows = cluster_status_rows(cluster)
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    columns = ("node", "address", "pid", "role", "match", "lag", "broker")
+    table = Table(
+        "node", "controller", "pid", "role", "match index", "lag", "broker", title="cluster"
+    )
+    for row in rows:
+        table.add_row(*(str(row[k]) for k in columns))
+    console.print(table)
+
+
+@demo_app.command("storage")
+def demo_storage(
+    records: Annotated[int, typer.Option(help="records to write in all")] = 1_000_000,
+    partitions: Annotated[int, typer.Option(min=1, max=64)] = 4,
+    keep: Annotated[bool, typer.Option(help="keep the data directory afterwards")] = False,
+) -> None:
+    """Write, SIGKILL mid-way, recover, verify, finish, compact; print what happened."""
+    run_demo(Path(".raftlog/demo"), total_records=records, partitions=partitions, keep=keep)
+
+
+@demo_app.command("cluster")
+def demo_cluster(
+    records: Annotated[int, typer.Option(help="records to produce", min=1000)] = 200_000,
+) -> None:
+    """3 nodes, acks=all writes, SIGKILL of a leader half-way; every acknowledged record back."""
+    raise typer.Exit(cluster_demo(Path(".raftlog/demo-cluster"), records))
+
+
+@log_app.command("dump")
+def log_dump(
+    segment: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="a .log file")],
+    records: Annotated[bool, typer.Option(help="also decode every record")] = False,
+    limit: Annotated[int, typer.Option(min=1, help="batches to show at most")] = 1000,
+) -> None:
+    """Print the batches of a segment file, like kafka-dump-log.sh."""
+    data = segment.read_bytes()
+    table = Table(
+        "position",
+        "base offset",
+        "last offset",
+        "count",
+        "epoch",
+        "size",
+        "compression",
+        "max timestamp",
+        "producer id",
+    )
+    position, shown = 0, 0
+    while position + HEADER_SIZE <= len(data) and shown < limit:
+        header = read_header(data, position)
+        table.add_row(
+            *(
+                str(v)
+                for v in (
+                    position,
+                    header.base_offset,
+                    header.last_offset,
+                    header.record_count,
+                    header.partition_leader_epoch,
+                    header.size_bytes,
+                    header.compression,
+                    header.max_timestamp,
+                    header.producer_id,
+                )
+            )
+        )
+        if records:
+            for record in decode_batch(data[position : position + header.size_bytes])[1]:
+                table.add_row(
+                    "",
+                    str(record.offset),
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                    str(record.timestamp),
+                    f"key={record.key!r} value={(record.value or b'')[:40]!r}",
+                )
+        position += header.size_bytes
+        shown += 1
+    console.print(table)
+    if position < len(data) and shown < limit:
+        console.print(f"[red]{len(data) - position} trailing bytes do not form a batch[/red]")
+
+
+PLUGIN_GROUP = "raftlog.cli"
+
+
+def add_plugin_commands() -> None:
+    """Add the command groups other installed packages declare under the ``raftlog.cli``
+    entry-point group (``chaos`` comes from the chaos package, which sits above dataplane and
+    so cannot be imported from here by name). A plugin that fails to load is reported on
+    stderr and left out: a broken ``raftlog connect`` must not stop ``raftlog node``."""
+    for entry in entry_points(group=PLUGIN_GROUP):
+        try:
+            command_group = entry.load()
+        except ImportError as error:
+            print(
+                f"raftlog: the {entry.name!r} commands ({entry.value}) did not load: {error}",
+                file=sys.stderr,
+            )
+            continue
+        app.add_typer(command_group, name=entry.name)
+
+
+def main() -> None:
+    tune_malloc()  # produce, consume and perf move megabytes a second (a node does it anyway)
+    add_plugin_commands()
+    app()
+
+
+if __name__ == "__main__":
+    main()

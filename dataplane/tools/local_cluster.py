@@ -1,0 +1,354 @@
+"""A local cluster of node processes on loopback: ``raftlog cluster up|down|status|kill|restart``.
+
+Node N binds 127.0.0.(first_host + N - 1) and runs in combined mode (controller and broker in
+one process). With ``port`` P every node listens on the same four ports of its own address:
+BROKER P-1, CONTROLLER P, the Raft transport P+1 and METRICS P+2 (so 9092/9093/9094/9095 by
+default, as Kafka users expect). Configuration, data and logs live under ``root/node-N/``; the
+pids are in ``root/cluster.json`` so a later command finds and stops exactly those processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import grpc
+
+from dataplane.server.config import NodeConfig
+from metadata_quorum.client import ControllerClient
+from protos import controller_pb2 as pb
+from raftlog.errors import KafkaError
+
+Launcher = Callable[[int, list[str], Path], "subprocess.Popen[bytes]"]
+STOP_TIMEOUT_S = 10.0
+POLL_S = 0.05
+
+
+T = TypeVar("T")
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float = 30.0) -> T:
+    """Poll ``probe`` until it returns something other than None/False; TimeoutError naming
+    ``what`` after the deadline. (Tests, demos and benchmarks wait on clusters with it.)"""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = probe()
+        if value is not None and value is not False:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(POLL_S)  # polling a condition with a deadline
+
+
+def free_port(host: str) -> int:
+    """A port that is free on ``host`` now (the kernel's pick)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+PORT_SPAN = (-1, 0, 1, 2, 3)  # broker, controller, raft, metrics, kafka: offsets from the port
+# Local clusters notice a dead broker within seconds (Kafka's defaults, 9 s sessions, suit
+# real networks); every value can still be overridden.
+LOCAL_DEFAULTS: dict[str, str | int] = {
+    "broker.session.timeout.ms": 2000,
+    "broker.heartbeat.interval.ms": 250,
+    "replica.lag.time.max.ms": 10_000,
+    "group.consumer.session.timeout.ms": 10_000,
+    "group.consumer.heartbeat.interval.ms": 500,
+    # As Kafka's own development config: a local group rebalances at once, no 3 s gathering.
+    "group.initial.rebalance.delay.ms": 0,
+}
+
+
+def pick_cluster_port(hosts: list[str], attempts: int = 50) -> int:
+    """A port P such that P-1..P+2 are free on every host (broker, controller, Raft, metrics)."""
+    for _ in range(attempts):
+        port = free_port(hosts[0])
+        if 1024 < port < 65533 and all(_port_free(h, port + d) for h in hosts for d in PORT_SPAN):
+            return port
+    raise OSError(f"no free port range on {hosts} after {attempts} attempts")
+
+
+def default_launcher(node_id: int, argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    with log_path.open("ab") as out:
+        return subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    node_id: int
+    host: str
+    directory: Path
+
+    @property
+    def config_path(self) -> Path:
+        return self.directory / "node.toml"
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / "node.log"
+
+
+class LocalCluster:
+    def __init__(
+        self,
+        root: Path,
+        nodes: int = 3,
+        first_host: int = 11,
+        port: int = 9093,
+        overrides: dict[str, str | int] | None = None,
+        launcher: Launcher = default_launcher,
+        roles: str = "controller,broker",
+    ) -> None:
+        if not 1 <= nodes <= 9 or not 2 <= first_host <= 254 - nodes:
+            raise ValueError("nodes must be 1..9 on 127.0.0.2..254")
+        self.root = root.resolve()
+        self.specs = [
+            NodeSpec(n, f"127.0.0.{first_host + n - 1}", self.root / f"node-{n}")
+            for n in range(1, nodes + 1)
+        ]
+        self.port = port
+        self.overrides = overrides or {}
+        self.launcher = launcher
+        self.roles = roles
+        self._procs: dict[int, subprocess.Popen[bytes]] = {}
+
+    # -- configuration -----------------------------------------------------------------------
+    @property
+    def voters(self) -> str:
+        return ",".join(f"{s.node_id}@{s.host}:{self.port}" for s in self.specs)
+
+    @property
+    def controller_addresses(self) -> list[str]:
+        return [f"{s.host}:{self.port}" for s in self.specs]
+
+    @property
+    def bootstrap_servers(self) -> list[str]:
+        return [self.broker_address(s.node_id) for s in self.specs]
+
+    def broker_address(self, node_id: int) -> str:
+        return f"{self.spec(node_id).host}:{self.port - 1}"
+
+    def metrics_address(self, node_id: int) -> str:
+        return f"{self.spec(node_id).host}:{self.port + 2}"
+
+    def kafka_address(self, node_id: int) -> str:
+        """The node's KAFKA listener (Kafka's binary protocol)."""
+        return f"{self.spec(node_id).host}:{self.port + 3}"
+
+    @property
+    def kafka_bootstrap_servers(self) -> list[str]:
+        return [self.kafka_address(s.node_id) for s in self.specs]
+
+    def config(self, spec: NodeSpec) -> NodeConfig:
+        values: dict[str, object] = {
+            "node.id": spec.node_id,
+            "process.roles": self.roles,
+            "controller.quorum.voters": self.voters,
+            "listeners": (
+                f"BROKER://{spec.host}:{self.port - 1},CONTROLLER://{spec.host}:{self.port},"
+                f"METRICS://{spec.host}:{self.port + 2},KAFKA://{spec.host}:{self.port + 3}"
+            ),
+            "log.dirs": str(spec.directory / "data"),
+            **LOCAL_DEFAULTS,
+        }
+        values.update(self.overrides)
+        return NodeConfig.parse(values)
+
+    def spec(self, node_id: int) -> NodeSpec:
+        for spec in self.specs:
+            if spec.node_id == node_id:
+                return spec
+        raise KeyError(f"no node {node_id}; nodes are 1..{len(self.specs)}")
+
+    # -- pids ----------------------------------------------------------------------------------
+    @property
+    def state_path(self) -> Path:
+        return self.root / "cluster.json"
+
+    def _load_pids(self) -> dict[int, int]:
+        try:
+            data = json.loads(self.state_path.read_text())
+        except FileNotFoundError:
+            return {}
+        return {int(k): int(v) for k, v in data.get("pids", {}).items()}
+
+    def _save_pids(self, pids: dict[int, int]) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        state = {"pids": pids, "port": self.port, "nodes": len(self.specs)}
+        tmp = self.state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2))
+        tmp.replace(self.state_path)
+
+    def pid(self, node_id: int) -> int | None:
+        """The node's pid if that process is alive and is our node."""
+        pid = self._load_pids().get(node_id)
+        if pid is None:
+            return None
+        proc = self._procs.get(node_id)
+        if proc is not None and proc.poll() is not None:
+            return None
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return None
+        return pid if str(self.spec(node_id).config_path).encode() in cmdline else None
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def start_node(self, node_id: int) -> int:
+        spec = self.spec(node_id)
+        existing = self.pid(node_id)
+        if existing is not None:
+            return existing
+        spec.directory.mkdir(parents=True, exist_ok=True)
+        spec.config_path.write_text(self.config(spec).to_toml())
+        argv = [
+            sys.executable,
+            "-m",
+            "dataplane.tools.cli",
+            "node",
+            "--config",
+            str(spec.config_path),
+        ]
+        proc = self.launcher(node_id, argv, spec.log_path)
+        self._procs[node_id] = proc
+        pids = self._load_pids()
+        pids[node_id] = proc.pid
+        self._save_pids(pids)
+        return proc.pid
+
+    def up(self, timeout_s: float = 30.0) -> None:
+        """Start every node; return once a controller is active and every broker unfenced."""
+        for spec in self.specs:
+            self.start_node(spec.node_id)
+        self.wait_for_leader(timeout_s)
+        self.wait_for_brokers(timeout_s=timeout_s)
+
+    def signal_node(self, node_id: int, signum: int) -> None:
+        pid = self.pid(node_id)
+        if pid is not None:
+            os.kill(pid, signum)
+
+    def stop_node(
+        self, node_id: int, kill: bool = False, timeout_s: float = STOP_TIMEOUT_S
+    ) -> None:
+        """SIGTERM (or SIGKILL) the node by its pid and wait until it is gone."""
+        pid = self.pid(node_id)
+        if pid is None:
+            return
+        os.kill(pid, signal.SIGKILL if kill else signal.SIGTERM)
+        if not self._wait_gone(node_id, pid, timeout_s):
+            os.kill(pid, signal.SIGKILL)
+            self._wait_gone(node_id, pid, timeout_s)
+        pids = self._load_pids()
+        pids.pop(node_id, None)
+        self._save_pids(pids)
+
+    def _wait_gone(self, node_id: int, pid: int, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        proc = self._procs.get(node_id)
+        while time.monotonic() < deadline:
+            if proc is not None and proc.pid == pid:
+                if proc.poll() is not None:
+                    return True
+            elif self.pid(node_id) is None:
+                return True
+            time.sleep(POLL_S)  # polling a condition with a deadline
+        return False
+
+    def down(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """SIGTERM every node at once, wait for each (SIGKILL after ``timeout_s``)."""
+        signalled = []
+        for spec in self.specs:
+            pid = self.pid(spec.node_id)
+            if pid is not None:
+                os.kill(pid, signal.SIGTERM)
+                signalled.append((spec.node_id, pid))
+        for node_id, pid in signalled:
+            if not self._wait_gone(node_id, pid, timeout_s):
+                os.kill(pid, signal.SIGKILL)
+                self._wait_gone(node_id, pid, timeout_s)
+        pids = self._load_pids()
+        for node_id, _ in signalled:
+            pids.pop(node_id, None)
+        self._save_pids(pids)
+
+    def restart_node(self, node_id: int) -> int:
+        self.stop_node(node_id)
+        return self.start_node(node_id)
+
+    # -- observation ---------------------------------------------------------------------------
+    def wait_for_brokers(
+        self, broker_ids: list[int] | None = None, timeout_s: float = 30.0
+    ) -> None:
+        """Poll DescribeCluster until every broker in ``broker_ids`` (default: every node, when
+        the nodes run the broker role) is registered and unfenced."""
+        if "broker" not in self.roles:
+            return
+        wanted = set(broker_ids if broker_ids is not None else (s.node_id for s in self.specs))
+        deadline = time.monotonic() + timeout_s
+        client = self.client()
+        try:
+            while time.monotonic() < deadline:
+                try:
+                    described = client.call(
+                        "DescribeCluster", pb.DescribeClusterRequest(), deadline_s=2.0
+                    )
+                except KafkaError:  # no active controller yet; keep polling
+                    described = None
+                if described is not None and wanted <= {
+                    b.broker_id for b in described.brokers if not b.fenced
+                }:
+                    return
+                time.sleep(POLL_S)  # polling a condition with a deadline
+        finally:
+            client.close()
+        raise TimeoutError(f"brokers {sorted(wanted)} not unfenced within {timeout_s} s")
+
+    def client(self) -> ControllerClient:
+        return ControllerClient(self.controller_addresses)
+
+    def wait_for_leader(self, timeout_s: float = 30.0) -> int:
+        """Poll DescribeQuorum until a live node names an active controller; its id."""
+        deadline = time.monotonic() + timeout_s
+        client = self.client()
+        try:
+            while time.monotonic() < deadline:
+                for spec in self.specs:
+                    if self.pid(spec.node_id) is None:
+                        continue
+                    try:
+                        described = client.stub(f"{spec.host}:{self.port}").DescribeCluster(
+                            pb.DescribeClusterRequest(), timeout=1.0
+                        )
+                    except grpc.RpcError:  # not up yet; keep polling
+                        continue
+                    if described.controller_id >= 0 and described.status.controller_address:
+                        return int(described.controller_id)
+                time.sleep(POLL_S)  # polling a condition with a deadline
+        finally:
+            client.close()
+        raise TimeoutError(f"no active controller within {timeout_s} s; see {self.root}/*/node.log")
