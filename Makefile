@@ -9,16 +9,17 @@ STAMP   := $(VENV)/.installed
 DEB_NEEDS := iptables:iptables kcat:kcat perf:linux-perf
 PYTEST_WORKERS ?= 2
 
-.PHONY: help venv deps lint test test-fast demo demo-storage pipeline bench chaos clean protos cluster-up cluster-down cluster-status
+.PHONY: help venv deps lint docs test test-fast demo demo-storage pipeline bench chaos clean protos cluster-up cluster-down cluster-status
 
 help:
 	@echo "make demo   - set up, start 3 nodes, produce with acks=all through a leader SIGKILL, verify, stop;"
 	@echo "             then the Spark pipeline (make pipeline)"
 	@echo "make pipeline - 3 nodes + Spark: click counts per 10 s window, job stopped and restarted, checked"
 	@echo "make demo-storage - the storage engine alone: SIGKILL a writer, recover, verify"
-	@echo "make test   - set up, lint, run the whole test suite"
-	@echo "make lint   - ruff, mypy (strict on raftlog/), import-linter"
-	@echo "make bench  - benchmarks; figures in bench/results/latest.json"
+	@echo "make test   - set up, lint, build the manual, run the whole test suite"
+	@echo "make lint   - ruff, mypy (strict on raftlog/, metadata_quorum/, spark/, connect/), import-linter"
+	@echo "make docs   - the manual (docs/, MkDocs) built strictly into .site/; regenerates docs/performance.md"
+	@echo "make bench  - benchmarks; figures in bench/results/latest.json and docs/performance.md"
 	@echo "make chaos  - 10-minute chaos run (3 nodes, NODES=5 for splits; every fault kind); report in .raftlog/chaos/report"
 	@echo "make cluster-up / cluster-down / cluster-status - the local 3-node cluster"
 
@@ -47,7 +48,14 @@ lint: venv
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: deps lint
+# The manual. docs/performance.md is generated from bench/results/latest.json and
+# bench/performance_notes.md; on CI (CI=true) it is only checked, so a stale committed page fails.
+DOCS_SITE := .site
+docs: venv
+	$(BIN)/python -m bench.performance_page $(if $(CI),--check)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir $(DOCS_SITE)
+
+test: deps lint docs
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup
 
 test-fast: deps
@@ -75,6 +83,7 @@ bench: deps
 	$(BIN)/python -m bench.peer_bench --out bench/results/latest.json
 	$(BIN)/python -m bench.grpc_bench --out bench/results/latest.json
 	$(BIN)/python -m bench.connect_bench --out bench/results/latest.json
+	$(BIN)/python -m bench.performance_page
 
 # The 10-minute chaos run: SEED=N NODES=3|5 DURATION=10m override; needs root (node users, iptables).
 SEED     ?= 1
@@ -100,4 +109,4 @@ cluster-status: venv
 	$(BIN)/raftlog cluster status
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .import_linter_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .import_linter_cache $(DOCS_SITE)
