@@ -4,17 +4,9 @@ it leads, served over GroupCoordinatorService.
 Group ``g`` lives in partition ``partition_for(g, N)`` of the compacted internal topic
 ``__consumer_offsets`` (N = ``offsets.topic.num.partitions``, created on the first
 FindCoordinator, replication ``offsets.topic.replication.factor``); its coordinator is that
-partition's leader. When this broker becomes leader of such a partition it **loads** it: replays
-the whole log into a :class:`~dataplane.coordinator.group_state.GroupShard` (requests meanwhile get
-COORDINATOR_LOAD_IN_PROGRESS); when it stops leading, the shard is dropped and requests get
-NOT_COORDINATOR, so clients look the coordinator up again.
-
-**Writes.** Every request runs under its shard's lock: the pure shard emits records (already
-applied to its state), they are appended to the partition as leader, and the response waits,
-outside the lock, until the high watermark covers everything the shard has written, so nothing a
-client is told can be lost by a failover. A failed append leaves the state ahead of the log: the
-shard is dropped and reloaded from the log. Responses that wrote nothing wait the same way, so a
-client never sees state that is not yet replicated.
+partition's leader. Loading, writing and answering once replicated are the shared machinery of
+:mod:`dataplane.coordinator.runtime`: each partition this broker leads is replayed into a
+:class:`~dataplane.coordinator.group_state.GroupShard`, which every request runs against.
 
 **Timers.** A thread expires members whose session (``group.consumer.session.timeout.ms``) or
 revocation (their rebalance timeout) ran out, and every ``offsets.retention.check.interval.ms``
@@ -28,39 +20,32 @@ OFFSET_OUT_OF_RANGE.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import grpc
 
-from dataplane.broker.partition import NotLeader, Partition, Role
+from dataplane.broker.partition import Role
 from dataplane.broker.replica_manager import ReplicaManager
-from dataplane.broker.service import DEBUGGING_REPLICA_ID, INTERNAL_TOPICS, wait_until
+from dataplane.broker.service import DEBUGGING_REPLICA_ID
 from dataplane.coordinator import classic_group as cg
 from dataplane.coordinator import consumer_protocol
 from dataplane.coordinator import group_state as gs
 from dataplane.coordinator.classic_group import ClassicLimits
 from dataplane.coordinator.classic_rpc import ClassicGroupRpcs
+from dataplane.coordinator.runtime import CoordinatorRuntime, InternalTopic, Shard
 from metadata_quorum.image import MetadataImage
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc as pb_grpc
 from protos import group_pb2 as gpb
 from protos import group_pb2_grpc as gpb_grpc
-from raftlog.batch import iter_batches
 from raftlog.errors import ErrorCode, KafkaError
-from raftlog.records import Record, decode_batch, encode_batch
 
 log = logging.getLogger(__name__)
 OFFSETS_TOPIC = "__consumer_offsets"
-assert OFFSETS_TOPIC in INTERNAL_TOPICS, "producers must not write the offsets topic"
 TIMER_TICK_S = 0.1
-LOAD_READ_BYTES = 4 * 1024 * 1024
-RECORDS_PER_BATCH = 500
-CREATE_TOPIC_RETRY_MS = 1000
 END_OFFSETS_TIMEOUT_S = 5.0
 CLASSIC_WAIT_MARGIN_S = 5.0  # a waiting JoinGroup gives up this long after its phase should end
 T = TypeVar("T")
@@ -81,17 +66,6 @@ class GroupConfig:
     classic: ClassicLimits = field(default_factory=ClassicLimits)
 
 
-class _Shard:
-    def __init__(self, partition: Partition, leader_epoch: int, state: gs.GroupShard) -> None:
-        self.partition = partition
-        self.leader_epoch = leader_epoch
-        self.state = state
-        self.lock = threading.Lock()
-        self.loaded = threading.Event()
-        self.active = True
-        self.written_end = 0  # the log end after this shard's last append
-
-
 def topics_view(image: MetadataImage) -> gs.TopicsView:
     return gs.TopicsView(
         {t.name: len(t.partitions) for t in image.topics.values() if t.name != OFFSETS_TOPIC}
@@ -110,83 +84,40 @@ class GroupCoordinator:
         self.broker_id = broker_id
         self.config = config
         self.replicas = replicas
-        self.create_topic = create_topic
         self.clock_ms = clock_ms
+        offsets_topic = InternalTopic(
+            OFFSETS_TOPIC,
+            config.offsets_topic_num_partitions,
+            config.offsets_topic_replication_factor,
+            {"cleanup.policy": "compact", "segment.bytes": str(config.offsets_topic_segment_bytes)},
+            config_prefix="offsets.topic",
+        )
+        self.runtime: CoordinatorRuntime[gs.GroupShard] = CoordinatorRuntime(
+            broker_id, offsets_topic, replicas, self._new_state, create_topic, clock_ms,
+            config.offsets_commit_timeout_ms,
+        )  # fmt: skip
         self._lock = threading.Lock()
-        self._shards: dict[int, _Shard] = {}
-        self._loads: queue.Queue[_Shard | None] = queue.Queue()
         self._stop = threading.Event()
         self._topics: frozenset[str] = frozenset()
         self._sweep_offsets = threading.Event()  # a topic was deleted: drop its offsets now
-        self._create_attempt_ms = 0
         self._known_ends: dict[tuple[str, int], int] = {}
         self._channels: dict[str, grpc.Channel] = {}
         self._view: tuple[MetadataImage, gs.TopicsView] | None = None
-        self._threads = [
-            threading.Thread(target=self._load_loop, name="group-loader", daemon=True),
-            threading.Thread(target=self._timer_loop, name="group-timers", daemon=True),
-        ]
+        self._timers = threading.Thread(target=self._timer_loop, name="group-timers", daemon=True)
 
     def start(self) -> None:
-        for thread in self._threads:
-            thread.start()
+        self.runtime.start()
+        self._timers.start()
 
     def close(self) -> None:
         self._stop.set()
-        self._loads.put(None)
-        for thread in self._threads:
-            if thread.is_alive():
-                thread.join(timeout=5)
+        if self._timers.is_alive():
+            self._timers.join(timeout=5)
+        self.runtime.close()
         with self._lock:
-            shards = list(self._shards.values())
-            for shard in shards:
-                shard.active = False
-            self._shards.clear()
             channels, self._channels = list(self._channels.values()), {}
-        for shard in shards:
-            with shard.lock:
-                shard.state.classic.abandon(ErrorCode.NOT_COORDINATOR, "the broker is stopping")
         for channel in channels:
             channel.close()
-
-    # -- leadership --------------------------------------------------------------------------------
-    def on_image(self, image: MetadataImage) -> None:
-        """After the replica manager applied ``image``: load the ``__consumer_offsets``
-        partitions this broker now leads, drop the ones it no longer leads."""
-        led = {
-            p.partition: p
-            for p in self.replicas.partitions()
-            if p.topic == OFFSETS_TOPIC and p.role is Role.LEADER
-        }
-        topics = frozenset(image.topic_ids)
-        if self._topics - topics:
-            self._sweep_offsets.set()
-            self._known_ends.clear()  # a topic of that name may come back, from offset 0
-        self._topics = topics
-        dropped: list[_Shard] = []
-        with self._lock:
-            for pid, shard in list(self._shards.items()):
-                partition = led.get(pid)
-                if (
-                    partition is None
-                    or partition is not shard.partition
-                    or (partition.leader_epoch != shard.leader_epoch)
-                ):
-                    shard.active = False
-                    del self._shards[pid]
-                    dropped.append(shard)
-                    log.info("groups of %s-%d unloaded", OFFSETS_TOPIC, pid)
-            for pid, partition in led.items():
-                if pid not in self._shards:
-                    self._add_shard(partition)
-        for shard in dropped:  # (the shard lock is never taken under self._lock)
-            with shard.lock:
-                shard.state.classic.abandon(ErrorCode.NOT_COORDINATOR, "the coordinator moved")
-
-    def _add_shard(self, partition: Partition) -> None:
-        shard = _Shard(partition, partition.leader_epoch, self._new_state())
-        self._shards[partition.partition] = shard
-        self._loads.put(shard)
 
     def _new_state(self) -> gs.GroupShard:
         return gs.GroupShard(
@@ -196,211 +127,33 @@ class GroupCoordinator:
             classic_limits=self.config.classic,
         )
 
-    def _load_loop(self) -> None:
-        while not self._stop.is_set():
-            shard = self._loads.get()
-            if shard is None:
-                return
-            try:
-                self._load(shard)
-            except Exception:
-                log.exception("loading %s-%d failed", OFFSETS_TOPIC, shard.partition.partition)
-                self._reload(shard)
-
-    def _load(self, shard: _Shard) -> None:
-        started = time.monotonic()
-        partition = shard.partition
-        plog = partition.log
-        offset, end = plog.log_start_offset, plog.log_end_offset
-        count = 0
-        while offset < end and shard.active:
-            data = plog.read(offset, LOAD_READ_BYTES, min_one_batch=True)
-            if not data:
-                break
-            for position, header in iter_batches(data):
-                if not header.is_control:
-                    for record in decode_batch(data, position)[1]:
-                        if record.offset >= offset and record.key is not None:
-                            shard.state.replay(record.key, record.value)
-                            count += 1
-                offset = header.next_offset
-        with shard.lock:
-            shard.written_end = end
-            shard.state.start_sessions(self.clock_ms())
-            shard.loaded.set()
-        log.info(
-            "groups of %s loaded: %d records, %d groups in %.0f ms", partition.name, count,
-            len(list(shard.state.group_ids())), (time.monotonic() - started) * 1000,
-        )  # fmt: skip
-
-    def _reload(self, shard: _Shard) -> None:
-        """The shard's state may be ahead of its log: start again from the log."""
-        with self._lock:
-            shard.active = False
-            if self._shards.get(shard.partition.partition) is shard:
-                del self._shards[shard.partition.partition]
-                if shard.partition.role is Role.LEADER and not self._stop.is_set():
-                    self._add_shard(shard.partition)
+    # -- leadership --------------------------------------------------------------------------------
+    def on_image(self, image: MetadataImage) -> None:
+        """After the replica manager applied ``image``: load the ``__consumer_offsets``
+        partitions this broker now leads, drop the ones it no longer leads."""
+        topics = frozenset(image.topic_ids)
+        if self._topics - topics:
+            self._sweep_offsets.set()
+            self._known_ends.clear()  # a topic of that name may come back, from offset 0
+        self._topics = topics
+        self.runtime.on_image()
 
     # -- finding the coordinator -------------------------------------------------------------------
     def find_coordinator(self, group_id: str) -> tuple[int, str, int]:
         if not group_id:
             raise KafkaError(ErrorCode.INVALID_GROUP_ID, "the group id must not be empty")
-        image = self.replicas.image
-        topic = image.topic(OFFSETS_TOPIC)
-        if topic is None or not topic.partitions:
-            self._ensure_offsets_topic()
-            raise KafkaError(
-                ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} is being created"
-            )
-        pid = gs.partition_for(group_id, len(topic.partitions))
-        leader = topic.partitions[pid].leader
-        broker = image.brokers.get(leader)
-        endpoint = None if broker is None or broker.fenced else broker.endpoint("BROKER")
-        if endpoint is None:
-            raise KafkaError(
-                ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC}-{pid} has no leader"
-            )
-        return leader, endpoint.host, endpoint.port
-
-    def _ensure_offsets_topic(self) -> None:
-        now_ms = self.clock_ms()
-        with self._lock:
-            if now_ms - self._create_attempt_ms < CREATE_TOPIC_RETRY_MS:
-                return
-            self._create_attempt_ms = now_ms
-        configs = {
-            "cleanup.policy": "compact",
-            "segment.bytes": str(self.config.offsets_topic_segment_bytes),
-        }
-        try:
-            self.create_topic(
-                OFFSETS_TOPIC, self.config.offsets_topic_num_partitions,
-                self.config.offsets_topic_replication_factor, configs,
-            )  # fmt: skip
-            log.info("created %s", OFFSETS_TOPIC)
-        except KafkaError as error:
-            if error.error is not ErrorCode.TOPIC_ALREADY_EXISTS:
-                log.warning("cannot create %s: %s", OFFSETS_TOPIC, error)
-                raise KafkaError(
-                    ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                    f"cannot create {OFFSETS_TOPIC}: {error.message} "
-                    "(offsets.topic.replication.factor)",
-                ) from error
+        return self.runtime.coordinator(lambda count: gs.partition_for(group_id, count))
 
     # -- running requests --------------------------------------------------------------------------
-    def _shard(self, group_id: str) -> _Shard:
+    def _shard(self, group_id: str) -> Shard[gs.GroupShard]:
         if not group_id:
             raise KafkaError(ErrorCode.INVALID_GROUP_ID, "the group id must not be empty")
-        topic = self.replicas.image.topic(OFFSETS_TOPIC)
-        if topic is None or not topic.partitions:
-            raise KafkaError(ErrorCode.NOT_COORDINATOR, f"{OFFSETS_TOPIC} does not exist yet")
-        pid = gs.partition_for(group_id, len(topic.partitions))
-        with self._lock:
-            shard = self._shards.get(pid)
-        if shard is None:
-            raise KafkaError(
-                ErrorCode.NOT_COORDINATOR,
-                f"broker {self.broker_id} does not coordinate group {group_id!r}",
-            )
-        if not shard.loaded.is_set():
-            raise KafkaError(
-                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, f"{shard.partition.name} is loading"
-            )
-        return shard
+        return self.runtime.shard(
+            lambda count: gs.partition_for(group_id, count), f"group {group_id!r}"
+        )
 
-    def _run(self, shard: _Shard, action: Callable[[gs.GroupShard], T]) -> T:
-        """``action`` on the shard's state; append what it emitted; answer once replicated.
-        Answers the action queued for waiting classic-group requests go out at the same
-        moment, or fail with the error that stopped the records."""
-        with shard.lock:
-            if not shard.active:
-                raise KafkaError(ErrorCode.NOT_COORDINATOR, f"{shard.partition.name} moved")
-            failure: KafkaError | None = None
-            try:
-                result = action(shard.state)
-            except KafkaError as error:
-                failure = error
-            answers, required = self._append_locked(shard)
-        if failure is not None and not answers:
-            raise failure
-        self._answer_once_replicated(shard, required, answers)
-        if failure is not None:
-            raise failure
-        return result
-
-    def _append_locked(self, shard: _Shard) -> tuple[list[tuple[Any, cg.Answer]], int]:
-        """Under the shard lock: append what was emitted; the queued answers and the offset
-        they wait for. If the append fails, every waiting classic request learns it."""
-        answers = shard.state.take_answers()
-        try:
-            self._append(shard, shard.state.take_emitted())
-        except KafkaError as error:
-            cg.fail_answers(answers, error)
-            shard.state.classic.abandon(error.error, error.message)
-            raise
-        return answers, shard.written_end
-
-    def _answer_once_replicated(
-        self, shard: _Shard, required: int, answers: list[tuple[Any, cg.Answer]]
-    ) -> None:
-        try:
-            self._await_replicated(shard, required)
-        except KafkaError as error:
-            cg.fail_answers(answers, error)
-            raise
-        for future, answer in answers:
-            if not future.done():
-                future.set_result(answer)
-
-    def _append(self, shard: _Shard, records: list[gs.GroupRecord]) -> None:
-        if not records:
-            return
-        partition = shard.partition
-        now_ms = self.clock_ms()
-        try:
-            min_isr = self.replicas.settings(OFFSETS_TOPIC).min_insync_replicas
-            for start in range(0, len(records), RECORDS_PER_BATCH):
-                chunk = records[start : start + RECORDS_PER_BATCH]
-                batch = encode_batch([Record(-1, now_ms, k, v) for k, v in chunk])
-                info, epoch = partition.append_as_leader(batch, -1, min_isr)
-                if epoch != shard.leader_epoch:
-                    raise NotLeader(ErrorCode.NOT_LEADER_OR_FOLLOWER, "new leader epoch", -1, epoch)
-                shard.written_end = info.last_offset + 1
-        except KafkaError as error:
-            log.warning("%s: group records not appended (%s): reloading", partition.name, error)
-            self._reload(shard)
-            code = (
-                ErrorCode.NOT_COORDINATOR
-                if isinstance(error, NotLeader)
-                else ErrorCode.COORDINATOR_NOT_AVAILABLE
-            )
-            raise KafkaError(code, f"{partition.name}: {error.message}") from error
-
-    def _await_replicated(self, shard: _Shard, required: int) -> None:
-        """Until the high watermark passes ``required`` (within offsets.commit.timeout.ms)."""
-        partition = shard.partition
-        min_isr = self.replicas.settings(OFFSETS_TOPIC).min_insync_replicas
-
-        def replicated() -> bool:
-            try:
-                outcome = partition.acks_all_outcome(required, shard.leader_epoch, min_isr)
-            except KafkaError as error:
-                raise KafkaError(ErrorCode.NOT_COORDINATOR, error.message) from error
-            if outcome not in (None, ErrorCode.NONE):
-                raise KafkaError(
-                    ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                    f"{partition.name}: {outcome.name} while replicating group records",
-                )
-            return outcome is ErrorCode.NONE
-
-        deadline = time.monotonic() + self.config.offsets_commit_timeout_ms / 1000
-        wait_until([partition], deadline, replicated)
-        if not replicated():
-            raise KafkaError(
-                ErrorCode.REQUEST_TIMED_OUT,
-                f"{partition.name}: group records not replicated within offsets.commit.timeout.ms",
-            )
+    def _run(self, shard: Shard[gs.GroupShard], action: Callable[[gs.GroupShard], T]) -> T:
+        return self.runtime.run(shard, action)
 
     # -- requests ----------------------------------------------------------------------------------
     def _topics_view(self) -> gs.TopicsView:
@@ -541,8 +294,7 @@ class GroupCoordinator:
 
     def list_groups(self) -> list[tuple[str, str, str]]:
         """(group id, state, type) of every group this broker coordinates."""
-        with self._lock:
-            shards = [s for s in self._shards.values() if s.loaded.is_set()]
+        shards = list(self.runtime.loaded_shards())
         found: list[tuple[str, str, str]] = []
         for shard in shards:
             with shard.lock:
@@ -617,15 +369,13 @@ class GroupCoordinator:
             if sweep:
                 self._sweep_offsets.clear()
                 next_sweep = now_ms + self.config.offsets_retention_check_interval_ms
-            with self._lock:
-                shards = [s for s in self._shards.values() if s.loaded.is_set()]
-            for shard in shards:
+            for shard in self.runtime.loaded_shards():
                 try:
                     self._expire(shard, now_ms, sweep)
                 except KafkaError as error:
                     log.info("%s: expiry not written: %s", shard.partition.name, error)
 
-    def _expire(self, shard: _Shard, now_ms: int, sweep: bool) -> None:
+    def _expire(self, shard: Shard[gs.GroupShard], now_ms: int, sweep: bool) -> None:
         with shard.lock:
             if not shard.active:
                 return
@@ -635,9 +385,9 @@ class GroupCoordinator:
                 retention_ms = self.config.offsets_retention_minutes * 60_000
                 view = self._topics_view()
                 expired = shard.state.expire_offsets(now_ms, retention_ms, view)
-            answers, required = self._append_locked(shard)
+            answers, required = self.runtime.append_locked(shard)
         if answers:
-            self._answer_once_replicated(shard, required, answers)
+            self.runtime.answer_once_replicated(shard, required, answers)
         for group_id, member_id, why in removed:
             log.info("group %s: member %s removed: %s", group_id, member_id, why)
         for group_id, (topic, partition), why in expired:

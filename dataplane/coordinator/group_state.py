@@ -483,6 +483,18 @@ class GroupShard:
         self.revocation_deadlines = {}
         self.classic.start_sessions(now_ms)
 
+    # -- the runtime's hooks (dataplane.coordinator.runtime.ShardState) ---------------------------
+    def on_loaded(self, now_ms: int) -> None:
+        self.start_sessions(now_ms)
+
+    def fail_answers(
+        self, answers: list[tuple[Future[cg.Answer], cg.Answer]], error: KafkaError
+    ) -> None:
+        cg.fail_answers(answers, error)
+
+    def abandon(self, error: ErrorCode, message: str) -> None:
+        self.classic.abandon(error, message)
+
     # -- offsets ----------------------------------------------------------------------------------
     def validate_commit(self, group_id: str, member_id: str, member_epoch: int) -> None:
         """Kafka's rules for a consumer group's OffsetCommit (the group-level part)."""
