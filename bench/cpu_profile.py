@@ -22,8 +22,8 @@ Each figure is per record produced: CPU microseconds (samples / rate / records),
 any length or speed reads the same (the keys avoid the regression guard's endings: these
 explain figures, they are not figures). ``page_cache_mb_per_cpu_second`` is the bytes the run wrote
 into the page cache (its caller says how many) over the CPU time of that copy: the rate the
-machine gives a writer, the figure that tells a fast run from a slow one here (see the README:
-the CPU table of the peer section, and **The page cache**).
+machine gives a writer, the figure that tells a fast run from a slow one here (see
+docs/performance.md, **Where the CPU goes**, and docs/operations.md, **The page cache**).
 """
 
 from __future__ import annotations

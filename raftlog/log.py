@@ -601,9 +601,9 @@ class Log:
         Why: the kernel otherwise keeps every byte written until memory runs short, writes it
         back in bursts once ``vm.dirty_background_ratio`` of memory is dirty (appends and reads
         then stall behind the writeback), and takes a fresh page for every byte written.
-        Measured here (README, **The page cache**): dirty data stayed at ~200 MB instead of
-        climbing to ~2.3 GB, and on this VM, where a page that sat free is handed back to the
-        host and costs a fault to write again, reused pages made produce ~2x faster."""
+        Measured here (docs/operations.md, **The page cache**): dirty data stayed at ~200 MB
+        instead of climbing to ~2.3 GB, and on this VM, where a page that sat free is handed back
+        to the host and costs a fault to write again, reused pages made produce ~2x faster."""
         if keep_bytes <= 0 or not hasattr(os, "posix_fadvise"):
             return 0
         now_ms = self.clock() if now_ms is None else now_ms

@@ -1,0 +1,95 @@
+"""A node's configuration: TOML with Kafka's dotted names, RAFTLOG_* overrides, every error naming
+its key (INVALID_CONFIG), and a round trip through to_toml."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dataplane.server.config import NodeConfig, parse_listeners, parse_voters
+from raftlog.config import ConfigError
+from raftlog.errors import ErrorCode
+
+BASE: dict[str, Any] = {
+    "node.id": 1,
+    "process.roles": "controller,broker",
+    "controller.quorum.voters": "1@127.0.0.11:9093,2@127.0.0.12:9093",
+    "listeners": "CONTROLLER://127.0.0.11:9093,BROKER://127.0.0.11:9092",
+    "log.dirs": "/tmp/node-1",
+}
+
+
+def test_a_combined_node() -> None:
+    config = NodeConfig.parse(BASE)
+    assert config.is_controller and config.is_broker
+    assert config.broker_listener() == ("127.0.0.11", 9092)
+    voter = config.controller_voter()
+    assert (voter.node_id, voter.address, voter.raft_port) == (1, "127.0.0.11:9093", 9094)
+    assert config.offsets_topic_num_partitions == 50  # Kafka's defaults where unset
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"replica.lag.time.max.ms": 1}, "replica.lag.time.max.ms"),  # below its bound
+        ({"no.such.key": 1}, "no.such.key"),  # unknown keys are refused
+        ({"process.roles": "controller,gateway"}, "gateway"),
+        ({"listeners": "BROKER://127.0.0.11"}, "listeners"),
+        ({"controller.quorum.voters": "1@127.0.0.11:9093,1@127.0.0.12:9093"}, "twice"),
+        (
+            {"group.consumer.heartbeat.interval.ms": 50_000},
+            "group.consumer.heartbeat.interval.ms",
+        ),
+    ],
+)
+def test_a_bad_value_is_refused_naming_its_key(change: dict[str, Any], named: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        NodeConfig.parse({**BASE, **change})
+    assert refused.value.error is ErrorCode.INVALID_CONFIG
+    assert named in refused.value.message
+
+
+def test_the_controller_listener_must_match_the_voters() -> None:
+    config = NodeConfig.parse({**BASE, "listeners": "CONTROLLER://127.0.0.11:9999"})
+    with pytest.raises(ConfigError, match=re.escape("CONTROLLER must be 127.0.0.11:9093")):
+        config.controller_voter()
+    with pytest.raises(ConfigError, match=re.escape("not in controller.quorum.voters")):
+        NodeConfig.parse({**BASE, "node.id": 7}).controller_voter()
+    with pytest.raises(ConfigError, match="BROKER"):
+        NodeConfig.parse({**BASE, "listeners": "CONTROLLER://127.0.0.11:9093"}).broker_listener()
+
+
+def test_the_environment_overrides_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "node.toml"
+    path.write_text(NodeConfig.parse(BASE).to_toml())
+    env = {"RAFTLOG_NODE_ID": "2", "RAFTLOG_REPLICA_FETCH_WAIT_MAX_MS": "100", "OTHER": "x"}
+    config = NodeConfig.load(path, env)
+    assert (config.node_id, config.replica_fetch_wait_max_ms) == (2, 100)
+    assert NodeConfig.load(path, {}) == NodeConfig.parse(BASE)  # the round trip
+
+
+def test_an_unreadable_file_is_a_config_error(tmp_path: Path) -> None:
+    broken = tmp_path / "node.toml"
+    broken.write_text('"node.id" = ')
+    with pytest.raises(ConfigError, match=re.escape(str(broken))):
+        NodeConfig.load(broken, {})
+    with pytest.raises(ConfigError, match="missing"):
+        NodeConfig.load(tmp_path / "missing.toml", {})
+
+
+def test_listeners_and_voters_parse() -> None:
+    assert parse_listeners("controller://h:1, BROKER://h:2") == {
+        "CONTROLLER": ("h", 1),
+        "BROKER": ("h", 2),
+    }
+    assert [v.node_id for v in parse_voters("3@h:1,1@h:2", 5)] == [1, 3]
+    assert parse_voters("1@h:2", 5)[0].raft_port == 7
+    for bad in ("BROKER://h:0", "BROKER:/h:1", "B://h:1,B://h:2"):
+        with pytest.raises(ValueError):
+            parse_listeners(bad)
+    for bad in ("", "x@h:1", "1@h"):
+        with pytest.raises(ValueError):
+            parse_voters(bad, 1)
