@@ -144,6 +144,8 @@ def _partition_to_proto(record: PartitionRecord) -> pb.PartitionRecord:
         leader=record.leader,
         leader_epoch=record.leader_epoch,
         partition_epoch=record.partition_epoch,
+        adding_replicas=list(record.adding_replicas),
+        removing_replicas=list(record.removing_replicas),
     )
 
 
@@ -159,9 +161,12 @@ def _partition_change_to_proto(record: PartitionChange) -> pb.PartitionChangeRec
     if record.isr is not None:
         message.isr.values.extend(record.isr)
         message.isr.SetInParent()
-    if record.replicas is not None:
-        message.replicas.values.extend(record.replicas)
-        message.replicas.SetInParent()
+    for name in ("replicas", "adding_replicas", "removing_replicas"):
+        values: tuple[int, ...] | None = getattr(record, name)
+        if values is not None:
+            field = getattr(message, name)
+            field.values.extend(values)
+            field.SetInParent()
     return message
 
 
@@ -179,6 +184,8 @@ def _from_partition(m: pb.PartitionRecord) -> MetadataRecord:
         m.leader,
         m.leader_epoch,
         m.partition_epoch,
+        tuple(m.adding_replicas),
+        tuple(m.removing_replicas),
     )
 
 
@@ -190,6 +197,12 @@ def _from_partition_change(m: pb.PartitionChangeRecord) -> MetadataRecord:
         leader=m.leader if m.HasField("leader") else None,
         isr=tuple(m.isr.values) if m.HasField("isr") else None,
         replicas=tuple(m.replicas.values) if m.HasField("replicas") else None,
+        adding_replicas=(
+            tuple(m.adding_replicas.values) if m.HasField("adding_replicas") else None
+        ),
+        removing_replicas=(
+            tuple(m.removing_replicas.values) if m.HasField("removing_replicas") else None
+        ),
     )
 
 

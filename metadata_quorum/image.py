@@ -54,17 +54,39 @@ class BrokerRegistration:
 
 @dataclass(frozen=True)
 class PartitionRegistration:
-    """Invariants: leader ∈ ISR ⊆ replicas (or leader = -1), epochs never go down."""
+    """Invariants: leader ∈ ISR ⊆ replicas (or leader = -1), epochs never go down.
+
+    While a reassignment is in progress (KIP-455) ``replicas`` is the target replicas followed
+    by the ones leaving: ``adding_replicas`` are in the target and not in the original set,
+    ``removing_replicas`` in the original set and not in the target; both are subsets of
+    ``replicas`` and disjoint. The reassignment completes when every target replica is in the
+    ISR."""
 
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
     leader: int
     leader_epoch: int
     partition_epoch: int
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
 
     @property
     def preferred_leader(self) -> int:
         return self.replicas[0] if self.replicas else NO_LEADER
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding_replicas or self.removing_replicas)
+
+    @property
+    def target_replicas(self) -> tuple[int, ...]:
+        """Where the partition is going: its replicas without the ones leaving."""
+        return tuple(b for b in self.replicas if b not in self.removing_replicas)
+
+    @property
+    def original_replicas(self) -> tuple[int, ...]:
+        """Where the partition was before the reassignment: without the ones being added."""
+        return tuple(b for b in self.replicas if b not in self.adding_replicas)
 
 
 @dataclass(frozen=True)
@@ -252,12 +274,16 @@ class MetadataDelta:
             return f"topic id {record.topic_id} does not exist"
         if record.partition_id in partitions:
             return f"partition {record.topic_id}:{record.partition_id} already exists"
-        problem = _check_partition(record.replicas, record.isr, record.leader)
+        problem = _check_partition(
+            record.replicas, record.isr, record.leader, record.adding_replicas,
+            record.removing_replicas,
+        )  # fmt: skip
         if problem:
             return problem
         partitions[record.partition_id] = PartitionRegistration(
-            record.replicas, record.isr, record.leader, record.leader_epoch, record.partition_epoch
-        )
+            record.replicas, record.isr, record.leader, record.leader_epoch, record.partition_epoch,
+            record.adding_replicas, record.removing_replicas,
+        )  # fmt: skip
         self._count_preferred(record.replicas[0], 1)
         return None
 
@@ -283,7 +309,14 @@ class MetadataDelta:
         replicas = current.replicas if record.replicas is None else record.replicas
         isr = current.isr if record.isr is None else record.isr
         leader = current.leader if record.leader is None else record.leader
-        problem = _check_partition(replicas, isr, leader)
+        adding = (
+            current.adding_replicas if record.adding_replicas is None else record.adding_replicas
+        )
+        removing = (
+            current.removing_replicas if record.removing_replicas is None
+            else record.removing_replicas
+        )  # fmt: skip
+        problem = _check_partition(replicas, isr, leader, adding, removing)
         if problem:
             return problem
         if replicas[0] != current.replicas[0]:
@@ -291,7 +324,7 @@ class MetadataDelta:
             self._count_preferred(replicas[0], 1)
         leader_epoch = current.leader_epoch + (1 if leader != current.leader else 0)
         partitions[record.partition_id] = PartitionRegistration(
-            replicas, isr, leader, leader_epoch, current.partition_epoch + 1
+            replicas, isr, leader, leader_epoch, current.partition_epoch + 1, adding, removing
         )
         return None
 
@@ -358,13 +391,23 @@ class MetadataDelta:
         )
 
 
-def _check_partition(replicas: tuple[int, ...], isr: tuple[int, ...], leader: int) -> str | None:
+def _check_partition(
+    replicas: tuple[int, ...],
+    isr: tuple[int, ...],
+    leader: int,
+    adding: tuple[int, ...] = (),
+    removing: tuple[int, ...] = (),
+) -> str | None:
     if not replicas or len(set(replicas)) != len(replicas):
         return f"replicas {list(replicas)} must be non-empty and distinct"
     if len(set(isr)) != len(isr) or not set(isr) <= set(replicas):
         return f"ISR {list(isr)} must be a distinct subset of replicas {list(replicas)}"
     if leader != NO_LEADER and leader not in isr:
         return f"leader {leader} must be in the ISR {list(isr)}"
+    if not set(adding) <= set(replicas) or not set(removing) <= set(replicas):
+        return f"adding {list(adding)} and removing {list(removing)} must be among the replicas"
+    if set(adding) & set(removing) or len(set(removing)) == len(replicas):
+        return f"adding {list(adding)} and removing {list(removing)} overlap or leave no target"
     return None
 
 
@@ -398,6 +441,8 @@ def to_records(image: MetadataImage) -> tuple[list[BrokerRegistration], list[Met
                     p.leader,
                     p.leader_epoch,
                     p.partition_epoch,
+                    p.adding_replicas,
+                    p.removing_replicas,
                 )
             )
     for (resource_type, name), values in sorted(image.configs.items()):

@@ -12,7 +12,7 @@ import re
 import uuid
 from collections import Counter
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from metadata_quorum.configs import (
     cluster_config,
@@ -297,13 +297,13 @@ def generate_alter_partition(
                     item.topic_id, item.partition, current.partition_epoch, isr=item.new_isr
                 )
             )
-            current = PartitionRegistration(
-                current.replicas,
-                item.new_isr,
-                current.leader,
-                current.leader_epoch,
-                current.partition_epoch + 1,
-            )
+            current = _advanced(current, replace(current, isr=item.new_isr))
+            finished = complete_reassignment(current, usable)
+            if finished is not None:
+                out.records.append(
+                    partition_change(item.topic_id, item.partition, current, finished)
+                )
+                current = _advanced(current, finished)
         out.results.append(
             ItemResult(name, topic_id=item.topic_id, partition=item.partition, state=current)
         )
@@ -348,6 +348,57 @@ def _check_isr_request(
             ErrorCode.INELIGIBLE_REPLICA, f"brokers {ineligible} are fenced or shutting down"
         )
     return current
+
+
+def complete_reassignment(
+    current: PartitionRegistration, usable: Collection[int]
+) -> PartitionRegistration | None:
+    """The partition once its reassignment (metadata_quorum.reassignment) completes, if every
+    target replica is in the ISR: the leaving replicas drop out, and a leader that is leaving
+    gives way to the first usable target replica. None if it is not due (or not reassigning)."""
+    if not current.reassigning:
+        return None
+    target = current.target_replicas
+    if not set(target) <= set(current.isr):
+        return None
+    isr = tuple(b for b in current.isr if b in target)
+    leader = current.leader
+    if leader not in target:
+        leader = next((b for b in target if b in usable), NO_LEADER)
+        if leader == NO_LEADER and current.leader != NO_LEADER:
+            return None  # no target replica can lead yet: the current leader stays
+    return PartitionRegistration(target, isr, leader, current.leader_epoch, current.partition_epoch)
+
+
+def partition_change(
+    topic_id: uuid.UUID,
+    partition_id: int,
+    current: PartitionRegistration,
+    wanted: PartitionRegistration,
+) -> PartitionChange:
+    """One compare-and-set record from ``current`` to ``wanted`` (unchanged fields left out)."""
+
+    def differs(name: str) -> bool:
+        return bool(getattr(current, name) != getattr(wanted, name))
+
+    return PartitionChange(
+        topic_id,
+        partition_id,
+        current.partition_epoch,
+        leader=wanted.leader if differs("leader") else None,
+        isr=wanted.isr if differs("isr") else None,
+        replicas=wanted.replicas if differs("replicas") else None,
+        adding_replicas=wanted.adding_replicas if differs("adding_replicas") else None,
+        removing_replicas=wanted.removing_replicas if differs("removing_replicas") else None,
+    )
+
+
+def _advanced(
+    current: PartitionRegistration, wanted: PartitionRegistration
+) -> PartitionRegistration:
+    """``wanted`` as replaying a change from ``current`` leaves it (the epochs move on)."""
+    leader_epoch = current.leader_epoch + (1 if wanted.leader != current.leader else 0)
+    return replace(wanted, leader_epoch=leader_epoch, partition_epoch=current.partition_epoch + 1)
 
 
 def _topic_name(image: MetadataImage, topic_id: uuid.UUID) -> str:

@@ -246,6 +246,8 @@ class PartitionRecord(_message.Message):
     LEADER_FIELD_NUMBER: _builtins.int
     LEADER_EPOCH_FIELD_NUMBER: _builtins.int
     PARTITION_EPOCH_FIELD_NUMBER: _builtins.int
+    ADDING_REPLICAS_FIELD_NUMBER: _builtins.int
+    REMOVING_REPLICAS_FIELD_NUMBER: _builtins.int
     version: _builtins.int
     topic_id: _builtins.bytes
     partition_id: _builtins.int
@@ -257,6 +259,12 @@ class PartitionRecord(_message.Message):
     def replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     @_builtins.property
     def isr(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def adding_replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """a reassignment in progress (KIP-455)"""
+
+    @_builtins.property
+    def removing_replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     def __init__(
         self,
         *,
@@ -268,10 +276,12 @@ class PartitionRecord(_message.Message):
         leader: _builtins.int = ...,
         leader_epoch: _builtins.int = ...,
         partition_epoch: _builtins.int = ...,
+        adding_replicas: _abc.Iterable[_builtins.int] | None = ...,
+        removing_replicas: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["isr", b"isr", "leader", b"leader", "leader_epoch", b"leader_epoch", "partition_epoch", b"partition_epoch", "partition_id", b"partition_id", "replicas", b"replicas", "topic_id", b"topic_id", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adding_replicas", b"adding_replicas", "isr", b"isr", "leader", b"leader", "leader_epoch", b"leader_epoch", "partition_epoch", b"partition_epoch", "partition_id", b"partition_id", "removing_replicas", b"removing_replicas", "replicas", b"replicas", "topic_id", b"topic_id", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -312,6 +322,8 @@ class PartitionChangeRecord(_message.Message):
     LEADER_FIELD_NUMBER: _builtins.int
     ISR_FIELD_NUMBER: _builtins.int
     REPLICAS_FIELD_NUMBER: _builtins.int
+    ADDING_REPLICAS_FIELD_NUMBER: _builtins.int
+    REMOVING_REPLICAS_FIELD_NUMBER: _builtins.int
     version: _builtins.int
     topic_id: _builtins.bytes
     partition_id: _builtins.int
@@ -325,6 +337,14 @@ class PartitionChangeRecord(_message.Message):
     def replicas(self) -> Global___Int32List:
         """unset = unchanged"""
 
+    @_builtins.property
+    def adding_replicas(self) -> Global___Int32List:
+        """unset = unchanged"""
+
+    @_builtins.property
+    def removing_replicas(self) -> Global___Int32List:
+        """unset = unchanged"""
+
     def __init__(
         self,
         *,
@@ -335,10 +355,12 @@ class PartitionChangeRecord(_message.Message):
         leader: _builtins.int | None = ...,
         isr: Global___Int32List | None = ...,
         replicas: Global___Int32List | None = ...,
+        adding_replicas: Global___Int32List | None = ...,
+        removing_replicas: Global___Int32List | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_leader", b"_leader", "isr", b"isr", "leader", b"leader", "replicas", b"replicas"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_leader", b"_leader", "adding_replicas", b"adding_replicas", "isr", b"isr", "leader", b"leader", "removing_replicas", b"removing_replicas", "replicas", b"replicas"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_leader", b"_leader", "expected_partition_epoch", b"expected_partition_epoch", "isr", b"isr", "leader", b"leader", "partition_id", b"partition_id", "replicas", b"replicas", "topic_id", b"topic_id", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_leader", b"_leader", "adding_replicas", b"adding_replicas", "expected_partition_epoch", b"expected_partition_epoch", "isr", b"isr", "leader", b"leader", "partition_id", b"partition_id", "removing_replicas", b"removing_replicas", "replicas", b"replicas", "topic_id", b"topic_id", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__leader: _TypeAlias = _typing.Literal["leader"]  # noqa: Y015
     _WhichOneofArgType__leader: _TypeAlias = _typing.Literal["_leader", b"_leader"]  # noqa: Y015

@@ -71,6 +71,7 @@ class ErrorCode(enum.Enum):
     FENCED_INSTANCE_ID = (82, False)
     ELIGIBLE_LEADERS_NOT_AVAILABLE = (83, True)
     ELECTION_NOT_NEEDED = (84, True)
+    NO_REASSIGNMENT_IN_PROGRESS = (85, False)
     INVALID_RECORD = (87, False)
     INVALID_UPDATE_VERSION = (95, False)
     UNKNOWN_TOPIC_ID = (100, True)

@@ -194,6 +194,20 @@ class Partition:
         self.partition_epoch = reg.partition_epoch
         self.replicas = reg.replicas
         self.isr = reg.isr
+        if self.role is Role.LEADER:
+            self._sync_followers()
+
+    def _sync_followers(self) -> None:
+        """A leader whose replicas changed within its epoch (a reassignment adds or drops
+        replicas): new followers start with a fresh state, dropped ones are forgotten."""
+        wanted = [b for b in self.replicas if b != self.broker_id]
+        if wanted == list(self.followers):
+            return
+        now_ms = self.clock_ms()
+        self.followers = {
+            b: self.followers.get(b) or rs.FollowerState(b, last_caught_up_ms=now_ms)
+            for b in wanted
+        }
 
     def make_leader(self, reg: PartitionRegistration) -> bool:
         """Lead at ``reg.leader_epoch``; True if this starts a new leadership (epoch)."""
@@ -477,7 +491,11 @@ class Partition:
             self.pending_isr = None
             if reg is None:
                 self._isr_retry_at_ms = self.clock_ms() + ISR_RETRY_BACKOFF_MS
-            elif reg.partition_epoch > self.partition_epoch:
+            elif reg.leader_epoch == self.leader_epoch and (
+                reg.partition_epoch > self.partition_epoch
+            ):
+                # (an answer with a new leader epoch completed a reassignment that moved the
+                # leadership: the metadata update that follows demotes or removes this replica)
                 self._set_registration(reg)
             self._maybe_advance_hw()
             self._wake()

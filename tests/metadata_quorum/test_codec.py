@@ -49,6 +49,8 @@ SAMPLE: list[MetadataRecord] = [
     PartitionChange(TOPIC_ID, 0, 0, isr=(1,)),
     PartitionChange(TOPIC_ID, 0, 1, leader=-1),
     PartitionChange(TOPIC_ID, 0, 2, leader=1, isr=(), replicas=(1, 2)),
+    PartitionRecord(TOPIC_ID, 1, (3, 1, 2), (1, 2), 1, 4, 7, (3,), (2,)),
+    PartitionChange(TOPIC_ID, 1, 7, replicas=(3, 1), adding_replicas=(), removing_replicas=()),
     ProducerIdsRecord(1, 1, 1000),
     BrokerRegistrationChange(2, 2, in_controlled_shutdown=True),
     FenceBroker(2, 2),

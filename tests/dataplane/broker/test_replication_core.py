@@ -8,6 +8,7 @@ import threading
 import uuid
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -246,3 +247,37 @@ def test_a_new_leader_hides_its_end_offset_until_its_high_watermark_reaches_its_
     assert b.leader_state(-1) == (1, 0), "the debugging replica still gets an answer"
     fetch_round(c, b)
     assert b.leader_state(-1, committed=True) == (1, 2)
+
+
+def test_a_replica_added_within_the_leader_epoch_fetches_and_joins_the_isr(
+    tmp_path: Path,
+) -> None:
+    """A reassignment adds broker 3 to (1, 2) without a new leader epoch: the leader must serve
+    its fetches and propose it for the ISR once it has caught up; a dropped replica is refused."""
+    clock = Clock()
+    leader, newcomer = replica(tmp_path, 1, clock), replica(tmp_path, 3, clock)
+    leader.make_leader(PartitionRegistration((1, 2), (1,), 1, 4, 4))
+    leader.append_as_leader(batch(b"a", b"b"), -1, 1)
+    assert leader.high_watermark == 2
+    with pytest.raises(KafkaError) as unknown:
+        leader.read_for_follower(3, 0, -1, 4, 1 << 20)
+    assert unknown.value.error is ErrorCode.NOT_LEADER_OR_FOLLOWER
+    moving = PartitionRegistration((3, 1, 2), (1,), 1, 4, 5, (3,), (2,))
+    assert not leader.make_leader(moving)  # the same leadership
+    newcomer.make_follower(moving)
+    state = newcomer.fetch_state()
+    assert state is not None
+    _, change = leader.read_for_follower(3, state[0], state[1], state[2], 1 << 20)
+    assert change is None  # nothing fetched yet
+    assert fetch_round(newcomer, leader) is ErrorCode.NONE
+    assert values(newcomer) == [b"a", b"b"]
+    state = newcomer.fetch_state()
+    assert state is not None
+    _, change = leader.read_for_follower(3, state[0], state[1], state[2], 1 << 20)
+    assert change is not None and change.new_isr == (1, 3)
+    done = PartitionRegistration((3, 1), (1, 3), 1, 4, 7)
+    leader.isr_change_done(change, done)
+    assert (leader.replicas, leader.isr) == ((3, 1), (1, 3))
+    with pytest.raises(KafkaError) as refused:
+        leader.read_for_follower(2, 2, 4, 4, 1 << 20)
+    assert refused.value.error is ErrorCode.NOT_LEADER_OR_FOLLOWER
