@@ -41,6 +41,7 @@ from bench import RECORD_BYTES, REPO_ROOT, bench_main
 from bench.dataplane_bench import cluster_in, create_topic
 from dataplane.client import Consumer, Producer, TopicPartition
 from dataplane.tools.local_cluster import LocalCluster, free_port, wait_for
+from dataplane.tools.owned_process import popen_owned
 from raftlog.errors import KafkaError
 
 SOURCE_HOST, TARGET_HOST, WORKER_HOST = 201, 204, "127.0.0.207"
@@ -56,7 +57,7 @@ def process(
 ) -> Iterator[subprocess.Popen[bytes]]:
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     with log_path.open("ab") as log:
-        proc = subprocess.Popen(list(args), env=env, stdout=log, stderr=subprocess.STDOUT)
+        proc = popen_owned(list(args), env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
 
         def ready() -> bool:

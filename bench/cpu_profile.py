@@ -41,6 +41,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from dataplane.tools.owned_process import popen_owned
+
 SAMPLE_RATE_HZ = 999  # not a multiple of the scheduler's tick
 START_TIMEOUT_S = 30.0  # perf opens a sampling event on every CPU first
 STOP_TIMEOUT_S = 60.0
@@ -90,7 +92,7 @@ def system_sampling(output: Path) -> Iterator[Path]:
     # O_RDWR: opening a fifo so never waits for the other end (perf may fail before it opens)
     control_fd, ack_fd = os.open(control, os.O_RDWR), os.open(ack, os.O_RDWR)
     with log.open("wb") as out:
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        proc = popen_owned(command, stdout=out, stderr=subprocess.STDOUT)  # not past us: -a
     try:
         os.write(control_fd, b"enable\n")
         deadline = time.monotonic() + START_TIMEOUT_S

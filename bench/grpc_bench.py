@@ -47,6 +47,7 @@ from rich.table import Table
 from bench import bench_main
 from bench.dataplane_bench import cpu_seconds
 from dataplane.broker.malloc_tuning import tune_malloc
+from dataplane.tools.owned_process import popen_owned
 
 HOST = "127.0.0.61"
 MESSAGE_BYTES = 1_000_000
@@ -178,7 +179,7 @@ def _timed(
 ) -> tuple[float, float, float]:
     """(seconds, client CPU s, server CPU s) of ``messages`` calls of ``mode`` against a fresh
     server process of ``server_kind``, after a warm-up."""
-    server = subprocess.Popen(
+    server = popen_owned(  # dies with the benchmark, also when it is killed
         [sys.executable, "-c", f"from bench.grpc_bench import serve; serve({server_kind!r})"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip

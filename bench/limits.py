@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from dataplane.tools.local_cluster import free_port, wait_for
+from dataplane.tools.owned_process import popen_owned
 
 FIO_BLOCK = "64k"
 FIO_SIZE = {"full": "1g", "quick": "64m"}
@@ -74,7 +75,7 @@ def loopback_limit(server_host: str, client_host: str, size: str) -> dict[str, A
     """iperf3: one TCP stream from ``client_host`` to ``server_host`` (MB/s received)."""
     iperf3 = _tool("iperf3")
     port = free_port(server_host)
-    server = subprocess.Popen(
+    server = popen_owned(  # a one-off server waits for ever for its client: not past us
         [iperf3, "--server", "--bind", server_host, "--port", str(port), "--one-off"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -74,6 +74,7 @@ from bench.profiles import sampling, summarize
 from dataplane.client import AdminClient
 from dataplane.client.admin import PartitionDescription
 from dataplane.tools.local_cluster import LocalCluster, free_port, wait_for
+from dataplane.tools.owned_process import popen_owned
 from dataplane.tools.perf import (
     THROTTLE_MIN_SLEEP_S,
     LatencySummary,
@@ -145,7 +146,7 @@ class JetStreamCluster:
         if server is None:
             raise RuntimeError("nats-server is not installed (make bench installs it)")
         with node.log.open("ab") as log:
-            node.proc = subprocess.Popen(
+            node.proc = popen_owned(  # dies with the benchmark, also when it is killed
                 [server, "-c", str(node.config)], stdout=log, stderr=subprocess.STDOUT
             )
 

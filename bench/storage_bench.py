@@ -37,6 +37,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench import RECORD_BYTES, REPO_ROOT, build_batch, write_section
+from dataplane.tools.owned_process import popen_owned
 from raftlog.batch import read_header
 from raftlog.config import LogConfig
 from raftlog.log import Log
@@ -445,7 +446,7 @@ def writer_command(directory: Path, sizes: Sizes) -> list[str]:
 def kill_writer_once_ready(directory: Path, sizes: Sizes) -> WriterReady:
     """Start the writer, SIGKILL it by pid once it has written ``recovery_bytes``. The writer
     is killed on every path out of here, also when waiting for it fails."""
-    process = subprocess.Popen(
+    process = popen_owned(  # dies with the benchmark, also when it is killed
         writer_command(directory, sizes),
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,

@@ -37,8 +37,9 @@ Permissions on a fresh machine
 ------------------------------
 Node users need search (x) on every directory leading to the interpreter, the venv, the project
 and their data. Python lives under /root/.pyenv and /root is 0700, so a node user cannot exec the
-venv's python. Worse, when the exec succeeds anyway (``setpriv`` resolves the path before dropping
-root), python cannot find its prefix and silently runs with Debian's /usr/lib/python3.11 stdlib.
+venv's python. Worse, when the exec succeeds anyway (a path resolved before root was dropped),
+python cannot find its prefix and silently runs with Debian's /usr/lib/python3.11 stdlib (the node
+is exec'd by ``/bin/sh`` after ``setpriv`` changed the user: see ``dataplane.tools.owned_process``).
 So `prepare_runtime` compares what the node's interpreter loads (prefixes, stdlib, module files,
 sys.path) with what root's loads, and fails loudly on any difference.
 
@@ -69,7 +70,6 @@ import pwd
 import re
 import secrets
 import shlex
-import shutil
 import stat
 import struct
 import subprocess
@@ -80,6 +80,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Self
+
+from dataplane.tools.owned_process import OwnedProcessError, popen_owned
 
 log = logging.getLogger(__name__)
 
@@ -232,7 +234,8 @@ def spawn(
 
     With ``env=None`` the child gets this process's environment with HOME, USER and LOGNAME of the
     node's user. The caller owns the process and kills it by pid: the pid is the command's own
-    (setpriv execs it).
+    (setpriv execs it). The process dies with this one (``popen_owned``): setpriv arms the
+    parent-death signal after it changes the user, so the change does not clear it.
 
     The user changes in ``setpriv``, not in Popen's ``user=``: with ``user=`` Python forks the
     whole process (vfork is ruled out) and gRPC's fork handlers run in a child of a process full
@@ -241,20 +244,21 @@ def spawn(
     CondVar" abort, in the node's log. Without ``user=`` Python uses vfork, which runs no fork
     handlers; restarts have not failed since.
     """
-    setpriv = shutil.which("setpriv")
-    if setpriv is None:
-        raise NodeIdentityError("setpriv (util-linux) is missing: `apt-get install -y util-linux`")
     groups = f"{identity.gid},{node_group_gid()}"
-    drop = [setpriv, f"--reuid={identity.uid}", f"--regid={identity.gid}", f"--groups={groups}"]
-    return subprocess.Popen(
-        [*drop, "--", *argv],
-        env=dict(env) if env is not None else _default_env(identity),
-        cwd=cwd,
-        stdin=stdin,
-        stdout=stdout,
-        stderr=stderr,
-        close_fds=True,
-    )
+    drop = [f"--reuid={identity.uid}", f"--regid={identity.gid}", f"--groups={groups}"]
+    try:
+        return popen_owned(
+            argv,
+            setpriv_options=drop,
+            env=dict(env) if env is not None else _default_env(identity),
+            cwd=cwd,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            close_fds=True,
+        )
+    except OwnedProcessError as exc:  # setpriv is missing
+        raise NodeIdentityError(str(exc)) from exc
 
 
 # ----------------------------------------------------------------------------- permissions

@@ -187,7 +187,8 @@ DEFAULT_OPTIONS = RaftOptions()
 @dataclass(frozen=True)
 class VoterStatus:
     address: str
-    match_index: int | None  # known on the leader only (its own: its last log index)
+    match_index: int | None  # known on the leader only (its own: its last log index),
+    # for a voter that confirmed an entry since the leader's election
     connected: bool  # this node has a live connection to it (itself: True)
 
 
@@ -607,9 +608,12 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
             self._meta_mark = mark
 
     def match_index(self, address: str) -> int | None:
+        """The partner's match index as this leader knows it; None if it has confirmed nothing
+        since this node became leader (pysyncobj then holds 0, and every log starts at 1)."""
         for node in self.otherNodes:
             if node.id == address:
-                return cast(int | None, self._SyncObj__raftMatchIndex.get(node))
+                match = cast(int | None, self._SyncObj__raftMatchIndex.get(node))
+                return match or None
         return None
 
     def is_connected(self, address: str) -> bool:

@@ -8,6 +8,7 @@ error values and the wire lives here and nowhere else.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent import futures
@@ -30,6 +31,7 @@ from metadata_quorum.codec import (
 )
 from metadata_quorum.controller import NotControllerError, QuorumController
 from metadata_quorum.image import MetadataImage, PartitionRegistration
+from metadata_quorum.raft import QuorumStatus
 from metadata_quorum.records import (
     NO_LEADER,
     ConfigRecord,
@@ -51,7 +53,13 @@ from protos import controller_pb2_grpc as pb_grpc
 from raftlog.errors import ErrorCode, KafkaError
 
 R = TypeVar("R")
+log = logging.getLogger(__name__)
 FETCH_METADATA_MAX_RECORDS = 5000
+# DescribeQuorum on a standby controller is forwarded to the active one, once: a request
+# carrying this gRPC metadata key (value: the forwarding node's id) is answered where it lands.
+FORWARDED_METADATA_KEY = "raftlog-forwarded-by"
+FORWARD_TIMEOUT_S = 2.0
+FORWARD_TIMEOUT_MIN_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -381,19 +389,32 @@ class ControllerServicer(pb_grpc.ControllerServiceServicer):
         )
 
     def DescribeQuorum(self, request: pb.DescribeQuorumRequest, context: Any) -> Any:
+        """The quorum as the active controller sees it. Only the Raft leader knows how far each
+        voter's log matches its own, so another controller forwards the request there (Kafka's
+        brokers forward DescribeQuorum to the active controller too) and answers from its own
+        view, match indexes unknown (-1), only if the active controller does not answer."""
+        leader_id = self.controller.active_controller_id()
+        leader = self.voters.get(leader_id)
+        if leader is not None and leader_id != self.controller.node_id and not _forwarded(context):
+            by = str(self.controller.node_id)
+            answer = _ask_active_controller(leader.address, request, context, by)
+            if answer is not None:
+                return answer
+        return self._local_quorum()
+
+    def _local_quorum(self) -> pb.DescribeQuorumResponse:
         status = self.controller.quorum_status()
         by_raft = {v.raft_address: v for v in self.voters.values()}
         leader = by_raft.get(status.leader or "")
         voters = []
-        for vs in status.voters:
+        for vs, lag in zip(status.voters, voter_lags(status), strict=True):
             voter = by_raft.get(vs.address)
-            match = -1 if vs.match_index is None else vs.match_index
             voters.append(
                 pb.VoterState(
                     node_id=voter.node_id if voter else -1,
                     address=voter.address if voter else vs.address,
-                    match_index=match,
-                    lag=-1 if match < 0 else max(0, status.commit_index - match),
+                    match_index=-1 if vs.match_index is None else vs.match_index,
+                    lag=-1 if lag is None else lag,
                     connected=vs.connected,
                 )
             )
@@ -431,6 +452,52 @@ class ControllerServicer(pb_grpc.ControllerServiceServicer):
                     high_offset=high,
                 )
             next_offset = records[-1][0] + 1
+
+
+def voter_lags(status: QuorumStatus) -> list[int | None]:
+    """Each voter's lag behind the leader: the leader's last log index minus the voter's match
+    index (Kafka's DescribeQuorum lag: leader log end offset minus the voter's). None where
+    unknown: on a node that is not the ready leader, which knows no match index."""
+    own = next((v for v in status.voters if v.address == status.self_address), None)
+    if own is None or own.match_index is None:
+        return [None for _ in status.voters]
+    last_index = own.match_index
+    return [
+        None if v.match_index is None else max(0, last_index - v.match_index) for v in status.voters
+    ]
+
+
+def _forwarded(context: Any) -> bool:
+    """The request came from another controller: answer it here, never forward it again."""
+    if context is None:
+        return False
+    return any(key == FORWARDED_METADATA_KEY for key, _ in context.invocation_metadata() or ())
+
+
+def _ask_active_controller(
+    address: str, request: pb.DescribeQuorumRequest, context: Any, forwarded_by: str
+) -> pb.DescribeQuorumResponse | None:
+    """The active controller's DescribeQuorum answer, or None if it does not answer within
+    half the caller's remaining deadline (at most FORWARD_TIMEOUT_S), so that the caller still
+    gets this node's own answer in time (a dead, paused or partitioned active controller).
+    ``wait_for_ready``: a connection refused a moment ago (a node still starting) is retried
+    within the timeout instead of failing at once."""
+    remaining_s = context.time_remaining() if context is not None else None
+    timeout_s = FORWARD_TIMEOUT_S if remaining_s is None else remaining_s / 2
+    timeout_s = min(FORWARD_TIMEOUT_S, timeout_s)
+    if timeout_s < FORWARD_TIMEOUT_MIN_S:
+        return None
+    forwarded = ((FORWARDED_METADATA_KEY, forwarded_by),)
+    try:
+        with grpc.insecure_channel(address) as channel:
+            stub = pb_grpc.ControllerServiceStub(channel)
+            answer: pb.DescribeQuorumResponse = stub.DescribeQuorum(
+                request, timeout=timeout_s, metadata=forwarded, wait_for_ready=True
+            )
+    except grpc.RpcError as error:
+        log.info("DescribeQuorum forwarded to %s failed (%s); answering locally", address, error)
+        return None
+    return answer
 
 
 def _split(generated: Any) -> tuple[list[MetadataRecord], list[ItemResult]]:

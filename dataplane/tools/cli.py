@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from dataplane.broker.malloc_tuning import tune_malloc
@@ -19,8 +20,9 @@ from dataplane.server.node import run
 from dataplane.tools.client_commands import register as register_client_commands
 from dataplane.tools.cluster_demo import main as cluster_demo
 from dataplane.tools.cluster_status import cluster_status_rows
+from dataplane.tools.extras import EXTRAS, install_command, missing_extra_message, missing_modules
 from dataplane.tools.group_commands import group_app
-from dataplane.tools.local_cluster import LocalCluster
+from dataplane.tools.local_cluster import LocalCluster, detached_launcher
 from dataplane.tools.storage_demo import run_demo
 from raftlog.batch import HEADER_SIZE, read_header
 from raftlog.records import decode_batch
@@ -41,6 +43,11 @@ NodesOption = Annotated[int, typer.Option("--nodes", min=1, max=9, help="nodes i
 RootOption = Annotated[Path, typer.Option("--root", help="cluster directory")]
 
 
+def local_cluster(nodes: int, root: Path) -> LocalCluster:
+    """The ``cluster`` commands' cluster: its nodes outlive the command that starts them."""
+    return LocalCluster(root, nodes=nodes, launcher=detached_launcher)
+
+
 @app.command("node")
 def node(
     config: Annotated[Path, typer.Option("--config", exists=True, dir_okay=False)],
@@ -55,7 +62,7 @@ def node(
 @cluster_app.command("up")
 def cluster_up(nodes: NodesOption = 3, root: RootOption = CLUSTER_ROOT) -> None:
     """Start the nodes (those not running) and wait for an active controller."""
-    cluster = LocalCluster(root, nodes=nodes)
+    cluster = local_cluster(nodes, root)
     cluster.up()
     _print_status(cluster)
 
@@ -63,7 +70,7 @@ def cluster_up(nodes: NodesOption = 3, root: RootOption = CLUSTER_ROOT) -> None:
 @cluster_app.command("down")
 def cluster_down(nodes: NodesOption = 3, root: RootOption = CLUSTER_ROOT) -> None:
     """Stop every node by its pid (SIGTERM, then SIGKILL after 10 s)."""
-    LocalCluster(root, nodes=nodes).down()
+    local_cluster(nodes, root).down()
     console.print("cluster stopped")
 
 
@@ -74,19 +81,19 @@ def cluster_status(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Nodes, pids, the active controller and each voter's replication lag."""
-    _print_status(LocalCluster(root, nodes=nodes), as_json)
+    _print_status(local_cluster(nodes, root), as_json)
 
 
 @cluster_app.command("kill")
 def cluster_kill(node_id: int, nodes: NodesOption = 3, root: RootOption = CLUSTER_ROOT) -> None:
     """SIGKILL one node."""
-    LocalCluster(root, nodes=nodes).stop_node(node_id, kill=True)
+    local_cluster(nodes, root).stop_node(node_id, kill=True)
 
 
 @cluster_app.command("restart")
 def cluster_restart(node_id: int, nodes: NodesOption = 3, root: RootOption = CLUSTER_ROOT) -> None:
     """Stop one node (SIGTERM) and start it again."""
-    LocalCluster(root, nodes=nodes).restart_node(node_id)
+    local_cluster(nodes, root).restart_node(node_id)
 
 
 def _print_status(cluster: LocalCluster, as_json: bool = False) -> None:
@@ -180,23 +187,62 @@ def log_dump(
 
 
 PLUGIN_GROUP = "raftlog.cli"
+# The extra each plugin's commands need (``mirror`` runs on the Connect runtime).
+PLUGIN_EXTRAS = {"chaos": "chaos", "connect": "connect", "mirror": "connect"}
 
 
 def add_plugin_commands() -> None:
     """Add the command groups other installed packages declare under the ``raftlog.cli``
     entry-point group (``chaos`` comes from the chaos package, which sits above dataplane and
     so cannot be imported from here by name). A plugin that fails to load is reported on
-    stderr and left out: a broken ``raftlog connect`` must not stop ``raftlog node``."""
+    stderr and left out: a broken ``raftlog connect`` must not stop ``raftlog node``. A plugin
+    whose extra is not installed gets a stand-in that names the extra (see ``add_stand_in``)."""
     for entry in entry_points(group=PLUGIN_GROUP):
+        extra = PLUGIN_EXTRAS.get(entry.name)
         try:
             command_group = entry.load()
-        except ImportError as error:
-            print(
-                f"raftlog: the {entry.name!r} commands ({entry.value}) did not load: {error}",
-                file=sys.stderr,
-            )
+        except ModuleNotFoundError as error:
+            top = (error.name or "").partition(".")[0]
+            if extra is not None and top in EXTRAS[extra]:
+                add_stand_in(entry.name, f"The {entry.name} commands.", extra, [top])
+            else:
+                report_unloaded(entry.name, entry.value, error)
             continue
-        app.add_typer(command_group, name=entry.name)
+        except ImportError as error:
+            report_unloaded(entry.name, entry.value, error)
+            continue
+        # The plugins import their extra's modules only when a command runs, so loading
+        # succeeds without them: ask whether they are there before offering the commands.
+        missing = missing_modules(extra) if extra is not None else []
+        if extra is not None and missing:
+            about = command_group.info.help if isinstance(command_group, typer.Typer) else None
+            if not isinstance(about, str) or not about.strip():
+                about = f"The {entry.name} commands."
+            add_stand_in(entry.name, about, extra, missing)
+        else:
+            app.add_typer(command_group, name=entry.name)
+
+
+def report_unloaded(name: str, value: str, error: ImportError) -> None:
+    print(f"raftlog: the {name!r} commands ({value}) did not load: {error}", file=sys.stderr)
+
+
+def add_stand_in(name: str, about: str, extra: str, missing: list[str]) -> None:
+    """A command ``name`` in place of a plugin whose extra is missing: ``raftlog --help`` lists
+    it with what it is and the extra it needs; run with any arguments (``--help`` too), it
+    prints one line naming the extra on stderr and exits 2, like a usage error."""
+    message = missing_extra_message(f"raftlog {name}", extra, missing)
+    summary = f"{about.strip().splitlines()[0]} Needs {install_command(extra)}."
+
+    @app.command(
+        name,
+        help=escape(summary),
+        add_help_option=False,
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    )
+    def stand_in() -> None:
+        print(message, file=sys.stderr)
+        raise typer.Exit(2)
 
 
 def main() -> None:

@@ -1,5 +1,6 @@
-"""What ``raftlog cluster status`` shows: each node's pid, controller role, Raft replication
-lag, and broker state (unfenced, fenced, shutting down) from the active controller."""
+"""What ``raftlog cluster status`` shows: each node's pid, controller role, Raft match index
+and lag as the active controller sees them, and broker state (unfenced, fenced, shutting down)
+from the active controller."""
 
 from __future__ import annotations
 
@@ -13,17 +14,8 @@ from raftlog.errors import KafkaError
 
 def cluster_status_rows(cluster: LocalCluster) -> list[dict[str, object]]:
     client: ControllerClient = cluster.client()
-    quorum = None
     try:
-        for spec in cluster.specs:
-            if cluster.pid(spec.node_id) is None:
-                continue
-            try:
-                quorum = client.describe_quorum(f"{spec.host}:{cluster.port}")
-            except grpc.RpcError:
-                continue
-            if quorum.leader_id >= 0:
-                break
+        quorum = _describe_quorum(cluster, client)
         brokers = _broker_states(client) if quorum is not None else {}
     finally:
         client.close()
@@ -50,6 +42,34 @@ def cluster_status_rows(cluster: LocalCluster) -> list[dict[str, object]]:
             }
         )
     return rows
+
+
+def _describe_quorum(
+    cluster: LocalCluster, client: ControllerClient
+) -> pb.DescribeQuorumResponse | None:
+    """The first live node's DescribeQuorum answer given by the active controller, the only
+    node that knows the voters' match indexes: any controller's answer is (a standby forwards
+    the request), unless the active controller did not answer the standby; such an answer is
+    kept only if no node does better."""
+    best = None
+    for spec in cluster.specs:
+        if cluster.pid(spec.node_id) is None:
+            continue
+        try:
+            quorum = client.describe_quorum(f"{spec.host}:{cluster.port}")
+        except grpc.RpcError:
+            continue
+        if _from_active_controller(quorum):
+            return quorum
+        if best is None or (best.leader_id < 0 <= quorum.leader_id):
+            best = quorum
+    return best
+
+
+def _from_active_controller(quorum: pb.DescribeQuorumResponse) -> bool:
+    """The answer holds the leader's own match index (its last index), known only there."""
+    leader = next((v for v in quorum.voters if v.node_id == quorum.leader_id), None)
+    return leader is not None and leader.match_index >= 0
 
 
 def _broker_states(client: ControllerClient) -> dict[int, str]:

@@ -5,6 +5,10 @@ one process). With ``port`` P every node listens on the same four ports of its o
 BROKER P-1, CONTROLLER P, the Raft transport P+1 and METRICS P+2 (so 9092/9093/9094/9095 by
 default, as Kafka users expect). Configuration, data and logs live under ``root/node-N/``; the
 pids are in ``root/cluster.json`` so a later command finds and stops exactly those processes.
+
+Nodes die with the process that started them (`owned_launcher`, the default: tests, chaos,
+benchmarks, demos), except those of ``raftlog cluster up|restart`` (`detached_launcher`), which
+outlive the command.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import TypeVar
 import grpc
 
 from dataplane.server.config import NodeConfig
+from dataplane.tools.owned_process import popen_owned
 from metadata_quorum.client import ControllerClient
 from protos import controller_pb2 as pb
 from raftlog.errors import KafkaError
@@ -89,7 +94,18 @@ def pick_cluster_port(hosts: list[str], attempts: int = 50) -> int:
     raise OSError(f"no free port range on {hosts} after {attempts} attempts")
 
 
-def default_launcher(node_id: int, argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+def owned_launcher(node_id: int, argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    """The library's launcher (tests, chaos, benchmarks, demos): the node dies with this process
+    (dataplane/tools/owned_process.py), also when this process is killed."""
+    with log_path.open("ab") as out:
+        return popen_owned(
+            argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+
+
+def detached_launcher(node_id: int, argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    """``raftlog cluster up|restart``: the node outlives the command that started it."""
     with log_path.open("ab") as out:
         return subprocess.Popen(
             argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -120,7 +136,7 @@ class LocalCluster:
         first_host: int = 11,
         port: int = 9093,
         overrides: dict[str, str | int] | None = None,
-        launcher: Launcher = default_launcher,
+        launcher: Launcher = owned_launcher,
         roles: str = "controller,broker",
     ) -> None:
         if not 1 <= nodes <= 9 or not 2 <= first_host <= 254 - nodes:

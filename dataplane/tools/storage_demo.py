@@ -25,6 +25,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from dataplane.tools.owned_process import popen_owned
 from raftlog.batch import iter_batches
 from raftlog.config import LogConfig
 from raftlog.log import Log, RecoveryReport
@@ -125,7 +126,7 @@ def kill_writer_midway(directory: Path, partitions: int, total_records: int) -> 
         str(partitions),
         str(total_records),
     ]
-    writer = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    writer = popen_owned(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     flushed: list[int] = [0] * partitions
     try:
         assert writer.stdout is not None

@@ -5,7 +5,8 @@ The run is the real command in its own process: it starts its own cluster on 127
 (the addresses reserved for this module) as node users, cuts it with real iptables rules and
 stops everything it started. If the test times out or fails, the run is interrupted (SIGINT,
 which the harness answers by healing and stopping its nodes) and, as a last resort, the run and
-every node process it recorded are killed by pid.
+every node process it recorded are killed by pid. If this test's own process is killed, the run
+gets the same SIGINT from the kernel (`popen_owned`'s death signal).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pytest
 
 from chaos.history import FAULT_KINDS
 from chaos.report import load_report
+from dataplane.tools.owned_process import popen_owned
 
 pytestmark = [
     pytest.mark.slow,
@@ -52,7 +54,9 @@ def chaos_run(tmp_path: Path) -> Iterator[tuple[subprocess.CompletedProcess[str]
         "--duration", "90s", "--faults", ",".join(FAULT_KINDS), "--nodes", "3",
         "--first-host", "131", "--report", str(report), "--work-dir", str(work_dir),
     ]  # fmt: skip
-    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = popen_owned(
+        argv, death_signal=signal.SIGINT, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     try:
         out, _ = proc.communicate(timeout=RUN_TIMEOUT_S)
         yield subprocess.CompletedProcess(argv, proc.returncode, out.decode(), ""), report

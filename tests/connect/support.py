@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 
 from dataplane.tools.local_cluster import LocalCluster, free_port, wait_for
+from dataplane.tools.owned_process import popen_owned
 
 REPO = Path(__file__).resolve().parents[2]
 RAFTLOG = [sys.executable, "-c", "from dataplane.tools.cli import main; main()"]
@@ -45,7 +46,7 @@ class Worker:
     def start(self) -> None:
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
+            self.process = popen_owned(  # dies with this process if the test run is killed
                 [*RAFTLOG, "connect", self.args[0], str(self.config_path), *self.args[1:]],
                 env=env, stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip

@@ -29,6 +29,7 @@ import pytest
 from dataplane.client import AdminClient, Consumer, Producer, TopicPartition
 from dataplane.client.admin import ConfigResource, ResourceType
 from dataplane.tools.local_cluster import LocalCluster, free_port, wait_for
+from dataplane.tools.owned_process import popen_owned
 from tests.connect.support import CLUSTER_OVERRIDES, RAFTLOG, REPO
 from tests.dataplane.cluster_support import create_topic, running_cluster
 
@@ -81,8 +82,8 @@ class Mirror:
     def start(self) -> None:
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(self.args, env=env, stdout=log,
-                                            stderr=subprocess.STDOUT)  # fmt: skip
+            self.process = popen_owned(self.args, env=env, stdout=log,
+                                       stderr=subprocess.STDOUT)  # fmt: skip
         wait_for("the mirror's connectors", self._configured, 90)
 
     def _configured(self) -> bool:

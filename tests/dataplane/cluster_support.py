@@ -45,6 +45,7 @@ RANGES = {
     "connect_distributed": 184,
     "mirror_source": 191,
     "mirror_target": 194,
+    "orphans": 211,  # tests/dataplane/tools/test_orphans.py (its child pytest sessions)
 }
 
 

@@ -34,6 +34,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import IO, Any
 
+from dataplane.tools.owned_process import popen_owned
 from metadata_quorum.raft import MetadataLog, MetadataLogError, NotLeaderError, RaftOptions
 
 REPO = Path(__file__).resolve().parents[2]
@@ -202,7 +203,7 @@ class NodeProcess:
     def start(self) -> None:
         self._stderr = self.log_path.open("ab")
         env = {**os.environ, "PYTHONPATH": str(REPO)}
-        self.proc = subprocess.Popen(
+        self.proc = popen_owned(  # dies with this process if the test run is killed
             self._argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
             cwd=REPO, env=env,
         )  # fmt: skip

@@ -5,11 +5,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 
+import grpc
 import pytest
 
-from dataplane.tools.local_cluster import LocalCluster
+from dataplane.tools.cluster_status import cluster_status_rows
+from dataplane.tools.local_cluster import LocalCluster, NodeSpec
 from metadata_quorum.client import ControllerClient
 from metadata_quorum.codec import record_from_proto, snapshot_from_proto
 from metadata_quorum.image import MetadataImage, replay
@@ -112,6 +115,76 @@ def test_followers_answer_writes_with_not_controller_and_clients_follow(
         )
     finally:
         only_follower.close()
+
+
+def _quorum_with_match_indexes(
+    cluster: LocalCluster, spec: NodeSpec
+) -> pb.DescribeQuorumResponse | None:
+    """DescribeQuorum asked of this one node, if it names every voter's match index."""
+    client = ControllerClient([f"{spec.host}:{cluster.port}"])
+    try:
+        quorum = client.describe_quorum(f"{spec.host}:{cluster.port}")
+    except grpc.RpcError:
+        return None
+    finally:
+        client.close()
+    return quorum if all(v.match_index >= 0 for v in quorum.voters) else None
+
+
+def _status_rows_with_figures(cluster: LocalCluster) -> list[dict[str, object]] | None:
+    rows = cluster_status_rows(cluster)
+    figures = all(isinstance(r["match"], int) and isinstance(r["lag"], int) for r in rows)
+    return rows if figures else None
+
+
+def test_every_controller_describes_each_voters_match_index_and_lag(
+    cluster: LocalCluster,
+) -> None:
+    """Only the active controller knows how far each voter's log matches its own. A standby
+    forwards DescribeQuorum there, so ``raftlog cluster status`` shows every voter's match
+    index and lag whichever node it asks (it showed "-" when it asked a standby)."""
+    client = cluster.client()
+    stop = threading.Event()
+
+    def keep_writing() -> None:
+        for n in range(10_000):
+            if stop.is_set():
+                return
+            create_topics(client, [f"busy-{n:05d}"], partitions=1)
+
+    try:
+        register_brokers(client, [1, 2, 3])
+        writer = threading.Thread(target=keep_writing, name="busy-quorum")
+        writer.start()
+        try:  # while the quorum commits topic after topic
+            busy = wait_for(lambda: _status_rows_with_figures(cluster), 20, "status figures")
+            assert [r["role"] for r in busy].count("active controller") == 1
+            assert all(int(str(r["lag"])) >= 0 for r in busy)
+        finally:
+            stop.set()
+            writer.join(timeout=30)
+        assert not writer.is_alive()
+    finally:
+        client.close()
+
+    leader = cluster.wait_for_leader()
+    for spec in cluster.specs:  # an idle quorum, asked of each node: the leader's figures
+        quorum = wait_for(
+            partial(_quorum_with_match_indexes, cluster, spec),
+            20,
+            f"node {spec.node_id} to describe every voter's match index",
+        )
+        assert quorum.leader_id == leader and quorum.has_quorum
+        voters = {v.node_id: v for v in quorum.voters}
+        assert sorted(voters) == [1, 2, 3]
+        last_index = voters[leader].match_index
+        assert voters[leader].lag == 0 and last_index >= quorum.commit_index > 0
+        for voter in voters.values():
+            assert 0 <= voter.match_index <= last_index
+            assert voter.lag == last_index - voter.match_index
+
+    rows = wait_for(lambda: _status_rows_with_figures(cluster), 20, "status figures")
+    assert {r["node"]: r["role"] for r in rows}[leader] == "active controller"
 
 
 def test_fetch_metadata_streams_records_that_rebuild_the_image(cluster: LocalCluster) -> None:

@@ -25,6 +25,7 @@ from dataplane.client import (
 )
 from dataplane.client._group import GroupClient
 from dataplane.tools.local_cluster import LocalCluster, wait_for
+from dataplane.tools.owned_process import popen_owned
 from protos import group_pb2 as gpb
 from raftlog.errors import ErrorCode, KafkaError
 from tests.dataplane.cluster_support import (
@@ -113,7 +114,7 @@ class Members:
         index = len(self.processes)
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         self.processes.append(
-            subprocess.Popen(
+            popen_owned(  # dies with this process if the test run is killed
                 [sys.executable, "-m", "tests.dataplane.group_worker",
                  ",".join(self.cluster.bootstrap_servers), self.group, self.topic,
                  str(self.path(index))],

@@ -1,0 +1,59 @@
+"""``local_session`` keeps Spark quiet: a process that builds a session and runs a job prints
+nothing of Spark's on stderr (no log4j profile notice, no WARN lines, not the JVM's notice),
+while Spark's errors still get through."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.timeout(180), pytest.mark.xdist_group("spark-session"), pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = """
+from pyspark.sql.functions import udf
+
+from spark.session import local_session
+
+session = local_session("quiet")
+print(session.range(1000).count())
+session.stop()
+session = local_session("second")  # the same JVM, a new context
+print(session.range(10).count())
+
+@udf("int")
+def fail(value):
+    raise ValueError("a worker failed on purpose")
+
+try:
+    session.range(1).select(fail("id")).collect()
+except Exception as error:
+    print(type(error).__name__)
+session.stop()
+"""
+
+
+def test_a_session_prints_only_spark_errors() -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=150,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1000", "10", "PythonException"]
+    assert " ERROR " in done.stderr and "a worker failed on purpose" in done.stderr
+    noise = [
+        line
+        for line in done.stderr.splitlines()
+        if " WARN " in line or line.startswith("WARNING:") or "log4j" in line or "log level" in line
+    ]
+    assert noise == [], "\n".join(noise)
