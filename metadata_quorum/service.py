@@ -32,6 +32,11 @@ from metadata_quorum.codec import (
 from metadata_quorum.controller import NotControllerError, QuorumController
 from metadata_quorum.image import MetadataImage, PartitionRegistration
 from metadata_quorum.raft import QuorumStatus
+from metadata_quorum.reassignment import (
+    ReassignRequest,
+    generate_alter_reassignments,
+    list_reassignments,
+)
 from metadata_quorum.records import (
     NO_LEADER,
     ConfigRecord,
@@ -295,6 +300,43 @@ class ControllerServicer(pb_grpc.ControllerServiceServicer):
 
         return self._guard(pb.ElectLeadersResponse, body)
 
+    # -- reassignment (KIP-455) ------------------------------------------------------------------
+    def AlterPartitionReassignments(
+        self, request: pb.AlterPartitionReassignmentsRequest, context: Any
+    ) -> Any:
+        allow = request.allow_replication_factor_change
+
+        def body() -> pb.AlterPartitionReassignmentsResponse:
+            items = [_reassign_request(p) for p in request.partitions]
+            out, _ = self.controller.write(
+                lambda image: _split(generate_alter_reassignments(image, items, allow))
+            )
+            return pb.AlterPartitionReassignmentsResponse(
+                status=self._status(), partitions=[_partition_result(r) for r in out]
+            )
+
+        return self._guard(pb.AlterPartitionReassignmentsResponse, body)
+
+    def ListPartitionReassignments(
+        self, request: pb.ListPartitionReassignmentsRequest, context: Any
+    ) -> Any:
+        """From this controller's image, like DescribeTopics: a standby answers too."""
+        wanted = [(tp.topic, tp.partition) for tp in request.partitions] or None
+        image = self._image()
+        return pb.ListPartitionReassignmentsResponse(
+            status=self._status(),
+            partitions=[
+                pb.PartitionState(
+                    topic=r.topic,
+                    partition=r.partition,
+                    replicas=list(r.replicas),
+                    adding_replicas=list(r.adding_replicas),
+                    removing_replicas=list(r.removing_replicas),
+                )
+                for r in list_reassignments(image, wanted)
+            ],
+        )
+
     # -- configs -------------------------------------------------------------------------------
     def AlterConfigs(self, request: pb.AlterConfigsRequest, context: Any) -> Any:
         def generate(image: MetadataImage) -> tuple[list[MetadataRecord], list[pb.ResourceResult]]:
@@ -522,7 +564,18 @@ def _partition_state(
         isr=list(reg.isr),
         partition_epoch=reg.partition_epoch,
         replicas=list(reg.replicas),
+        adding_replicas=list(reg.adding_replicas),
+        removing_replicas=list(reg.removing_replicas),
     )
+
+
+def _reassign_request(item: pb.ReassignableTopicPartition) -> ReassignRequest:
+    if item.cancel and item.replicas:
+        raise KafkaError(
+            ErrorCode.INVALID_REQUEST, "a cancel names no replicas; a target names no cancel"
+        )
+    target = None if item.cancel else tuple(item.replicas)
+    return ReassignRequest(item.topic, item.partition, target)
 
 
 def _partition_result(result: ItemResult) -> pb.PartitionState:

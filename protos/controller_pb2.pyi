@@ -539,6 +539,8 @@ class PartitionState(_message.Message):
     ERROR_CODE_FIELD_NUMBER: _builtins.int
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
     TOPIC_FIELD_NUMBER: _builtins.int
+    ADDING_REPLICAS_FIELD_NUMBER: _builtins.int
+    REMOVING_REPLICAS_FIELD_NUMBER: _builtins.int
     topic_id: _builtins.bytes
     partition: _builtins.int
     leader: _builtins.int
@@ -551,6 +553,12 @@ class PartitionState(_message.Message):
     def isr(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     @_builtins.property
     def replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def adding_replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """a reassignment in progress (KIP-455)"""
+
+    @_builtins.property
+    def removing_replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     def __init__(
         self,
         *,
@@ -564,10 +572,12 @@ class PartitionState(_message.Message):
         error_code: _builtins.int = ...,
         error_message: _builtins.str = ...,
         topic: _builtins.str = ...,
+        adding_replicas: _abc.Iterable[_builtins.int] | None = ...,
+        removing_replicas: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "isr", b"isr", "leader", b"leader", "leader_epoch", b"leader_epoch", "partition", b"partition", "partition_epoch", b"partition_epoch", "replicas", b"replicas", "topic", b"topic", "topic_id", b"topic_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adding_replicas", b"adding_replicas", "error_code", b"error_code", "error_message", b"error_message", "isr", b"isr", "leader", b"leader", "leader_epoch", b"leader_epoch", "partition", b"partition", "partition_epoch", b"partition_epoch", "removing_replicas", b"removing_replicas", "replicas", b"replicas", "topic", b"topic", "topic_id", b"topic_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -725,6 +735,138 @@ class ElectLeadersResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ElectLeadersResponse: _TypeAlias = ElectLeadersResponse  # noqa: Y015
+
+@_typing.final
+class ReassignableTopicPartition(_message.Message):
+    """KIP-455: a partition's new target replicas, or a cancel of its reassignment."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    REPLICAS_FIELD_NUMBER: _builtins.int
+    CANCEL_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    cancel: _builtins.bool
+    """revert to the original replicas (replicas must be empty)"""
+    @_builtins.property
+    def replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """the target"""
+
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        replicas: _abc.Iterable[_builtins.int] | None = ...,
+        cancel: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel", b"cancel", "partition", b"partition", "replicas", b"replicas", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReassignableTopicPartition: _TypeAlias = ReassignableTopicPartition  # noqa: Y015
+
+@_typing.final
+class AlterPartitionReassignmentsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    ALLOW_REPLICATION_FACTOR_CHANGE_FIELD_NUMBER: _builtins.int
+    allow_replication_factor_change: _builtins.bool
+    """Kafka's AllowReplicationFactorChange (KIP-860)"""
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReassignableTopicPartition]: ...
+    def __init__(
+        self,
+        *,
+        partitions: _abc.Iterable[Global___ReassignableTopicPartition] | None = ...,
+        allow_replication_factor_change: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_replication_factor_change", b"allow_replication_factor_change", "partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlterPartitionReassignmentsRequest: _TypeAlias = AlterPartitionReassignmentsRequest  # noqa: Y015
+
+@_typing.final
+class AlterPartitionReassignmentsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUS_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def status(self) -> Global___Status: ...
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionState]:
+        """topic, partition, error_code, error_message"""
+
+    def __init__(
+        self,
+        *,
+        status: Global___Status | None = ...,
+        partitions: _abc.Iterable[Global___PartitionState] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlterPartitionReassignmentsResponse: _TypeAlias = AlterPartitionReassignmentsResponse  # noqa: Y015
+
+@_typing.final
+class ListPartitionReassignmentsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicPartition]:
+        """empty = every partition being reassigned"""
+
+    def __init__(
+        self,
+        *,
+        partitions: _abc.Iterable[Global___TopicPartition] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListPartitionReassignmentsRequest: _TypeAlias = ListPartitionReassignmentsRequest  # noqa: Y015
+
+@_typing.final
+class ListPartitionReassignmentsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUS_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def status(self) -> Global___Status: ...
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionState]:
+        """topic, partition, replicas, adding, removing"""
+
+    def __init__(
+        self,
+        *,
+        status: Global___Status | None = ...,
+        partitions: _abc.Iterable[Global___PartitionState] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListPartitionReassignmentsResponse: _TypeAlias = ListPartitionReassignmentsResponse  # noqa: Y015
 
 @_typing.final
 class AlterableConfig(_message.Message):

@@ -69,6 +69,16 @@ class ControllerServiceStub:
                 request_serializer=protos_dot_controller__pb2.ElectLeadersRequest.SerializeToString,
                 response_deserializer=protos_dot_controller__pb2.ElectLeadersResponse.FromString,
                 _registered_method=True)
+        self.AlterPartitionReassignments = channel.unary_unary(
+                '/raftlog.controller.ControllerService/AlterPartitionReassignments',
+                request_serializer=protos_dot_controller__pb2.AlterPartitionReassignmentsRequest.SerializeToString,
+                response_deserializer=protos_dot_controller__pb2.AlterPartitionReassignmentsResponse.FromString,
+                _registered_method=True)
+        self.ListPartitionReassignments = channel.unary_unary(
+                '/raftlog.controller.ControllerService/ListPartitionReassignments',
+                request_serializer=protos_dot_controller__pb2.ListPartitionReassignmentsRequest.SerializeToString,
+                response_deserializer=protos_dot_controller__pb2.ListPartitionReassignmentsResponse.FromString,
+                _registered_method=True)
         self.AlterConfigs = channel.unary_unary(
                 '/raftlog.controller.ControllerService/AlterConfigs',
                 request_serializer=protos_dot_controller__pb2.AlterConfigsRequest.SerializeToString,
@@ -146,6 +156,18 @@ class ControllerServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ElectLeaders(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AlterPartitionReassignments(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListPartitionReassignments(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -230,6 +252,16 @@ def add_ControllerServiceServicer_to_server(servicer, server):
                     servicer.ElectLeaders,
                     request_deserializer=protos_dot_controller__pb2.ElectLeadersRequest.FromString,
                     response_serializer=protos_dot_controller__pb2.ElectLeadersResponse.SerializeToString,
+            ),
+            'AlterPartitionReassignments': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterPartitionReassignments,
+                    request_deserializer=protos_dot_controller__pb2.AlterPartitionReassignmentsRequest.FromString,
+                    response_serializer=protos_dot_controller__pb2.AlterPartitionReassignmentsResponse.SerializeToString,
+            ),
+            'ListPartitionReassignments': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPartitionReassignments,
+                    request_deserializer=protos_dot_controller__pb2.ListPartitionReassignmentsRequest.FromString,
+                    response_serializer=protos_dot_controller__pb2.ListPartitionReassignmentsResponse.SerializeToString,
             ),
             'AlterConfigs': grpc.unary_unary_rpc_method_handler(
                     servicer.AlterConfigs,
@@ -456,6 +488,60 @@ class ControllerService:
             '/raftlog.controller.ControllerService/ElectLeaders',
             protos_dot_controller__pb2.ElectLeadersRequest.SerializeToString,
             protos_dot_controller__pb2.ElectLeadersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterPartitionReassignments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.controller.ControllerService/AlterPartitionReassignments',
+            protos_dot_controller__pb2.AlterPartitionReassignmentsRequest.SerializeToString,
+            protos_dot_controller__pb2.AlterPartitionReassignmentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPartitionReassignments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.controller.ControllerService/ListPartitionReassignments',
+            protos_dot_controller__pb2.ListPartitionReassignmentsRequest.SerializeToString,
+            protos_dot_controller__pb2.ListPartitionReassignmentsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -40,6 +40,8 @@ class ControllerServiceStub:
     CreatePartitions: _grpc.UnaryUnaryMultiCallable[_controller_pb2.CreatePartitionsRequest, _controller_pb2.CreatePartitionsResponse]
     AlterPartition: _grpc.UnaryUnaryMultiCallable[_controller_pb2.AlterPartitionRequest, _controller_pb2.AlterPartitionResponse]
     ElectLeaders: _grpc.UnaryUnaryMultiCallable[_controller_pb2.ElectLeadersRequest, _controller_pb2.ElectLeadersResponse]
+    AlterPartitionReassignments: _grpc.UnaryUnaryMultiCallable[_controller_pb2.AlterPartitionReassignmentsRequest, _controller_pb2.AlterPartitionReassignmentsResponse]
+    ListPartitionReassignments: _grpc.UnaryUnaryMultiCallable[_controller_pb2.ListPartitionReassignmentsRequest, _controller_pb2.ListPartitionReassignmentsResponse]
     AlterConfigs: _grpc.UnaryUnaryMultiCallable[_controller_pb2.AlterConfigsRequest, _controller_pb2.AlterConfigsResponse]
     DescribeConfigs: _grpc.UnaryUnaryMultiCallable[_controller_pb2.DescribeConfigsRequest, _controller_pb2.DescribeConfigsResponse]
     AllocateProducerIds: _grpc.UnaryUnaryMultiCallable[_controller_pb2.AllocateProducerIdsRequest, _controller_pb2.AllocateProducerIdsResponse]
@@ -58,6 +60,8 @@ class ControllerServiceAsyncStub(ControllerServiceStub):
     CreatePartitions: _aio.UnaryUnaryMultiCallable[_controller_pb2.CreatePartitionsRequest, _controller_pb2.CreatePartitionsResponse]  # type: ignore[assignment]
     AlterPartition: _aio.UnaryUnaryMultiCallable[_controller_pb2.AlterPartitionRequest, _controller_pb2.AlterPartitionResponse]  # type: ignore[assignment]
     ElectLeaders: _aio.UnaryUnaryMultiCallable[_controller_pb2.ElectLeadersRequest, _controller_pb2.ElectLeadersResponse]  # type: ignore[assignment]
+    AlterPartitionReassignments: _aio.UnaryUnaryMultiCallable[_controller_pb2.AlterPartitionReassignmentsRequest, _controller_pb2.AlterPartitionReassignmentsResponse]  # type: ignore[assignment]
+    ListPartitionReassignments: _aio.UnaryUnaryMultiCallable[_controller_pb2.ListPartitionReassignmentsRequest, _controller_pb2.ListPartitionReassignmentsResponse]  # type: ignore[assignment]
     AlterConfigs: _aio.UnaryUnaryMultiCallable[_controller_pb2.AlterConfigsRequest, _controller_pb2.AlterConfigsResponse]  # type: ignore[assignment]
     DescribeConfigs: _aio.UnaryUnaryMultiCallable[_controller_pb2.DescribeConfigsRequest, _controller_pb2.DescribeConfigsResponse]  # type: ignore[assignment]
     AllocateProducerIds: _aio.UnaryUnaryMultiCallable[_controller_pb2.AllocateProducerIdsRequest, _controller_pb2.AllocateProducerIdsResponse]  # type: ignore[assignment]
@@ -115,6 +119,20 @@ class ControllerServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _controller_pb2.ElectLeadersRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_controller_pb2.ElectLeadersResponse, _abc.Awaitable[_controller_pb2.ElectLeadersResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def AlterPartitionReassignments(
+        self,
+        request: _controller_pb2.AlterPartitionReassignmentsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_controller_pb2.AlterPartitionReassignmentsResponse, _abc.Awaitable[_controller_pb2.AlterPartitionReassignmentsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ListPartitionReassignments(
+        self,
+        request: _controller_pb2.ListPartitionReassignmentsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_controller_pb2.ListPartitionReassignmentsResponse, _abc.Awaitable[_controller_pb2.ListPartitionReassignmentsResponse]]: ...
 
     @_abc_1.abstractmethod
     def AlterConfigs(

@@ -85,6 +85,18 @@ class PartitionDescription:
     leader_epoch: int
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
+    adding_replicas: tuple[int, ...] = ()  # a reassignment in progress
+    removing_replicas: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class PartitionReassignment:
+    """A partition being moved (Kafka's ``PartitionReassignment``): its replicas are the target
+    followed by the ones leaving."""
+
+    replicas: tuple[int, ...]
+    adding_replicas: tuple[int, ...]
+    removing_replicas: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -208,6 +220,8 @@ def _partition(state: pb.PartitionState) -> PartitionDescription:
         leader_epoch=state.leader_epoch,
         replicas=tuple(state.replicas),
         isr=tuple(state.isr),
+        adding_replicas=tuple(state.adding_replicas),
+        removing_replicas=tuple(state.removing_replicas),
     )
 
 
@@ -374,6 +388,46 @@ class AdminClient(Closing):
         response = self._checked("ElectLeaders", request)
         return {
             TopicPartition(s.topic, s.partition): _item_error(s.error_code, s.error_message)
+            for s in response.partitions
+        }
+
+    # -- reassignment ----------------------------------------------------------------------
+    def alter_partition_reassignments(
+        self,
+        reassignments: Mapping[TopicPartition | tuple[str, int], Sequence[int] | None],
+        allow_replication_factor_change: bool = True,
+    ) -> dict[TopicPartition, KafkaError | None]:
+        """Move each partition to its target replicas (the first is the preferred leader), or
+        cancel its move when the target is None (Kafka's alterPartitionReassignments). The
+        move goes on in the cluster after this returns: follow it with
+        :meth:`list_partition_reassignments`."""
+        request = pb.AlterPartitionReassignmentsRequest(
+            partitions=[
+                pb.ReassignableTopicPartition(
+                    topic=t, partition=p, replicas=list(target or ()), cancel=target is None
+                )
+                for (t, p), target in reassignments.items()
+            ],
+            allow_replication_factor_change=allow_replication_factor_change,
+        )
+        response = self._checked("AlterPartitionReassignments", request)
+        return {
+            TopicPartition(s.topic, s.partition): _item_error(s.error_code, s.error_message)
+            for s in response.partitions
+        }
+
+    def list_partition_reassignments(
+        self, partitions: Iterable[TopicPartition | tuple[str, int]] | None = None
+    ) -> dict[TopicPartition, PartitionReassignment]:
+        """The partitions being moved (of ``partitions``, or all)."""
+        request = pb.ListPartitionReassignmentsRequest(
+            partitions=[pb.TopicPartition(topic=t, partition=p) for t, p in partitions or ()]
+        )
+        response = self._checked("ListPartitionReassignments", request)
+        return {
+            TopicPartition(s.topic, s.partition): PartitionReassignment(
+                tuple(s.replicas), tuple(s.adding_replicas), tuple(s.removing_replicas)
+            )
             for s in response.partitions
         }
 

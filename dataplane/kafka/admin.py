@@ -1,5 +1,5 @@
-"""The KAFKA listener's admin APIs: CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs
-and DescribeCluster.
+"""The KAFKA listener's admin APIs: CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs,
+DescribeCluster, AlterPartitionReassignments and ListPartitionReassignments.
 
 As a KRaft broker forwards admin requests to the active controller (KIP-590), each request is
 turned into the controller's own RPC and sent through the broker's controller client, which
@@ -63,6 +63,8 @@ class KafkaAdmin:
             kc.API_CREATE_PARTITIONS: self.create_partitions,
             kc.API_DESCRIBE_CONFIGS: self.describe_configs,
             kc.API_DESCRIBE_CLUSTER: self.describe_cluster,
+            kc.API_ALTER_PARTITION_REASSIGNMENTS: self.alter_partition_reassignments,
+            kc.API_LIST_PARTITION_REASSIGNMENTS: self.list_partition_reassignments,
         }
 
     def _forward(self, method: str, request: Any, timeout_ms: int) -> Any:
@@ -171,6 +173,71 @@ class KafkaAdmin:
             "results": [
                 {"name": t.name, **_outcome(t.error_code, t.error_message)} for t in answer.topics
             ],
+        }
+
+    # -- AlterPartitionReassignments / ListPartitionReassignments (KIP-455) ------------------------
+    def alter_partition_reassignments(self, request: kc.Request) -> kc.Data:
+        body = request.body
+        allow = bool(kc.field(body, "allow_replication_factor_change", True))
+        forwarded = cpb.AlterPartitionReassignmentsRequest(allow_replication_factor_change=allow)
+        for topic in body.topics:
+            for p in topic.partitions:
+                forwarded.partitions.add(
+                    topic=topic.name,
+                    partition=p.partition_index,
+                    replicas=list(p.replicas or ()),
+                    cancel=p.replicas is None,
+                )
+        answer: dict[str, Any] = {"throttle_time": 0, "allow_replication_factor_change": allow}
+        try:
+            reply = self._forward("AlterPartitionReassignments", forwarded, kc.millis(body.timeout))
+        except KafkaError as error:
+            return {**answer, **_failed(error), "responses": []}
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for state in reply.partitions:
+            by_topic.setdefault(state.topic, []).append(
+                {
+                    "partition_index": state.partition,
+                    **_outcome(state.error_code, state.error_message),
+                }
+            )
+        return {
+            **answer,
+            **_outcome(0, ""),
+            "responses": [{"name": name, "partitions": ps} for name, ps in by_topic.items()],
+        }
+
+    def list_partition_reassignments(self, request: kc.Request) -> kc.Data:
+        body = request.body
+        wanted = [
+            cpb.TopicPartition(topic=t.name, partition=p)
+            for t in body.topics or ()
+            for p in t.partition_indexes
+        ]
+        if body.topics is not None and not wanted:
+            return {"throttle_time": 0, **_outcome(0, ""), "topics": []}
+        try:
+            reply = self._forward(
+                "ListPartitionReassignments",
+                cpb.ListPartitionReassignmentsRequest(partitions=wanted),
+                kc.millis(body.timeout),
+            )
+        except KafkaError as error:
+            return {"throttle_time": 0, **_failed(error), "topics": []}
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for state in reply.partitions:
+            by_topic.setdefault(state.topic, []).append(
+                {
+                    "partition_index": state.partition,
+                    "replicas": list(state.replicas),
+                    "adding_replicas": list(state.adding_replicas),
+                    "removing_replicas": list(state.removing_replicas),
+                }
+            )
+        return {
+            "throttle_time": 0,
+            **_outcome(0, ""),
+            "topics": [{"name": name, "partitions": ps} for name, ps in by_topic.items()],
         }
 
     # -- DescribeConfigs --------------------------------------------------------------------------

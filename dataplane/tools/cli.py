@@ -23,6 +23,7 @@ from dataplane.tools.cluster_status import cluster_status_rows
 from dataplane.tools.extras import EXTRAS, install_command, missing_extra_message, missing_modules
 from dataplane.tools.group_commands import group_app
 from dataplane.tools.local_cluster import LocalCluster, detached_launcher
+from dataplane.tools.partition_commands import partitions_app
 from dataplane.tools.storage_demo import run_demo
 from raftlog.batch import HEADER_SIZE, read_header
 from raftlog.records import decode_batch
@@ -35,6 +36,7 @@ app.add_typer(log_app, name="log")
 cluster_app = typer.Typer(help="A local cluster on 127.0.0.11-13.", no_args_is_help=True)
 app.add_typer(cluster_app, name="cluster")
 app.add_typer(group_app, name="group")
+app.add_typer(partitions_app, name="partitions")
 register_client_commands(app)
 console = Console()
 CLUSTER_ROOT = Path(".raftlog/cluster")

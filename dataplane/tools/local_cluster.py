@@ -138,9 +138,15 @@ class LocalCluster:
         overrides: dict[str, str | int] | None = None,
         launcher: Launcher = owned_launcher,
         roles: str = "controller,broker",
+        controllers: int | None = None,
     ) -> None:
+        """``nodes`` processes on consecutive addresses from 127.0.0.``first_host``; the first
+        ``controllers`` (default: all) run ``roles`` and vote in the metadata quorum, the rest
+        are brokers only."""
         if not 1 <= nodes <= 9 or not 2 <= first_host <= 254 - nodes:
             raise ValueError("nodes must be 1..9 on 127.0.0.2..254")
+        if controllers is not None and not 1 <= controllers <= nodes:
+            raise ValueError(f"controllers must be 1..{nodes}")
         self.root = root.resolve()
         self.specs = [
             NodeSpec(n, f"127.0.0.{first_host + n - 1}", self.root / f"node-{n}")
@@ -150,16 +156,24 @@ class LocalCluster:
         self.overrides = overrides or {}
         self.launcher = launcher
         self.roles = roles
+        self.controllers = nodes if controllers is None else controllers
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
 
     # -- configuration -----------------------------------------------------------------------
     @property
+    def controller_specs(self) -> list[NodeSpec]:
+        return self.specs[: self.controllers]
+
+    @property
     def voters(self) -> str:
-        return ",".join(f"{s.node_id}@{s.host}:{self.port}" for s in self.specs)
+        return ",".join(f"{s.node_id}@{s.host}:{self.port}" for s in self.controller_specs)
 
     @property
     def controller_addresses(self) -> list[str]:
-        return [f"{s.host}:{self.port}" for s in self.specs]
+        return [f"{s.host}:{self.port}" for s in self.controller_specs]
+
+    def roles_of(self, spec: NodeSpec) -> str:
+        return self.roles if spec in self.controller_specs else "broker"
 
     @property
     def bootstrap_servers(self) -> list[str]:
@@ -180,12 +194,15 @@ class LocalCluster:
         return [self.kafka_address(s.node_id) for s in self.specs]
 
     def config(self, spec: NodeSpec) -> NodeConfig:
+        controller = (
+            f"CONTROLLER://{spec.host}:{self.port}," if spec in self.controller_specs else ""
+        )
         values: dict[str, object] = {
             "node.id": spec.node_id,
-            "process.roles": self.roles,
+            "process.roles": self.roles_of(spec),
             "controller.quorum.voters": self.voters,
             "listeners": (
-                f"BROKER://{spec.host}:{self.port - 1},CONTROLLER://{spec.host}:{self.port},"
+                f"BROKER://{spec.host}:{self.port - 1},{controller}"
                 f"METRICS://{spec.host}:{self.port + 2},KAFKA://{spec.host}:{self.port + 3}"
             ),
             "log.dirs": str(spec.directory / "data"),
@@ -322,9 +339,10 @@ class LocalCluster:
     ) -> None:
         """Poll DescribeCluster until every broker in ``broker_ids`` (default: every node, when
         the nodes run the broker role) is registered and unfenced."""
-        if "broker" not in self.roles:
+        brokers = (s.node_id for s in self.specs if "broker" in self.roles_of(s))
+        wanted = set(broker_ids if broker_ids is not None else brokers)
+        if not wanted:
             return
-        wanted = set(broker_ids if broker_ids is not None else (s.node_id for s in self.specs))
         deadline = time.monotonic() + timeout_s
         client = self.client()
         try:
@@ -353,7 +371,7 @@ class LocalCluster:
         client = self.client()
         try:
             while time.monotonic() < deadline:
-                for spec in self.specs:
+                for spec in self.controller_specs:
                     if self.pid(spec.node_id) is None:
                         continue
                     try:

@@ -46,6 +46,7 @@ RANGES = {
     "mirror_source": 191,
     "mirror_target": 194,
     "orphans": 211,  # tests/dataplane/tools/test_orphans.py (its child pytest sessions)
+    "reassignment": 231,  # four nodes: 231-234
 }
 
 

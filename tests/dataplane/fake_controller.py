@@ -221,6 +221,18 @@ class FakeController(pb_grpc.ControllerServiceServicer):
         context.abort(grpc.StatusCode.UNIMPLEMENTED, "not faked")
         raise AssertionError("context.abort raises")
 
+    def AlterPartitionReassignments(
+        self, request: pb.AlterPartitionReassignmentsRequest, context: grpc.ServicerContext
+    ) -> pb.AlterPartitionReassignmentsResponse:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "not faked")
+        raise AssertionError("context.abort raises")
+
+    def ListPartitionReassignments(
+        self, request: pb.ListPartitionReassignmentsRequest, context: grpc.ServicerContext
+    ) -> pb.ListPartitionReassignmentsResponse:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "not faked")
+        raise AssertionError("context.abort raises")
+
     def FetchMetadata(
         self, request: pb.FetchMetadataRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.MetadataUpdate]:
