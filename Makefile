@@ -78,6 +78,7 @@ bench: deps
 	$(BIN)/python -m bench.quorum_bench --out bench/results/latest.json
 	$(BIN)/python -m bench.dataplane_bench --out bench/results/latest.json
 	$(BIN)/python -m bench.groups_bench --out bench/results/latest.json
+	$(BIN)/python -m bench.elastic_bench --out bench/results/latest.json
 	$(BIN)/python -m bench.spark_bench --out bench/results/latest.json
 	$(BIN)/python -m bench.kafka_protocol_bench --out bench/results/latest.json
 	$(BIN)/python -m bench.peer_bench --out bench/results/latest.json
@@ -91,7 +92,7 @@ NODES    ?= 3
 DURATION ?= 10m
 chaos: deps
 	$(BIN)/raftlog chaos run --seed $(SEED) --duration $(DURATION) --nodes $(NODES) \
-	  --faults kill,pause,partition,controller-kill,leader-kill,disk-full --report .raftlog/chaos/report
+	  --faults kill,pause,partition,controller-kill,leader-kill,disk-full,reassign --report .raftlog/chaos/report
 
 # Generated modules are committed; tests/protos checks that regenerating changes nothing.
 PROTO_SOURCES := $(wildcard protos/*.proto)

@@ -799,6 +799,32 @@ def render_connect(results: Results) -> str:
     return table(("figure", "this run"), rows, "lr")
 
 
+def render_elastic(results: Results) -> str:
+    elastic = _section(results, "elastic")
+    scaling, moved = elastic.get("scaling") or {}, elastic.get("move") or {}
+    rows = [
+        (
+            f"produce, acks=all RF 3, {count(scaling.get('records'))} records: 3 brokers / 5",
+            f"{count(scaling.get('three_brokers_records_per_s'))} / "
+            f"{count(scaling.get('five_brokers_records_per_s'))} records/s "
+            f"(p99 {fig(scaling.get('three_brokers_p99_ms'))} / "
+            f"{fig(scaling.get('five_brokers_p99_ms'))} ms)",
+        ),
+        (
+            f"move a partition of {count(moved.get('move_mib'))} MiB to a new broker",
+            f"{fixed(moved.get('seconds'), 1)} s ({fig(moved.get('move_mb_per_s'))} MB/s)",
+        ),
+        (
+            "paced producer beside it: before / during the move",
+            f"{count(moved.get('live_before_records_per_s'))} / "
+            f"{count(moved.get('live_during_records_per_s'))} records/s, p99 "
+            f"{fig(moved.get('live_before_p99_ms'))} / {fig(moved.get('live_during_p99_ms'))} ms, "
+            f"{count(moved.get('live_during_errors'))} errors",
+        ),
+    ]
+    return table(("figure", "value"), rows)
+
+
 TABLES: dict[str, Callable[[Results], str]] = {
     "run": render_run,
     "storage_append": render_storage_append,
@@ -810,6 +836,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "idempotence_produce": render_idempotence_produce,
     "idempotence_open": render_idempotence_open,
     "groups": render_groups,
+    "elastic": render_elastic,
     "spark": render_spark,
     "kafka_protocol": render_kafka_protocol,
     "peer": render_peer,

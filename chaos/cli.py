@@ -40,9 +40,10 @@ def run_command(
     faults: Annotated[
         str,
         typer.Option(
-            help="comma-separated: kill,pause,partition,controller-kill,leader-kill,disk-full"
+            help="comma-separated: kill,pause,partition,controller-kill,leader-kill,disk-full,"
+            "reassign"
         ),
-    ] = "kill,pause,partition,controller-kill,leader-kill,disk-full",
+    ] = "kill,pause,partition,controller-kill,leader-kill,disk-full,reassign",
     nodes: Annotated[int, typer.Option(min=3, max=9, help="nodes in the cluster")] = 3,
     report: Annotated[Path, typer.Option(help="where report.json and report.html go")] = Path(
         ".raftlog/chaos/report"

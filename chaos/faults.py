@@ -1,5 +1,5 @@
 """Faults on real node processes: SIGKILL and restart, SIGSTOP/SIGCONT, iptables partitions,
-a full disk (chaos/disk.py).
+a full disk (chaos/disk.py), and a partition reassignment started under the other faults.
 
 `FaultInjector` owns every fault it starts until it is healed. Leaving its context — normally,
 on an exception, on Ctrl-C — resumes every paused process, removes every iptables rule (its
@@ -24,6 +24,10 @@ from chaos.network import NetworkFaults, NodeIdentity
 from chaos.schedule import PlannedFault, split_sides
 
 log = logging.getLogger(__name__)
+
+
+# A reassign fault: move the planned fault's partition; (nodes involved, description, heal).
+Mover = Callable[[PlannedFault], tuple[list[int], str, Callable[[], None]]]
 
 
 class NodeProcesses(Protocol):
@@ -137,12 +141,23 @@ class FaultInjector:
 
     # -- one planned fault ----------------------------------------------------------------------
     def inject(
-        self, fault: PlannedFault, *, controller: Callable[[], int], leader: Callable[[int], int]
+        self,
+        fault: PlannedFault,
+        *,
+        controller: Callable[[], int],
+        leader: Callable[[int], int],
+        mover: Mover | None = None,
     ) -> ActiveFault:
         """Put `fault` in place. `controller()` names the active controller, `leader(p)` the
-        leader of workload partition p (-1: none; the fault then hits nobody)."""
+        leader of workload partition p (-1: none; the fault then hits nobody); `mover` starts a
+        reassign fault's move (through the cluster's admin API) and returns how to move back."""
         nodes = self.node_ids
         kind = fault.kind
+        if kind == "reassign":
+            if mover is None:
+                raise ValueError("a reassign fault needs a mover (the cluster's admin API)")
+            hit, detail, heal = mover(fault)
+            return ActiveFault(fault, hit, detail, heal)
         if kind == "partition":
             hit, detail = self.partition(fault)
             return ActiveFault(fault, hit, detail, self.heal_network)

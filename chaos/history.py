@@ -15,7 +15,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-FaultKind = Literal["kill", "pause", "partition", "controller-kill", "leader-kill", "disk-full"]
+FaultKind = Literal[
+    "kill", "pause", "partition", "controller-kill", "leader-kill", "disk-full", "reassign"
+]
 FAULT_KINDS: tuple[FaultKind, ...] = (
     "kill",
     "pause",
@@ -23,6 +25,7 @@ FAULT_KINDS: tuple[FaultKind, ...] = (
     "controller-kill",
     "leader-kill",
     "disk-full",
+    "reassign",
 )
 
 

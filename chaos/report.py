@@ -63,6 +63,7 @@ KIND_COLOURS: dict[str, str] = {  # by fault kind; a kind without its own colour
     "controller-kill": "#8c564b",
     "leader-kill": "#e377c2",
     "disk-full": "#17becf",
+    "reassign": "#bcbd22",
 }
 
 _OTHER_KIND_COLOUR = "#7f7f7f"

@@ -59,7 +59,7 @@ from chaos.network import (
     spawn,
 )
 from chaos.report import write_report
-from chaos.schedule import plan
+from chaos.schedule import PlannedFault, plan, reassign_target
 from chaos.workloads import (
     CLIENT_ERRORS,
     AdminWorkload,
@@ -331,11 +331,14 @@ class Run:
                 log.warning("leader of partition %d: %s", partition, error)
                 return -1
 
+        def mover(fault: PlannedFault) -> tuple[list[int], str, Callable[[], None]]:
+            return self._move(control, injector.node_ids, fault)
+
         for fault in self.schedule:
             self._wait_until(fault.at_s)
             start = self.recorder.now()
             try:
-                active = injector.inject(fault, controller=controller, leader=leader)
+                active = injector.inject(fault, controller=controller, leader=leader, mover=mover)
             except Exception as error:  # noqa: BLE001 - recorded as a problem: fails the verdict
                 self._problem(f"fault {fault.id} ({fault.kind}) could not be injected: {error}")
                 continue
@@ -370,6 +373,20 @@ class Run:
                     effect_s=min((at for at, _ in halted.values()), default=None),
                 )
             )
+
+    def _move(
+        self, control: AdminClient, nodes: list[int], fault: PlannedFault
+    ) -> tuple[list[int], str, Callable[[], None]]:
+        """Start moving the fault's partition (`reassign_target`); the heal moves it back to
+        where it was (whether or not the move completed: a new target replaces the old one)."""
+        tp = (self.config.topic, fault.partition)
+        current = next(p for p in self._describe(control) if p.partition == fault.partition)
+        original = tuple(b for b in current.replicas if b not in current.adding_replicas)
+        target = reassign_target(original, nodes, fault)
+        _reassign(control, tp, target)
+        name = f"{tp[0]}-{tp[1]}"
+        detail = f"move {name} {list(original)} -> {list(target)}"
+        return sorted(set(original) | set(target)), detail, lambda: _reassign(control, tp, original)
 
     def _note_halts(
         self, cluster: _Cluster, nodes: list[int], halted: dict[int, tuple[float, int]]
@@ -518,6 +535,12 @@ class Run:
             controllers=self.controllers,
             problems=rec.problems,
         )
+
+
+def _reassign(control: AdminClient, tp: tuple[str, int], target: tuple[int, ...]) -> None:
+    error = control.alter_partition_reassignments({tp: target})[TopicPartition(*tp)]
+    if error is not None:
+        raise error
 
 
 def _how(code: int) -> str:

@@ -8,8 +8,9 @@ run long enough for as many faults as kinds injects every kind at least once.
 
 What a planned fault hits is fixed here as positions, not node ids picked at run time: `node`
 is an index into the run's nodes (kill, pause, partition, disk-full), `peer` the second node of
-a one-way cut, `partition` the workload partition whose leader a leader-kill kills. Only a
-controller-kill's victim is whoever is the active controller when it fires.
+a one-way cut, `partition` the workload partition whose leader a leader-kill kills (or that a
+reassign moves). Only a controller-kill's victim is whoever is the active controller when it
+fires, and a reassign's target depends on the partition's replicas then (`reassign_target`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ LENGTH_S: dict[FaultKind, tuple[float, float]] = {
     "controller-kill": (3.0, 6.0),
     "leader-kill": (3.0, 6.0),
     "disk-full": (3.0, 8.0),
+    "reassign": (4.0, 8.0),
 }
 GAP_S = (3.0, 6.0)  # quiet time before each fault
 
@@ -93,6 +95,22 @@ def plan(
             )
         )
         now = at + length
+
+
+def reassign_target(
+    replicas: tuple[int, ...], nodes: list[int], fault: PlannedFault
+) -> tuple[int, ...]:
+    """Where a `reassign` fault moves a partition whose replicas are `replicas`: the replica at
+    position `fault.node` leaves; a node that holds no replica (position `fault.peer` among
+    them) comes in first, so the leadership moves to it when the move completes. With every
+    node a replica already (3 nodes, RF 3), the partition shrinks by one replica instead; the
+    heal moves it back, so the returning replica catches up from an empty log."""
+    leaving = replicas[fault.node % len(replicas)]
+    staying = tuple(b for b in replicas if b != leaving)
+    outsiders = [n for n in nodes if n not in replicas]
+    if not outsiders:
+        return staying
+    return (outsiders[fault.peer % len(outsiders)], *staying)
 
 
 def split_sides(nodes: list[int], fault: PlannedFault) -> tuple[list[int], list[int]]:

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from chaos.history import FAULT_KINDS, FaultKind
 from chaos.runner import parse_duration
-from chaos.schedule import LENGTH_S, phases, plan, split_sides
+from chaos.schedule import LENGTH_S, PlannedFault, phases, plan, reassign_target, split_sides
 
 ALL = list(FAULT_KINDS)
 
@@ -58,3 +58,11 @@ def test_durations_read_like_people_write_them() -> None:
     assert parse_duration("90s") == 90
     assert parse_duration("10m") == 600
     assert parse_duration("1.5h") == 5400
+
+
+def test_a_reassign_brings_in_an_outsider_or_shrinks() -> None:
+    fault = PlannedFault(id=1, kind="reassign", at_s=0, length_s=5, node=1, peer=0, partition=2)
+    # five nodes: replica 2 (position 1) leaves, the first node without a replica comes in first
+    assert reassign_target((1, 2, 3), [1, 2, 3, 4, 5], fault) == (4, 1, 3)
+    # three nodes hold every replica: the partition shrinks by one (the heal moves it back)
+    assert reassign_target((3, 1, 2), [1, 2, 3], fault) == (3, 2)

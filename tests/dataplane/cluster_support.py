@@ -47,18 +47,25 @@ RANGES = {
     "mirror_target": 194,
     "orphans": 211,  # tests/dataplane/tools/test_orphans.py (its child pytest sessions)
     "reassignment": 231,  # four nodes: 231-234
+    "throttle": 241,  # tests/dataplane/broker/test_throttle_cluster.py: four nodes, 241-244
+    "elastic_brokers": 246,  # tests/dataplane/broker/test_elastic_brokers.py: up to five, 246-250
 }
 
 
 @contextmanager
 def running_cluster(
-    root: Path, name: str, overrides: dict[str, str | int] | None = None
+    root: Path,
+    name: str,
+    overrides: dict[str, str | int] | None = None,
+    nodes: int = 3,
+    controllers: int | None = None,
 ) -> Iterator[LocalCluster]:
+    """``nodes`` nodes on the module's range, the first ``controllers`` (default all) voting."""
     first_host = RANGES[name]
-    hosts = [f"127.0.0.{first_host + n}" for n in range(3)]
+    hosts = [f"127.0.0.{first_host + n}" for n in range(nodes)]
     cluster = LocalCluster(
-        root, nodes=3, first_host=first_host, port=pick_cluster_port(hosts),
-        overrides=overrides or {},
+        root, nodes=nodes, first_host=first_host, port=pick_cluster_port(hosts),
+        overrides=overrides or {}, controllers=controllers,
     )  # fmt: skip
     try:
         cluster.up()

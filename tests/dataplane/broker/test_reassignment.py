@@ -23,9 +23,9 @@ from kafka.errors import InvalidReplicationAssignmentError, NoReassignmentInProg
 
 from dataplane.client import AdminClient, NewTopic, Producer, TopicPartition
 from dataplane.client.admin import TopicDescription
-from dataplane.tools.local_cluster import LocalCluster, pick_cluster_port, wait_for
+from dataplane.tools.local_cluster import LocalCluster, wait_for
 from raftlog.errors import ErrorCode
-from tests.dataplane.cluster_support import RANGES, fetch, read_all, wait_for_leaders
+from tests.dataplane.cluster_support import fetch, read_all, running_cluster, wait_for_leaders
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("dataplane-reassignment")]
 TOPIC = "moving"
@@ -33,24 +33,10 @@ TOPIC = "moving"
 
 @pytest.fixture
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    first_host = RANGES["reassignment"]
-    hosts = [f"127.0.0.{first_host + n}" for n in range(4)]
-    running = LocalCluster(
-        tmp_path_factory.mktemp("reassignment"), nodes=4, controllers=3, first_host=first_host,
-        port=pick_cluster_port(hosts), overrides={"replica.lag.time.max.ms": 3000},
-    )  # fmt: skip
-    try:
-        running.up()
+    root = tmp_path_factory.mktemp("reassignment")
+    overrides: dict[str, str | int] = {"replica.lag.time.max.ms": 3000}
+    with running_cluster(root, "reassignment", overrides, nodes=4, controllers=3) as running:
         yield running
-    except BaseException:
-        for spec in running.specs:
-            if spec.log_path.exists():
-                print(f"---- {spec.log_path}\n{spec.log_path.read_text()[-4000:]}")
-        raise
-    finally:
-        for spec in running.specs:
-            running.signal_node(spec.node_id, signal.SIGCONT)  # a paused node must die too
-        running.down()
 
 
 @pytest.fixture

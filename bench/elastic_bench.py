@@ -1,0 +1,178 @@
+"""An elastic cluster, measured: moving a partition, and what a larger cluster costs.
+
+``python -m bench.elastic_bench --out bench/results/latest.json [--quick]``
+
+A cluster of 5 nodes on 127.0.0.51-55 (reserved for this benchmark): nodes 1-3 are combined
+controllers and brokers, 4 and 5 brokers only.
+
+1. Scaling: produce records/s (acks=all, RF 3, 1 KiB, 12 partitions) on the first three brokers
+   alone, then with brokers 4 and 5 started and the topic placed over all five. On one 2-core
+   machine more brokers add processes, not cores: the figure shows the cost of coordination,
+   not capacity.
+2. Moving a partition: a partition holding ``move_mib`` MiB (1 GiB; 64 MiB with ``--quick``) on
+   brokers 1-3 gets broker 4 in place of a follower. Seconds from AlterPartitionReassignments
+   until the move is complete (the new replica in the ISR, the old one's log deleted), and
+   MB/s. Meanwhile a paced producer (acks=all) writes another topic; its records/s and p99
+   during the move are printed beside the same producer's before the move.
+
+Every wait polls a condition with a deadline.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from bench import RECORD_BYTES, bench_main
+from dataplane.client import AdminClient, NewTopic
+from dataplane.tools.local_cluster import LocalCluster, pick_cluster_port, wait_for
+from dataplane.tools.perf import ProducePerfResult, run_produce_perf
+
+FIRST_HOST = 51  # 127.0.0.51-55 are this benchmark's
+NODES, CONTROLLERS = 5, 3
+SCALING_PARTITIONS = 12
+LIVE_RATE_PER_S = 2000  # the paced producer beside the move
+MOVE_WAIT_S = 1800.0
+MiB = 1024 * 1024
+
+
+def _create(admin: AdminClient, topic: NewTopic) -> None:
+    error = admin.create_topics([topic])[topic.name]
+    if error is not None:
+        raise error
+
+    def led() -> bool:
+        partitions = admin.describe_topics([topic.name])[topic.name].partitions
+        return all(p.leader >= 0 for p in partitions)
+
+    wait_for(f"leaders of {topic.name}", lambda: led() or None, timeout_s=60)
+
+
+def _produce(bootstrap: list[str], topic: str, records: int, rate: float = -1) -> ProducePerfResult:
+    return run_produce_perf(
+        bootstrap, topic, records, RECORD_BYTES, acks="all", throughput_per_s=rate
+    )
+
+
+def _spread(brokers: int) -> dict[int, list[int]]:
+    """RF-3 replicas of the scaling topic's partitions, round robin over ``brokers``."""
+    return {p: [1 + (p + i) % brokers for i in range(3)] for p in range(SCALING_PARTITIONS)}
+
+
+def move(
+    cluster: LocalCluster, admin: AdminClient, move_mib: int, progress: Console
+) -> dict[str, Any]:
+    _create(admin, NewTopic("moving", replica_assignment={0: [1, 2, 3]}))
+    _create(admin, NewTopic("live", replica_assignment={0: [1, 2, 3], 1: [2, 3, 1]}))
+    records = move_mib * MiB // RECORD_BYTES
+    progress.print(f"filling moving-0 with {move_mib} MiB")
+    filled = _produce(cluster.bootstrap_servers, "moving", records)
+    live_records = LIVE_RATE_PER_S * 10
+    before = _produce(cluster.bootstrap_servers, "live", live_records, LIVE_RATE_PER_S)
+    during: list[ProducePerfResult] = []
+    stop = threading.Event()
+
+    def live() -> None:
+        while not stop.is_set():
+            during.append(
+                _produce(cluster.bootstrap_servers, "live", LIVE_RATE_PER_S * 2, LIVE_RATE_PER_S)
+            )
+
+    writer = threading.Thread(target=live, name="live-producer")
+    started = time.monotonic()
+    errors = admin.alter_partition_reassignments({("moving", 0): (1, 2, 4)})
+    if any(errors.values()):
+        raise RuntimeError(f"the move was refused: {errors}")
+    writer.start()
+    try:
+        wait_for(
+            "the move to complete",
+            lambda: not admin.list_partition_reassignments() or None,
+            timeout_s=MOVE_WAIT_S,
+        )
+        seconds = time.monotonic() - started
+    finally:
+        stop.set()
+        writer.join(timeout=120)
+    moved_bytes = filled.records * RECORD_BYTES
+    acked = sum(r.records for r in during)
+    spent = sum(r.seconds for r in during)
+    return {
+        "move_mib": move_mib,
+        "seconds": round(seconds, 2),
+        "move_mb_per_s": round(moved_bytes / seconds / 1e6, 1),
+        "live_before_records_per_s": round(before.records_per_s),
+        "live_before_p99_ms": round(before.latency_ms.p99, 2),
+        "live_during_records_per_s": round(acked / spent) if spent else 0,
+        "live_during_p99_ms": round(max((r.latency_ms.p99 for r in during), default=0.0), 2),
+        "live_during_errors": sum(r.errors for r in during),
+    }
+
+
+def run(workdir: Path, quick: bool, progress: Console) -> dict[str, Any]:
+    root = Path(tempfile.mkdtemp(prefix="elastic-", dir=workdir))
+    hosts = [f"127.0.0.{FIRST_HOST + n}" for n in range(NODES)]
+    cluster = LocalCluster(
+        root, nodes=NODES, controllers=CONTROLLERS, first_host=FIRST_HOST,
+        port=pick_cluster_port(hosts),
+    )  # fmt: skip
+    try:
+        for node_id in range(1, CONTROLLERS + 1):
+            cluster.start_node(node_id)
+        cluster.wait_for_leader(timeout_s=60)
+        cluster.wait_for_brokers(list(range(1, CONTROLLERS + 1)), timeout_s=60)
+        with AdminClient(cluster.bootstrap_servers[:CONTROLLERS]) as admin:
+            records = 20_000 if quick else 100_000
+            progress.print("scaling: three brokers")
+            _create(admin, NewTopic("scale-3", replica_assignment=_spread(3)))
+            three = _produce(cluster.bootstrap_servers[:CONTROLLERS], "scale-3", records)
+            for node_id in range(CONTROLLERS + 1, NODES + 1):
+                cluster.start_node(node_id)
+            cluster.wait_for_brokers(timeout_s=60)
+            progress.print("scaling: five brokers")
+            _create(admin, NewTopic("scale-5", replica_assignment=_spread(5)))
+            five = _produce(cluster.bootstrap_servers, "scale-5", records)
+            figures: dict[str, Any] = {
+                "scaling": {
+                    "records": records,
+                    "three_brokers_records_per_s": round(three.records_per_s),
+                    "five_brokers_records_per_s": round(five.records_per_s),
+                    "three_brokers_p99_ms": round(three.latency_ms.p99, 2),
+                    "five_brokers_p99_ms": round(five.latency_ms.p99, 2),
+                }
+            }
+            progress.print("moving a partition")
+            figures["move"] = move(cluster, admin, 64 if quick else 1024, progress)
+        return figures
+    except BaseException:
+        for spec in cluster.specs:
+            if spec.log_path.exists():
+                progress.print(f"---- {spec.log_path}\n{spec.log_path.read_text()[-3000:]}")
+        raise
+    finally:
+        cluster.down()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def report(console: Console, figures: dict[str, Any]) -> None:
+    for section, values in figures.items():
+        table = Table("figure", "value", title=f"elastic: {section}")
+        for key, value in values.items():
+            table.add_row(key, f"{value:,}" if isinstance(value, int) else str(value))
+        console.print(table)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return bench_main(argv, __doc__.splitlines()[0], "elastic", run, report)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
