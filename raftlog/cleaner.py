@@ -27,6 +27,7 @@ from raftlog.batch import BatchHeader
 from raftlog.checkpoint import fsync_path, read_checkpoint, write_checkpoint
 from raftlog.records import Record, decode_batch, encode_batch
 from raftlog.segment import LOG_SUFFIX, AppendedBatch, LogSegment
+from raftlog.txn import TXN_INDEX_SUFFIX
 
 if TYPE_CHECKING:
     from raftlog.log import Log
@@ -204,6 +205,8 @@ def _clean_group(
             if kept is not None:
                 batch: AppendedBatch = (header.last_offset, header.max_timestamp, len(kept))
                 dest.append([kept], [batch])
+        for aborted in segment.txn_index.entries:  # the replaced segments' aborts carry over
+            dest.txn_index.append(aborted)
     dest.on_roll()
     dest.flush()
     dest.close()
@@ -264,13 +267,14 @@ def filter_batch(
 
 def _swap_in(directory: Path, cleaned: LogSegment, replaced: list[LogSegment]) -> None:
     """.cleaned → .swap (log file last: its rename commits), delete the old, .swap → final."""
-    for path in reversed(cleaned.paths()):
+    paths = cleaned.paths()  # before the renames: the transaction index is listed if it exists
+    for path in reversed(paths):
         os.replace(path, _with_suffix(path, CLEANED_SUFFIX, SWAP_SUFFIX))
     fsync_path(directory)
     for segment in replaced:
         segment.delete()
     fsync_path(directory)
-    for path in cleaned.paths():
+    for path in paths:
         os.replace(
             _with_suffix(path, CLEANED_SUFFIX, SWAP_SUFFIX), _with_suffix(path, CLEANED_SUFFIX, "")
         )
@@ -291,9 +295,10 @@ def complete_interrupted_swaps(directory: Path) -> None:
     swaps = sorted(directory.glob(f"*{LOG_SUFFIX}{SWAP_SUFFIX}"))
     for swap_log in swaps:
         base_offset = int(swap_log.name.split(".")[0])
-        # Its indexes are rebuilt by the loader; only the log file matters.
+        # Its offset and time indexes are rebuilt by the loader; its transaction index is not.
         for index in directory.glob(f"{swap_log.name.split('.')[0]}.*index{SWAP_SUFFIX}"):
-            index.unlink()
+            if not index.name.endswith(TXN_INDEX_SUFFIX + SWAP_SUFFIX):
+                index.unlink()
         end_offset = _next_offset_of(directory, base_offset)
         for old_log in directory.glob(f"*{LOG_SUFFIX}"):
             old_base = int(old_log.name.split(".")[0])
@@ -302,6 +307,8 @@ def complete_interrupted_swaps(directory: Path) -> None:
                     if not path.name.endswith(SWAP_SUFFIX):
                         path.unlink()
         os.replace(swap_log, _with_suffix(swap_log, SWAP_SUFFIX, ""))
+    for txn_index in directory.glob(f"*{TXN_INDEX_SUFFIX}{SWAP_SUFFIX}"):
+        os.replace(txn_index, _with_suffix(txn_index, SWAP_SUFFIX, ""))  # not rebuilt: kept
     for stray in directory.glob(f"*index{SWAP_SUFFIX}"):
         stray.unlink()
     if swaps:

@@ -65,6 +65,7 @@ from raftlog.segment import (
     read_planned,
     release_cached,
 )
+from raftlog.txn import TXN_INDEX_SUFFIX, AbortedTxn
 
 CLEAN_SHUTDOWN_MARKER = ".clean-shutdown"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
@@ -845,6 +846,32 @@ class Log:
             self._segments[start : start + len(old)] = [new]
             self._base_offsets[start : start + len(old)] = [new.base_offset]
 
+    # -- transactions (raftlog/txn.py) ---------------------------------------------------------
+    @_io_failures
+    def append_aborted(self, aborted: AbortedTxn) -> None:
+        """Record a transaction that an abort marker at ``aborted.last_offset`` ended, in the
+        transaction index of the segment that holds the marker (the owner of producer state
+        calls this once the marker is appended, and again for markers it replays on recovery:
+        an entry already there is not added twice)."""
+        with self._lock:
+            index = bisect.bisect_right(self._base_offsets, aborted.last_offset) - 1
+            if index < 0 or aborted.last_offset >= self._segments[-1].next_offset:
+                raise StorageError(
+                    f"{self.directory.name}: no marker at offset {aborted.last_offset} in the log"
+                )
+            txn_index = self._segments[index].txn_index
+            if aborted not in txn_index.entries:
+                txn_index.append(aborted)
+
+    def aborted_transactions(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions that meet ``[start_offset, end_offset)`` (what a
+        read_committed fetch of that range returns beside its records), by first offset."""
+        with self._lock:
+            segments = list(self._segments)
+        found = {e for s in segments if s.next_offset > start_offset
+                 for e in s.txn_index.collect(start_offset, end_offset)}  # fmt: skip
+        return sorted(found, key=lambda e: (e.first_offset, e.last_offset))
+
     def batch_headers(self, start_offset: int = 0) -> Iterator[BatchHeader]:
         """The header of every batch from the log start, oldest first (what producer state is
         rebuilt from); with ``start_offset``, only those of the batches that begin at or after
@@ -920,7 +947,8 @@ def _check_keys_present(view: memoryview, position: int) -> None:
 
 
 def _remove_orphan_indexes(directory: Path, base_offsets: set[int]) -> None:
-    for path in list(directory.glob("*.index")) + list(directory.glob("*.timeindex")):
+    indexes = [*directory.glob("*.index"), *directory.glob("*.timeindex")]
+    for path in indexes + list(directory.glob(f"*{TXN_INDEX_SUFFIX}")):
         stem = path.name.split(".")[0]
         if stem.isdigit() and int(stem) not in base_offsets:
             path.unlink()

@@ -1,4 +1,5 @@
-"""A log segment: ``<base offset, 20 digits>.log`` with its ``.index`` and ``.timeindex``.
+"""A log segment: ``<base offset, 20 digits>.log`` with its ``.index`` and ``.timeindex``, and a
+``.txnindex`` of the transactions aborted in it once there is one (raftlog/txn.py).
 
 Batches are appended back to back as bytes; the segment reads only their 61-byte headers. The
 offset index gets an entry (batch last offset → position) whenever ``index.interval.bytes`` of log
@@ -20,6 +21,7 @@ from typing import NamedTuple
 from raftlog.batch import HEADER_SIZE, BatchHeader, check_header, compute_crc, read_header
 from raftlog.errors import CorruptRecordError
 from raftlog.index import CorruptIndexError, OffsetIndex, TimeIndex
+from raftlog.txn import TXN_INDEX_SUFFIX, TransactionIndex
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -76,6 +78,7 @@ class LogSegment:
         os.lseek(self._fd, self.size_bytes, os.SEEK_SET)
         self.created_ms = created_ms
         self.offset_index, self.time_index = self._open_indexes(max_index_bytes)
+        self.txn_index = TransactionIndex(self.path_for(TXN_INDEX_SUFFIX))
         self._max_index_bytes = max_index_bytes
         self.next_offset = base_offset
         self.max_timestamp = -1
@@ -95,7 +98,10 @@ class LogSegment:
         return self.directory / (segment_name(self.base_offset, file_suffix) + self.suffix)
 
     def paths(self) -> list[Path]:
-        return [self.path_for(s) for s in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)]
+        """The segment's files: the log first, then its indexes (the transaction index only
+        once it exists: it is created with its first entry)."""
+        paths = [self.path_for(s) for s in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)]
+        return paths + ([self.txn_index.path] if self.txn_index.path.exists() else [])
 
     def _open_indexes(self, max_index_bytes: int) -> tuple[OffsetIndex, TimeIndex]:
         paths = [self.path_for(INDEX_SUFFIX), self.path_for(TIME_INDEX_SUFFIX)]
@@ -381,6 +387,7 @@ class LogSegment:
         self._cache_marks = deque((min(limit, position), at) for limit, at in self._cache_marks)
         self.offset_index.truncate_to(header.base_offset)
         self.time_index.truncate_to(header.base_offset)
+        self.txn_index.truncate_to(header.base_offset)
         self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset
         self.rolling_timestamp = None
         # The end is what a reload would find (the last batch's next offset, or the base when
@@ -407,6 +414,7 @@ class LogSegment:
         os.fsync(self._fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def close(self) -> None:
         self.offset_index.trim()
@@ -434,11 +442,13 @@ class LogSegment:
         self.suffix += DELETED_SUFFIX
         self.offset_index.path = self.path_for(INDEX_SUFFIX)
         self.time_index.path = self.path_for(TIME_INDEX_SUFFIX)
+        self.txn_index.path = self.path_for(TXN_INDEX_SUFFIX)
 
     def delete_indexes_and_close(self) -> None:
+        """The offset and time indexes (rebuilt from the log); the transaction index stays."""
         self.close()
-        for path in self.paths()[1:]:
-            path.unlink(missing_ok=True)
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            self.path_for(suffix).unlink(missing_ok=True)
 
     def last_modified_ms(self) -> int:
         return os.fstat(self._fd).st_mtime_ns // 1_000_000
