@@ -37,6 +37,7 @@ class ControllerClient:
         if not bootstrap:
             raise ValueError("ControllerClient needs at least one controller address")
         self.bootstrap = list(bootstrap)
+        self._learned: list[str] = []  # the quorum's voters as the metadata names them
         self.deadline_s = deadline_s
         self.rpc_timeout_s = rpc_timeout_s
         self._lock = threading.Lock()
@@ -65,10 +66,24 @@ class ControllerClient:
         with self._lock:
             return self._active
 
+    def learn(self, voters: Sequence[str]) -> None:
+        """The controllers the metadata names (its VotersRecord, KIP-853): tried before the
+        bootstrap addresses, so a client started with controllers since removed still finds
+        the ones added later."""
+        with self._lock:
+            self._learned = list(voters)
+
+    @property
+    def controllers(self) -> list[str]:
+        """Every address this client tries: the learned voters, then the bootstrap ones."""
+        with self._lock:
+            learned = list(self._learned)
+        return learned + [a for a in self.bootstrap if a not in learned]
+
     def _candidates(self) -> list[str]:
         with self._lock:
             first = [self._active] if self._active else []
-        return first + [a for a in self.bootstrap if a not in first]
+        return first + [a for a in self.controllers if a not in first]
 
     def call(
         self,
@@ -123,7 +138,7 @@ class ControllerClient:
         it would miss is the notice."""
         active = self.active_address
         answered = []
-        for address in self.bootstrap:
+        for address in self.controllers:
             if address == active or self._closed.is_set():
                 continue
             rpc: Callable[..., Any] = getattr(self.stub(address), method)

@@ -22,6 +22,7 @@ from metadata_quorum.records import (
     ProducerIdsRecord,
     RegisterBroker,
     UnfenceBroker,
+    UnregisterBroker,
 )
 from metadata_quorum.replication import generate_leadership_changes
 from raftlog.errors import ErrorCode, KafkaError
@@ -188,6 +189,53 @@ def generate_session_expiry(
     records: list[MetadataRecord] = [FenceBroker(b, image.brokers[b].broker_epoch) for b in expired]
     usable = image.usable_broker_ids() - set(expired)
     records += generate_leadership_changes(image, usable, set(expired))
+    return records
+
+
+HOSTED_SHOWN_MAX = 5  # partitions named in the refusal of a broker that still hosts replicas
+
+
+def hosted_partitions(image: MetadataImage, broker_id: int) -> list[str]:
+    """``topic-partition`` of every partition with a replica on the broker (moving ones too)."""
+    return [
+        f"{topic.name}-{p}"
+        for topic in sorted(image.topics.values(), key=lambda t: t.name)
+        for p, current in sorted(topic.partitions.items())
+        if broker_id in current.replicas
+    ]
+
+
+def generate_unregister_broker(
+    image: MetadataImage, broker_id: int, force: bool
+) -> list[MetadataRecord]:
+    """UnregisterBroker: the broker leaves the cluster's metadata. Refused for an unknown broker
+    (BROKER_ID_NOT_REGISTERED) and, unless ``force``, for one that still hosts replicas (move
+    them off first) or is unfenced (still running: it would register again at its next
+    heartbeat; a controlled shutdown fences it). Forced, it first leaves every ISR and
+    leadership it holds, as a fenced broker does (Kafka's unregister does that and refuses
+    nothing but an unknown broker)."""
+    broker = image.brokers.get(broker_id)
+    if broker is None:
+        raise KafkaError(ErrorCode.BROKER_ID_NOT_REGISTERED, f"broker {broker_id} not registered")
+    if not force:
+        hosted = hosted_partitions(image, broker_id)
+        if hosted:
+            more = ", ..." if len(hosted) > HOSTED_SHOWN_MAX else ""
+            shown = ", ".join(hosted[:HOSTED_SHOWN_MAX]) + more
+            raise KafkaError(
+                ErrorCode.INVALID_REQUEST,
+                f"broker {broker_id} still hosts {len(hosted)} replicas ({shown}): move them "
+                "off first (raftlog cluster remove-node drains it), or force",
+            )
+        if not broker.fenced:
+            raise KafkaError(
+                ErrorCode.INVALID_REQUEST,
+                f"broker {broker_id} is running (unfenced): shut it down first (controlled "
+                "shutdown), or force",
+            )
+    usable = image.usable_broker_ids() - {broker_id}
+    records = generate_leadership_changes(image, usable, {broker_id})
+    records.append(UnregisterBroker(broker_id, broker.broker_epoch))
     return records
 
 

@@ -17,6 +17,7 @@ from metadata_quorum.records import (
     BrokerRegistrationChange,
     ConfigRecord,
     ConfigResourceType,
+    ControllerVoter,
     Endpoint,
     FenceBroker,
     LeaderChange,
@@ -29,6 +30,7 @@ from metadata_quorum.records import (
     TopicRecord,
     UnfenceBroker,
     UnregisterBroker,
+    VotersRecord,
 )
 from protos import metadata_pb2 as pb
 
@@ -131,7 +133,20 @@ def record_to_proto(record: MetadataRecord) -> pb.MetadataRecord:
                     version=v, leader_id=record.leader_id, term=record.term
                 )
             )
+        case VotersRecord():
+            voters = [voter_to_proto(voter) for voter in record.voters]
+            return pb.MetadataRecord(voters=pb.VotersRecord(version=v, voters=voters))
     raise AssertionError(f"exhaustive dispatch: unknown record type {type(record).__name__}")
+
+
+def voter_to_proto(voter: ControllerVoter) -> pb.ControllerVoter:
+    return pb.ControllerVoter(
+        node_id=voter.node_id, host=voter.host, port=voter.port, raft_port=voter.raft_port
+    )
+
+
+def voter_from_proto(message: pb.ControllerVoter) -> ControllerVoter:
+    return ControllerVoter(message.node_id, message.host, message.port, message.raft_port)
 
 
 def _partition_to_proto(record: PartitionRecord) -> pb.PartitionRecord:
@@ -238,6 +253,7 @@ _DECODERS: dict[str, Callable[[pb.MetadataRecord], MetadataRecord]] = {
         m.producer_ids.broker_id, m.producer_ids.broker_epoch, m.producer_ids.next_producer_id
     ),
     "leader_change": lambda m: LeaderChange(m.leader_change.leader_id, m.leader_change.term),
+    "voters": lambda m: VotersRecord(tuple(voter_from_proto(v) for v in m.voters.voters)),
 }
 
 

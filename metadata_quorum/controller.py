@@ -31,9 +31,15 @@ from metadata_quorum.cluster import (
 from metadata_quorum.codec import decode_batch, decode_snapshot, encode_batch, encode_snapshot
 from metadata_quorum.configs import cluster_config
 from metadata_quorum.image import MetadataDelta, MetadataImage, Rejected
-from metadata_quorum.raft import MetadataLogError, QuorumStatus
-from metadata_quorum.records import LeaderChange, MetadataRecord
+from metadata_quorum.raft import MembershipChangeError, MetadataLogError, QuorumStatus
+from metadata_quorum.records import ControllerVoter, LeaderChange, MetadataRecord
 from metadata_quorum.replication import generate_preferred_rebalance
+from metadata_quorum.voters import (
+    current_voters,
+    generate_add_voter,
+    generate_remove_voter,
+    reconcile_voters,
+)
 from raftlog.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
@@ -131,6 +137,10 @@ class MetadataState:
 
 class MetadataLogLike(Protocol):
     def append(self, payload: bytes) -> Future[object]: ...
+    def add_voter(self, address: str) -> Future[object]: ...
+    def remove_voter(self, address: str) -> Future[object]: ...
+    def transfer_leadership(self, address: str | None = None) -> None: ...
+    def voters(self) -> frozenset[str]: ...
     def is_leader(self) -> bool: ...
     def leader(self) -> str | None: ...
     def status(self) -> QuorumStatus: ...
@@ -150,8 +160,12 @@ class QuorumController:
         rebalance_interval_ms: int = 30_000,
         clock_ms: Callable[[], int] | None = None,
         rng: random.Random | None = None,
+        static_voters: Sequence[ControllerVoter] = (),
     ) -> None:
+        """``static_voters``: controller.quorum.voters, the set until the image records one."""
         self.node_id = node_id
+        self.static_voters = tuple(static_voters)
+        self._membership = threading.Lock()  # one voter change at a time, and no reconcile
         self.state = state
         self.log = metadata_log
         self._leader_id_of = leader_id_of
@@ -268,6 +282,7 @@ class QuorumController:
                 self._speculative = None
         if self._speculative is None:
             return
+        self._reconcile_if_idle()
         now = self.now_ms()
         self.write(lambda image: (generate_session_expiry(image, self.sessions, now), None))
         if now >= self._next_rebalance_ms:
@@ -291,3 +306,72 @@ class QuorumController:
             self._active_term = term
             self._next_rebalance_ms = now + self._rebalance_interval_ms
         log.info("node %d is the active controller (term %d)", self.node_id, term)
+
+    # -- controller membership (KIP-853; the decisions are in metadata_quorum.voters) -------
+    def voters(self) -> tuple[ControllerVoter, ...]:
+        return current_voters(self.state.image, self.static_voters)
+
+    def add_voter(self, new: ControllerVoter) -> tuple[ControllerVoter, ...]:
+        """AddRaftVoter: record the new voter in the image, then add it to the Raft
+        configuration; the voters after the change."""
+        with self._membership:
+            self._require_active()
+            self._reconcile()
+            record = generate_add_voter(self.voters(), new, self._live_raft())
+            self.write(lambda image: ([record], None))
+            self._await_membership(self.log.add_voter(new.raft_address))
+            log.info("controller %d added voter %s", self.node_id, new)
+            return self.voters()
+
+    def remove_voter(self, node_id: int) -> tuple[ControllerVoter, ...]:
+        """RemoveRaftVoter: take the voter out of the Raft configuration, then out of the
+        image. The active controller does not remove itself: it hands leadership over and
+        answers NOT_CONTROLLER, and the client retries on the new active controller."""
+        with self._membership:
+            self._require_active()
+            self._reconcile()
+            leaving, _ = generate_remove_voter(self.voters(), node_id, self._live_raft())
+            if leaving.raft_address == self.log.status().self_address:
+                self.log.transfer_leadership()
+                raise NotControllerError(self.node_id)
+            self._await_membership(self.log.remove_voter(leaving.raft_address))
+            self._reconcile()
+            log.info("controller %d removed voter %s", self.node_id, leaving)
+            return self.voters()
+
+    def _require_active(self) -> None:
+        if not self.is_active:
+            raise NotControllerError(self.active_controller_id())
+
+    def _live_raft(self) -> list[str]:
+        return [v.address for v in self.log.status().voters if v.connected]
+
+    def _await_membership(self, future: Future[object]) -> None:
+        try:
+            future.result(timeout=WRITE_TIMEOUT_S)
+        except FutureTimeout as error:
+            raise KafkaError(
+                ErrorCode.REQUEST_TIMED_OUT, "the voter change did not commit in time"
+            ) from error
+        except MembershipChangeError as error:
+            raise KafkaError(
+                ErrorCode.REQUEST_TIMED_OUT, "another voter change is not committed yet; retry"
+            ) from error
+        except MetadataLogError as error:
+            raise NotControllerError(self._leader_id_of(self.log.leader())) from error
+
+    def _reconcile(self) -> None:
+        """Make the image's voters the Raft configuration (see metadata_quorum.voters)."""
+        raft = self.log.voters()
+        self.write(lambda image: _as_records(reconcile_voters(image, self.static_voters, raft)))
+
+    def _reconcile_if_idle(self) -> None:
+        if self._membership.acquire(blocking=False):
+            try:
+                self._reconcile()
+            finally:
+                self._membership.release()
+
+
+def _as_records(record: MetadataRecord | None) -> tuple[list[MetadataRecord], None]:
+    return ([record] if record is not None else []), None

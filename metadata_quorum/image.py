@@ -21,6 +21,7 @@ from metadata_quorum.records import (
     BrokerRegistrationChange,
     ConfigRecord,
     ConfigResourceType,
+    ControllerVoter,
     Endpoint,
     FenceBroker,
     LeaderChange,
@@ -33,6 +34,7 @@ from metadata_quorum.records import (
     TopicRecord,
     UnfenceBroker,
     UnregisterBroker,
+    VotersRecord,
 )
 
 PRODUCER_ID_BLOCK_SIZE = 1000
@@ -114,6 +116,12 @@ class MetadataImage:
     # broker id -> partitions whose first replica (preferred leader) it is; kept by replay so
     # placement never rescans every partition
     preferred_leaders: Mapping[int, int] = field(default_factory=dict)
+    # the metadata quorum's voters, ordered by node id; empty until the first active controller
+    # records them (until then the static controller.quorum.voters are the set)
+    voters: tuple[ControllerVoter, ...] = ()
+
+    def voter(self, node_id: int) -> ControllerVoter | None:
+        return next((v for v in self.voters if v.node_id == node_id), None)
 
     def topic(self, name: str) -> TopicImage | None:
         topic_id = self.topic_ids.get(name)
@@ -161,6 +169,7 @@ class MetadataDelta:
         self._next_producer_id = base.next_producer_id
         self._controller = (base.controller_id, base.controller_term)
         self._preferred = dict(base.preferred_leaders)
+        self._voters = base.voters
         self.rejected: list[Rejected] = []
 
     # -- replay --------------------------------------------------------------------------
@@ -204,6 +213,8 @@ class MetadataDelta:
                 return self._producer_ids(record)
             case LeaderChange():
                 return self._leader_change(record)
+            case VotersRecord():
+                return self._set_voters(record)
         raise AssertionError(f"exhaustive dispatch: unknown record type {type(record).__name__}")
 
     def _register_broker(self, record: RegisterBroker) -> str | None:
@@ -371,6 +382,18 @@ class MetadataDelta:
         self._controller = (record.leader_id, record.term)
         return None
 
+    def _set_voters(self, record: VotersRecord) -> str | None:
+        voters = record.voters
+        if not voters:
+            return "a quorum has at least one voter"
+        if len({v.node_id for v in voters}) != len(voters):
+            return f"voter ids {[v.node_id for v in voters]} are not distinct"
+        addresses = [a for v in voters for a in (v.address, v.raft_address)]
+        if len(set(addresses)) != len(addresses):
+            return f"voter addresses {addresses} are not distinct"
+        self._voters = tuple(sorted(voters, key=lambda v: v.node_id))
+        return None
+
     # -- result --------------------------------------------------------------------------
     def image(self) -> MetadataImage:
         topics = dict(self._topics)
@@ -388,6 +411,7 @@ class MetadataDelta:
             controller_id=self._controller[0],
             controller_term=self._controller[1],
             preferred_leaders=self._preferred,
+            voters=self._voters,
         )
 
 
@@ -450,6 +474,8 @@ def to_records(image: MetadataImage) -> tuple[list[BrokerRegistration], list[Met
             records.append(ConfigRecord(resource_type, name, key, value))
     if image.controller_term >= 0:
         records.append(LeaderChange(image.controller_id, image.controller_term))
+    if image.voters:
+        records.append(VotersRecord(image.voters))
     brokers = [b for _, b in sorted(image.brokers.items())]
     return brokers, records
 

@@ -20,7 +20,28 @@ no-op entry of its term, i.e. its state machine holds every previously committed
 
 Files under ``data_dir``: ``raft.journal`` (pysyncobj's mmap'ed log), ``raft.journal.meta``
 (term, vote, commit index), ``raft.snapshot`` (our format: both Raft entries pysyncobj
-needs, the state machine's bytes, CRC-32), ``raft.lock`` (flock: one process per directory).
+needs, the voter set as of the snapshot, the state machine's bytes, CRC-32),
+``raft.bootstrap`` (the voter set the log started from), ``raft.lock`` (flock: one process
+per directory).
+
+Membership (KIP-853's AddRaftVoter / RemoveRaftVoter), through pysyncobj's dynamic membership:
+`add_voter` / `remove_voter` on the leader, one change at a time. pysyncobj logs a change as a
+membership entry and switches its configuration when the entry is *appended* (Raft's
+single-server change: the configuration in use is the latest in the log, committed or not),
+rolls it back if the entry is truncated, and refuses connections from addresses outside it, so
+a removed node is sent nothing, counts toward no commit and can win no election (its own
+configuration, which it never sees change, does not matter). What pysyncobj 0.3.17 does not
+get right, and this module does: (1) a snapshot made by our serializer carried no voter set
+(pysyncobj asks the deserializer for it and *replaces* its partners with the answer), so the
+snapshot now stores the configuration as of its last entry (`_RaftNode.voters_at`); (2) at
+start pysyncobj takes the partners it is given, loads the snapshot's set, then re-applies only
+the *committed* membership entries, and only as they are applied: here the partners passed at
+start are already the latest configuration of the snapshot + journal (`_persisted_voters`),
+so the ``voters`` a caller passes (a configuration file) matter only for an empty directory;
+(3) it applied every membership entry a second time when committed (re-adding a node that a
+later, uncommitted entry removed): skipped; (4) a membership change proposed on a node that
+has just lost leadership was forwarded to the new leader: refused; (5) anyone could add or
+remove nodes with pysyncobj's admin messages on the Raft port: refused.
 A compaction runs ``snapshot()`` on the tick thread, so the snapshot and the journal tail
 agree: a restart is ``restore(snapshot)`` then the journal entries after it, each once.
 
@@ -74,6 +95,7 @@ from pathlib import Path
 from typing import Any, Protocol, cast
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
+from pysyncobj import pickle as syncobj_pickle
 from pysyncobj.config import SERIALIZER_STATE
 from pysyncobj.journal import FileJournal
 from pysyncobj.transport import TCPTransport
@@ -94,6 +116,7 @@ _BIND_RETRY_S = 0.1
 _BIND_ATTEMPTS = 20
 _NOTIFIER_POLL_S = 0.05
 _JOIN_TIMEOUT_S = 5.0
+_TICK_TASKS_MAX = 16
 _LOG_MESSAGES = frozenset({"append_entries", "next_node_idx"})
 _META_MESSAGES = _LOG_MESSAGES | {"request_vote", "response_vote"}
 
@@ -103,8 +126,13 @@ _JOURNAL_MAGIC = b"PYSYNCOBJ"
 _JOURNAL_END_POS = 36
 _JOURNAL_HEADER_BYTES = 40
 
-_SNAPSHOT_MAGIC = b"RLMQSNP1"
-_SNAPSHOT_HEAD = struct.Struct(">8sQQQQIIQ")  # magic, last idx/term, prev idx/term, 3 lengths
+_SNAPSHOT_MAGIC_V1 = b"RLMQSNP1"  # read only: written before the voter set was kept
+_SNAPSHOT_HEAD_V1 = struct.Struct(">8sQQQQIIQ")  # magic, last idx/term, prev idx/term, 3 lengths
+_SNAPSHOT_MAGIC = b"RLMQSNP2"
+_SNAPSHOT_HEAD = struct.Struct(">8sQQQQIIQI")  # v1's fields, then the voters' length
+BOOTSTRAP_FILE = "raft.bootstrap"  # the voter set this node's log started from (one per line)
+_MEMBERSHIP_COMMAND = 2  # pysyncobj's _COMMAND_TYPE.MEMBERSHIP: b"\x02" + pickle([op, id, node])
+_MEMBERSHIP_BYTE = bytes([_MEMBERSHIP_COMMAND])
 _CRC = struct.Struct(">I")
 
 
@@ -232,6 +260,12 @@ class RaftStorageError(MetadataLogError):
     """The data directory is corrupt or in use by another process."""
 
 
+class MembershipChangeError(MetadataLogError):
+    """pysyncobj refused a membership change: another one is not yet committed, this leader
+    has not committed an entry of its term yet, the address is already a voter (add) or is
+    not one (remove), or it is this node (a leader does not remove itself)."""
+
+
 class StateMachine(Protocol):
     def apply(self, payload: bytes, index: int) -> object:
         """Apply one committed entry; deterministic. The result goes to the appender's future.
@@ -261,32 +295,45 @@ class _Snapshot:
     last: _Entry  # the last applied entry
     prev: _Entry  # the one before it (pysyncobj keeps both)
     state: bytes
+    voters: frozenset[str] | None  # the configuration as of ``last``; None in a v1 snapshot
 
 
 def _encode_snapshot(snapshot: _Snapshot) -> bytes:
     last, prev = snapshot.last, snapshot.prev
-    lengths = (len(last[0]), len(prev[0]), len(snapshot.state))
+    voters = "\n".join(sorted(snapshot.voters or ())).encode()
+    lengths = (len(last[0]), len(prev[0]), len(snapshot.state), len(voters))
     head = _SNAPSHOT_HEAD.pack(_SNAPSHOT_MAGIC, *last[1:], *prev[1:], *lengths)
-    body = b"".join((head, last[0], prev[0], snapshot.state))
+    body = b"".join((head, last[0], prev[0], voters, snapshot.state))
     return body + _CRC.pack(zlib.crc32(body))
 
 
 def _decode_snapshot(blob: bytes, origin: str) -> _Snapshot:
-    if len(blob) < _SNAPSHOT_HEAD.size + _CRC.size:
+    if len(blob) < _SNAPSHOT_HEAD_V1.size + _CRC.size:
         raise RaftStorageError(f"snapshot {origin} is truncated ({len(blob)} bytes)")
     body, (crc,) = blob[: -_CRC.size], _CRC.unpack(blob[-_CRC.size :])
     if zlib.crc32(body) != crc:
         raise RaftStorageError(f"snapshot {origin} fails its CRC")
-    magic, last_i, last_t, prev_i, prev_t, last_n, prev_n, state_n = _SNAPSHOT_HEAD.unpack_from(
-        body
-    )
-    start = _SNAPSHOT_HEAD.size
-    if magic != _SNAPSHOT_MAGIC or start + last_n + prev_n + state_n != len(body):
+    if body.startswith(_SNAPSHOT_MAGIC) and len(body) >= _SNAPSHOT_HEAD.size:
+        *fields, voters_n = _SNAPSHOT_HEAD.unpack_from(body)
+        start = _SNAPSHOT_HEAD.size
+    else:
+        fields, voters_n, start = (
+            list(_SNAPSHOT_HEAD_V1.unpack_from(body)),
+            0,
+            _SNAPSHOT_HEAD_V1.size,
+        )
+    magic, last_i, last_t, prev_i, prev_t, last_n, prev_n, state_n = fields
+    if magic not in (_SNAPSHOT_MAGIC, _SNAPSHOT_MAGIC_V1) or (
+        start + last_n + prev_n + voters_n + state_n != len(body)
+    ):
         raise RaftStorageError(f"snapshot {origin} has a bad header")
     last_cmd = body[start : start + last_n]
     prev_cmd = body[start + last_n : start + last_n + prev_n]
-    state = body[start + last_n + prev_n :]
-    return _Snapshot((last_cmd, last_i, last_t), (prev_cmd, prev_i, prev_t), state)
+    voters_at = start + last_n + prev_n
+    names = body[voters_at : voters_at + voters_n].decode()
+    voters = frozenset(filter(None, names.split("\n"))) if magic == _SNAPSHOT_MAGIC else None
+    state = body[voters_at + voters_n :]
+    return _Snapshot((last_cmd, last_i, last_t), (prev_cmd, prev_i, prev_t), state, voters)
 
 
 def _entry(raw: Any) -> _Entry:
@@ -363,6 +410,74 @@ def _finish_compaction(path: Path, snapshot: _Snapshot) -> None:
         journal._destroy()  # msyncs and closes
 
 
+# -- membership (pysyncobj's dynamic membership change) ---------------------------------------
+
+
+def _membership_change(command: bytes) -> tuple[str, str] | None:
+    """("add" | "rem", address) of a pysyncobj membership entry, None for any other entry."""
+    if not command or command[0] != _MEMBERSHIP_COMMAND:
+        return None
+    operation, address = syncobj_pickle.loads(command[1:])[:2]
+    return str(operation), str(address)
+
+
+def _replay_membership(
+    voters: frozenset[str], commands: Sequence[bytes], self_address: str, reverse: bool = False
+) -> frozenset[str]:
+    """The configuration after (or, ``reverse``, before) the membership entries among
+    ``commands``, as pysyncobj applies them: this node never adds or removes itself."""
+    out = set(voters)
+    for command in reversed(commands) if reverse else commands:
+        change = _membership_change(command)
+        if change is None or change[1] == self_address:
+            continue
+        if (change[0] == "add") != reverse:
+            out.add(change[1])
+        else:
+            out.discard(change[1])
+    return frozenset(out)
+
+
+def _bootstrap_voters(data_dir: Path, configured: Sequence[str], fsync: bool) -> frozenset[str]:
+    """The voter set this node's log started from: written once, when the directory holds no
+    log yet, and read back on every later start, so a restarted node rebuilds its configuration
+    from its own files (snapshot, journal), never from a configuration file edited since."""
+    path = data_dir / BOOTSTRAP_FILE
+    if path.exists():
+        return frozenset(filter(None, path.read_text().split("\n")))
+    if (data_dir / JOURNAL_FILE).exists() or (data_dir / SNAPSHOT_FILE).exists():
+        return frozenset(configured)  # a directory written before the bootstrap file existed
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("w") as file:
+        file.write("\n".join(sorted(configured)) + "\n")
+        file.flush()
+        if fsync:
+            os.fsync(file.fileno())
+    tmp.replace(path)
+    return frozenset(configured)
+
+
+def _latest_voters(
+    path: Path, base: frozenset[str], after_index: int, self_address: str
+) -> frozenset[str]:
+    """``base`` (the configuration at ``after_index``) changed by every membership entry of the
+    journal after that index, committed or not: Raft's rule, a node uses the latest
+    configuration in its log."""
+    if not path.exists():
+        return base
+    journal = FileJournal(str(path))
+    try:
+        commands = [bytes(entry[0]) for entry in journal[:] if entry[1] > after_index]
+    finally:
+        journal._destroy()
+    return _replay_membership(base, commands, self_address)
+
+
+def log_exists(data_dir: Path) -> bool:
+    """Whether ``data_dir`` already holds a log, whose voter set then outranks any given."""
+    return any((data_dir / name).exists() for name in (BOOTSTRAP_FILE, JOURNAL_FILE, SNAPSHOT_FILE))
+
+
 def _lock_directory(data_dir: Path) -> int:
     fd = os.open(data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -377,13 +492,20 @@ class _SnapshotStore:
     """pysyncobj's serializer / serializeChecker / deserializer hooks, run on its tick thread.
 
     pysyncobj calls ``serialize(tmp, (last, prev, cluster))`` then renames tmp over the snapshot
-    file itself; ``check`` reports the outcome on the next tick, before the journal is cut."""
+    file itself; ``check`` reports the outcome on the next tick, before the journal is cut.
+
+    The voter set is part of the snapshot. pysyncobj's ``cluster`` is not stored: it is the
+    configuration of the whole log (membership entries count from the moment they are
+    appended), not of the snapshot's last entry; ``node.voters_at(last index)`` is. Loading
+    returns ``node.voters_loaded(snapshot)`` as the cluster (pysyncobj replaces its partners
+    with it; an empty set, as before, would drop every partner)."""
 
     def __init__(
-        self, path: Path, state_machine: StateMachine, fsync: bool, on_fatal: Callable[[str], None]
+        self, path: Path, node: _RaftNode, fsync: bool, on_fatal: Callable[[str], None]
     ) -> None:
         self._path = path
-        self._state_machine = state_machine
+        self._node = node
+        self._state_machine = node._state_machine
         self._fsync = fsync
         self._on_fatal = on_fatal
         self._written_inode: int | None = None  # set by serialize, consumed by check
@@ -392,7 +514,9 @@ class _SnapshotStore:
     def serialize(self, tmp_name: str, data: tuple[Any, ...]) -> None:
         last, prev = _entry(data[0]), _entry(data[1])
         try:
-            blob = _encode_snapshot(_Snapshot(last, prev, self._state_machine.snapshot()))
+            voters = self._node.voters_at(last[1])
+            state = self._state_machine.snapshot()
+            blob = _encode_snapshot(_Snapshot(last, prev, state, voters))
             with open(tmp_name, "wb") as file:
                 file.write(blob)
                 file.flush()
@@ -421,7 +545,7 @@ class _SnapshotStore:
             return cast(int, SERIALIZER_STATE.FAILED)
         return cast(int, SERIALIZER_STATE.SUCCESS)
 
-    def deserialize(self, name: str) -> tuple[_Entry, _Entry, frozenset[str]]:
+    def deserialize(self, name: str) -> tuple[_Entry, _Entry, list[str]]:
         """pysyncobj swallows any exception raised here and carries on (acknowledging an
         installed snapshot it did not load): a failure stops the node instead."""
         try:
@@ -431,10 +555,11 @@ class _SnapshotStore:
                 fsync_path(path)
                 fsync_path(path.parent)
             self._state_machine.restore(snapshot.state)
+            partners = self._node.voters_loaded(snapshot)
         except Exception as error:
             self._on_fatal(f"cannot load the snapshot {name}: {error!r}")
             raise
-        return snapshot.last, snapshot.prev, frozenset()
+        return snapshot.last, snapshot.prev, partners
 
 
 # -- the pysyncobj node ----------------------------------------------------------------------
@@ -460,7 +585,8 @@ class _RaftTransport(TCPTransport):  # type: ignore[misc]
     """pysyncobj's TCP transport with the node's hooks around every message sent or received."""
 
     def send(self, node: Any, message: Any) -> bool:
-        self._syncObj.before_send(message)
+        if not self._syncObj.before_send(message):
+            return False
         return bool(super().send(node, message))
 
     def _onMessageReceived(self, node: Any, message: Any) -> None:
@@ -497,13 +623,59 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
         self.view: tuple[str | None, bool] = (None, False)  # (leader, self is ready leader)
         self.log_end = 0
         self.fatal: str | None = None
-        store = _SnapshotStore(data_dir / SNAPSHOT_FILE, state_machine, options.fsync, self.stop)
+        self.voters: frozenset[str] = frozenset((self_address, *partners))  # latest config
+        self._tick_tasks: collections.deque[Callable[[], None]] = collections.deque(
+            maxlen=_TICK_TASKS_MAX
+        )
+        store = _SnapshotStore(data_dir / SNAPSHOT_FILE, self, options.fsync, self.stop)
         conf = _syncobj_conf(self_address, timing, options, data_dir, store)
         super().__init__(self_address, partners, conf, transportClass=_RaftTransport)
         # pysyncobj stops ticking once the thread that built it ends; tie it to the interpreter.
         self._SyncObj__mainThread = threading.main_thread()
         self.tick_thread = cast(threading.Thread, self._SyncObj__thread)
+        # Membership changes only through MetadataLog (the controller mirrors them in its
+        # metadata), never through pysyncobj's unauthenticated admin messages on the Raft port.
+        transport = self._SyncObj__transport
+        for command in ("add", "remove"):
+            transport.setOnUtilityMessageCallback(command, _deny_utility_command)
         self.addOnTickCallback(self._publish_view)
+
+    def _SyncObj__doApplyCommand(self, command: bytes) -> object:  # overrides a private method
+        """pysyncobj applies a membership entry twice: when it is appended (Raft's rule) and
+        again when it is applied, "for a restart". The second time re-adds a node that a later
+        entry already removed, until that entry is applied too. Here a configuration is rebuilt
+        at start from the snapshot and the journal (`_latest_voters`), so the apply-time change
+        is skipped; the entry still resolves the proposer's callback."""
+        if _membership_change(command) is not None:
+            return None
+        return SyncObj._SyncObj__doApplyCommand(self, command)
+
+    def membership_pending(self) -> bool:
+        """A membership entry in the log is not applied yet (tick thread)."""
+        journal = self._SyncObj__raftLog
+        unapplied = journal[max(0, self.raftLastApplied - journal[0][1] + 1) :]
+        return any(bytes(entry[0][:1]) == _MEMBERSHIP_BYTE for entry in unapplied)
+
+    def voters_at(self, index: int) -> frozenset[str]:
+        """The configuration as of log ``index`` (tick thread): the latest one with the
+        membership entries after ``index`` undone."""
+        current = frozenset(str(node.id) for node in self.otherNodes) | {self.selfNode.id}
+        journal = self._SyncObj__raftLog
+        later = [bytes(e[0]) for e in journal[max(0, index - journal[0][1] + 1) :]]
+        return _replay_membership(current, later, self.selfNode.id, reverse=True)
+
+    def voters_loaded(self, snapshot: _Snapshot) -> list[str]:
+        """The partners pysyncobj takes on loading ``snapshot`` (tick thread). At start with
+        the journal kept, the latest configuration, computed before pysyncobj started; an
+        installed snapshot (or a journal pysyncobj clears) leaves the snapshot's own."""
+        journal = self._SyncObj__raftLog
+        restart = bool(self._SyncObj__needLoadDumpFile)
+        kept = len(journal) >= 2 and journal[0] == snapshot.prev and journal[1] == snapshot.last
+        if snapshot.voters is None or (restart and kept):
+            voters = frozenset(str(node.id) for node in self.otherNodes)
+        else:
+            voters = snapshot.voters
+        return sorted(v for v in voters if v != self.selfNode.id)
 
     @replicated  # type: ignore[misc, untyped-decorator, unused-ignore]
     def _replicate(self, command: bytes) -> object:
@@ -527,6 +699,11 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
             return _ApplyFailure(error)
 
     def _publish_view(self) -> None:
+        while self._tick_tasks:
+            self._tick_tasks.popleft()()
+        voters = frozenset(str(node.id) for node in self.otherNodes) | {self.selfNode.id}
+        if voters != self.voters:
+            self.voters = voters
         self.log_end = self._SyncObj__raftLog[-1][1]
         noop = self._SyncObj__noopIDx
         ready = bool(self._isLeader() and noop is not None and self.raftLastApplied >= noop)
@@ -571,13 +748,17 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
         message["entries"] = [e for e in message.get("entries", ()) if e[1] > last_index]
         message["prevLogIdx"], message["prevLogTerm"] = last_index, last_term
 
-    def before_send(self, message: Any) -> None:
-        """Runs on the tick thread before any message leaves: makes what it vouches for durable."""
+    def before_send(self, message: Any) -> bool:
+        """Runs on the tick thread before any message leaves: makes what it vouches for durable.
+        False: the message must not leave (a membership change is never forwarded)."""
         if self.fatal is not None:
             raise _NodeStopped(self.fatal)
         kind = message.get("type") if isinstance(message, dict) else None
+        if kind == "apply_command" and _membership_change(message["command"]) is not None:
+            self._refuse_forwarded(message)
+            return False
         if not self._fsync or kind not in _META_MESSAGES:
-            return
+            return True
         try:
             if kind in _LOG_MESSAGES:
                 self._sync_journal()
@@ -585,6 +766,16 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
         except OSError as error:
             self.stop(f"fsync failed: {error}")
             raise
+        return True
+
+    def _refuse_forwarded(self, message: dict[str, Any]) -> None:
+        """pysyncobj forwards a command proposed on a node that is no longer the leader to
+        the leader; a membership change was validated by this node as the leader, so it is
+        dropped here and its proposer told NOT_LEADER."""
+        waiting = self._SyncObj__commandsWaitingReply
+        callback = waiting.pop(message.get("request_id"), None)
+        if callback is not None:
+            callback(None, FAIL_REASON.NOT_LEADER)
 
     def _sync_journal(self) -> None:
         journal = self._SyncObj__raftLog
@@ -631,8 +822,10 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
 class MetadataLog:
     """A voter of the metadata quorum, backed by pysyncobj. See the module docstring.
 
-    ``voters`` lists the voters' "host:port" Raft addresses, with or without ``self_address``;
-    ``data_dir`` holds this voter's files (created if missing, locked while open)."""
+    ``voters`` lists the voters' "host:port" Raft addresses, with or without ``self_address``:
+    the configuration a new log starts from; a ``data_dir`` that holds a log uses the latest
+    one in it instead (see Membership above). ``data_dir`` holds this voter's files (created if
+    missing, locked while open)."""
 
     def __init__(
         self,
@@ -653,6 +846,7 @@ class MetadataLog:
             collections.OrderedDict()
         )
         self._tokens = itertools.count()
+        self._membership_token: int | None = None  # a membership change proposed, unresolved
         self._closed = False
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -674,7 +868,8 @@ class MetadataLog:
         _repair_journal(journal_path, fsync)
         if snapshot_path.exists():
             _finish_compaction(journal_path, _decode_snapshot(snapshot_path.read_bytes(), "file"))
-        partners = [voter for voter in self._voters if voter != self.self_address]
+        voters = self._persisted_voters(data_dir)
+        partners = sorted(voter for voter in voters if voter != self.self_address)
         settings = (self._timing, self._options)
         node = _RaftNode(
             self.self_address, partners, data_dir, self._state_machine, settings, self._wake.set
@@ -687,6 +882,23 @@ class MetadataLog:
         if fsync:
             fsync_path(data_dir)  # the journal and lock files exist durably
         return node
+
+    def _persisted_voters(self, data_dir: Path) -> frozenset[str]:
+        """The latest configuration in this node's files: the snapshot's voter set (or the
+        bootstrap set) changed by the journal's membership entries after it. The ``voters``
+        given to the constructor count only for a directory that holds no log yet."""
+        base = _bootstrap_voters(data_dir, self._voters, self._options.fsync)
+        after_index = 0
+        snapshot_path = data_dir / SNAPSHOT_FILE
+        if snapshot_path.exists():
+            snapshot = _decode_snapshot(snapshot_path.read_bytes(), "file")
+            after_index = snapshot.last[1]
+            base = snapshot.voters if snapshot.voters is not None else base
+        voters = _latest_voters(data_dir / JOURNAL_FILE, base, after_index, self.self_address)
+        if voters != frozenset(self._voters):
+            logger.info("%s: voters from the log %s (configured: %s)", self.self_address,
+                        sorted(voters), sorted(self._voters))  # fmt: skip
+        return voters | {self.self_address}
 
     # -- writes ------------------------------------------------------------------------------
     def append(self, payload: bytes) -> Future[object]:
@@ -718,10 +930,76 @@ class MetadataLog:
         self._node._replicate(command, callback=functools.partial(self._on_result, token))
         return future
 
+    # -- membership --------------------------------------------------------------------------
+    def add_voter(self, address: str) -> Future[object]:
+        """Add a voter (leader only; one change at a time: refused while an earlier membership
+        entry is not applied, a check pysyncobj 0.3.17 means to make but never does, its
+        ``__changeClusterIDx`` being never set). The configuration changes on each
+        node when the entry reaches its log; the future resolves (None) when it is applied
+        here, or fails with MembershipChangeError / NotLeaderError / CommitTimeoutError."""
+        return self._change_membership(address, self._node.addNodeToCluster)
+
+    def remove_voter(self, address: str) -> Future[object]:
+        """Remove a voter other than this node (leader only); see `add_voter`. The removed
+        node is no longer sent entries and its connections are refused."""
+        return self._change_membership(address, self._node.removeNodeFromCluster)
+
+    def _change_membership(self, address: str, change: Callable[..., None]) -> Future[object]:
+        _check_addresses(address, [address])
+        future: Future[object] = Future()
+        future.set_running_or_notify_cancel()
+        leader, ready = self._node.view
+        deadline = time.monotonic() + self._timing.commit_timeout_s
+        with self._lock:
+            if self._closed or self._node.fatal is not None:
+                error: MetadataLogError | None = LogClosedError(self._node.fatal or "closed")
+            elif not ready:
+                error = NotLeaderError(leader)
+            else:
+                error, token = None, next(self._tokens)
+                self._pending[token] = (deadline, future)
+        if error is not None:
+            future.set_exception(error)
+            return future
+        callback = functools.partial(self._on_result, token)
+
+        def propose() -> None:  # on the tick thread, which reads the journal
+            with self._lock:  # pysyncobj 0.3.17 never checks it itself (see add_voter)
+                busy = self._membership_token is not None or self._node.membership_pending()
+                if busy:
+                    self._pending.pop(token, None)
+                else:
+                    self._membership_token = token
+            if busy:
+                message = "the previous membership change is not committed yet"
+                future.set_exception(MembershipChangeError(message))
+            else:
+                change(address, callback=callback)
+
+        self._node._tick_tasks.append(propose)
+        return future
+
+    def transfer_leadership(self, address: str | None = None) -> None:
+        """Ask the leader to hand leadership to ``address`` (None: the most caught-up voter),
+        best effort, on the tick thread: poll `leader()` for the outcome."""
+
+        def transfer() -> None:
+            if self._node.view[1]:
+                self._node.transferLeadership(address)
+
+        self._node._tick_tasks.append(transfer)
+        self._wake.set()
+
+    def voters(self) -> frozenset[str]:
+        """This node's latest configuration (its own address included)."""
+        return self._node.voters
+
     def _on_result(self, token: int, result: object, error: int) -> None:
         """pysyncobj's callback, on its tick thread."""
         with self._lock:
             entry = self._pending.pop(token, None)
+            if token == self._membership_token:
+                self._membership_token = None
         if entry is None:
             return  # already timed out or closed
         future = entry[1]
@@ -731,6 +1009,8 @@ class MetadataLog:
             future.set_result(result)
         elif error == FAIL_REASON.QUEUE_FULL:
             future.set_exception(TooManyInFlightError("pysyncobj's command queue is full"))
+        elif error == FAIL_REASON.REQUEST_DENIED:  # only membership changes are ever denied
+            future.set_exception(MembershipChangeError("pysyncobj refused the change"))
         else:  # fenced, NOT_LEADER, LEADER_CHANGED, MISSING_LEADER, DISCARDED, ...
             future.set_exception(NotLeaderError(self._node.view[0]))
 
@@ -758,7 +1038,7 @@ class MetadataLog:
         node = self._node
         leader, ready = node.view
         voters = []
-        for address in self._voters:
+        for address in sorted(node.voters):
             if address == self.self_address:
                 voters.append(VoterStatus(address, node.log_end if ready else None, True))
             else:
@@ -827,6 +1107,8 @@ class MetadataLog:
                     break
                 del self._pending[token]
                 expired.append(future)
+                if token == self._membership_token:  # its entry, if any, is in the journal now
+                    self._membership_token = None
         for future in expired:
             future.set_exception(
                 CommitTimeoutError(f"not committed in {self._timing.commit_timeout_s} s")
@@ -876,5 +1158,9 @@ def _syncobj_conf(
         deserializer=store.deserialize,
         bindRetryTime=_BIND_RETRY_S,
         maxBindRetries=_BIND_ATTEMPTS,
-        dynamicMembershipChange=False,
+        dynamicMembershipChange=True,
     )
+
+
+def _deny_utility_command(args: Any, callback: Callable[[object, int], None]) -> None:
+    callback(None, FAIL_REASON.REQUEST_DENIED)

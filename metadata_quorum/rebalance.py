@@ -1,5 +1,6 @@
 """A balanced reassignment plan that moves as little as it can: what
-``raftlog partitions reassign --generate`` proposes (pure; no image, no IO).
+``raftlog partitions reassign --generate`` proposes (pure; no image, no IO). And the plan that
+drains one broker (:func:`plan_drain`), what ``raftlog cluster remove-node`` carries out.
 
 Kafka's kafka-reassign-partitions ``--generate`` places every partition afresh, so nearly every
 replica moves. This planner keeps every replica it can: each broker ends with ``floor(total / n)``
@@ -37,6 +38,42 @@ def plan_reassignment(
     placed = _fill(current, kept, targets)
     _even_out(current, placed, targets)
     return _balance_leaders(_order_leaders(current, placed, targets), targets)
+
+
+def plan_drain(
+    current: Mapping[Partition, Sequence[int]], leaving: int, brokers: Sequence[int]
+) -> dict[Partition, tuple[int, ...]]:
+    """Targets that move every replica off ``leaving`` and nothing else (``raftlog cluster
+    remove-node``): in each partition of ``current`` that has one, the replica on ``leaving`` is
+    replaced by the broker of ``brokers`` holding the fewest replicas that does not hold the
+    partition yet (the lowest id on a tie); where ``leaving`` was the preferred leader, the
+    member that is the preferred leader of the fewest partitions takes its place (the
+    replicas already there first on a tie). Partitions without a replica on it are left out."""
+    remaining = sorted(set(brokers) - {leaving})
+    replicas = Counter(b for r in current.values() for b in r if b != leaving)
+    leaders = Counter(r[0] for r in current.values() if r and r[0] != leaving)
+    plan: dict[Partition, tuple[int, ...]] = {}
+    for tp in sorted(current):
+        members = tuple(current[tp])
+        if leaving not in members:
+            continue
+        free = [b for b in remaining if b not in members]
+        if not free:
+            raise KafkaError(
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+                f"{tp[0]}-{tp[1]} has {len(members)} replicas: moving the one on broker "
+                f"{leaving} needs another broker, and only {remaining} remain",
+            )
+        new = min(free, key=lambda b: (replicas[b], b))
+        replicas[new] += 1
+        if members[0] != leaving:
+            plan[tp] = tuple(new if b == leaving else b for b in members)
+            continue
+        candidates = [*(b for b in members if b != leaving), new]
+        leader = min(candidates, key=lambda b: (leaders[b], candidates.index(b)))
+        leaders[leader] += 1
+        plan[tp] = (leader, *(b for b in candidates if b != leader))
+    return plan
 
 
 def _quotas(total: int, brokers: Sequence[int]) -> tuple[int, int]:

@@ -133,6 +133,34 @@ class LeaderChange:
     term: int
 
 
+@dataclass(frozen=True)
+class ControllerVoter:
+    """A voter of the metadata quorum: its node id, the CONTROLLER listener (gRPC) clients use,
+    the Raft port voters use (on the same host)."""
+
+    node_id: int
+    host: str
+    port: int
+    raft_port: int
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def raft_address(self) -> str:
+        return f"{self.host}:{self.raft_port}"
+
+
+@dataclass(frozen=True)
+class VotersRecord:
+    """The whole voter set of the metadata quorum (KIP-853's VotersRecord), written by the
+    active controller after each committed membership change and when the image's set is not
+    the Raft log's (the first active controller, a change whose record a failover lost)."""
+
+    voters: tuple[ControllerVoter, ...]
+
+
 MetadataRecord = (
     RegisterBroker
     | UnregisterBroker
@@ -146,6 +174,7 @@ MetadataRecord = (
     | ConfigRecord
     | ProducerIdsRecord
     | LeaderChange
+    | VotersRecord
 )
 
 RECORD_TYPES: tuple[type, ...] = (
@@ -161,4 +190,5 @@ RECORD_TYPES: tuple[type, ...] = (
     ConfigRecord,
     ProducerIdsRecord,
     LeaderChange,
+    VotersRecord,
 )

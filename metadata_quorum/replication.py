@@ -504,6 +504,32 @@ def generate_leadership_changes(
     return records
 
 
+def imbalanced_partitions(image: MetadataImage, percentage: int) -> list[tuple[str, int]]:
+    """The partitions whose preferred leader (first replica) does not lead them, for each broker
+    whose share of such partitions, among those it is the preferred leader of, exceeds
+    ``percentage`` (Kafka's ``leader.imbalance.per.broker.percentage``; 0 = any), in order."""
+    preferred: Counter[int] = Counter()
+    not_led: dict[int, list[tuple[str, int]]] = {}
+    for topic in sorted(image.topics.values(), key=lambda t: t.name):
+        for p, current in sorted(topic.partitions.items()):
+            broker = current.preferred_leader
+            preferred[broker] += 1
+            if current.leader != broker:
+                not_led.setdefault(broker, []).append((topic.name, p))
+    return sorted(
+        tp
+        for broker, partitions in not_led.items()
+        if len(partitions) * 100 > percentage * preferred[broker]
+        for tp in partitions
+    )
+
+
 def generate_preferred_rebalance(image: MetadataImage) -> list[MetadataRecord]:
-    """auto.leader.rebalance.enable: move leadership back to preferred replicas that can take it."""
-    return generate_elect_leaders(image, unclean=False, wanted=None).records
+    """auto.leader.rebalance.enable: move leadership back to the preferred replicas that can
+    take it, of the brokers over ``leader.imbalance.per.broker.percentage`` (Kafka's
+    ``checkAndTriggerAutoLeaderRebalance``: a broker within the share is left alone)."""
+    percentage = cluster_config(image).leader_imbalance_per_broker_percentage
+    wanted = imbalanced_partitions(image, percentage)
+    if not wanted:
+        return []
+    return generate_elect_leaders(image, unclean=False, wanted=wanted).records

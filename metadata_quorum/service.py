@@ -12,7 +12,6 @@ import logging
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent import futures
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
@@ -22,12 +21,15 @@ from metadata_quorum.cluster import (
     generate_allocate_producer_ids,
     generate_heartbeat,
     generate_register_broker,
+    generate_unregister_broker,
 )
 from metadata_quorum.codec import (
     endpoint_from_proto,
     endpoint_to_proto,
     record_to_proto,
     snapshot_to_proto,
+    voter_from_proto,
+    voter_to_proto,
 )
 from metadata_quorum.controller import NotControllerError, QuorumController
 from metadata_quorum.image import MetadataImage, PartitionRegistration
@@ -41,6 +43,7 @@ from metadata_quorum.records import (
     NO_LEADER,
     ConfigRecord,
     ConfigResourceType,
+    ControllerVoter,
     MetadataRecord,
 )
 from metadata_quorum.replication import (
@@ -67,30 +70,20 @@ FORWARD_TIMEOUT_S = 2.0
 FORWARD_TIMEOUT_MIN_S = 0.05
 
 
-@dataclass(frozen=True)
-class Voter:
-    """A controller: its id, the gRPC address clients use, the Raft address voters use."""
-
-    node_id: int
-    host: str
-    port: int
-    raft_port: int
-
-    @property
-    def address(self) -> str:
-        return f"{self.host}:{self.port}"
-
-    @property
-    def raft_address(self) -> str:
-        return f"{self.host}:{self.raft_port}"
+Voter = ControllerVoter  # a controller: its id, the gRPC address clients use, its Raft address
+PROBE_TIMEOUT_S = 2.0  # AddRaftVoter asks the new controller who it is, within this
 
 
 class ControllerServicer(pb_grpc.ControllerServiceServicer):
-    def __init__(self, controller: QuorumController, voters: list[Voter], cluster_id: str) -> None:
+    def __init__(self, controller: QuorumController, cluster_id: str) -> None:
         self.controller = controller
-        self.voters = {v.node_id: v for v in voters}
         self.cluster_id = cluster_id
         self.stop_streams = False
+
+    @property
+    def voters(self) -> dict[int, Voter]:
+        """The quorum's voters: the image's (KIP-853), or the static ones until recorded."""
+        return {v.node_id: v for v in self.controller.voters()}
 
     # -- plumbing ----------------------------------------------------------------------------
     def _status(self, error: ErrorCode = ErrorCode.NONE, message: str = "") -> pb.Status:
@@ -168,6 +161,18 @@ class ControllerServicer(pb_grpc.ControllerServiceServicer):
             )
 
         return self._guard(pb.BrokerHeartbeatResponse, body)
+
+    def UnregisterBroker(self, request: pb.UnregisterBrokerRequest, context: Any) -> Any:
+        def body() -> pb.UnregisterBrokerResponse:
+            self.controller.write(
+                lambda image: (
+                    generate_unregister_broker(image, request.broker_id, request.force),
+                    None,
+                )
+            )
+            return pb.UnregisterBrokerResponse(status=self._status())
+
+        return self._guard(pb.UnregisterBrokerResponse, body)
 
     def AllocateProducerIds(self, request: pb.AllocateProducerIdsRequest, context: Any) -> Any:
         def body() -> pb.AllocateProducerIdsResponse:
@@ -397,6 +402,7 @@ class ControllerServicer(pb_grpc.ControllerServiceServicer):
                 for _, b in sorted(image.brokers.items())
             ],
             metadata_offset=image.offset,
+            voters=[voter_to_proto(v) for v in self.controller.voters()],
         )
 
     def DescribeTopics(self, request: pb.DescribeTopicsRequest, context: Any) -> Any:
@@ -447,6 +453,7 @@ class ControllerServicer(pb_grpc.ControllerServiceServicer):
     def _local_quorum(self) -> pb.DescribeQuorumResponse:
         status = self.controller.quorum_status()
         by_raft = {v.raft_address: v for v in self.voters.values()}
+        image = self._image()
         leader = by_raft.get(status.leader or "")
         voters = []
         for vs, lag in zip(status.voters, voter_lags(status), strict=True):
@@ -458,17 +465,58 @@ class ControllerServicer(pb_grpc.ControllerServiceServicer):
                     match_index=-1 if vs.match_index is None else vs.match_index,
                     lag=-1 if lag is None else lag,
                     connected=vs.connected,
+                    raft_address=vs.address,
                 )
             )
+        offsets = self.controller.sessions.metadata_offset if self.controller.is_active else {}
+        observers = [
+            pb.ObserverState(
+                node_id=broker_id,
+                metadata_offset=offsets.get(broker_id, -1),
+                lag=max(0, image.offset - offsets[broker_id]) if broker_id in offsets else -1,
+            )
+            for broker_id in sorted(image.brokers)
+        ]
         return pb.DescribeQuorumResponse(
             status=self._status(),
             leader_id=leader.node_id if leader else NO_LEADER,
             term=status.term,
             commit_index=status.commit_index,
-            metadata_offset=self._image().offset,
+            metadata_offset=image.offset,
             voters=voters,
             has_quorum=status.has_quorum,
+            observers=observers,
         )
+
+    # -- controller membership (KIP-853) -------------------------------------------------------
+    def AddRaftVoter(self, request: pb.AddRaftVoterRequest, context: Any) -> Any:
+        def body() -> pb.RaftVoterResponse:
+            self._check_cluster_id(request.cluster_id)
+            voter = voter_from_proto(request.voter)
+            self._check_cluster_id(_probe_cluster_id(voter))  # running, and one of ours
+            voters = self.controller.add_voter(voter)
+            return pb.RaftVoterResponse(
+                status=self._status(), voters=[voter_to_proto(v) for v in voters]
+            )
+
+        return self._guard(pb.RaftVoterResponse, body)
+
+    def RemoveRaftVoter(self, request: pb.RemoveRaftVoterRequest, context: Any) -> Any:
+        def body() -> pb.RaftVoterResponse:
+            self._check_cluster_id(request.cluster_id)
+            voters = self.controller.remove_voter(request.voter_id)
+            return pb.RaftVoterResponse(
+                status=self._status(), voters=[voter_to_proto(v) for v in voters]
+            )
+
+        return self._guard(pb.RaftVoterResponse, body)
+
+    def _check_cluster_id(self, cluster_id: str) -> None:
+        if cluster_id and cluster_id != self.cluster_id:
+            raise KafkaError(
+                ErrorCode.INCONSISTENT_CLUSTER_ID,
+                f"cluster id {cluster_id!r} is not this cluster's ({self.cluster_id!r})",
+            )
 
     def FetchMetadata(self, request: pb.FetchMetadataRequest, context: Any) -> Iterator[Any]:
         """Stream updates from ``from_offset``: the image first if the caller is too far behind,
@@ -507,6 +555,22 @@ def voter_lags(status: QuorumStatus) -> list[int | None]:
     return [
         None if v.match_index is None else max(0, last_index - v.match_index) for v in status.voters
     ]
+
+
+def _probe_cluster_id(voter: ControllerVoter) -> str:
+    """The cluster id the controller to add serves (DescribeCluster on its CONTROLLER
+    listener); REQUEST_TIMED_OUT if it does not answer: it must run before it is added."""
+    try:
+        with grpc.insecure_channel(voter.address) as channel:
+            stub = pb_grpc.ControllerServiceStub(channel)
+            answer = stub.DescribeCluster(pb.DescribeClusterRequest(), timeout=PROBE_TIMEOUT_S)
+    except grpc.RpcError as error:
+        raise KafkaError(
+            ErrorCode.REQUEST_TIMED_OUT,
+            f"controller {voter.node_id} does not answer at {voter.address} ({error.code()}): "
+            "start it (with the current voters in controller.quorum.voters) first",
+        ) from error
+    return str(answer.cluster_id)
 
 
 def _forwarded(context: Any) -> bool:
@@ -595,13 +659,16 @@ def _resource(resource: pb.ConfigResource) -> tuple[ConfigResourceType, str]:
         raise KafkaError(
             ErrorCode.INVALID_REQUEST, f"unknown resource type {resource.resource_type}"
         ) from error
-    if kind is ConfigResourceType.BROKER and resource.resource_name:
-        raise KafkaError(
-            ErrorCode.INVALID_REQUEST,
-            "broker configs are cluster-wide: use resource name '' (per-broker overrides are "
-            "set in the node's configuration file)",
-        )
-    return kind, resource.resource_name
+    name = resource.resource_name
+    if kind is ConfigResourceType.BROKER and name:
+        if not (name.isascii() and name.isdigit() and int(name) < 2**31):
+            raise KafkaError(
+                ErrorCode.INVALID_REQUEST,
+                f"a broker resource is named by a broker id, or '' for the cluster-wide "
+                f"default: {name!r}",
+            )
+        name = str(int(name))  # "007" is broker 7's
+    return kind, name
 
 
 def _config_changes(
@@ -622,6 +689,8 @@ def _config_changes(
                 records.append(ConfigRecord(kind, name, entry.name, entry.value))
         if kind is ConfigResourceType.TOPIC:
             configs.validate_topic_configs(current)
+        elif name:
+            configs.validate_broker_configs(current)
         else:
             configs.validate_cluster_configs(current)
     except KafkaError as error:
@@ -635,6 +704,8 @@ def _describe_configs(image: MetadataImage, resource: pb.ConfigResource) -> list
         if image.topic(name) is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name}")
         rows = configs.describe_topic(image, name)
+    elif name:
+        rows = configs.describe_broker(image, int(name))
     else:
         rows = configs.describe_cluster(image)
     return [pb.ConfigEntry(name=k, value=v, is_default=d) for k, v, d in rows]

@@ -1112,6 +1112,52 @@ class DescribeConfigsResponse(_message.Message):
 Global___DescribeConfigsResponse: _TypeAlias = DescribeConfigsResponse  # noqa: Y015
 
 @_typing.final
+class UnregisterBrokerRequest(_message.Message):
+    """Kafka's UnregisterBroker (key 64): refused for a broker that still hosts replicas or is
+    unfenced, unless force (raftlog's addition; Kafka refuses neither).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BROKER_ID_FIELD_NUMBER: _builtins.int
+    FORCE_FIELD_NUMBER: _builtins.int
+    broker_id: _builtins.int
+    force: _builtins.bool
+    def __init__(
+        self,
+        *,
+        broker_id: _builtins.int = ...,
+        force: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_id", b"broker_id", "force", b"force"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UnregisterBrokerRequest: _TypeAlias = UnregisterBrokerRequest  # noqa: Y015
+
+@_typing.final
+class UnregisterBrokerResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def status(self) -> Global___Status: ...
+    def __init__(
+        self,
+        *,
+        status: Global___Status | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UnregisterBrokerResponse: _TypeAlias = UnregisterBrokerResponse  # noqa: Y015
+
+@_typing.final
 class AllocateProducerIdsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -1219,6 +1265,7 @@ class DescribeClusterResponse(_message.Message):
     CONTROLLER_ADDRESS_FIELD_NUMBER: _builtins.int
     BROKERS_FIELD_NUMBER: _builtins.int
     METADATA_OFFSET_FIELD_NUMBER: _builtins.int
+    VOTERS_FIELD_NUMBER: _builtins.int
     cluster_id: _builtins.str
     controller_id: _builtins.int
     controller_address: _builtins.str
@@ -1227,6 +1274,12 @@ class DescribeClusterResponse(_message.Message):
     def status(self) -> Global___Status: ...
     @_builtins.property
     def brokers(self) -> _containers.RepeatedCompositeFieldContainer[Global___BrokerDescription]: ...
+    @_builtins.property
+    def voters(self) -> _containers.RepeatedCompositeFieldContainer[_metadata_pb2.ControllerVoter]:
+        """The metadata quorum's voters as the image records them (KIP-853): where to find the
+        controllers after the quorum's membership changed.
+        """
+
     def __init__(
         self,
         *,
@@ -1236,10 +1289,11 @@ class DescribeClusterResponse(_message.Message):
         controller_address: _builtins.str = ...,
         brokers: _abc.Iterable[Global___BrokerDescription] | None = ...,
         metadata_offset: _builtins.int = ...,
+        voters: _abc.Iterable[_metadata_pb2.ControllerVoter] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["brokers", b"brokers", "cluster_id", b"cluster_id", "controller_address", b"controller_address", "controller_id", b"controller_id", "metadata_offset", b"metadata_offset", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["brokers", b"brokers", "cluster_id", b"cluster_id", "controller_address", b"controller_address", "controller_id", b"controller_id", "metadata_offset", b"metadata_offset", "status", b"status", "voters", b"voters"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1376,6 +1430,7 @@ class VoterState(_message.Message):
     MATCH_INDEX_FIELD_NUMBER: _builtins.int
     LAG_FIELD_NUMBER: _builtins.int
     CONNECTED_FIELD_NUMBER: _builtins.int
+    RAFT_ADDRESS_FIELD_NUMBER: _builtins.int
     node_id: _builtins.int
     address: _builtins.str
     match_index: _builtins.int
@@ -1383,6 +1438,7 @@ class VoterState(_message.Message):
     lag: _builtins.int
     """commit index - match index, -1 = unknown"""
     connected: _builtins.bool
+    raft_address: _builtins.str
     def __init__(
         self,
         *,
@@ -1391,14 +1447,44 @@ class VoterState(_message.Message):
         match_index: _builtins.int = ...,
         lag: _builtins.int = ...,
         connected: _builtins.bool = ...,
+        raft_address: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "connected", b"connected", "lag", b"lag", "match_index", b"match_index", "node_id", b"node_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "connected", b"connected", "lag", b"lag", "match_index", b"match_index", "node_id", b"node_id", "raft_address", b"raft_address"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___VoterState: _TypeAlias = VoterState  # noqa: Y015
+
+@_typing.final
+class ObserverState(_message.Message):
+    """A broker following the metadata (Kafka's observers of the metadata log)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    METADATA_OFFSET_FIELD_NUMBER: _builtins.int
+    LAG_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.int
+    metadata_offset: _builtins.int
+    """as of its last heartbeat to the active controller, -1 = unknown"""
+    lag: _builtins.int
+    """records behind the active controller's image, -1 = unknown"""
+    def __init__(
+        self,
+        *,
+        node_id: _builtins.int = ...,
+        metadata_offset: _builtins.int = ...,
+        lag: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lag", b"lag", "metadata_offset", b"metadata_offset", "node_id", b"node_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ObserverState: _TypeAlias = ObserverState  # noqa: Y015
 
 @_typing.final
 class DescribeQuorumResponse(_message.Message):
@@ -1411,6 +1497,7 @@ class DescribeQuorumResponse(_message.Message):
     METADATA_OFFSET_FIELD_NUMBER: _builtins.int
     VOTERS_FIELD_NUMBER: _builtins.int
     HAS_QUORUM_FIELD_NUMBER: _builtins.int
+    OBSERVERS_FIELD_NUMBER: _builtins.int
     leader_id: _builtins.int
     """-1 = none"""
     term: _builtins.int
@@ -1421,6 +1508,8 @@ class DescribeQuorumResponse(_message.Message):
     def status(self) -> Global___Status: ...
     @_builtins.property
     def voters(self) -> _containers.RepeatedCompositeFieldContainer[Global___VoterState]: ...
+    @_builtins.property
+    def observers(self) -> _containers.RepeatedCompositeFieldContainer[Global___ObserverState]: ...
     def __init__(
         self,
         *,
@@ -1431,14 +1520,91 @@ class DescribeQuorumResponse(_message.Message):
         metadata_offset: _builtins.int = ...,
         voters: _abc.Iterable[Global___VoterState] | None = ...,
         has_quorum: _builtins.bool = ...,
+        observers: _abc.Iterable[Global___ObserverState] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["commit_index", b"commit_index", "has_quorum", b"has_quorum", "leader_id", b"leader_id", "metadata_offset", b"metadata_offset", "status", b"status", "term", b"term", "voters", b"voters"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commit_index", b"commit_index", "has_quorum", b"has_quorum", "leader_id", b"leader_id", "metadata_offset", b"metadata_offset", "observers", b"observers", "status", b"status", "term", b"term", "voters", b"voters"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DescribeQuorumResponse: _TypeAlias = DescribeQuorumResponse  # noqa: Y015
+
+@_typing.final
+class AddRaftVoterRequest(_message.Message):
+    """Kafka's AddRaftVoter (key 80): make a running controller a voter of the metadata quorum."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLUSTER_ID_FIELD_NUMBER: _builtins.int
+    VOTER_FIELD_NUMBER: _builtins.int
+    cluster_id: _builtins.str
+    """"" = do not check"""
+    @_builtins.property
+    def voter(self) -> _metadata_pb2.ControllerVoter: ...
+    def __init__(
+        self,
+        *,
+        cluster_id: _builtins.str = ...,
+        voter: _metadata_pb2.ControllerVoter | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["voter", b"voter"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "voter", b"voter"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddRaftVoterRequest: _TypeAlias = AddRaftVoterRequest  # noqa: Y015
+
+@_typing.final
+class RemoveRaftVoterRequest(_message.Message):
+    """Kafka's RemoveRaftVoter (key 81)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLUSTER_ID_FIELD_NUMBER: _builtins.int
+    VOTER_ID_FIELD_NUMBER: _builtins.int
+    cluster_id: _builtins.str
+    voter_id: _builtins.int
+    def __init__(
+        self,
+        *,
+        cluster_id: _builtins.str = ...,
+        voter_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "voter_id", b"voter_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveRaftVoterRequest: _TypeAlias = RemoveRaftVoterRequest  # noqa: Y015
+
+@_typing.final
+class RaftVoterResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUS_FIELD_NUMBER: _builtins.int
+    VOTERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def status(self) -> Global___Status: ...
+    @_builtins.property
+    def voters(self) -> _containers.RepeatedCompositeFieldContainer[_metadata_pb2.ControllerVoter]:
+        """the voters after the change"""
+
+    def __init__(
+        self,
+        *,
+        status: Global___Status | None = ...,
+        voters: _abc.Iterable[_metadata_pb2.ControllerVoter] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["status", b"status", "voters", b"voters"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RaftVoterResponse: _TypeAlias = RaftVoterResponse  # noqa: Y015
 
 @_typing.final
 class FetchMetadataRequest(_message.Message):

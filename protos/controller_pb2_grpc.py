@@ -44,6 +44,11 @@ class ControllerServiceStub:
                 request_serializer=protos_dot_controller__pb2.BrokerHeartbeatRequest.SerializeToString,
                 response_deserializer=protos_dot_controller__pb2.BrokerHeartbeatResponse.FromString,
                 _registered_method=True)
+        self.UnregisterBroker = channel.unary_unary(
+                '/raftlog.controller.ControllerService/UnregisterBroker',
+                request_serializer=protos_dot_controller__pb2.UnregisterBrokerRequest.SerializeToString,
+                response_deserializer=protos_dot_controller__pb2.UnregisterBrokerResponse.FromString,
+                _registered_method=True)
         self.CreateTopics = channel.unary_unary(
                 '/raftlog.controller.ControllerService/CreateTopics',
                 request_serializer=protos_dot_controller__pb2.CreateTopicsRequest.SerializeToString,
@@ -109,6 +114,16 @@ class ControllerServiceStub:
                 request_serializer=protos_dot_controller__pb2.DescribeQuorumRequest.SerializeToString,
                 response_deserializer=protos_dot_controller__pb2.DescribeQuorumResponse.FromString,
                 _registered_method=True)
+        self.AddRaftVoter = channel.unary_unary(
+                '/raftlog.controller.ControllerService/AddRaftVoter',
+                request_serializer=protos_dot_controller__pb2.AddRaftVoterRequest.SerializeToString,
+                response_deserializer=protos_dot_controller__pb2.RaftVoterResponse.FromString,
+                _registered_method=True)
+        self.RemoveRaftVoter = channel.unary_unary(
+                '/raftlog.controller.ControllerService/RemoveRaftVoter',
+                request_serializer=protos_dot_controller__pb2.RemoveRaftVoterRequest.SerializeToString,
+                response_deserializer=protos_dot_controller__pb2.RaftVoterResponse.FromString,
+                _registered_method=True)
         self.FetchMetadata = channel.unary_stream(
                 '/raftlog.controller.ControllerService/FetchMetadata',
                 request_serializer=protos_dot_controller__pb2.FetchMetadataRequest.SerializeToString,
@@ -126,6 +141,12 @@ class ControllerServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def BrokerHeartbeat(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnregisterBroker(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -209,6 +230,18 @@ class ControllerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AddRaftVoter(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveRaftVoter(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def FetchMetadata(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -227,6 +260,11 @@ def add_ControllerServiceServicer_to_server(servicer, server):
                     servicer.BrokerHeartbeat,
                     request_deserializer=protos_dot_controller__pb2.BrokerHeartbeatRequest.FromString,
                     response_serializer=protos_dot_controller__pb2.BrokerHeartbeatResponse.SerializeToString,
+            ),
+            'UnregisterBroker': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnregisterBroker,
+                    request_deserializer=protos_dot_controller__pb2.UnregisterBrokerRequest.FromString,
+                    response_serializer=protos_dot_controller__pb2.UnregisterBrokerResponse.SerializeToString,
             ),
             'CreateTopics': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateTopics,
@@ -293,6 +331,16 @@ def add_ControllerServiceServicer_to_server(servicer, server):
                     request_deserializer=protos_dot_controller__pb2.DescribeQuorumRequest.FromString,
                     response_serializer=protos_dot_controller__pb2.DescribeQuorumResponse.SerializeToString,
             ),
+            'AddRaftVoter': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddRaftVoter,
+                    request_deserializer=protos_dot_controller__pb2.AddRaftVoterRequest.FromString,
+                    response_serializer=protos_dot_controller__pb2.RaftVoterResponse.SerializeToString,
+            ),
+            'RemoveRaftVoter': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveRaftVoter,
+                    request_deserializer=protos_dot_controller__pb2.RemoveRaftVoterRequest.FromString,
+                    response_serializer=protos_dot_controller__pb2.RaftVoterResponse.SerializeToString,
+            ),
             'FetchMetadata': grpc.unary_stream_rpc_method_handler(
                     servicer.FetchMetadata,
                     request_deserializer=protos_dot_controller__pb2.FetchMetadataRequest.FromString,
@@ -353,6 +401,33 @@ class ControllerService:
             '/raftlog.controller.ControllerService/BrokerHeartbeat',
             protos_dot_controller__pb2.BrokerHeartbeatRequest.SerializeToString,
             protos_dot_controller__pb2.BrokerHeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnregisterBroker(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.controller.ControllerService/UnregisterBroker',
+            protos_dot_controller__pb2.UnregisterBrokerRequest.SerializeToString,
+            protos_dot_controller__pb2.UnregisterBrokerResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -704,6 +779,60 @@ class ControllerService:
             '/raftlog.controller.ControllerService/DescribeQuorum',
             protos_dot_controller__pb2.DescribeQuorumRequest.SerializeToString,
             protos_dot_controller__pb2.DescribeQuorumResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddRaftVoter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.controller.ControllerService/AddRaftVoter',
+            protos_dot_controller__pb2.AddRaftVoterRequest.SerializeToString,
+            protos_dot_controller__pb2.RaftVoterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveRaftVoter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.controller.ControllerService/RemoveRaftVoter',
+            protos_dot_controller__pb2.RemoveRaftVoterRequest.SerializeToString,
+            protos_dot_controller__pb2.RaftVoterResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -35,6 +35,7 @@ class ControllerServiceStub:
     def __new__(cls, channel: _aio.Channel) -> ControllerServiceAsyncStub: ...
     RegisterBroker: _grpc.UnaryUnaryMultiCallable[_controller_pb2.RegisterBrokerRequest, _controller_pb2.RegisterBrokerResponse]
     BrokerHeartbeat: _grpc.UnaryUnaryMultiCallable[_controller_pb2.BrokerHeartbeatRequest, _controller_pb2.BrokerHeartbeatResponse]
+    UnregisterBroker: _grpc.UnaryUnaryMultiCallable[_controller_pb2.UnregisterBrokerRequest, _controller_pb2.UnregisterBrokerResponse]
     CreateTopics: _grpc.UnaryUnaryMultiCallable[_controller_pb2.CreateTopicsRequest, _controller_pb2.CreateTopicsResponse]
     DeleteTopics: _grpc.UnaryUnaryMultiCallable[_controller_pb2.DeleteTopicsRequest, _controller_pb2.DeleteTopicsResponse]
     CreatePartitions: _grpc.UnaryUnaryMultiCallable[_controller_pb2.CreatePartitionsRequest, _controller_pb2.CreatePartitionsResponse]
@@ -48,6 +49,8 @@ class ControllerServiceStub:
     DescribeCluster: _grpc.UnaryUnaryMultiCallable[_controller_pb2.DescribeClusterRequest, _controller_pb2.DescribeClusterResponse]
     DescribeTopics: _grpc.UnaryUnaryMultiCallable[_controller_pb2.DescribeTopicsRequest, _controller_pb2.DescribeTopicsResponse]
     DescribeQuorum: _grpc.UnaryUnaryMultiCallable[_controller_pb2.DescribeQuorumRequest, _controller_pb2.DescribeQuorumResponse]
+    AddRaftVoter: _grpc.UnaryUnaryMultiCallable[_controller_pb2.AddRaftVoterRequest, _controller_pb2.RaftVoterResponse]
+    RemoveRaftVoter: _grpc.UnaryUnaryMultiCallable[_controller_pb2.RemoveRaftVoterRequest, _controller_pb2.RaftVoterResponse]
     FetchMetadata: _grpc.UnaryStreamMultiCallable[_controller_pb2.FetchMetadataRequest, _controller_pb2.MetadataUpdate]
 
 @_typing.type_check_only
@@ -55,6 +58,7 @@ class ControllerServiceAsyncStub(ControllerServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     RegisterBroker: _aio.UnaryUnaryMultiCallable[_controller_pb2.RegisterBrokerRequest, _controller_pb2.RegisterBrokerResponse]  # type: ignore[assignment]
     BrokerHeartbeat: _aio.UnaryUnaryMultiCallable[_controller_pb2.BrokerHeartbeatRequest, _controller_pb2.BrokerHeartbeatResponse]  # type: ignore[assignment]
+    UnregisterBroker: _aio.UnaryUnaryMultiCallable[_controller_pb2.UnregisterBrokerRequest, _controller_pb2.UnregisterBrokerResponse]  # type: ignore[assignment]
     CreateTopics: _aio.UnaryUnaryMultiCallable[_controller_pb2.CreateTopicsRequest, _controller_pb2.CreateTopicsResponse]  # type: ignore[assignment]
     DeleteTopics: _aio.UnaryUnaryMultiCallable[_controller_pb2.DeleteTopicsRequest, _controller_pb2.DeleteTopicsResponse]  # type: ignore[assignment]
     CreatePartitions: _aio.UnaryUnaryMultiCallable[_controller_pb2.CreatePartitionsRequest, _controller_pb2.CreatePartitionsResponse]  # type: ignore[assignment]
@@ -68,6 +72,8 @@ class ControllerServiceAsyncStub(ControllerServiceStub):
     DescribeCluster: _aio.UnaryUnaryMultiCallable[_controller_pb2.DescribeClusterRequest, _controller_pb2.DescribeClusterResponse]  # type: ignore[assignment]
     DescribeTopics: _aio.UnaryUnaryMultiCallable[_controller_pb2.DescribeTopicsRequest, _controller_pb2.DescribeTopicsResponse]  # type: ignore[assignment]
     DescribeQuorum: _aio.UnaryUnaryMultiCallable[_controller_pb2.DescribeQuorumRequest, _controller_pb2.DescribeQuorumResponse]  # type: ignore[assignment]
+    AddRaftVoter: _aio.UnaryUnaryMultiCallable[_controller_pb2.AddRaftVoterRequest, _controller_pb2.RaftVoterResponse]  # type: ignore[assignment]
+    RemoveRaftVoter: _aio.UnaryUnaryMultiCallable[_controller_pb2.RemoveRaftVoterRequest, _controller_pb2.RaftVoterResponse]  # type: ignore[assignment]
     FetchMetadata: _aio.UnaryStreamMultiCallable[_controller_pb2.FetchMetadataRequest, _controller_pb2.MetadataUpdate]  # type: ignore[assignment]
 
 class ControllerServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -84,6 +90,13 @@ class ControllerServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _controller_pb2.BrokerHeartbeatRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_controller_pb2.BrokerHeartbeatResponse, _abc.Awaitable[_controller_pb2.BrokerHeartbeatResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def UnregisterBroker(
+        self,
+        request: _controller_pb2.UnregisterBrokerRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_controller_pb2.UnregisterBrokerResponse, _abc.Awaitable[_controller_pb2.UnregisterBrokerResponse]]: ...
 
     @_abc_1.abstractmethod
     def CreateTopics(
@@ -175,6 +188,20 @@ class ControllerServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _controller_pb2.DescribeQuorumRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_controller_pb2.DescribeQuorumResponse, _abc.Awaitable[_controller_pb2.DescribeQuorumResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def AddRaftVoter(
+        self,
+        request: _controller_pb2.AddRaftVoterRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_controller_pb2.RaftVoterResponse, _abc.Awaitable[_controller_pb2.RaftVoterResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def RemoveRaftVoter(
+        self,
+        request: _controller_pb2.RemoveRaftVoterRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_controller_pb2.RaftVoterResponse, _abc.Awaitable[_controller_pb2.RaftVoterResponse]]: ...
 
     @_abc_1.abstractmethod
     def FetchMetadata(

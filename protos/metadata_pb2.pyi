@@ -483,6 +483,61 @@ class LeaderChangeRecord(_message.Message):
 Global___LeaderChangeRecord: _TypeAlias = LeaderChangeRecord  # noqa: Y015
 
 @_typing.final
+class ControllerVoter(_message.Message):
+    """A voter of the metadata quorum: CONTROLLER listener host:port, Raft port on the same host."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
+    PORT_FIELD_NUMBER: _builtins.int
+    RAFT_PORT_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.int
+    host: _builtins.str
+    port: _builtins.int
+    raft_port: _builtins.int
+    def __init__(
+        self,
+        *,
+        node_id: _builtins.int = ...,
+        host: _builtins.str = ...,
+        port: _builtins.int = ...,
+        raft_port: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["host", b"host", "node_id", b"node_id", "port", b"port", "raft_port", b"raft_port"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ControllerVoter: _TypeAlias = ControllerVoter  # noqa: Y015
+
+@_typing.final
+class VotersRecord(_message.Message):
+    """The whole voter set after a membership change (KIP-853)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VERSION_FIELD_NUMBER: _builtins.int
+    VOTERS_FIELD_NUMBER: _builtins.int
+    version: _builtins.int
+    @_builtins.property
+    def voters(self) -> _containers.RepeatedCompositeFieldContainer[Global___ControllerVoter]: ...
+    def __init__(
+        self,
+        *,
+        version: _builtins.int = ...,
+        voters: _abc.Iterable[Global___ControllerVoter] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["version", b"version", "voters", b"voters"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___VotersRecord: _TypeAlias = VotersRecord  # noqa: Y015
+
+@_typing.final
 class MetadataRecord(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -498,6 +553,7 @@ class MetadataRecord(_message.Message):
     CONFIG_FIELD_NUMBER: _builtins.int
     PRODUCER_IDS_FIELD_NUMBER: _builtins.int
     LEADER_CHANGE_FIELD_NUMBER: _builtins.int
+    VOTERS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def register_broker(self) -> Global___RegisterBrokerRecord: ...
     @_builtins.property
@@ -522,6 +578,8 @@ class MetadataRecord(_message.Message):
     def producer_ids(self) -> Global___ProducerIdsRecord: ...
     @_builtins.property
     def leader_change(self) -> Global___LeaderChangeRecord: ...
+    @_builtins.property
+    def voters(self) -> Global___VotersRecord: ...
     def __init__(
         self,
         *,
@@ -537,12 +595,13 @@ class MetadataRecord(_message.Message):
         config: Global___ConfigRecord | None = ...,
         producer_ids: Global___ProducerIdsRecord | None = ...,
         leader_change: Global___LeaderChangeRecord | None = ...,
+        voters: Global___VotersRecord | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["broker_registration_change", b"broker_registration_change", "config", b"config", "fence_broker", b"fence_broker", "leader_change", b"leader_change", "partition", b"partition", "partition_change", b"partition_change", "producer_ids", b"producer_ids", "record", b"record", "register_broker", b"register_broker", "remove_topic", b"remove_topic", "topic", b"topic", "unfence_broker", b"unfence_broker", "unregister_broker", b"unregister_broker"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["broker_registration_change", b"broker_registration_change", "config", b"config", "fence_broker", b"fence_broker", "leader_change", b"leader_change", "partition", b"partition", "partition_change", b"partition_change", "producer_ids", b"producer_ids", "record", b"record", "register_broker", b"register_broker", "remove_topic", b"remove_topic", "topic", b"topic", "unfence_broker", b"unfence_broker", "unregister_broker", b"unregister_broker", "voters", b"voters"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_registration_change", b"broker_registration_change", "config", b"config", "fence_broker", b"fence_broker", "leader_change", b"leader_change", "partition", b"partition", "partition_change", b"partition_change", "producer_ids", b"producer_ids", "record", b"record", "register_broker", b"register_broker", "remove_topic", b"remove_topic", "topic", b"topic", "unfence_broker", b"unfence_broker", "unregister_broker", b"unregister_broker"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_registration_change", b"broker_registration_change", "config", b"config", "fence_broker", b"fence_broker", "leader_change", b"leader_change", "partition", b"partition", "partition_change", b"partition_change", "producer_ids", b"producer_ids", "record", b"record", "register_broker", b"register_broker", "remove_topic", b"remove_topic", "topic", b"topic", "unfence_broker", b"unfence_broker", "unregister_broker", b"unregister_broker", "voters", b"voters"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_record: _TypeAlias = _typing.Literal["register_broker", "unregister_broker", "fence_broker", "unfence_broker", "broker_registration_change", "topic", "partition", "partition_change", "remove_topic", "config", "producer_ids", "leader_change"]  # noqa: Y015
+    _WhichOneofReturnType_record: _TypeAlias = _typing.Literal["register_broker", "unregister_broker", "fence_broker", "unfence_broker", "broker_registration_change", "topic", "partition", "partition_change", "remove_topic", "config", "producer_ids", "leader_change", "voters"]  # noqa: Y015
     _WhichOneofArgType_record: _TypeAlias = _typing.Literal["record", b"record"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_record) -> _WhichOneofReturnType_record | None: ...
 

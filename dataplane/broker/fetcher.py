@@ -5,6 +5,11 @@ batch and the leader epoch it believes in. The leader answers with batches (appe
 its high watermark, or a diverging epoch: the follower then truncates to the leader's end offset
 for that epoch (or its own, if smaller) and fetches again. A partition whose leader refuses it
 (not leader, fenced epoch) is backed off until the metadata moves it.
+
+Replication throttles, the follower's side: while the broker's follower quota is exceeded, the
+partitions it throttles (named in the topic's ``follower.replication.throttled.replicas`` and out
+of the ISR) are left out of the fetch request, and the bytes fetched for them are recorded against
+the quota (see :mod:`dataplane.broker.replication_quota`).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from dataclasses import dataclass
 import grpc
 
 from dataplane.broker.partition import Partition
+from dataplane.broker.replication_quota import ReplicationQuota
 from protos import broker_pb2 as pb
 from protos.wire import FetchAnswer, Records, each_partition, fetch_method
 from raftlog.errors import ErrorCode, KafkaError
@@ -44,6 +50,7 @@ class FetcherThread(threading.Thread):
         broker_epoch: Callable[[], int],
         config: FetcherConfig,
         clock_ms: Callable[[], int],
+        quota: ReplicationQuota | None = None,
     ) -> None:
         super().__init__(name=f"replica-fetcher-{broker_id}-from-{source_id}", daemon=True)
         self.broker_id = broker_id
@@ -52,6 +59,7 @@ class FetcherThread(threading.Thread):
         self.broker_epoch = broker_epoch
         self.config = config
         self.clock_ms = clock_ms
+        self.quota = quota  # the broker's follower quota, shared by its fetchers
         self._lock = threading.Lock()
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._delayed_until_ms: dict[tuple[str, int], int] = {}
@@ -78,7 +86,7 @@ class FetcherThread(threading.Thread):
     def run(self) -> None:
         backoff_ms = BACKOFF_MS
         while not self._stopped.is_set():
-            ready, wait_ms = self._ready_partitions()
+            ready, wait_ms, quota_wait_ms = self._ready_partitions()
             if not ready:
                 self._wake.wait(wait_ms / 1000)
                 self._wake.clear()
@@ -88,6 +96,8 @@ class FetcherThread(threading.Thread):
                 self._stopped.wait(backoff_ms / 1000)
                 continue
             request, sent = self._request(ready)
+            if quota_wait_ms is not None:  # back for the partitions held back once it allows
+                request.max_wait_ms = min(request.max_wait_ms, quota_wait_ms)
             if not sent:
                 self._wake.wait(BACKOFF_MS / 1000)
                 self._wake.clear()
@@ -106,7 +116,9 @@ class FetcherThread(threading.Thread):
             self._handle(answer, sent)
         self._drop_channel()
 
-    def _ready_partitions(self) -> tuple[list[Partition], int]:
+    def _ready_partitions(self) -> tuple[list[Partition], int, int | None]:
+        """The partitions to fetch now; how long to wait when there are none; and, when the
+        follower quota holds throttled partitions back, how long until it lets them go."""
         now_ms = self.clock_ms()
         with self._lock:
             ready = [
@@ -115,7 +127,13 @@ class FetcherThread(threading.Thread):
                 if self._delayed_until_ms.get(key, 0) <= now_ms
             ]
             pending = [t - now_ms for t in self._delayed_until_ms.values() if t > now_ms]
-        return ready, min(pending, default=BACKOFF_MAX_MS)
+        wait_ms = min(pending, default=BACKOFF_MAX_MS)
+        throttled = {id(p) for p in ready if p.follower_throttles()}
+        if not throttled or self.quota is None or not self.quota.exceeded():
+            return ready, wait_ms, None
+        quota_wait_ms = self.quota.delay_ms()
+        ready = [p for p in ready if id(p) not in throttled]
+        return ready, min(wait_ms, quota_wait_ms), quota_wait_ms
 
     def _fetch_method(self) -> grpc.UnaryUnaryMultiCallable | None:
         """Fetch on the source's channel, answering a ``protos.wire.FetchAnswer``: the records
@@ -174,6 +192,8 @@ class FetcherThread(threading.Thread):
             if entry is None:
                 continue
             partition, fetch_offset, leader_epoch = entry
+            if records and self.quota is not None and partition.follower_throttles():
+                self.quota.record(len(records))
             try:
                 error = apply_fetched(partition, fetch_offset, leader_epoch, item, records)
             except KafkaError as failure:
@@ -243,12 +263,14 @@ class FetcherManager:
         broker_epoch: Callable[[], int],
         config: FetcherConfig,
         clock_ms: Callable[[], int],
+        quota: ReplicationQuota | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.address_of = address_of
         self.broker_epoch = broker_epoch
         self.config = config
         self.clock_ms = clock_ms
+        self.quota = quota
         self._threads: dict[int, FetcherThread] = {}
 
     def reconcile(self, followed: dict[int, list[Partition]]) -> None:
@@ -260,7 +282,7 @@ class FetcherManager:
             if thread is None:
                 thread = FetcherThread(
                     self.broker_id, source_id, self.address_of, self.broker_epoch,
-                    self.config, self.clock_ms,
+                    self.config, self.clock_ms, self.quota,
                 )  # fmt: skip
                 self._threads[source_id] = thread
                 thread.set_partitions(partitions)

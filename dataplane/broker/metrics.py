@@ -7,13 +7,16 @@ controller's state are read at scrape time from callables, so nothing is kept tw
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from dataplane.broker.replication_quota import UNTHROTTLED_BYTES_PER_S, QuotaGauge
 
 LATENCY_BUCKETS_S = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0
@@ -92,6 +95,35 @@ class _StateCollector(Collector):
         )
 
 
+class _QuotaCollector(Collector):
+    def __init__(self, quotas: Callable[[], list[QuotaGauge]]) -> None:
+        self.quotas = quotas
+
+    def collect(self) -> Iterator[Any]:
+        labels = ["side"]
+        rate = GaugeMetricFamily(
+            "raftlog_replication_throttled_rate_bytes",
+            "leader/follower.replication.throttled.rate in bytes/s (+Inf: unthrottled)",
+            labels=labels,
+        )
+        moved = CounterMetricFamily(
+            "raftlog_replication_throttled_bytes",
+            "bytes of throttled replicas recorded against the replication quota",
+            labels=labels,
+        )
+        held = CounterMetricFamily(
+            "raftlog_replication_throttled_held_back",
+            "times the replication quota held throttled replicas back",
+            labels=labels,
+        )
+        for quota in self.quotas():
+            unthrottled = quota.rate_bytes_per_s >= UNTHROTTLED_BYTES_PER_S
+            rate.add_metric([quota.side], math.inf if unthrottled else quota.rate_bytes_per_s)
+            moved.add_metric([quota.side], quota.throttled_bytes)
+            held.add_metric([quota.side], quota.held_back)
+        yield from (rate, moved, held)
+
+
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, documentation, value=float(value))
 
@@ -137,6 +169,9 @@ class NodeMetrics:
         controller: Callable[[], ControllerGauge | None],
     ) -> None:
         self.registry.register(_StateCollector(partitions, controller))
+
+    def watch_replication_quotas(self, quotas: Callable[[], list[QuotaGauge]]) -> None:
+        self.registry.register(_QuotaCollector(quotas))
 
     def serve(self, host: str, port: int) -> Any:
         """Serve /metrics on ``host:port``; returns the server (``shutdown()`` stops it)."""

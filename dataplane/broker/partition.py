@@ -144,6 +144,10 @@ class Partition:
         self.epoch_start_offset = 0
         # set by the replica manager from its image: may this broker join an ISR now?
         self.isr_eligible: Callable[[int], bool] = lambda broker_id: True
+        # set by the replica manager from the topic's *.replication.throttled.replicas: is this
+        # replica throttled on the leader's side (its fetchers' catch-up) or the follower's?
+        self.leader_throttled = False
+        self.follower_throttled = False
         self._isr_retry_at_ms = 0  # after a refused ISR change, wait before proposing again
         self.high_watermark = min(self._read_hw_checkpoint(), log.log_end_offset)
         self._checkpointed_hw = self.high_watermark
@@ -280,6 +284,17 @@ class Partition:
             raise self._not_leader(error)
         if self.role is not Role.LEADER:
             raise self._not_leader()
+
+    # -- replication throttles ---------------------------------------------------------------------
+    def leader_throttles(self, replica_id: int) -> bool:
+        """Does the leader's quota bound ``replica_id``'s fetches? Only out of the ISR: a
+        caught-up follower is never slowed (Kafka's ``shouldLeaderThrottle``)."""
+        return self.leader_throttled and replica_id not in self.isr
+
+    def follower_throttles(self) -> bool:
+        """Does the follower's quota bound this replica's fetches (Kafka's
+        ``shouldFollowerThrottle``)? Only while it is out of the ISR."""
+        return self.follower_throttled and self.broker_id not in self.isr
 
     # -- the leader's paths ------------------------------------------------------------------------
     def append_as_leader(
@@ -423,8 +438,11 @@ class Partition:
         last_fetched_epoch: int,
         current_leader_epoch: int,
         max_bytes: int,
+        *,
+        throttled: bool = False,
     ) -> tuple[ReadResult, IsrChange | None]:
-        """Serve a follower's fetch; it also reports the follower's log end offset."""
+        """Serve a follower's fetch; it also reports the follower's log end offset. A
+        ``throttled`` fetch (the leader's replication quota is exceeded) gets no records."""
         with self._lock:
             self._check_leader(current_leader_epoch)
             if replica_id not in self.followers:
@@ -452,7 +470,7 @@ class Partition:
             self._maybe_advance_hw()
             change = self._isr_expansion(state)
             hw = self.high_watermark
-        records = self.log.read(fetch_offset, max_bytes, min_one_batch=True)
+        records = b"" if throttled else self.log.read(fetch_offset, max_bytes, min_one_batch=True)
         return ReadResult(records, hw, self.log.log_start_offset, leo, None), change
 
     def _isr_expansion(self, follower: rs.FollowerState) -> IsrChange | None:
@@ -488,14 +506,18 @@ class Partition:
         with self._lock:
             if self.pending_isr != change.new_isr or self.leader_epoch != change.leader_epoch:
                 return
+            if reg is not None and reg.leader_epoch > self.leader_epoch:
+                # The change committed with a reassignment's completion that moved the
+                # leadership away. Until the metadata demotes this replica, the high watermark
+                # keeps waiting on the larger set, as while the change was in flight (Kafka
+                # keeps its pending ISR too): the new leader may lack what the old ISR has.
+                return
             self.pending_isr = None
             if reg is None:
                 self._isr_retry_at_ms = self.clock_ms() + ISR_RETRY_BACKOFF_MS
             elif reg.leader_epoch == self.leader_epoch and (
                 reg.partition_epoch > self.partition_epoch
             ):
-                # (an answer with a new leader epoch completed a reassignment that moved the
-                # leadership: the metadata update that follows demotes or removes this replica)
                 self._set_registration(reg)
             self._maybe_advance_hw()
             self._wake()

@@ -6,6 +6,11 @@ follower at the image's leader epoch; a partition that is gone (topic deleted, r
 stopped and its directory deleted. Directories that the first complete image does not know are
 strays of topics deleted while the broker was away and are deleted too, as Kafka does in KRaft.
 
+Each image also sets the replication throttles: this broker's leader and follower quotas get
+their rates from its dynamic broker configs, and each hosted partition learns from its topic's
+``*.replication.throttled.replicas`` whether it is throttled on this broker's side (see
+:mod:`dataplane.broker.replication_quota`).
+
 The maintenance thread runs the periodic work: ISR shrink checks, high watermark checkpoints,
 time-based flushes, retention and compaction.
 
@@ -28,7 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dataplane.broker.partition import IsrChange, Partition, Role
+from dataplane.broker.replication_quota import ReplicationQuota
 from metadata_quorum import configs
+from metadata_quorum.configs import ThrottledReplicas
 from metadata_quorum.image import MetadataImage, PartitionRegistration
 from raftlog.config import LogConfig
 from raftlog.errors import ErrorCode, KafkaError, LogDirIOError, StorageError
@@ -43,6 +50,8 @@ MAINTENANCE_TICK_MS = 100
 class TopicSettings:
     log_config: LogConfig
     min_insync_replicas: int
+    leader_throttled: ThrottledReplicas
+    follower_throttled: ThrottledReplicas
 
 
 @dataclass(frozen=True)
@@ -76,6 +85,8 @@ class ReplicaManager:
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._settings: dict[str, TopicSettings] = {}
         self._strays_removed = False
+        self.leader_quota = ReplicationQuota("leader", clock_ms)
+        self.follower_quota = ReplicationQuota("follower", clock_ms)
         self._stop = threading.Event()
         self._maintenance = threading.Thread(
             target=self._maintain, name=f"replica-maintenance-{broker_id}", daemon=True
@@ -128,6 +139,7 @@ class ReplicaManager:
         unfenced yet) a partition the image says this broker leads is left as it is: that
         leadership belongs to a previous incarnation the controller has not fenced yet."""
         wanted = dict(self._assigned(image))
+        self._set_quotas(image)
         with self._lock:
             previous = dict(self._partitions)
         for key in previous.keys() - wanted.keys():
@@ -144,6 +156,12 @@ class ReplicaManager:
                 partition = self._open(topic, partition_id, topic_id, settings[topic].log_config)
             elif partition.log.config != settings[topic].log_config:
                 partition.log.config = settings[topic].log_config
+            partition.leader_throttled = settings[topic].leader_throttled.covers(
+                partition_id, self.broker_id
+            )
+            partition.follower_throttled = settings[topic].follower_throttled.covers(
+                partition_id, self.broker_id
+            )
             self._set_role(partition, reg, followed, may_lead)
             with self._lock:
                 self._partitions[(topic, partition_id)] = partition
@@ -169,10 +187,22 @@ class ReplicaManager:
                     yield (topic.name, partition_id), (topic.topic_id, reg)
 
     def _topic_settings(self, image: MetadataImage, topic: str) -> TopicSettings:
+        replication = configs.replication_config(image, topic)
         return TopicSettings(
             configs.log_config(image, topic),
-            configs.replication_config(image, topic).min_insync_replicas,
+            replication.min_insync_replicas,
+            *configs.throttled_replicas(replication),
         )
+
+    def _set_quotas(self, image: MetadataImage) -> None:
+        config = configs.broker_config(image, self.broker_id)
+        for quota, rate in (
+            (self.leader_quota, config.leader_replication_throttled_rate),
+            (self.follower_quota, config.follower_replication_throttled_rate),
+        ):
+            if quota.set_rate(rate):
+                log.info("broker %d: %s.replication.throttled.rate %d bytes/s",
+                         self.broker_id, quota.side, rate)  # fmt: skip
 
     def _set_role(
         self,

@@ -9,6 +9,7 @@ by the request's own timeout.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -272,10 +273,21 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
 
             # a follower waits for appends; the high watermark it learns on its next fetch
             marks = [ON_APPEND] * len(hosted) if request.replica_id >= 0 else None
+            if request.replica_id >= 0:
+                deadline = min(deadline, self._quota_deadline(request.replica_id, hosted))
             wait_until(hosted, deadline, done, marks)
         kind = "fetch_follower" if request.replica_id >= 0 else "fetch_consumer"
         self.metrics.request_latency.labels(kind).observe(time.perf_counter() - started)
         return answer
+
+    def _quota_deadline(self, replica_id: int, hosted: list[Partition]) -> float:
+        """A fetch that holds back throttled replicas is answered (empty) once the leader's
+        quota is out of debt, not at ``max_wait_ms``: the follower asks again at once."""
+        if any(p.leader_throttles(replica_id) for p in hosted):
+            delay_ms = self.replicas.leader_quota.delay_ms()
+            if delay_ms > 0:
+                return time.monotonic() + delay_ms / 1000
+        return math.inf
 
     def _read_all(self, request: pb.FetchRequest) -> tuple[FetchAnswer, int, list[Partition]]:
         response = pb.FetchResponse()
@@ -323,10 +335,14 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
     ) -> Records:
         """Fill ``result`` in but for its records, and return those."""
         if replica_id >= 0:
+            quota = self.replicas.leader_quota
+            throttles = partition.leader_throttles(replica_id)
             read, change = partition.read_for_follower(
                 replica_id, item.fetch_offset, item.last_fetched_epoch,
-                item.current_leader_epoch, max_bytes,
+                item.current_leader_epoch, max_bytes, throttled=throttles and quota.exceeded(),
             )  # fmt: skip
+            if throttles and read.records:
+                quota.record(len(read.records))
             if change is not None:
                 log.info(
                     "%s: broker %d caught up; ISR -> %s", partition.name, replica_id, change.new_isr
@@ -399,7 +415,8 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
             cluster_id=self.cluster_id,
             controller_id=image.controller_id,
             metadata_offset=image.offset,
-            controller_addresses=self.controller_addresses,
+            # the quorum's voters as the metadata names them (KIP-853), else the configured ones
+            controller_addresses=[v.address for v in image.voters] or self.controller_addresses,
         )
         for broker in image.unfenced_brokers():
             endpoint = broker.endpoint("BROKER")

@@ -140,6 +140,30 @@ class VoterDescription:
     match_index: int  # -1 = unknown
     lag: int  # -1 = unknown
     connected: bool
+    raft_address: str = ""
+
+
+@dataclass(frozen=True)
+class ObserverDescription:
+    """A broker following the metadata: its offset as of its last heartbeat, its lag."""
+
+    node_id: int
+    metadata_offset: int  # -1 = unknown
+    lag: int  # -1 = unknown
+
+
+@dataclass(frozen=True)
+class RaftVoter:
+    """A voter of the metadata quorum (KIP-853): CONTROLLER listener and Raft port."""
+
+    node_id: int
+    host: str
+    port: int
+    raft_port: int
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
 
 
 @dataclass(frozen=True)
@@ -150,6 +174,7 @@ class QuorumDescription:
     metadata_offset: int
     has_quorum: bool
     voters: tuple[VoterDescription, ...]
+    observers: tuple[ObserverDescription, ...] = ()
 
 
 class ConfigEntry(NamedTuple):
@@ -230,6 +255,10 @@ def _assignments(assignment: Mapping[int, Sequence[int]] | None) -> list[pb.Repl
         pb.ReplicaAssignment(partition=p, broker_ids=list(brokers))
         for p, brokers in sorted((assignment or {}).items())
     ]
+
+
+def _raft_voters(response: pb.RaftVoterResponse) -> tuple[RaftVoter, ...]:
+    return tuple(RaftVoter(v.node_id, v.host, v.port, v.raft_port) for v in response.voters)
 
 
 class AdminClient(Closing):
@@ -355,9 +384,21 @@ class AdminClient(Closing):
         )
 
     def describe_quorum(self) -> QuorumDescription:
+        """The quorum as the active controller sees it (any controller forwards the request
+        there). A controller that knows no leader (cut off, or removed from the voters and
+        never told) answers from its own view: another one that knows the leader is asked."""
+        request = pb.DescribeQuorumRequest()
         response = self._controllers.call(
-            "DescribeQuorum", pb.DescribeQuorumRequest(), deadline_s=self._timeout_s, any_node=True
+            "DescribeQuorum", request, deadline_s=self._timeout_s, any_node=True
         )
+        for address in self._controllers.controllers if response.leader_id < 0 else ():
+            try:
+                other = self._controllers.stub(address).DescribeQuorum(request, timeout=2.0)
+            except grpc.RpcError:
+                continue
+            if other.leader_id >= 0:
+                response = other
+                break
         error = _item_error(response.status.error_code, response.status.error_message)
         if error is not None:
             raise error
@@ -368,10 +409,40 @@ class AdminClient(Closing):
             metadata_offset=response.metadata_offset,
             has_quorum=response.has_quorum,
             voters=tuple(
-                VoterDescription(v.node_id, v.address, v.match_index, v.lag, v.connected)
+                VoterDescription(
+                    v.node_id, v.address, v.match_index, v.lag, v.connected, v.raft_address
+                )
                 for v in response.voters
             ),
+            observers=tuple(
+                ObserverDescription(o.node_id, o.metadata_offset, o.lag) for o in response.observers
+            ),
         )
+
+    def add_raft_voter(self, voter: RaftVoter, cluster_id: str = "") -> tuple[RaftVoter, ...]:
+        """Make a running controller a voter (Kafka's AddRaftVoter); the voters after it.
+        DUPLICATE_VOTER if its id or an address is a voter's, REQUEST_TIMED_OUT if it does not
+        answer (or another change is in flight), INCONSISTENT_CLUSTER_ID if it serves another
+        cluster, INVALID_REQUEST if the new set would have no live majority."""
+        wire = metadata_pb2.ControllerVoter(
+            node_id=voter.node_id, host=voter.host, port=voter.port, raft_port=voter.raft_port
+        )
+        request = pb.AddRaftVoterRequest(cluster_id=cluster_id, voter=wire)
+        return _raft_voters(self._checked("AddRaftVoter", request))
+
+    def remove_raft_voter(self, voter_id: int, cluster_id: str = "") -> tuple[RaftVoter, ...]:
+        """Remove a voter (Kafka's RemoveRaftVoter); the voters after it. VOTER_NOT_FOUND for
+        an id that is not a voter, INVALID_REQUEST for the last voter or one whose removal
+        leaves no live majority."""
+        request = pb.RemoveRaftVoterRequest(cluster_id=cluster_id, voter_id=voter_id)
+        return _raft_voters(self._checked("RemoveRaftVoter", request))
+
+    def unregister_broker(self, broker_id: int, force: bool = False) -> None:
+        """Remove a broker from the cluster's metadata (Kafka's ``unregisterBroker``). Refused
+        (INVALID_REQUEST) while it still hosts replicas or is unfenced (running), unless
+        ``force``; BROKER_ID_NOT_REGISTERED for an unknown broker."""
+        request = pb.UnregisterBrokerRequest(broker_id=broker_id, force=force)
+        self._checked("UnregisterBroker", request)
 
     def elect_leaders(
         self,

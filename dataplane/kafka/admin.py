@@ -1,5 +1,6 @@
 """The KAFKA listener's admin APIs: CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs,
-DescribeCluster, AlterPartitionReassignments and ListPartitionReassignments.
+DescribeCluster, AlterPartitionReassignments, ListPartitionReassignments, UnregisterBroker,
+AddRaftVoter and RemoveRaftVoter.
 
 As a KRaft broker forwards admin requests to the active controller (KIP-590), each request is
 turned into the controller's own RPC and sent through the broker's controller client, which
@@ -25,6 +26,7 @@ from raftlog.errors import ErrorCode, KafkaError
 
 CONFIG_SOURCE_DYNAMIC_TOPIC = 1  # Kafka's DescribeConfigs config_source values
 CONFIG_SOURCE_DYNAMIC_BROKER = 2
+CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER = 3
 CONFIG_SOURCE_DEFAULT = 5
 RESOURCE_TYPES = {2: mpb.CONFIG_RESOURCE_TOPIC, 4: mpb.CONFIG_RESOURCE_BROKER}
 ENDPOINT_TYPE_BROKERS = 1  # DescribeCluster v1: 1 brokers, 2 controllers
@@ -65,6 +67,9 @@ class KafkaAdmin:
             kc.API_DESCRIBE_CLUSTER: self.describe_cluster,
             kc.API_ALTER_PARTITION_REASSIGNMENTS: self.alter_partition_reassignments,
             kc.API_LIST_PARTITION_REASSIGNMENTS: self.list_partition_reassignments,
+            kc.API_UNREGISTER_BROKER: self.unregister_broker,
+            kc.API_ADD_RAFT_VOTER: self.add_raft_voter,
+            kc.API_REMOVE_RAFT_VOTER: self.remove_raft_voter,
         }
 
     def _forward(self, method: str, request: Any, timeout_ms: int) -> Any:
@@ -240,6 +245,45 @@ class KafkaAdmin:
             "topics": [{"name": name, "partitions": ps} for name, ps in by_topic.items()],
         }
 
+    # -- UnregisterBroker -------------------------------------------------------------------------
+    def unregister_broker(self, request: kc.Request) -> kc.Data:
+        """Never forced: over the Kafka protocol a broker that still hosts replicas or is
+        unfenced is refused (INVALID_REQUEST), where Kafka's controller refuses neither."""
+        forwarded = cpb.UnregisterBrokerRequest(broker_id=request.body.broker_id)
+        try:
+            self._forward("UnregisterBroker", forwarded, int(FORWARD_DEADLINE_S * 1000))
+        except KafkaError as error:
+            return {"throttle_time": 0, **_failed(error)}
+        return {"throttle_time": 0, **_outcome(0, "")}
+
+    # -- AddRaftVoter / RemoveRaftVoter (KIP-853) --------------------------------------------------
+    def add_raft_voter(self, request: kc.Request) -> kc.Data:
+        """The new voter's first listener is its CONTROLLER listener; its Raft port is that
+        port + 1 (controller.quorum.raft.port.offset's default). The directory id is not used:
+        raftlog knows a voter by its node id and addresses."""
+        body = request.body
+        if not body.listeners:
+            refused = KafkaError(ErrorCode.INVALID_REQUEST, "the new voter names no listener")
+            return {"throttle_time": 0, **_failed(refused)}
+        host, port = body.listeners[0].host, int(body.listeners[0].port)
+        voter = mpb.ControllerVoter(node_id=body.voter_id, host=host, port=port, raft_port=port + 1)
+        forwarded = cpb.AddRaftVoterRequest(cluster_id=body.cluster_id or "", voter=voter)
+        return self._voter_change("AddRaftVoter", forwarded, kc.millis(body.timeout))
+
+    def remove_raft_voter(self, request: kc.Request) -> kc.Data:
+        body = request.body
+        forwarded = cpb.RemoveRaftVoterRequest(
+            cluster_id=body.cluster_id or "", voter_id=body.voter_id
+        )
+        return self._voter_change("RemoveRaftVoter", forwarded, int(FORWARD_DEADLINE_S * 1000))
+
+    def _voter_change(self, method: str, forwarded: Any, timeout_ms: int) -> kc.Data:
+        try:
+            self._forward(method, forwarded, timeout_ms)
+        except KafkaError as error:
+            return {"throttle_time": 0, **_failed(error)}
+        return {"throttle_time": 0, **_outcome(0, "")}
+
     # -- DescribeConfigs --------------------------------------------------------------------------
     def describe_configs(self, request: kc.Request) -> kc.Data:
         body = request.body
@@ -274,7 +318,9 @@ class KafkaAdmin:
             for (resource, _), found in zip(asked, described, strict=False):
                 keys = resource.configuration_keys
                 entries = [e for e in found.entries if keys is None or e.name in keys]
-                configs = [_config(e, resource.resource_type) for e in entries]
+                configs = [
+                    _config(e, resource.resource_type, resource.resource_name) for e in entries
+                ]
                 outcome = _outcome(found.error_code, found.error_message)
                 results.append(_described(resource, configs, outcome))
         return {"throttle_time": 0, "results": results}
@@ -313,13 +359,15 @@ def _described(resource: Any, configs: list[dict[str, Any]], outcome: dict[str, 
     }
 
 
-def _config(entry: cpb.ConfigEntry, resource_type: int) -> dict[str, Any]:
+def _config(entry: cpb.ConfigEntry, resource_type: int, resource_name: str) -> dict[str, Any]:
     if entry.is_default:
         source = CONFIG_SOURCE_DEFAULT
     elif resource_type == 2:
         source = CONFIG_SOURCE_DYNAMIC_TOPIC
+    elif resource_name:
+        source = CONFIG_SOURCE_DYNAMIC_BROKER  # or the cluster-wide default: not told apart
     else:
-        source = CONFIG_SOURCE_DYNAMIC_BROKER
+        source = CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER
     return {
         "name": entry.name,
         "value": entry.value,

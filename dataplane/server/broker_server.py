@@ -31,6 +31,7 @@ from dataplane.broker.fetcher import FetcherConfig, FetcherManager
 from dataplane.broker.metrics import NodeMetrics, PartitionGauge
 from dataplane.broker.partition import IsrChange, Partition
 from dataplane.broker.replica_manager import ReplicaManager, ReplicaManagerConfig
+from dataplane.broker.replication_quota import QuotaGauge
 from dataplane.broker.service import BrokerServicer, serve
 from dataplane.coordinator.group_coordinator import GroupConfig, GroupCoordinator, GroupServicer
 from dataplane.kafka.listener import LISTENER as KAFKA_LISTENER
@@ -144,7 +145,7 @@ class Broker:
         )  # fmt: skip
         self.fetchers = FetcherManager(
             settings.broker_id, self._broker_address, lambda: self.broker_epoch,
-            settings.fetcher, clock_ms,
+            settings.fetcher, clock_ms, self.replicas.follower_quota,
         )  # fmt: skip
         self.servicer = BrokerServicer(
             settings.broker_id, self.replicas, metrics, settings.cluster_id,
@@ -295,10 +296,10 @@ class Broker:
 
     # -- metadata ------------------------------------------------------------------------------
     def _follow_metadata(self) -> None:
-        candidates = list(self.settings.controller_addresses)
         turn = 0
         while not self._stop.is_set():
             # The active controller has the newest records; without one known, take turns.
+            candidates = self.client.controllers  # the image's voters first (KIP-853)
             address = self.client.active_address or candidates[turn % len(candidates)]
             progressed = self._stream_from(address)
             if not progressed:
@@ -337,6 +338,8 @@ class Broker:
                 )
             delta.replay(record_from_proto(item.record))
         image = delta.image()
+        if image.voters != self.image.voters:
+            self.client.learn([v.address for v in image.voters])
         self.image = image
         # Caught up with the quorum once the image holds this broker's own registration: every
         # record committed before it is in. (The controller serving the stream may itself lag.)
@@ -505,3 +508,6 @@ class Broker:
             )
             for p in self.replicas.partitions()
         ]
+
+    def quota_gauges(self) -> list[QuotaGauge]:
+        return [self.replicas.leader_quota.gauge(), self.replicas.follower_quota.gauge()]

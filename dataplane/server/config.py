@@ -200,6 +200,10 @@ class NodeConfig(BaseModel):
         return value
 
     @property
+    def raft_port_offset(self) -> int:
+        return self.controller_quorum_raft_port_offset
+
+    @property
     def voters(self) -> list[Voter]:
         return parse_voters(self.controller_quorum_voters, self.controller_quorum_raft_port_offset)
 
@@ -225,11 +229,26 @@ class NodeConfig(BaseModel):
         return listener
 
     def controller_voter(self) -> Voter:
-        """This node's voter entry; its CONTROLLER listener must match it."""
+        """This node's voter entry; its CONTROLLER listener must match it. A controller that
+        is not among the voters joins an existing quorum: it waits, known to nobody, until
+        ``raftlog quorum add-controller`` makes it a voter (KIP-853); its entry is its
+        CONTROLLER listener, whose address no voter may use."""
         mine = [v for v in self.voters if v.node_id == self.node_id]
-        if not mine:
-            raise ConfigError(f"node.id {self.node_id} is not in controller.quorum.voters")
         listener = self.listener_map.get("CONTROLLER")
+        if not mine:
+            if listener is None:
+                raise ConfigError(
+                    f"node.id {self.node_id} is not in controller.quorum.voters and has no "
+                    "CONTROLLER listener to join the quorum with"
+                )
+            joining = Voter(self.node_id, *listener, listener[1] + self.raft_port_offset)
+            taken = [v.node_id for v in self.voters if {v.address, v.raft_address} & {
+                joining.address, joining.raft_address}]  # fmt: skip
+            if taken:
+                raise ConfigError(
+                    f"listeners: CONTROLLER {joining.address} is voter {taken[0]}'s address"
+                )
+            return joining
         if listener != (mine[0].host, mine[0].port):
             raise ConfigError(
                 f"listeners: CONTROLLER must be {mine[0].address} as in controller.quorum.voters"

@@ -29,13 +29,19 @@ from dataplane.coordinator.classic_group import ClassicLimits
 from dataplane.coordinator.group_coordinator import GroupConfig
 from dataplane.server.broker_server import Broker, BrokerSettings
 from dataplane.server.config import NodeConfig
+from metadata_quorum.client import ControllerClient
+from metadata_quorum.codec import voter_from_proto
 from metadata_quorum.controller import MetadataState, QuorumController
-from metadata_quorum.raft import MetadataLog, RaftTiming
+from metadata_quorum.raft import MetadataLog, RaftTiming, log_exists
 from metadata_quorum.records import NO_LEADER
-from metadata_quorum.service import ControllerServicer, serve
+from metadata_quorum.service import ControllerServicer, Voter, serve
+from metadata_quorum.voters import current_voters
+from protos import controller_pb2 as cpb
+from raftlog.errors import KafkaError
 
 log = logging.getLogger(__name__)
 SHUTDOWN_GRACE_S = 5.0
+JOIN_ASK_S = 10.0  # a joining controller asks the quorum for its voters within this
 
 
 @dataclass
@@ -53,16 +59,41 @@ class ControllerRole:
         self.metadata_log.close()
 
 
+def joining_voters(config: NodeConfig, me: Voter, data_dir: Path) -> list[Voter]:
+    """The voters a controller starts its log with. A voter of controller.quorum.voters, or a
+    node whose log exists (it then uses the log's own voter set), takes the configured ones. A
+    controller that joins a running quorum (KIP-853) asks it for its current voters, so that it
+    knows whichever voter leads when it is added, not only those its configuration names."""
+    static = config.voters
+    if me in static or log_exists(data_dir):
+        return static
+    client = ControllerClient([v.address for v in static], deadline_s=JOIN_ASK_S)
+    try:
+        described = client.call("DescribeCluster", cpb.DescribeClusterRequest())
+        learned = [voter_from_proto(v) for v in described.voters]
+    except KafkaError as error:
+        log.warning("the quorum did not say who votes (%s): starting with %s", error, static)
+        learned = []
+    finally:
+        client.close()
+    return learned or static
+
+
 def start_controller(config: NodeConfig) -> ControllerRole:
     me = config.controller_voter()
-    voters = config.voters
-    by_raft = {v.raft_address: v.node_id for v in voters}
+    data_dir = Path(config.log_dirs) / "__cluster_metadata"
+    voters = joining_voters(config, me, data_dir)  # until the image records the voters
     state = MetadataState()
+
+    def leader_id_of(raft_address: str | None) -> int:
+        known = current_voters(state.image, voters)
+        return next((v.node_id for v in known if v.raft_address == raft_address), NO_LEADER)
+
     election_max_s = config.controller_quorum_election_timeout_ms / 1000
     metadata_log = MetadataLog(
         me.raft_address,
         [v.raft_address for v in voters],
-        Path(config.log_dirs) / "__cluster_metadata",
+        data_dir,
         state,
         RaftTiming.for_election_timeout(election_max_s),
     )
@@ -70,11 +101,12 @@ def start_controller(config: NodeConfig) -> ControllerRole:
         me.node_id,
         state,
         metadata_log,
-        leader_id_of=lambda address: by_raft.get(address or "", NO_LEADER),
+        leader_id_of=leader_id_of,
         session_timeout_ms=config.broker_session_timeout_ms,
         rebalance_interval_ms=config.leader_imbalance_check_interval_seconds * 1000,
+        static_voters=voters,
     )
-    servicer = ControllerServicer(controller, voters, config.cluster_id)
+    servicer = ControllerServicer(controller, config.cluster_id)
     server = serve(servicer, me.address)
     controller.start()
     log.info("controller %d serving on %s (raft %s)", me.node_id, me.address, me.raft_address)
@@ -159,6 +191,8 @@ def run(config: NodeConfig) -> None:
         broker.partition_gauges if broker is not None else list,
         lambda: _controller_gauge(controller),
     )
+    if broker is not None:
+        metrics.watch_replication_quotas(broker.quota_gauges)
     metrics_listener = config.listener("METRICS")
     http = metrics.serve(*metrics_listener) if metrics_listener is not None else None
     try:

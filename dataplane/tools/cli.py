@@ -15,8 +15,18 @@ from rich.markup import escape
 from rich.table import Table
 
 from dataplane.broker.malloc_tuning import tune_malloc
+from dataplane.client import AdminClient, TopicPartition
 from dataplane.server.config import NodeConfig
 from dataplane.server.node import run
+from dataplane.tools.broker_membership import decommission, rebalance_leaders
+from dataplane.tools.client_commands import (
+    DEFAULT_BOOTSTRAP,
+    BootstrapOption,
+    JsonOption,
+    kafka_errors,
+    print_json,
+    servers,
+)
 from dataplane.tools.client_commands import register as register_client_commands
 from dataplane.tools.cluster_demo import main as cluster_demo
 from dataplane.tools.cluster_status import cluster_status_rows
@@ -24,6 +34,7 @@ from dataplane.tools.extras import EXTRAS, install_command, missing_extra_messag
 from dataplane.tools.group_commands import group_app
 from dataplane.tools.local_cluster import LocalCluster, detached_launcher
 from dataplane.tools.partition_commands import partitions_app
+from dataplane.tools.quorum_commands import quorum_app
 from dataplane.tools.storage_demo import run_demo
 from raftlog.batch import HEADER_SIZE, read_header
 from raftlog.records import decode_batch
@@ -37,17 +48,37 @@ cluster_app = typer.Typer(help="A local cluster on 127.0.0.11-13.", no_args_is_h
 app.add_typer(cluster_app, name="cluster")
 app.add_typer(group_app, name="group")
 app.add_typer(partitions_app, name="partitions")
+app.add_typer(quorum_app, name="quorum")
 register_client_commands(app)
 console = Console()
 CLUSTER_ROOT = Path(".raftlog/cluster")
 
-NodesOption = Annotated[int, typer.Option("--nodes", min=1, max=9, help="nodes in the cluster")]
+NodesOption = Annotated[
+    int | None,
+    typer.Option(
+        "--nodes", min=1, max=9, show_default=False,
+        help="nodes of a new cluster (default 3); an existing one's come from cluster.json",
+    ),
+]  # fmt: skip
 RootOption = Annotated[Path, typer.Option("--root", help="cluster directory")]
+DEFAULT_NODES = 3
 
 
-def local_cluster(nodes: int, root: Path) -> LocalCluster:
-    """The ``cluster`` commands' cluster: its nodes outlive the command that starts them."""
-    return LocalCluster(root, nodes=nodes, launcher=detached_launcher)
+def local_cluster(nodes: int | None, root: Path) -> LocalCluster:
+    """The ``cluster`` commands' cluster: the one recorded in ``root/cluster.json`` (with the
+    nodes added and removed since it started), else a new one of ``nodes`` (3). Its nodes
+    outlive the command that starts them."""
+    recorded = LocalCluster.from_state(root, launcher=detached_launcher)
+    if recorded is None:
+        return LocalCluster(root, nodes=nodes or DEFAULT_NODES, launcher=detached_launcher)
+    ids = [s.node_id for s in recorded.specs]
+    if nodes is not None and nodes != len(ids):
+        raise typer.BadParameter(
+            f"{root} holds a cluster of nodes {','.join(map(str, ids))} (cluster.json): leave "
+            "out --nodes, or give another --root",
+            param_hint="--nodes",
+        )
+    return recorded
 
 
 @app.command("node")
@@ -62,7 +93,7 @@ def node(
 
 
 @cluster_app.command("up")
-def cluster_up(nodes: NodesOption = 3, root: RootOption = CLUSTER_ROOT) -> None:
+def cluster_up(nodes: NodesOption = None, root: RootOption = CLUSTER_ROOT) -> None:
     """Start the nodes (those not running) and wait for an active controller."""
     cluster = local_cluster(nodes, root)
     cluster.up()
@@ -70,7 +101,7 @@ def cluster_up(nodes: NodesOption = 3, root: RootOption = CLUSTER_ROOT) -> None:
 
 
 @cluster_app.command("down")
-def cluster_down(nodes: NodesOption = 3, root: RootOption = CLUSTER_ROOT) -> None:
+def cluster_down(nodes: NodesOption = None, root: RootOption = CLUSTER_ROOT) -> None:
     """Stop every node by its pid (SIGTERM, then SIGKILL after 10 s)."""
     local_cluster(nodes, root).down()
     console.print("cluster stopped")
@@ -78,7 +109,7 @@ def cluster_down(nodes: NodesOption = 3, root: RootOption = CLUSTER_ROOT) -> Non
 
 @cluster_app.command("status")
 def cluster_status(
-    nodes: NodesOption = 3,
+    nodes: NodesOption = None,
     root: RootOption = CLUSTER_ROOT,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
@@ -87,15 +118,145 @@ def cluster_status(
 
 
 @cluster_app.command("kill")
-def cluster_kill(node_id: int, nodes: NodesOption = 3, root: RootOption = CLUSTER_ROOT) -> None:
+def cluster_kill(node_id: int, nodes: NodesOption = None, root: RootOption = CLUSTER_ROOT) -> None:
     """SIGKILL one node."""
     local_cluster(nodes, root).stop_node(node_id, kill=True)
 
 
 @cluster_app.command("restart")
-def cluster_restart(node_id: int, nodes: NodesOption = 3, root: RootOption = CLUSTER_ROOT) -> None:
+def cluster_restart(
+    node_id: int, nodes: NodesOption = None, root: RootOption = CLUSTER_ROOT
+) -> None:
     """Stop one node (SIGTERM) and start it again."""
     local_cluster(nodes, root).restart_node(node_id)
+
+
+def _existing_cluster(root: Path) -> LocalCluster:
+    cluster = LocalCluster.from_state(root, launcher=detached_launcher)
+    if cluster is None:
+        raise typer.BadParameter(
+            f"no cluster in {root}: raftlog cluster up first", param_hint="--root"
+        )
+    return cluster
+
+
+@cluster_app.command("add-node")
+def cluster_add_node(root: RootOption = CLUSTER_ROOT, as_json: JsonOption = False) -> None:
+    """Start a broker-only node on the cluster's next address; wait until it is unfenced."""
+    cluster = _existing_cluster(root)
+    if all(cluster.pid(s.node_id) is None for s in cluster.controller_specs):
+        print(f"error: no controller of {root} runs: raftlog cluster up first", file=sys.stderr)
+        raise typer.Exit(1)
+    try:
+        node_id = cluster.add_node()
+    except (ValueError, OSError, TimeoutError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise typer.Exit(1) from error
+    added = {
+        "node": node_id, "address": cluster.broker_address(node_id),
+        "kafka_address": cluster.kafka_address(node_id), "pid": cluster.pid(node_id),
+    }  # fmt: skip
+    if as_json:
+        print_json(added)
+        return
+    console.print(
+        f"node {node_id} (broker) started on {added['address']} "
+        f"(KAFKA {added['kafka_address']}), pid {added['pid']}: registered and unfenced"
+    )
+    console.print("it hosts no partition yet: move some with raftlog partitions reassign")
+
+
+@cluster_app.command("remove-node")
+def cluster_remove_node(
+    node_id: int,
+    root: RootOption = CLUSTER_ROOT,
+    timeout_s: Annotated[
+        float, typer.Option("--timeout-s", min=1, help="how long the moves may take")
+    ] = 600.0,
+    force: Annotated[
+        bool, typer.Option("--force", help="stop and unregister it even if the drain fails")
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Move every replica off a broker-only node, stop it (controlled shutdown), unregister it."""
+    cluster = _existing_cluster(root)
+    try:
+        cluster.spec(node_id)
+    except KeyError as error:
+        raise typer.BadParameter(str(error.args[0]), param_hint="NODE_ID") from error
+
+    def started(moves: dict[TopicPartition, tuple[tuple[int, ...], tuple[int, ...]]]) -> None:
+        if not as_json:
+            console.print(f"moving {len(moves)} replicas off broker {node_id}:")
+            for tp, (replicas, target) in sorted(moves.items()):
+                console.print(f"  {tp.topic}-{tp.partition}: {_ids(replicas)} -> {_ids(target)}")
+
+    with kafka_errors():
+        try:
+            done = decommission(cluster, node_id, timeout_s, force, started, console.print)
+        except (ValueError, TimeoutError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            raise typer.Exit(1) from error
+    if as_json:
+        print_json({
+            "node": node_id, "drain_s": round(done.drain_s, 3), "drained": done.drained,
+            "unregistered": done.unregistered,
+            "moves": [
+                {"topic": tp.topic, "partition": tp.partition, "replicas": list(r),
+                 "target": list(t)}
+                for tp, (r, t) in sorted(done.moves.items())
+            ],
+        })  # fmt: skip
+        return
+    console.print(
+        f"broker {node_id} drained in {done.drain_s:.1f} s ({len(done.moves)} replicas moved), "
+        f"node {node_id} stopped (controlled shutdown), "
+        + ("broker unregistered" if done.unregistered else "broker was not registered")
+        + f"; its directory {cluster.root / f'node-{node_id}'} stays"
+    )
+
+
+def _ids(ids: tuple[int, ...]) -> str:
+    return ",".join(map(str, ids))
+
+
+@cluster_app.command("rebalance-leaders")
+def cluster_rebalance_leaders(
+    bootstrap: BootstrapOption = DEFAULT_BOOTSTRAP, as_json: JsonOption = False
+) -> None:
+    """Move leadership back to every partition's preferred replica (ElectLeaders PREFERRED)."""
+    with kafka_errors(), AdminClient(servers(bootstrap)) as admin:
+        done = rebalance_leaders(admin)
+    if as_json:
+        print_json({
+            "moved": [
+                {"topic": m.topic, "partition": m.partition, "from": m.leader_before,
+                 "to": m.leader}
+                for m in done.moved
+            ],
+            "not_available": [f"{tp.topic}-{tp.partition}" for tp in done.not_available],
+            "errors": {f"{tp.topic}-{tp.partition}": e.message for tp, e in done.failed.items()},
+            "leaders": {str(b): n for b, n in done.leaders.items()},
+        })  # fmt: skip
+    else:
+        table = Table("TOPIC", "PARTITION", "FROM", "TO", title="leadership moved")
+        for m in done.moved:
+            table.add_row(m.topic, str(m.partition), str(m.leader_before), str(m.leader))
+        if done.moved:
+            console.print(table)
+        console.print(f"{len(done.moved)} leaderships moved to their preferred replicas")
+        if done.not_available:
+            names = ", ".join(f"{tp.topic}-{tp.partition}" for tp in done.not_available)
+            console.print(f"preferred replica not in the ISR: {names}")
+        leaders = " ".join(f"{b}={n}" for b, n in done.leaders.items())
+        console.print(f"leaders per broker: {leaders}")
+    for tp, error in sorted(done.failed.items()):
+        print(
+            f"{tp.topic}-{tp.partition}: error: {error.error.name}: {error.message}",
+            file=sys.stderr,
+        )
+    if done.failed:
+        raise typer.Exit(1)
 
 
 def _print_status(cluster: LocalCluster, as_json: bool = False) -> None:

@@ -1,6 +1,6 @@
-"""What ``raftlog cluster status`` shows: each node's pid, controller role, Raft match index
-and lag as the active controller sees them, and broker state (unfenced, fenced, shutting down)
-from the active controller."""
+"""What ``raftlog cluster status`` shows: each node's pid, controller role (``broker`` for a
+broker-only node), Raft match index and lag as the active controller sees them, and broker state
+(unfenced, fenced, shutting down) from the active controller."""
 
 from __future__ import annotations
 
@@ -20,12 +20,15 @@ def cluster_status_rows(cluster: LocalCluster) -> list[dict[str, object]]:
     finally:
         client.close()
     voters = {v.node_id: v for v in quorum.voters} if quorum else {}
+    controllers = cluster.controller_specs
     rows: list[dict[str, object]] = []
     for spec in cluster.specs:
         pid = cluster.pid(spec.node_id)
         voter = voters.get(spec.node_id)
         if pid is None:
             role = "down"
+        elif spec not in cluster.controller_specs:
+            role = "broker"
         elif quorum is not None and quorum.leader_id == spec.node_id:
             role = "active controller"
         else:
@@ -33,7 +36,7 @@ def cluster_status_rows(cluster: LocalCluster) -> list[dict[str, object]]:
         rows.append(
             {
                 "node": spec.node_id,
-                "address": f"{spec.host}:{cluster.port}",
+                "address": f"{spec.host}:{cluster.port}" if voter or spec in controllers else "-",
                 "pid": pid if pid is not None else "-",
                 "role": role,
                 "match": voter.match_index if voter and voter.match_index >= 0 else "-",
@@ -52,7 +55,7 @@ def _describe_quorum(
     the request), unless the active controller did not answer the standby; such an answer is
     kept only if no node does better."""
     best = None
-    for spec in cluster.specs:
+    for spec in cluster.controller_specs:
         if cluster.pid(spec.node_id) is None:
             continue
         try:

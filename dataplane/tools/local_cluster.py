@@ -4,7 +4,9 @@ Node N binds 127.0.0.(first_host + N - 1) and runs in combined mode (controller 
 one process). With ``port`` P every node listens on the same four ports of its own address:
 BROKER P-1, CONTROLLER P, the Raft transport P+1 and METRICS P+2 (so 9092/9093/9094/9095 by
 default, as Kafka users expect). Configuration, data and logs live under ``root/node-N/``; the
-pids are in ``root/cluster.json`` so a later command finds and stops exactly those processes.
+pids are in ``root/cluster.json`` so a later command finds and stops exactly those processes,
+beside the cluster's layout (addresses, port, which nodes vote, nodes added and removed since it
+started: ``add_node``, ``forget_node``), from which ``LocalCluster.from_state`` rebuilds it.
 
 Nodes die with the process that started them (`owned_launcher`, the default: tests, chaos,
 benchmarks, demos), except those of ``raftlog cluster up|restart`` (`detached_launcher`), which
@@ -36,6 +38,7 @@ from raftlog.errors import KafkaError
 Launcher = Callable[[int, list[str], Path], "subprocess.Popen[bytes]"]
 STOP_TIMEOUT_S = 10.0
 POLL_S = 0.05
+MAX_NODE_ID = 9  # nodes 1..9 on consecutive addresses
 
 
 T = TypeVar("T")
@@ -143,21 +146,44 @@ class LocalCluster:
         """``nodes`` processes on consecutive addresses from 127.0.0.``first_host``; the first
         ``controllers`` (default: all) run ``roles`` and vote in the metadata quorum, the rest
         are brokers only."""
-        if not 1 <= nodes <= 9 or not 2 <= first_host <= 254 - nodes:
-            raise ValueError("nodes must be 1..9 on 127.0.0.2..254")
+        if not 1 <= nodes <= MAX_NODE_ID or not 2 <= first_host <= 254 - nodes:
+            raise ValueError(f"nodes must be 1..{MAX_NODE_ID} on 127.0.0.2..254")
         if controllers is not None and not 1 <= controllers <= nodes:
             raise ValueError(f"controllers must be 1..{nodes}")
         self.root = root.resolve()
-        self.specs = [
-            NodeSpec(n, f"127.0.0.{first_host + n - 1}", self.root / f"node-{n}")
-            for n in range(1, nodes + 1)
-        ]
+        self.first_host = first_host
+        self.specs = [self._new_spec(n) for n in range(1, nodes + 1)]
+        self.removed: set[int] = set()  # node ids removed from the cluster, never reused
         self.port = port
         self.overrides = overrides or {}
         self.launcher = launcher
         self.roles = roles
         self.controllers = nodes if controllers is None else controllers
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
+
+    @classmethod
+    def from_state(cls, root: Path, launcher: Launcher = owned_launcher) -> LocalCluster | None:
+        """The cluster recorded in ``root/cluster.json`` (its added nodes included, its removed
+        ones left out), or None if there is none. A file that records only a node count (older
+        versions) is that many combined nodes."""
+        try:
+            state = json.loads((root / "cluster.json").read_text())
+        except FileNotFoundError:
+            return None
+        node_ids = [int(n) for n in state.get("node_ids") or range(1, int(state["nodes"]) + 1)]
+        controllers = int(state.get("controllers") or len(node_ids))
+        cluster = cls(
+            root, nodes=controllers, first_host=int(state.get("first_host", 11)),
+            port=int(state["port"]), launcher=launcher,
+            roles=str(state.get("roles", "controller,broker")), controllers=controllers,
+        )  # fmt: skip
+        cluster.specs = [cluster._new_spec(n) for n in sorted(node_ids)]
+        cluster.removed = {int(n) for n in state.get("removed", ())}
+        return cluster
+
+    def _new_spec(self, node_id: int) -> NodeSpec:
+        host = f"127.0.0.{self.first_host + node_id - 1}"
+        return NodeSpec(node_id, host, self.root / f"node-{node_id}")
 
     # -- configuration -----------------------------------------------------------------------
     @property
@@ -212,10 +238,15 @@ class LocalCluster:
         return NodeConfig.parse(values)
 
     def spec(self, node_id: int) -> NodeSpec:
-        for spec in self.specs:
-            if spec.node_id == node_id:
-                return spec
-        raise KeyError(f"no node {node_id}; nodes are 1..{len(self.specs)}")
+        """The node's spec (one another command added too: cluster.json is read again)."""
+        for attempt in range(2):
+            for spec in self.specs:
+                if spec.node_id == node_id:
+                    return spec
+            if attempt == 0:
+                self._sync_layout()
+        nodes = ",".join(str(s.node_id) for s in self.specs)
+        raise KeyError(f"no node {node_id}; the nodes are {nodes}")
 
     # -- pids ----------------------------------------------------------------------------------
     @property
@@ -229,9 +260,31 @@ class LocalCluster:
             return {}
         return {int(k): int(v) for k, v in data.get("pids", {}).items()}
 
+    def _recorded_layout(self) -> tuple[set[int], set[int]]:
+        """(node ids, removed node ids) as cluster.json records them (empty if it does not)."""
+        try:
+            state = json.loads(self.state_path.read_text())
+        except FileNotFoundError:
+            return set(), set()
+        node_ids = {int(n) for n in state.get("node_ids", ())}
+        return node_ids, {int(n) for n in state.get("removed", ())}
+
+    def _sync_layout(self) -> None:
+        """Learn the nodes another command added to or removed from this cluster."""
+        recorded, removed = self._recorded_layout()
+        self.removed |= removed
+        known = {s.node_id for s in self.specs}
+        self.specs = [s for s in self.specs if s.node_id not in self.removed]
+        self.specs += [self._new_spec(n) for n in sorted(recorded - known - self.removed)]
+
     def _save_pids(self, pids: dict[int, int]) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        state = {"pids": pids, "port": self.port, "nodes": len(self.specs)}
+        self._sync_layout()
+        state = {
+            "pids": pids, "port": self.port, "nodes": len(self.specs),
+            "node_ids": [s.node_id for s in self.specs], "removed": sorted(self.removed),
+            "first_host": self.first_host, "controllers": self.controllers, "roles": self.roles,
+        }  # fmt: skip
         tmp = self.state_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=2))
         tmp.replace(self.state_path)
@@ -313,7 +366,9 @@ class LocalCluster:
         return False
 
     def down(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
-        """SIGTERM every node at once, wait for each (SIGKILL after ``timeout_s``)."""
+        """SIGTERM every node at once (those another command added too), wait for each
+        (SIGKILL after ``timeout_s``)."""
+        self._sync_layout()
         signalled = []
         for spec in self.specs:
             pid = self.pid(spec.node_id)
@@ -332,6 +387,38 @@ class LocalCluster:
     def restart_node(self, node_id: int) -> int:
         self.stop_node(node_id)
         return self.start_node(node_id)
+
+    # -- membership ----------------------------------------------------------------------------
+    def add_node(self, timeout_s: float = 30.0) -> int:
+        """Start a broker-only node on the next address (its id one above every node the
+        cluster has had: a removed node's id and directory are never reused), record it in
+        cluster.json, and return its id once it is registered and unfenced."""
+        self._sync_layout()
+        node_id = max([s.node_id for s in self.specs] + list(self.removed)) + 1
+        if node_id > MAX_NODE_ID or self.first_host + node_id - 1 > 254:
+            raise ValueError(f"a local cluster has at most {MAX_NODE_ID} nodes; no node {node_id}")
+        spec = self._new_spec(node_id)
+        busy = [self.port + d for d in PORT_SPAN if not _port_free(spec.host, self.port + d)]
+        if busy:
+            raise OSError(f"ports {busy} of {spec.host} are in use: node {node_id} cannot start")
+        self.specs.append(spec)
+        self.start_node(node_id)
+        self.wait_for_brokers([node_id], timeout_s=timeout_s)
+        return node_id
+
+    def forget_node(self, node_id: int) -> None:
+        """Drop a stopped broker-only node from the cluster (cluster.json included); its
+        directory stays. Its controller must not be a voter: the quorum would not know."""
+        spec = self.spec(node_id)
+        if spec in self.controller_specs:
+            raise ValueError(f"node {node_id} is a controller (a voter): it cannot be forgotten")
+        if self.pid(node_id) is not None:
+            raise ValueError(f"node {node_id} is still running (pid {self.pid(node_id)})")
+        self.specs.remove(spec)
+        self.removed.add(node_id)
+        pids = self._load_pids()
+        pids.pop(node_id, None)
+        self._save_pids(pids)
 
     # -- observation ---------------------------------------------------------------------------
     def wait_for_brokers(

@@ -233,6 +233,24 @@ class FakeController(pb_grpc.ControllerServiceServicer):
         context.abort(grpc.StatusCode.UNIMPLEMENTED, "not faked")
         raise AssertionError("context.abort raises")
 
+    def AddRaftVoter(
+        self, request: pb.AddRaftVoterRequest, context: grpc.ServicerContext
+    ) -> pb.RaftVoterResponse:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "not faked")
+        raise AssertionError("context.abort raises")
+
+    def RemoveRaftVoter(
+        self, request: pb.RemoveRaftVoterRequest, context: grpc.ServicerContext
+    ) -> pb.RaftVoterResponse:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "not faked")
+        raise AssertionError("context.abort raises")
+
+    def UnregisterBroker(
+        self, request: pb.UnregisterBrokerRequest, context: grpc.ServicerContext
+    ) -> pb.UnregisterBrokerResponse:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "not faked")
+        raise AssertionError("context.abort raises")
+
     def FetchMetadata(
         self, request: pb.FetchMetadataRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.MetadataUpdate]:

@@ -6,7 +6,8 @@ Child (started by `NodeProcess`)::
 
 reads one command per line on stdin and answers one JSON object per line on stdout:
 ``append <text>``, ``append_many <count> <prefix>`` (pipelined), ``bench <count> <bytes>``,
-``state``, ``status``, ``compact``, ``quit``. Its logs go to stderr (a file, never a pipe).
+``state``, ``status``, ``compact``, ``add_voter <address>``, ``remove_voter <address>``,
+``quit``. Its logs go to stderr (a file, never a pipe).
 
 Benchmark (pipelined 1 KiB commits/s on a 3-process cluster, fsync on and off)::
 
@@ -144,7 +145,12 @@ def _handle(log: MetadataLog, machine: ListMachine, words: list[str]) -> dict[st
             return machine.report()
         if command == "status":
             status = dataclasses.asdict(log.status())
-            return {"ok": True, "is_leader": log.is_leader(), **status}
+            voters = sorted(log.voters())
+            return {"ok": True, "is_leader": log.is_leader(), "voter_set": voters, **status}
+        if command in ("add_voter", "remove_voter"):
+            change = log.add_voter if command == "add_voter" else log.remove_voter
+            change(args[0]).result(FUTURE_TIMEOUT_S)
+            return {"ok": True, "voters": sorted(log.voters())}
         if command == "compact":  # waits for the snapshot unless there is nothing new to take
             before = machine.snapshots
             log.compact()
@@ -273,6 +279,13 @@ class Cluster:
     def start(self, *addresses: str) -> None:
         for address in addresses or self.addresses:
             self.nodes[address].start()
+
+    def add_process(self, host: str, root: Path, extra: list[str]) -> NodeProcess:
+        """A new voter-to-be on ``host``, told of the initial voters; not started."""
+        address = f"{host}:{free_port(host)}"
+        node = NodeProcess(address, self.addresses, root / f"node-{host}", extra)
+        self.nodes[address] = node
+        return node
 
     def live(self) -> list[NodeProcess]:
         return [node for node in self.nodes.values() if node.alive]

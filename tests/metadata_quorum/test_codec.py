@@ -19,6 +19,7 @@ from metadata_quorum.records import (
     BrokerRegistrationChange,
     ConfigRecord,
     ConfigResourceType,
+    ControllerVoter,
     Endpoint,
     FenceBroker,
     LeaderChange,
@@ -31,6 +32,7 @@ from metadata_quorum.records import (
     TopicRecord,
     UnfenceBroker,
     UnregisterBroker,
+    VotersRecord,
 )
 from protos import metadata_pb2 as pb
 
@@ -56,6 +58,7 @@ SAMPLE: list[MetadataRecord] = [
     FenceBroker(2, 2),
     UnregisterBroker(2, 2),
     RemoveTopic(TOPIC_ID),
+    VotersRecord((ControllerVoter(1, "127.0.0.11", 9093, 9094), ControllerVoter(4, "h4", 1, 2))),
 ]
 
 

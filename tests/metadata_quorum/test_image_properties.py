@@ -41,6 +41,7 @@ from metadata_quorum.records import (
     BrokerRegistrationChange,
     ConfigRecord,
     ConfigResourceType,
+    ControllerVoter,
     Endpoint,
     FenceBroker,
     LeaderChange,
@@ -53,6 +54,7 @@ from metadata_quorum.records import (
     TopicRecord,
     UnfenceBroker,
     UnregisterBroker,
+    VotersRecord,
 )
 from metadata_quorum.replication import (
     IsrRequest,
@@ -91,6 +93,7 @@ def canonical(image: MetadataImage) -> tuple[Any, ...]:
         image.next_producer_id,
         image.controller_id,
         image.controller_term,
+        image.voters,
     )
 
 
@@ -125,6 +128,10 @@ ANY_RECORD: dict[type, st.SearchStrategy[Any]] = {
     ),
     ProducerIdsRecord: st.builds(ProducerIdsRecord, INT32, INT64, INT64),
     LeaderChange: st.builds(LeaderChange, INT32, INT64),
+    VotersRecord: st.builds(
+        VotersRecord,
+        st.lists(st.builds(ControllerVoter, INT32, TEXT, INT32, INT32), max_size=3).map(tuple),
+    ),
 }
 
 

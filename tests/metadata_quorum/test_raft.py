@@ -59,9 +59,13 @@ def entries(machine: ListMachine) -> list[str]:
     return list(machine.report()["entries"])
 
 
+_SINGLE_ADDRESSES: dict[Path, str] = {}  # a restarted voter keeps its address: it is its identity
+
+
 def open_single(data_dir: Path, machine: ListMachine, max_in_flight: int = 512) -> MetadataLog:
-    """A one-voter log (it elects itself), leading and caught up; compacts only when asked."""
-    address = f"{HOSTS[0]}:{free_port(HOSTS[0])}"
+    """A one-voter log (it elects itself), leading and caught up; compacts only when asked.
+    Reopening a directory reuses its address: the voter set comes from the directory's log."""
+    address = _SINGLE_ADDRESSES.setdefault(data_dir, f"{HOSTS[0]}:{free_port(HOSTS[0])}")
     options = RaftOptions(max_in_flight_appends=max_in_flight)
     log = MetadataLog(address, [address], data_dir, machine, options=options)
     wait_until(log.is_leader, 10, "the single voter to lead")

@@ -281,3 +281,34 @@ def test_a_replica_added_within_the_leader_epoch_fetches_and_joins_the_isr(
     with pytest.raises(KafkaError) as refused:
         leader.read_for_follower(2, 2, 4, 4, 1 << 20)
     assert refused.value.error is ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+def test_a_leader_whose_isr_change_completed_a_move_away_keeps_waiting_on_the_new_leader(
+    tmp_path: Path,
+) -> None:
+    """The newcomer's ISR join completes a reassignment that moves the leadership to it (a new
+    leader epoch). Until the metadata demotes the old leader, its high watermark must still wait
+    on the newcomer, which stopped fetching to lead: acknowledging on the smaller ISR would lose
+    a record the new leader never had."""
+    clock = Clock()
+    leader, follower = replica(tmp_path, 1, clock), replica(tmp_path, 2, clock)
+    newcomer = replica(tmp_path, 3, clock)
+    moving = PartitionRegistration((3, 2, 1), (1, 2), 1, 4, 5, (3,), (1,))
+    leader.make_leader(moving)
+    for other in (follower, newcomer):
+        other.make_follower(moving)
+    leader.append_as_leader(batch(b"a", b"b"), -1, 1)
+    for _ in range(2):
+        assert fetch_round(follower, leader) is ErrorCode.NONE
+    assert fetch_round(newcomer, leader) is ErrorCode.NONE
+    state = newcomer.fetch_state()
+    assert state is not None
+    _, change = leader.read_for_follower(3, state[0], state[1], state[2], 1 << 20)
+    assert change is not None and change.new_isr == (1, 2, 3)
+    assert leader.high_watermark == 2
+    leader.isr_change_done(change, PartitionRegistration((3, 2), (2, 3), 3, 5, 7))
+    info, epoch = leader.append_as_leader(batch(b"c"), acks=-1, min_insync_replicas=1)
+    for _ in range(2):
+        assert fetch_round(follower, leader) is ErrorCode.NONE  # 2 copies it; 3 leads now
+    assert leader.high_watermark == 2
+    assert leader.acks_all_outcome(info.last_offset + 1, epoch, 1) is None

@@ -56,8 +56,23 @@ def test_the_controller_listener_must_match_the_voters() -> None:
     config = NodeConfig.parse({**BASE, "listeners": "CONTROLLER://127.0.0.11:9999"})
     with pytest.raises(ConfigError, match=re.escape("CONTROLLER must be 127.0.0.11:9093")):
         config.controller_voter()
+    with pytest.raises(ConfigError, match=re.escape("CONTROLLER 127.0.0.11:9093 is voter 1's")):
+        NodeConfig.parse({**BASE, "node.id": 7}).controller_voter()  # joins on a taken address
     with pytest.raises(ConfigError, match=re.escape("not in controller.quorum.voters")):
-        NodeConfig.parse({**BASE, "node.id": 7}).controller_voter()
+        NodeConfig.parse(
+            {**BASE, "node.id": 7, "listeners": "BROKER://127.0.0.17:9092"}
+        ).controller_voter()
+
+
+def test_a_controller_not_among_the_voters_joins_with_its_controller_listener() -> None:
+    config = NodeConfig.parse({**BASE, "node.id": 7, "listeners": "CONTROLLER://127.0.0.17:9093"})
+    voter = config.controller_voter()
+    assert (voter.node_id, voter.address, voter.raft_address) == (
+        7,
+        "127.0.0.17:9093",
+        "127.0.0.17:9094",
+    )
+    assert [v.node_id for v in config.voters] == [1, 2]  # the quorum it asks to join
     with pytest.raises(ConfigError, match="BROKER"):
         NodeConfig.parse({**BASE, "listeners": "CONTROLLER://127.0.0.11:9093"}).broker_listener()
 
