@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from protos import RECONNECT_OPTIONS
 from protos import controller_pb2 as pb
 from protos import controller_pb2_grpc as pb_grpc
 from raftlog.errors import ErrorCode, KafkaError
@@ -56,7 +57,7 @@ class ControllerClient:
         with self._lock:
             channel = self._channels.get(address)
             if channel is None:
-                channel = grpc.insecure_channel(address)
+                channel = grpc.insecure_channel(address, options=RECONNECT_OPTIONS)
                 self._channels[address] = channel
         return pb_grpc.ControllerServiceStub(channel)
 
@@ -98,25 +99,38 @@ class ControllerClient:
         backoff = RETRY_BACKOFF_S
         last_error = "no controller answered"
         while time.monotonic() < deadline and not self._closed.is_set():
-            for address in self._candidates():
-                outcome = self._try(method, request, address, deadline)
-                if isinstance(outcome, str):
-                    last_error = outcome
-                    with self._lock:
-                        if self._active == address:
-                            self._active = None  # dead, paused or cut off: look elsewhere
-                    continue
-                status = outcome.status
-                if status.error_code == ErrorCode.NOT_CONTROLLER.code and not any_node:
-                    last_error = f"{address}: NOT_CONTROLLER"
-                    if status.controller_address and status.controller_address != address:
+            # One round asks each controller at most once. A NOT_CONTROLLER hint is followed
+            # only to a controller not asked yet: a stale hint (the old active controller,
+            # named by a standby that has not heard of the election) must not keep the round
+            # from reaching the controller that did become active.
+            tried: set[str] = set()
+            following = True
+            while following and time.monotonic() < deadline:
+                following = False
+                for address in self._candidates():
+                    if address in tried:
+                        continue
+                    tried.add(address)
+                    outcome = self._try(method, request, address, deadline)
+                    if isinstance(outcome, str):
+                        last_error = outcome
                         with self._lock:
-                            self._active = status.controller_address
-                        break
-                    continue
-                with self._lock:
-                    self._active = address
-                return outcome
+                            if self._active == address:
+                                self._active = None  # dead, paused or cut off: look elsewhere
+                        continue
+                    status = outcome.status
+                    if status.error_code == ErrorCode.NOT_CONTROLLER.code and not any_node:
+                        last_error = f"{address}: NOT_CONTROLLER"
+                        hint = status.controller_address
+                        if hint and hint not in tried:
+                            with self._lock:
+                                self._active = hint
+                            following = True
+                            break
+                        continue
+                    with self._lock:
+                        self._active = address
+                    return outcome
             self._closed.wait(backoff)
             backoff = min(backoff * 2, RETRY_BACKOFF_MAX_S)
         raise KafkaError(ErrorCode.NOT_CONTROLLER, f"{method}: {last_error}")

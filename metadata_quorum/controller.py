@@ -284,6 +284,10 @@ class QuorumController:
             return
         self._reconcile_if_idle()
         now = self.now_ms()
+        expired = self.sessions.expired(self.state.image, now)
+        if expired:
+            silent = {b: now - self.sessions.last_contact_ms[b] for b in expired}
+            log.warning("fencing brokers %s: no heartbeat for %s ms", expired, silent)
         self.write(lambda image: (generate_session_expiry(image, self.sessions, now), None))
         if now >= self._next_rebalance_ms:
             self._next_rebalance_ms = now + self._rebalance_interval_ms

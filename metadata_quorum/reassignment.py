@@ -103,11 +103,14 @@ def _check_target(
 ) -> tuple[int, ...]:
     assert item.target is not None
     target = check_assignment(item.target, image.brokers.keys(), item.partition)
-    fenced = [b for b in target if image.brokers[b].fenced]
+    # A fenced broker cannot take a new replica; one that holds the partition already may stay
+    # in the target (a broker restarting, still catching up with the metadata, must not block
+    # a move of the other replicas).
+    fenced = [b for b in target if image.brokers[b].fenced and b not in current.replicas]
     if fenced:
         raise KafkaError(
             ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-            f"partition {item.partition} names fenced brokers {fenced}",
+            f"partition {item.partition} would add fenced brokers {fenced}",
         )
     original = current.original_replicas
     if not allow_replication_factor_change and len(target) != len(original):

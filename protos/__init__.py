@@ -13,3 +13,13 @@ of that support.
 import os
 
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
+# Channel options for every raftlog channel. gRPC backs off reconnecting to an address that went
+# away, up to 120 s, and fails each call meanwhile without trying: a node that restarts stayed
+# unreachable long after it was back (seen: brokers fenced because they could not reach the
+# restarted controller that had become active). Reconnect within a second instead.
+RECONNECT_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+)

@@ -23,6 +23,7 @@ import grpc
 
 from dataplane.broker.partition import Partition
 from dataplane.broker.replication_quota import ReplicationQuota
+from protos import RECONNECT_OPTIONS
 from protos import broker_pb2 as pb
 from protos.wire import FetchAnswer, Records, each_partition, fetch_method
 from raftlog.errors import ErrorCode, KafkaError
@@ -143,7 +144,7 @@ class FetcherThread(threading.Thread):
             return None
         if address != self._address:
             self._drop_channel()
-            self._channel = grpc.insecure_channel(address)
+            self._channel = grpc.insecure_channel(address, options=RECONNECT_OPTIONS)
             self._fetch = fetch_method(self._channel)
             self._address = address
         return self._fetch

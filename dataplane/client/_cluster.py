@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from protos import RECONNECT_OPTIONS, wire
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc as pb_grpc
 from protos import group_pb2_grpc as gpb_grpc
-from protos import wire
 from raftlog.errors import ErrorCode, KafkaError
 
 _NO_ERROR = ErrorCode.NONE  # an enum member's class attribute costs ~90 ns: send reads this
@@ -34,6 +34,7 @@ MAX_MESSAGE_BYTES = 128 * 1024 * 1024  # gRPC's own limit on one message (defaul
 CHANNEL_OPTIONS = (
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    *RECONNECT_OPTIONS,
 )
 NO_LEADER = -1
 

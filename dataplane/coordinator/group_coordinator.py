@@ -37,6 +37,7 @@ from dataplane.coordinator.classic_group import ClassicLimits
 from dataplane.coordinator.classic_rpc import ClassicGroupRpcs
 from dataplane.coordinator.runtime import CoordinatorRuntime, InternalTopic, Shard
 from metadata_quorum.image import MetadataImage
+from protos import RECONNECT_OPTIONS
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc as pb_grpc
 from protos import group_pb2 as gpb
@@ -283,7 +284,9 @@ class GroupCoordinator:
         with self._lock:
             channel = self._channels.get(address)
             if channel is None:
-                channel = self._channels[address] = grpc.insecure_channel(address)
+                channel = self._channels[address] = grpc.insecure_channel(
+                    address, options=RECONNECT_OPTIONS
+                )
         return pb_grpc.BrokerServiceStub(channel)
 
     def fetch_offsets(

@@ -280,12 +280,16 @@ class Broker:
             current_metadata_offset=self.image.offset,
             want_shutdown=want_shutdown,
         )
-        response = self.client.checked("BrokerHeartbeat", request)
-        # The standbys hear it too, so whichever becomes active knows this broker's last
-        # contact and fences a dead one on time (see metadata_quorum.cluster).
-        self.client.tell_standbys(
-            "BrokerHeartbeat", request, self.settings.heartbeat_interval_ms / 4000
-        )
+        # The standbys hear it first, so whichever becomes active knows this broker's last
+        # contact and fences a dead one on time (see metadata_quorum.cluster), and a live one
+        # keeps them told while no active controller answers (an election, a dead or paused
+        # one): asking the active controller first left them unheard then, and the next active
+        # controller fenced live brokers whose last contact it knew was a session old.
+        interval_s = self.settings.heartbeat_interval_ms / 1000
+        self.client.tell_standbys("BrokerHeartbeat", request, interval_s / 4)
+        # Never held longer than two intervals: the loop comes round and tells the standbys.
+        deadline_s = min(CONTROLLER_DEADLINE_S, max(2 * interval_s, 0.5))
+        response = self.client.checked("BrokerHeartbeat", request, deadline_s=deadline_s)
         if want_shutdown:
             if response.should_shut_down:
                 self._shutdown_granted.set()

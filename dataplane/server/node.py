@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -41,6 +42,8 @@ from raftlog.errors import KafkaError
 
 log = logging.getLogger(__name__)
 SHUTDOWN_GRACE_S = 5.0
+RESIGN_WAIT_S = 3.0  # a stopping active controller waits this long for another to take over
+POLL_S = 0.02
 JOIN_ASK_S = 10.0  # a joining controller asks the quorum for its voters within this
 
 
@@ -51,6 +54,27 @@ class ControllerRole:
     controller: QuorumController
     servicer: ControllerServicer
     server: grpc.Server
+
+    def resign(self) -> None:
+        """A node that stops hands the quorum's leadership over first, as Kafka's resigning
+        Raft leader does: an active controller that kept ticking while the rest of its node
+        stopped fenced live brokers whose heartbeats it no longer took in. Best effort: a sole
+        voter, or no voter taking over within RESIGN_WAIT_S, stops as it is."""
+        if not self.metadata_log.is_leader() or len(self.metadata_log.voters()) < 2:
+            return
+        log.info(
+            "node %d: handing the active controller over before stopping", self.controller.node_id
+        )
+        self.metadata_log.transfer_leadership()
+        deadline = time.monotonic() + RESIGN_WAIT_S
+        while self.metadata_log.is_leader() and time.monotonic() < deadline:
+            time.sleep(POLL_S)  # polling a condition with a deadline
+        if self.metadata_log.is_leader():
+            log.warning(
+                "node %d: no controller took over within %.0f s",
+                self.controller.node_id,
+                RESIGN_WAIT_S,
+            )
 
     def stop(self) -> None:
         self.servicer.stop_streams = True
@@ -198,6 +222,8 @@ def run(config: NodeConfig) -> None:
     try:
         stop.wait()
     finally:
+        if controller is not None:
+            controller.resign()
         if broker is not None:
             broker.controlled_shutdown()
             broker.stop()

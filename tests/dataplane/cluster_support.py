@@ -47,8 +47,10 @@ RANGES = {
     "mirror_target": 194,
     "orphans": 211,  # tests/dataplane/tools/test_orphans.py (its child pytest sessions)
     "reassignment": 231,  # four nodes: 231-234
-    "throttle": 241,  # tests/dataplane/broker/test_throttle_cluster.py: four nodes, 241-244
+    "throttle": 224,  # tests/dataplane/broker/test_throttle_cluster.py: four nodes, 224-227
     "elastic_brokers": 246,  # tests/dataplane/broker/test_elastic_brokers.py: up to five, 246-250
+    "failover_fencing": 228,  # tests/dataplane/server/test_failover_fencing.py: 228-230
+    # 127.0.0.236-241 are tests/metadata_quorum/test_controller_membership.py's
 }
 
 

@@ -167,6 +167,15 @@ def test_bad_targets_are_refused_and_change_nothing(
     assert [r.error for r in generated.results] == [error]
 
 
+def test_a_fenced_replica_may_stay_but_not_be_added() -> None:
+    image = cluster(PartitionRegistration((1, 2, 3), (1, 3), 1, 5, 9), fenced=(2, 5))
+    after, error = move(image, (4, 2, 1))  # 2 is fenced but holds the partition already
+    assert error is ErrorCode.NONE
+    assert state(after).adding_replicas == (4,)
+    _, refused = move(image, (5, 1, 3))
+    assert refused is ErrorCode.INVALID_REPLICA_ASSIGNMENT
+
+
 def test_unknown_partitions_and_duplicates_are_refused() -> None:
     image = cluster(PartitionRegistration((1, 2, 3), (1, 2, 3), 1, 5, 9))
     items = [

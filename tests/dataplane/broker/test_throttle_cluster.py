@@ -1,5 +1,5 @@
 """Replication throttles with real processes: three combined nodes and a fourth that is a broker
-only (127.0.0.241-244). Two partitions hold 10 MiB each; one moves onto broker 4 unthrottled, the
+only (127.0.0.224-227). Two partitions hold 10 MiB each; one moves onto broker 4 unthrottled, the
 other through ``raftlog partitions reassign --execute --throttle`` at 1 MiB/s, which must take
 about size / rate (generously: this runs on small machines) and clearly longer than the
 unthrottled move, while an acks=all producer keeps writing to the partition being moved (its
