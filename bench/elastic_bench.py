@@ -10,10 +10,11 @@ controllers and brokers, 4 and 5 brokers only.
    machine more brokers add processes, not cores: the figure shows the cost of coordination,
    not capacity.
 2. Moving a partition: a partition holding ``move_mib`` MiB (1 GiB; 64 MiB with ``--quick``) on
-   brokers 1-3 gets broker 4 in place of a follower. Seconds from AlterPartitionReassignments
-   until the move is complete (the new replica in the ISR, the old one's log deleted), and
-   MB/s. Meanwhile a paced producer (acks=all) writes another topic; its records/s and p99
-   during the move are printed beside the same producer's before the move.
+   brokers 1-3 gets broker 4 in place of a follower, unthrottled, then broker 5 in place of 4
+   under a replication throttle of 100 MB/s (an eighth with ``--quick``). Seconds from
+   AlterPartitionReassignments until each move is complete (the new replica in the ISR, the old
+   one's log deleted), and MB/s. Meanwhile a paced producer (acks=all) writes another topic; its
+   records/s and p99 during each move are printed beside the same producer's before them.
 
 Every wait polls a condition with a deadline.
 """
@@ -33,6 +34,7 @@ from rich.table import Table
 
 from bench import RECORD_BYTES, bench_main
 from dataplane.client import AdminClient, NewTopic
+from dataplane.client.admin import ConfigResource, ResourceType
 from dataplane.tools.local_cluster import LocalCluster, pick_cluster_port, wait_for
 from dataplane.tools.perf import ProducePerfResult, run_produce_perf
 
@@ -40,6 +42,7 @@ FIRST_HOST = 51  # 127.0.0.51-55 are this benchmark's
 NODES, CONTROLLERS = 5, 3
 SCALING_PARTITIONS = 12
 LIVE_RATE_PER_S = 2000  # the paced producer beside the move
+THROTTLE_BYTES_PER_S = 100_000_000  # the throttled move (an eighth of it for --quick)
 MOVE_WAIT_S = 1800.0
 MiB = 1024 * 1024
 
@@ -67,16 +70,11 @@ def _spread(brokers: int) -> dict[int, list[int]]:
     return {p: [1 + (p + i) % brokers for i in range(3)] for p in range(SCALING_PARTITIONS)}
 
 
-def move(
-    cluster: LocalCluster, admin: AdminClient, move_mib: int, progress: Console
-) -> dict[str, Any]:
-    _create(admin, NewTopic("moving", replica_assignment={0: [1, 2, 3]}))
-    _create(admin, NewTopic("live", replica_assignment={0: [1, 2, 3], 1: [2, 3, 1]}))
-    records = move_mib * MiB // RECORD_BYTES
-    progress.print(f"filling moving-0 with {move_mib} MiB")
-    filled = _produce(cluster.bootstrap_servers, "moving", records)
-    live_records = LIVE_RATE_PER_S * 10
-    before = _produce(cluster.bootstrap_servers, "live", live_records, LIVE_RATE_PER_S)
+def _timed_move(
+    cluster: LocalCluster, admin: AdminClient, target: tuple[int, ...]
+) -> tuple[float, list[ProducePerfResult]]:
+    """Move moving-0 to ``target`` while a paced producer writes ``live``: the seconds until
+    the move completed, and the producer's runs meanwhile."""
     during: list[ProducePerfResult] = []
     stop = threading.Event()
 
@@ -88,7 +86,7 @@ def move(
 
     writer = threading.Thread(target=live, name="live-producer")
     started = time.monotonic()
-    errors = admin.alter_partition_reassignments({("moving", 0): (1, 2, 4)})
+    errors = admin.alter_partition_reassignments({("moving", 0): target})
     if any(errors.values()):
         raise RuntimeError(f"the move was refused: {errors}")
     writer.start()
@@ -98,22 +96,66 @@ def move(
             lambda: not admin.list_partition_reassignments() or None,
             timeout_s=MOVE_WAIT_S,
         )
-        seconds = time.monotonic() - started
+        return time.monotonic() - started, during
     finally:
         stop.set()
         writer.join(timeout=120)
+
+
+def _live(prefix: str, runs: list[ProducePerfResult]) -> dict[str, Any]:
+    acked, spent = sum(r.records for r in runs), sum(r.seconds for r in runs)
+    return {
+        f"{prefix}_records_per_s": round(acked / spent) if spent else 0,
+        f"{prefix}_p99_ms": round(max((r.latency_ms.p99 for r in runs), default=0.0), 2),
+        f"{prefix}_errors": sum(r.errors for r in runs),
+    }
+
+
+def _throttle(admin: AdminClient, rate_bytes_per_s: int | None) -> None:
+    """Both replication rates on every broker, and every replica of moving-0 throttled (what
+    ``raftlog partitions reassign --execute --throttle`` sets); None removes them."""
+    value = None if rate_bytes_per_s is None else str(rate_bytes_per_s)
+    rates = {"leader.replication.throttled.rate": value,
+             "follower.replication.throttled.rate": value}  # fmt: skip
+    admin.alter_configs(ConfigResource(ResourceType.BROKER, ""), rates)
+    replicas = None if rate_bytes_per_s is None else "*"
+    admin.alter_configs(
+        ConfigResource(ResourceType.TOPIC, "moving"),
+        {"leader.replication.throttled.replicas": replicas,
+         "follower.replication.throttled.replicas": replicas},
+    )  # fmt: skip
+
+
+def move(
+    cluster: LocalCluster, admin: AdminClient, move_mib: int, progress: Console
+) -> dict[str, Any]:
+    _create(admin, NewTopic("moving", replica_assignment={0: [1, 2, 3]}))
+    _create(admin, NewTopic("live", replica_assignment={0: [1, 2, 3], 1: [2, 3, 1]}))
+    records = move_mib * MiB // RECORD_BYTES
+    progress.print(f"filling moving-0 with {move_mib} MiB")
+    filled = _produce(cluster.bootstrap_servers, "moving", records)
     moved_bytes = filled.records * RECORD_BYTES
-    acked = sum(r.records for r in during)
-    spent = sum(r.seconds for r in during)
+    before = _produce(cluster.bootstrap_servers, "live", LIVE_RATE_PER_S * 10, LIVE_RATE_PER_S)
+    progress.print("moving it onto broker 4, unthrottled")
+    seconds, during = _timed_move(cluster, admin, (1, 2, 4))
+    throttle = THROTTLE_BYTES_PER_S // (8 if move_mib < 256 else 1)
+    progress.print(f"moving it onto broker 5 at {throttle / 1e6:.0f} MB/s")
+    _throttle(admin, throttle)
+    try:
+        throttled_s, throttled = _timed_move(cluster, admin, (1, 2, 5))
+    finally:
+        _throttle(admin, None)
     return {
         "move_mib": move_mib,
         "seconds": round(seconds, 2),
         "move_mb_per_s": round(moved_bytes / seconds / 1e6, 1),
+        "throttle_mb_per_s": round(throttle / 1e6, 1),
+        "throttled_seconds": round(throttled_s, 2),
+        "throttled_move_mb_per_s": round(moved_bytes / throttled_s / 1e6, 1),
         "live_before_records_per_s": round(before.records_per_s),
         "live_before_p99_ms": round(before.latency_ms.p99, 2),
-        "live_during_records_per_s": round(acked / spent) if spent else 0,
-        "live_during_p99_ms": round(max((r.latency_ms.p99 for r in during), default=0.0), 2),
-        "live_during_errors": sum(r.errors for r in during),
+        **_live("live_during", during),
+        **_live("live_throttled", throttled),
     }
 
 

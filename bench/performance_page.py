@@ -815,11 +815,19 @@ def render_elastic(results: Results) -> str:
             f"{fixed(moved.get('seconds'), 1)} s ({fig(moved.get('move_mb_per_s'))} MB/s)",
         ),
         (
-            "paced producer beside it: before / during the move",
+            f"the same, throttled to {fig(moved.get('throttle_mb_per_s'))} MB/s",
+            f"{fixed(moved.get('throttled_seconds'), 1)} s "
+            f"({fig(moved.get('throttled_move_mb_per_s'))} MB/s)",
+        ),
+        (
+            "paced producer beside it: before / during the move / during the throttled move",
             f"{count(moved.get('live_before_records_per_s'))} / "
-            f"{count(moved.get('live_during_records_per_s'))} records/s, p99 "
-            f"{fig(moved.get('live_before_p99_ms'))} / {fig(moved.get('live_during_p99_ms'))} ms, "
-            f"{count(moved.get('live_during_errors'))} errors",
+            f"{count(moved.get('live_during_records_per_s'))} / "
+            f"{count(moved.get('live_throttled_records_per_s'))} records/s, p99 "
+            f"{fig(moved.get('live_before_p99_ms'))} / {fig(moved.get('live_during_p99_ms'))} / "
+            f"{fig(moved.get('live_throttled_p99_ms'))} ms, "
+            f"{count(moved.get('live_during_errors'))} / "
+            f"{count(moved.get('live_throttled_errors'))} errors",
         ),
     ]
     return table(("figure", "value"), rows)
