@@ -16,12 +16,19 @@ controllers and brokers, 4 and 5 brokers only.
    one's log deleted), and MB/s. Meanwhile a paced producer (acks=all) writes another topic; its
    records/s and p99 during each move are printed beside the same producer's before them.
 
+3. Controllers: a quorum of three controller-only nodes on 127.0.0.56-58, its metadata log
+   holding 2,000 records (config changes), gets a fourth (127.0.0.59, started with the three as
+   its voters, so it joins): seconds from AddRaftVoter until it is a voter that has caught up
+   (lag 0 at the active controller), then seconds for RemoveRaftVoter to take it out again.
+
 Every wait polls a condition with a deadline.
 """
 
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -34,8 +41,10 @@ from rich.table import Table
 
 from bench import RECORD_BYTES, bench_main
 from dataplane.client import AdminClient, NewTopic
-from dataplane.client.admin import ConfigResource, ResourceType
+from dataplane.client.admin import ConfigResource, RaftVoter, ResourceType
+from dataplane.server.config import NodeConfig
 from dataplane.tools.local_cluster import LocalCluster, pick_cluster_port, wait_for
+from dataplane.tools.owned_process import popen_owned
 from dataplane.tools.perf import ProducePerfResult, run_produce_perf
 
 FIRST_HOST = 51  # 127.0.0.51-55 are this benchmark's
@@ -159,6 +168,66 @@ def move(
     }
 
 
+CONTROLLER_HOST = 56  # 127.0.0.56-59: the controller quorum of section 3
+
+
+def _controller_config(root: Path, node_id: int, port: int) -> Path:
+    host = f"127.0.0.{CONTROLLER_HOST - 1 + node_id}"
+    voters = ",".join(f"{n}@127.0.0.{CONTROLLER_HOST - 1 + n}:{port}" for n in (1, 2, 3))
+    config = NodeConfig.parse({
+        "node.id": node_id, "process.roles": "controller", "controller.quorum.voters": voters,
+        "listeners": f"CONTROLLER://{host}:{port}", "log.dirs": str(root / f"c{node_id}"),
+    })  # fmt: skip
+    path = root / f"c{node_id}.toml"
+    path.write_text(config.to_toml())
+    return path
+
+
+def controllers(root: Path, records: int) -> dict[str, Any]:
+    """Section 3: the time to add a caught-up voter to a metadata log of ``records`` records
+    (cluster-wide config changes), and to remove it."""
+    hosts = [f"127.0.0.{CONTROLLER_HOST + n}" for n in range(4)]
+    port = pick_cluster_port(hosts)
+    procs: dict[int, subprocess.Popen[bytes]] = {}
+    try:
+        for node_id in (1, 2, 3, 4):
+            argv = [sys.executable, "-m", "dataplane.tools.cli", "node", "--config",
+                    str(_controller_config(root, node_id, port))]  # fmt: skip
+            with (root / f"c{node_id}.log").open("ab") as out:
+                procs[node_id] = popen_owned(argv, stdout=out, stderr=subprocess.STDOUT)
+        addresses = [f"{h}:{port}" for h in hosts[:3]]
+        with AdminClient(bootstrap_controllers=addresses) as admin:
+            wait_for("an active controller", lambda: admin.describe_quorum().leader_id >= 0 or None)
+            cluster_wide = ConfigResource(ResourceType.BROKER, "")
+            for n in range(records):
+                admin.alter_configs(
+                    cluster_wide, {"leader.imbalance.per.broker.percentage": str(n % 100)}
+                )
+            new = RaftVoter(4, hosts[3], port, port + 1)
+            started = time.monotonic()
+            admin.add_raft_voter(new)
+
+            def caught_up() -> bool:
+                voters = {v.node_id: v for v in admin.describe_quorum().voters}
+                return 4 in voters and voters[4].lag == 0
+
+            wait_for("the new voter to catch up", lambda: caught_up() or None, timeout_s=60)
+            add_s = time.monotonic() - started
+            started = time.monotonic()
+            admin.remove_raft_voter(4)
+            remove_s = time.monotonic() - started
+        return {
+            "metadata_records": records,
+            "add_voter_caught_up_s": round(add_s, 3),
+            "remove_voter_s": round(remove_s, 3),
+        }
+    finally:
+        for proc in procs.values():
+            proc.terminate()
+        for proc in procs.values():
+            proc.wait(timeout=30)
+
+
 def run(workdir: Path, quick: bool, progress: Console) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="elastic-", dir=workdir))
     hosts = [f"127.0.0.{FIRST_HOST + n}" for n in range(NODES)]
@@ -193,6 +262,9 @@ def run(workdir: Path, quick: bool, progress: Console) -> dict[str, Any]:
             }
             progress.print("moving a partition")
             figures["move"] = move(cluster, admin, 64 if quick else 1024, progress)
+        cluster.down()
+        progress.print("adding and removing a controller")
+        figures["controllers"] = controllers(root, 100 if quick else 2000)
         return figures
     except BaseException:
         for spec in cluster.specs:

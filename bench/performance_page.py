@@ -802,6 +802,7 @@ def render_connect(results: Results) -> str:
 def render_elastic(results: Results) -> str:
     elastic = _section(results, "elastic")
     scaling, moved = elastic.get("scaling") or {}, elastic.get("move") or {}
+    voters = elastic.get("controllers") or {}
     rows = [
         (
             f"produce, acks=all RF 3, {count(scaling.get('records'))} records: 3 brokers / 5",
@@ -828,6 +829,12 @@ def render_elastic(results: Results) -> str:
             f"{fig(moved.get('live_throttled_p99_ms'))} ms, "
             f"{count(moved.get('live_during_errors'))} / "
             f"{count(moved.get('live_throttled_errors'))} errors",
+        ),
+        (
+            f"add a controller to a metadata log of {count(voters.get('metadata_records'))} "
+            "records: until it is a caught-up voter / remove it",
+            f"{fixed(voters.get('add_voter_caught_up_s'), 2)} s / "
+            f"{fixed(voters.get('remove_voter_s'), 2)} s",
         ),
     ]
     return table(("figure", "value"), rows)
