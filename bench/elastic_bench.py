@@ -45,6 +45,7 @@ from dataplane.client.admin import ConfigResource, RaftVoter, ResourceType
 from dataplane.server.config import NodeConfig
 from dataplane.tools.local_cluster import LocalCluster, pick_cluster_port, wait_for
 from dataplane.tools.owned_process import popen_owned
+from dataplane.tools.partition_commands import clear_throttles, plan_throttles, set_throttles
 from dataplane.tools.perf import ProducePerfResult, run_produce_perf
 
 FIRST_HOST = 51  # 127.0.0.51-55 are this benchmark's
@@ -120,21 +121,6 @@ def _live(prefix: str, runs: list[ProducePerfResult]) -> dict[str, Any]:
     }
 
 
-def _throttle(admin: AdminClient, rate_bytes_per_s: int | None) -> None:
-    """Both replication rates on every broker, and every replica of moving-0 throttled (what
-    ``raftlog partitions reassign --execute --throttle`` sets); None removes them."""
-    value = None if rate_bytes_per_s is None else str(rate_bytes_per_s)
-    rates = {"leader.replication.throttled.rate": value,
-             "follower.replication.throttled.rate": value}  # fmt: skip
-    admin.alter_configs(ConfigResource(ResourceType.BROKER, ""), rates)
-    replicas = None if rate_bytes_per_s is None else "*"
-    admin.alter_configs(
-        ConfigResource(ResourceType.TOPIC, "moving"),
-        {"leader.replication.throttled.replicas": replicas,
-         "follower.replication.throttled.replicas": replicas},
-    )  # fmt: skip
-
-
 def move(
     cluster: LocalCluster, admin: AdminClient, move_mib: int, progress: Console
 ) -> dict[str, Any]:
@@ -149,11 +135,13 @@ def move(
     seconds, during = _timed_move(cluster, admin, (1, 2, 4))
     throttle = THROTTLE_BYTES_PER_S // (8 if move_mib < 256 else 1)
     progress.print(f"moving it onto broker 5 at {throttle / 1e6:.0f} MB/s")
-    _throttle(admin, throttle)
+    target = (1, 2, 5)  # what `raftlog partitions reassign --execute --throttle` sets and clears
+    throttles = plan_throttles(admin.describe_topics(["moving"]), {("moving", 0): target})
+    set_throttles(admin, throttles, throttle)
     try:
-        throttled_s, throttled = _timed_move(cluster, admin, (1, 2, 5))
+        throttled_s, throttled = _timed_move(cluster, admin, target)
     finally:
-        _throttle(admin, None)
+        clear_throttles(admin, throttles.brokers, ["moving"])
     return {
         "move_mib": move_mib,
         "seconds": round(seconds, 2),

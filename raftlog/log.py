@@ -65,7 +65,7 @@ from raftlog.segment import (
     read_planned,
     release_cached,
 )
-from raftlog.txn import TXN_INDEX_SUFFIX, AbortedTxn
+from raftlog.txn import TXN_INDEX_SUFFIX, AbortedTxn, aborted_in
 
 CLEAN_SHUTDOWN_MARKER = ".clean-shutdown"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
@@ -867,10 +867,8 @@ class Log:
         """The aborted transactions that meet ``[start_offset, end_offset)`` (what a
         read_committed fetch of that range returns beside its records), by first offset."""
         with self._lock:
-            segments = list(self._segments)
-        found = {e for s in segments if s.next_offset > start_offset
-                 for e in s.txn_index.collect(start_offset, end_offset)}  # fmt: skip
-        return sorted(found, key=lambda e: (e.first_offset, e.last_offset))
+            indexes = [s.txn_index for s in self._segments if s.next_offset > start_offset]
+        return aborted_in(indexes, start_offset, end_offset)
 
     def batch_headers(self, start_offset: int = 0) -> Iterator[BatchHeader]:
         """The header of every batch from the log start, oldest first (what producer state is

@@ -179,5 +179,7 @@ class TransactionIndex:
 
 
 def aborted_in(indexes: Iterable[TransactionIndex], start: int, end: int) -> list[AbortedTxn]:
-    """The aborted transactions of several segments' indexes that meet ``[start, end)``."""
-    return sorted({e for index in indexes for e in index.collect(start, end)})
+    """The aborted transactions of several segments' indexes that meet ``[start, end)``, by
+    first offset (what a read_committed fetch returns)."""
+    found = {e for index in indexes for e in index.collect(start, end)}
+    return sorted(found, key=lambda e: (e.first_offset, e.last_offset))

@@ -30,6 +30,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any
 
+# A transactional id's partition: Kafka hashes it as it hashes a group id.
 from dataplane.coordinator.group_state import partition_for
 from protos import transaction_pb2 as tpb
 from raftlog.batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
@@ -109,9 +110,6 @@ class TxnLimits:
 
     max_timeout_ms: int = 900_000  # transaction.max.timeout.ms
     id_expiration_ms: int = 7 * 24 * 3600 * 1000  # transactional.id.expiration.ms
-
-
-__all__ = ["partition_for"]  # a transactional id's partition: Kafka hashes it as a group id
 
 
 def key_bytes(transactional_id: str) -> bytes:

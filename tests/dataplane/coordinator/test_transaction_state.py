@@ -14,6 +14,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from dataplane.coordinator.group_state import partition_for
 from dataplane.coordinator.transaction_state import (
     EPOCH_MAX,
     LEGAL,
@@ -22,7 +23,6 @@ from dataplane.coordinator.transaction_state import (
     TxnMetadata,
     TxnState,
     encode,
-    partition_for,
 )
 from raftlog.errors import ErrorCode, KafkaError
 
