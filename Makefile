@@ -84,6 +84,7 @@ bench: deps
 	$(BIN)/python -m bench.peer_bench --out bench/results/latest.json
 	$(BIN)/python -m bench.grpc_bench --out bench/results/latest.json
 	$(BIN)/python -m bench.connect_bench --out bench/results/latest.json
+	$(BIN)/python -m bench.txn_bench --out bench/results/latest.json
 	$(BIN)/python -m bench.performance_page
 
 # The 10-minute chaos run: SEED=N NODES=3|5 DURATION=10m override; needs root (node users, iptables).
@@ -92,7 +93,7 @@ NODES    ?= 3
 DURATION ?= 10m
 chaos: deps
 	$(BIN)/raftlog chaos run --seed $(SEED) --duration $(DURATION) --nodes $(NODES) \
-	  --faults kill,pause,partition,controller-kill,leader-kill,disk-full,reassign --report .raftlog/chaos/report
+	  --faults kill,pause,partition,controller-kill,leader-kill,disk-full,reassign,membership --report .raftlog/chaos/report
 
 # Generated modules are committed; tests/protos checks that regenerating changes nothing.
 PROTO_SOURCES := $(wildcard protos/*.proto)

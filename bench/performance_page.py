@@ -447,6 +447,14 @@ def render_spark(results: Results) -> str:
             f'`df.write.format("raftlog")` of {count(_get(spark, "write.records"))} records',
             f"{count(_get(spark, 'write.records_s'))} records/s",
         ),
+        (
+            f"the same, exactly once (`exactlyOnce`, the default), "
+            f"{count(_get(spark, 'write_exactly_once.records'))} records",
+            f"{count(_get(spark, 'write_exactly_once.records_s'))} records/s "
+            f"({fixed(_get(spark, 'write_exactly_once.of_at_least_once'), 2)} of at-least-once "
+            f"in the same session: "
+            f"{count(_get(spark, 'write_exactly_once.at_least_once_records_s'))} records/s)",
+        ),
         (f"read, `count()` ({timed_runs} timed runs after a warm-up)", reading("count")),
         ('read, `groupBy("key").count()`', reading("group_by_key")),
         (f"read target: {count(target)} records/s (the medians)", verdict),
@@ -840,6 +848,83 @@ def render_elastic(results: Results) -> str:
     return table(("figure", "value"), rows)
 
 
+TXN_VARIANTS = (
+    ("idempotent, no transactions", "idempotent"),
+    ("transactions of 100 records", "transactions_of_100"),
+    ("transactions of 10,000 records", "transactions_of_10000"),
+)
+
+
+def render_transactions_produce(results: Results) -> str:
+    txn = _section(results, "transactions")
+    rows = []
+    for kind in ("burst", "sustained"):
+        for label, key in TXN_VARIANTS:
+            run = _get(txn, f"produce.{kind}.{key}")
+            if not isinstance(run, Mapping):
+                continue
+            transactional = key != "idempotent"
+            extent = (
+                f"{count(run.get('records'))} records"
+                if kind == "burst"
+                else f"{fixed(run.get('seconds'), 0)} s"
+            )
+            rows.append(
+                (
+                    f"{label}, {kind} ({extent})",
+                    f"{count(run.get('records_per_s'))} ({fig(run.get('mb_per_s'))} MB/s)",
+                    fig(run.get("transactions_per_s")) if transactional else "",
+                    _latency(run.get("commit_latency_ms"), ("p50", "p99", "max"))
+                    if transactional
+                    else "",
+                    fixed(run.get("partitions_per_transaction"), 1) if transactional else "",
+                    count(run.get("node_cpu_us_per_record")),
+                )
+            )
+    header = (
+        f"producer, {size(txn.get('record_bytes'))} records, acks={txn.get('acks', MISSING)}, "
+        f"RF {count(txn.get('replication_factor'))}, {count(txn.get('partitions'))} partitions",
+        "records/s",
+        "transactions/s",
+        "commit ms p50 / p99 / max",
+        "partitions a transaction",
+        "nodes' CPU µs a record",
+    )
+    idle = (
+        f"At rest the three nodes used {fixed(txn.get('node_cpu_s_per_s_idle'), 2)} CPU seconds "
+        "a second between them (included in the CPU column); every producer kept "
+        f"{count(txn.get('max_in_flight'))} batch in flight per partition."
+    )
+    return table(header, rows, "lrrrrr") + "\n\n" + idle
+
+
+def render_transactions_consume(results: Results) -> str:
+    consume = _get(_section(results, "transactions"), "consume")
+    if not isinstance(consume, Mapping):
+        return f"*No consume figures in this results file ({MISSING}).*"
+    rows = [
+        (
+            f"`{level}`",
+            count(_get(consume, f"{level}.records_per_s")),
+            count(_get(consume, f"{level}.offsets_per_s")),
+            fig(_get(consume, f"{level}.mb_per_s")),
+            f"{count(_get(consume, f'{level}.passes'))} in "
+            f"{fixed(_get(consume, f'{level}.seconds'), 0)} s",
+        )
+        for level in ("read_uncommitted", "read_committed")
+    ]
+    header = (
+        f"isolation level; {count(consume.get('transactions'))} transactions: "
+        f"{count(consume.get('records_committed'))} records committed, "
+        f"{count(consume.get('records_aborted'))} aborted",
+        "records/s returned",
+        "offsets/s walked",
+        "MB/s returned",
+        "passes",
+    )
+    return table(header, rows, "lrrrr")
+
+
 TABLES: dict[str, Callable[[Results], str]] = {
     "run": render_run,
     "storage_append": render_storage_append,
@@ -860,6 +945,8 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "peer_profiles": render_peer_profiles,
     "grpc_transport": render_grpc,
     "connect": render_connect,
+    "transactions_produce": render_transactions_produce,
+    "transactions_consume": render_transactions_consume,
 }
 
 

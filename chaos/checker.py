@@ -67,6 +67,8 @@ Rules, by finding kind:
   differing image gives one finding naming both nodes and the first topic (and partition) that
   differs, or a topic only one of them holds.
 
+With the transactions workload, the ``txn-*`` rules of chaos/txn_checker.py apply as well.
+
 At most `FINDINGS_PER_KIND_MAX` findings of one kind are listed; the rest are folded into one
 more finding of that kind saying how many were left out. The summary's counts stay exact.
 """
@@ -81,7 +83,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from chaos.history import (
-    FAULT_KINDS,
+    ALL_FAULT_KINDS,
     BatchEntry,
     CommittedObservation,
     Consumed,
@@ -96,6 +98,7 @@ from chaos.history import (
     Verdict,
     Write,
 )
+from chaos.txn_checker import check_transactions, txn_summary
 
 FINDINGS_PER_KIND_MAX = 200
 
@@ -134,6 +137,7 @@ def check(history: History) -> Verdict:
         *_admin_lost_topics(history),
         *_admin_resurrected_topics(history),
         *_metadata_findings(history.controllers),
+        *check_transactions(history),  # the transactions workload's rules (chaos/txn_checker.py)
     ]
     attributed = [
         finding.model_copy(update={"faults": faults_at(history, finding.time_s)})
@@ -724,11 +728,14 @@ def _summary(history: History, findings: Sequence[Finding]) -> Summary:
         lost_writes=kinds["lost-write"],
         duplicated_values=kinds["duplicate"],
         availability=_availability(history),
-        faults_by_kind={kind: faults_by_kind[kind] for kind in FAULT_KINDS if faults_by_kind[kind]},
+        faults_by_kind={
+            kind: faults_by_kind[kind] for kind in ALL_FAULT_KINDS if faults_by_kind[kind]
+        },
         recoveries=_recoveries(history),
         consumed_records=len(history.consumed),
         commits_ok=sum(1 for commit in history.commits if commit.ok),
         admin_ops_ok=sum(1 for op in history.admin if op.ok),
+        transactions=txn_summary(history),
     )
 
 

@@ -41,9 +41,10 @@ def run_command(
         str,
         typer.Option(
             help="comma-separated: kill,pause,partition,controller-kill,leader-kill,disk-full,"
-            "reassign"
+            "reassign,membership; with --workload transactions also txn-coordinator-kill,"
+            "output-leader-kill,transformer-kill"
         ),
-    ] = "kill,pause,partition,controller-kill,leader-kill,disk-full,reassign",
+    ] = "kill,pause,partition,controller-kill,leader-kill,disk-full,reassign,membership",
     nodes: Annotated[int, typer.Option(min=3, max=9, help="nodes in the cluster")] = 3,
     report: Annotated[Path, typer.Option(help="where report.json and report.html go")] = Path(
         ".raftlog/chaos/report"
@@ -54,28 +55,64 @@ def run_command(
     first_host: Annotated[
         int, typer.Option(min=2, max=245, help="nodes bind 127.0.0.N, N+1, ...")
     ] = 41,
+    spare_host: Annotated[
+        int | None,
+        typer.Option(
+            min=2,
+            max=254,
+            help="a membership fault's new controller binds 127.0.0.N (default: after the nodes)",
+        ),
+    ] = None,
     partitions: Annotated[int, typer.Option(min=1, help="partitions of the workload topic")] = 6,
     rate: Annotated[float, typer.Option(min=1, help="records a second per producer")] = 150.0,
     disk_mib: Annotated[
         int, typer.Option(min=16, help="each node's disk (a tmpfs) when disk-full is a fault")
     ] = 512,
+    workload: Annotated[
+        str,
+        typer.Option(
+            help="plain, or transactions: also a consume-transform-produce loop in transactions"
+        ),
+    ] = "plain",
+    transformers: Annotated[
+        int, typer.Option(min=1, max=8, help="transformer processes (--workload transactions)")
+    ] = 2,
+    transformer_clients: Annotated[
+        str,
+        typer.Option(
+            help="comma-separated Kafka clients of the transformers, assigned round-robin: "
+            "ours (raftlog's, gRPC), confluent (librdkafka, the KAFKA listener); "
+            "default: ours,confluent with two or more transformers, else ours"
+        ),
+    ] = "",
 ) -> None:
     """Start a cluster, run the workloads under the seed's faults, heal, check, report, stop.
 
     Exits 0 when the checker finds nothing, 1 when it finds anomalies."""
-    from chaos.history import FAULT_KINDS, FaultKind  # noqa: PLC0415 - loaded when the command runs
+    from chaos.history import ALL_FAULT_KINDS, FaultKind  # noqa: PLC0415 - loaded when the command runs
     from chaos.report import print_summary  # noqa: PLC0415 - loaded when the command runs
     from chaos.runner import RunConfig, parse_duration, run  # noqa: PLC0415 - loaded when the command runs
+    from chaos.txn_history import TXN_CLIENTS, TxnClient  # noqa: PLC0415 - loaded when the command runs
 
     logging.basicConfig(
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     kinds: list[FaultKind] = []
     for name in (k.strip() for k in faults.split(",") if k.strip()):
-        kind = next((k for k in FAULT_KINDS if k == name), None)
+        kind = next((k for k in ALL_FAULT_KINDS if k == name), None)
         if kind is None:
-            raise typer.BadParameter(f"unknown fault {name!r}; known: {', '.join(FAULT_KINDS)}")
+            raise typer.BadParameter(f"unknown fault {name!r}; known: {', '.join(ALL_FAULT_KINDS)}")
         kinds.append(kind)
+    clients: list[TxnClient] = []
+    for name in (c.strip() for c in transformer_clients.split(",") if c.strip()):
+        client = next((c for c in TXN_CLIENTS if c == name), None)
+        if client is None:
+            raise typer.BadParameter(
+                f"unknown transformer client {name!r}; known: {', '.join(TXN_CLIENTS)}"
+            )
+        clients.append(client)
+    if workload not in ("plain", "transactions"):
+        raise typer.BadParameter(f"unknown workload {workload!r}; known: plain, transactions")
     try:
         duration_s = parse_duration(duration)
         config = RunConfig(
@@ -86,9 +123,13 @@ def run_command(
             report_dir=report,
             nodes=nodes,
             first_host=first_host,
+            spare_host=spare_host,
             partitions=partitions,
             rate=rate,
             disk_bytes=disk_mib << 20,
+            workload="transactions" if workload == "transactions" else "plain",
+            transformers=transformers,
+            transformer_clients=tuple(clients),
         )
     except ValueError as error:
         raise typer.BadParameter(str(error)) from error

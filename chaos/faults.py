@@ -1,5 +1,6 @@
 """Faults on real node processes: SIGKILL and restart, SIGSTOP/SIGCONT, iptables partitions,
-a full disk (chaos/disk.py), and a partition reassignment started under the other faults.
+a full disk (chaos/disk.py), a partition reassignment started under the other faults, and a
+change of the controller quorum's voters (chaos/membership.py).
 
 `FaultInjector` owns every fault it starts until it is healed. Leaving its context — normally,
 on an exception, on Ctrl-C — resumes every paused process, removes every iptables rule (its
@@ -26,7 +27,8 @@ from chaos.schedule import PlannedFault, split_sides
 log = logging.getLogger(__name__)
 
 
-# A reassign fault: move the planned fault's partition; (nodes involved, description, heal).
+# A reassign fault: move the planned fault's partition; a membership fault: add or remove a
+# voter. Both through the cluster's admin API; (nodes involved, description, heal).
 Mover = Callable[[PlannedFault], tuple[list[int], str, Callable[[], None]]]
 
 
@@ -147,16 +149,24 @@ class FaultInjector:
         controller: Callable[[], int],
         leader: Callable[[int], int],
         mover: Mover | None = None,
+        voters: Mover | None = None,
+        victim: Callable[[PlannedFault], int] | None = None,
+        transformers: Mover | None = None,
     ) -> ActiveFault:
         """Put `fault` in place. `controller()` names the active controller, `leader(p)` the
         leader of workload partition p (-1: none; the fault then hits nobody); `mover` starts a
-        reassign fault's move (through the cluster's admin API) and returns how to move back."""
+        reassign fault's move (through the cluster's admin API) and returns how to move back;
+        `voters` adds or removes a controller (chaos/membership.py) and returns how to restore
+        the voters. With the transactions workload (chaos/transactions.py), `victim` names the
+        node a txn-coordinator-kill or output-leader-kill kills (-1: none) and `transformers`
+        kills a transformer process and returns how to start it again."""
         nodes = self.node_ids
         kind = fault.kind
-        if kind == "reassign":
-            if mover is None:
-                raise ValueError("a reassign fault needs a mover (the cluster's admin API)")
-            hit, detail, heal = mover(fault)
+        if kind in ("reassign", "membership", "transformer-kill"):
+            change = {"reassign": mover, "membership": voters}.get(kind, transformers)
+            if change is None:
+                raise ValueError(f"a {kind} fault needs the cluster's admin API to act through")
+            hit, detail, heal = change(fault)
             return ActiveFault(fault, hit, detail, heal)
         if kind == "partition":
             hit, detail = self.partition(fault)
@@ -171,13 +181,20 @@ class FaultInjector:
             node = nodes[fault.node % len(nodes)]
         elif kind == "controller-kill":
             node = controller()
+        elif kind in ("txn-coordinator-kill", "output-leader-kill"):
+            if victim is None:
+                raise ValueError(f"a {kind} fault needs the transactions workload")
+            node = victim(fault)
         else:
             node = leader(fault.partition)
         if node < 0:
             return ActiveFault(fault, [], f"{kind}: nobody to kill", lambda: None)
-        detail = f"SIGKILL {node}" + (
-            f" (leader of partition {fault.partition})" if kind == "leader-kill" else ""
-        )
+        whose = {
+            "leader-kill": f" (leader of partition {fault.partition})",
+            "output-leader-kill": f" (leader of output partition {fault.partition})",
+            "txn-coordinator-kill": " (a transformer's transaction coordinator)",
+        }
+        detail = f"SIGKILL {node}" + whose.get(kind, "")
         return ActiveFault(fault, [node], detail, self.kill(node))
 
     def release(self) -> None:

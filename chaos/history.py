@@ -15,8 +15,21 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from chaos.txn_history import Transaction, TxnFinal, TxnSummary
+
 FaultKind = Literal[
-    "kill", "pause", "partition", "controller-kill", "leader-kill", "disk-full", "reassign"
+    "kill",
+    "pause",
+    "partition",
+    "controller-kill",
+    "leader-kill",
+    "disk-full",
+    "reassign",
+    "membership",
+    # the transactions workload's own (chaos/transactions.py)
+    "txn-coordinator-kill",
+    "output-leader-kill",
+    "transformer-kill",
 ]
 FAULT_KINDS: tuple[FaultKind, ...] = (
     "kill",
@@ -26,7 +39,17 @@ FAULT_KINDS: tuple[FaultKind, ...] = (
     "leader-kill",
     "disk-full",
     "reassign",
+    "membership",
 )
+# Kinds that need the transactions workload (``--workload transactions``): SIGKILL the leader of
+# a transformer's transaction coordinator (its ``__transaction_state`` partition), the leader of
+# an output partition, a transformer process.
+TXN_FAULT_KINDS: tuple[FaultKind, ...] = (
+    "txn-coordinator-kill",
+    "output-leader-kill",
+    "transformer-kill",
+)
+ALL_FAULT_KINDS: tuple[FaultKind, ...] = (*FAULT_KINDS, *TXN_FAULT_KINDS)
 
 
 class _Model(BaseModel):
@@ -204,6 +227,10 @@ class History(_Model):
     final_topics: list[str] | None = None  # topics the cluster lists after recovery
     controllers: list[ControllerImage] = Field(default_factory=list)
     problems: list[str] = Field(default_factory=list)  # steps the harness itself could not do
+    # the transactions workload (chaos/txn_history.py); plain runs leave these empty
+    workload: Literal["plain", "transactions"] = "plain"
+    transactions: list[Transaction] = Field(default_factory=list)
+    txn_final: TxnFinal | None = None
 
 
 FindingKind = Literal[
@@ -221,6 +248,15 @@ FindingKind = Literal[
     "admin-resurrected-topic",  # an acknowledged delete whose topic still exists
     "metadata-divergence",  # controllers' images differ after recovery
     "harness",  # the run itself could not complete a step (the verdict cannot be clean)
+    # the transactions workload (chaos/txn_checker.py)
+    "txn-missing",  # an input record no visible output record carries
+    "txn-duplicate",  # an input record carried by more than one visible output record
+    "txn-aborted-visible",  # a record of an aborted transaction read read_committed
+    "txn-committed-invisible",  # a record of a committed transaction not read read_committed
+    "txn-partial",  # a transaction whose records are partly visible
+    "txn-unknown-output",  # an output record no transaction of the history sent
+    "txn-marker",  # a finished transaction's partition without its marker (or the wrong one)
+    "txn-offsets",  # the group's committed offsets differ from what committed transactions read
 ]
 
 
@@ -260,6 +296,7 @@ class Summary(_Model):
     consumed_records: int
     commits_ok: int
     admin_ops_ok: int
+    transactions: TxnSummary | None = None  # with the transactions workload
 
 
 class Verdict(_Model):

@@ -41,7 +41,7 @@ from rich.table import Table
 from rich.text import Text
 
 from chaos.history import (
-    FAULT_KINDS,
+    ALL_FAULT_KINDS,
     FaultKind,
     FaultWindow,
     Finding,
@@ -64,6 +64,10 @@ KIND_COLOURS: dict[str, str] = {  # by fault kind; a kind without its own colour
     "leader-kill": "#e377c2",
     "disk-full": "#17becf",
     "reassign": "#bcbd22",
+    "membership": "#2ca02c",
+    "txn-coordinator-kill": "#393b79",
+    "output-leader-kill": "#843c39",
+    "transformer-kill": "#637939",
 }
 
 _OTHER_KIND_COLOUR = "#7f7f7f"
@@ -129,6 +133,26 @@ def _figure_rows(summary: Summary) -> list[tuple[str, str]]:
         ("consumed records", f"{summary.consumed_records:,}"),
         ("commits ok", f"{summary.commits_ok:,}"),
         ("admin ops ok", f"{summary.admin_ops_ok:,}"),
+        *_transaction_rows(summary),
+    ]
+
+
+def _transaction_rows(summary: Summary) -> list[tuple[str, str]]:
+    """The transactions workload's figures (none for a plain run)."""
+    txn = summary.transactions
+    if txn is None:
+        return []
+    return [
+        ("transactions committed", f"{txn.committed:,}"),
+        *(
+            [("  committed by client", ", ".join(f"{c} {n:,}" for c, n in by_client.items()))]
+            if (by_client := txn.committed_by_client)
+            else []
+        ),
+        ("transactions aborted (on purpose)", f"{txn.aborted:,} ({txn.aborted_on_purpose:,})"),
+        ("transactions unknown", f"{txn.unknown:,}"),
+        ("output records (read_committed)", f"{txn.output_records:,}"),
+        ("transformer restarts", f"{txn.transformer_restarts:,}"),
     ]
 
 
@@ -193,8 +217,9 @@ def print_summary(history: History, verdict: Verdict, console: Console) -> None:
 
 
 def _kind_order(kind: str) -> tuple[int, str]:
-    """Fault kinds in `FAULT_KINDS` order, any other after them by name."""
-    return (FAULT_KINDS.index(kind), "") if kind in FAULT_KINDS else (len(FAULT_KINDS), kind)
+    """Fault kinds in `ALL_FAULT_KINDS` order, any other after them by name."""
+    kinds = ALL_FAULT_KINDS
+    return (kinds.index(kind), "") if kind in kinds else (len(kinds), kind)
 
 
 def _x_end(history: History) -> float:

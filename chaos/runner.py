@@ -6,12 +6,20 @@
    disk (chaos/disk.py).
 2. Create the workload topic (RF = min(3, nodes), ``min.insync.replicas`` = 2) and start the
    workloads (chaos/workloads.py): producers, a consumer group, an admin workload, samplers.
-3. Inject the faults of the seed's schedule (chaos/schedule.py) one at a time, healing each.
+3. Inject the faults of the seed's schedule (chaos/schedule.py) one at a time, healing each;
+   a membership fault's new controller runs on the spare address 127.0.0.S (`spare_host`,
+   default the address after the last node) as its own node user (chaos/membership.py).
 4. Stop the producers, let the cluster recover (every partition led, its ISR complete), let the
    group consume to the end, and read the final state: every partition's records from its
    leader, the topic list, every controller's image; then stop the nodes (SIGTERM, by pid) and
    read every replica's batches from its segment files.
 5. Check the history (chaos/checker.py), write report.json + report.html (chaos/report.py).
+
+With ``workload="transactions"`` the run also creates an output topic and runs transformer
+processes (a consume-transform-produce loop in transactions, chaos/transactions.py; each on
+raftlog's client or librdkafka, `RunConfig.clients`) beside the plain workloads; after the
+producers stop they drain the input, stop, and the output is read both ways (and, once the
+nodes are stopped, its batches and markers from the disk).
 
 Whatever happens — an error, Ctrl-C, SIGTERM — every paused node is resumed, every iptables rule
 removed, every node process stopped by its pid and every disk unmounted before `run` returns or
@@ -28,9 +36,11 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import grpc
 
@@ -38,6 +48,7 @@ from chaos.checker import check
 from chaos.disk import DiskFaults
 from chaos.faults import FaultInjector
 from chaos.history import (
+    TXN_FAULT_KINDS,
     BatchEntry,
     ControllerImage,
     FaultKind,
@@ -49,6 +60,7 @@ from chaos.history import (
     TopicImage,
     Verdict,
 )
+from chaos.membership import VoterChanges
 from chaos.network import (
     NetworkFaults,
     NodeIdentity,
@@ -60,6 +72,8 @@ from chaos.network import (
 )
 from chaos.report import write_report
 from chaos.schedule import PlannedFault, plan, reassign_target
+from chaos.transactions import TransformerSettings, TxnWorkload
+from chaos.txn_history import TXN_CLIENTS, TxnClient, TxnFinal
 from chaos.workloads import (
     CLIENT_ERRORS,
     AdminWorkload,
@@ -86,7 +100,8 @@ RECOVERY_TIMEOUT_S = 120.0
 CATCH_UP_TIMEOUT_S = 60.0
 FLUSH_TIMEOUT_S = 60.0
 KILLS = ("kill", "controller-kill", "leader-kill")
-DOWN_EXPECTED = (*KILLS, "disk-full")  # faults during which the node hit may be down
+# faults during which the node hit may be down
+DOWN_EXPECTED = (*KILLS, "disk-full", "txn-coordinator-kill", "output-leader-kill")
 
 
 @dataclass(frozen=True)
@@ -98,6 +113,7 @@ class RunConfig:
     report_dir: Path
     nodes: int = 3
     first_host: int = 41
+    spare_host: int | None = None  # a membership fault's new controller; None: the next address
     partitions: int = 6
     producers: int = 2
     rate: float = 150.0  # records a second per producer
@@ -106,6 +122,15 @@ class RunConfig:
     group: str = "chaos-group"
     disk_bytes: int = 512 << 20  # each node's disk (tmpfs) when disk-full is among the faults
     overrides: dict[str, str | int] = field(default_factory=dict)
+    # the transactions workload (chaos/transactions.py): transformers from `topic` to `output`
+    workload: Literal["plain", "transactions"] = "plain"
+    transformers: int = 2
+    output_topic: str = "chaos-output"
+    transformer_group: str = "chaos-transformers"
+    abort_fraction: float = 0.1  # transactions aborted on purpose
+    # each transformer's Kafka client, round-robin; () = both (ours, confluent) when there are
+    # two or more transformers, else ours
+    transformer_clients: tuple[TxnClient, ...] = ()
 
     def __post_init__(self) -> None:
         if not 3 <= self.nodes <= 9:
@@ -114,6 +139,41 @@ class RunConfig:
             )
         if self.duration_s < 30:
             raise ValueError(f"a chaos run lasts at least 30 s: {self.duration_s}")
+        needs_txn = [k for k in self.faults if k in TXN_FAULT_KINDS]
+        if needs_txn and self.workload != "transactions":
+            raise ValueError(f"{', '.join(needs_txn)} need the transactions workload")
+        if self.workload == "transactions" and not 1 <= self.transformers <= 8:
+            raise ValueError(
+                f"the transactions workload runs 1..8 transformers, not {self.transformers}"
+            )
+        unknown_clients = set(self.transformer_clients) - set(TXN_CLIENTS)
+        if unknown_clients:
+            raise ValueError(
+                f"unknown transformer client(s) {', '.join(sorted(unknown_clients))}; "
+                f"known: {', '.join(TXN_CLIENTS)}"
+            )
+        last = self.first_host + self.nodes - 1
+        if (
+            not 2 <= self.new_controller_host <= 254
+            or self.first_host <= self.new_controller_host <= last
+        ):
+            raise ValueError(
+                f"the spare host 127.0.0.{self.new_controller_host} must be outside the nodes' "
+                f"127.0.0.{self.first_host}-{last}, in 127.0.0.2-254"
+            )
+
+    @property
+    def clients(self) -> tuple[TxnClient, ...]:
+        """The transformers' clients, assigned round-robin (`transformer_clients` or its
+        default)."""
+        if self.transformer_clients:
+            return self.transformer_clients
+        return TXN_CLIENTS if self.transformers >= 2 else ("ours",)
+
+    @property
+    def new_controller_host(self) -> int:
+        """The last octet of the address a membership fault's new controller binds."""
+        return self.first_host + self.nodes if self.spare_host is None else self.spare_host
 
 
 def parse_duration(text: str) -> float:
@@ -131,6 +191,7 @@ class _Cluster:
         self.identities = identities
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         hosts = [identity.addresses[0] for identity in identities.values()]
+        hosts.append(f"127.0.0.{config.new_controller_host}")  # the spare controller's ports too
         self.local = LocalCluster(
             config.work_dir,
             nodes=config.nodes,
@@ -194,6 +255,9 @@ class Run:
         self.abort = threading.Event()
         self.cluster: _Cluster | None = None
         self.down: set[int] = set()  # nodes a fault in place killed
+        self.voter_changes: VoterChanges | None = None  # with membership faults
+        self.txn: TxnWorkload | None = None  # with the transactions workload
+        self.txn_final: TxnFinal | None = None
 
     @property
     def rf(self) -> int:
@@ -219,13 +283,25 @@ class Run:
             injector = stack.enter_context(FaultInjector(cluster, identities, network, disks))
             try:
                 cluster.local.up(timeout_s=60)
+                if "membership" in config.faults:
+                    self.voter_changes = self._voter_changes(cluster.local)
                 self._run_cluster(cluster, injector)
                 cluster.local.down()
             finally:
+                if self.voter_changes is not None:
+                    self.voter_changes.close()  # stops the new controller by its pid
                 for spec in cluster.local.specs:
                     cluster.local.stop_node(spec.node_id, kill=True)
             self._read_replicas(cluster.local)  # before the disks go
+            if self.txn is not None and self.txn_final is not None:
+                dirs = {spec.node_id: spec.directory / "data" for spec in cluster.local.specs}
+                self.txn_final = self.txn.with_batches(self.txn_final, dirs)
         return self._history()
+
+    def _voter_changes(self, local: LocalCluster) -> VoterChanges:
+        host = self.config.new_controller_host
+        identity = ensure_node_identity(node_user_name(host), [f"127.0.0.{host}"])
+        return VoterChanges(local, identity, self.config.work_dir, REPO, sys.executable)
 
     def _run_cluster(self, cluster: _Cluster, injector: FaultInjector) -> None:
         config, rec = self.config, self.recorder
@@ -233,7 +309,9 @@ class Run:
         control = AdminClient(bootstrap, request_timeout_ms=10_000)
         workload_admin = AdminClient(bootstrap, request_timeout_ms=10_000)
         try:
-            self._create_topic(control)
+            self._create_topic(control, config.topic)
+            if config.workload == "transactions":
+                self._create_topic(control, config.output_topic)
             stop_producers, stop_members, stop_rest = (threading.Event() for _ in range(3))
             producers = [
                 ProducerWorkload(
@@ -256,6 +334,9 @@ class Run:
                 rec.start()
                 for thread in threads:
                     thread.start()
+                if config.workload == "transactions":
+                    self.txn = self._txn_workload(bootstrap, cluster.local.kafka_bootstrap_servers)
+                    self.txn.start()
                 self._inject_faults(cluster, injector, control)
                 self._wait_until(config.duration_s)
                 self.workload_s = rec.now()
@@ -266,28 +347,51 @@ class Run:
                     producer.finish(FLUSH_TIMEOUT_S)
                 self._wait_for_recovery(control)
                 self._wait_for_group(members, bootstrap)
+                if self.txn is not None:
+                    self.say("transformers draining the input")
+                    self.txn_final = self.txn.finish(control)
             finally:
                 for event in (stop_producers, stop_members, stop_rest):
                     event.set()
                 for thread in threads:
                     thread.join(timeout=30)
+                if self.txn is not None:
+                    self.txn.close()  # SIGKILLs, by pid, any transformer still running
             self._read_final_state(cluster, control, bootstrap)
         finally:
             control.close()
             workload_admin.close()
 
-    def _create_topic(self, admin: AdminClient) -> None:
+    def _create_topic(self, admin: AdminClient, name: str) -> None:
         config = self.config
         configs = {"min.insync.replicas": str(min(2, self.rf))}
-        topic = NewTopic(config.topic, config.partitions, self.rf, configs=configs)
+        topic = NewTopic(name, config.partitions, self.rf, configs=configs)
         errors = admin.create_topics([topic])
-        if errors.get(config.topic) is not None:
-            raise RuntimeError(f"cannot create {config.topic}: {errors[config.topic]}")
+        if errors.get(name) is not None:
+            raise RuntimeError(f"cannot create {name}: {errors[name]}")
         wait_for(
-            f"leaders for every partition of {config.topic}",
-            lambda: all(p.leader >= 0 for p in self._describe(admin)),
+            f"leaders for every partition of {name}",
+            lambda: all(p.leader >= 0 for p in admin.describe_topics([name])[name].partitions),
             30,
         )
+
+    def _txn_workload(self, bootstrap: list[str], kafka_bootstrap: list[str]) -> TxnWorkload:
+        config = self.config
+        settings = TransformerSettings(
+            bootstrap=bootstrap,
+            input_topic=config.topic,
+            input_partitions=config.partitions,
+            output_topic=config.output_topic,
+            output_partitions=config.partitions,
+            group=config.transformer_group,
+            seed=config.seed,
+            directory=config.work_dir / "transformers",
+            t0=time.monotonic() - self.recorder.now(),
+            abort_fraction=config.abort_fraction,
+            kafka_bootstrap=kafka_bootstrap,
+            clients=config.clients,
+        )
+        return TxnWorkload(settings, config.transformers, REPO, self._problem, self.say)
 
     def _describe(self, admin: AdminClient) -> tuple[PartitionDescription, ...]:
         return admin.describe_topics([self.config.topic])[self.config.topic].partitions
@@ -305,6 +409,8 @@ class Run:
     def _watch_nodes(self) -> None:
         """A node that exits without being killed is a finding (a crash, a failed start); it
         is started again so the run goes on, as a service manager would."""
+        if self.txn is not None:
+            self.txn.watch()  # a transformer that exited on its own is started again
         cluster = self.cluster
         if cluster is None:
             return
@@ -334,11 +440,19 @@ class Run:
         def mover(fault: PlannedFault) -> tuple[list[int], str, Callable[[], None]]:
             return self._move(control, injector.node_ids, fault)
 
+        voters = None if self.voter_changes is None else self.voter_changes.inject
+        txn = self.txn
+        victim = None if txn is None else functools.partial(txn.victim, control)
+        transformers = None if txn is None else txn.kill_transformer
+
         for fault in self.schedule:
             self._wait_until(fault.at_s)
             start = self.recorder.now()
             try:
-                active = injector.inject(fault, controller=controller, leader=leader, mover=mover)
+                active = injector.inject(
+                    fault, controller=controller, leader=leader, mover=mover, voters=voters,
+                    victim=victim, transformers=transformers,
+                )  # fmt: skip
             except Exception as error:  # noqa: BLE001 - recorded as a problem: fails the verdict
                 self._problem(f"fault {fault.id} ({fault.kind}) could not be injected: {error}")
                 continue
@@ -534,6 +648,9 @@ class Run:
             final_topics=self.final_topics,
             controllers=self.controllers,
             problems=rec.problems,
+            workload=config.workload,
+            transactions=[] if self.txn is None else self.txn.transactions(),
+            txn_final=self.txn_final,
         )
 
 

@@ -11,7 +11,8 @@ in ``put``; ``flush(offsets)`` must make everything up to ``offsets`` durable, a
 runtime commits those offsets for the consumer group ``connect-<connector>``.
 
 Delivery is at-least-once: records after the last committed offset are sent (source) or put
-(sink) again after a crash.
+(sink) again after a crash; on a worker with ``exactly.once.source.support=enabled`` a source
+task's records and offsets commit in one transaction (``connect.exactly_once``), exactly once.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -38,6 +39,24 @@ class ConnectorConfig(BaseModel):
     name: str = Field(min_length=1, max_length=249, pattern=r"^[A-Za-z0-9._-]+$")
     connector_class: str = Field(alias="connector.class", min_length=1, max_length=255)
     tasks_max: int = Field(1, alias="tasks.max", ge=1, le=TASKS_MAX_MAX)
+
+
+class SourceConnectorConfig(ConnectorConfig):
+    """A source connector's settings, with KIP-618's exactly-once ones. They matter only on a
+    worker with ``exactly.once.source.support=enabled`` (see ``connect.exactly_once``):
+    ``exactly.once.support=required`` refuses a connector that cannot say it supports
+    exactly-once delivery (instead of running it without), and ``transaction.boundary`` says
+    when a task's transaction commits: after every ``poll`` that gave records, or every
+    ``transaction.boundary.interval.ms`` (default ``offset.flush.interval.ms``). Kafka's third
+    boundary, ``connector`` (the task defines them), is refused: no task here defines any."""
+
+    exactly_once_support: Literal["requested", "required"] = Field(
+        "requested", alias="exactly.once.support"
+    )
+    transaction_boundary: Literal["poll", "interval"] = Field("poll", alias="transaction.boundary")
+    transaction_boundary_interval_ms: int | None = Field(
+        None, alias="transaction.boundary.interval.ms", ge=10, le=3_600_000
+    )
 
 
 class SinkConnectorConfig(ConnectorConfig):
@@ -111,6 +130,15 @@ class Connector(abc.ABC):
 
 class SourceConnector(Connector):
     kind: ClassVar[str] = "source"
+    config_model: ClassVar[type[ConnectorConfig]] = SourceConnectorConfig
+
+    @classmethod
+    def exactly_once_support(cls, config: ConnectorConfig) -> bool | None:
+        """Whether tasks of this connector configured so deliver exactly once when the runtime
+        commits their records and offsets in one transaction (Kafka's ``exactlyOnceSupport``):
+        True (supported), False (not), None (unknown, the default). A connector that
+        ``exactly.once.support=required`` needs must answer True."""
+        return None
 
     @staticmethod
     @abc.abstractmethod
@@ -126,7 +154,19 @@ class SinkConnector(Connector):
     def task_class() -> type[SinkTask]: ...
 
 
+@dataclass(frozen=True)
+class TransactionRecord:
+    """A record a source task adds to its transaction (:meth:`SourceTask.transaction_records`)."""
+
+    topic: str
+    value: bytes | None
+    key: bytes | None = None
+    partition: int | None = None
+
+
 class SourceTask(abc.ABC):
+    exactly_once: bool = False  # set by the runtime before start: records commit in transactions
+
     @abc.abstractmethod
     def start(self, config: JsonDict, offsets: OffsetReader) -> None:
         """Begin where the committed offsets say."""
@@ -140,7 +180,15 @@ class SourceTask(abc.ABC):
 
     def commit_record(self, record: SourceRecord, metadata: RecordMetadata) -> None:  # noqa: B027
         """``record`` was acknowledged at ``metadata`` (Kafka's ``commitRecord``). Called on
-        the producer's thread: keep it short."""
+        the producer's thread: keep it short. Under exactly-once the acknowledgement is of a
+        record in an open transaction: it becomes visible only if that transaction commits."""
+
+    def transaction_records(self) -> list[TransactionRecord]:
+        """Exactly-once only: records to write in the transaction about to commit, with no
+        source offset of their own (a mirror's offset syncs). Called on the task's thread after
+        every record of the transaction was acknowledged (``commit_record`` ran for each), just
+        before the source offsets are written."""
+        return []
 
     def metrics(self) -> JsonDict:
         """Figures for the task's status (e.g. replication lag); called on the task's thread

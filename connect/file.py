@@ -32,6 +32,7 @@ from connect.api import (
     SinkRecord,
     SinkTask,
     SourceConnector,
+    SourceConnectorConfig,
     SourceRecord,
     SourceTask,
 )
@@ -41,7 +42,7 @@ READ_BYTES = 64 * 1024
 MAX_LINE_BYTES_MAX = 16 * 1024 * 1024
 
 
-class FileStreamSourceConfig(ConnectorConfig):
+class FileStreamSourceConfig(SourceConnectorConfig):
     file: str | None = Field(None, min_length=1, max_length=4096)
     files: str | None = Field(None, min_length=1, max_length=100_000)
     topic: str = Field(min_length=1, max_length=249)

@@ -33,8 +33,10 @@ from connect.config_state import (
     target_state_key,
     task_records,
 )
+from connect.exactly_once import exactly_once_errors
 from connect.plugins import ConfigInvalid, connector_class, plugins, validate
 from connect.runtime import Runtime, Status
+from connect.worker_config import WorkerConfig
 
 log = logging.getLogger(__name__)
 Records = dict[str, JsonDict | None]
@@ -71,6 +73,7 @@ class Herder:
         self._task_started: dict[ConnectorTaskId, tuple[Any, ...]] = {}
         self._wrote_tasks = False
         self.runtime: Runtime
+        self.config: WorkerConfig
         self._reconfigure_requests: set[str] = set()
         self._reconfigure_wanted = threading.Event()
         self._reconfigure_stopping = threading.Event()
@@ -201,7 +204,7 @@ class Herder:
     def create(self, name: str, config: Mapping[str, Any]) -> JsonDict:
         self.refresh()
         self.check_writable()
-        checked = _validated(name, config)
+        checked = _validated(name, config, self.config)
         with self._lock:
             if name in self.state.connectors:
                 raise ConnectError(409, f"Connector {name} already exists")
@@ -213,7 +216,7 @@ class Herder:
     def put_config(self, name: str, config: Mapping[str, Any]) -> tuple[bool, JsonDict]:
         self.refresh()
         self.check_writable()
-        checked = _validated(name, config)
+        checked = _validated(name, config, self.config)
         with self._lock:
             created = name not in self.state.connectors
         records: Records = {connector_key(name): {"properties": checked}}
@@ -334,7 +337,8 @@ class Herder:
             before = self._task_started.get(t)
             if before is None or before[:3] != started:
                 self._task_started[t] = (*started, target)
-                self.runtime.start_task(t, connectors[t.connector], task_config, target)
+                self.runtime.start_task(t, connectors[t.connector], task_config, target,
+                                        len(tasks.get(t.connector, [])))  # fmt: skip
             elif before[3] != target:
                 self._task_started[t] = (*started, target)
                 self.runtime.set_target_state(t.connector, target)
@@ -348,9 +352,11 @@ class Herder:
         self._task_started.clear()
 
 
-def _validated(name: str, config: Mapping[str, Any]) -> JsonDict:
+def _validated(name: str, config: Mapping[str, Any], worker: WorkerConfig) -> JsonDict:
     try:
-        validate(name, config)
+        errors = exactly_once_errors(validate(name, config), worker)
+        if errors:
+            raise ConfigInvalid(errors)
     except ConfigInvalid as error:
         raise ConnectError(400, str(error)) from error
     return {**dict(config), "name": name}

@@ -18,6 +18,15 @@ decides (``connect.mirror_core.sync_needed``) whether to write an offset sync (u
 checkpoint connector (``connect.mirror_checkpoint``) uses to translate consumer-group offsets.
 Its status carries the replication lag per partition (source end offset minus mirrored
 position), refreshed every ``status.metrics.interval.ms``.
+
+**Exactly-once** (a worker with ``exactly.once.source.support=enabled``, KIP-618): the runtime
+commits the task's records and their source offsets in one transaction on the target
+(``connect.exactly_once``), and the task hands its offset syncs to that same transaction
+(``transaction_records``) instead of writing them with its own producer, so a sync never names
+a target offset whose record did not become visible. The source is then read with
+``consumer.isolation.level=read_committed`` (the default under exactly-once; MM2's
+``exactlyOnceSupport`` says so only with it): aborted source records are not mirrored, and no
+control batch is ever copied (the consumer never returns one as a record).
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -36,8 +45,10 @@ from connect.api import (
     JsonDict,
     OffsetReader,
     SourceConnector,
+    SourceConnectorConfig,
     SourceRecord,
     SourceTask,
+    TransactionRecord,
 )
 from connect.mirror_core import (
     OffsetSync,
@@ -73,7 +84,7 @@ CLOSE_TIMEOUT_S = 5.0
 SYNCS_PENDING_MAX = 10_000  # offset syncs decided, not yet handed to the producer
 
 
-class MirrorConfig(ConnectorConfig):
+class MirrorConfig(SourceConnectorConfig):
     """The settings both mirror connectors share (MM2's names)."""
 
     source_cluster_alias: str = Field(
@@ -122,6 +133,10 @@ class MirrorSourceConfig(MirrorConfig):
     replication_factor: int | None = Field(None, alias="replication.factor", ge=1, le=100)
     offset_lag_max: int = Field(100, alias="offset.lag.max", ge=1, le=10_000_000)
     max_poll_records: int = Field(2000, alias="consumer.max.poll.records", ge=1, le=100_000)
+    # None: read_committed when the task runs exactly-once, else Kafka's read_uncommitted
+    isolation_level: Literal["read_uncommitted", "read_committed"] | None = Field(
+        None, alias="consumer.isolation.level"
+    )
 
 
 def _topic_resource(name: str) -> ConfigResource:
@@ -162,6 +177,13 @@ class MirrorSourceConnector(SourceConnector):
         self._thread = threading.Thread(target=self._monitor, name="mirror-topics", daemon=True)
         self._thread.start()
 
+    @classmethod
+    def exactly_once_support(cls, config: ConnectorConfig) -> bool | None:
+        """Supported unless the source is read read_uncommitted (aborted records would be
+        mirrored as committed ones), as MM2 answers."""
+        assert isinstance(config, MirrorSourceConfig)
+        return config.isolation_level != "read_uncommitted"
+
     def task_configs(self, max_tasks: int) -> list[JsonDict]:
         with self._lock:
             partitions = list(self._partitions)
@@ -169,6 +191,7 @@ class MirrorSourceConnector(SourceConnector):
             **self.config.shared(),
             "offset.lag.max": self.config.offset_lag_max,
             "consumer.max.poll.records": self.config.max_poll_records,
+            "consumer.isolation.level": self.config.isolation_level,
         }
         return [
             {**base, "task.assigned.partitions": [[t, p] for t, p in group]}
@@ -298,12 +321,19 @@ class MirrorSourceTask(SourceTask):
         self._partitions = [TopicPartition(t, p) for t, p in assigned]
         source = str(config["source.cluster.bootstrap.servers"]).split(",")
         target = str(config["target.cluster.bootstrap.servers"]).split(",")
+        isolation = config.get("consumer.isolation.level") or (
+            "read_committed" if self.exactly_once else "read_uncommitted"
+        )
         self._consumer = Consumer(
             source, enable_auto_commit=False, auto_offset_reset="earliest",
             fetch_max_wait_ms=POLL_MS, request_timeout_ms=timeout_ms,
             max_poll_records=int(config["consumer.max.poll.records"]),
+            isolation_level="read_committed" if isolation == "read_committed"
+            else "read_uncommitted",
         )  # fmt: skip
-        self._syncs = Producer(target, acks="all", linger_ms=0, request_timeout_ms=timeout_ms)
+        if not self.exactly_once:  # else the syncs go in the runtime's transactions
+            self._syncs = Producer(target, acks="all", linger_ms=0,
+                                   request_timeout_ms=timeout_ms)  # fmt: skip
         self._consumer.assign(self._partitions)
         for tp in self._partitions:
             committed = offsets.offset(source_partition(self.alias, tp.topic, tp.partition))
@@ -312,7 +342,8 @@ class MirrorSourceTask(SourceTask):
             else:
                 self._consumer.seek(tp, int(committed["offset"]) + 1)
             self._mirrored[(tp.topic, tp.partition)] = self._consumer.position(tp)
-        log.info("mirror task: %s from %s", assigned, dict(self._mirrored))
+        log.info("mirror task: %s from %s (%s, %s)", assigned, dict(self._mirrored), isolation,
+                 "exactly-once" if self.exactly_once else "at-least-once")  # fmt: skip
 
     def poll(self) -> list[SourceRecord]:
         with self._lock:
@@ -350,13 +381,22 @@ class MirrorSourceTask(SourceTask):
                     self._syncs_dropped += 1
 
     def _send_syncs(self) -> None:
-        """Write the offset syncs decided since the last poll."""
+        """Write the offset syncs decided since the last poll (at-least-once)."""
+        if self._syncs is None:
+            return
+        for record in self.transaction_records():
+            self._syncs.send(record.topic, record.value, record.key, partition=record.partition)
+
+    def transaction_records(self) -> list[TransactionRecord]:
+        """The offset syncs decided since the last call: under exactly-once, for every record
+        of the transaction about to commit."""
         with self._acks:
             pending, self._pending_syncs = self._pending_syncs, []
-        assert self._syncs is not None
-        for sync in pending:
-            self._syncs.send(self.syncs_topic, encode_sync(sync), sync_key(sync.topic,
-                             sync.partition), partition=0)  # fmt: skip
+        return [
+            TransactionRecord(self.syncs_topic, encode_sync(sync),
+                              sync_key(sync.topic, sync.partition), partition=0)
+            for sync in pending
+        ]  # fmt: skip
 
     def metrics(self) -> JsonDict:
         with self._lock:

@@ -10,6 +10,9 @@ translation changed goes to ``<source-alias>.checkpoints.internal`` on the targe
 JSON). With ``sync.group.offsets.enabled``, every ``sync.group.offsets.interval.ms`` the
 translated offsets are committed to the same group on the target for ``<source-alias>.<topic>``
 when that group has no active members there and only where they move the group forward.
+
+The syncs are read with read_committed: under exactly-once mirroring they are written in the
+transactions of the records they describe, so a translation never points past committed data.
 """
 
 from __future__ import annotations
@@ -121,9 +124,10 @@ class MirrorCheckpointTask(SourceTask):
         timeout_ms = parsed.request_timeout_ms
         self._source = AdminClient(parsed.source_servers(), request_timeout_ms=timeout_ms)
         self._target = AdminClient(parsed.target_servers(), request_timeout_ms=timeout_ms)
-        self._consumer = Consumer(
+        self._consumer = Consumer(  # read_committed: only syncs of committed mirrored records
             parsed.target_servers(), enable_auto_commit=False, auto_offset_reset="earliest",
             fetch_max_wait_ms=POLL_MS, request_timeout_ms=timeout_ms,
+            isolation_level="read_committed",
         )  # fmt: skip
         topic = offset_syncs_topic(parsed.target_cluster_alias)
         partitions = [TopicPartition(topic, p) for p in sorted(

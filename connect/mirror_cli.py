@@ -7,6 +7,9 @@ group ``<A>-mm2``, state in ``mm2-configs|offsets|status.<A>.internal`` on the t
 creates (or updates) two connectors: ``MirrorSourceConnector`` (the topics) and
 ``MirrorCheckpointConnector`` (consumer-group offsets). Several processes with the same
 arguments share the work; a restarted one resumes from the committed source offsets.
+``--exactly-once`` runs the worker with ``exactly.once.source.support=enabled`` and the source
+connector with ``exactly.once.support=required`` (KIP-618): records, source offsets and offset
+syncs commit in one transaction on the target (``connect.exactly_once``).
 
 Like ``connect.cli``, this module imports only typer and rich at load time (every ``raftlog``
 invocation loads it); the runtime is imported when the mirror starts.
@@ -41,6 +44,8 @@ SOURCE_ONLY = {
     "sync.topic.configs.interval.ms",
     "offset.lag.max",
     "consumer.max.poll.records",
+    "consumer.isolation.level",
+    "exactly.once.support",
 }
 CHECKPOINT_ONLY = {"groups", "groups.exclude", "emit.checkpoints.interval.ms",
                    "sync.group.offsets.enabled", "sync.group.offsets.interval.ms"}  # fmt: skip
@@ -83,8 +88,10 @@ def mirror_configs(
     tasks_max: int,
     sync_group_offsets: bool,
     settings: dict[str, Any],
+    exactly_once: bool = False,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The two connectors' configs; ``settings`` (MM2 names) go to the connector that has them."""
+    """The two connectors' configs; ``settings`` (MM2 names) go to the connector that has them.
+    ``exactly_once``: the source connector requires it (the worker must enable it)."""
     shared = {
         "source.cluster.alias": source_alias,
         "target.cluster.alias": target_alias,
@@ -93,6 +100,8 @@ def mirror_configs(
         "topics": topics,
     }
     source = {"connector.class": SOURCE_CONNECTOR, "tasks.max": tasks_max, **shared}
+    if exactly_once:
+        source["exactly.once.support"] = "required"
     checkpoint = {
         "connector.class": CHECKPOINT_CONNECTOR, "tasks.max": 1, **shared, "groups": groups,
         "sync.group.offsets.enabled": sync_group_offsets,
@@ -107,10 +116,15 @@ def mirror_configs(
 
 
 def worker_settings(
-    target_bootstrap: str, source_alias: str, listeners: str, extra: dict[str, Any]
+    target_bootstrap: str,
+    source_alias: str,
+    listeners: str,
+    extra: dict[str, Any],
+    exactly_once: bool = False,
 ) -> dict[str, Any]:
     """The distributed worker of MM2's dedicated mode, its state on the target cluster."""
     return {
+        **({"exactly.once.source.support": "enabled"} if exactly_once else {}),
         "bootstrap.servers": target_bootstrap,
         "listeners": listeners,
         "group.id": f"{source_alias}-mm2",
@@ -139,6 +153,8 @@ def mirror(
         "--set", help="a connector setting KEY=VALUE (MM2's names)")] = None,
     worker: Annotated[list[str] | None, typer.Option(
         "--worker", help="a worker setting KEY=VALUE")] = None,
+    exactly_once: Annotated[bool, typer.Option(
+        "--exactly-once", help="records and source offsets in one transaction (KIP-618)")] = False,
 ) -> None:  # fmt: skip
     """Mirror the selected topics of the source cluster to the target as <alias>.<topic>."""
     if ctx.invoked_subcommand is not None:
@@ -152,11 +168,12 @@ def mirror(
         source_alias=source_alias, target_alias=target_alias,
         topics=topics_setting(topics, topics_regex), groups=",".join(group_parts) or ".*",
         tasks_max=tasks_max, sync_group_offsets=sync_group_offsets,
-        settings=_pairs(setting, "--set"),
+        settings=_pairs(setting, "--set"), exactly_once=exactly_once,
     )  # fmt: skip
     settings = worker_settings(
-        target_bootstrap, source_alias, listeners, _pairs(worker, "--worker")
-    )
+        target_bootstrap, source_alias, listeners, _pairs(worker, "--worker"),
+        exactly_once=exactly_once,
+    )  # fmt: skip
     connectors = {SOURCE_CONNECTOR: source, CHECKPOINT_CONNECTOR: checkpoint}
     _serve_until_signalled(lambda: _start(settings, connectors))
 

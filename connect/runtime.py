@@ -14,10 +14,12 @@ import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from connect.api import JsonDict
+from connect.api import JsonDict, SourceConnector, SourceConnectorConfig
 from connect.assignment import ConnectorTaskId
 from connect.config_state import PAUSED
-from connect.plugins import ConfigInvalid, validate
+from connect.exactly_once import ExactlyOnceWorkerSourceTask, exactly_once_errors
+from connect.plugins import ConfigInvalid, Validated, validate
+from connect.storage import TopicOffsetStore
 from connect.worker import (
     FAILED,
     RUNNING,
@@ -70,6 +72,14 @@ class Runtime:
     ) -> None:
         self._status(connector, task, Status(state, self.worker_id, trace, metrics))
 
+    def _validate(self, name: str, config: JsonDict) -> Validated:
+        """The connector's config, and whether this worker can run it as it asks."""
+        validated = validate(name, config)
+        errors = exactly_once_errors(validated, self.config)
+        if errors:
+            raise ConfigInvalid(errors)
+        return validated
+
     # -- connectors ------------------------------------------------------------------------------
     def start_connector(
         self, name: str, config: JsonDict, target_state: str
@@ -78,7 +88,7 @@ class Runtime:
         with self._lock:
             self.stop_connector(name)
             try:
-                running = start_connector(name, validate(name, config), self._reconfigure)
+                running = start_connector(name, self._validate(name, config), self._reconfigure)
                 configs = generate_task_configs(running)
             except Exception as error:  # a bad config or connector code: it FAILS
                 log.exception("connector %s failed to start", name)
@@ -112,18 +122,35 @@ class Runtime:
 
     # -- tasks -----------------------------------------------------------------------------------
     def start_task(
-        self, task_id: ConnectorTaskId, config: JsonDict, task_config: JsonDict, target: str
+        self,
+        task_id: ConnectorTaskId,
+        config: JsonDict,
+        task_config: JsonDict,
+        target: str,
+        task_count: int | None = None,
     ) -> None:
+        """``task_count``: how many tasks the connector has now (an exactly-once task 0
+        fences the transactional ids of task numbers from there up to ``tasks.max``)."""
         with self._lock:
             self.stop_tasks([task_id])
             try:
-                validated = validate(task_id.connector, config)
+                validated = self._validate(task_id.connector, config)
             except ConfigInvalid as error:
                 self._report(task_id.connector, str(task_id.task), FAILED, str(error))
                 return
-            task = new_task(
-                task_id, validated, task_config, self.config, self._report, self.offsets
-            )
+            task: WorkerTask
+            if self.config.exactly_once and issubclass(validated.cls, SourceConnector):
+                assert isinstance(validated.config, SourceConnectorConfig)
+                assert isinstance(self.offsets, TopicOffsetStore), "distributed mode only"
+                source = validated.cls.task_class()()
+                task = ExactlyOnceWorkerSourceTask(
+                    task_id, self.config, self._report, source, task_config, self.offsets,
+                    validated.config, task_count,
+                )  # fmt: skip
+            else:
+                task = new_task(
+                    task_id, validated, task_config, self.config, self._report, self.offsets
+                )
             if target == PAUSED:
                 task.paused.set()
             self.tasks[task_id] = task

@@ -15,8 +15,11 @@ from connect.worker_config import WorkerConfig
 class StandaloneHerder(Herder):
     def __init__(self, config: WorkerConfig, worker_id: str) -> None:
         super().__init__()
+        self.config = config
         if config.offset_storage_file_filename is None:
             raise ValueError("standalone mode needs offset.storage.file.filename")
+        if config.exactly_once:  # a file cannot join a transaction (Kafka: distributed only)
+            raise ValueError("exactly.once.source.support=enabled needs distributed mode")
         self.offsets = FileOffsetStore(Path(config.offset_storage_file_filename))
         self.runtime = Runtime(
             config, worker_id, self.offsets, self.on_status, self.request_task_reconfiguration

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from connect.offsets import JsonDict, offset_key
 from dataplane.client import (
@@ -116,6 +116,11 @@ class Delivery(Protocol):
     def result(self, timeout: float | None = None) -> RecordMetadata: ...
 
 
+def encode_value(value: JsonDict | None) -> bytes | None:
+    """A :class:`TopicLog` record's value (None: a tombstone)."""
+    return None if value is None else json.dumps(value, sort_keys=True).encode()
+
+
 class TopicLog:
     """A compacted topic read from the beginning into ``on_record`` and written by key."""
 
@@ -125,6 +130,7 @@ class TopicLog:
         topic: str,
         on_record: Callable[[str, bytes | None, ConsumerRecord], None],
         request_timeout_ms: int,
+        isolation_level: Literal["read_uncommitted", "read_committed"] = "read_uncommitted",
     ) -> None:
         self.topic = topic
         self._on_record = on_record
@@ -140,6 +146,7 @@ class TopicLog:
             enable_auto_commit=False,
             fetch_max_wait_ms=READ_POLL_MS,
             request_timeout_ms=request_timeout_ms,
+            isolation_level=isolation_level,
         )
         partitions = self._consumer.partitions_for_topic(topic)
         self._partitions = [TopicPartition(topic, p) for p in sorted(partitions)]
@@ -147,8 +154,7 @@ class TopicLog:
         self._consumer.seek_to_beginning(*self._partitions)
 
     def send(self, key: str, value: JsonDict | None) -> Delivery:
-        data = None if value is None else json.dumps(value, sort_keys=True).encode()
-        return self._producer.send(self.topic, data, key.encode())
+        return self._producer.send(self.topic, encode_value(value), key.encode())
 
     def write(self, items: Mapping[str, JsonDict | None], timeout_s: float) -> None:
         """Write every item and wait until all are acknowledged (acks=all)."""
@@ -187,15 +193,22 @@ class TopicLog:
 
 
 class TopicOffsetStore:
-    """Source offsets in ``connect-offsets`` (distributed mode)."""
+    """Source offsets in ``connect-offsets`` (distributed mode).
+
+    Read with read_committed: an exactly-once task writes its offsets inside the transaction
+    of its records (``connect.exactly_once``), so the offsets a task resumes from are those of
+    records that became visible, never of an aborted or still open transaction. Offsets that
+    at-least-once tasks write are not transactional and read the same either way."""
 
     def __init__(
         self, bootstrap_servers: Sequence[str], topic: str, request_timeout_ms: int
     ) -> None:
+        self.topic = topic
         self._lock = threading.Lock()
         self._offsets: dict[str, JsonDict] = {}
         self.request_timeout_s = request_timeout_ms / 1000
-        self._log = TopicLog(bootstrap_servers, topic, self._apply, request_timeout_ms)
+        self._log = TopicLog(bootstrap_servers, topic, self._apply, request_timeout_ms,
+                             isolation_level="read_committed")  # fmt: skip
 
     def _apply(self, key: str, value: bytes | None, record: ConsumerRecord) -> None:
         with self._lock:
@@ -213,6 +226,13 @@ class TopicOffsetStore:
             self._log.write(dict(offsets), self.request_timeout_s)
             with self._lock:
                 self._offsets.update(offsets)
+
+    def committed_in_transaction(self, offsets: Mapping[str, JsonDict]) -> None:
+        """``offsets`` were written to the topic in a transaction that committed (by an
+        exactly-once task's producer): this worker's view takes them without waiting to read
+        them back."""
+        with self._lock:
+            self._offsets.update(offsets)
 
     def refresh(self, timeout_s: float) -> None:
         """Read what other workers committed (before a task starts)."""

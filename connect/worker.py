@@ -6,7 +6,9 @@ Each task runs on its own thread:
   (acks=all) and remembered in :class:`~connect.offsets.SubmittedRecords`; every
   ``offset.flush.interval.ms`` (and when the task stops) the offsets whose predecessors were all
   acknowledged are written to the offset store, then ``task.commit()`` runs. At most
-  ``max.outstanding.records`` records wait for their acknowledgement.
+  ``max.outstanding.records`` records wait for their acknowledgement. On a worker with
+  ``exactly.once.source.support=enabled`` the runtime runs ``connect.exactly_once``'s
+  subclass instead: records and offsets commit in one transaction.
 - **sink**: a ``Consumer`` in group ``connect-<connector>`` subscribed to ``topics``; ``put``
   the polled records; every ``offset.flush.interval.ms``, before partitions are revoked and when
   the task stops, ``flush(offsets)`` and only then commit those offsets for the group.
@@ -183,8 +185,14 @@ class WorkerSourceTask(WorkerTask):
                 self._acked.wait(ACK_WAIT_S)
                 self._acked.clear()
                 continue
-            for record in self.task.poll():
+            records = self.task.poll()
+            for record in records:
                 self._send(producer, record)
+            if records:
+                self._after_poll()
+
+    def _after_poll(self) -> None:
+        """A poll's records were handed to the producer (exactly-once commits here)."""
 
     def _send(self, producer: Producer, record: SourceRecord) -> None:
         key = offset_key(self.id.connector, record.source_partition)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -46,6 +46,18 @@ class WorkerConfig(BaseModel):
     status_metrics_interval_ms: int = Field(
         5_000, alias="status.metrics.interval.ms", ge=100, le=3_600_000
     )
+    # KIP-618: every source task of this worker commits its records and offsets in one
+    # transaction (connect.exactly_once); distributed mode only, as in Kafka
+    exactly_once_source_support: Literal["disabled", "enabled"] = Field(
+        "disabled", alias="exactly.once.source.support"
+    )
+    transaction_timeout_ms: int = Field(
+        60_000, alias="producer.transaction.timeout.ms", ge=1_000, le=900_000
+    )
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.exactly_once_source_support == "enabled"
 
     @field_validator("bootstrap_servers", mode="before")
     @classmethod

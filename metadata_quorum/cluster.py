@@ -1,4 +1,5 @@
-"""Cluster control: broker registration, heartbeats, sessions, fencing, producer-id blocks.
+"""Cluster control: broker registration, heartbeats, sessions, fencing, cordons, producer-id
+blocks.
 
 Sessions live only in the controllers' memory (:class:`BrokerSessions`); everything they decide
 becomes records. Brokers heartbeat the active controller and also tell the standbys they are
@@ -11,11 +12,14 @@ broker a fresh session, which a combined node's death pays twice). Time is a num
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from metadata_quorum import configs
 from metadata_quorum.image import PRODUCER_ID_BLOCK_SIZE, MetadataImage
 from metadata_quorum.records import (
     BrokerRegistrationChange,
+    CordonBroker,
     Endpoint,
     FenceBroker,
     MetadataRecord,
@@ -79,9 +83,12 @@ def generate_register_broker(
     incarnation_id: str,
     endpoints: tuple[Endpoint, ...],
     rack: str | None,
+    static_configs: Mapping[str, str] | None = None,
 ) -> list[MetadataRecord]:
     """Records for a (re)registration; empty when this incarnation is already registered
-    (a retried request). A different incarnation is refused while the old one's session lives."""
+    (a retried request). A different incarnation is refused while the old one's session lives.
+    ``static_configs`` (the dynamic broker configs the broker's config file sets) are validated
+    as a broker's own overrides are: INVALID_CONFIG names a bad one."""
     if broker_id < 0:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"broker id {broker_id} must be >= 0")
     if not endpoints:
@@ -97,7 +104,11 @@ def generate_register_broker(
                 f"broker {broker_id} is registered by another incarnation whose session is live "
                 f"(expires within {sessions.session_timeout_ms} ms)",
             )
-    records: list[MetadataRecord] = [RegisterBroker(broker_id, incarnation_id, endpoints, rack)]
+    statics = dict(static_configs or {})
+    configs.validate_broker_configs(statics)
+    records: list[MetadataRecord] = [
+        RegisterBroker(broker_id, incarnation_id, endpoints, rack, tuple(sorted(statics.items())))
+    ]
     # The new incarnation starts fenced: move leadership and ISR membership off the old one.
     usable = image.usable_broker_ids() - {broker_id}
     records.extend(generate_leadership_changes(image, usable, {broker_id}))
@@ -237,6 +248,20 @@ def generate_unregister_broker(
     records = generate_leadership_changes(image, usable, {broker_id})
     records.append(UnregisterBroker(broker_id, broker.broker_epoch))
     return records
+
+
+def generate_cordon_broker(
+    image: MetadataImage, broker_id: int, cordoned: bool
+) -> list[MetadataRecord]:
+    """Cordon a broker (no new replicas on it) or lift its cordon; nothing when it already is
+    so. Refused for an unknown broker (BROKER_ID_NOT_REGISTERED). A fenced broker may be
+    cordoned: one that is down is typically the one about to be drained."""
+    broker = image.brokers.get(broker_id)
+    if broker is None:
+        raise KafkaError(ErrorCode.BROKER_ID_NOT_REGISTERED, f"broker {broker_id} not registered")
+    if broker.cordoned == cordoned:
+        return []
+    return [CordonBroker(broker_id, cordoned)]
 
 
 def generate_allocate_producer_ids(

@@ -18,6 +18,7 @@ from metadata_quorum.records import (
     ConfigRecord,
     ConfigResourceType,
     ControllerVoter,
+    CordonBroker,
     Endpoint,
     FenceBroker,
     LeaderChange,
@@ -67,6 +68,7 @@ def record_to_proto(record: MetadataRecord) -> pb.MetadataRecord:
                     incarnation_id=record.incarnation_id,
                     endpoints=[endpoint_to_proto(e) for e in record.endpoints],
                     rack=record.rack or "",
+                    static_configs=dict(record.static_configs),
                 )
             )
         case UnregisterBroker():
@@ -94,6 +96,12 @@ def record_to_proto(record: MetadataRecord) -> pb.MetadataRecord:
                     broker_id=record.broker_id,
                     broker_epoch=record.broker_epoch,
                     in_controlled_shutdown=record.in_controlled_shutdown,
+                )
+            )
+        case CordonBroker():
+            return pb.MetadataRecord(
+                cordon_broker=pb.CordonBrokerRecord(
+                    version=v, broker_id=record.broker_id, cordoned=record.cordoned
                 )
             )
         case TopicRecord():
@@ -187,7 +195,8 @@ def _partition_change_to_proto(record: PartitionChange) -> pb.PartitionChangeRec
 
 def _from_register(m: pb.RegisterBrokerRecord) -> MetadataRecord:
     endpoints = tuple(endpoint_from_proto(e) for e in m.endpoints)
-    return RegisterBroker(m.broker_id, m.incarnation_id, endpoints, m.rack or None)
+    static_configs = tuple(sorted(m.static_configs.items()))
+    return RegisterBroker(m.broker_id, m.incarnation_id, endpoints, m.rack or None, static_configs)
 
 
 def _from_partition(m: pb.PartitionRecord) -> MetadataRecord:
@@ -244,6 +253,7 @@ _DECODERS: dict[str, Callable[[pb.MetadataRecord], MetadataRecord]] = {
         m.broker_registration_change.broker_epoch,
         m.broker_registration_change.in_controlled_shutdown,
     ),
+    "cordon_broker": lambda m: CordonBroker(m.cordon_broker.broker_id, m.cordon_broker.cordoned),
     "topic": lambda m: TopicRecord(m.topic.name, _uuid(m.topic.topic_id)),
     "partition": lambda m: _from_partition(m.partition),
     "partition_change": lambda m: _from_partition_change(m.partition_change),
@@ -293,6 +303,8 @@ def _broker_to_proto(broker: BrokerRegistration) -> pb.BrokerSnapshotRecord:
         rack=broker.rack or "",
         fenced=broker.fenced,
         in_controlled_shutdown=broker.in_controlled_shutdown,
+        cordoned=broker.cordoned,
+        static_configs=dict(broker.static_configs),
     )
 
 
@@ -305,6 +317,8 @@ def _broker_from_proto(m: pb.BrokerSnapshotRecord) -> BrokerRegistration:
         rack=m.rack or None,
         fenced=m.fenced,
         in_controlled_shutdown=m.in_controlled_shutdown,
+        cordoned=m.cordoned,
+        static_configs=tuple(sorted(m.static_configs.items())),
     )
 
 

@@ -2,24 +2,64 @@
 
 A topic's effective config = Kafka's default ← cluster-wide override (resource BROKER, name "")
 ← the topic's own override. A broker's dynamic configs (the replication throttles) = Kafka's
-default ← the cluster-wide default (resource BROKER, name "") ← the broker's own (resource
-BROKER, name = its id). Values are stored as strings, exactly as the user gave them, after
-validation; ``describe`` shows every key with its effective value.
+default ← the broker's node config file (STATIC_BROKER_CONFIG; the broker registers these
+values, so the controller can describe them) ← the cluster-wide default (resource BROKER,
+name "") ← the broker's own (resource BROKER, name = its id): Kafka's precedence. Values are
+stored as strings, exactly as the user gave them, after validation; ``describe`` shows every
+key with its effective value and where that value comes from (Kafka's ``ConfigSource``).
+
+``alter_dynamic_configs`` is the AlterConfigs / IncrementalAlterConfigs arithmetic: a
+resource's dynamic set and a list of operations (SET, DELETE, APPEND, SUBTRACT) give its new
+set, validated whole.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from enum import IntEnum
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.records import ConfigResourceType
 from raftlog.config import INT64_MAX, ConfigError, LogConfig, describe_validation_error
+from raftlog.errors import ErrorCode, KafkaError
 
 THROTTLED_REPLICAS_MAX_CHARS = 1_000_000
+LEADER_THROTTLED_REPLICAS = "leader.replication.throttled.replicas"
+FOLLOWER_THROTTLED_REPLICAS = "follower.replication.throttled.replicas"
+# Kafka's configs of type LIST among raftlog's: the ones APPEND and SUBTRACT apply to
+LIST_KEYS = frozenset({"cleanup.policy", LEADER_THROTTLED_REPLICAS, FOLLOWER_THROTTLED_REPLICAS})
+
+
+class ConfigSource(IntEnum):
+    """Kafka's DescribeConfigs ``config_source`` values (those that apply here)."""
+
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+
+
+class DescribedConfig(NamedTuple):
+    name: str
+    value: str
+    is_default: bool  # Kafka's DescribeConfigs v0 flag: the value is Kafka's default
+    source: ConfigSource
+
+
+class AlterOp(IntEnum):
+    """Kafka's AlterConfigOp.OpType ids (IncrementalAlterConfigs ``config_operation``)."""
+
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
 THROTTLED_REPLICAS_FORMAT = (
     "must be the literal '*' or a list of replicas in the format "
     "[partitionId]:[brokerId],[partitionId]:[brokerId],..."
@@ -166,6 +206,83 @@ def validate_broker_configs(values: Mapping[str, str]) -> None:
     _parse(BrokerConfig, values)
 
 
+def known_keys(kind: ConfigResourceType, name: str) -> frozenset[str]:
+    """The keys a resource may override: a topic's, one broker's dynamic ones, or (the
+    cluster-wide default, broker "") all of them."""
+    if kind is ConfigResourceType.TOPIC:
+        return TOPIC_KEYS
+    return BROKER_KEYS if name else TOPIC_KEYS | CLUSTER_KEYS | BROKER_KEYS
+
+
+def validate_dynamic_configs(
+    kind: ConfigResourceType, name: str, values: Mapping[str, str]
+) -> None:
+    if kind is ConfigResourceType.TOPIC:
+        validate_topic_configs(values)
+    elif name:
+        validate_broker_configs(values)
+    else:
+        validate_cluster_configs(values)
+
+
+def _parts(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def _listed(op: AlterOp, key: str, value: str, current: str) -> str:
+    """APPEND (the entries not listed yet, in order) or SUBTRACT on a list config's value."""
+    if key not in LIST_KEYS:
+        raise ConfigError(
+            f"{key}: Config value {op.name.lower()} is not allowed for config key: {key} "
+            f"(only list configs: {', '.join(sorted(LIST_KEYS))})"
+        )
+    parts, given = _parts(current), _parts(value)
+    if op is AlterOp.APPEND:
+        parts += [part for part in dict.fromkeys(given) if part not in parts]
+    else:
+        parts = [part for part in parts if part not in given]
+    return ",".join(parts)
+
+
+def alter_dynamic_configs(
+    kind: ConfigResourceType,
+    name: str,
+    current: Mapping[str, str],
+    ops: Sequence[tuple[AlterOp, str, str | None]],
+    *,
+    replace: bool = False,
+) -> dict[str, str]:
+    """The resource's new dynamic set after ``ops`` (op, key, value), validated whole.
+
+    IncrementalAlterConfigs: SET a value, DELETE the override (back to the next source),
+    APPEND entries to / SUBTRACT entries from a list config, starting from its override or
+    else Kafka's default. AlterConfigs (``replace``): the SET values become the whole set.
+    A key named twice is INVALID_REQUEST (as Kafka's ConfigAdminManager); an unknown key, a
+    null value to set, APPEND/SUBTRACT on a key that is no list, or a bad resulting value is
+    INVALID_CONFIG naming the key."""
+    keys = [key for _, key, _ in ops]
+    twice = sorted({key for key in keys if keys.count(key) > 1})
+    if twice:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"duplicate config keys: {', '.join(twice)}")
+    unknown = sorted(set(keys) - known_keys(kind, name))
+    if unknown:
+        what = "topic" if kind is ConfigResourceType.TOPIC else "broker" if name else "cluster"
+        raise ConfigError("; ".join(f"{key}: unknown {what} configuration key" for key in unknown))
+    new = {} if replace else dict(current)
+    defaults = default_values()
+    for op, key, value in ops:
+        if op is AlterOp.DELETE:
+            new.pop(key, None)
+        elif value is None:
+            raise ConfigError(f"{key}: a null value cannot be set (delete the key instead)")
+        elif op is AlterOp.SET:
+            new[key] = value
+        else:
+            new[key] = _listed(op, key, value, new.get(key, defaults[key]))
+    validate_dynamic_configs(kind, name, new)
+    return new
+
+
 def cluster_overrides(image: MetadataImage) -> Mapping[str, str]:
     return image.configs.get((ConfigResourceType.BROKER, ""), {})
 
@@ -180,15 +297,44 @@ def broker_overrides(image: MetadataImage, broker_id: int) -> Mapping[str, str]:
     return image.configs.get((ConfigResourceType.BROKER, str(broker_id)), {})
 
 
-def effective_broker_values(image: MetadataImage, broker_id: int) -> dict[str, str]:
-    """Overrides that apply to broker ``broker_id``: the cluster-wide ones, then its own."""
-    merged = {k: v for k, v in cluster_overrides(image).items() if k in BROKER_KEYS}
-    merged.update(broker_overrides(image, broker_id))
+def static_broker_values(image: MetadataImage, broker_id: int) -> Mapping[str, str]:
+    """The dynamic broker configs broker ``broker_id``'s config file sets, as it registered them."""
+    registration = image.brokers.get(broker_id)
+    return dict(registration.static_configs) if registration is not None else {}
+
+
+def broker_value_sources(
+    image: MetadataImage, broker_id: int, static: Mapping[str, str] | None = None
+) -> dict[str, tuple[str, ConfigSource]]:
+    """Each broker key set somewhere for ``broker_id``, with its winning value and source:
+    its own dynamic value > the cluster-wide dynamic default > its config file (``static``,
+    or as registered when None) > Kafka's default (not listed)."""
+    statics = static_broker_values(image, broker_id) if static is None else static
+    layers = (
+        (statics, ConfigSource.STATIC_BROKER_CONFIG),
+        (cluster_overrides(image), ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+        (broker_overrides(image, broker_id), ConfigSource.DYNAMIC_BROKER_CONFIG),
+    )
+    merged: dict[str, tuple[str, ConfigSource]] = {}
+    for values, source in layers:
+        merged.update((k, (v, source)) for k, v in values.items() if k in BROKER_KEYS)
     return merged
 
 
-def broker_config(image: MetadataImage, broker_id: int) -> BrokerConfig:
-    config: BrokerConfig = _parse(BrokerConfig, effective_broker_values(image, broker_id))
+def effective_broker_values(
+    image: MetadataImage, broker_id: int, static: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """Values that apply to broker ``broker_id`` (see ``broker_value_sources``)."""
+    return {k: v for k, (v, _) in broker_value_sources(image, broker_id, static).items()}
+
+
+def broker_config(
+    image: MetadataImage, broker_id: int, static: Mapping[str, str] | None = None
+) -> BrokerConfig:
+    """A broker passes its own config file's values as ``static`` (it knows them before it
+    has registered them); the controller uses the registered ones."""
+    values = effective_broker_values(image, broker_id, static)
+    config: BrokerConfig = _parse(BrokerConfig, values)
     return config
 
 
@@ -227,32 +373,58 @@ def _as_properties(model: BaseModel) -> dict[str, str]:
     return out
 
 
-def describe_topic(image: MetadataImage, topic: str) -> list[tuple[str, str, bool]]:
-    """Every topic key: (name, effective value, is_default)."""
-    values = effective_topic_values(image, topic)
-    defaults = LogConfig().to_properties() | _as_properties(ReplicationConfig())
-    effective = log_config(image, topic).to_properties() | _as_properties(
-        replication_config(image, topic)
-    )
-    return [(key, effective[key], key not in values) for key in sorted(defaults)]
-
-
-def describe_cluster(image: MetadataImage) -> list[tuple[str, str, bool]]:
-    overrides = cluster_overrides(image)
-    defaults = (
+def default_values() -> dict[str, str]:
+    """Kafka's default of every key raftlog knows, as DescribeConfigs shows it."""
+    return (
         LogConfig().to_properties()
         | _as_properties(ReplicationConfig())
         | _as_properties(ClusterConfig())
         | _as_properties(BrokerConfig())
     )
+
+
+def _described(key: str, value: str, source: ConfigSource) -> DescribedConfig:
+    return DescribedConfig(key, value, source is ConfigSource.DEFAULT_CONFIG, source)
+
+
+def describe_topic(image: MetadataImage, topic: str) -> list[DescribedConfig]:
+    """Every topic key with its effective value: the topic's own override, the cluster-wide
+    one (DYNAMIC_DEFAULT_BROKER_CONFIG), or Kafka's default."""
+    own, cluster = image.topic_configs(topic), cluster_overrides(image)
+    defaults = LogConfig().to_properties() | _as_properties(ReplicationConfig())
+    effective = log_config(image, topic).to_properties() | _as_properties(
+        replication_config(image, topic)
+    )
+    rows = []
+    for key in sorted(defaults):
+        if key in own:
+            source = ConfigSource.DYNAMIC_TOPIC_CONFIG
+        elif key in cluster:
+            source = ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+        else:
+            source = ConfigSource.DEFAULT_CONFIG
+        rows.append(_described(key, effective[key], source))
+    return rows
+
+
+def describe_cluster(image: MetadataImage) -> list[DescribedConfig]:
+    """Every key with its cluster-wide override (DYNAMIC_DEFAULT_BROKER_CONFIG) or default."""
+    overrides = cluster_overrides(image)
     return [
-        (key, overrides.get(key, value), key not in overrides)
-        for key, value in sorted(defaults.items())
+        _described(key, overrides[key], ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
+        if key in overrides
+        else _described(key, value, ConfigSource.DEFAULT_CONFIG)
+        for key, value in sorted(default_values().items())
     ]
 
 
-def describe_broker(image: MetadataImage, broker_id: int) -> list[tuple[str, str, bool]]:
-    """Every dynamic broker key of ``broker_id``: (name, effective value, is_default)."""
-    values = effective_broker_values(image, broker_id)
-    effective = _as_properties(broker_config(image, broker_id))
-    return [(key, effective[key], key not in values) for key in sorted(effective)]
+def describe_broker(
+    image: MetadataImage, broker_id: int, static: Mapping[str, str] | None = None
+) -> list[DescribedConfig]:
+    """Every dynamic broker key of ``broker_id`` with its effective value and its source."""
+    sources = broker_value_sources(image, broker_id, static)
+    effective = _as_properties(broker_config(image, broker_id, static))
+    return [
+        _described(key, effective[key], sources.get(key, ("", ConfigSource.DEFAULT_CONFIG))[1])
+        for key in sorted(effective)
+    ]

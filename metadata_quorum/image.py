@@ -22,6 +22,7 @@ from metadata_quorum.records import (
     ConfigRecord,
     ConfigResourceType,
     ControllerVoter,
+    CordonBroker,
     Endpoint,
     FenceBroker,
     LeaderChange,
@@ -49,6 +50,8 @@ class BrokerRegistration:
     rack: str | None
     fenced: bool = True
     in_controlled_shutdown: bool = False
+    cordoned: bool = False  # no new replicas (CordonBroker); survives re-registration
+    static_configs: tuple[tuple[str, str], ...] = ()  # its config file's dynamic broker configs
 
     def endpoint(self, name: str) -> Endpoint | None:
         return next((e for e in self.endpoints if e.name == name), None)
@@ -142,6 +145,13 @@ class MetadataImage:
             if not b.fenced and not b.in_controlled_shutdown
         }
 
+    def placeable_broker_ids(self) -> set[int]:
+        """Brokers that may take new replicas: usable and not cordoned."""
+        return {b for b in self.usable_broker_ids() if not self.brokers[b].cordoned}
+
+    def cordoned_broker_ids(self) -> set[int]:
+        return {b.broker_id for b in self.brokers.values() if b.cordoned}
+
     def topic_configs(self, name: str) -> Mapping[str, str]:
         return self.configs.get((ConfigResourceType.TOPIC, name), {})
 
@@ -199,6 +209,8 @@ class MetadataDelta:
                     record.broker_epoch,
                     in_controlled_shutdown=record.in_controlled_shutdown,
                 )
+            case CordonBroker():
+                return self._cordon_broker(record)
             case TopicRecord():
                 return self._add_topic(record)
             case PartitionRecord():
@@ -218,13 +230,23 @@ class MetadataDelta:
         raise AssertionError(f"exhaustive dispatch: unknown record type {type(record).__name__}")
 
     def _register_broker(self, record: RegisterBroker) -> str | None:
+        previous = self._brokers.get(record.broker_id)
         self._brokers[record.broker_id] = BrokerRegistration(
             broker_id=record.broker_id,
             incarnation_id=record.incarnation_id,
             broker_epoch=self.offset,
             endpoints=record.endpoints,
             rack=record.rack,
+            cordoned=previous is not None and previous.cordoned,  # until uncordoned
+            static_configs=record.static_configs,
         )
+        return None
+
+    def _cordon_broker(self, record: CordonBroker) -> str | None:
+        current = self._brokers.get(record.broker_id)
+        if current is None:
+            return f"broker {record.broker_id} is not registered"
+        self._brokers[record.broker_id] = replace(current, cordoned=record.cordoned)
         return None
 
     def _unregister_broker(self, record: UnregisterBroker) -> str | None:

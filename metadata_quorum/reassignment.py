@@ -29,6 +29,7 @@ from metadata_quorum.records import NO_LEADER, PartitionChange
 from metadata_quorum.replication import (
     Generated,
     ItemResult,
+    check_not_cordoned,
     complete_reassignment,
     partition_change,
 )
@@ -112,6 +113,7 @@ def _check_target(
             ErrorCode.INVALID_REPLICA_ASSIGNMENT,
             f"partition {item.partition} would add fenced brokers {fenced}",
         )
+    check_not_cordoned(image, [b for b in target if b not in current.replicas], item.partition)
     original = current.original_replicas
     if not allow_replication_factor_change and len(target) != len(original):
         raise KafkaError(

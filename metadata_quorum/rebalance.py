@@ -9,12 +9,15 @@ while its broker is under that quota, and the missing replicas go to the least-l
 that do not hold the partition yet. Then preferred leaders (the first replica) are balanced the
 same way: a partition keeps its preferred leader while that broker is under its leader quota,
 else the least-loaded member of its replicas takes the lead. Replication factors do not change.
+
+Cordoned brokers (``raftlog cluster cordon``) take no new replica in either plan: one may keep
+replicas it holds (within its quota) and the leaderships of those, never gain one.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from raftlog.errors import ErrorCode, KafkaError
 
@@ -22,12 +25,15 @@ Partition = tuple[str, int]
 
 
 def plan_reassignment(
-    current: Mapping[Partition, Sequence[int]], brokers: Sequence[int]
+    current: Mapping[Partition, Sequence[int]],
+    brokers: Sequence[int],
+    cordoned: Collection[int] = (),
 ) -> dict[Partition, tuple[int, ...]]:
-    """Target replicas for every partition of ``current``, on ``brokers`` only."""
+    """Target replicas for every partition of ``current``, on ``brokers`` only; those of
+    ``brokers`` that are ``cordoned`` may keep replicas, never gain one."""
     targets = sorted(set(brokers))
-    if not targets:
-        raise KafkaError(ErrorCode.INVALID_REQUEST, "no brokers to place replicas on")
+    if not set(targets) - set(cordoned):
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "no uncordoned brokers to place replicas on")
     widest = max((len(r) for r in current.values()), default=0)
     if widest > len(targets):
         raise KafkaError(
@@ -35,21 +41,25 @@ def plan_reassignment(
             f"a replication factor of {widest} needs at least {widest} brokers, not {len(targets)}",
         )
     kept = _keep(current, targets)
-    placed = _fill(current, kept, targets)
-    _even_out(current, placed, targets)
+    placed = _fill(current, kept, targets, frozenset(cordoned))
+    _even_out(current, placed, targets, frozenset(cordoned))
     return _balance_leaders(_order_leaders(current, placed, targets), targets)
 
 
 def plan_drain(
-    current: Mapping[Partition, Sequence[int]], leaving: int, brokers: Sequence[int]
+    current: Mapping[Partition, Sequence[int]],
+    leaving: int,
+    brokers: Sequence[int],
+    cordoned: Collection[int] = (),
 ) -> dict[Partition, tuple[int, ...]]:
     """Targets that move every replica off ``leaving`` and nothing else (``raftlog cluster
     remove-node``): in each partition of ``current`` that has one, the replica on ``leaving`` is
     replaced by the broker of ``brokers`` holding the fewest replicas that does not hold the
     partition yet (the lowest id on a tie); where ``leaving`` was the preferred leader, the
     member that is the preferred leader of the fewest partitions takes its place (the
-    replicas already there first on a tie). Partitions without a replica on it are left out."""
-    remaining = sorted(set(brokers) - {leaving})
+    replicas already there first on a tie). Partitions without a replica on it are left out.
+    A ``cordoned`` broker receives none of them."""
+    remaining = sorted(set(brokers) - {leaving} - set(cordoned))
     replicas = Counter(b for r in current.values() for b in r if b != leaving)
     leaders = Counter(r[0] for r in current.values() if r and r[0] != leaving)
     plan: dict[Partition, tuple[int, ...]] = {}
@@ -110,8 +120,10 @@ def _fill(
     current: Mapping[Partition, Sequence[int]],
     kept: Mapping[Partition, list[int]],
     targets: Sequence[int],
+    cordoned: frozenset[int],
 ) -> dict[Partition, list[int]]:
-    """Each partition's missing replicas on the least-loaded brokers it does not use yet."""
+    """Each partition's missing replicas on the least-loaded uncordoned brokers it does not
+    use yet."""
     floor, extra = _quotas(sum(len(r) for r in current.values()), targets)
     count = Counter(b for replicas in kept.values() for b in replicas)
     placed = {tp: list(replicas) for tp, replicas in kept.items()}
@@ -119,7 +131,13 @@ def _fill(
         while len(placed[tp]) < len(current[tp]):
             at_extra = sum(1 for b in targets if count[b] > floor)
             cap = floor + 1 if at_extra < extra else floor
-            free = [b for b in targets if b not in placed[tp]]
+            free = [b for b in targets if b not in placed[tp] and b not in cordoned]
+            if not free:
+                raise KafkaError(
+                    ErrorCode.INVALID_REPLICATION_FACTOR,
+                    f"{tp[0]}-{tp[1]} needs {len(current[tp])} replicas: too few uncordoned "
+                    f"brokers among {list(targets)} (cordoned: {sorted(cordoned)})",
+                )
             under = [b for b in free if count[b] < cap] or free
             broker = min(under, key=lambda b: (count[b], b))
             placed[tp].append(broker)
@@ -131,14 +149,16 @@ def _even_out(
     current: Mapping[Partition, Sequence[int]],
     placed: dict[Partition, list[int]],
     targets: Sequence[int],
+    cordoned: frozenset[int],
 ) -> None:
     """Where filling could not stay within one of even (the brokers with room already held the
-    partition), move a replica from the fullest broker to the emptiest, preferring one that was
-    placed, not kept. Each step narrows the spread, so this ends."""
+    partition), move a replica from the fullest broker to the emptiest uncordoned one,
+    preferring one that was placed, not kept. Each step narrows the spread, so this ends."""
     count = Counter(b for replicas in placed.values() for b in replicas)
+    open_targets = [b for b in targets if b not in cordoned]
     while True:
         high = max(targets, key=lambda b: (count[b], -b))
-        low = min(targets, key=lambda b: (count[b], b))
+        low = min(open_targets, key=lambda b: (count[b], b))
         if count[high] - count[low] <= 1:
             return
         movable = [tp for tp in sorted(placed) if high in placed[tp] and low not in placed[tp]]

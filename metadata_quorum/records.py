@@ -28,12 +28,15 @@ class Endpoint:
 
 @dataclass(frozen=True)
 class RegisterBroker:
-    """A broker (re)registers; its broker epoch becomes this record's metadata offset. Fenced."""
+    """A broker (re)registers; its broker epoch becomes this record's metadata offset. Fenced.
+    ``static_configs``: the dynamic broker configs its node config file sets, sorted (name,
+    value) pairs (see metadata_quorum.configs: below every dynamic value)."""
 
     broker_id: int
     incarnation_id: str
     endpoints: tuple[Endpoint, ...]
     rack: str | None
+    static_configs: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,18 @@ class BrokerRegistrationChange:
     broker_id: int
     broker_epoch: int
     in_controlled_shutdown: bool
+
+
+@dataclass(frozen=True)
+class CordonBroker:
+    """Cordon a broker (``cordoned``) or lift its cordon: placement puts no new replica on a
+    cordoned broker, which keeps the replicas and leaderships it has (KIP-1066's cordoned log
+    directories, at the level of the whole broker). Keyed by broker id, not epoch: a cordon
+    outlives the broker's restarts (re-registrations) until it is lifted or the broker is
+    unregistered."""
+
+    broker_id: int
+    cordoned: bool
 
 
 @dataclass(frozen=True)
@@ -167,6 +182,7 @@ MetadataRecord = (
     | FenceBroker
     | UnfenceBroker
     | BrokerRegistrationChange
+    | CordonBroker
     | TopicRecord
     | PartitionRecord
     | PartitionChange
@@ -183,6 +199,7 @@ RECORD_TYPES: tuple[type, ...] = (
     FenceBroker,
     UnfenceBroker,
     BrokerRegistrationChange,
+    CordonBroker,
     TopicRecord,
     PartitionRecord,
     PartitionChange,

@@ -90,10 +90,22 @@ def validate_topic_name(name: str) -> None:
 
 
 def _slots(image: MetadataImage) -> list[BrokerSlot]:
-    usable = image.usable_broker_ids()
+    """The brokers new replicas may go to: usable and not cordoned."""
+    placeable = image.placeable_broker_ids()
     return [
-        BrokerSlot(b.broker_id, b.rack) for b in image.brokers.values() if b.broker_id in usable
+        BrokerSlot(b.broker_id, b.rack) for b in image.brokers.values() if b.broker_id in placeable
     ]
+
+
+def check_not_cordoned(image: MetadataImage, added: Collection[int], partition: int) -> None:
+    """Refuse new replicas on cordoned brokers (INVALID_REPLICA_ASSIGNMENT)."""
+    cordoned = sorted(set(added) & image.cordoned_broker_ids())
+    if cordoned:
+        raise KafkaError(
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            f"partition {partition} would place a new replica on cordoned brokers {cordoned}: "
+            "a cordoned broker takes no new replicas (raftlog cluster uncordon lifts it)",
+        )
 
 
 def _all_preferred_counts(image: MetadataImage) -> dict[int, int]:
@@ -126,6 +138,8 @@ def _assign(
                 f"the assignment must name partitions {sorted(wanted)}, got {sorted(explicit)}",
             )
         lists = [check_assignment(explicit[p], image.brokers.keys(), p) for p in sorted(explicit)]
+        for p, replicas in zip(sorted(explicit), lists, strict=True):
+            check_not_cordoned(image, replicas, p)
         if any(len(replicas) != rf for replicas in lists):
             raise KafkaError(
                 ErrorCode.INVALID_REPLICA_ASSIGNMENT,

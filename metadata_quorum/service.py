@@ -19,6 +19,7 @@ import grpc
 from metadata_quorum import configs
 from metadata_quorum.cluster import (
     generate_allocate_producer_ids,
+    generate_cordon_broker,
     generate_heartbeat,
     generate_register_broker,
     generate_unregister_broker,
@@ -121,6 +122,7 @@ class ControllerServicer(pb_grpc.ControllerServiceServicer):
                     request.incarnation_id,
                     endpoints,
                     request.rack or None,
+                    request.static_configs,
                 )
                 current = image.brokers.get(request.broker_id)
                 return records, current.broker_epoch if current and not records else -1
@@ -173,6 +175,18 @@ class ControllerServicer(pb_grpc.ControllerServiceServicer):
             return pb.UnregisterBrokerResponse(status=self._status())
 
         return self._guard(pb.UnregisterBrokerResponse, body)
+
+    def CordonBroker(self, request: pb.CordonBrokerRequest, context: Any) -> Any:
+        def body() -> pb.CordonBrokerResponse:
+            self.controller.write(
+                lambda image: (
+                    generate_cordon_broker(image, request.broker_id, request.cordoned),
+                    None,
+                )
+            )
+            return pb.CordonBrokerResponse(status=self._status())
+
+        return self._guard(pb.CordonBrokerResponse, body)
 
     def AllocateProducerIds(self, request: pb.AllocateProducerIdsRequest, context: Any) -> Any:
         def body() -> pb.AllocateProducerIdsResponse:
@@ -348,7 +362,7 @@ class ControllerServicer(pb_grpc.ControllerServiceServicer):
             records: list[MetadataRecord] = []
             results = []
             for resource in request.resources:
-                error, message, changes = _config_changes(image, resource)
+                error, message, changes = _config_changes(image, resource, request.replace)
                 results.append(
                     pb.ResourceResult(
                         resource=resource.resource, error_code=error.code, error_message=message
@@ -398,6 +412,7 @@ class ControllerServicer(pb_grpc.ControllerServiceServicer):
                     fenced=b.fenced,
                     broker_epoch=b.broker_epoch,
                     in_controlled_shutdown=b.in_controlled_shutdown,
+                    cordoned=b.cordoned,
                 )
                 for _, b in sorted(image.brokers.items())
             ],
@@ -671,30 +686,32 @@ def _resource(resource: pb.ConfigResource) -> tuple[ConfigResourceType, str]:
     return kind, name
 
 
+def _alter_op(value: int) -> configs.AlterOp:
+    try:
+        return configs.AlterOp(value)
+    except ValueError as error:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"unknown config operation {value}") from error
+
+
 def _config_changes(
-    image: MetadataImage, request: pb.AlterConfigsResource
+    image: MetadataImage, request: pb.AlterConfigsResource, replace: bool = False
 ) -> tuple[ErrorCode, str, list[MetadataRecord]]:
+    """One ConfigRecord per key whose override changes (None: deleted), from the pure
+    ``configs.alter_dynamic_configs``; or the resource's error and no records."""
     try:
         kind, name = _resource(request.resource)
         current = dict(image.configs.get((kind, name), {}))
         if kind is ConfigResourceType.TOPIC and image.topic(name) is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name}")
-        records: list[MetadataRecord] = []
-        for entry in request.configs:
-            if entry.op == pb.DELETE:
-                current.pop(entry.name, None)
-                records.append(ConfigRecord(kind, name, entry.name, None))
-            else:
-                current[entry.name] = entry.value
-                records.append(ConfigRecord(kind, name, entry.name, entry.value))
-        if kind is ConfigResourceType.TOPIC:
-            configs.validate_topic_configs(current)
-        elif name:
-            configs.validate_broker_configs(current)
-        else:
-            configs.validate_cluster_configs(current)
+        ops = [(_alter_op(c.op), c.name, c.value) for c in request.configs]
+        new = configs.alter_dynamic_configs(kind, name, current, ops, replace=replace)
     except KafkaError as error:
         return error.error, error.message, []
+    records: list[MetadataRecord] = [
+        ConfigRecord(kind, name, key, new.get(key))
+        for key in sorted(current.keys() | new.keys())
+        if current.get(key) != new.get(key)
+    ]
     return ErrorCode.NONE, "", records
 
 
@@ -708,7 +725,15 @@ def _describe_configs(image: MetadataImage, resource: pb.ConfigResource) -> list
         rows = configs.describe_broker(image, int(name))
     else:
         rows = configs.describe_cluster(image)
-    return [pb.ConfigEntry(name=k, value=v, is_default=d) for k, v, d in rows]
+    return [
+        pb.ConfigEntry(
+            name=row.name,
+            value=row.value,
+            is_default=row.is_default,
+            source=pb.ConfigSource.ValueType(row.source),
+        )
+        for row in rows
+    ]
 
 
 def serve(servicer: ControllerServicer, address: str, max_workers: int = 32) -> grpc.Server:

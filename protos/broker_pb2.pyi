@@ -75,10 +75,13 @@ class ProduceRequest(_message.Message):
     ACKS_FIELD_NUMBER: _builtins.int
     TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     TOPICS_FIELD_NUMBER: _builtins.int
+    TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
     acks: _builtins.int
     """0, 1 or -1 (all)"""
     timeout_ms: _builtins.int
     """how long acks=all may wait for the ISR"""
+    transactional_id: _builtins.str
+    """set by a transactional producer (KIP-890 verification)"""
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProduceTopic]: ...
     def __init__(
@@ -87,10 +90,11 @@ class ProduceRequest(_message.Message):
         acks: _builtins.int = ...,
         timeout_ms: _builtins.int = ...,
         topics: _abc.Iterable[Global___ProduceTopic] | None = ...,
+        transactional_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acks", b"acks", "timeout_ms", b"timeout_ms", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acks", b"acks", "timeout_ms", b"timeout_ms", "topics", b"topics", "transactional_id", b"transactional_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -254,6 +258,7 @@ class FetchRequest(_message.Message):
     MIN_BYTES_FIELD_NUMBER: _builtins.int
     MAX_BYTES_FIELD_NUMBER: _builtins.int
     TOPICS_FIELD_NUMBER: _builtins.int
+    ISOLATION_LEVEL_FIELD_NUMBER: _builtins.int
     replica_id: _builtins.int
     """-1 = a consumer; else the fetching follower's broker id"""
     broker_epoch: _builtins.int
@@ -261,6 +266,8 @@ class FetchRequest(_message.Message):
     max_wait_ms: _builtins.int
     min_bytes: _builtins.int
     max_bytes: _builtins.int
+    isolation_level: _builtins.int
+    """0 read_uncommitted (up to the high watermark), 1 read_committed"""
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___FetchTopic]: ...
     def __init__(
@@ -272,10 +279,11 @@ class FetchRequest(_message.Message):
         min_bytes: _builtins.int = ...,
         max_bytes: _builtins.int = ...,
         topics: _abc.Iterable[Global___FetchTopic] | None = ...,
+        isolation_level: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "max_bytes", b"max_bytes", "max_wait_ms", b"max_wait_ms", "min_bytes", b"min_bytes", "replica_id", b"replica_id", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "isolation_level", b"isolation_level", "max_bytes", b"max_bytes", "max_wait_ms", b"max_wait_ms", "min_bytes", b"min_bytes", "replica_id", b"replica_id", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -317,6 +325,8 @@ class FetchPartitionResponse(_message.Message):
     DIVERGING_EPOCH_FIELD_NUMBER: _builtins.int
     LEADER_ID_FIELD_NUMBER: _builtins.int
     LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    LAST_STABLE_OFFSET_FIELD_NUMBER: _builtins.int
+    ABORTED_TRANSACTIONS_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
     error_code: _builtins.int
     error_message: _builtins.str
@@ -326,9 +336,15 @@ class FetchPartitionResponse(_message.Message):
     records: _builtins.bytes
     leader_id: _builtins.int
     leader_epoch: _builtins.int
+    last_stable_offset: _builtins.int
+    """the first offset of the earliest open transaction, or the HW"""
     @_builtins.property
     def diverging_epoch(self) -> Global___EpochEndOffset:
         """set when the follower's log diverged from the leader's"""
+
+    @_builtins.property
+    def aborted_transactions(self) -> _containers.RepeatedCompositeFieldContainer[Global___AbortedTransaction]:
+        """read_committed: those in the range"""
 
     def __init__(
         self,
@@ -343,14 +359,38 @@ class FetchPartitionResponse(_message.Message):
         diverging_epoch: Global___EpochEndOffset | None = ...,
         leader_id: _builtins.int = ...,
         leader_epoch: _builtins.int = ...,
+        last_stable_offset: _builtins.int = ...,
+        aborted_transactions: _abc.Iterable[Global___AbortedTransaction] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["diverging_epoch", b"diverging_epoch"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["diverging_epoch", b"diverging_epoch", "error_code", b"error_code", "error_message", b"error_message", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "leader_id", b"leader_id", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "partition", b"partition", "records", b"records"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["aborted_transactions", b"aborted_transactions", "diverging_epoch", b"diverging_epoch", "error_code", b"error_code", "error_message", b"error_message", "high_watermark", b"high_watermark", "last_stable_offset", b"last_stable_offset", "leader_epoch", b"leader_epoch", "leader_id", b"leader_id", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "partition", b"partition", "records", b"records"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___FetchPartitionResponse: _TypeAlias = FetchPartitionResponse  # noqa: Y015
+
+@_typing.final
+class AbortedTransaction(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    FIRST_OFFSET_FIELD_NUMBER: _builtins.int
+    producer_id: _builtins.int
+    first_offset: _builtins.int
+    def __init__(
+        self,
+        *,
+        producer_id: _builtins.int = ...,
+        first_offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["first_offset", b"first_offset", "producer_id", b"producer_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AbortedTransaction: _TypeAlias = AbortedTransaction  # noqa: Y015
 
 @_typing.final
 class FetchTopicResponse(_message.Message):
@@ -456,7 +496,10 @@ class ListOffsetsRequest(_message.Message):
 
     REPLICA_ID_FIELD_NUMBER: _builtins.int
     TOPICS_FIELD_NUMBER: _builtins.int
+    ISOLATION_LEVEL_FIELD_NUMBER: _builtins.int
     replica_id: _builtins.int
+    isolation_level: _builtins.int
+    """1 read_committed: latest (-1) is the last stable offset"""
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___ListOffsetsTopic]: ...
     def __init__(
@@ -464,10 +507,11 @@ class ListOffsetsRequest(_message.Message):
         *,
         replica_id: _builtins.int = ...,
         topics: _abc.Iterable[Global___ListOffsetsTopic] | None = ...,
+        isolation_level: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["replica_id", b"replica_id", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["isolation_level", b"isolation_level", "replica_id", b"replica_id", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -727,20 +771,34 @@ class InitProducerIdRequest(_message.Message):
 
     TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
     TRANSACTION_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
     transactional_id: _builtins.str
-    """transactions are not supported: must be empty"""
+    """empty: an idempotent producer; else sent to its coordinator"""
     transaction_timeout_ms: _builtins.int
+    producer_id: _builtins.int
+    """KIP-360: the id and epoch a producer recovers from"""
+    producer_epoch: _builtins.int
     def __init__(
         self,
         *,
         transactional_id: _builtins.str = ...,
         transaction_timeout_ms: _builtins.int = ...,
+        producer_id: _builtins.int | None = ...,
+        producer_epoch: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_producer_epoch", b"_producer_epoch", "_producer_id", b"_producer_id", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["transaction_timeout_ms", b"transaction_timeout_ms", "transactional_id", b"transactional_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_producer_epoch", b"_producer_epoch", "_producer_id", b"_producer_id", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "transaction_timeout_ms", b"transaction_timeout_ms", "transactional_id", b"transactional_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__producer_epoch: _TypeAlias = _typing.Literal["producer_epoch"]  # noqa: Y015
+    _WhichOneofArgType__producer_epoch: _TypeAlias = _typing.Literal["_producer_epoch", b"_producer_epoch"]  # noqa: Y015
+    _WhichOneofReturnType__producer_id: _TypeAlias = _typing.Literal["producer_id"]  # noqa: Y015
+    _WhichOneofArgType__producer_id: _TypeAlias = _typing.Literal["_producer_id", b"_producer_id"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__producer_epoch) -> _WhichOneofReturnType__producer_epoch | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__producer_id) -> _WhichOneofReturnType__producer_id | None: ...
 
 Global___InitProducerIdRequest: _TypeAlias = InitProducerIdRequest  # noqa: Y015
 
@@ -771,3 +829,324 @@ class InitProducerIdResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___InitProducerIdResponse: _TypeAlias = InitProducerIdResponse  # noqa: Y015
+
+@_typing.final
+class TxnMarkerTopic(_message.Message):
+    """-- WriteTxnMarkers (transaction coordinator -> partition leaders) --------------------------------"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        partitions: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TxnMarkerTopic: _TypeAlias = TxnMarkerTopic  # noqa: Y015
+
+@_typing.final
+class TxnMarker(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    COMMITTED_FIELD_NUMBER: _builtins.int
+    COORDINATOR_EPOCH_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    producer_id: _builtins.int
+    producer_epoch: _builtins.int
+    committed: _builtins.bool
+    coordinator_epoch: _builtins.int
+    """the leader epoch of the coordinator's __transaction_state partition"""
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___TxnMarkerTopic]: ...
+    def __init__(
+        self,
+        *,
+        producer_id: _builtins.int = ...,
+        producer_epoch: _builtins.int = ...,
+        committed: _builtins.bool = ...,
+        coordinator_epoch: _builtins.int = ...,
+        topics: _abc.Iterable[Global___TxnMarkerTopic] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["committed", b"committed", "coordinator_epoch", b"coordinator_epoch", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TxnMarker: _TypeAlias = TxnMarker  # noqa: Y015
+
+@_typing.final
+class WriteTxnMarkersRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MARKERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def markers(self) -> _containers.RepeatedCompositeFieldContainer[Global___TxnMarker]: ...
+    def __init__(
+        self,
+        *,
+        markers: _abc.Iterable[Global___TxnMarker] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["markers", b"markers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WriteTxnMarkersRequest: _TypeAlias = WriteTxnMarkersRequest  # noqa: Y015
+
+@_typing.final
+class TxnMarkerPartitionResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITION_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    partition: _builtins.int
+    error_code: _builtins.int
+    error_message: _builtins.str
+    def __init__(
+        self,
+        *,
+        partition: _builtins.int = ...,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "partition", b"partition"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TxnMarkerPartitionResult: _TypeAlias = TxnMarkerPartitionResult  # noqa: Y015
+
+@_typing.final
+class TxnMarkerTopicResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___TxnMarkerPartitionResult]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        partitions: _abc.Iterable[Global___TxnMarkerPartitionResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TxnMarkerTopicResult: _TypeAlias = TxnMarkerTopicResult  # noqa: Y015
+
+@_typing.final
+class TxnMarkerResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    producer_id: _builtins.int
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___TxnMarkerTopicResult]: ...
+    def __init__(
+        self,
+        *,
+        producer_id: _builtins.int = ...,
+        topics: _abc.Iterable[Global___TxnMarkerTopicResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["producer_id", b"producer_id", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TxnMarkerResult: _TypeAlias = TxnMarkerResult  # noqa: Y015
+
+@_typing.final
+class WriteTxnMarkersResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MARKERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def markers(self) -> _containers.RepeatedCompositeFieldContainer[Global___TxnMarkerResult]: ...
+    def __init__(
+        self,
+        *,
+        markers: _abc.Iterable[Global___TxnMarkerResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["markers", b"markers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WriteTxnMarkersResponse: _TypeAlias = WriteTxnMarkersResponse  # noqa: Y015
+
+@_typing.final
+class DescribeProducersTopic(_message.Message):
+    """-- DescribeProducers (KIP-664) -----------------------------------------------------------------"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        partitions: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeProducersTopic: _TypeAlias = DescribeProducersTopic  # noqa: Y015
+
+@_typing.final
+class DescribeProducersRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPICS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___DescribeProducersTopic]: ...
+    def __init__(
+        self,
+        *,
+        topics: _abc.Iterable[Global___DescribeProducersTopic] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeProducersRequest: _TypeAlias = DescribeProducersRequest  # noqa: Y015
+
+@_typing.final
+class ProducerStateEntry(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    LAST_SEQUENCE_FIELD_NUMBER: _builtins.int
+    LAST_TIMESTAMP_FIELD_NUMBER: _builtins.int
+    COORDINATOR_EPOCH_FIELD_NUMBER: _builtins.int
+    CURRENT_TXN_START_OFFSET_FIELD_NUMBER: _builtins.int
+    producer_id: _builtins.int
+    producer_epoch: _builtins.int
+    last_sequence: _builtins.int
+    last_timestamp: _builtins.int
+    coordinator_epoch: _builtins.int
+    current_txn_start_offset: _builtins.int
+    """-1: no open transaction"""
+    def __init__(
+        self,
+        *,
+        producer_id: _builtins.int = ...,
+        producer_epoch: _builtins.int = ...,
+        last_sequence: _builtins.int = ...,
+        last_timestamp: _builtins.int = ...,
+        coordinator_epoch: _builtins.int = ...,
+        current_txn_start_offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["coordinator_epoch", b"coordinator_epoch", "current_txn_start_offset", b"current_txn_start_offset", "last_sequence", b"last_sequence", "last_timestamp", b"last_timestamp", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProducerStateEntry: _TypeAlias = ProducerStateEntry  # noqa: Y015
+
+@_typing.final
+class DescribeProducersPartitionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITION_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    ACTIVE_PRODUCERS_FIELD_NUMBER: _builtins.int
+    partition: _builtins.int
+    error_code: _builtins.int
+    error_message: _builtins.str
+    @_builtins.property
+    def active_producers(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProducerStateEntry]: ...
+    def __init__(
+        self,
+        *,
+        partition: _builtins.int = ...,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str = ...,
+        active_producers: _abc.Iterable[Global___ProducerStateEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_producers", b"active_producers", "error_code", b"error_code", "error_message", b"error_message", "partition", b"partition"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeProducersPartitionResponse: _TypeAlias = DescribeProducersPartitionResponse  # noqa: Y015
+
+@_typing.final
+class DescribeProducersTopicResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___DescribeProducersPartitionResponse]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        partitions: _abc.Iterable[Global___DescribeProducersPartitionResponse] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeProducersTopicResponse: _TypeAlias = DescribeProducersTopicResponse  # noqa: Y015
+
+@_typing.final
+class DescribeProducersResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPICS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___DescribeProducersTopicResponse]: ...
+    def __init__(
+        self,
+        *,
+        topics: _abc.Iterable[Global___DescribeProducersTopicResponse] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeProducersResponse: _TypeAlias = DescribeProducersResponse  # noqa: Y015

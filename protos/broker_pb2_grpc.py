@@ -59,6 +59,16 @@ class BrokerServiceStub:
                 request_serializer=protos_dot_broker__pb2.InitProducerIdRequest.SerializeToString,
                 response_deserializer=protos_dot_broker__pb2.InitProducerIdResponse.FromString,
                 _registered_method=True)
+        self.WriteTxnMarkers = channel.unary_unary(
+                '/raftlog.broker.BrokerService/WriteTxnMarkers',
+                request_serializer=protos_dot_broker__pb2.WriteTxnMarkersRequest.SerializeToString,
+                response_deserializer=protos_dot_broker__pb2.WriteTxnMarkersResponse.FromString,
+                _registered_method=True)
+        self.DescribeProducers = channel.unary_unary(
+                '/raftlog.broker.BrokerService/DescribeProducers',
+                request_serializer=protos_dot_broker__pb2.DescribeProducersRequest.SerializeToString,
+                response_deserializer=protos_dot_broker__pb2.DescribeProducersResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServiceServicer:
@@ -94,6 +104,18 @@ class BrokerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WriteTxnMarkers(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeProducers(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -121,6 +143,16 @@ def add_BrokerServiceServicer_to_server(servicer, server):
                     servicer.InitProducerId,
                     request_deserializer=protos_dot_broker__pb2.InitProducerIdRequest.FromString,
                     response_serializer=protos_dot_broker__pb2.InitProducerIdResponse.SerializeToString,
+            ),
+            'WriteTxnMarkers': grpc.unary_unary_rpc_method_handler(
+                    servicer.WriteTxnMarkers,
+                    request_deserializer=protos_dot_broker__pb2.WriteTxnMarkersRequest.FromString,
+                    response_serializer=protos_dot_broker__pb2.WriteTxnMarkersResponse.SerializeToString,
+            ),
+            'DescribeProducers': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeProducers,
+                    request_deserializer=protos_dot_broker__pb2.DescribeProducersRequest.FromString,
+                    response_serializer=protos_dot_broker__pb2.DescribeProducersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -258,6 +290,60 @@ class BrokerService:
             '/raftlog.broker.BrokerService/InitProducerId',
             protos_dot_broker__pb2.InitProducerIdRequest.SerializeToString,
             protos_dot_broker__pb2.InitProducerIdResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WriteTxnMarkers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.broker.BrokerService/WriteTxnMarkers',
+            protos_dot_broker__pb2.WriteTxnMarkersRequest.SerializeToString,
+            protos_dot_broker__pb2.WriteTxnMarkersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeProducers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.broker.BrokerService/DescribeProducers',
+            protos_dot_broker__pb2.DescribeProducersRequest.SerializeToString,
+            protos_dot_broker__pb2.DescribeProducersResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -39,6 +39,8 @@ class BrokerServiceStub:
     ListOffsets: _grpc.UnaryUnaryMultiCallable[_broker_pb2.ListOffsetsRequest, _broker_pb2.ListOffsetsResponse]
     Metadata: _grpc.UnaryUnaryMultiCallable[_broker_pb2.MetadataRequest, _broker_pb2.MetadataResponse]
     InitProducerId: _grpc.UnaryUnaryMultiCallable[_broker_pb2.InitProducerIdRequest, _broker_pb2.InitProducerIdResponse]
+    WriteTxnMarkers: _grpc.UnaryUnaryMultiCallable[_broker_pb2.WriteTxnMarkersRequest, _broker_pb2.WriteTxnMarkersResponse]
+    DescribeProducers: _grpc.UnaryUnaryMultiCallable[_broker_pb2.DescribeProducersRequest, _broker_pb2.DescribeProducersResponse]
 
 @_typing.type_check_only
 class BrokerServiceAsyncStub(BrokerServiceStub):
@@ -48,6 +50,8 @@ class BrokerServiceAsyncStub(BrokerServiceStub):
     ListOffsets: _aio.UnaryUnaryMultiCallable[_broker_pb2.ListOffsetsRequest, _broker_pb2.ListOffsetsResponse]  # type: ignore[assignment]
     Metadata: _aio.UnaryUnaryMultiCallable[_broker_pb2.MetadataRequest, _broker_pb2.MetadataResponse]  # type: ignore[assignment]
     InitProducerId: _aio.UnaryUnaryMultiCallable[_broker_pb2.InitProducerIdRequest, _broker_pb2.InitProducerIdResponse]  # type: ignore[assignment]
+    WriteTxnMarkers: _aio.UnaryUnaryMultiCallable[_broker_pb2.WriteTxnMarkersRequest, _broker_pb2.WriteTxnMarkersResponse]  # type: ignore[assignment]
+    DescribeProducers: _aio.UnaryUnaryMultiCallable[_broker_pb2.DescribeProducersRequest, _broker_pb2.DescribeProducersResponse]  # type: ignore[assignment]
 
 class BrokerServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -84,5 +88,19 @@ class BrokerServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _broker_pb2.InitProducerIdRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_broker_pb2.InitProducerIdResponse, _abc.Awaitable[_broker_pb2.InitProducerIdResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def WriteTxnMarkers(
+        self,
+        request: _broker_pb2.WriteTxnMarkersRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_broker_pb2.WriteTxnMarkersResponse, _abc.Awaitable[_broker_pb2.WriteTxnMarkersResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def DescribeProducers(
+        self,
+        request: _broker_pb2.DescribeProducersRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_broker_pb2.DescribeProducersResponse, _abc.Awaitable[_broker_pb2.DescribeProducersResponse]]: ...
 
 def add_BrokerServiceServicer_to_server(servicer: BrokerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -45,12 +45,42 @@ class _AlterConfigOpEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AlterCo
     DESCRIPTOR: _descriptor.EnumDescriptor
     SET: _AlterConfigOp.ValueType  # 0
     DELETE: _AlterConfigOp.ValueType  # 1
+    APPEND: _AlterConfigOp.ValueType  # 2
+    """list configs only (IncrementalAlterConfigs)"""
+    SUBTRACT: _AlterConfigOp.ValueType  # 3
 
 class AlterConfigOp(_AlterConfigOp, metaclass=_AlterConfigOpEnumTypeWrapper): ...
 
 SET: AlterConfigOp.ValueType  # 0
 DELETE: AlterConfigOp.ValueType  # 1
+APPEND: AlterConfigOp.ValueType  # 2
+"""list configs only (IncrementalAlterConfigs)"""
+SUBTRACT: AlterConfigOp.ValueType  # 3
 Global___AlterConfigOp: _TypeAlias = AlterConfigOp  # noqa: Y015
+
+class _ConfigSource:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ConfigSourceEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ConfigSource.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    UNKNOWN_CONFIG: _ConfigSource.ValueType  # 0
+    DYNAMIC_TOPIC_CONFIG: _ConfigSource.ValueType  # 1
+    DYNAMIC_BROKER_CONFIG: _ConfigSource.ValueType  # 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG: _ConfigSource.ValueType  # 3
+    STATIC_BROKER_CONFIG: _ConfigSource.ValueType  # 4
+    DEFAULT_CONFIG: _ConfigSource.ValueType  # 5
+
+class ConfigSource(_ConfigSource, metaclass=_ConfigSourceEnumTypeWrapper):
+    """Kafka's DescribeConfigs config_source values"""
+
+UNKNOWN_CONFIG: ConfigSource.ValueType  # 0
+DYNAMIC_TOPIC_CONFIG: ConfigSource.ValueType  # 1
+DYNAMIC_BROKER_CONFIG: ConfigSource.ValueType  # 2
+DYNAMIC_DEFAULT_BROKER_CONFIG: ConfigSource.ValueType  # 3
+STATIC_BROKER_CONFIG: ConfigSource.ValueType  # 4
+DEFAULT_CONFIG: ConfigSource.ValueType  # 5
+Global___ConfigSource: _TypeAlias = ConfigSource  # noqa: Y015
 
 @_typing.final
 class Status(_message.Message):
@@ -85,15 +115,40 @@ Global___Status: _TypeAlias = Status  # noqa: Y015
 class RegisterBrokerRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class StaticConfigsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     BROKER_ID_FIELD_NUMBER: _builtins.int
     INCARNATION_ID_FIELD_NUMBER: _builtins.int
     ENDPOINTS_FIELD_NUMBER: _builtins.int
     RACK_FIELD_NUMBER: _builtins.int
+    STATIC_CONFIGS_FIELD_NUMBER: _builtins.int
     broker_id: _builtins.int
     incarnation_id: _builtins.str
     rack: _builtins.str
     @_builtins.property
     def endpoints(self) -> _containers.RepeatedCompositeFieldContainer[_metadata_pb2.Endpoint]: ...
+    @_builtins.property
+    def static_configs(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """the dynamic broker configs its config file sets"""
+
     def __init__(
         self,
         *,
@@ -101,10 +156,11 @@ class RegisterBrokerRequest(_message.Message):
         incarnation_id: _builtins.str = ...,
         endpoints: _abc.Iterable[_metadata_pb2.Endpoint] | None = ...,
         rack: _builtins.str = ...,
+        static_configs: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_id", b"broker_id", "endpoints", b"endpoints", "incarnation_id", b"incarnation_id", "rack", b"rack"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_id", b"broker_id", "endpoints", b"endpoints", "incarnation_id", b"incarnation_id", "rack", b"rack", "static_configs", b"static_configs"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -945,7 +1001,12 @@ class AlterConfigsRequest(_message.Message):
 
     RESOURCES_FIELD_NUMBER: _builtins.int
     VALIDATE_ONLY_FIELD_NUMBER: _builtins.int
+    REPLACE_FIELD_NUMBER: _builtins.int
     validate_only: _builtins.bool
+    replace: _builtins.bool
+    """Kafka's (legacy) AlterConfigs: each resource's SET configs become its whole dynamic set,
+    every other override of it is deleted
+    """
     @_builtins.property
     def resources(self) -> _containers.RepeatedCompositeFieldContainer[Global___AlterConfigsResource]: ...
     def __init__(
@@ -953,10 +1014,11 @@ class AlterConfigsRequest(_message.Message):
         *,
         resources: _abc.Iterable[Global___AlterConfigsResource] | None = ...,
         validate_only: _builtins.bool = ...,
+        replace: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["resources", b"resources", "validate_only", b"validate_only"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["replace", b"replace", "resources", b"resources", "validate_only", b"validate_only"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1039,19 +1101,22 @@ class ConfigEntry(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     VALUE_FIELD_NUMBER: _builtins.int
     IS_DEFAULT_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     value: _builtins.str
     is_default: _builtins.bool
+    source: Global___ConfigSource.ValueType
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         value: _builtins.str = ...,
         is_default: _builtins.bool = ...,
+        source: Global___ConfigSource.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["is_default", b"is_default", "name", b"name", "value", b"value"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["is_default", b"is_default", "name", b"name", "source", b"source", "value", b"value"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1158,6 +1223,53 @@ class UnregisterBrokerResponse(_message.Message):
 Global___UnregisterBrokerResponse: _TypeAlias = UnregisterBrokerResponse  # noqa: Y015
 
 @_typing.final
+class CordonBrokerRequest(_message.Message):
+    """Cordon (or uncordon) a broker: placement gives it no new replicas, an explicit assignment
+    or reassignment onto it is refused; the replicas it has stay and it keeps leading them.
+    raftlog's broker-level form of KIP-1066's cordoned log directories.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BROKER_ID_FIELD_NUMBER: _builtins.int
+    CORDONED_FIELD_NUMBER: _builtins.int
+    broker_id: _builtins.int
+    cordoned: _builtins.bool
+    def __init__(
+        self,
+        *,
+        broker_id: _builtins.int = ...,
+        cordoned: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_id", b"broker_id", "cordoned", b"cordoned"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CordonBrokerRequest: _TypeAlias = CordonBrokerRequest  # noqa: Y015
+
+@_typing.final
+class CordonBrokerResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def status(self) -> Global___Status: ...
+    def __init__(
+        self,
+        *,
+        status: Global___Status | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CordonBrokerResponse: _TypeAlias = CordonBrokerResponse  # noqa: Y015
+
+@_typing.final
 class AllocateProducerIdsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -1230,11 +1342,14 @@ class BrokerDescription(_message.Message):
     FENCED_FIELD_NUMBER: _builtins.int
     BROKER_EPOCH_FIELD_NUMBER: _builtins.int
     IN_CONTROLLED_SHUTDOWN_FIELD_NUMBER: _builtins.int
+    CORDONED_FIELD_NUMBER: _builtins.int
     broker_id: _builtins.int
     rack: _builtins.str
     fenced: _builtins.bool
     broker_epoch: _builtins.int
     in_controlled_shutdown: _builtins.bool
+    cordoned: _builtins.bool
+    """no new replicas are placed on it"""
     @_builtins.property
     def endpoints(self) -> _containers.RepeatedCompositeFieldContainer[_metadata_pb2.Endpoint]: ...
     def __init__(
@@ -1246,10 +1361,11 @@ class BrokerDescription(_message.Message):
         fenced: _builtins.bool = ...,
         broker_epoch: _builtins.int = ...,
         in_controlled_shutdown: _builtins.bool = ...,
+        cordoned: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "broker_id", b"broker_id", "endpoints", b"endpoints", "fenced", b"fenced", "in_controlled_shutdown", b"in_controlled_shutdown", "rack", b"rack"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "broker_id", b"broker_id", "cordoned", b"cordoned", "endpoints", b"endpoints", "fenced", b"fenced", "in_controlled_shutdown", b"in_controlled_shutdown", "rack", b"rack"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -49,6 +49,11 @@ class ControllerServiceStub:
                 request_serializer=protos_dot_controller__pb2.UnregisterBrokerRequest.SerializeToString,
                 response_deserializer=protos_dot_controller__pb2.UnregisterBrokerResponse.FromString,
                 _registered_method=True)
+        self.CordonBroker = channel.unary_unary(
+                '/raftlog.controller.ControllerService/CordonBroker',
+                request_serializer=protos_dot_controller__pb2.CordonBrokerRequest.SerializeToString,
+                response_deserializer=protos_dot_controller__pb2.CordonBrokerResponse.FromString,
+                _registered_method=True)
         self.CreateTopics = channel.unary_unary(
                 '/raftlog.controller.ControllerService/CreateTopics',
                 request_serializer=protos_dot_controller__pb2.CreateTopicsRequest.SerializeToString,
@@ -147,6 +152,12 @@ class ControllerServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def UnregisterBroker(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CordonBroker(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -265,6 +276,11 @@ def add_ControllerServiceServicer_to_server(servicer, server):
                     servicer.UnregisterBroker,
                     request_deserializer=protos_dot_controller__pb2.UnregisterBrokerRequest.FromString,
                     response_serializer=protos_dot_controller__pb2.UnregisterBrokerResponse.SerializeToString,
+            ),
+            'CordonBroker': grpc.unary_unary_rpc_method_handler(
+                    servicer.CordonBroker,
+                    request_deserializer=protos_dot_controller__pb2.CordonBrokerRequest.FromString,
+                    response_serializer=protos_dot_controller__pb2.CordonBrokerResponse.SerializeToString,
             ),
             'CreateTopics': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateTopics,
@@ -428,6 +444,33 @@ class ControllerService:
             '/raftlog.controller.ControllerService/UnregisterBroker',
             protos_dot_controller__pb2.UnregisterBrokerRequest.SerializeToString,
             protos_dot_controller__pb2.UnregisterBrokerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CordonBroker(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.controller.ControllerService/CordonBroker',
+            protos_dot_controller__pb2.CordonBrokerRequest.SerializeToString,
+            protos_dot_controller__pb2.CordonBrokerResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -36,6 +36,7 @@ class ControllerServiceStub:
     RegisterBroker: _grpc.UnaryUnaryMultiCallable[_controller_pb2.RegisterBrokerRequest, _controller_pb2.RegisterBrokerResponse]
     BrokerHeartbeat: _grpc.UnaryUnaryMultiCallable[_controller_pb2.BrokerHeartbeatRequest, _controller_pb2.BrokerHeartbeatResponse]
     UnregisterBroker: _grpc.UnaryUnaryMultiCallable[_controller_pb2.UnregisterBrokerRequest, _controller_pb2.UnregisterBrokerResponse]
+    CordonBroker: _grpc.UnaryUnaryMultiCallable[_controller_pb2.CordonBrokerRequest, _controller_pb2.CordonBrokerResponse]
     CreateTopics: _grpc.UnaryUnaryMultiCallable[_controller_pb2.CreateTopicsRequest, _controller_pb2.CreateTopicsResponse]
     DeleteTopics: _grpc.UnaryUnaryMultiCallable[_controller_pb2.DeleteTopicsRequest, _controller_pb2.DeleteTopicsResponse]
     CreatePartitions: _grpc.UnaryUnaryMultiCallable[_controller_pb2.CreatePartitionsRequest, _controller_pb2.CreatePartitionsResponse]
@@ -59,6 +60,7 @@ class ControllerServiceAsyncStub(ControllerServiceStub):
     RegisterBroker: _aio.UnaryUnaryMultiCallable[_controller_pb2.RegisterBrokerRequest, _controller_pb2.RegisterBrokerResponse]  # type: ignore[assignment]
     BrokerHeartbeat: _aio.UnaryUnaryMultiCallable[_controller_pb2.BrokerHeartbeatRequest, _controller_pb2.BrokerHeartbeatResponse]  # type: ignore[assignment]
     UnregisterBroker: _aio.UnaryUnaryMultiCallable[_controller_pb2.UnregisterBrokerRequest, _controller_pb2.UnregisterBrokerResponse]  # type: ignore[assignment]
+    CordonBroker: _aio.UnaryUnaryMultiCallable[_controller_pb2.CordonBrokerRequest, _controller_pb2.CordonBrokerResponse]  # type: ignore[assignment]
     CreateTopics: _aio.UnaryUnaryMultiCallable[_controller_pb2.CreateTopicsRequest, _controller_pb2.CreateTopicsResponse]  # type: ignore[assignment]
     DeleteTopics: _aio.UnaryUnaryMultiCallable[_controller_pb2.DeleteTopicsRequest, _controller_pb2.DeleteTopicsResponse]  # type: ignore[assignment]
     CreatePartitions: _aio.UnaryUnaryMultiCallable[_controller_pb2.CreatePartitionsRequest, _controller_pb2.CreatePartitionsResponse]  # type: ignore[assignment]
@@ -97,6 +99,13 @@ class ControllerServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _controller_pb2.UnregisterBrokerRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_controller_pb2.UnregisterBrokerResponse, _abc.Awaitable[_controller_pb2.UnregisterBrokerResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def CordonBroker(
+        self,
+        request: _controller_pb2.CordonBrokerRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_controller_pb2.CordonBrokerResponse, _abc.Awaitable[_controller_pb2.CordonBrokerResponse]]: ...
 
     @_abc_1.abstractmethod
     def CreateTopics(

@@ -105,16 +105,22 @@ class FindCoordinatorRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     GROUP_IDS_FIELD_NUMBER: _builtins.int
+    KEY_TYPE_FIELD_NUMBER: _builtins.int
+    key_type: _builtins.int
+    """0 group (`__consumer_offsets`), 1 transaction"""
     @_builtins.property
-    def group_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def group_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """the keys: group ids, or transactional ids with key_type 1"""
+
     def __init__(
         self,
         *,
         group_ids: _abc.Iterable[_builtins.str] | None = ...,
+        key_type: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_ids", b"group_ids"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_ids", b"group_ids", "key_type", b"key_type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -475,7 +481,10 @@ class OffsetFetchRequest(_message.Message):
 
     GROUP_ID_FIELD_NUMBER: _builtins.int
     TOPICS_FIELD_NUMBER: _builtins.int
+    REQUIRE_STABLE_FIELD_NUMBER: _builtins.int
     group_id: _builtins.str
+    require_stable: _builtins.bool
+    """KIP-447: UNSTABLE_OFFSET_COMMIT while a transaction's offsets"""
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicPartitions]:
         """empty = every committed offset of the group"""
@@ -485,10 +494,11 @@ class OffsetFetchRequest(_message.Message):
         *,
         group_id: _builtins.str = ...,
         topics: _abc.Iterable[Global___TopicPartitions] | None = ...,
+        require_stable: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id", "require_stable", b"require_stable", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -577,6 +587,53 @@ class OffsetFetchResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___OffsetFetchResponse: _TypeAlias = OffsetFetchResponse  # noqa: Y015
+
+@_typing.final
+class TxnOffsetCommitRequest(_message.Message):
+    """-- TxnOffsetCommit (KIP-98, KIP-447) ----------------------------------------------------------
+    Offsets committed inside a transaction: held pending until the transaction's marker reaches the
+    group's `__consumer_offsets` partition (committed with a commit marker, dropped with an abort).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    GENERATION_ID_FIELD_NUMBER: _builtins.int
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    GROUP_INSTANCE_ID_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    transactional_id: _builtins.str
+    group_id: _builtins.str
+    producer_id: _builtins.int
+    producer_epoch: _builtins.int
+    generation_id: _builtins.int
+    """-1: not checked (KIP-447 group metadata absent)"""
+    member_id: _builtins.str
+    group_instance_id: _builtins.str
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetCommitTopic]: ...
+    def __init__(
+        self,
+        *,
+        transactional_id: _builtins.str = ...,
+        group_id: _builtins.str = ...,
+        producer_id: _builtins.int = ...,
+        producer_epoch: _builtins.int = ...,
+        generation_id: _builtins.int = ...,
+        member_id: _builtins.str = ...,
+        group_instance_id: _builtins.str = ...,
+        topics: _abc.Iterable[Global___OffsetCommitTopic] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation_id", b"generation_id", "group_id", b"group_id", "group_instance_id", b"group_instance_id", "member_id", b"member_id", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "topics", b"topics", "transactional_id", b"transactional_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TxnOffsetCommitRequest: _TypeAlias = TxnOffsetCommitRequest  # noqa: Y015
 
 @_typing.final
 class ListGroupsRequest(_message.Message):

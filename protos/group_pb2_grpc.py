@@ -54,6 +54,11 @@ class GroupCoordinatorServiceStub:
                 request_serializer=protos_dot_group__pb2.OffsetFetchRequest.SerializeToString,
                 response_deserializer=protos_dot_group__pb2.OffsetFetchResponse.FromString,
                 _registered_method=True)
+        self.TxnOffsetCommit = channel.unary_unary(
+                '/raftlog.group.GroupCoordinatorService/TxnOffsetCommit',
+                request_serializer=protos_dot_group__pb2.TxnOffsetCommitRequest.SerializeToString,
+                response_deserializer=protos_dot_group__pb2.OffsetCommitResponse.FromString,
+                _registered_method=True)
         self.ListGroups = channel.unary_unary(
                 '/raftlog.group.GroupCoordinatorService/ListGroups',
                 request_serializer=protos_dot_group__pb2.ListGroupsRequest.SerializeToString,
@@ -113,6 +118,12 @@ class GroupCoordinatorServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def OffsetFetch(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TxnOffsetCommit(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -182,6 +193,11 @@ def add_GroupCoordinatorServiceServicer_to_server(servicer, server):
                     servicer.OffsetFetch,
                     request_deserializer=protos_dot_group__pb2.OffsetFetchRequest.FromString,
                     response_serializer=protos_dot_group__pb2.OffsetFetchResponse.SerializeToString,
+            ),
+            'TxnOffsetCommit': grpc.unary_unary_rpc_method_handler(
+                    servicer.TxnOffsetCommit,
+                    request_deserializer=protos_dot_group__pb2.TxnOffsetCommitRequest.FromString,
+                    response_serializer=protos_dot_group__pb2.OffsetCommitResponse.SerializeToString,
             ),
             'ListGroups': grpc.unary_unary_rpc_method_handler(
                     servicer.ListGroups,
@@ -327,6 +343,33 @@ class GroupCoordinatorService:
             '/raftlog.group.GroupCoordinatorService/OffsetFetch',
             protos_dot_group__pb2.OffsetFetchRequest.SerializeToString,
             protos_dot_group__pb2.OffsetFetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TxnOffsetCommit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.group.GroupCoordinatorService/TxnOffsetCommit',
+            protos_dot_group__pb2.TxnOffsetCommitRequest.SerializeToString,
+            protos_dot_group__pb2.OffsetCommitResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -40,6 +40,7 @@ class GroupCoordinatorServiceStub:
     ConsumerGroupHeartbeat: _grpc.UnaryUnaryMultiCallable[_group_pb2.ConsumerGroupHeartbeatRequest, _group_pb2.ConsumerGroupHeartbeatResponse]
     OffsetCommit: _grpc.UnaryUnaryMultiCallable[_group_pb2.OffsetCommitRequest, _group_pb2.OffsetCommitResponse]
     OffsetFetch: _grpc.UnaryUnaryMultiCallable[_group_pb2.OffsetFetchRequest, _group_pb2.OffsetFetchResponse]
+    TxnOffsetCommit: _grpc.UnaryUnaryMultiCallable[_group_pb2.TxnOffsetCommitRequest, _group_pb2.OffsetCommitResponse]
     ListGroups: _grpc.UnaryUnaryMultiCallable[_group_pb2.ListGroupsRequest, _group_pb2.ListGroupsResponse]
     DescribeGroups: _grpc.UnaryUnaryMultiCallable[_group_pb2.DescribeGroupsRequest, _group_pb2.DescribeGroupsResponse]
     DeleteGroups: _grpc.UnaryUnaryMultiCallable[_group_pb2.DeleteGroupsRequest, _group_pb2.DeleteGroupsResponse]
@@ -55,6 +56,7 @@ class GroupCoordinatorServiceAsyncStub(GroupCoordinatorServiceStub):
     ConsumerGroupHeartbeat: _aio.UnaryUnaryMultiCallable[_group_pb2.ConsumerGroupHeartbeatRequest, _group_pb2.ConsumerGroupHeartbeatResponse]  # type: ignore[assignment]
     OffsetCommit: _aio.UnaryUnaryMultiCallable[_group_pb2.OffsetCommitRequest, _group_pb2.OffsetCommitResponse]  # type: ignore[assignment]
     OffsetFetch: _aio.UnaryUnaryMultiCallable[_group_pb2.OffsetFetchRequest, _group_pb2.OffsetFetchResponse]  # type: ignore[assignment]
+    TxnOffsetCommit: _aio.UnaryUnaryMultiCallable[_group_pb2.TxnOffsetCommitRequest, _group_pb2.OffsetCommitResponse]  # type: ignore[assignment]
     ListGroups: _aio.UnaryUnaryMultiCallable[_group_pb2.ListGroupsRequest, _group_pb2.ListGroupsResponse]  # type: ignore[assignment]
     DescribeGroups: _aio.UnaryUnaryMultiCallable[_group_pb2.DescribeGroupsRequest, _group_pb2.DescribeGroupsResponse]  # type: ignore[assignment]
     DeleteGroups: _aio.UnaryUnaryMultiCallable[_group_pb2.DeleteGroupsRequest, _group_pb2.DeleteGroupsResponse]  # type: ignore[assignment]
@@ -91,6 +93,13 @@ class GroupCoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _group_pb2.OffsetFetchRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_group_pb2.OffsetFetchResponse, _abc.Awaitable[_group_pb2.OffsetFetchResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def TxnOffsetCommit(
+        self,
+        request: _group_pb2.TxnOffsetCommitRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_group_pb2.OffsetCommitResponse, _abc.Awaitable[_group_pb2.OffsetCommitResponse]]: ...
 
     @_abc_1.abstractmethod
     def ListGroups(

@@ -24,53 +24,63 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15protos/metadata.proto\x12\x10raftlog.metadata\"4\n\x08\x45ndpoint\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x0c\n\x04port\x18\x03 \x01(\x05\"\x8f\x01\n\x14RegisterBrokerRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\x12\x16\n\x0eincarnation_id\x18\x03 \x01(\t\x12-\n\tendpoints\x18\x04 \x03(\x0b\x32\x1a.raftlog.metadata.Endpoint\x12\x0c\n\x04rack\x18\x05 \x01(\t\"R\n\x16UnregisterBrokerRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x03 \x01(\x03\"M\n\x11\x46\x65nceBrokerRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x03 \x01(\x03\"O\n\x13UnfenceBrokerRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x03 \x01(\x03\"z\n\x1e\x42rokerRegistrationChangeRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x03 \x01(\x03\x12\x1e\n\x16in_controlled_shutdown\x18\x04 \x01(\x08\">\n\x0bTopicRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x10\n\x08topic_id\x18\x03 \x01(\x0c\"\xdc\x01\n\x0fPartitionRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x10\n\x08topic_id\x18\x02 \x01(\x0c\x12\x14\n\x0cpartition_id\x18\x03 \x01(\x05\x12\x10\n\x08replicas\x18\x04 \x03(\x05\x12\x0b\n\x03isr\x18\x05 \x03(\x05\x12\x0e\n\x06leader\x18\x06 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x07 \x01(\x05\x12\x17\n\x0fpartition_epoch\x18\x08 \x01(\x05\x12\x17\n\x0f\x61\x64\x64ing_replicas\x18\t \x03(\x05\x12\x19\n\x11removing_replicas\x18\n \x03(\x05\"\x1b\n\tInt32List\x12\x0e\n\x06values\x18\x01 \x03(\x05\"\xd9\x02\n\x15PartitionChangeRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x10\n\x08topic_id\x18\x02 \x01(\x0c\x12\x14\n\x0cpartition_id\x18\x03 \x01(\x05\x12 \n\x18\x65xpected_partition_epoch\x18\x04 \x01(\x05\x12\x13\n\x06leader\x18\x05 \x01(\x05H\x00\x88\x01\x01\x12(\n\x03isr\x18\x06 \x01(\x0b\x32\x1b.raftlog.metadata.Int32List\x12-\n\x08replicas\x18\x07 \x01(\x0b\x32\x1b.raftlog.metadata.Int32List\x12\x34\n\x0f\x61\x64\x64ing_replicas\x18\x08 \x01(\x0b\x32\x1b.raftlog.metadata.Int32List\x12\x36\n\x11removing_replicas\x18\t \x01(\x0b\x32\x1b.raftlog.metadata.Int32ListB\t\n\x07_leader\"6\n\x11RemoveTopicRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x10\n\x08topic_id\x18\x02 \x01(\x0c\"\x9f\x01\n\x0c\x43onfigRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12;\n\rresource_type\x18\x02 \x01(\x0e\x32$.raftlog.metadata.ConfigResourceType\x12\x15\n\rresource_name\x18\x03 \x01(\t\x12\x0c\n\x04name\x18\x04 \x01(\t\x12\x12\n\x05value\x18\x05 \x01(\tH\x00\x88\x01\x01\x42\x08\n\x06_value\"g\n\x11ProducerIdsRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x03 \x01(\x03\x12\x18\n\x10next_producer_id\x18\x04 \x01(\x03\"F\n\x12LeaderChangeRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x11\n\tleader_id\x18\x02 \x01(\x05\x12\x0c\n\x04term\x18\x03 \x01(\x03\"Q\n\x0f\x43ontrollerVoter\x12\x0f\n\x07node_id\x18\x01 \x01(\x05\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x0c\n\x04port\x18\x03 \x01(\x05\x12\x11\n\traft_port\x18\x04 \x01(\x05\"R\n\x0cVotersRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x31\n\x06voters\x18\x02 \x03(\x0b\x32!.raftlog.metadata.ControllerVoter\"\xc4\x06\n\x0eMetadataRecord\x12\x41\n\x0fregister_broker\x18\x01 \x01(\x0b\x32&.raftlog.metadata.RegisterBrokerRecordH\x00\x12\x45\n\x11unregister_broker\x18\x02 \x01(\x0b\x32(.raftlog.metadata.UnregisterBrokerRecordH\x00\x12;\n\x0c\x66\x65nce_broker\x18\x03 \x01(\x0b\x32#.raftlog.metadata.FenceBrokerRecordH\x00\x12?\n\x0eunfence_broker\x18\x04 \x01(\x0b\x32%.raftlog.metadata.UnfenceBrokerRecordH\x00\x12V\n\x1a\x62roker_registration_change\x18\x05 \x01(\x0b\x32\x30.raftlog.metadata.BrokerRegistrationChangeRecordH\x00\x12.\n\x05topic\x18\x06 \x01(\x0b\x32\x1d.raftlog.metadata.TopicRecordH\x00\x12\x36\n\tpartition\x18\x07 \x01(\x0b\x32!.raftlog.metadata.PartitionRecordH\x00\x12\x43\n\x10partition_change\x18\x08 \x01(\x0b\x32\'.raftlog.metadata.PartitionChangeRecordH\x00\x12;\n\x0cremove_topic\x18\t \x01(\x0b\x32#.raftlog.metadata.RemoveTopicRecordH\x00\x12\x30\n\x06\x63onfig\x18\n \x01(\x0b\x32\x1e.raftlog.metadata.ConfigRecordH\x00\x12;\n\x0cproducer_ids\x18\x0b \x01(\x0b\x32#.raftlog.metadata.ProducerIdsRecordH\x00\x12=\n\rleader_change\x18\x0c \x01(\x0b\x32$.raftlog.metadata.LeaderChangeRecordH\x00\x12\x30\n\x06voters\x18\r \x01(\x0b\x32\x1e.raftlog.metadata.VotersRecordH\x00\x42\x08\n\x06record\"H\n\x13MetadataRecordBatch\x12\x31\n\x07records\x18\x01 \x03(\x0b\x32 .raftlog.metadata.MetadataRecord\"\xc4\x01\n\x14\x42rokerSnapshotRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x16\n\x0eincarnation_id\x18\x02 \x01(\t\x12\x14\n\x0c\x62roker_epoch\x18\x03 \x01(\x03\x12-\n\tendpoints\x18\x04 \x03(\x0b\x32\x1a.raftlog.metadata.Endpoint\x12\x0c\n\x04rack\x18\x05 \x01(\t\x12\x0e\n\x06\x66\x65nced\x18\x06 \x01(\x08\x12\x1e\n\x16in_controlled_shutdown\x18\x07 \x01(\x08\"\xb9\x01\n\x10MetadataSnapshot\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x37\n\x07\x62rokers\x18\x03 \x03(\x0b\x32&.raftlog.metadata.BrokerSnapshotRecord\x12\x31\n\x07records\x18\x04 \x03(\x0b\x32 .raftlog.metadata.MetadataRecord\x12\x18\n\x10next_producer_id\x18\x05 \x01(\x03*h\n\x12\x43onfigResourceType\x12\x1b\n\x17\x43ONFIG_RESOURCE_UNKNOWN\x10\x00\x12\x19\n\x15\x43ONFIG_RESOURCE_TOPIC\x10\x02\x12\x1a\n\x16\x43ONFIG_RESOURCE_BROKER\x10\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15protos/metadata.proto\x12\x10raftlog.metadata\"4\n\x08\x45ndpoint\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x0c\n\x04port\x18\x03 \x01(\x05\"\x98\x02\n\x14RegisterBrokerRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\x12\x16\n\x0eincarnation_id\x18\x03 \x01(\t\x12-\n\tendpoints\x18\x04 \x03(\x0b\x32\x1a.raftlog.metadata.Endpoint\x12\x0c\n\x04rack\x18\x05 \x01(\t\x12Q\n\x0estatic_configs\x18\x06 \x03(\x0b\x32\x39.raftlog.metadata.RegisterBrokerRecord.StaticConfigsEntry\x1a\x34\n\x12StaticConfigsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"R\n\x16UnregisterBrokerRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x03 \x01(\x03\"M\n\x11\x46\x65nceBrokerRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x03 \x01(\x03\"O\n\x13UnfenceBrokerRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x03 \x01(\x03\"z\n\x1e\x42rokerRegistrationChangeRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x03 \x01(\x03\x12\x1e\n\x16in_controlled_shutdown\x18\x04 \x01(\x08\"J\n\x12\x43ordonBrokerRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\x12\x10\n\x08\x63ordoned\x18\x03 \x01(\x08\">\n\x0bTopicRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x10\n\x08topic_id\x18\x03 \x01(\x0c\"\xdc\x01\n\x0fPartitionRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x10\n\x08topic_id\x18\x02 \x01(\x0c\x12\x14\n\x0cpartition_id\x18\x03 \x01(\x05\x12\x10\n\x08replicas\x18\x04 \x03(\x05\x12\x0b\n\x03isr\x18\x05 \x03(\x05\x12\x0e\n\x06leader\x18\x06 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x07 \x01(\x05\x12\x17\n\x0fpartition_epoch\x18\x08 \x01(\x05\x12\x17\n\x0f\x61\x64\x64ing_replicas\x18\t \x03(\x05\x12\x19\n\x11removing_replicas\x18\n \x03(\x05\"\x1b\n\tInt32List\x12\x0e\n\x06values\x18\x01 \x03(\x05\"\xd9\x02\n\x15PartitionChangeRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x10\n\x08topic_id\x18\x02 \x01(\x0c\x12\x14\n\x0cpartition_id\x18\x03 \x01(\x05\x12 \n\x18\x65xpected_partition_epoch\x18\x04 \x01(\x05\x12\x13\n\x06leader\x18\x05 \x01(\x05H\x00\x88\x01\x01\x12(\n\x03isr\x18\x06 \x01(\x0b\x32\x1b.raftlog.metadata.Int32List\x12-\n\x08replicas\x18\x07 \x01(\x0b\x32\x1b.raftlog.metadata.Int32List\x12\x34\n\x0f\x61\x64\x64ing_replicas\x18\x08 \x01(\x0b\x32\x1b.raftlog.metadata.Int32List\x12\x36\n\x11removing_replicas\x18\t \x01(\x0b\x32\x1b.raftlog.metadata.Int32ListB\t\n\x07_leader\"6\n\x11RemoveTopicRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x10\n\x08topic_id\x18\x02 \x01(\x0c\"\x9f\x01\n\x0c\x43onfigRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12;\n\rresource_type\x18\x02 \x01(\x0e\x32$.raftlog.metadata.ConfigResourceType\x12\x15\n\rresource_name\x18\x03 \x01(\t\x12\x0c\n\x04name\x18\x04 \x01(\t\x12\x12\n\x05value\x18\x05 \x01(\tH\x00\x88\x01\x01\x42\x08\n\x06_value\"g\n\x11ProducerIdsRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x03 \x01(\x03\x12\x18\n\x10next_producer_id\x18\x04 \x01(\x03\"F\n\x12LeaderChangeRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x11\n\tleader_id\x18\x02 \x01(\x05\x12\x0c\n\x04term\x18\x03 \x01(\x03\"Q\n\x0f\x43ontrollerVoter\x12\x0f\n\x07node_id\x18\x01 \x01(\x05\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x0c\n\x04port\x18\x03 \x01(\x05\x12\x11\n\traft_port\x18\x04 \x01(\x05\"R\n\x0cVotersRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x31\n\x06voters\x18\x02 \x03(\x0b\x32!.raftlog.metadata.ControllerVoter\"\x83\x07\n\x0eMetadataRecord\x12\x41\n\x0fregister_broker\x18\x01 \x01(\x0b\x32&.raftlog.metadata.RegisterBrokerRecordH\x00\x12\x45\n\x11unregister_broker\x18\x02 \x01(\x0b\x32(.raftlog.metadata.UnregisterBrokerRecordH\x00\x12;\n\x0c\x66\x65nce_broker\x18\x03 \x01(\x0b\x32#.raftlog.metadata.FenceBrokerRecordH\x00\x12?\n\x0eunfence_broker\x18\x04 \x01(\x0b\x32%.raftlog.metadata.UnfenceBrokerRecordH\x00\x12V\n\x1a\x62roker_registration_change\x18\x05 \x01(\x0b\x32\x30.raftlog.metadata.BrokerRegistrationChangeRecordH\x00\x12.\n\x05topic\x18\x06 \x01(\x0b\x32\x1d.raftlog.metadata.TopicRecordH\x00\x12\x36\n\tpartition\x18\x07 \x01(\x0b\x32!.raftlog.metadata.PartitionRecordH\x00\x12\x43\n\x10partition_change\x18\x08 \x01(\x0b\x32\'.raftlog.metadata.PartitionChangeRecordH\x00\x12;\n\x0cremove_topic\x18\t \x01(\x0b\x32#.raftlog.metadata.RemoveTopicRecordH\x00\x12\x30\n\x06\x63onfig\x18\n \x01(\x0b\x32\x1e.raftlog.metadata.ConfigRecordH\x00\x12;\n\x0cproducer_ids\x18\x0b \x01(\x0b\x32#.raftlog.metadata.ProducerIdsRecordH\x00\x12=\n\rleader_change\x18\x0c \x01(\x0b\x32$.raftlog.metadata.LeaderChangeRecordH\x00\x12\x30\n\x06voters\x18\r \x01(\x0b\x32\x1e.raftlog.metadata.VotersRecordH\x00\x12=\n\rcordon_broker\x18\x0e \x01(\x0b\x32$.raftlog.metadata.CordonBrokerRecordH\x00\x42\x08\n\x06record\"H\n\x13MetadataRecordBatch\x12\x31\n\x07records\x18\x01 \x03(\x0b\x32 .raftlog.metadata.MetadataRecord\"\xdf\x02\n\x14\x42rokerSnapshotRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x16\n\x0eincarnation_id\x18\x02 \x01(\t\x12\x14\n\x0c\x62roker_epoch\x18\x03 \x01(\x03\x12-\n\tendpoints\x18\x04 \x03(\x0b\x32\x1a.raftlog.metadata.Endpoint\x12\x0c\n\x04rack\x18\x05 \x01(\t\x12\x0e\n\x06\x66\x65nced\x18\x06 \x01(\x08\x12\x1e\n\x16in_controlled_shutdown\x18\x07 \x01(\x08\x12\x10\n\x08\x63ordoned\x18\x08 \x01(\x08\x12Q\n\x0estatic_configs\x18\t \x03(\x0b\x32\x39.raftlog.metadata.BrokerSnapshotRecord.StaticConfigsEntry\x1a\x34\n\x12StaticConfigsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xb9\x01\n\x10MetadataSnapshot\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x37\n\x07\x62rokers\x18\x03 \x03(\x0b\x32&.raftlog.metadata.BrokerSnapshotRecord\x12\x31\n\x07records\x18\x04 \x03(\x0b\x32 .raftlog.metadata.MetadataRecord\x12\x18\n\x10next_producer_id\x18\x05 \x01(\x03*h\n\x12\x43onfigResourceType\x12\x1b\n\x17\x43ONFIG_RESOURCE_UNKNOWN\x10\x00\x12\x19\n\x15\x43ONFIG_RESOURCE_TOPIC\x10\x02\x12\x1a\n\x16\x43ONFIG_RESOURCE_BROKER\x10\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'protos.metadata_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CONFIGRESOURCETYPE']._serialized_start=3137
-  _globals['_CONFIGRESOURCETYPE']._serialized_end=3241
+  _globals['_REGISTERBROKERRECORD_STATICCONFIGSENTRY']._loaded_options = None
+  _globals['_REGISTERBROKERRECORD_STATICCONFIGSENTRY']._serialized_options = b'8\001'
+  _globals['_BROKERSNAPSHOTRECORD_STATICCONFIGSENTRY']._loaded_options = None
+  _globals['_BROKERSNAPSHOTRECORD_STATICCONFIGSENTRY']._serialized_options = b'8\001'
+  _globals['_CONFIGRESOURCETYPE']._serialized_start=3568
+  _globals['_CONFIGRESOURCETYPE']._serialized_end=3672
   _globals['_ENDPOINT']._serialized_start=43
   _globals['_ENDPOINT']._serialized_end=95
   _globals['_REGISTERBROKERRECORD']._serialized_start=98
-  _globals['_REGISTERBROKERRECORD']._serialized_end=241
-  _globals['_UNREGISTERBROKERRECORD']._serialized_start=243
-  _globals['_UNREGISTERBROKERRECORD']._serialized_end=325
-  _globals['_FENCEBROKERRECORD']._serialized_start=327
-  _globals['_FENCEBROKERRECORD']._serialized_end=404
-  _globals['_UNFENCEBROKERRECORD']._serialized_start=406
-  _globals['_UNFENCEBROKERRECORD']._serialized_end=485
-  _globals['_BROKERREGISTRATIONCHANGERECORD']._serialized_start=487
-  _globals['_BROKERREGISTRATIONCHANGERECORD']._serialized_end=609
-  _globals['_TOPICRECORD']._serialized_start=611
-  _globals['_TOPICRECORD']._serialized_end=673
-  _globals['_PARTITIONRECORD']._serialized_start=676
-  _globals['_PARTITIONRECORD']._serialized_end=896
-  _globals['_INT32LIST']._serialized_start=898
-  _globals['_INT32LIST']._serialized_end=925
-  _globals['_PARTITIONCHANGERECORD']._serialized_start=928
-  _globals['_PARTITIONCHANGERECORD']._serialized_end=1273
-  _globals['_REMOVETOPICRECORD']._serialized_start=1275
-  _globals['_REMOVETOPICRECORD']._serialized_end=1329
-  _globals['_CONFIGRECORD']._serialized_start=1332
-  _globals['_CONFIGRECORD']._serialized_end=1491
-  _globals['_PRODUCERIDSRECORD']._serialized_start=1493
-  _globals['_PRODUCERIDSRECORD']._serialized_end=1596
-  _globals['_LEADERCHANGERECORD']._serialized_start=1598
-  _globals['_LEADERCHANGERECORD']._serialized_end=1668
-  _globals['_CONTROLLERVOTER']._serialized_start=1670
-  _globals['_CONTROLLERVOTER']._serialized_end=1751
-  _globals['_VOTERSRECORD']._serialized_start=1753
-  _globals['_VOTERSRECORD']._serialized_end=1835
-  _globals['_METADATARECORD']._serialized_start=1838
-  _globals['_METADATARECORD']._serialized_end=2674
-  _globals['_METADATARECORDBATCH']._serialized_start=2676
-  _globals['_METADATARECORDBATCH']._serialized_end=2748
-  _globals['_BROKERSNAPSHOTRECORD']._serialized_start=2751
-  _globals['_BROKERSNAPSHOTRECORD']._serialized_end=2947
-  _globals['_METADATASNAPSHOT']._serialized_start=2950
-  _globals['_METADATASNAPSHOT']._serialized_end=3135
+  _globals['_REGISTERBROKERRECORD']._serialized_end=378
+  _globals['_REGISTERBROKERRECORD_STATICCONFIGSENTRY']._serialized_start=326
+  _globals['_REGISTERBROKERRECORD_STATICCONFIGSENTRY']._serialized_end=378
+  _globals['_UNREGISTERBROKERRECORD']._serialized_start=380
+  _globals['_UNREGISTERBROKERRECORD']._serialized_end=462
+  _globals['_FENCEBROKERRECORD']._serialized_start=464
+  _globals['_FENCEBROKERRECORD']._serialized_end=541
+  _globals['_UNFENCEBROKERRECORD']._serialized_start=543
+  _globals['_UNFENCEBROKERRECORD']._serialized_end=622
+  _globals['_BROKERREGISTRATIONCHANGERECORD']._serialized_start=624
+  _globals['_BROKERREGISTRATIONCHANGERECORD']._serialized_end=746
+  _globals['_CORDONBROKERRECORD']._serialized_start=748
+  _globals['_CORDONBROKERRECORD']._serialized_end=822
+  _globals['_TOPICRECORD']._serialized_start=824
+  _globals['_TOPICRECORD']._serialized_end=886
+  _globals['_PARTITIONRECORD']._serialized_start=889
+  _globals['_PARTITIONRECORD']._serialized_end=1109
+  _globals['_INT32LIST']._serialized_start=1111
+  _globals['_INT32LIST']._serialized_end=1138
+  _globals['_PARTITIONCHANGERECORD']._serialized_start=1141
+  _globals['_PARTITIONCHANGERECORD']._serialized_end=1486
+  _globals['_REMOVETOPICRECORD']._serialized_start=1488
+  _globals['_REMOVETOPICRECORD']._serialized_end=1542
+  _globals['_CONFIGRECORD']._serialized_start=1545
+  _globals['_CONFIGRECORD']._serialized_end=1704
+  _globals['_PRODUCERIDSRECORD']._serialized_start=1706
+  _globals['_PRODUCERIDSRECORD']._serialized_end=1809
+  _globals['_LEADERCHANGERECORD']._serialized_start=1811
+  _globals['_LEADERCHANGERECORD']._serialized_end=1881
+  _globals['_CONTROLLERVOTER']._serialized_start=1883
+  _globals['_CONTROLLERVOTER']._serialized_end=1964
+  _globals['_VOTERSRECORD']._serialized_start=1966
+  _globals['_VOTERSRECORD']._serialized_end=2048
+  _globals['_METADATARECORD']._serialized_start=2051
+  _globals['_METADATARECORD']._serialized_end=2950
+  _globals['_METADATARECORDBATCH']._serialized_start=2952
+  _globals['_METADATARECORDBATCH']._serialized_end=3024
+  _globals['_BROKERSNAPSHOTRECORD']._serialized_start=3027
+  _globals['_BROKERSNAPSHOTRECORD']._serialized_end=3378
+  _globals['_BROKERSNAPSHOTRECORD_STATICCONFIGSENTRY']._serialized_start=326
+  _globals['_BROKERSNAPSHOTRECORD_STATICCONFIGSENTRY']._serialized_end=378
+  _globals['_METADATASNAPSHOT']._serialized_start=3381
+  _globals['_METADATASNAPSHOT']._serialized_end=3566
 # @@protoc_insertion_point(module_scope)

@@ -76,11 +76,32 @@ class RegisterBrokerRecord(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class StaticConfigsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     VERSION_FIELD_NUMBER: _builtins.int
     BROKER_ID_FIELD_NUMBER: _builtins.int
     INCARNATION_ID_FIELD_NUMBER: _builtins.int
     ENDPOINTS_FIELD_NUMBER: _builtins.int
     RACK_FIELD_NUMBER: _builtins.int
+    STATIC_CONFIGS_FIELD_NUMBER: _builtins.int
     version: _builtins.int
     broker_id: _builtins.int
     incarnation_id: _builtins.str
@@ -88,6 +109,12 @@ class RegisterBrokerRecord(_message.Message):
     """"" = no rack"""
     @_builtins.property
     def endpoints(self) -> _containers.RepeatedCompositeFieldContainer[Global___Endpoint]: ...
+    @_builtins.property
+    def static_configs(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """the broker configs its node config file sets (leader/follower.replication.throttled.rate):
+        STATIC_BROKER_CONFIG, below every dynamic value; recorded so the controller can describe them
+        """
+
     def __init__(
         self,
         *,
@@ -96,10 +123,11 @@ class RegisterBrokerRecord(_message.Message):
         incarnation_id: _builtins.str = ...,
         endpoints: _abc.Iterable[Global___Endpoint] | None = ...,
         rack: _builtins.str = ...,
+        static_configs: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_id", b"broker_id", "endpoints", b"endpoints", "incarnation_id", b"incarnation_id", "rack", b"rack", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_id", b"broker_id", "endpoints", b"endpoints", "incarnation_id", b"incarnation_id", "rack", b"rack", "static_configs", b"static_configs", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -207,6 +235,35 @@ class BrokerRegistrationChangeRecord(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___BrokerRegistrationChangeRecord: _TypeAlias = BrokerRegistrationChangeRecord  # noqa: Y015
+
+@_typing.final
+class CordonBrokerRecord(_message.Message):
+    """A broker is cordoned (no new replicas are placed on it, KIP-1066's idea at broker level) or
+    uncordoned. Kept across the broker's re-registrations, dropped when it is unregistered.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VERSION_FIELD_NUMBER: _builtins.int
+    BROKER_ID_FIELD_NUMBER: _builtins.int
+    CORDONED_FIELD_NUMBER: _builtins.int
+    version: _builtins.int
+    broker_id: _builtins.int
+    cordoned: _builtins.bool
+    def __init__(
+        self,
+        *,
+        version: _builtins.int = ...,
+        broker_id: _builtins.int = ...,
+        cordoned: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_id", b"broker_id", "cordoned", b"cordoned", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CordonBrokerRecord: _TypeAlias = CordonBrokerRecord  # noqa: Y015
 
 @_typing.final
 class TopicRecord(_message.Message):
@@ -554,6 +611,7 @@ class MetadataRecord(_message.Message):
     PRODUCER_IDS_FIELD_NUMBER: _builtins.int
     LEADER_CHANGE_FIELD_NUMBER: _builtins.int
     VOTERS_FIELD_NUMBER: _builtins.int
+    CORDON_BROKER_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def register_broker(self) -> Global___RegisterBrokerRecord: ...
     @_builtins.property
@@ -580,6 +638,8 @@ class MetadataRecord(_message.Message):
     def leader_change(self) -> Global___LeaderChangeRecord: ...
     @_builtins.property
     def voters(self) -> Global___VotersRecord: ...
+    @_builtins.property
+    def cordon_broker(self) -> Global___CordonBrokerRecord: ...
     def __init__(
         self,
         *,
@@ -596,12 +656,13 @@ class MetadataRecord(_message.Message):
         producer_ids: Global___ProducerIdsRecord | None = ...,
         leader_change: Global___LeaderChangeRecord | None = ...,
         voters: Global___VotersRecord | None = ...,
+        cordon_broker: Global___CordonBrokerRecord | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["broker_registration_change", b"broker_registration_change", "config", b"config", "fence_broker", b"fence_broker", "leader_change", b"leader_change", "partition", b"partition", "partition_change", b"partition_change", "producer_ids", b"producer_ids", "record", b"record", "register_broker", b"register_broker", "remove_topic", b"remove_topic", "topic", b"topic", "unfence_broker", b"unfence_broker", "unregister_broker", b"unregister_broker", "voters", b"voters"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["broker_registration_change", b"broker_registration_change", "config", b"config", "cordon_broker", b"cordon_broker", "fence_broker", b"fence_broker", "leader_change", b"leader_change", "partition", b"partition", "partition_change", b"partition_change", "producer_ids", b"producer_ids", "record", b"record", "register_broker", b"register_broker", "remove_topic", b"remove_topic", "topic", b"topic", "unfence_broker", b"unfence_broker", "unregister_broker", b"unregister_broker", "voters", b"voters"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_registration_change", b"broker_registration_change", "config", b"config", "fence_broker", b"fence_broker", "leader_change", b"leader_change", "partition", b"partition", "partition_change", b"partition_change", "producer_ids", b"producer_ids", "record", b"record", "register_broker", b"register_broker", "remove_topic", b"remove_topic", "topic", b"topic", "unfence_broker", b"unfence_broker", "unregister_broker", b"unregister_broker", "voters", b"voters"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_registration_change", b"broker_registration_change", "config", b"config", "cordon_broker", b"cordon_broker", "fence_broker", b"fence_broker", "leader_change", b"leader_change", "partition", b"partition", "partition_change", b"partition_change", "producer_ids", b"producer_ids", "record", b"record", "register_broker", b"register_broker", "remove_topic", b"remove_topic", "topic", b"topic", "unfence_broker", b"unfence_broker", "unregister_broker", b"unregister_broker", "voters", b"voters"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_record: _TypeAlias = _typing.Literal["register_broker", "unregister_broker", "fence_broker", "unfence_broker", "broker_registration_change", "topic", "partition", "partition_change", "remove_topic", "config", "producer_ids", "leader_change", "voters"]  # noqa: Y015
+    _WhichOneofReturnType_record: _TypeAlias = _typing.Literal["register_broker", "unregister_broker", "fence_broker", "unfence_broker", "broker_registration_change", "topic", "partition", "partition_change", "remove_topic", "config", "producer_ids", "leader_change", "voters", "cordon_broker"]  # noqa: Y015
     _WhichOneofArgType_record: _TypeAlias = _typing.Literal["record", b"record"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_record) -> _WhichOneofReturnType_record | None: ...
 
@@ -635,6 +696,26 @@ class BrokerSnapshotRecord(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class StaticConfigsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     BROKER_ID_FIELD_NUMBER: _builtins.int
     INCARNATION_ID_FIELD_NUMBER: _builtins.int
     BROKER_EPOCH_FIELD_NUMBER: _builtins.int
@@ -642,14 +723,21 @@ class BrokerSnapshotRecord(_message.Message):
     RACK_FIELD_NUMBER: _builtins.int
     FENCED_FIELD_NUMBER: _builtins.int
     IN_CONTROLLED_SHUTDOWN_FIELD_NUMBER: _builtins.int
+    CORDONED_FIELD_NUMBER: _builtins.int
+    STATIC_CONFIGS_FIELD_NUMBER: _builtins.int
     broker_id: _builtins.int
     incarnation_id: _builtins.str
     broker_epoch: _builtins.int
     rack: _builtins.str
     fenced: _builtins.bool
     in_controlled_shutdown: _builtins.bool
+    cordoned: _builtins.bool
     @_builtins.property
     def endpoints(self) -> _containers.RepeatedCompositeFieldContainer[Global___Endpoint]: ...
+    @_builtins.property
+    def static_configs(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """as RegisterBrokerRecord's"""
+
     def __init__(
         self,
         *,
@@ -660,10 +748,12 @@ class BrokerSnapshotRecord(_message.Message):
         rack: _builtins.str = ...,
         fenced: _builtins.bool = ...,
         in_controlled_shutdown: _builtins.bool = ...,
+        cordoned: _builtins.bool = ...,
+        static_configs: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "broker_id", b"broker_id", "endpoints", b"endpoints", "fenced", b"fenced", "in_controlled_shutdown", b"in_controlled_shutdown", "incarnation_id", b"incarnation_id", "rack", b"rack"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "broker_id", b"broker_id", "cordoned", b"cordoned", "endpoints", b"endpoints", "fenced", b"fenced", "in_controlled_shutdown", b"in_controlled_shutdown", "incarnation_id", b"incarnation_id", "rack", b"rack", "static_configs", b"static_configs"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

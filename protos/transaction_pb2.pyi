@@ -141,3 +141,389 @@ class TransactionLogValue(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___TransactionLogValue: _TypeAlias = TransactionLogValue  # noqa: Y015
+
+@_typing.final
+class TopicPartitions(_message.Message):
+    """-- TransactionCoordinatorService ---------------------------------------------------------------
+    Served by every broker on its BROKER listener. Each request goes to the coordinator of its
+    transactional id (FindCoordinator with key_type 1); another broker answers NOT_COORDINATOR.
+    InitProducerId with a transactional id is BrokerService.InitProducerId, sent to the coordinator.
+    Errors are Kafka's codes.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partitions: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TopicPartitions: _TypeAlias = TopicPartitions  # noqa: Y015
+
+@_typing.final
+class AddPartitionsToTxnRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    VERIFY_ONLY_FIELD_NUMBER: _builtins.int
+    transactional_id: _builtins.str
+    producer_id: _builtins.int
+    producer_epoch: _builtins.int
+    verify_only: _builtins.bool
+    """KIP-890: a partition leader asks whether the transaction holds these"""
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicPartitions]: ...
+    def __init__(
+        self,
+        *,
+        transactional_id: _builtins.str = ...,
+        producer_id: _builtins.int = ...,
+        producer_epoch: _builtins.int = ...,
+        topics: _abc.Iterable[Global___TopicPartitions] | None = ...,
+        verify_only: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "topics", b"topics", "transactional_id", b"transactional_id", "verify_only", b"verify_only"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddPartitionsToTxnRequest: _TypeAlias = AddPartitionsToTxnRequest  # noqa: Y015
+
+@_typing.final
+class PartitionResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    error_code: _builtins.int
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        error_code: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PartitionResult: _TypeAlias = PartitionResult  # noqa: Y015
+
+@_typing.final
+class AddPartitionsToTxnResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    RESULTS_FIELD_NUMBER: _builtins.int
+    error_code: _builtins.int
+    """a transaction-level error (also in every partition result)"""
+    error_message: _builtins.str
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionResult]: ...
+    def __init__(
+        self,
+        *,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str = ...,
+        results: _abc.Iterable[Global___PartitionResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddPartitionsToTxnResponse: _TypeAlias = AddPartitionsToTxnResponse  # noqa: Y015
+
+@_typing.final
+class AddOffsetsToTxnRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    transactional_id: _builtins.str
+    producer_id: _builtins.int
+    producer_epoch: _builtins.int
+    group_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        transactional_id: _builtins.str = ...,
+        producer_id: _builtins.int = ...,
+        producer_epoch: _builtins.int = ...,
+        group_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "transactional_id", b"transactional_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddOffsetsToTxnRequest: _TypeAlias = AddOffsetsToTxnRequest  # noqa: Y015
+
+@_typing.final
+class AddOffsetsToTxnResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    error_code: _builtins.int
+    error_message: _builtins.str
+    def __init__(
+        self,
+        *,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddOffsetsToTxnResponse: _TypeAlias = AddOffsetsToTxnResponse  # noqa: Y015
+
+@_typing.final
+class EndTxnRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    COMMITTED_FIELD_NUMBER: _builtins.int
+    transactional_id: _builtins.str
+    producer_id: _builtins.int
+    producer_epoch: _builtins.int
+    committed: _builtins.bool
+    """true commit, false abort"""
+    def __init__(
+        self,
+        *,
+        transactional_id: _builtins.str = ...,
+        producer_id: _builtins.int = ...,
+        producer_epoch: _builtins.int = ...,
+        committed: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["committed", b"committed", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "transactional_id", b"transactional_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EndTxnRequest: _TypeAlias = EndTxnRequest  # noqa: Y015
+
+@_typing.final
+class EndTxnResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    error_code: _builtins.int
+    error_message: _builtins.str
+    def __init__(
+        self,
+        *,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EndTxnResponse: _TypeAlias = EndTxnResponse  # noqa: Y015
+
+@_typing.final
+class DescribeTransactionsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTIONAL_IDS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def transactional_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        transactional_ids: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["transactional_ids", b"transactional_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeTransactionsRequest: _TypeAlias = DescribeTransactionsRequest  # noqa: Y015
+
+@_typing.final
+class TransactionDescription(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    TRANSACTION_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    TRANSACTION_START_MS_FIELD_NUMBER: _builtins.int
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    transactional_id: _builtins.str
+    error_code: _builtins.int
+    error_message: _builtins.str
+    state: _builtins.str
+    """Kafka's names: Empty, Ongoing, PrepareCommit, ..."""
+    transaction_timeout_ms: _builtins.int
+    transaction_start_ms: _builtins.int
+    """-1 while none is open"""
+    producer_id: _builtins.int
+    producer_epoch: _builtins.int
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicPartitions]: ...
+    def __init__(
+        self,
+        *,
+        transactional_id: _builtins.str = ...,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str = ...,
+        state: _builtins.str = ...,
+        transaction_timeout_ms: _builtins.int = ...,
+        transaction_start_ms: _builtins.int = ...,
+        producer_id: _builtins.int = ...,
+        producer_epoch: _builtins.int = ...,
+        topics: _abc.Iterable[Global___TopicPartitions] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "state", b"state", "topics", b"topics", "transaction_start_ms", b"transaction_start_ms", "transaction_timeout_ms", b"transaction_timeout_ms", "transactional_id", b"transactional_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TransactionDescription: _TypeAlias = TransactionDescription  # noqa: Y015
+
+@_typing.final
+class DescribeTransactionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def transactions(self) -> _containers.RepeatedCompositeFieldContainer[Global___TransactionDescription]: ...
+    def __init__(
+        self,
+        *,
+        transactions: _abc.Iterable[Global___TransactionDescription] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["transactions", b"transactions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeTransactionsResponse: _TypeAlias = DescribeTransactionsResponse  # noqa: Y015
+
+@_typing.final
+class ListTransactionsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATE_FILTERS_FIELD_NUMBER: _builtins.int
+    PRODUCER_ID_FILTERS_FIELD_NUMBER: _builtins.int
+    DURATION_FILTER_MS_FIELD_NUMBER: _builtins.int
+    duration_filter_ms: _builtins.int
+    """> 0: only transactions open longer than this (KIP-994)"""
+    @_builtins.property
+    def state_filters(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Kafka's state names; empty = every state"""
+
+    @_builtins.property
+    def producer_id_filters(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """empty = any producer"""
+
+    def __init__(
+        self,
+        *,
+        state_filters: _abc.Iterable[_builtins.str] | None = ...,
+        producer_id_filters: _abc.Iterable[_builtins.int] | None = ...,
+        duration_filter_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["duration_filter_ms", b"duration_filter_ms", "producer_id_filters", b"producer_id_filters", "state_filters", b"state_filters"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTransactionsRequest: _TypeAlias = ListTransactionsRequest  # noqa: Y015
+
+@_typing.final
+class ListedTransaction(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    transactional_id: _builtins.str
+    producer_id: _builtins.int
+    state: _builtins.str
+    def __init__(
+        self,
+        *,
+        transactional_id: _builtins.str = ...,
+        producer_id: _builtins.int = ...,
+        state: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["producer_id", b"producer_id", "state", b"state", "transactional_id", b"transactional_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListedTransaction: _TypeAlias = ListedTransaction  # noqa: Y015
+
+@_typing.final
+class ListTransactionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    UNKNOWN_STATE_FILTERS_FIELD_NUMBER: _builtins.int
+    TRANSACTIONS_FIELD_NUMBER: _builtins.int
+    error_code: _builtins.int
+    @_builtins.property
+    def unknown_state_filters(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def transactions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ListedTransaction]: ...
+    def __init__(
+        self,
+        *,
+        error_code: _builtins.int = ...,
+        unknown_state_filters: _abc.Iterable[_builtins.str] | None = ...,
+        transactions: _abc.Iterable[Global___ListedTransaction] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "transactions", b"transactions", "unknown_state_filters", b"unknown_state_filters"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTransactionsResponse: _TypeAlias = ListTransactionsResponse  # noqa: Y015

@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from protos import transaction_pb2 as protos_dot_transaction__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -22,3 +23,247 @@ if _version_not_supported:
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
     )
+
+
+class TransactionCoordinatorServiceStub:
+    """Missing associated documentation comment in .proto file."""
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.AddPartitionsToTxn = channel.unary_unary(
+                '/raftlog.transaction.TransactionCoordinatorService/AddPartitionsToTxn',
+                request_serializer=protos_dot_transaction__pb2.AddPartitionsToTxnRequest.SerializeToString,
+                response_deserializer=protos_dot_transaction__pb2.AddPartitionsToTxnResponse.FromString,
+                _registered_method=True)
+        self.AddOffsetsToTxn = channel.unary_unary(
+                '/raftlog.transaction.TransactionCoordinatorService/AddOffsetsToTxn',
+                request_serializer=protos_dot_transaction__pb2.AddOffsetsToTxnRequest.SerializeToString,
+                response_deserializer=protos_dot_transaction__pb2.AddOffsetsToTxnResponse.FromString,
+                _registered_method=True)
+        self.EndTxn = channel.unary_unary(
+                '/raftlog.transaction.TransactionCoordinatorService/EndTxn',
+                request_serializer=protos_dot_transaction__pb2.EndTxnRequest.SerializeToString,
+                response_deserializer=protos_dot_transaction__pb2.EndTxnResponse.FromString,
+                _registered_method=True)
+        self.DescribeTransactions = channel.unary_unary(
+                '/raftlog.transaction.TransactionCoordinatorService/DescribeTransactions',
+                request_serializer=protos_dot_transaction__pb2.DescribeTransactionsRequest.SerializeToString,
+                response_deserializer=protos_dot_transaction__pb2.DescribeTransactionsResponse.FromString,
+                _registered_method=True)
+        self.ListTransactions = channel.unary_unary(
+                '/raftlog.transaction.TransactionCoordinatorService/ListTransactions',
+                request_serializer=protos_dot_transaction__pb2.ListTransactionsRequest.SerializeToString,
+                response_deserializer=protos_dot_transaction__pb2.ListTransactionsResponse.FromString,
+                _registered_method=True)
+
+
+class TransactionCoordinatorServiceServicer:
+    """Missing associated documentation comment in .proto file."""
+
+    def AddPartitionsToTxn(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddOffsetsToTxn(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EndTxn(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeTransactions(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTransactions(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_TransactionCoordinatorServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'AddPartitionsToTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddPartitionsToTxn,
+                    request_deserializer=protos_dot_transaction__pb2.AddPartitionsToTxnRequest.FromString,
+                    response_serializer=protos_dot_transaction__pb2.AddPartitionsToTxnResponse.SerializeToString,
+            ),
+            'AddOffsetsToTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddOffsetsToTxn,
+                    request_deserializer=protos_dot_transaction__pb2.AddOffsetsToTxnRequest.FromString,
+                    response_serializer=protos_dot_transaction__pb2.AddOffsetsToTxnResponse.SerializeToString,
+            ),
+            'EndTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndTxn,
+                    request_deserializer=protos_dot_transaction__pb2.EndTxnRequest.FromString,
+                    response_serializer=protos_dot_transaction__pb2.EndTxnResponse.SerializeToString,
+            ),
+            'DescribeTransactions': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeTransactions,
+                    request_deserializer=protos_dot_transaction__pb2.DescribeTransactionsRequest.FromString,
+                    response_serializer=protos_dot_transaction__pb2.DescribeTransactionsResponse.SerializeToString,
+            ),
+            'ListTransactions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTransactions,
+                    request_deserializer=protos_dot_transaction__pb2.ListTransactionsRequest.FromString,
+                    response_serializer=protos_dot_transaction__pb2.ListTransactionsResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'raftlog.transaction.TransactionCoordinatorService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('raftlog.transaction.TransactionCoordinatorService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class TransactionCoordinatorService:
+    """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def AddPartitionsToTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.transaction.TransactionCoordinatorService/AddPartitionsToTxn',
+            protos_dot_transaction__pb2.AddPartitionsToTxnRequest.SerializeToString,
+            protos_dot_transaction__pb2.AddPartitionsToTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddOffsetsToTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.transaction.TransactionCoordinatorService/AddOffsetsToTxn',
+            protos_dot_transaction__pb2.AddOffsetsToTxnRequest.SerializeToString,
+            protos_dot_transaction__pb2.AddOffsetsToTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.transaction.TransactionCoordinatorService/EndTxn',
+            protos_dot_transaction__pb2.EndTxnRequest.SerializeToString,
+            protos_dot_transaction__pb2.EndTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeTransactions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.transaction.TransactionCoordinatorService/DescribeTransactions',
+            protos_dot_transaction__pb2.DescribeTransactionsRequest.SerializeToString,
+            protos_dot_transaction__pb2.DescribeTransactionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTransactions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.transaction.TransactionCoordinatorService/ListTransactions',
+            protos_dot_transaction__pb2.ListTransactionsRequest.SerializeToString,
+            protos_dot_transaction__pb2.ListTransactionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

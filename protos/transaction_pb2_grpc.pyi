@@ -10,9 +10,16 @@ of Kafka's TransactionLogValue.
 
 from collections import abc as _abc
 from grpc import aio as _aio
+from protos import transaction_pb2 as _transaction_pb2
 import abc as _abc_1
 import grpc as _grpc
+import sys
 import typing as _typing
+
+if sys.version_info >= (3, 11):
+    from typing import Self as _Self
+else:
+    from typing_extensions import Self as _Self
 
 _T = _typing.TypeVar("_T")
 
@@ -23,3 +30,61 @@ class _ServicerContext(_grpc.ServicerContext, _aio.ServicerContext):  # type: ig
 
 GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
+
+class TransactionCoordinatorServiceStub:
+    @_typing.overload
+    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
+    @_typing.overload
+    def __new__(cls, channel: _aio.Channel) -> TransactionCoordinatorServiceAsyncStub: ...
+    AddPartitionsToTxn: _grpc.UnaryUnaryMultiCallable[_transaction_pb2.AddPartitionsToTxnRequest, _transaction_pb2.AddPartitionsToTxnResponse]
+    AddOffsetsToTxn: _grpc.UnaryUnaryMultiCallable[_transaction_pb2.AddOffsetsToTxnRequest, _transaction_pb2.AddOffsetsToTxnResponse]
+    EndTxn: _grpc.UnaryUnaryMultiCallable[_transaction_pb2.EndTxnRequest, _transaction_pb2.EndTxnResponse]
+    DescribeTransactions: _grpc.UnaryUnaryMultiCallable[_transaction_pb2.DescribeTransactionsRequest, _transaction_pb2.DescribeTransactionsResponse]
+    ListTransactions: _grpc.UnaryUnaryMultiCallable[_transaction_pb2.ListTransactionsRequest, _transaction_pb2.ListTransactionsResponse]
+
+@_typing.type_check_only
+class TransactionCoordinatorServiceAsyncStub(TransactionCoordinatorServiceStub):
+    def __init__(self, channel: _aio.Channel) -> None: ...
+    AddPartitionsToTxn: _aio.UnaryUnaryMultiCallable[_transaction_pb2.AddPartitionsToTxnRequest, _transaction_pb2.AddPartitionsToTxnResponse]  # type: ignore[assignment]
+    AddOffsetsToTxn: _aio.UnaryUnaryMultiCallable[_transaction_pb2.AddOffsetsToTxnRequest, _transaction_pb2.AddOffsetsToTxnResponse]  # type: ignore[assignment]
+    EndTxn: _aio.UnaryUnaryMultiCallable[_transaction_pb2.EndTxnRequest, _transaction_pb2.EndTxnResponse]  # type: ignore[assignment]
+    DescribeTransactions: _aio.UnaryUnaryMultiCallable[_transaction_pb2.DescribeTransactionsRequest, _transaction_pb2.DescribeTransactionsResponse]  # type: ignore[assignment]
+    ListTransactions: _aio.UnaryUnaryMultiCallable[_transaction_pb2.ListTransactionsRequest, _transaction_pb2.ListTransactionsResponse]  # type: ignore[assignment]
+
+class TransactionCoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
+    @_abc_1.abstractmethod
+    def AddPartitionsToTxn(
+        self,
+        request: _transaction_pb2.AddPartitionsToTxnRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_transaction_pb2.AddPartitionsToTxnResponse, _abc.Awaitable[_transaction_pb2.AddPartitionsToTxnResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def AddOffsetsToTxn(
+        self,
+        request: _transaction_pb2.AddOffsetsToTxnRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_transaction_pb2.AddOffsetsToTxnResponse, _abc.Awaitable[_transaction_pb2.AddOffsetsToTxnResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def EndTxn(
+        self,
+        request: _transaction_pb2.EndTxnRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_transaction_pb2.EndTxnResponse, _abc.Awaitable[_transaction_pb2.EndTxnResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def DescribeTransactions(
+        self,
+        request: _transaction_pb2.DescribeTransactionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_transaction_pb2.DescribeTransactionsResponse, _abc.Awaitable[_transaction_pb2.DescribeTransactionsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ListTransactions(
+        self,
+        request: _transaction_pb2.ListTransactionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_transaction_pb2.ListTransactionsResponse, _abc.Awaitable[_transaction_pb2.ListTransactionsResponse]]: ...
+
+def add_TransactionCoordinatorServiceServicer_to_server(servicer: TransactionCoordinatorServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -830,13 +830,17 @@ class Log:
         return plan.delete_count
 
     @_io_failures
-    def compact(self, *, force: bool = False) -> cleaner.CleanResult | None:
+    def compact(
+        self, *, force: bool = False, max_offset: int | None = None
+    ) -> cleaner.CleanResult | None:
         """Run one cleaning pass if ``cleanup.policy`` has compact and the dirty ratio is reached
-        (or ``force``); the active segment is never touched."""
+        (or ``force``); the active segment is never touched, nor anything at or above
+        ``max_offset`` (the owner passes the last stable offset: an undecided transaction, or
+        records not yet replicated, are not cleaned) or the first open transaction in the log."""
         with self._lock:
             if not self.config.compact:
                 return None
-            return cleaner.clean(self, force=force)
+            return cleaner.clean(self, force=force, max_offset=max_offset)
 
     def replace_segments(self, old: list[LogSegment], new: LogSegment) -> None:
         """For the cleaner: swap a run of consecutive segments for their cleaned replacement."""
@@ -852,16 +856,21 @@ class Log:
         """Record a transaction that an abort marker at ``aborted.last_offset`` ended, in the
         transaction index of the segment that holds the marker (the owner of producer state
         calls this once the marker is appended, and again for markers it replays on recovery:
-        an entry already there is not added twice)."""
+        an entry for that marker already there is not added twice, even if it differs: after
+        compaction removed the first batches of the transaction, a replay finds a later first
+        offset than the entry kept). Nor is one below the index's last entry: the index is whole
+        up to that (a torn tail or a truncation cuts only its end), so compaction dropped this
+        one with the last of its records."""
         with self._lock:
             index = bisect.bisect_right(self._base_offsets, aborted.last_offset) - 1
             if index < 0 or aborted.last_offset >= self._segments[-1].next_offset:
                 raise StorageError(
                     f"{self.directory.name}: no marker at offset {aborted.last_offset} in the log"
                 )
-            txn_index = self._segments[index].txn_index
-            if aborted not in txn_index.entries:
-                txn_index.append(aborted)
+            entries = self._segments[index].txn_index.entries
+            if entries and entries[-1].last_offset >= aborted.last_offset:
+                return
+            self._segments[index].txn_index.append(aborted)
 
     def aborted_transactions(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
         """The aborted transactions that meet ``[start_offset, end_offset)`` (what a

@@ -180,6 +180,7 @@ class LogSegment:
             os.lseek(self._fd, valid_bytes, os.SEEK_SET)
             self.size_bytes = valid_bytes
         self.next_offset = next_offset
+        self.txn_index.truncate_to(next_offset)  # aborts whose marker was cut off go with it
         self._load_rolling_timestamp()
         return RecoveryResult(self.base_offset, valid_bytes, valid_batches, dropped, reason)
 

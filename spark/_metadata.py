@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataplane.client import AdminClient, Closing, Consumer, TopicPartition
 from raftlog.errors import ErrorCode, KafkaError
 from spark._offsets import Offsets
-from spark._options import Subscription
+from spark._options import IsolationLevel, Subscription
 from spark.errors import UnknownTopicError
 
 REQUEST_TIMEOUT_MS = 30_000
@@ -19,8 +19,13 @@ REQUEST_TIMEOUT_MS = 30_000
 class ClusterMetadata(Closing):
     """Topic-partitions and offsets, from a lazily made AdminClient and Consumer."""
 
-    def __init__(self, bootstrap_servers: Sequence[str]) -> None:
+    def __init__(
+        self,
+        bootstrap_servers: Sequence[str],
+        isolation_level: IsolationLevel = "read_uncommitted",
+    ) -> None:
         self._servers = list(bootstrap_servers)
+        self._isolation_level: IsolationLevel = isolation_level  # read_committed: ends are LSOs
         self._admin: AdminClient | None = None
         self._consumer: Consumer | None = None
 
@@ -34,7 +39,10 @@ class ClusterMetadata(Closing):
     def consumer(self) -> Consumer:
         if self._consumer is None:
             self._consumer = Consumer(
-                self._servers, auto_offset_reset="none", request_timeout_ms=REQUEST_TIMEOUT_MS
+                self._servers,
+                auto_offset_reset="none",
+                request_timeout_ms=REQUEST_TIMEOUT_MS,
+                isolation_level=self._isolation_level,
             )
         return self._consumer
 

@@ -9,14 +9,26 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from dataplane.client import TopicPartition
 from spark._offsets import OffsetSpec, parse_assign, parse_offset_spec
 from spark.errors import OptionError
 
 POLL_TIMEOUT_MS_DEFAULT = 120_000  # Kafka's kafkaConsumer.pollTimeoutMs
+TRANSACTION_TIMEOUT_MS_DEFAULT = 900_000  # Kafka's transaction.max.timeout.ms, Flink's sink's
+TRANSACTION_TIMEOUT_MS_MAX = 2**31 - 1
+PREFIX_DEFAULT = "raftlog-spark"
+# Test hooks of the exactly-once writer (spark/_writer.py), not for applications:
+FAIL_TASK_ONCE_OPTION = "raftlog.test.failTaskOnceMarker"  # a path; see _writer
+KILL_DRIVER_OPTION = "raftlog.test.killDriverAfterCommits"  # "<commits>:<process group>"
 POLL_TIMEOUT_MS_MAX = 3_600_000
 MAX_MIN_PARTITIONS = 100_000
+IsolationLevel = Literal["read_uncommitted", "read_committed"]
+ISOLATION_OPTIONS = ("isolationlevel", "kafka.isolation.level", "raftlog.isolation.level")
+# a transactional id is <prefix>-<partition id> (-<job uuid> too for batch jobs): well within
+# the 249 characters Kafka allows a topic, and any id length the coordinator keys by
+MAX_PREFIX_CHARS = 200
 
 
 @dataclass(frozen=True)
@@ -40,12 +52,25 @@ class ReadOptions:
     fail_on_data_loss: bool
     include_headers: bool
     poll_timeout_ms: int
+    # Kafka's Spark source reads read_uncommitted unless kafka.isolation.level says otherwise;
+    # read_committed skips aborted transactions and stops at the last stable offset
+    isolation_level: IsolationLevel = "read_uncommitted"
 
 
 @dataclass(frozen=True)
 class WriteOptions:
+    """``exactly_once``: write each task's rows in a transaction the driver commits (see
+    ``_writer``); ``transactional_id_prefix``: the tasks' transactional ids are
+    ``<prefix>-<partition id>`` (one prefix per query); the two ``test_*`` fields are test
+    hooks."""
+
     bootstrap_servers: tuple[str, ...]
     topic: str | None
+    exactly_once: bool = False
+    transactional_id_prefix: str = PREFIX_DEFAULT
+    transaction_timeout_ms: int = TRANSACTION_TIMEOUT_MS_DEFAULT
+    test_fail_task_once_marker: str | None = None
+    test_kill_driver_after_commits: tuple[int, int] | None = None
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -129,6 +154,22 @@ def _ending(given: Mapping[str, str], streaming: bool) -> OffsetSpec:
     return spec
 
 
+def _isolation(given: Mapping[str, str]) -> IsolationLevel:
+    named = [name for name in ISOLATION_OPTIONS if name in given]
+    if not named:
+        return "read_uncommitted"
+    text = given[named[0]].strip().lower()
+    if len({given[name].strip().lower() for name in named}) > 1:
+        raise OptionError(f"options {', '.join(named)} disagree on the isolation level")
+    if text == "read_committed":
+        return "read_committed"
+    if text == "read_uncommitted":
+        return "read_uncommitted"
+    raise OptionError(
+        f"option 'isolationLevel' must be read_committed or read_uncommitted, got {text!r}"
+    )
+
+
 def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
     given = _lower(options)
     max_offsets = _int(given, "maxOffsetsPerTrigger", 1, 2**62)
@@ -146,7 +187,30 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         include_headers=_bool(given, "includeHeaders", False),
         poll_timeout_ms=_int(given, "kafkaConsumer.pollTimeoutMs", 1, POLL_TIMEOUT_MS_MAX)
         or POLL_TIMEOUT_MS_DEFAULT,
+        isolation_level=_isolation(given),
     )
+
+
+def _prefix(given: Mapping[str, str], topic: str | None) -> str:
+    text = given.get("transactionalidprefix")
+    if text is None:
+        return f"{PREFIX_DEFAULT}-{topic if topic is not None else 'multi'}"
+    if not text.strip() or len(text) > MAX_PREFIX_CHARS:
+        raise OptionError(
+            f"option 'transactionalIdPrefix' must have 1 to {MAX_PREFIX_CHARS} characters, "
+            f"got {text!r}"
+        )
+    return text
+
+
+def _kill_driver_hook(given: Mapping[str, str]) -> tuple[int, int] | None:
+    text = given.get(KILL_DRIVER_OPTION.lower())
+    if text is None:
+        return None
+    commits, _, group = text.partition(":")
+    if not (commits.isdigit() and group.isdigit()):
+        raise OptionError(f"option {KILL_DRIVER_OPTION!r} is <commits>:<process group>: {text!r}")
+    return int(commits), int(group)
 
 
 def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
@@ -154,4 +218,13 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     topic = given.get("topic")
     if topic is not None and not topic.strip():
         raise OptionError("option 'topic' is empty")
-    return WriteOptions(bootstrap_servers=bootstrap_servers(given), topic=topic)
+    return WriteOptions(
+        bootstrap_servers=bootstrap_servers(given),
+        topic=topic,
+        exactly_once=_bool(given, "exactlyOnce", True),
+        transactional_id_prefix=_prefix(given, topic),
+        transaction_timeout_ms=_int(given, "transactionTimeoutMs", 1, TRANSACTION_TIMEOUT_MS_MAX)
+        or TRANSACTION_TIMEOUT_MS_DEFAULT,
+        test_fail_task_once_marker=given.get(FAIL_TASK_ONCE_OPTION.lower()),
+        test_kill_driver_after_commits=_kill_driver_hook(given),
+    )

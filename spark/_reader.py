@@ -26,6 +26,7 @@ from dataplane.client.consumer import FetchedBatches
 from raftlog.errors import ErrorCode, KafkaError
 from spark._columns import to_record_batch
 from spark._offsets import OffsetRange
+from spark._options import IsolationLevel
 from spark.errors import DataLossError
 
 log = logging.getLogger("spark.raftlog")
@@ -84,6 +85,7 @@ def iter_range(
     *,
     fail_on_data_loss: bool,
     poll_timeout_ms: int,
+    isolation_level: IsolationLevel = "read_uncommitted",
 ) -> Iterator[FetchedBatches]:
     """The fetched batches holding the records of ``rng``, in offset order (the first may
     start before the range, the last end after it)."""
@@ -94,6 +96,7 @@ def iter_range(
         auto_offset_reset="none",
         max_partition_fetch_bytes=MAX_PARTITION_FETCH_BYTES,
         fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
+        isolation_level=isolation_level,
     ) as consumer:
         consumer.assign([rng.tp])
         consumer.seek(rng.tp, rng.from_offset)
@@ -173,11 +176,16 @@ def read_range(
     fail_on_data_loss: bool,
     include_headers: bool,
     poll_timeout_ms: int,
+    isolation_level: IsolationLevel = "read_uncommitted",
 ) -> Iterator[pa.RecordBatch]:
     """Every record of ``rng`` as Arrow batches (one a fetch), in offset order; the next
     fetch is in flight while one is decoded."""
     fetches = iter_range(
-        bootstrap_servers, rng, fail_on_data_loss=fail_on_data_loss, poll_timeout_ms=poll_timeout_ms
+        bootstrap_servers,
+        rng,
+        fail_on_data_loss=fail_on_data_loss,
+        poll_timeout_ms=poll_timeout_ms,
+        isolation_level=isolation_level,
     )
     for fetched in prefetched(fetches, PREFETCH_FETCHES):
         batch = to_record_batch(fetched, rng.until_offset, schema, include_headers)

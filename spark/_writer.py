@@ -3,21 +3,66 @@
 
 Each write task runs one idempotent producer (acks=all) with large batches: the broker drops a
 batch the producer resends after a lost answer, so the producer's own retries never duplicate.
-A task that Spark itself retries starts a new producer (a new producer id), so records a failed
-task had already written are written again: at-least-once, as with Kafka without transactions.
 Rows are sent without a callback each; the task keeps the futures of unacknowledged records
 (bounded by the producer's ``buffer.memory``), settles them oldest first as they complete,
 flushes once at the end, and fails with the first record that could not be delivered.
+
+**Exactly once** (``exactlyOnce``, the default): a two-phase commit over Kafka transactions,
+KIP-939's shape, as Flink's exactly-once Kafka sink does it.
+
+1. Each task with rows is a transactional producer with the id ``<prefix>-<partition id>``: one
+   id per task partition, reused by every micro-batch and every attempt of the task, so there
+   are never more ids than partitions. ``init_transactions`` fences any earlier attempt of the
+   task and aborts its transaction if it was left open (a failed attempt, or a prepared one the
+   driver never committed); a commit in progress is waited for.
+2. The task then asks whether this micro-batch was already committed by a run that died in
+   the middle of the driver's commit: every transaction also commits, through
+   ``send_offsets_to_transaction``, an offset of the group named like the transactional id
+   whose metadata is ``{"query": <query id>, "batch": <batch id>}`` (offset 0 of partition 0
+   of the topic written). That offset commits with the records, atomically, so reading it
+   back (``require_stable``: never while a commit is in progress) tells whether this batch's
+   rows of this partition are in the log. If so the task writes nothing and says so.
+3. Otherwise it sends its rows and the batch record, ``prepare_transaction()`` (every record
+   acknowledged, the transaction still open), and hands the :class:`PreparedTransaction` to the
+   driver in its commit message.
+4. The driver's ``commit(messages, batchId)`` commits every prepared transaction
+   (``complete_prepared_transaction``); ``abort`` aborts them.
+
+So a task that fails after writing is retried without duplicates (the retry's init aborts the
+failed attempt's records), and a driver killed between two of the commits re-runs the batch on
+restart (Spark's checkpoint has no commit for it): the tasks whose transaction committed find
+their batch record and skip, the others' init aborts the prepared transaction and writes again.
+Readers must read ``read_committed``. Speculative execution would run two attempts of a task
+at once: the later init fences the earlier, whose prepared transaction the driver then fails to
+commit (``PreparedTransactionFencedError``): the query fails loudly and is re-run, never
+duplicating. Batch writes (``write``) work the same, with a prefix made unique per job on the
+driver (a failed batch job is re-run from scratch, as a new job) and batch id 0.
+
+``exactlyOnce=false`` is the plain idempotent producer: a task that Spark retries starts a new
+producer (a new producer id), so records a failed task had already written are written again:
+at-least-once, as Spark's own Kafka sink.
+
+Two options are test hooks, not for applications: ``raftlog.test.failTaskOnceMarker`` (a path:
+the first attempt of each task partition fails once its transaction is prepared, leaving the
+marker ``<path>.<partition id>``) and ``raftlog.test.killDriverAfterCommits``
+(``<n>:<process group>``: the streaming commit SIGKILLs that process group, the driver's, after
+committing ``n`` transactions of a micro-batch, then exits).
 """
 
 from __future__ import annotations
 
 import itertools
+import json
+import logging
+import os
+import signal
+import uuid
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
@@ -32,8 +77,17 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from dataplane.client import Producer
+from dataplane.client import (
+    AdminClient,
+    OffsetAndMetadata,
+    PreparedTransaction,
+    PreparedTransactionFencedError,
+    Producer,
+    TopicPartition,
+    complete_prepared_transaction,
+)
 from dataplane.client.producer import RecordFuture
+from raftlog.errors import ErrorCode, KafkaError
 from spark._options import WriteOptions
 from spark.errors import MissingColumnError
 
@@ -43,13 +97,22 @@ PRODUCER_LINGER_MS = 20
 PRODUCER_BUFFER_BYTES = 64 * 1024 * 1024
 SETTLE_EVERY_ROWS = 1_000
 KEY_VALUE_TYPES = (BinaryType, StringType)
+TXN_CALL_TIMEOUT_S = 120.0  # init (which may wait for an abort's markers), complete
+ADMIN_TIMEOUT_MS = 60_000
+BATCH_ID_PROPERTY = "streaming.sql.batchId"  # Spark's local properties of a micro-batch's tasks
+QUERY_ID_PROPERTY = "sql.streaming.queryId"  # the query's id, kept in its checkpoint
+log = logging.getLogger("spark.raftlog")
 
 
 @dataclass
 class WriteResult(WriterCommitMessage):
-    """What one write task wrote: records per (topic, partition)."""
+    """What one write task wrote: records per (topic, partition); with exactly-once the
+    transaction the driver is to commit, or ``committed_before`` when a previous run's
+    transaction already holds this batch's rows of the task."""
 
     records: dict[tuple[str, int], int] = field(default_factory=dict)
+    prepared: PreparedTransaction | None = None
+    committed_before: bool = False
 
     @property
     def total(self) -> int:
@@ -171,26 +234,222 @@ def write_batches(options: WriteOptions, batches: Iterator[pa.RecordBatch]) -> W
     return pending.result
 
 
+# -- exactly once ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TaskBatch:
+    """Who is writing: the transactional id of the task partition and the batch it writes."""
+
+    transactional_id: str
+    query_id: str
+    batch_id: int
+    partition_id: int
+
+
+def batch_record(query_id: str, batch_id: int) -> str:
+    """The metadata of the offset each transaction commits: which batch of which query."""
+    return json.dumps({"query": query_id, "batch": batch_id}, sort_keys=True)
+
+
+def names_batch(metadata: str, query_id: str, batch_id: int) -> bool:
+    try:
+        found = json.loads(metadata)
+    except ValueError:
+        return False
+    return isinstance(found, dict) and found == {"query": query_id, "batch": batch_id}
+
+
+def _first_topic(options: WriteOptions, batch: pa.RecordBatch) -> str:
+    """The topic whose partition 0 holds the batch record: the ``topic`` option, else the
+    first row's topic (any existing partition does: only the group's offsets are read)."""
+    if options.topic is not None:
+        return options.topic
+    topics = _column(batch, "topic") or []
+    topic = next((t for t in topics if isinstance(t, str)), None)
+    if topic is None:
+        raise MissingColumnError("a written batch has only null topics")
+    return topic
+
+
+def committed_before(options: WriteOptions, task: TaskBatch) -> bool:
+    """Whether a transaction of ``task``'s id committed this very batch (its batch record)."""
+    with AdminClient(list(options.bootstrap_servers), request_timeout_ms=ADMIN_TIMEOUT_MS) as admin:
+        offsets = admin.list_group_offsets(task.transactional_id, require_stable=True)
+    return any(
+        names_batch(committed.metadata, task.query_id, task.batch_id)
+        for committed in offsets.values()
+    )
+
+
+def _fail_once_for_test(options: WriteOptions, partition_id: int) -> None:
+    marker = options.test_fail_task_once_marker
+    if marker is None:
+        return
+    try:
+        os.close(os.open(f"{marker}.{partition_id}", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return
+    raise RuntimeError(
+        f"test hook {marker}: task partition {partition_id} fails once, its transaction prepared"
+    )
+
+
+def write_transactional(
+    options: WriteOptions, batches: Iterator[pa.RecordBatch], task: TaskBatch
+) -> WriteResult:
+    """The task's side of the two-phase commit (see the module docstring)."""
+    rows = (batch for batch in batches if batch.num_rows)
+    first = next(rows, None)
+    pending = _Pending()
+    if first is None:
+        return pending.result
+    record_tp = TopicPartition(_first_topic(options, first), 0)
+    with Producer(
+        list(options.bootstrap_servers),
+        acks="all",
+        batch_size=PRODUCER_BATCH_BYTES,
+        linger_ms=PRODUCER_LINGER_MS,
+        buffer_memory=PRODUCER_BUFFER_BYTES,
+        transactional_id=task.transactional_id,
+        transaction_timeout_ms=options.transaction_timeout_ms,
+    ) as producer:
+        producer.init_transactions(TXN_CALL_TIMEOUT_S)
+        if committed_before(options, task):
+            log.info("%s: batch %d committed before, nothing to write", task, task.batch_id)
+            return WriteResult(committed_before=True)
+        producer.begin_transaction()
+        try:
+            for batch in itertools.chain([first], rows):
+                _send_batch(producer, batch, options.topic, pending)
+            producer.send_offsets_to_transaction(
+                {record_tp: OffsetAndMetadata(0, batch_record(task.query_id, task.batch_id))},
+                task.transactional_id,
+                TXN_CALL_TIMEOUT_S,
+            )
+            prepared = producer.prepare_transaction(FLUSH_TIMEOUT_S)
+            pending.settle()
+        except BaseException:
+            _abort_quietly(producer, task)  # else it holds read_committed readers until its timeout
+            raise
+    assert not pending.futures, "prepare_transaction() returned with records unsettled"
+    _fail_once_for_test(options, task.partition_id)
+    pending.result.prepared = prepared
+    return pending.result
+
+
+def _abort_quietly(producer: Producer, task: TaskBatch) -> None:
+    try:
+        producer.abort_transaction(TXN_CALL_TIMEOUT_S)
+    except Exception as error:  # noqa: BLE001 - the task's own error is the one to raise
+        log.warning("%s: abort after a failed write failed too: %s", task, error)
+
+
+def _task_batch(prefix: str, query_id: str | None, batch_id: int | None) -> TaskBatch:
+    """The task's id and batch, from Spark's task context: a micro-batch's tasks carry the
+    query id and batch id as local properties; a batch job passes its own (``query_id``)."""
+    context = TaskContext.get()
+    if context is None:
+        raise RuntimeError("the raftlog writer runs in Spark tasks only")
+    partition_id = context.partitionId()
+    query = query_id if query_id is not None else context.getLocalProperty(QUERY_ID_PROPERTY)
+    if batch_id is None:
+        text = context.getLocalProperty(BATCH_ID_PROPERTY)
+        if text is None or query is None:
+            raise RuntimeError("a streaming write task without Spark's query and batch ids")
+        batch_id = int(text)
+    assert query is not None, "a batch job passes its own id"
+    return TaskBatch(f"{prefix}-{partition_id}", query, batch_id, partition_id)
+
+
+def _prepared(messages: Sequence[WriterCommitMessage | None]) -> list[PreparedTransaction]:
+    return [m.prepared for m in messages if isinstance(m, WriteResult) and m.prepared is not None]
+
+
+def commit_prepared(
+    options: WriteOptions, messages: Sequence[WriterCommitMessage | None], batch_id: int
+) -> None:
+    """The driver's commit: every task's prepared transaction, each once (a repeat after a
+    crash succeeds). All are attempted; the first failure is raised after."""
+    failures: list[KafkaError] = []
+    kill = options.test_kill_driver_after_commits
+    for done, prepared in enumerate(_prepared(messages)):
+        if kill is not None and done == kill[0]:
+            _kill_driver_for_test(kill[1], done, batch_id)
+        try:
+            complete_prepared_transaction(
+                list(options.bootstrap_servers), prepared, commit=True, timeout_s=TXN_CALL_TIMEOUT_S
+            )
+        except KafkaError as error:
+            log.error("batch %d: commit of %s failed: %s", batch_id, prepared, error)
+            failures.append(error)
+    if failures:
+        raise failures[0]
+
+
+def _kill_driver_for_test(process_group: int, done: int, batch_id: int) -> None:
+    log.error("test hook: killing the driver after %d commits of batch %d", done, batch_id)
+    os.killpg(process_group, signal.SIGKILL)
+    os._exit(1)  # this process is Spark's Python worker, in a process group of its own
+
+
+def abort_prepared(
+    options: WriteOptions, messages: Sequence[WriterCommitMessage | None], batch_id: int
+) -> None:
+    """The driver's abort: every prepared transaction, best effort. One already taken over
+    (fenced, timed out) or ended is left as it is: the next attempt's init aborts what stays
+    open."""
+    for prepared in _prepared(messages):
+        try:
+            complete_prepared_transaction(
+                list(options.bootstrap_servers),
+                prepared,
+                commit=False,
+                timeout_s=TXN_CALL_TIMEOUT_S,
+            )
+        except PreparedTransactionFencedError:
+            continue
+        except KafkaError as error:
+            level = logging.INFO if error.error is ErrorCode.INVALID_TXN_STATE else logging.WARNING
+            log.log(level, "batch %d: abort of %s: %s", batch_id, prepared, error)
+
+
 class BatchWriter(DataSourceArrowWriter):
+    """``write``: the job's prefix is made here, on the driver, unique per job."""
+
     def __init__(self, options: WriteOptions) -> None:
         self.options = options
+        self.job_id = uuid.uuid4().hex[:16]
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
-        return write_batches(self.options, iterator)
+        if not self.options.exactly_once:
+            return write_batches(self.options, iterator)
+        prefix = f"{self.options.transactional_id_prefix}-{self.job_id}"
+        task = _task_batch(prefix, self.job_id, 0)
+        return write_transactional(self.options, iterator, task)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        commit_prepared(self.options, messages, 0)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        abort_prepared(self.options, messages, 0)
 
 
 class StreamWriter(DataSourceStreamArrowWriter):
-    """Each micro-batch's rows are sent by the tasks; ``commit`` (on the driver) has nothing
-    left to do, since records are visible once acknowledged."""
+    """Each micro-batch's rows are sent by the tasks; ``commit`` (on the driver) commits their
+    transactions (at-least-once: nothing to do, records are visible once acknowledged)."""
 
     def __init__(self, options: WriteOptions) -> None:
         self.options = options
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
-        return write_batches(self.options, iterator)
+        if not self.options.exactly_once:
+            return write_batches(self.options, iterator)
+        task = _task_batch(self.options.transactional_id_prefix, None, None)
+        return write_transactional(self.options, iterator, task)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Nothing to do (see the class docstring)."""
+        commit_prepared(self.options, messages, batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Acknowledged records cannot be taken back; a retried batch writes them again."""
+        """Exactly once: abort the prepared transactions. At least once: acknowledged
+        records cannot be taken back; a retried batch writes them again."""
+        abort_prepared(self.options, messages, batchId)

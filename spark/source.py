@@ -116,6 +116,7 @@ def _read_partition(options: ReadOptions, partition: InputPartition) -> Iterator
         fail_on_data_loss=options.fail_on_data_loss,
         include_headers=options.include_headers,
         poll_timeout_ms=options.poll_timeout_ms,
+        isolation_level=options.isolation_level,
     )
 
 
@@ -124,7 +125,9 @@ class BatchReader(DataSourceReader):
         self.options = options
 
     def partitions(self) -> Sequence[InputPartition]:
-        with ClusterMetadata(self.options.bootstrap_servers) as metadata:
+        with ClusterMetadata(
+            self.options.bootstrap_servers, self.options.isolation_level
+        ) as metadata:
             tps = metadata.partitions(self.options.subscription)
             start = _starting_offsets(self.options, metadata, tps)
             end = metadata.end(tps)
@@ -160,7 +163,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @property
     def metadata(self) -> ClusterMetadata:
         if self._metadata is None:
-            self._metadata = ClusterMetadata(self.options.bootstrap_servers)
+            self._metadata = ClusterMetadata(
+                self.options.bootstrap_servers, self.options.isolation_level
+            )
         return self._metadata
 
     def _latest(self) -> Offsets:

@@ -31,10 +31,21 @@ state before its batches are counted is the state as of that segment's base offs
 rolled by retention between an append and this check gets no snapshot: the next open rescans
 from the previous one.) The log's one hook, ``log_start_listener``, only deletes the snapshots
 of segments retention removed (keeping the newest), which needs no state.
+
+Transactions. Markers are control batches: the leader appends one with :meth:`append_marker`
+(WriteTxnMarkers), a follower meets them in the leader's bytes; either way the producer state
+applies it and an abort goes to the ``.txnindex`` of the marker's segment, so a new leader has
+the same last stable offset and aborted index. The rescan on open or after a truncation reads
+the markers it meets (headers do not say commit or abort) and adds the aborts the index lacks.
+The last stable offset is computed when asked, from the producer state and the high watermark.
+A read_committed read stops there and returns the aborted transactions of what it read.
+Transactional produce under KIP-890: :meth:`start_verification` gives the guard the produce
+path holds while the coordinator is asked (outside this lock); a marker in between voids it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 import threading
@@ -46,9 +57,23 @@ from pathlib import Path
 from typing import NamedTuple
 
 from dataplane.broker import replica_state as rs
-from dataplane.broker.producer_state import OutOfOrderSequenceError, ProducerStates, SnapshotFiles
+from dataplane.broker.producer_state import (
+    SENTINEL,
+    OutOfOrderSequenceError,
+    ProducerEntry,
+    ProducerStates,
+    SnapshotFiles,
+    VerificationGuard,
+)
 from metadata_quorum.image import PartitionRegistration
-from raftlog.batch import HEADER_SIZE, NO_PRODUCER_ID, iter_batches, read_header, verify_batch
+from raftlog.batch import (
+    HEADER_SIZE,
+    NO_PRODUCER_ID,
+    BatchHeader,
+    iter_batches,
+    read_header,
+    verify_batch,
+)
 from raftlog.checkpoint import read_checkpoint, write_checkpoint
 from raftlog.epoch import UNDEFINED_EPOCH
 from raftlog.errors import (
@@ -59,12 +84,14 @@ from raftlog.errors import (
     StorageError,
 )
 from raftlog.log import AppendInfo, Log
+from raftlog.txn import AbortedTxn, Marker, encode_marker, read_marker
 
 log = logging.getLogger(__name__)
 HIGH_WATERMARK_CHECKPOINT = "high-watermark-checkpoint"
 NO_LEADER = -1
 ON_APPEND = -1  # add_waiter: wake on appends (and role, epoch, ISR), not high watermark moves
 ISR_RETRY_BACKOFF_MS = 500
+READ_UNCOMMITTED, READ_COMMITTED = 0, 1  # Kafka's isolation levels
 # Kafka's producer.id.expiration.check.interval.ms (or producer.id.expiration.ms if shorter)
 PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS = 600_000
 
@@ -102,6 +129,8 @@ class ReadResult(NamedTuple):
     log_start_offset: int
     log_end_offset: int
     diverging: tuple[int, int] | None  # (epoch, end offset) the follower must truncate to
+    last_stable_offset: int = -1
+    aborted: tuple[AbortedTxn, ...] = ()  # read_committed: the aborted transactions of the range
 
 
 class NotLeader(KafkaError):
@@ -303,20 +332,28 @@ class Partition:
         acks: int,
         min_insync_replicas: int,
         sequence_wait_s: float = 0.0,
+        verification: VerificationGuard | None = None,
     ) -> tuple[AppendInfo, int]:
-        """Append and return what was stored with the leader epoch it was stored under.
+        """Append a client's records and return what was stored with the leader epoch it was
+        stored under.
 
         ``sequence_wait_s``: an idempotent batch whose sequence is ahead of its producer's next
         one waits up to this long for the batches in between (see the module docstring) before
-        it is refused with OUT_OF_ORDER_SEQUENCE_NUMBER."""
+        it is refused with OUT_OF_ORDER_SEQUENCE_NUMBER. ``verification``: None when the
+        broker verifies no transactions; else what :meth:`start_verification` gave for this
+        batch's producer (a transactional batch that would open a transaction needs it)."""
         with self._lock:
             self._check_writable(acks, min_insync_replicas)  # Kafka's order: leadership first
             header = read_header(records) if len(records) >= HEADER_SIZE else None
+            if header is not None:
+                _check_client_batches(records, header)
             if header is None or header.producer_id == NO_PRODUCER_ID:
                 info = self.log.append(records, leader_epoch=self.leader_epoch)
                 self._snapshot_if_rolled(info.first_offset)
             else:
-                info = self._append_idempotent(records, acks, min_insync_replicas, sequence_wait_s)
+                info = self._append_idempotent(
+                    records, acks, min_insync_replicas, sequence_wait_s, verification
+                )
             self._maybe_advance_hw()
             self._wake(everyone=False, appended=True)  # fetches: data; produces: the watermark
             return info, self.leader_epoch
@@ -336,6 +373,7 @@ class Partition:
         acks: int,
         min_insync_replicas: int,
         sequence_wait_s: float,
+        verification: VerificationGuard | None,
     ) -> AppendInfo:
         """One batch with a producer id: a retry gets its original offsets, nothing appended;
         one ahead of its producer's sequence waits for the batches in between (the lock is
@@ -347,7 +385,7 @@ class Partition:
         while True:
             self._maybe_expire_producers()
             try:
-                stored = self.producers.check(header)
+                stored = self.producers.check(header, verification)
                 break
             except OutOfOrderSequenceError as error:
                 now = time.monotonic()
@@ -372,6 +410,61 @@ class Partition:
         self._snapshot_if_rolled(info.first_offset)
         self.producers.update(header._replace(base_offset=info.first_offset))
         return info
+
+    def append_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        *,
+        commit: bool,
+        coordinator_epoch: int,
+        min_insync_replicas: int = 1,
+    ) -> tuple[AppendInfo, int]:
+        """Append the marker that ends the producer's transaction here (WriteTxnMarkers; the
+        caller waits for its replication as for an acks=all produce). Refused as Kafka's
+        ``appendEndTxnMarker`` refuses it: INVALID_PRODUCER_EPOCH for an older producer epoch,
+        TRANSACTION_COORDINATOR_FENCED for an older coordinator epoch; NOT_ENOUGH_REPLICAS
+        below ``min.insync.replicas`` (markers are written with acks=all)."""
+        with self._lock:
+            self._check_writable(-1, min_insync_replicas)
+            self.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
+            records = encode_marker(
+                producer_id, producer_epoch, commit=commit, coordinator_epoch=coordinator_epoch,
+                timestamp_ms=self.clock_ms(),
+            )  # fmt: skip
+            info = self.log.append(records, leader_epoch=self.leader_epoch)
+            self._snapshot_if_rolled(info.first_offset)
+            header = read_header(records)._replace(base_offset=info.first_offset)
+            marker = Marker(producer_id, producer_epoch, commit, coordinator_epoch)
+            self._apply(header, marker)
+            self._maybe_advance_hw()
+            self._wake(everyone=False, appended=True)
+            return info, self.leader_epoch
+
+    def start_verification(self, producer_id: int, producer_epoch: int) -> VerificationGuard:
+        """Before a transactional batch: SENTINEL if the producer's transaction is open here
+        (nothing to ask), else a new guard to hold while the coordinator is asked (KIP-890)."""
+        with self._lock:
+            self._check_leader(-1)
+            if self.producers.has_ongoing_transaction(producer_id, producer_epoch):
+                return SENTINEL
+            return self.producers.start_verification(producer_id, producer_epoch, self.clock_ms())
+
+    def active_producers(self) -> list[tuple[int, ProducerEntry]]:
+        """The leader's producers (DescribeProducers, KIP-664): copies, by producer id."""
+        with self._lock:
+            self._check_leader(-1)
+            return [
+                (producer_id, dataclasses.replace(entry, batches=entry.batches.copy()))
+                for producer_id, entry in sorted(self.producers.items())
+            ]
+
+    def _apply(self, header: BatchHeader, marker: Marker | None) -> None:
+        """Count a stored batch in the producer state; an abort marker's transaction goes to
+        the transaction index of the marker's segment."""
+        aborted = self.producers.update(header, marker)
+        if aborted is not None:
+            self.log.append_aborted(aborted)
 
     def acks_all_outcome(
         self, required_offset: int, leader_epoch: int, min_insync_replicas: int
@@ -422,14 +515,43 @@ class Partition:
             self.high_watermark = new_hw
             self._wake(everyone=False)
 
+    def _last_stable_offset(self) -> int:
+        """The first offset of the earliest transaction not yet decided and replicated, or the
+        high watermark if that is lower (Kafka's ``UnifiedLog.lastStableOffset``)."""
+        hw = self.high_watermark
+        unstable = self.producers.first_unstable_offset(hw)
+        return hw if unstable is None else min(unstable, hw)
+
+    @property
+    def last_stable_offset(self) -> int:
+        with self._lock:
+            return self._last_stable_offset()
+
     def read_for_consumer(
-        self, offset: int, max_bytes: int, current_leader_epoch: int, min_one_batch: bool
+        self,
+        offset: int,
+        max_bytes: int,
+        current_leader_epoch: int,
+        min_one_batch: bool,
+        isolation_level: int = READ_UNCOMMITTED,
     ) -> ReadResult:
+        """A consumer's read: up to the high watermark, or with READ_COMMITTED up to the last
+        stable offset with the aborted transactions that meet the range read (Kafka's
+        ``collectAbortedTransactions``, from the fetch offset to the end of the last batch)."""
         with self._lock:
             self._check_leader(current_leader_epoch)
             hw = self.high_watermark
-        records = self.log.read(offset, max_bytes, max_offset=hw, min_one_batch=min_one_batch)
-        return ReadResult(records, hw, self.log.log_start_offset, self.log.log_end_offset, None)
+            lso = self._last_stable_offset()
+        committed = isolation_level == READ_COMMITTED
+        records = self.log.read(
+            offset, max_bytes, max_offset=lso if committed else hw, min_one_batch=min_one_batch
+        )
+        aborted: tuple[AbortedTxn, ...] = ()
+        if committed and records:
+            end = _end_of_batches(records)
+            aborted = tuple(self.log.aborted_transactions(offset, end))
+        return ReadResult(records, hw, self.log.log_start_offset, self.log.log_end_offset, None,
+                          lso, aborted)  # fmt: skip
 
     def read_for_follower(
         self,
@@ -456,8 +578,10 @@ class Partition:
                 if epoch < 0:
                     end_offset = leo  # an empty log: the follower keeps nothing above it
                 if epoch < last_fetched_epoch or end_offset < fetch_offset:
-                    result = ReadResult(b"", self.high_watermark, self.log.log_start_offset, leo,
-                                        (epoch, end_offset))  # fmt: skip
+                    result = ReadResult(
+                        b"", self.high_watermark, self.log.log_start_offset, leo,
+                        (epoch, end_offset), self._last_stable_offset(),
+                    )  # fmt: skip
                     return result, None
             if not self.log.log_start_offset <= fetch_offset <= leo:
                 raise OffsetOutOfRangeError(
@@ -470,8 +594,9 @@ class Partition:
             self._maybe_advance_hw()
             change = self._isr_expansion(state)
             hw = self.high_watermark
+            lso = self._last_stable_offset()
         records = b"" if throttled else self.log.read(fetch_offset, max_bytes, min_one_batch=True)
-        return ReadResult(records, hw, self.log.log_start_offset, leo, None), change
+        return ReadResult(records, hw, self.log.log_start_offset, leo, None, lso), change
 
     def _isr_expansion(self, follower: rs.FollowerState) -> IsrChange | None:
         if self.pending_isr is not None or self.clock_ms() < self._isr_retry_at_ms:
@@ -546,7 +671,10 @@ class Partition:
                 info = self.log.append_as_follower(records)
                 self._snapshot_if_rolled(info.first_offset)
                 self._maybe_expire_producers()
-                self.producers.update_all(header for _, header in iter_batches(records))
+                for position, header in iter_batches(records):
+                    # the leader's markers, applied the same way: the same LSO and .txnindex
+                    marker = read_marker(records, position) if _is_marker(header) else None
+                    self._apply(header, marker)
             self.high_watermark = min(leader_hw, self.log.log_end_offset)
             self._wake()
 
@@ -582,9 +710,18 @@ class Partition:
         self.snapshots.delete_above(end)
         loaded = self.snapshots.load_latest(end)
         start_offset, states = loaded if loaded is not None else (0, ProducerStates())
-        states.update_all(self.log.batch_headers(start_offset))
+        for aborted in states.update_all(self.log.batch_headers(start_offset), self._marker_of):
+            # the .txnindex of a recovered or truncated log may lack those after the snapshot
+            if aborted not in self.log.aborted_transactions(aborted.last_offset,
+                                                            aborted.last_offset + 1):  # fmt: skip
+                self.log.append_aborted(aborted)
         states.remove_expired(self.clock_ms(), self.log.config.producer_id_expiration_ms)
         return states
+
+    def _marker_of(self, header: BatchHeader) -> Marker:
+        """The marker of the control batch ``header`` (a rescan reads only headers)."""
+        data = self.log.read(header.base_offset, header.size_bytes, min_one_batch=True)
+        return read_marker(data)
 
     def _snapshot_if_rolled(self, first_offset: int) -> None:
         """After an append, before its batches are counted: if the log rolled and the new
@@ -645,3 +782,35 @@ class Partition:
         if hw != self._checkpointed_hw:
             write_checkpoint(self._hw_path(), [(hw,)])
             self._checkpointed_hw = hw
+
+
+def _is_marker(header: BatchHeader) -> bool:
+    return header.is_control and header.producer_id != NO_PRODUCER_ID
+
+
+def _end_of_batches(records: bytes | memoryview) -> int:
+    """The offset after the last of back-to-back batches (their headers only)."""
+    position, end = 0, 0
+    while position + HEADER_SIZE <= len(records):
+        header = read_header(records, position)
+        if header.size_bytes <= 0:
+            raise AssertionError(f"a stored batch at {header.base_offset} has no length")
+        end = header.next_offset
+        position += header.size_bytes
+    return end
+
+
+def _check_client_batches(records: bytes | memoryview, first: BatchHeader) -> None:
+    """What Kafka's ``LogValidator`` refuses of a client's batches: control batches (markers
+    come from transaction coordinators only) and transactional batches without a producer
+    id. Headers only (the log checks framing and CRCs); most produces carry one batch."""
+    header, position = first, 0
+    while True:
+        if header.is_control:
+            raise InvalidRecordError("clients may not write control batches")
+        if header.is_transactional and header.producer_id == NO_PRODUCER_ID:
+            raise InvalidRecordError("a transactional batch must carry a producer id")
+        position += header.size_bytes
+        if header.size_bytes <= 0 or position + HEADER_SIZE > len(records):
+            return
+        header = read_header(records, position)

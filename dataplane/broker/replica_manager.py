@@ -7,7 +7,8 @@ stopped and its directory deleted. Directories that the first complete image doe
 strays of topics deleted while the broker was away and are deleted too, as Kafka does in KRaft.
 
 Each image also sets the replication throttles: this broker's leader and follower quotas get
-their rates from its dynamic broker configs, and each hosted partition learns from its topic's
+their rates from its dynamic broker configs, over the values of its config file (those apply
+from start, before the first image), and each hosted partition learns from its topic's
 ``*.replication.throttled.replicas`` whether it is throttled on this broker's side (see
 :mod:`dataplane.broker.replication_quota`).
 
@@ -59,6 +60,9 @@ class ReplicaManagerConfig:
     replica_lag_time_max_ms: int = 30_000
     log_retention_check_interval_ms: int = 300_000
     log_cache_tail_bytes: int = 64 * 1024 * 1024  # Log.release_page_cache; 0: the kernel's way
+    # the dynamic broker configs the node config file sets (the throttle rates), sorted pairs:
+    # they apply from start, until a dynamic value set through the controller overrides them
+    static_broker_configs: tuple[tuple[str, str], ...] = ()
 
 
 class ReplicaManager:
@@ -87,6 +91,7 @@ class ReplicaManager:
         self._strays_removed = False
         self.leader_quota = ReplicationQuota("leader", clock_ms)
         self.follower_quota = ReplicationQuota("follower", clock_ms)
+        self._set_quotas(self.image)  # the config file's rates, before any image arrives
         self._stop = threading.Event()
         self._maintenance = threading.Thread(
             target=self._maintain, name=f"replica-maintenance-{broker_id}", daemon=True
@@ -195,7 +200,8 @@ class ReplicaManager:
         )
 
     def _set_quotas(self, image: MetadataImage) -> None:
-        config = configs.broker_config(image, self.broker_id)
+        static = dict(self.config.static_broker_configs)
+        config = configs.broker_config(image, self.broker_id, static)
         for quota, rate in (
             (self.leader_quota, config.leader_replication_throttled_rate),
             (self.follower_quota, config.follower_replication_throttled_rate),
@@ -344,7 +350,9 @@ class ReplicaManager:
             if deleted:
                 log.info("%s: retention deleted %d segments", partition.name, deleted)
             if partition.log.config.compact:
-                partition.log.compact()
+                # Not past the last stable offset (Kafka's cleanableOffsets): an undecided
+                # transaction, or records above the high watermark, are not cleaned.
+                partition.log.compact(max_offset=partition.last_stable_offset)
 
     def close(self) -> None:
         self._stop.set()

@@ -1,9 +1,20 @@
-"""BrokerService: Produce, Fetch, ListOffsets and Metadata over gRPC.
+"""BrokerService: Produce, Fetch, ListOffsets, Metadata, InitProducerId, WriteTxnMarkers and
+DescribeProducers over gRPC.
 
 Every partition-level problem is answered in that partition's entry with Kafka's error code; the
 RPC fails only when the request itself is broken. Long polls (acks=all, fetch ``min_bytes``)
 wait on events the partitions set on every append, high watermark move and role change, bounded
 by the request's own timeout.
+
+Transactions (issue 27). A transactional batch needs the request's ``transactional_id``
+(Kafka answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED without it). When the broker server sets
+``verify_transaction``, the first transactional batch of a producer with no open transaction on
+a partition is verified with the transaction coordinator first (KIP-890), outside the partition's
+lock, holding a guard a marker voids (``Partition.start_verification``). Fetch and ListOffsets
+honour ``isolation_level`` (read_committed: up to the last stable offset, with the aborted
+transactions of what was read). WriteTxnMarkers appends the coordinator's markers, each
+partition's through the writer its internal topic registered in ``marker_writers`` or as an
+acks=all append, and answers once they are replicated.
 """
 
 from __future__ import annotations
@@ -19,15 +30,25 @@ from typing import Any
 import grpc
 
 from dataplane.broker.metrics import NodeMetrics
-from dataplane.broker.partition import ON_APPEND, IsrChange, NotLeader, Partition
+from dataplane.broker.partition import (
+    ON_APPEND,
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    IsrChange,
+    NotLeader,
+    Partition,
+)
+from dataplane.broker.producer_state import SENTINEL, VerificationGuard
 from dataplane.broker.replica_manager import ReplicaManager
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.replication import validate_topic_name
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc as pb_grpc
 from protos import group_pb2_grpc as gpb_grpc
+from protos import transaction_pb2_grpc as tpb_grpc
 from protos import wire
 from protos.wire import FetchAnswer, Records
+from raftlog.batch import HEADER_SIZE, NO_PRODUCER_ID, read_header
 from raftlog.errors import ErrorCode, KafkaError, OffsetOutOfRangeError
 from raftlog.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 
@@ -37,16 +58,31 @@ PRODUCE_TIMEOUT_MS_MAX = 300_000
 MAX_MESSAGE_BYTES = 100 * 1024 * 1024  # socket.request.max.bytes
 ACKS = (0, 1, -1)
 DEBUGGING_REPLICA_ID = -2
-INTERNAL_TOPICS = frozenset({"__consumer_offsets"})  # written by group coordinators only
+# written by their coordinators only (groups, transactions)
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 # How long an idempotent batch that overtook an earlier one of its producer waits for it: a
 # concurrent request is served within milliseconds; one that was lost is resent by the client.
 SEQUENCE_WAIT_S = 1.0
+# How long WriteTxnMarkers waits for its markers' replication (Kafka: request.timeout.ms)
+MARKER_TIMEOUT_MS = 30_000
+# Errors of a transaction verification that older clients may not retry: answered as
+# NOT_ENOUGH_REPLICAS, retriable without a metadata refresh (Kafka's ReplicaManager does this)
+VERIFICATION_RETRIABLE = frozenset({
+    ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.NETWORK_EXCEPTION,
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_COORDINATOR,
+})  # fmt: skip
+# (transactional id, producer id, producer epoch, topic, partition) -> NONE or the refusal
+TransactionVerifier = Callable[[str, int, int, str, int], ErrorCode]
+# (partition, producer id, producer epoch, commit, coordinator epoch): returns once the marker
+# is stored and replicated, or raises KafkaError
+MarkerWriter = Callable[[int, int, int, bool, int], None]
 
 
 def _error(message: Any, error: KafkaError) -> None:
     message.error_code = error.error.code
     message.error_message = error.message
-    if isinstance(error, NotLeader):
+    if isinstance(error, NotLeader) and "leader_id" in message.DESCRIPTOR.fields_by_name:
         message.leader_id = error.leader_id
         message.leader_epoch = error.leader_epoch
 
@@ -124,6 +160,15 @@ class ProduceResponseDropper:
 
 
 class BrokerServicer(pb_grpc.BrokerServiceServicer):
+    # Set by the broker server: InitProducerId with a transactional id, answered by this
+    # broker's transaction coordinator (dataplane.coordinator.transaction_coordinator).
+    init_transactional_producer: (
+        Callable[[pb.InitProducerIdRequest], pb.InitProducerIdResponse] | None
+    ) = None
+    # Set by the broker server: asks a transactional id's coordinator whether the producer's
+    # transaction is ongoing and includes the partition (KIP-890); None: no verification.
+    verify_transaction: TransactionVerifier | None = None
+
     def __init__(
         self,
         broker_id: int,
@@ -144,6 +189,9 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
         self.alter_partition = alter_partition
         self.allocate_producer_id = allocate_producer_id
         self.produce_faults = ProduceResponseDropper(drop_produce_response_every)
+        # internal topic -> how its coordinator writes a marker there (``__consumer_offsets``:
+        # the group coordinator, which also applies the transaction's pending offsets)
+        self.marker_writers: dict[str, MarkerWriter] = {}
 
     # -- Produce -------------------------------------------------------------------------------
     def Produce(self, request: pb.ProduceRequest, context: Any) -> pb.ProduceResponse:
@@ -165,8 +213,14 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
         an earlier one of its producer waits for it up to ``sequence_wait_s`` (gRPC serves a
         client's concurrent requests in any order: see ``dataplane.broker.partition``)."""
         started = time.perf_counter()
+        if not request.transactional_id and any(map(_is_transactional, records)):
+            return _refuse_all(
+                request,
+                ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                "transactional records need the producer's transactional id",
+            )
         response = pb.ProduceResponse()
-        waiting: list[tuple[Partition, int, int, int, pb.ProducePartitionResponse]] = []
+        waiting: list[tuple[Partition, int, int, int, Any]] = []
         each = iter(records)
         for topic in request.topics:
             out = response.topics.add(name=topic.name)
@@ -178,7 +232,7 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
                 )  # fmt: skip
                 try:
                     waiting += self._append(
-                        request.acks, topic.name, item.partition, data, result, sequence_wait_s
+                        request, topic.name, item.partition, data, result, sequence_wait_s
                     )
                 except KafkaError as error:
                     _error(result, error)
@@ -194,13 +248,14 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
 
     def _append(
         self,
-        acks: int,
+        request: pb.ProduceRequest,
         topic: str,
         index: int,
         records: Records,
         result: pb.ProducePartitionResponse,
         sequence_wait_s: float,
-    ) -> list[tuple[Partition, int, int, int, pb.ProducePartitionResponse]]:
+    ) -> list[tuple[Partition, int, int, int, Any]]:
+        acks = request.acks
         if acks not in ACKS:
             raise KafkaError(
                 ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be 0, 1 or -1, not {acks}"
@@ -212,7 +267,10 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
             )
         partition = self.replicas.get(topic, index)
         min_isr = self.replicas.settings(topic).min_insync_replicas
-        info, epoch = partition.append_as_leader(records, acks, min_isr, sequence_wait_s)
+        verification = self._verify(request.transactional_id, partition, records)
+        info, epoch = partition.append_as_leader(
+            records, acks, min_isr, sequence_wait_s, verification
+        )
         result.base_offset = info.first_offset
         result.log_append_time_ms = info.log_append_time_ms
         result.log_start_offset = partition.log.log_start_offset
@@ -222,9 +280,37 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
             return []
         return [(partition, info.last_offset + 1, epoch, min_isr, result)]
 
+    def _verify(
+        self, transactional_id: str, partition: Partition, records: Records
+    ) -> VerificationGuard | None:
+        """KIP-890: before a transactional batch of a producer with no open transaction on
+        ``partition``, ask its coordinator (``verify_transaction``, outside any lock) whether
+        its transaction is ongoing and holds the partition. The guard returned goes with the
+        append, which refuses it if a marker landed meanwhile. None: nothing to verify."""
+        verify = self.verify_transaction
+        if verify is None or not _is_transactional(records):
+            return None
+        header = read_header(records)
+        guard = partition.start_verification(header.producer_id, header.producer_epoch)
+        if guard is SENTINEL:
+            return guard
+        error = verify(transactional_id, header.producer_id, header.producer_epoch,
+                       partition.topic, partition.partition)  # fmt: skip
+        if error is ErrorCode.NONE:
+            return guard
+        if error in VERIFICATION_RETRIABLE:
+            raise KafkaError(
+                ErrorCode.NOT_ENOUGH_REPLICAS,
+                f"{partition.name}: could not verify that the partition is in the transaction: "
+                f"{error.name}",
+            )
+        raise KafkaError(
+            error, f"{partition.name}: the transaction coordinator refused: {error.name}"
+        )
+
     def _await_replication(
         self,
-        waiting: list[tuple[Partition, int, int, int, pb.ProducePartitionResponse]],
+        waiting: list[tuple[Partition, int, int, int, Any]],
         deadline: float,
     ) -> None:
         pending = list(waiting)
@@ -236,7 +322,8 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
                     outcome = partition.acks_all_outcome(required, epoch, min_isr)
                 except KafkaError as error:
                     _error(result, error)
-                    result.base_offset = -1
+                    if "base_offset" in result.DESCRIPTOR.fields_by_name:
+                        result.base_offset = -1
                     outcome = error.error
                 if outcome is not None:
                     if outcome is not ErrorCode.NONE and not result.error_code:
@@ -301,16 +388,15 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
             for item in topic.partitions:
                 result = out.partitions.add(
                     partition=item.partition, high_watermark=-1, log_start_offset=-1,
-                    log_end_offset=-1, leader_id=-1, leader_epoch=-1,
+                    log_end_offset=-1, leader_id=-1, leader_epoch=-1, last_stable_offset=-1,
                 )  # fmt: skip
                 records.append(b"")
                 try:
+                    _check_isolation_level(request.isolation_level)
                     partition = self.replicas.get(topic.name, item.partition)
                     hosted.append(partition)
                     limit = min(item.partition_max_bytes or remaining, remaining)
-                    records[-1] = self._read(
-                        request.replica_id, partition, item, limit, total == 0, result
-                    )
+                    records[-1] = self._read(request, partition, item, limit, total == 0, result)
                     size = len(records[-1])
                 except OffsetOutOfRangeError as error:
                     _error(result, error)
@@ -326,7 +412,7 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
 
     def _read(
         self,
-        replica_id: int,
+        request: pb.FetchRequest,
         partition: Partition,
         item: pb.FetchPartition,
         max_bytes: int,
@@ -334,6 +420,7 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
         result: pb.FetchPartitionResponse,
     ) -> Records:
         """Fill ``result`` in but for its records, and return those."""
+        replica_id = request.replica_id
         if replica_id >= 0:
             quota = self.replicas.leader_quota
             throttles = partition.leader_throttles(replica_id)
@@ -350,9 +437,15 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
                 self.alter_partition(change)
         else:
             read = partition.read_for_consumer(
-                item.fetch_offset, max_bytes, item.current_leader_epoch, first
-            )
+                item.fetch_offset, max_bytes, item.current_leader_epoch, first,
+                request.isolation_level,
+            )  # fmt: skip
+            for aborted in read.aborted:
+                result.aborted_transactions.add(
+                    producer_id=aborted.producer_id, first_offset=aborted.first_offset
+                )
         result.high_watermark = read.high_watermark
+        result.last_stable_offset = read.last_stable_offset
         result.log_start_offset = read.log_start_offset
         result.log_end_offset = read.log_end_offset
         result.leader_id = partition.leader_id
@@ -374,7 +467,10 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
                     leader_id=-1,
                 )  # fmt: skip
                 try:
-                    self._list_offset(topic.name, item, result, request.replica_id)
+                    _check_isolation_level(request.isolation_level)
+                    self._list_offset(
+                        topic.name, item, result, request.replica_id, request.isolation_level
+                    )
                 except KafkaError as error:
                     _error(result, error)
         return response
@@ -385,15 +481,19 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
         item: pb.ListOffsetsPartition,
         result: pb.ListOffsetsPartitionResponse,
         replica_id: int,
+        isolation_level: int = READ_UNCOMMITTED,
     ) -> None:
         partition = self.replicas.get(topic, item.partition)
         # Kafka's debugging replica (-2, used by the group coordinator to check commits) gets
-        # the log end offset; a consumer's end is the high watermark.
+        # the log end offset; a consumer's end is the high watermark, a read_committed one's
+        # the last stable offset (what it can fetch).
         debugging = replica_id == DEBUGGING_REPLICA_ID
         leader_epoch, hw = partition.leader_state(
             item.current_leader_epoch,
             committed=not debugging and item.timestamp != EARLIEST_TIMESTAMP,
         )
+        if isolation_level == READ_COMMITTED and not debugging:
+            hw = min(hw, partition.last_stable_offset)
         result.leader_epoch = leader_epoch
         result.leader_id = self.broker_id
         if item.timestamp == LATEST_TIMESTAMP:
@@ -407,6 +507,78 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
         found = partition.log.offsets_for_time(item.timestamp)
         if found is not None and found[0] < hw:
             result.offset, result.timestamp = found
+
+    # -- WriteTxnMarkers ----------------------------------------------------------------------
+    def WriteTxnMarkers(
+        self, request: pb.WriteTxnMarkersRequest, context: Any
+    ) -> pb.WriteTxnMarkersResponse:
+        """The transaction coordinator's markers, each on the partitions it names: through the
+        internal topic's ``marker_writers`` entry, else appended here as the partition's leader
+        and answered once replicated (as acks=all). Errors per partition, Kafka's codes."""
+        response = pb.WriteTxnMarkersResponse()
+        waiting: list[tuple[Partition, int, int, int, Any]] = []
+        for marker in request.markers:
+            out = response.markers.add(producer_id=marker.producer_id)
+            for topic in marker.topics:
+                topic_out = out.topics.add(name=topic.name)
+                for index in topic.partitions:
+                    result = topic_out.partitions.add(partition=index)
+                    try:
+                        waiting += self._write_marker(marker, topic.name, index, result)
+                    except KafkaError as error:
+                        _error(result, error)
+                        self.metrics.request_errors.labels(
+                            "write_txn_markers", error.error.name
+                        ).inc()
+        if waiting:
+            self._await_replication(waiting, time.monotonic() + MARKER_TIMEOUT_MS / 1000)
+        return response
+
+    def _write_marker(
+        self, marker: pb.TxnMarker, topic: str, index: int, result: pb.TxnMarkerPartitionResult
+    ) -> list[tuple[Partition, int, int, int, Any]]:
+        """Write one marker; what its answer waits for (replication), if anything."""
+        writer = self.marker_writers.get(topic)
+        if writer is not None:
+            writer(index, marker.producer_id, marker.producer_epoch, marker.committed,
+                   marker.coordinator_epoch)  # fmt: skip
+            return []
+        partition = self.replicas.get(topic, index)
+        min_isr = self.replicas.settings(topic).min_insync_replicas
+        info, epoch = partition.append_marker(
+            marker.producer_id, marker.producer_epoch, commit=marker.committed,
+            coordinator_epoch=marker.coordinator_epoch, min_insync_replicas=min_isr,
+        )  # fmt: skip
+        log.debug("%s: %s marker of producer %d at %d", partition.name,
+                  "commit" if marker.committed else "abort", marker.producer_id,
+                  info.first_offset)  # fmt: skip
+        return [(partition, info.last_offset + 1, epoch, min_isr, result)]
+
+    # -- DescribeProducers (KIP-664) -----------------------------------------------------------
+    def DescribeProducers(
+        self, request: pb.DescribeProducersRequest, context: Any
+    ) -> pb.DescribeProducersResponse:
+        """The producers of each named partition this broker leads: id, epoch, last sequence
+        and timestamp, the coordinator epoch of their last marker and their open
+        transaction's first offset (-1: none)."""
+        response = pb.DescribeProducersResponse()
+        for topic in request.topics:
+            out = response.topics.add(name=topic.name)
+            for index in topic.partitions:
+                result = out.partitions.add(partition=index)
+                try:
+                    producers = self.replicas.get(topic.name, index).active_producers()
+                except KafkaError as error:
+                    _error(result, error)
+                    continue
+                for producer_id, entry in producers:
+                    result.active_producers.add(
+                        producer_id=producer_id, producer_epoch=entry.producer_epoch,
+                        last_sequence=entry.last_sequence, last_timestamp=entry.last_timestamp,
+                        coordinator_epoch=entry.coordinator_epoch,
+                        current_txn_start_offset=entry.current_txn_first_offset,
+                    )  # fmt: skip
+        return response
 
     # -- Metadata ------------------------------------------------------------------------------
     def Metadata(self, request: pb.MetadataRequest, context: Any) -> pb.MetadataResponse:
@@ -434,14 +606,19 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
     def InitProducerId(
         self, request: pb.InitProducerIdRequest, context: Any
     ) -> pb.InitProducerIdResponse:
-        """A new idempotent producer id (epoch 0) from this broker's block of ids."""
+        """A new idempotent producer id (epoch 0) from this broker's block of ids; with a
+        transactional id, the transaction coordinator's answer (``init_transactional_producer``,
+        set by the broker server: this broker must coordinate the id)."""
         if request.transactional_id:
-            return pb.InitProducerIdResponse(
-                error_code=ErrorCode.UNSUPPORTED_VERSION.code,
-                error_message="transactions are not supported; leave transactional_id empty",
-                producer_id=-1,
-                producer_epoch=-1,
-            )
+            init_transactional = self.init_transactional_producer
+            if init_transactional is None:
+                return pb.InitProducerIdResponse(
+                    error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE.code,
+                    error_message="this broker runs no transaction coordinator",
+                    producer_id=-1,
+                    producer_epoch=-1,
+                )
+            return init_transactional(request)
         try:
             producer_id = self.allocate_producer_id()
         except KafkaError as error:
@@ -474,6 +651,39 @@ def _describe_topic(image: MetadataImage, name: str, out: pb.TopicMetadata) -> N
             replicas=reg.replicas,
             isr=reg.isr,
             offline_replicas=[b for b in reg.replicas if b not in live],
+        )
+
+
+def _is_transactional(records: Records) -> bool:
+    """Does a partition's produce carry a transactional batch (its first: a producer's
+    batches of one produce are one batch)?"""
+    if len(records) < HEADER_SIZE:
+        return False
+    header = read_header(records)
+    return header.is_transactional and header.producer_id != NO_PRODUCER_ID
+
+
+def _refuse_all(request: pb.ProduceRequest, error: ErrorCode, message: str) -> pb.ProduceResponse:
+    """Every partition of the request answered ``error`` (Kafka refuses the whole request)."""
+    response = pb.ProduceResponse()
+    if request.acks == 0:
+        return response
+    for topic in request.topics:
+        out = response.topics.add(name=topic.name)
+        for item in topic.partitions:
+            out.partitions.add(
+                partition=item.partition, base_offset=-1, log_append_time_ms=-1,
+                log_start_offset=-1, leader_id=-1, leader_epoch=-1, error_code=error.code,
+                error_message=message,
+            )  # fmt: skip
+    return response
+
+
+def _check_isolation_level(isolation_level: int) -> None:
+    if isolation_level not in (READ_UNCOMMITTED, READ_COMMITTED):
+        raise KafkaError(
+            ErrorCode.INVALID_REQUEST,
+            f"isolation_level {isolation_level}: 0 read_uncommitted or 1 read_committed",
         )
 
 
@@ -560,6 +770,7 @@ def serve(
     groups: gpb_grpc.GroupCoordinatorServiceServicer | None = None,
     max_workers: int = 64,
     ready: threading.Event | None = None,
+    transactions: tpb_grpc.TransactionCoordinatorServiceServicer | None = None,
 ) -> grpc.Server:
     """The broker's gRPC server; with ``ready``, calls are refused until it is set."""
     interceptors = [] if ready is None else [ServeWhenReady(ready, servicer.broker_id)]
@@ -575,6 +786,8 @@ def serve(
     _add_broker_service(servicer, server)
     if groups is not None:
         gpb_grpc.add_GroupCoordinatorServiceServicer_to_server(groups, server)
+    if transactions is not None:
+        tpb_grpc.add_TransactionCoordinatorServiceServicer_to_server(transactions, server)
     if server.add_insecure_port(address) == 0:
         raise OSError(f"cannot listen on {address}")
     server.start()

@@ -3,7 +3,20 @@ ControllerService gRPC APIs. Names and settings follow Kafka's clients."""
 
 from dataplane.client._closing import Closing
 from dataplane.client._membership import GroupAssignment, GroupMembership, JoinedMember
+from dataplane.client._prepared import (
+    PreparedTransaction,
+    PreparedTransactionFencedError,
+    complete_prepared_transaction,
+)
+from dataplane.client._transactions import (
+    AbortableTransactionError,
+    FatalTransactionError,
+    ProducerFencedError,
+    TransactionAbortedError,
+    TransactionStateError,
+)
 from dataplane.client._types import (
+    ConsumerGroupMetadata,
     ConsumerRebalanceListener,
     ConsumerRecord,
     OffsetAndMetadata,
@@ -15,18 +28,27 @@ from dataplane.client.consumer import Consumer
 from dataplane.client.producer import Producer, RecordFuture
 
 __all__ = [
+    "AbortableTransactionError",
     "AdminClient",
     "Closing",
     "Consumer",
+    "ConsumerGroupMetadata",
     "ConsumerRebalanceListener",
     "ConsumerRecord",
+    "FatalTransactionError",
     "GroupAssignment",
     "GroupMembership",
     "JoinedMember",
     "NewTopic",
     "OffsetAndMetadata",
+    "PreparedTransaction",
+    "PreparedTransactionFencedError",
     "Producer",
+    "ProducerFencedError",
     "RecordFuture",
     "RecordMetadata",
     "TopicPartition",
+    "TransactionAbortedError",
+    "TransactionStateError",
+    "complete_prepared_transaction",
 ]

@@ -26,6 +26,7 @@ from protos import RECONNECT_OPTIONS, wire
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc as pb_grpc
 from protos import group_pb2_grpc as gpb_grpc
+from protos import transaction_pb2_grpc as tpb_grpc
 from raftlog.errors import ErrorCode, KafkaError
 
 _NO_ERROR = ErrorCode.NONE  # an enum member's class attribute costs ~90 ns: send reads this
@@ -42,12 +43,13 @@ NO_LEADER = -1
 class BrokerChannel:
     """A broker's channel and its calls, made once (a stub makes a callable per method)."""
 
-    __slots__ = ("channel", "fetch", "groups", "produce", "stub")
+    __slots__ = ("channel", "fetch", "groups", "produce", "stub", "transactions")
 
     def __init__(self, channel: grpc.Channel) -> None:
         self.channel = channel
         self.stub = pb_grpc.BrokerServiceStub(channel)
         self.groups = gpb_grpc.GroupCoordinatorServiceStub(channel)
+        self.transactions = tpb_grpc.TransactionCoordinatorServiceStub(channel)
         self.produce = wire.produce_method(channel)
         self.fetch = wire.fetch_method(channel)
 
@@ -360,6 +362,12 @@ class Cluster:
     def group_stub(self, target: BrokerInfo | str) -> gpb_grpc.GroupCoordinatorServiceStub:
         """The group coordinator API of a broker (same listener, same channel)."""
         return self._channel(target).groups
+
+    def transaction_stub(
+        self, target: BrokerInfo | str
+    ) -> tpb_grpc.TransactionCoordinatorServiceStub:
+        """The transaction coordinator API of a broker (same listener, same channel)."""
+        return self._channel(target).transactions
 
     def produce_method(self, target: BrokerInfo | str) -> grpc.UnaryUnaryMultiCallable:
         """Produce taking the bytes of ``protos.wire.encode`` (records beside the request)."""

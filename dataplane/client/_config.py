@@ -10,6 +10,7 @@ from raftlog.batch import Compression
 
 MiB = 1024 * 1024
 INT32_MAX = 2**31 - 1
+TRANSACTIONAL_ID_MAX = 32_767  # Kafka's string length limit on the wire
 
 COMPRESSION_TYPES = {
     "none": Compression.NONE,
@@ -44,18 +45,32 @@ class ProducerConfig(BaseModel):
     max_block_ms: int = Field(60_000, ge=0, le=3_600_000)
     max_request_size: int = Field(1 * MiB, ge=1, le=100 * MiB)
     metadata_max_age_ms: int = Field(300_000, ge=0, le=3_600_000)
-    # None: on when acks=all (Kafka's default since 3.0), off otherwise
+    # None: on when acks=all (Kafka's default since 3.0) or with a transactional.id, else off
     enable_idempotence: bool | None = None
+    transactional_id: str | None = Field(None, min_length=1, max_length=TRANSACTIONAL_ID_MAX)
+    transaction_timeout_ms: int = Field(60_000, ge=1, le=INT32_MAX)
 
     @model_validator(mode="after")
     def _idempotence_needs_acks_all(self) -> ProducerConfig:
-        if self.enable_idempotence and self.acks_code != -1:
-            raise ValueError("enable.idempotence requires acks=all")
+        if self.idempotent and self.acks_code != -1:
+            raise ValueError(
+                "enable.idempotence (implied by transactional.id) requires acks=all"
+                if self.transactional_id is not None
+                else "enable.idempotence requires acks=all"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _transactions_need_idempotence(self) -> ProducerConfig:
+        if self.transactional_id is not None and self.enable_idempotence is False:
+            raise ValueError("a transactional.id requires enable.idempotence (Kafka's rule)")
         return self
 
     @property
     def idempotent(self) -> bool:
-        return self.acks_code == -1 if self.enable_idempotence is None else self.enable_idempotence
+        if self.enable_idempotence is not None:
+            return self.enable_idempotence
+        return self.transactional_id is not None or self.acks_code == -1
 
     @model_validator(mode="after")
     def _delivery_covers_one_attempt(self) -> ProducerConfig:
@@ -94,3 +109,9 @@ class ConsumerConfig(BaseModel):
     enable_auto_commit: bool = True
     auto_commit_interval_ms: int = Field(5_000, ge=0, le=3_600_000)
     max_poll_interval_ms: int = Field(300_000, ge=1, le=2**31 - 1)
+    isolation_level: Literal["read_uncommitted", "read_committed"] = "read_uncommitted"
+
+    @property
+    def isolation_code(self) -> int:
+        """The wire value of FetchRequest/ListOffsetsRequest ``isolation_level``."""
+        return 1 if self.isolation_level == "read_committed" else 0

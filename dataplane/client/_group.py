@@ -80,14 +80,27 @@ def commit_request(
     return request
 
 
+GROUP_KEY = 0  # FindCoordinator key types, as Kafka's: a group id
+TRANSACTION_KEY = 1  # a transactional id (the coordinator over `__transaction_state`)
+
+
 class GroupClient:
-    """Group RPCs to the coordinator of ``group_id``, following it when it moves."""
+    """Group RPCs to the coordinator of ``group_id``, following it when it moves. With
+    ``key_type=TRANSACTION_KEY`` the key is a transactional id and the calls go to its
+    transaction coordinator (``call(..., stub_of=...)`` picks the service)."""
 
     def __init__(
-        self, cluster: Cluster, group_id: str, closed: threading.Event, clock: Callable[[], float]
+        self,
+        cluster: Cluster,
+        group_id: str,
+        closed: threading.Event,
+        clock: Callable[[], float],
+        *,
+        key_type: int = GROUP_KEY,
     ) -> None:
         self.cluster = cluster
         self.group_id = group_id
+        self.key_type = key_type
         self._closed = closed
         self._clock = clock
         self._lock = threading.Lock()
@@ -109,7 +122,7 @@ class GroupClient:
     def _find(self, timeout_s: float) -> gpb.FindCoordinatorResponse:
         """FindCoordinator to the known brokers in turn (any broker can answer; a dead one
         costs at most FIND_COORDINATOR_TRY_S), within ``timeout_s``."""
-        request = gpb.FindCoordinatorRequest(group_ids=[self.group_id])
+        request = gpb.FindCoordinatorRequest(group_ids=[self.group_id], key_type=self.key_type)
         deadline = self._clock() + timeout_s
         failures: list[str] = []
         for broker in self.cluster.candidates():
@@ -139,17 +152,19 @@ class GroupClient:
         request: Any,
         timeout_s: float,
         error_of: Callable[[Any], Any] = lambda response: response,
+        stub_of: Callable[[str], Any] | None = None,
     ) -> Any:
         """``method`` at the coordinator; retried while the coordinator is being found or
         moves, until ``timeout_s``. ``error_of(response)`` is the message holding the
         coordinator's error (the response itself, or its one item). The response may still
-        carry other (group) errors."""
+        carry other (group) errors. ``stub_of(address)`` gives the service to call (default:
+        the group coordinator's)."""
         deadline = self._clock() + timeout_s
         while True:
             remaining = max(0.001, deadline - self._clock())
             try:
                 address = self.coordinator(remaining)
-                stub = self.cluster.group_stub(address)
+                stub = (stub_of or self.cluster.group_stub)(address)
                 response = getattr(stub, method)(request, timeout=remaining)
                 answer = error_of(response)
                 code = ErrorCode.from_code(answer.error_code)
@@ -157,7 +172,7 @@ class GroupClient:
                     return response
                 error = KafkaError(code, answer.error_message)
             except grpc.RpcError as rpc:
-                error = rpc_error(rpc, f"{method} for group {self.group_id}")
+                error = rpc_error(rpc, f"{method} for {self.group_id!r}")
                 self.cluster.invalidate()
             except KafkaError as refused:
                 if refused.error not in COORDINATOR_ERRORS:

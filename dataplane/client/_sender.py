@@ -27,6 +27,14 @@ acknowledged and new ones sent, and its retry would fall out of the broker's win
 (OUT_OF_ORDER_SEQUENCE_NUMBER for a batch that is stored). Kafka gets this from its
 connection, which answers in order, so one lost answer holds every later one.
 
+Transactions: with a :class:`TransactionManager` the producer id and epoch come from it
+(``init_transactions``), batches carry the transactional attribute and the request its
+``transactional_id``, and a partition's batches go only once the coordinator has the
+partition: each round first sends one AddPartitionsToTxn for every partition new to the
+transaction (Kafka's batching). While the transaction is in an error state its queued batches
+fail with the transaction's error; while it aborts, with :class:`TransactionAbortedError`.
+A failed batch makes the transaction abortable (or fatal: PRODUCER_FENCED).
+
 Concurrent requests may also reach the broker reordered. The broker holds a batch that overtook
 an earlier one of its producer until that one is appended (``dataplane.broker.partition``); only
 when it does not come within a second is the batch refused, and then it is resent alone.
@@ -49,6 +57,8 @@ from dataplane.client._accumulator import (
 )
 from dataplane.client._cluster import BrokerInfo, Cluster, rpc_error
 from dataplane.client._config import ProducerConfig
+from dataplane.client._transactions import TransactionManager
+from dataplane.client._txn_requests import TransactionalRequests
 from dataplane.client._types import TopicPartition
 from protos import broker_pb2 as pb
 from protos import wire
@@ -96,8 +106,14 @@ class Sender:
         accumulator: RecordAccumulator,
         config: ProducerConfig,
         clock: Callable[[], float],
+        transactions: tuple[TransactionManager, TransactionalRequests] | None = None,
     ) -> None:
         self._cluster = cluster
+        self._txn: TransactionManager | None = None
+        self._txn_requests: TransactionalRequests | None = None
+        if transactions is not None:
+            self._txn, self._txn_requests = transactions
+        self._txn_retry_at = 0.0  # when a retriable AddPartitionsToTxn may go again
         self._accumulator = accumulator
         self._config = config
         self._clock = clock
@@ -165,7 +181,9 @@ class Sender:
             )
         if self._cluster.maybe_refresh() is None and self._check_topics:
             self._fail_missing_topics()
-        if self._config.idempotent and self._producer_id < 0 and not self._init_producer_id():
+        if self._txn is not None:
+            self._transaction_round()
+        elif self._config.idempotent and self._producer_id < 0 and not self._init_producer_id():
             self._wait(self._clock() + self._cluster.backoff_s())
             return
         ready = self._accumulator.ready()
@@ -173,7 +191,7 @@ class Sender:
         by_leader: dict[int, list[TopicPartition]] = {}
         leaders: dict[int, BrokerInfo] = {}
         for tp in ready.partitions:
-            if self._window_full(tp):
+            if self._window_full(tp) or (self._txn is not None and not self._txn.is_sendable(tp)):
                 continue
             leader = snapshot.leader(tp.topic, tp.partition)
             if leader is None:
@@ -196,7 +214,11 @@ class Sender:
             # until a completion, an append or the next linger expiry. After a send, go round
             # at once: the next batches of the same partitions may already be ready, and
             # waiting for the answer would allow one request in flight at a time.
-            self._wait(ready.next_ready_s)
+            next_ready_s = ready.next_ready_s
+            if self._txn is not None and self._txn_retry_at > self._clock():
+                # partitions wait for an AddPartitionsToTxn retry
+                next_ready_s = min(next_ready_s or self._txn_retry_at, self._txn_retry_at)
+            self._wait(next_ready_s)
 
     def _wait(self, next_ready_s: float | None) -> None:
         if not self._running and not self._requests() and not self._accumulator.has_incomplete():
@@ -235,6 +257,41 @@ class Sender:
         self._settled.clear()
         return True
 
+    # -- transactions ------------------------------------------------------------------------
+    def _transaction_round(self) -> None:
+        """Before a round's sends: take the transaction's producer id and epoch, fail queued
+        batches the transaction no longer allows, add new partitions to it."""
+        txn, requests = self._txn, self._txn_requests
+        assert txn is not None and requests is not None, "only a transactional producer"
+        producer_id, producer_epoch = txn.producer_id_and_epoch()
+        if (producer_id, producer_epoch) != (self._producer_id, self._producer_epoch):
+            # a new epoch (init_transactions, a bump after an abort) starts every sequence at 0
+            self._producer_id, self._producer_epoch = producer_id, producer_epoch
+            self._sequences.clear()
+            self._windows.clear()
+            self._settled.clear()
+        error = txn.queued_batch_error()
+        if error is not None:
+            for batch in self._accumulator.remove_queued(lambda _: True):
+                self._fail(batch, error)
+            return
+        if self._clock() < self._txn_retry_at:
+            return
+        partitions = txn.take_pending()
+        if not partitions:
+            return
+        try:
+            requests.add_partitions(partitions, self._clock() + self._rpc_timeout_s)
+        except ProducerTimeoutError as error:
+            log.debug("AddPartitionsToTxn %s: %s", partitions, error)
+            txn.add_partitions_retry(partitions)
+            self._txn_retry_at = self._clock() + self._retry_backoff_s
+            return
+        except KafkaError as error:  # the manager is in its error state: queued batches fail
+            log.debug("AddPartitionsToTxn %s: %s", partitions, error)
+            return
+        txn.partitions_added(partitions)
+
     def _window_full(self, tp: TopicPartition) -> bool:
         """True while ``tp`` must not send a new batch: five batches are outstanding from its
         oldest unsettled one and that one is in flight. (Not in flight, it waits at the front of
@@ -261,6 +318,7 @@ class Sender:
             producer_id=self._producer_id,
             producer_epoch=self._producer_epoch,
             base_sequence=sequence,
+            is_transactional=self._txn is not None,
         )
         self._sequences[batch.tp] = next_sequence(sequence, len(batch.records))
         batch.producer_id = self._producer_id
@@ -286,6 +344,7 @@ class Sender:
         request = pb.ProduceRequest(
             acks=self._acks,
             timeout_ms=self._config.request_timeout_ms,
+            transactional_id=self._config.transactional_id or "",
             topics=[
                 pb.ProduceTopic(
                     name=topic,
@@ -415,7 +474,12 @@ class Sender:
     def _fail(self, batch: ProducerBatch, error: KafkaError) -> None:
         self._accumulator.complete(batch)
         self._settle_in_window(batch)
-        if batch.producer_id >= 0 and batch.producer_id == self._producer_id:
+        if self._txn is not None:
+            # the transaction cannot commit now; a batch with sequences needs a new epoch,
+            # bumped when the transaction is aborted (not a new producer id, which would
+            # lose the transactional id's)
+            self._txn.batch_failed(error, sequences_spent=batch.producer_id >= 0)
+        elif batch.producer_id >= 0 and batch.producer_id == self._producer_id:
             # The batch's sequences are spent, stored or not: later batches would leave a gap.
             # A new producer id starts every partition's sequence afresh (KIP-360's remedy).
             self._producer_id = -1

@@ -48,6 +48,19 @@ class OffsetAndMetadata(NamedTuple):
     leader_epoch: int = -1
 
 
+class ConsumerGroupMetadata(NamedTuple):
+    """What a transactional producer needs of a consumer's group membership to commit its
+    offsets (Kafka's ``ConsumerGroupMetadata``, from ``Consumer.group_metadata()``): the
+    coordinator refuses a commit from a member that has since been fenced. With KIP-848
+    groups the generation is the member epoch; -1 and "" when the consumer is not a member
+    (``assign`` with a ``group_id``), which the coordinator does not check."""
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+
+
 class ConsumerRebalanceListener:
     """Called from ``Consumer.poll`` (the application thread) as the group moves partitions.
     Subclass and override; the defaults do nothing (``on_partitions_lost`` calls

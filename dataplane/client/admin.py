@@ -15,7 +15,9 @@ UNKNOWN_TOPIC_OR_PARTITION).
 
 Consumer-group calls (``list_groups``, ``describe_groups``, ``delete_groups``,
 ``list_group_offsets``, ``alter_group_offsets``) go to the brokers (so they need
-``bootstrap_servers``): to each group's coordinator, or to every broker for a listing.
+``bootstrap_servers``): to each group's coordinator, or to every broker for a listing. So do
+the transaction calls (``describe_transactions``, ``list_transactions``,
+``describe_producers``: see ``_admin_transactions``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,12 @@ from typing import Any, Literal, NamedTuple
 
 import grpc
 
+from dataplane.client import _admin_transactions as txn_calls
+from dataplane.client._admin_transactions import (
+    ProducerState,
+    TransactionDescription,
+    TransactionListing,
+)
 from dataplane.client._closing import Closing
 from dataplane.client._cluster import Cluster, rpc_error
 from dataplane.client._group import GroupClient, commit_request, from_wire
@@ -50,9 +58,12 @@ __all__ = [
     "MemberDescription",
     "NewTopic",
     "PartitionDescription",
+    "ProducerState",
     "QuorumDescription",
     "ResourceType",
     "TopicDescription",
+    "TransactionDescription",
+    "TransactionListing",
     "raise_for_errors",
 ]
 
@@ -122,6 +133,7 @@ class BrokerDescription:
     fenced: bool
     broker_epoch: int
     in_controlled_shutdown: bool
+    cordoned: bool = False  # takes no new replicas (raftlog cluster cordon)
 
 
 @dataclass(frozen=True)
@@ -372,6 +384,7 @@ class AdminClient(Closing):
                 fenced=b.fenced,
                 broker_epoch=b.broker_epoch,
                 in_controlled_shutdown=b.in_controlled_shutdown,
+                cordoned=b.cordoned,
             )
             for b in response.brokers
         )
@@ -443,6 +456,13 @@ class AdminClient(Closing):
         ``force``; BROKER_ID_NOT_REGISTERED for an unknown broker."""
         request = pb.UnregisterBrokerRequest(broker_id=broker_id, force=force)
         self._checked("UnregisterBroker", request)
+
+    def cordon_broker(self, broker_id: int, cordoned: bool = True) -> None:
+        """Cordon a broker (no new replicas are placed on it; it keeps those it has and leads
+        them) or, with ``cordoned=False``, lift the cordon. BROKER_ID_NOT_REGISTERED for an
+        unknown broker; a no-op when it already is so."""
+        request = pb.CordonBrokerRequest(broker_id=broker_id, cordoned=cordoned)
+        self._checked("CordonBroker", request)
 
     def elect_leaders(
         self,
@@ -611,12 +631,38 @@ class AdminClient(Closing):
             result[group_id] = _item_error(answer.error_code, answer.error_message)
         return result
 
-    def list_group_offsets(self, group_id: str) -> dict[TopicPartition, OffsetAndMetadata]:
-        """Every offset the group committed."""
-        request = gpb.OffsetFetchRequest(group_id=group_id)
-        response = self._group(group_id).call("OffsetFetch", request, self._timeout_s)
+    def list_group_offsets(
+        self, group_id: str, *, require_stable: bool = False
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """Every offset the group committed. ``require_stable`` (Kafka's
+        ``ListConsumerGroupOffsetsOptions.requireStable``, KIP-447): while a transaction's
+        offsets wait for its marker the coordinator answers UNSTABLE_OFFSET_COMMIT, retried
+        until the request timeout, so the answer never misses a commit in progress."""
+        request = gpb.OffsetFetchRequest(group_id=group_id, require_stable=require_stable)
+        group = self._group(group_id)
+        deadline = time.monotonic() + self._timeout_s
+        while True:
+            response = group.call("OffsetFetch", request, max(0.001, deadline - time.monotonic()))
+            codes = [ErrorCode.from_code(response.error_code)] + [
+                ErrorCode.from_code(p.error_code) for t in response.topics for p in t.partitions
+            ]
+            if ErrorCode.UNSTABLE_OFFSET_COMMIT not in codes or time.monotonic() >= deadline:
+                break
+            self._closed.wait(self._brokers.backoff_s() if self._brokers else 0.1)
         if response.error_code:
             raise KafkaError(ErrorCode.from_code(response.error_code), response.error_message)
+        unstable = [
+            f"{t.name}-{p.partition}"
+            for t in response.topics
+            for p in t.partitions
+            if p.error_code == ErrorCode.UNSTABLE_OFFSET_COMMIT.code
+        ]
+        if unstable:
+            raise KafkaError(
+                ErrorCode.UNSTABLE_OFFSET_COMMIT,
+                f"group {group_id!r}: offsets of {', '.join(unstable)} still wait for a "
+                "transaction's marker",
+            )
         return {
             TopicPartition(t.name, p.partition): OffsetAndMetadata(
                 p.committed_offset, p.metadata, p.committed_leader_epoch
@@ -638,6 +684,46 @@ class AdminClient(Closing):
             for t in response.topics
             for p in t.partitions
         }
+
+    # -- transactions ----------------------------------------------------------------------
+    def _broker_cluster(self, what: str) -> Cluster:
+        if self._brokers is None:
+            raise ValueError(f"{what} needs bootstrap_servers (brokers), not controllers")
+        return self._brokers
+
+    def describe_transactions(
+        self, transactional_ids: Iterable[str]
+    ) -> dict[str, TransactionDescription]:
+        """Each transactional id's state at its coordinator (state, producer id and epoch,
+        timeout, open transaction's start and partitions); raises the first error
+        (TRANSACTIONAL_ID_NOT_FOUND for an unknown id)."""
+        cluster = self._broker_cluster("describe_transactions")
+        return txn_calls.describe_transactions(
+            cluster, transactional_ids, self._closed, self._timeout_s
+        )
+
+    def list_transactions(
+        self,
+        states: Iterable[str] = (),
+        producer_ids: Iterable[int] = (),
+        duration_ms: int = 0,
+    ) -> list[TransactionListing]:
+        """Every transactional id of the cluster (asking every broker for the ones it
+        coordinates), optionally only those in ``states`` (Kafka's names: Ongoing, ...), of
+        ``producer_ids``, or open longer than ``duration_ms``."""
+        cluster = self._broker_cluster("list_transactions")
+        return txn_calls.list_transactions(
+            cluster, states, producer_ids, duration_ms, self._timeout_s
+        )
+
+    def describe_producers(
+        self, partitions: Iterable[TopicPartition | tuple[str, int]]
+    ) -> dict[TopicPartition, tuple[ProducerState, ...]]:
+        """The producers each partition's leader remembers (id, epoch, last sequence and
+        timestamp, the open transaction's first offset)."""
+        cluster = self._broker_cluster("describe_producers")
+        wanted = [TopicPartition(*tp) for tp in partitions]
+        return txn_calls.describe_producers(cluster, wanted, self._closed, self._timeout_s)
 
     # -- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:

@@ -21,6 +21,14 @@ the fetch position (a batch can start before it) and keeps what exceeds ``max.po
 for the next poll. A partition with buffered records is not fetched again until they are
 returned. The position is the offset of the next record ``poll`` returns.
 
+Transactions: ``isolation_level="read_committed"`` fetches up to the last stable offset (the
+first offset of the earliest open transaction) and drops the records of aborted transactions
+(see ``_read_committed``); ``end_offsets``, the "latest" reset and :meth:`Consumer.current_lag`
+use the last stable offset too. The default, "read_uncommitted" (Kafka's), reads up to the high
+watermark, aborted records included. Control batches (transaction markers) are never returned
+as records, at either level; they still take offsets, so positions skip them.
+``group_metadata()`` is what ``Producer.send_offsets_to_transaction`` takes.
+
 Errors per partition: OFFSET_OUT_OF_RANGE applies ``auto.offset.reset`` (``"none"`` raises);
 NOT_LEADER_OR_FOLLOWER, UNKNOWN_LEADER_EPOCH, FENCED_LEADER_EPOCH, UNKNOWN_TOPIC_OR_PARTITION,
 LEADER_NOT_AVAILABLE and network failures refresh metadata and fetch again (from the new
@@ -45,7 +53,9 @@ from dataplane.client._closing import Closing
 from dataplane.client._cluster import Cluster, ClusterSnapshot, rpc_error
 from dataplane.client._config import ConsumerConfig
 from dataplane.client._group import GroupClient, Membership, commit_request
+from dataplane.client._read_committed import drop_aborted
 from dataplane.client._types import (
+    ConsumerGroupMetadata,
     ConsumerRebalanceListener,
     ConsumerRecord,
     OffsetAndMetadata,
@@ -88,6 +98,7 @@ class _PartitionState:
     buffer: deque[ConsumerRecord] = field(default_factory=deque)
     buffer_end: int = -1  # the position once the buffer is returned (-1: nothing decoded)
     high_watermark: int = -1
+    last_stable_offset: int = -1  # from the last fetch answer (-1: none yet)
     paused: bool = False
     from_committed: bool = False  # assigned with a group: start at the committed offset
     # fetched, not yet decoded (poll) or returned (poll_batches); at most one per partition
@@ -121,7 +132,8 @@ class FetchedBatches(NamedTuple):
     """What :meth:`Consumer.poll_batches` returns for one partition: the whole RecordBatch v2
     batches of one fetch, not decoded (nor CRC-checked: the decoder does that). Records below
     ``fetch_offset`` are the caller's to drop (a batch can start before it), and so are control
-    batches; ``next_offset`` is where the next fetch starts."""
+    batches; ``next_offset`` is where the next fetch starts. With read_committed the batches of
+    aborted transactions are already left out."""
 
     tp: TopicPartition
     data: bytes
@@ -215,6 +227,7 @@ class Consumer(Closing):
         enable_auto_commit: bool = True,
         auto_commit_interval_ms: int = 5_000,
         max_poll_interval_ms: int = 300_000,
+        isolation_level: Literal["read_uncommitted", "read_committed"] = "read_uncommitted",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = ConsumerConfig(
@@ -233,6 +246,7 @@ class Consumer(Closing):
             retry_backoff_ms=retry_backoff_ms,
             retry_backoff_max_ms=retry_backoff_max_ms,
             metadata_max_age_ms=metadata_max_age_ms,
+            isolation_level=isolation_level,
         )
         self._clock = clock
         self._cluster = Cluster(
@@ -416,6 +430,16 @@ class Consumer(Closing):
 
         self._async_commits.submit(run)
 
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """This consumer's group membership as a transactional producer's
+        ``send_offsets_to_transaction`` needs it: the group id, the generation (the member
+        epoch of a KIP-848 group) and the member id; -1 and "" while not a member."""
+        group = self._require_group()
+        if self._membership is None:
+            return ConsumerGroupMetadata(group.group_id)
+        member_id, epoch = self._membership.epoch()
+        return ConsumerGroupMetadata(group.group_id, epoch, member_id)
+
     def _require_group(self) -> GroupClient:
         if self._group is None:
             raise ValueError("commits need a group_id")
@@ -502,6 +526,20 @@ class Consumer(Closing):
         for tp in partitions:
             self._state(tp).paused = False
 
+    def current_lag(self, tp: PartitionLike) -> int | None:
+        """Records between the position and the end this consumer reads up to (the high
+        watermark, or the last stable offset with read_committed), from the last fetch
+        answer; None before one came (Kafka's ``currentLag``)."""
+        state = self._state(tp)
+        end = (
+            state.last_stable_offset
+            if self.config.isolation_level == "read_committed"
+            else state.high_watermark
+        )
+        if end < 0 or state.position is None:
+            return None
+        return max(0, end - state.position)
+
     def paused(self) -> set[TopicPartition]:
         return {tp for tp, state in self._states.items() if state.paused}
 
@@ -572,7 +610,8 @@ class Consumer(Closing):
         return {tp: offset for tp, (offset, _) in found.items()}
 
     def end_offsets(self, partitions: Iterable[PartitionLike]) -> dict[TopicPartition, int]:
-        """The high watermark of each partition (the offset the next record will get)."""
+        """The high watermark of each partition (the offset the next record will get); with
+        read_committed, the last stable offset (what this consumer can read up to)."""
         found = self._list_offsets({TopicPartition(*tp): LATEST_TIMESTAMP for tp in partitions})
         return {tp: offset for tp, (offset, _) in found.items()}
 
@@ -651,6 +690,7 @@ class Consumer(Closing):
             )
         request = pb.ListOffsetsRequest(
             replica_id=CONSUMER_REPLICA_ID,
+            isolation_level=self.config.isolation_code,
             topics=[pb.ListOffsetsTopic(name=t, partitions=ps) for t, ps in topics.items()],
         )
         try:
@@ -850,6 +890,7 @@ class Consumer(Closing):
                     max_wait_ms=int(max_wait_s * 1000),
                     min_bytes=self.config.fetch_min_bytes,
                     max_bytes=self.config.fetch_max_bytes,
+                    isolation_level=self.config.isolation_code,
                     topics=[pb.FetchTopic(name=t, partitions=ps) for t, ps in topics.items()],
                 ),
                 offsets[address],
@@ -893,7 +934,14 @@ class Consumer(Closing):
             # a copy out of the answer's bytes: the records' keys and values are sliced from
             # it and must be bytes (protobuf's way made two)
             fetched = whole_batches(tp, bytes(records), offset)
+            if answer.aborted_transactions and fetched.data:
+                kept = drop_aborted(
+                    fetched.data,
+                    ((a.producer_id, a.first_offset) for a in answer.aborted_transactions),
+                )
+                fetched = fetched._replace(data=kept)  # next_offset still past what was dropped
             state.high_watermark = answer.high_watermark
+            state.last_stable_offset = answer.last_stable_offset
             if fetched.data:
                 state.fetched = fetched
             elif state.buffer:

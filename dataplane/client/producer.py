@@ -11,6 +11,15 @@ arrive on the future as ``KafkaError``, never as an exception from ``send``. ``s
 only for a caller's bug (wrong types: ``TypeError``/``ValueError``) or after ``close``
 (``ProducerClosedError``).
 
+Transactions (KIP-98, Kafka's Java client API): ``Producer(transactional_id=...)`` (idempotence
+implied), ``init_transactions()`` once, then per transaction ``begin_transaction()``, ``send``,
+optionally ``send_offsets_to_transaction(offsets, consumer.group_metadata())``, and
+``commit_transaction()`` or ``abort_transaction()`` (or ``prepare_transaction()``, for another
+process to complete: see ``_prepared``). Errors: see ``_transactions`` (fatal,
+abortable, state errors). On a transactional producer ``send`` also raises: a
+:class:`TransactionStateError` outside a transaction, and the transaction's error once it
+failed (abort first), as Kafka's does.
+
 Ordering: records of one partition are delivered in ``send`` order, also across retries:
 without idempotence at most one batch per partition is in flight; with it (the default under
 acks=all) up to five, ordered by the broker's sequence check (see ``_accumulator``).
@@ -19,8 +28,9 @@ acks=all) up to five, ordered by the broker's sequence check (see ``_accumulator
 from __future__ import annotations
 
 import random
+import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Literal
 
 from dataplane.client._accumulator import (
@@ -32,15 +42,29 @@ from dataplane.client._accumulator import (
 from dataplane.client._closing import Closing
 from dataplane.client._cluster import Cluster
 from dataplane.client._config import DEFAULT_BATCH_SIZE, ProducerConfig
+from dataplane.client._prepared import PreparedTransaction
 from dataplane.client._record_future import RecordFuture
 from dataplane.client._sender import Sender
-from dataplane.client._types import RecordMetadata, TopicPartition
+from dataplane.client._transactions import TransactionManager, TransactionStateError
+from dataplane.client._txn_requests import TransactionalRequests
+from dataplane.client._types import (
+    ConsumerGroupMetadata,
+    OffsetAndMetadata,
+    RecordMetadata,
+    TopicPartition,
+)
 from dataplane.client.partitioner import StickyPartitioner, partition_for_key
 from raftlog.batch import HEADER_SIZE
 from raftlog.errors import ErrorCode, KafkaError
 from raftlog.records import Headers
 
-__all__ = ["Producer", "ProducerClosedError", "ProducerTimeoutError", "RecordFuture"]
+__all__ = [
+    "PreparedTransaction",
+    "Producer",
+    "ProducerClosedError",
+    "ProducerTimeoutError",
+    "RecordFuture",
+]
 
 Callback = Callable[[RecordMetadata | None, BaseException | None], None]
 CLOSE_FORCE_WAIT_S = 5.0  # after a forced close, how long to wait for the sender to stop
@@ -89,6 +113,8 @@ class Producer(Closing):
         max_request_size: int = 1024 * 1024,
         metadata_max_age_ms: int = 300_000,
         enable_idempotence: bool | None = None,
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = 60_000,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
     ) -> None:
@@ -108,6 +134,8 @@ class Producer(Closing):
             max_request_size=max_request_size,
             metadata_max_age_ms=metadata_max_age_ms,
             enable_idempotence=enable_idempotence,
+            transactional_id=transactional_id,
+            transaction_timeout_ms=transaction_timeout_ms,
         )
         self._clock = clock
         self._max_block_s = max_block_ms / 1000
@@ -134,7 +162,23 @@ class Producer(Closing):
         self._sticky = StickyPartitioner(rng or random.Random())
         # each topic's TopicPartitions, made once: send would otherwise build one per record
         self._topic_partitions: dict[str, tuple[TopicPartition, ...]] = {}
-        self._sender = Sender(self._cluster, self._accumulator, self.config, clock)
+        self._closing = threading.Event()  # bounds the transactional calls' backoff waits
+        self._transactions: TransactionManager | None = None
+        self._txn_requests: TransactionalRequests | None = None
+        if transactional_id is not None:
+            self._transactions = TransactionManager(transactional_id, transaction_timeout_ms)
+            self._txn_requests = TransactionalRequests(
+                self._cluster, self._transactions, self._closing, clock
+            )
+        self._sender = Sender(
+            self._cluster,
+            self._accumulator,
+            self.config,
+            clock,
+            None
+            if self._transactions is None or self._txn_requests is None
+            else (self._transactions, self._txn_requests),
+        )
         self._closed = False
         self._sender.thread.start()
 
@@ -157,6 +201,9 @@ class Producer(Closing):
             raise ProducerClosedError("send() after close()")
         if not isinstance(topic, str) or not topic:
             raise ValueError("topic must be a non-empty str")
+        transactions = self._transactions
+        if transactions is not None:
+            transactions.check_can_send()
         # the checks inline for the common case (bytes or None, no headers): once per record
         if key is not None and key.__class__ is not bytes:
             key = _as_bytes("key", key)
@@ -171,9 +218,14 @@ class Producer(Closing):
         try:
             future = self._append(topic, partition, record)
         except KafkaError as error:
+            if transactions is not None:  # the transaction cannot commit without it
+                transactions.fail(error, "abortable")
             future = RecordFuture.failed(
                 TopicPartition(topic, -1 if partition is None else partition), error
             )
+        else:
+            if transactions is not None:
+                transactions.maybe_add_partition(future.batch.tp)
         if callback is not None:
             future.add_done_callback(_adapt(callback))
         return future
@@ -255,6 +307,114 @@ class Producer(Closing):
         info = self._cluster.wait_for_topic(topic, self.config.max_block_ms / 1000)
         return [p.partition for p in info.partitions]
 
+    # -- transactions ------------------------------------------------------------------------
+    def _transactional(self) -> tuple[TransactionManager, TransactionalRequests]:
+        if self._closed:
+            raise ProducerClosedError("a transactional call after close()")
+        if self._transactions is None or self._txn_requests is None:
+            raise TransactionStateError("transactional calls need a transactional_id")
+        return self._transactions, self._txn_requests
+
+    def _deadline(self, timeout_s: float | None) -> float:
+        return self._clock() + (self._max_block_s if timeout_s is None else max(0.0, timeout_s))
+
+    def init_transactions(self, timeout_s: float | None = None) -> None:
+        """Get the transactional id's producer id and a new epoch from its coordinator: this
+        fences older producers with the same id and completes (aborts) their open transaction.
+        Call once, before the first transaction. Waits at most ``timeout_s`` (default
+        ``max.block.ms``); after a timeout it may be called again."""
+        manager, requests = self._transactional()
+        deadline = self._deadline(timeout_s)
+        manager.begin_init()
+        producer_id, producer_epoch = requests.init_producer_id(deadline)
+        manager.initialized(producer_id, producer_epoch)
+        self._sender.wakeup()
+
+    def begin_transaction(self) -> None:
+        """Open a transaction (locally: the coordinator learns of it with its first
+        partition or offsets)."""
+        manager, _ = self._transactional()
+        manager.begin_transaction()
+
+    def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[TopicPartition, int | OffsetAndMetadata]
+        | Mapping[tuple[str, int], int | OffsetAndMetadata],
+        group_metadata: ConsumerGroupMetadata | str,
+        timeout_s: float | None = None,
+    ) -> None:
+        """Commit a consumer group's ``offsets`` (the next records to read) as part of the
+        transaction: they take effect only if it commits. ``group_metadata`` is
+        ``consumer.group_metadata()`` (with it the coordinator refuses a fenced member's
+        commit); a group id alone is not checked."""
+        manager, requests = self._transactional()
+        manager.check_in_transaction("send_offsets_to_transaction()")
+        group = (
+            ConsumerGroupMetadata(group_metadata)
+            if isinstance(group_metadata, str)
+            else group_metadata
+        )
+        resolved = {TopicPartition(*tp): value for tp, value in offsets.items()}
+        if not resolved:
+            return
+        deadline = self._deadline(timeout_s)
+        requests.add_offsets(group.group_id, deadline)
+        manager.offsets_added()
+        requests.txn_offset_commit(resolved, group, deadline)
+
+    def commit_transaction(self, timeout_s: float | None = None) -> None:
+        """Send every record of the transaction, then commit it: its records become visible
+        to read_committed consumers and its offsets take effect. Raises the transaction's
+        error when a record failed (then ``abort_transaction``). After a timeout it may be
+        called again."""
+        manager, requests = self._transactional()
+        deadline = self._deadline(timeout_s)
+        manager.begin_commit()
+        self.flush(max(0.0, deadline - self._clock()))
+        error = manager.last_error()
+        if error is not None:
+            raise error
+        if manager.transaction_started():
+            requests.end_txn(True, deadline)
+        manager.completed()
+
+    def prepare_transaction(self, timeout_s: float | None = None) -> PreparedTransaction:
+        """The first phase of a two-phase commit (KIP-939): send every record of the
+        transaction and wait for their acknowledgements, then leave the transaction open on the
+        coordinator and return what ends it (:func:`complete_prepared_transaction`, from any
+        process). Raises the transaction's error when a record failed (then
+        ``abort_transaction``). Afterwards this producer starts no other transaction and
+        ``close()`` leaves the prepared one as it is (Kafka's close aborts nothing either); a
+        later ``init_transactions`` of the same transactional id aborts it, unless it was
+        committed first."""
+        manager, _ = self._transactional()
+        manager.check_in_transaction("prepare_transaction()")
+        deadline = self._deadline(timeout_s)
+        self.flush(max(0.0, deadline - self._clock()))
+        error = manager.last_error()
+        if error is not None:
+            raise error
+        manager.prepared()
+        producer_id, producer_epoch = manager.producer_id_and_epoch()
+        return PreparedTransaction(manager.transactional_id, producer_id, producer_epoch)
+
+    def abort_transaction(self, timeout_s: float | None = None) -> None:
+        """Abort the transaction: records not yet sent fail with ``TransactionAbortedError``,
+        those sent are marked aborted (read_committed consumers skip them), its offsets are
+        dropped. Clears an abortable error; a fatal one raises."""
+        manager, requests = self._transactional()
+        deadline = self._deadline(timeout_s)
+        manager.begin_abort()
+        self.flush(max(0.0, deadline - self._clock()))  # the sender drops the queued batches
+        if manager.transaction_started():
+            requests.end_txn(False, deadline)
+        if not manager.epoch_bump_required:
+            manager.completed()
+            return
+        manager.begin_epoch_bump()
+        producer_id, producer_epoch = requests.init_producer_id(deadline, bump=True)
+        manager.initialized(producer_id, producer_epoch)
+
     # -- flush and close ---------------------------------------------------------------------
     def flush(self, timeout: float | None = None) -> None:
         """Send everything queued now and wait for it to complete (successfully or not).
@@ -278,6 +438,7 @@ class Producer(Closing):
         if self._closed:
             return
         self._closed = True
+        self._closing.set()
         self._accumulator.close()
         self._sender.initiate_close()
         self._sender.thread.join(timeout)

@@ -15,6 +15,13 @@ revocation (their rebalance timeout) ran out, and every ``offsets.retention.chec
 **Commits** are checked against the log end offset of each partition (asked of its leader with
 ListOffsets as replica -2, cached, since log ends only grow): an offset beyond it is refused with
 OFFSET_OUT_OF_RANGE.
+
+**Transactional commits** (TxnOffsetCommit) are checked the same way, then verified with the
+transaction coordinator (KIP-890, through ``verify_transaction``, which the broker server sets)
+and written as the producer's transactional batch; they stay pending until WriteTxnMarkers
+brings the transaction's marker to the group's partition (:meth:`GroupCoordinator.write_marker`,
+the ``__consumer_offsets`` marker writer of the BrokerService). See
+:mod:`dataplane.coordinator.txn_offsets`.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from typing import Any, TypeVar
 import grpc
 
 from dataplane.broker.partition import Role
+from dataplane.broker.producer_state import SENTINEL, VerificationGuard
 from dataplane.broker.replica_manager import ReplicaManager
 from dataplane.broker.service import DEBUGGING_REPLICA_ID
 from dataplane.coordinator import classic_group as cg
@@ -48,6 +56,7 @@ log = logging.getLogger(__name__)
 OFFSETS_TOPIC = "__consumer_offsets"
 TIMER_TICK_S = 0.1
 END_OFFSETS_TIMEOUT_S = 5.0
+GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE = 0, 1  # FindCoordinator's key types (Kafka's)
 CLASSIC_WAIT_MARGIN_S = 5.0  # a waiting JoinGroup gives up this long after its phase should end
 T = TypeVar("T")
 
@@ -105,6 +114,9 @@ class GroupCoordinator:
         self._channels: dict[str, grpc.Channel] = {}
         self._view: tuple[MetadataImage, gs.TopicsView] | None = None
         self._timers = threading.Thread(target=self._timer_loop, name="group-timers", daemon=True)
+        # Set by the broker server: (transactional id, producer id, epoch, topic, partition) ->
+        # NONE if the transaction holds the partition (the transaction coordinator's answer).
+        self.verify_transaction: Callable[[str, int, int, str, int], ErrorCode] | None = None
 
     def start(self) -> None:
         self.runtime.start()
@@ -185,6 +197,93 @@ class GroupCoordinator:
         if valid:
             results.update(self._run(shard, commit))
         return results
+
+    def txn_commit(
+        self, request: gpb.TxnOffsetCommitRequest
+    ) -> dict[tuple[str, int], KafkaError | None]:
+        """TxnOffsetCommit: the offsets, pending in the producer's transaction until its
+        marker. Group-level refusals are raised; per-partition ones returned."""
+        group_id, generation_id, member_id = (
+            request.group_id, request.generation_id, request.member_id,
+        )  # fmt: skip
+        instance_id = request.group_instance_id or None
+        if request.producer_id < 0 or request.producer_epoch < 0:
+            raise KafkaError(
+                ErrorCode.INVALID_REQUEST,
+                "a transactional offset commit needs the producer's id and epoch",
+            )
+        shard = self._shard(group_id)
+        with shard.lock:
+            shard.state.validate_txn_commit(group_id, generation_id, member_id, instance_id)
+        results, valid = self._check_offsets(_commit_items(request.topics))
+        if not valid:
+            return results
+        verification = self._verify(shard, request)
+
+        def commit(
+            state: gs.GroupShard,
+        ) -> tuple[list[tuple[bytes, bytes | None]], dict[tuple[str, int], KafkaError | None]]:
+            # Checked again under the lock: the member may have been fenced meanwhile.
+            state.validate_txn_commit(group_id, generation_id, member_id, instance_id)
+            return state.txn_commit_records(group_id, valid, self.clock_ms())
+
+        results.update(
+            self.runtime.run_transactional(
+                shard, request.producer_id, request.producer_epoch, verification, commit
+            )
+        )
+        return results
+
+    def _verify(
+        self, shard: Shard[gs.GroupShard], request: gpb.TxnOffsetCommitRequest
+    ) -> VerificationGuard | None:
+        """KIP-890 for the group's partition, as for any partition a transaction writes: if the
+        producer has no open transaction there, ask its coordinator whether the transaction
+        holds the partition; the guard makes the append fail if a marker ended it meanwhile."""
+        verify = self.verify_transaction
+        if verify is None:
+            return None
+        partition = shard.partition
+        guard = partition.start_verification(request.producer_id, request.producer_epoch)
+        if guard is SENTINEL:
+            return guard
+        code = verify(
+            request.transactional_id, request.producer_id, request.producer_epoch,
+            OFFSETS_TOPIC, partition.partition,
+        )  # fmt: skip
+        if code is ErrorCode.NOT_ENOUGH_REPLICAS:  # the coordinator could not say: retriable
+            raise KafkaError(
+                ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                f"the transaction coordinator of {request.transactional_id!r} did not answer",
+            )
+        if code is not ErrorCode.NONE:
+            raise KafkaError(
+                code,
+                f"the transaction of {request.transactional_id!r} does not hold "
+                f"{partition.name} (AddOffsetsToTxn first), or the producer is fenced",
+            )
+        return guard
+
+    def write_marker(
+        self, partition: int, producer_id: int, producer_epoch: int, commit: bool,
+        coordinator_epoch: int,
+    ) -> None:  # fmt: skip
+        """The ``__consumer_offsets`` marker writer of WriteTxnMarkers: the marker is appended
+        by the shard (after everything it wrote) and applied to its groups' pending offsets;
+        returns once replicated. A shard not loaded here answers NOT_LEADER_OR_FOLLOWER (the
+        transaction coordinator retries), as Kafka translates its coordinator errors."""
+        topic = self.replicas.image.topic(OFFSETS_TOPIC)
+        if topic is None or partition not in topic.partitions:
+            raise KafkaError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {OFFSETS_TOPIC}-{partition}"
+            )
+        try:
+            shard = self.runtime.shard(lambda count: partition, f"{OFFSETS_TOPIC}-{partition}")
+            self.runtime.write_marker(shard, producer_id, producer_epoch, commit, coordinator_epoch)
+        except KafkaError as error:
+            if error.error not in _NOT_READY:
+                raise
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, error.message) from error
 
     def _check_offsets(
         self, items: list[gs.OffsetCommitItem]
@@ -290,10 +389,26 @@ class GroupCoordinator:
         return pb_grpc.BrokerServiceStub(channel)
 
     def fetch_offsets(
-        self, group_id: str, partitions: Iterable[tuple[str, int]] | None
-    ) -> dict[tuple[str, int], gs.CommittedOffset | None]:
+        self,
+        group_id: str,
+        partitions: Iterable[tuple[str, int]] | None,
+        require_stable: bool = False,
+    ) -> dict[tuple[str, int], gs.CommittedOffset | KafkaError | None]:
+        """The committed offsets; with ``require_stable`` (KIP-447) UNSTABLE_OFFSET_COMMIT for
+        a partition a transaction holds pending offsets of."""
         shard = self._shard(group_id)
-        return self._run(shard, lambda s: s.committed(group_id, partitions))
+
+        def fetch(state: gs.GroupShard) -> dict[tuple[str, int], Any]:
+            found: dict[tuple[str, int], Any] = dict(state.committed(group_id, partitions))
+            if require_stable:
+                for tp in state.unstable(group_id) & found.keys():
+                    found[tp] = KafkaError(
+                        ErrorCode.UNSTABLE_OFFSET_COMMIT,
+                        f"a transaction's offset of {tp[0]}-{tp[1]} waits for its marker",
+                    )
+            return found
+
+        return self._run(shard, fetch)
 
     def list_groups(self) -> list[tuple[str, str, str]]:
         """(group id, state, type) of every group this broker coordinates."""
@@ -313,7 +428,8 @@ class GroupCoordinator:
             if classic is not None:
                 return classic.describe()
             group = state.groups.get(group_id)
-            if group is None and group_id not in state.offsets:
+            known = group_id in state.offsets or state.pending.has_open(group_id)
+            if group is None and not known:
                 return None
             return group or gs.Group(group_id)
 
@@ -397,6 +513,27 @@ class GroupCoordinator:
             log.info("group %s: offset of %s-%d removed: %s", group_id, topic, partition, why)
 
 
+# What Kafka answers WriteTxnMarkers with when the group coordinator is not ready: the
+# transaction coordinator retries NOT_LEADER_OR_FOLLOWER.
+_NOT_READY = frozenset(
+    {
+        ErrorCode.NOT_COORDINATOR,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    }
+)
+
+
+def _commit_items(topics: Iterable[gpb.OffsetCommitTopic]) -> list[gs.OffsetCommitItem]:
+    return [
+        gs.OffsetCommitItem(
+            t.name, p.partition, p.committed_offset, p.committed_leader_epoch, p.metadata
+        )
+        for t in topics
+        for p in t.partitions
+    ]
+
+
 def _wait_answer(future: Any, timeout_s: float) -> cg.Answer | None:
     try:
         answer: cg.Answer = future.result(timeout=timeout_s)
@@ -412,6 +549,10 @@ def _set_error(message: Any, error: KafkaError) -> None:
 
 
 class GroupServicer(ClassicGroupRpcs, gpb_grpc.GroupCoordinatorServiceServicer):
+    # Set by the broker server: FindCoordinator with key type 1 (a transactional id) asks the
+    # transaction coordinator (dataplane.coordinator.transaction_coordinator).
+    find_transaction_coordinator: Callable[[str], tuple[int, str, int]] | None = None
+
     def __init__(self, coordinator: GroupCoordinator) -> None:
         self.coordinator = coordinator
 
@@ -419,13 +560,27 @@ class GroupServicer(ClassicGroupRpcs, gpb_grpc.GroupCoordinatorServiceServicer):
         self, request: gpb.FindCoordinatorRequest, context: Any
     ) -> gpb.FindCoordinatorResponse:
         response = gpb.FindCoordinatorResponse()
-        for group_id in request.group_ids:
-            out = response.coordinators.add(group_id=group_id, node_id=-1)
+        find = self._finder(request.key_type)
+        for key in request.group_ids:
+            out = response.coordinators.add(group_id=key, node_id=-1)
             try:
-                out.node_id, out.host, out.port = self.coordinator.find_coordinator(group_id)
+                out.node_id, out.host, out.port = find(key)
             except KafkaError as error:
                 _set_error(out, error)
         return response
+
+    def _finder(self, key_type: int) -> Callable[[str], tuple[int, str, int]]:
+        if key_type == GROUP_KEY_TYPE:
+            groups: Callable[[str], tuple[int, str, int]] = self.coordinator.find_coordinator
+            return groups
+        transactions = self.find_transaction_coordinator
+        if key_type == TRANSACTION_KEY_TYPE and transactions is not None:
+            return transactions
+
+        def refuse(key: str) -> tuple[int, str, int]:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}")
+
+        return refuse
 
     def ConsumerGroupHeartbeat(
         self, request: gpb.ConsumerGroupHeartbeatRequest, context: Any
@@ -448,13 +603,7 @@ class GroupServicer(ClassicGroupRpcs, gpb_grpc.GroupCoordinatorServiceServicer):
     def OffsetCommit(
         self, request: gpb.OffsetCommitRequest, context: Any
     ) -> gpb.OffsetCommitResponse:
-        items = [
-            gs.OffsetCommitItem(
-                t.name, p.partition, p.committed_offset, p.committed_leader_epoch, p.metadata
-            )
-            for t in request.topics
-            for p in t.partitions
-        ]
+        items = _commit_items(request.topics)
         response = gpb.OffsetCommitResponse()
         group_error: KafkaError | None = None
         results: dict[tuple[str, int], KafkaError | None] = {}
@@ -465,38 +614,34 @@ class GroupServicer(ClassicGroupRpcs, gpb_grpc.GroupCoordinatorServiceServicer):
         except KafkaError as error:
             group_error = error
             _set_error(response, error)
-        for topic in request.topics:
-            out = response.topics.add(name=topic.name)
-            for item in topic.partitions:
-                answer = out.partitions.add(partition=item.partition)
-                refused = group_error or results.get((topic.name, item.partition))
-                if refused is not None:
-                    _set_error(answer, refused)
+        _commit_response(response, request.topics, results, group_error)
+        return response
+
+    def TxnOffsetCommit(
+        self, request: gpb.TxnOffsetCommitRequest, context: Any
+    ) -> gpb.OffsetCommitResponse:
+        response = gpb.OffsetCommitResponse()
+        group_error: KafkaError | None = None
+        results: dict[tuple[str, int], KafkaError | None] = {}
+        try:
+            results = self.coordinator.txn_commit(request)
+        except KafkaError as error:
+            group_error = error
+            _set_error(response, error)
+        _commit_response(response, request.topics, results, group_error)
         return response
 
     def OffsetFetch(self, request: gpb.OffsetFetchRequest, context: Any) -> gpb.OffsetFetchResponse:
         response = gpb.OffsetFetchResponse()
         wanted = [(t.topic, p) for t in request.topics for p in t.partitions] or None
         try:
-            found = self.coordinator.fetch_offsets(request.group_id, wanted)
+            found = self.coordinator.fetch_offsets(request.group_id, wanted, request.require_stable)
         except KafkaError as error:
             _set_error(response, error)
             return response
         by_topic: dict[str, list[gpb.OffsetFetchPartitionResponse]] = {}
         for (topic, partition), committed in sorted(found.items()):
-            by_topic.setdefault(topic, []).append(
-                gpb.OffsetFetchPartitionResponse(
-                    partition=partition, committed_offset=-1, committed_leader_epoch=-1
-                )
-                if committed is None
-                else gpb.OffsetFetchPartitionResponse(
-                    partition=partition,
-                    committed_offset=committed.offset,
-                    committed_leader_epoch=committed.leader_epoch,
-                    metadata=committed.metadata,
-                    commit_timestamp_ms=committed.commit_timestamp_ms,
-                )
-            )
+            by_topic.setdefault(topic, []).append(_fetched(partition, committed))
         for topic, partitions in by_topic.items():
             response.topics.add(name=topic, partitions=partitions)
         return response
@@ -541,6 +686,43 @@ class GroupServicer(ClassicGroupRpcs, gpb_grpc.GroupCoordinatorServiceServicer):
             except KafkaError as error:
                 _set_error(out, error)
         return response
+
+
+def _fetched(
+    partition: int, committed: gs.CommittedOffset | KafkaError | None
+) -> gpb.OffsetFetchPartitionResponse:
+    if committed is None:
+        return gpb.OffsetFetchPartitionResponse(
+            partition=partition, committed_offset=-1, committed_leader_epoch=-1
+        )
+    if isinstance(committed, KafkaError):  # UNSTABLE_OFFSET_COMMIT, as Kafka: no offset
+        return gpb.OffsetFetchPartitionResponse(
+            partition=partition, committed_offset=-1, committed_leader_epoch=-1,
+            error_code=committed.error.code,
+        )  # fmt: skip
+    return gpb.OffsetFetchPartitionResponse(
+        partition=partition,
+        committed_offset=committed.offset,
+        committed_leader_epoch=committed.leader_epoch,
+        metadata=committed.metadata,
+        commit_timestamp_ms=committed.commit_timestamp_ms,
+    )
+
+
+def _commit_response(
+    response: gpb.OffsetCommitResponse,
+    topics: Iterable[gpb.OffsetCommitTopic],
+    results: Mapping[tuple[str, int], KafkaError | None],
+    group_error: KafkaError | None,
+) -> None:
+    """Every partition asked for, with its refusal (a group-level one copied into each)."""
+    for topic in topics:
+        out = response.topics.add(name=topic.name)
+        for item in topic.partitions:
+            answer = out.partitions.add(partition=item.partition)
+            refused = group_error or results.get((topic.name, item.partition))
+            if refused is not None:
+                _set_error(answer, refused)
 
 
 def _describe_classic(group: cg.DescribedClassicGroup, out: gpb.DescribedGroup) -> None:

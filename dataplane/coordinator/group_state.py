@@ -15,6 +15,9 @@ partitions still owned by another member are held back ("unreleased") until that
 them go. A member's epoch fences its stale heartbeats (FENCED_MEMBER_EPOCH) and commits
 (STALE_MEMBER_EPOCH). Timers (session and rebalance timeouts) are runtime state, not records:
 after a load every member starts a fresh session, as in Kafka.
+
+Offsets committed inside a transaction (TxnOffsetCommit) are pending until the transaction's
+marker: see :mod:`dataplane.coordinator.txn_offsets`.
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import TypeAlias
 
-from dataplane.coordinator import assignor, consumer_protocol
+from dataplane.coordinator import assignor, consumer_protocol, txn_offsets
 from dataplane.coordinator import classic_group as cg
 from protos import group_pb2 as gpb
+from raftlog.batch import NO_PRODUCER_ID
 from raftlog.errors import ErrorCode, KafkaError
 
 TopicPartition = tuple[str, int]
@@ -108,6 +112,9 @@ class CommittedOffset:
     leader_epoch: int
     metadata: str
     commit_timestamp_ms: int
+    # Where its record came in the replay (the log order): a transaction's offset commits at
+    # its marker only over an older record (Kafka compares record offsets).
+    record_order: int = field(default=-1, compare=False)
 
 
 @dataclass(frozen=True)
@@ -193,6 +200,8 @@ class GroupShard:
         self.new_member_id = new_member_id
         self.groups: dict[str, Group] = {}
         self.offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
+        self.pending: txn_offsets.PendingOffsets[CommittedOffset] = txn_offsets.PendingOffsets()
+        self._replayed = 0  # records replayed: the order of the next one in the log
         # runtime only: (group, member) -> deadline (ms) of its session and of its revocation
         self.session_deadlines: dict[tuple[str, str], int] = {}
         self.revocation_deadlines: dict[tuple[str, str], int] = {}
@@ -209,22 +218,18 @@ class GroupShard:
         self.replay(key, value)
         self._emitted.append((key, value))
 
-    def replay(self, key_bytes: bytes, value: bytes | None) -> None:
-        """Apply one record of ``__consumer_offsets`` (a load replays the log through this)."""
+    def replay(
+        self, key_bytes: bytes, value: bytes | None, producer_id: int = NO_PRODUCER_ID
+    ) -> None:
+        """Apply one record of ``__consumer_offsets`` (a load replays the log through this);
+        ``producer_id``: of the transactional batch that holds it (pending offsets)."""
         key = gpb.GroupRecordKey.FromString(key_bytes)
         gid = key.group_id
+        self._replayed += 1
         if key.type == RT.OFFSET_COMMIT:
-            tp = (key.topic, key.partition)
-            if value is None:
-                self.offsets.get(gid, {}).pop(tp, None)
-                if gid in self.offsets and not self.offsets[gid]:
-                    del self.offsets[gid]
-            else:
-                v = gpb.OffsetCommitValue.FromString(value)
-                self.offsets.setdefault(gid, {})[tp] = CommittedOffset(
-                    v.offset, v.leader_epoch, v.metadata, v.commit_timestamp_ms
-                )
+            self._replay_offset(gid, (key.topic, key.partition), value, producer_id)
             return
+        assert producer_id == NO_PRODUCER_ID, f"a transaction wrote a record of type {key.type}"
         if key.type == RT.CLASSIC_GROUP_METADATA:
             stored = None if value is None else gpb.ClassicGroupValue.FromString(value)
             self.classic.replay(gid, stored)
@@ -238,6 +243,43 @@ class GroupShard:
                 return  # a tombstone of something already gone
             group = self.groups[gid] = Group(gid)
         self._replay_group(group, key, value)
+
+    def _replay_offset(
+        self, gid: str, tp: TopicPartition, value: bytes | None, producer_id: int
+    ) -> None:
+        if value is None:
+            self.offsets.get(gid, {}).pop(tp, None)
+            if gid in self.offsets and not self.offsets[gid]:
+                del self.offsets[gid]
+            self.pending.drop_partition(gid, tp)
+            return
+        v = gpb.OffsetCommitValue.FromString(value)
+        offset = CommittedOffset(
+            v.offset, v.leader_epoch, v.metadata, v.commit_timestamp_ms, self._replayed
+        )
+        if producer_id == NO_PRODUCER_ID:
+            self.offsets.setdefault(gid, {})[tp] = offset
+        else:
+            self.pending.put(producer_id, gid, tp, offset)
+
+    def replay_transactional(self, key: bytes, value: bytes | None, producer_id: int) -> None:
+        """A record of a producer's transactional batch: a TxnOffsetCommit's pending offset."""
+        self.replay(key, value, producer_id)
+
+    def replay_marker(self, producer_id: int, commit: bool) -> None:
+        """The producer's marker: its pending offsets become the committed ones (unless a
+        plain commit of the partition came later in the log), or are dropped."""
+        ended = self.pending.end(producer_id)
+        if not commit:
+            return
+        for gid, offsets in ended.items():
+            stored = self.offsets.setdefault(gid, {})
+            for tp, offset in offsets.items():
+                existing = stored.get(tp)
+                if existing is None or offset.record_order > existing.record_order:
+                    stored[tp] = offset
+            if not stored:
+                del self.offsets[gid]
 
     def _replay_group(self, group: Group, key: gpb.GroupRecordKey, value: bytes | None) -> None:
         mid = key.member_id
@@ -534,12 +576,9 @@ class GroupShard:
         results: dict[TopicPartition, KafkaError | None] = {}
         for item in items:
             tp = (item.topic, item.partition)
-            if len(item.metadata.encode()) > self.offset_metadata_max_bytes:
-                results[tp] = KafkaError(
-                    ErrorCode.OFFSET_METADATA_TOO_LARGE,
-                    f"{len(item.metadata.encode())} bytes of metadata, the limit is "
-                    f"{self.offset_metadata_max_bytes} (offset.metadata.max.bytes)",
-                )
+            error = self._metadata_error(item.metadata)
+            if error is not None:
+                results[tp] = error
                 continue
             value = gpb.OffsetCommitValue(
                 offset=item.offset, leader_epoch=item.leader_epoch, metadata=item.metadata,
@@ -549,6 +588,51 @@ class GroupShard:
             self._emit(key, value.SerializeToString())
             results[tp] = None
         return results
+
+    def validate_txn_commit(
+        self, group_id: str, generation_id: int, member_id: str, instance_id: str | None
+    ) -> None:
+        """The group check of a TxnOffsetCommit (:func:`txn_offsets.validate_txn_commit`)."""
+        txn_offsets.validate_txn_commit(
+            group_id, generation_id, member_id, instance_id,
+            consumer=self.groups.get(group_id), classic=self.classic.groups.get(group_id),
+            known=group_id in self.offsets or self.pending.has_open(group_id),
+        )  # fmt: skip
+
+    def txn_commit_records(
+        self, group_id: str, items: Sequence[OffsetCommitItem], now_ms: int
+    ) -> tuple[list[GroupRecord], dict[TopicPartition, KafkaError | None]]:
+        """The records of a TxnOffsetCommit's offsets, *not* applied: the runtime appends them
+        as the producer's transactional batch and replays them once the partition took them."""
+        records: list[GroupRecord] = []
+        results: dict[TopicPartition, KafkaError | None] = {}
+        for item in items:
+            tp = (item.topic, item.partition)
+            error = self._metadata_error(item.metadata)
+            if error is None:
+                value = gpb.OffsetCommitValue(
+                    offset=item.offset, leader_epoch=item.leader_epoch, metadata=item.metadata,
+                    commit_timestamp_ms=now_ms,
+                )  # fmt: skip
+                key = record_key(RT.OFFSET_COMMIT, group_id, topic=tp[0], partition=tp[1])
+                records.append((key, value.SerializeToString()))
+            results[tp] = error
+        return records, results
+
+    def _metadata_error(self, metadata: str) -> KafkaError | None:
+        size = len(metadata.encode())
+        if size <= self.offset_metadata_max_bytes:
+            return None
+        return KafkaError(
+            ErrorCode.OFFSET_METADATA_TOO_LARGE,
+            f"{size} bytes of metadata, the limit is {self.offset_metadata_max_bytes} "
+            "(offset.metadata.max.bytes)",
+        )
+
+    def unstable(self, group_id: str) -> set[TopicPartition]:
+        """The group's partitions whose offsets a transaction holds pending (KIP-447: an
+        OffsetFetch with ``require_stable`` answers UNSTABLE_OFFSET_COMMIT for them)."""
+        return self.pending.partitions(group_id)
 
     def committed(
         self, group_id: str, partitions: Iterable[TopicPartition] | None
@@ -568,14 +652,18 @@ class GroupShard:
         group = self.groups.get(group_id)
         if classic is not None:
             self._emit(record_key(RT.CLASSIC_GROUP_METADATA, group_id), None)
-        elif group is None and group_id not in self.offsets:
+        elif group is None and group_id not in self.offsets and not self.pending.has_open(group_id):
             raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"no group {group_id!r}")
         if group is not None and group.members:
             raise KafkaError(
                 ErrorCode.NON_EMPTY_GROUP,
                 f"group {group_id!r} has {len(group.members)} members; stop them first",
             )
-        for topic, partition in sorted(self.offsets.get(group_id, {})):
+        # Kafka's deleteAllOffsets: the committed offsets and the pending ones of open
+        # transactions (whose markers then find nothing to commit).
+        for topic, partition in sorted(
+            set(self.offsets.get(group_id, {})) | self.unstable(group_id)
+        ):
             self._emit(
                 record_key(RT.OFFSET_COMMIT, group_id, topic=topic, partition=partition), None
             )
@@ -593,17 +681,28 @@ class GroupShard:
     def expire_offsets(
         self, now_ms: int, retention_ms: int, topics: TopicsView
     ) -> list[tuple[str, TopicPartition, str]]:
-        """Offsets of deleted topics, and offsets past ``offsets.retention.minutes`` (for an
-        empty group counted from when it emptied or the commit, whichever is later; for a
-        group with members only offsets of topics none of them subscribes to expire); then
-        empty groups without offsets are deleted. Returns (group, partition, why)."""
+        """Offsets of deleted topics (pending ones too), and offsets past
+        ``offsets.retention.minutes`` (for an empty group counted from when it emptied or the
+        commit, whichever is later; for a group with members only offsets of topics none of
+        them subscribes to expire; never one a transaction holds pending); then empty groups
+        without offsets or open transactions are deleted. Returns (group, partition, why)."""
         expired: list[tuple[str, TopicPartition, str]] = []
         names = list(topics.names())
+        for gid in sorted(self.pending.open_by_group):
+            for tp in sorted(self.unstable(gid) - set(self.offsets.get(gid, {}))):
+                if topics.count(tp[0]) is None:
+                    self._emit(
+                        record_key(RT.OFFSET_COMMIT, gid, topic=tp[0], partition=tp[1]), None
+                    )
+                    expired.append((gid, tp, "topic deleted"))
         for gid in sorted(self.offsets):
             empty, empty_since, subscribed = self._subscriptions(gid, names)
+            unstable = self.unstable(gid)
             for tp, committed in sorted(self.offsets[gid].items()):
                 if topics.count(tp[0]) is None:
                     why = "topic deleted"
+                elif tp in unstable:
+                    why = ""  # a transaction's offset waits for its marker
                 elif empty:
                     since = max(committed.commit_timestamp_ms, empty_since)
                     why = "retention" if now_ms - since >= retention_ms else ""
@@ -618,13 +717,13 @@ class GroupShard:
                     expired.append((gid, tp, why))
         for gid, group in sorted(self.groups.items()):
             idle_ms = now_ms - group.empty_since_ms
-            if not group.members and gid not in self.offsets and idle_ms >= retention_ms:
+            unused = gid not in self.offsets and not self.pending.has_open(gid)
+            if not group.members and unused and idle_ms >= retention_ms:
                 self._delete_group_records(group)
         for gid, classic in sorted(self.classic.groups.items()):
             idle_ms = now_ms - classic.empty_since_ms
-            if classic.state is cg.ClassicState.EMPTY and gid not in self.offsets and (
-                idle_ms >= retention_ms
-            ):  # fmt: skip
+            unused = gid not in self.offsets and not self.pending.has_open(gid)
+            if classic.state is cg.ClassicState.EMPTY and unused and idle_ms >= retention_ms:
                 self._emit(record_key(RT.CLASSIC_GROUP_METADATA, gid), None)
         return expired
 
@@ -649,7 +748,8 @@ class GroupShard:
         return not group.members, group.empty_since_ms, subscribed
 
     def group_ids(self) -> Iterator[str]:
-        yield from sorted(set(self.groups) | set(self.offsets) | set(self.classic.groups))
+        known = set(self.groups) | set(self.offsets) | set(self.classic.groups)
+        yield from sorted(known | set(self.pending.open_by_group))
 
     def group_type(self, group_id: str) -> str:
         return "classic" if group_id in self.classic.groups else "consumer"

@@ -23,6 +23,14 @@ count, replication factor and configs (``offsets.topic.*`` for groups).
 
 The state is a :class:`ShardState`: pure, records in, records out; its timers stay with the
 coordinator that owns them.
+
+**Transactions.** A state that also implements :class:`TransactionalState` (the groups: a
+TxnOffsetCommit's offsets) has records that belong to a producer's transaction
+(:meth:`CoordinatorRuntime.run_transactional`): they go to the log as a *transactional batch*
+carrying the producer's id and epoch, as Kafka's coordinators write them, and a commit or abort
+marker (:meth:`CoordinatorRuntime.write_marker`, from WriteTxnMarkers) decides them. Both are
+appended first and applied after, so a refusal of the partition (a fenced producer, a
+transaction that ended meanwhile) leaves the state as it was. A load replays both in log order.
 """
 
 from __future__ import annotations
@@ -34,14 +42,16 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from dataplane.broker.partition import NotLeader, Partition, Role
+from dataplane.broker.producer_state import VerificationGuard
 from dataplane.broker.replica_manager import ReplicaManager
 from dataplane.broker.service import INTERNAL_TOPICS, wait_until
-from raftlog.batch import iter_batches
+from raftlog.batch import NO_PRODUCER_ID, BatchHeader, iter_batches, next_sequence
 from raftlog.errors import ErrorCode, KafkaError
 from raftlog.records import Record, decode_batch, encode_batch
+from raftlog.txn import read_marker
 
 log = logging.getLogger(__name__)
 LOAD_READ_BYTES = 4 * 1024 * 1024
@@ -72,6 +82,18 @@ class ShardState(Protocol):
 
     def abandon(self, error: ErrorCode, message: str) -> None:
         """The shard is dropped (or its writes failed): every held-back request gets ``error``."""
+
+
+@runtime_checkable
+class TransactionalState(Protocol):
+    """What a :class:`ShardState` adds when its records can belong to transactions."""
+
+    def replay_transactional(self, key: bytes, value: bytes | None, producer_id: int) -> None:
+        """Apply one record of a transactional batch of ``producer_id`` (pending until its
+        marker)."""
+
+    def replay_marker(self, producer_id: int, commit: bool) -> None:
+        """Apply the producer's commit or abort marker."""
 
 
 S = TypeVar("S", bound=ShardState)
@@ -206,11 +228,7 @@ class CoordinatorRuntime(Generic[S]):
             if not data:
                 break
             for position, header in iter_batches(data):
-                if not header.is_control:
-                    for record in decode_batch(data, position)[1]:
-                        if record.offset >= offset and record.key is not None:
-                            shard.state.replay(record.key, record.value)
-                            count += 1
+                count += _replay_batch(shard.state, data, position, header, offset)
                 offset = header.next_offset
         with shard.lock:
             shard.written_end = end
@@ -294,6 +312,11 @@ class CoordinatorRuntime(Generic[S]):
             shards = [s for s in self._shards.values() if s.loaded.is_set()]
         return iter(shards)
 
+    def loading(self) -> bool:
+        """Whether a shard this broker leads is still loading (a listing would be partial)."""
+        with self._lock:
+            return any(not s.loaded.is_set() for s in self._shards.values())
+
     def run(self, shard: Shard[S], action: Callable[[S], T]) -> T:
         """``action`` on the shard's state; append what it emitted; answer once replicated.
         Answers the action queued for held-back requests go out at the same moment, or fail
@@ -346,10 +369,7 @@ class CoordinatorRuntime(Generic[S]):
             for start in range(0, len(records), RECORDS_PER_BATCH):
                 chunk = records[start : start + RECORDS_PER_BATCH]
                 batch = encode_batch([Record(-1, now_ms, k, v) for k, v in chunk])
-                info, epoch = partition.append_as_leader(batch, -1, min_isr)
-                if epoch != shard.leader_epoch:
-                    raise NotLeader(ErrorCode.NOT_LEADER_OR_FOLLOWER, "new leader epoch", -1, epoch)
-                shard.written_end = info.last_offset + 1
+                self._append_batch(shard, batch, min_isr)
         except KafkaError as error:
             log.warning("%s: records not appended (%s): reloading", partition.name, error)
             self._reload(shard)
@@ -359,6 +379,107 @@ class CoordinatorRuntime(Generic[S]):
                 else ErrorCode.COORDINATOR_NOT_AVAILABLE
             )
             raise KafkaError(code, f"{partition.name}: {error.message}") from error
+
+    def _append_batch(
+        self,
+        shard: Shard[S],
+        batch: bytes,
+        min_isr: int,
+        verification: VerificationGuard | None = None,
+    ) -> None:
+        info, epoch = shard.partition.append_as_leader(
+            batch, -1, min_isr, verification=verification
+        )
+        if epoch != shard.leader_epoch:
+            raise NotLeader(ErrorCode.NOT_LEADER_OR_FOLLOWER, "new leader epoch", -1, epoch)
+        shard.written_end = info.last_offset + 1
+
+    def run_transactional(
+        self,
+        shard: Shard[S],
+        producer_id: int,
+        producer_epoch: int,
+        verification: VerificationGuard | None,
+        action: Callable[[S], tuple[list[CoordinatorRecord], T]],
+    ) -> T:
+        """``action`` generates records of the producer's open transaction (without applying
+        them); they are appended as transactional batches and, once the partition took them,
+        applied with ``replay_transactional``; answers once replicated. ``verification`` is the
+        partition's KIP-890 guard for the producer (None: not verified). A refusal of the
+        first batch (INVALID_PRODUCER_EPOCH for a fenced producer, INVALID_TXN_STATE for a
+        transaction that ended meanwhile) is raised as it is, with nothing stored or applied."""
+        with shard.lock:
+            if not shard.active:
+                raise KafkaError(ErrorCode.NOT_COORDINATOR, f"{shard.partition.name} moved")
+            state = shard.state
+            assert isinstance(state, TransactionalState), f"{self.topic.name} has no transactions"
+            records, result = action(state)
+            self._append_transactional(shard, producer_id, producer_epoch, verification, records)
+            for key, value in records:
+                state.replay_transactional(key, value, producer_id)
+            required = shard.written_end
+        self._await_replicated(shard, required)
+        return result
+
+    def _append_transactional(
+        self,
+        shard: Shard[S],
+        producer_id: int,
+        producer_epoch: int,
+        verification: VerificationGuard | None,
+        records: list[CoordinatorRecord],
+    ) -> None:
+        partition = shard.partition
+        now_ms = self.clock_ms()
+        min_isr = self.replicas.settings(self.topic.name).min_insync_replicas
+        start = 0
+        try:
+            sequence = _next_sequence(partition, producer_id, producer_epoch)
+            for start in range(0, len(records), RECORDS_PER_BATCH):
+                chunk = records[start : start + RECORDS_PER_BATCH]
+                batch = encode_batch(
+                    [Record(-1, now_ms, k, v) for k, v in chunk],
+                    producer_id=producer_id, producer_epoch=producer_epoch,
+                    base_sequence=sequence, is_transactional=True,
+                )  # fmt: skip
+                self._append_batch(shard, batch, min_isr, verification)
+                sequence = next_sequence(sequence, len(chunk))
+        except KafkaError as error:
+            if start > 0 or isinstance(error, NotLeader):  # the log is ahead of the state
+                self._reload(shard)
+            raise _transactional_append_error(partition.name, error) from error
+
+    def write_marker(
+        self,
+        shard: Shard[S],
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+    ) -> None:
+        """A commit or abort marker for the producer's transaction on the shard's partition:
+        appended under the shard lock (so it lands after every record the state emitted
+        before it), applied to the state, and returned once replicated. A refusal of the
+        partition (NOT_LEADER_OR_FOLLOWER, INVALID_PRODUCER_EPOCH, ...) leaves the state as it
+        was; a shard that moved answers NOT_COORDINATOR, as every request does."""
+        state = shard.state
+        assert isinstance(state, TransactionalState), f"{self.topic.name} has no transactions"
+        partition = shard.partition
+        with shard.lock:
+            if not shard.active:
+                raise KafkaError(ErrorCode.NOT_COORDINATOR, f"{partition.name} moved")
+            min_isr = self.replicas.settings(self.topic.name).min_insync_replicas
+            info, epoch = partition.append_marker(
+                producer_id, producer_epoch, commit=commit, coordinator_epoch=coordinator_epoch,
+                min_insync_replicas=min_isr,
+            )  # fmt: skip
+            if epoch != shard.leader_epoch:  # appended under a newer leadership: stale shard
+                self._reload(shard)
+                raise KafkaError(ErrorCode.NOT_COORDINATOR, f"{partition.name} moved")
+            shard.written_end = info.last_offset + 1
+            state.replay_marker(producer_id, commit)
+            required = shard.written_end
+        self._await_replicated(shard, required)
 
     def _await_replicated(self, shard: Shard[S], required: int) -> None:
         """Until the high watermark passes ``required`` (within the commit timeout)."""
@@ -385,3 +506,63 @@ class CoordinatorRuntime(Generic[S]):
                 f"{partition.name}: records not replicated within "
                 f"{self.topic.config_prefix}.commit.timeout.ms",
             )
+
+
+def _next_sequence(partition: Partition, producer_id: int, producer_epoch: int) -> int:
+    """The sequence the partition expects next of the producer at this epoch. The coordinator
+    is the only writer of its partition and appends under the shard lock, so its transactional
+    batches pass the partition's producer checks like a client's, numbered from the producer
+    state the partition keeps (0 for a new producer or epoch)."""
+    for pid, entry in partition.active_producers():
+        if pid == producer_id:
+            if entry.producer_epoch != producer_epoch or not entry.batches:
+                return 0
+            return next_sequence(entry.last_sequence)
+    return 0
+
+
+# A transactional append refused by the partition, answered as Kafka's group coordinator
+# answers a TxnOffsetCommit (``normalizeException``); the producer's own refusals (fenced epoch,
+# ended transaction) go back as they are.
+_APPEND_ERRORS = {
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+}
+
+
+def _transactional_append_error(name: str, error: KafkaError) -> KafkaError:
+    code = _APPEND_ERRORS.get(error.error, error.error)
+    if isinstance(error, NotLeader):
+        code = ErrorCode.NOT_COORDINATOR
+    return KafkaError(code, f"{name}: {error.message}")
+
+
+def _replay_batch(
+    state: ShardState, data: bytes, position: int, header: BatchHeader, start: int
+) -> int:
+    """Replay the batch at ``position`` (its records from offset ``start`` on) into ``state``;
+    the number of records replayed. Markers and transactional batches go to a
+    :class:`TransactionalState`; a state without transactions has neither in its log."""
+    if header.next_offset <= start:
+        return 0
+    if header.is_control:
+        if header.is_transactional:
+            assert isinstance(state, TransactionalState), "a marker in a log without transactions"
+            marker = read_marker(data, position)
+            state.replay_marker(marker.producer_id, marker.commit)
+        return 0  # other control batches (none are written here) carry no state
+    count = 0
+    transactional = header.is_transactional and header.producer_id != NO_PRODUCER_ID
+    for record in decode_batch(data, position)[1]:
+        if record.offset < start or record.key is None:
+            continue
+        if transactional:
+            assert isinstance(state, TransactionalState), "a transaction in a log without them"
+            state.replay_transactional(record.key, record.value, header.producer_id)
+        else:
+            state.replay(record.key, record.value)
+        count += 1
+    return count

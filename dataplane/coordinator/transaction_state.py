@@ -102,6 +102,11 @@ class MarkerJob:
     producer_epoch: int
     commit: bool
     partitions: frozenset[TopicPartition]
+    # Which preparation of the id this is (the shard counts the records it replays): without
+    # epoch bumps per transaction (KIP-890 part 2), consecutive transactions of one producer
+    # over the same partitions would otherwise be the same job, and a finished one could be
+    # mistaken for the next.
+    prepared_at: int = 0
 
 
 @dataclass(frozen=True)
@@ -165,15 +170,23 @@ class TransactionShard:
         self.offsets_partitions = offsets_partitions  # offsets.topic.num.partitions
         self.transactions: dict[str, TxnMetadata] = {}
         self._emitted: list[TransactionRecord] = []
+        self._replayed = 0  # records replayed so far: names each preparation (MarkerJob)
+        self._prepared_at: dict[str, int] = {}
 
     # -- records (dataplane.coordinator.runtime.ShardState) -------------------------------------
     def replay(self, key: bytes, value: bytes | None) -> None:
         """Apply one record of ``__transaction_state`` (a load replays the log through this)."""
         transactional_id = tpb.TransactionLogKey.FromString(key).transactional_id
+        self._replayed += 1
         if value is None:
             self.transactions.pop(transactional_id, None)
+            self._prepared_at.pop(transactional_id, None)
+            return
+        meta = self.transactions[transactional_id] = decode(transactional_id, value)
+        if meta.state in PREPARED:
+            self._prepared_at[transactional_id] = self._replayed
         else:
-            self.transactions[transactional_id] = decode(transactional_id, value)
+            self._prepared_at.pop(transactional_id, None)
 
     def take_emitted(self) -> list[TransactionRecord]:
         emitted, self._emitted = self._emitted, []
@@ -389,6 +402,7 @@ class TransactionShard:
                 m.producer_epoch,
                 m.state is TxnState.PREPARE_COMMIT,
                 m.partitions,
+                self._prepared_at.get(m.transactional_id, 0),
             )
             for m in sorted(self.transactions.values(), key=lambda m: m.transactional_id)
             if m.state in PREPARED
@@ -402,6 +416,8 @@ class TransactionShard:
             return False
         if (meta.producer_id, meta.producer_epoch) != (job.producer_id, job.producer_epoch):
             return False
+        if self._prepared_at.get(job.transactional_id, 0) != job.prepared_at:
+            return False  # a later transaction of the same producer, prepared since
         done = TxnState.COMPLETE_COMMIT if job.commit else TxnState.COMPLETE_ABORT
         self._write(self._transition(meta, done, partitions=frozenset(), start_ms=NO_TIMESTAMP,
                                      last_update_ms=now_ms))  # fmt: skip

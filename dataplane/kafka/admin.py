@@ -1,5 +1,6 @@
 """The KAFKA listener's admin APIs: CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs,
-DescribeCluster, AlterPartitionReassignments, ListPartitionReassignments, UnregisterBroker,
+AlterConfigs and IncrementalAlterConfigs (dataplane/kafka/alter_configs.py), DescribeCluster,
+AlterPartitionReassignments, ListPartitionReassignments, UnregisterBroker,
 AddRaftVoter and RemoveRaftVoter.
 
 As a KRaft broker forwards admin requests to the active controller (KIP-590), each request is
@@ -18,17 +19,17 @@ from collections.abc import Callable
 from typing import Any
 
 from dataplane.kafka import codec as kc
+from dataplane.kafka.alter_configs import (
+    RESOURCE_TYPES,
+    alter_configs,
+    incremental_alter_configs,
+)
 from metadata_quorum.client import ControllerClient
 from metadata_quorum.image import MetadataImage
 from protos import controller_pb2 as cpb
 from protos import metadata_pb2 as mpb
 from raftlog.errors import ErrorCode, KafkaError
 
-CONFIG_SOURCE_DYNAMIC_TOPIC = 1  # Kafka's DescribeConfigs config_source values
-CONFIG_SOURCE_DYNAMIC_BROKER = 2
-CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER = 3
-CONFIG_SOURCE_DEFAULT = 5
-RESOURCE_TYPES = {2: mpb.CONFIG_RESOURCE_TOPIC, 4: mpb.CONFIG_RESOURCE_BROKER}
 ENDPOINT_TYPE_BROKERS = 1  # DescribeCluster v1: 1 brokers, 2 controllers
 FORWARD_DEADLINE_S = 30.0
 
@@ -64,6 +65,8 @@ class KafkaAdmin:
             kc.API_DELETE_TOPICS: self.delete_topics,
             kc.API_CREATE_PARTITIONS: self.create_partitions,
             kc.API_DESCRIBE_CONFIGS: self.describe_configs,
+            kc.API_ALTER_CONFIGS: lambda r: alter_configs(self._forward, r),
+            kc.API_INCREMENTAL_ALTER_CONFIGS: lambda r: incremental_alter_configs(self._forward, r),
             kc.API_DESCRIBE_CLUSTER: self.describe_cluster,
             kc.API_ALTER_PARTITION_REASSIGNMENTS: self.alter_partition_reassignments,
             kc.API_LIST_PARTITION_REASSIGNMENTS: self.list_partition_reassignments,
@@ -318,9 +321,7 @@ class KafkaAdmin:
             for (resource, _), found in zip(asked, described, strict=False):
                 keys = resource.configuration_keys
                 entries = [e for e in found.entries if keys is None or e.name in keys]
-                configs = [
-                    _config(e, resource.resource_type, resource.resource_name) for e in entries
-                ]
+                configs = [_config(e) for e in entries]
                 outcome = _outcome(found.error_code, found.error_message)
                 results.append(_described(resource, configs, outcome))
         return {"throttle_time": 0, "results": results}
@@ -359,21 +360,14 @@ def _described(resource: Any, configs: list[dict[str, Any]], outcome: dict[str, 
     }
 
 
-def _config(entry: cpb.ConfigEntry, resource_type: int, resource_name: str) -> dict[str, Any]:
-    if entry.is_default:
-        source = CONFIG_SOURCE_DEFAULT
-    elif resource_type == 2:
-        source = CONFIG_SOURCE_DYNAMIC_TOPIC
-    elif resource_name:
-        source = CONFIG_SOURCE_DYNAMIC_BROKER  # or the cluster-wide default: not told apart
-    else:
-        source = CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER
+def _config(entry: cpb.ConfigEntry) -> dict[str, Any]:
+    """The controller names each value's source with Kafka's own ConfigSource numbers."""
     return {
         "name": entry.name,
         "value": entry.value,
         "read_only": False,
         "is_default": entry.is_default,  # v0 only; later versions say it with config_source
-        "config_source": source,
+        "config_source": entry.source,
         "is_sensitive": False,
         "synonyms": [],
         "config_type": 0,  # UNKNOWN: the controller's entries carry no type

@@ -51,7 +51,11 @@ API_CREATE_PARTITIONS, API_DESCRIBE_CLUSTER = 37, 60
 API_ALTER_PARTITION_REASSIGNMENTS, API_LIST_PARTITION_REASSIGNMENTS = 45, 46
 API_VERSIONS, API_INIT_PRODUCER_ID, API_CONSUMER_GROUP_HEARTBEAT = 18, 22, 68
 API_UNREGISTER_BROKER = 64
+API_ALTER_CONFIGS, API_INCREMENTAL_ALTER_CONFIGS = 33, 44
 API_ADD_RAFT_VOTER, API_REMOVE_RAFT_VOTER = 80, 81  # KIP-853
+API_ADD_PARTITIONS_TO_TXN, API_ADD_OFFSETS_TO_TXN, API_END_TXN = 24, 25, 26
+API_WRITE_TXN_MARKERS, API_TXN_OFFSET_COMMIT = 27, 28
+API_DESCRIBE_PRODUCERS, API_DESCRIBE_TRANSACTIONS, API_LIST_TRANSACTIONS = 61, 65, 66
 SUPPORTED: dict[int, tuple[int, int]] = {
     API_PRODUCE: (3, 11),
     API_FETCH: (4, 12),
@@ -71,6 +75,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     API_CREATE_TOPICS: (0, 7),
     API_DELETE_TOPICS: (0, 6),
     API_DESCRIBE_CONFIGS: (0, 4),
+    API_ALTER_CONFIGS: (0, 2),
+    API_INCREMENTAL_ALTER_CONFIGS: (0, 1),
     API_CREATE_PARTITIONS: (0, 3),
     API_DESCRIBE_CLUSTER: (0, 1),
     API_ALTER_PARTITION_REASSIGNMENTS: (0, 1),
@@ -79,6 +85,17 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     API_ADD_RAFT_VOTER: (0, 0),
     API_REMOVE_RAFT_VOTER: (0, 0),
     API_CONSUMER_GROUP_HEARTBEAT: (0, 1),
+    # Transactions as of KIP-98/447 and KIP-890 part 1 (transaction.version 1): the versions that
+    # go with part 2 (an epoch bump per transaction: EndTxn v5, TxnOffsetCommit v5, ...) are not
+    # advertised, so clients stay on the part-1 protocol.
+    API_ADD_PARTITIONS_TO_TXN: (0, 4),
+    API_ADD_OFFSETS_TO_TXN: (0, 3),
+    API_END_TXN: (0, 3),
+    API_WRITE_TXN_MARKERS: (1, 1),  # Kafka 4 removed v0
+    API_TXN_OFFSET_COMMIT: (0, 3),
+    API_DESCRIBE_PRODUCERS: (0, 0),
+    API_DESCRIBE_TRANSACTIONS: (0, 0),
+    API_LIST_TRANSACTIONS: (0, 1),
 }
 
 
@@ -198,6 +215,8 @@ def _convert(hint: Any, value: Any, kind: str | None) -> Any:
     if kind in ("timedelta_i32", "timedelta_i64"):
         return datetime.timedelta(milliseconds=value)
     if kind == "datetime_i64":
+        if isinstance(value, datetime.datetime):
+            return value
         return None if value < 0 else datetime.datetime.fromtimestamp(value / 1000, datetime.UTC)
     origin = typing.get_origin(hint)
     if origin is typing.Union or origin is types.UnionType:

@@ -27,7 +27,7 @@ from metadata_quorum.image import MetadataImage
 from protos import group_pb2 as gpb
 from raftlog.errors import ErrorCode, KafkaError
 
-GROUP_KEY_TYPE = 0  # FindCoordinator key_type: 0 group, 1 transaction
+GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE = 0, 1  # FindCoordinator's key_type
 OFFSET_COMMIT_KIP_848_VERSION = 9  # from v9 a commit may carry a KIP-848 member epoch
 CLASSIC_PROTOCOL_TYPE = "consumer"  # what a KIP-848 group is shown as in DescribeGroups
 
@@ -74,11 +74,11 @@ class KafkaGroups:
 
     def _coordinator(self, key: str, key_type: int) -> kc.Data:
         out: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1}
-        if key_type != GROUP_KEY_TYPE:
+        if key_type not in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE):
             return {**out, "error_code": ErrorCode.INVALID_REQUEST.code,
-                    "error_message": "transactions are not supported"}  # fmt: skip
+                    "error_message": f"unknown key type {key_type}"}  # fmt: skip
         answer = self.groups.FindCoordinator(
-            gpb.FindCoordinatorRequest(group_ids=[key]), self.call()
+            gpb.FindCoordinatorRequest(group_ids=[key], key_type=key_type), self.call()
         )
         (coordinator,) = answer.coordinators
         if coordinator.error_code:
@@ -190,14 +190,18 @@ class KafkaGroups:
     def offset_fetch(self, request: kc.Request) -> kc.Data:
         body = request.body
         if request.api_version >= 8:
-            groups = [self._fetch_group(g.group_id, g.topics) for g in body.groups]
+            stable = kc.field(body, "require_stable", False)
+            groups = [self._fetch_group(g.group_id, g.topics, stable) for g in body.groups]
             return {"throttle_time": 0, "groups": groups}
-        group = self._fetch_group(body.group_id, body.topics)
+        group = self._fetch_group(
+            body.group_id, body.topics, kc.field(body, "require_stable", False)
+        )
         return {"throttle_time": 0, "topics": group["topics"], "error_code": group["error_code"]}
 
-    def _fetch_group(self, group_id: str, topics: Any) -> dict[str, Any]:
+    def _fetch_group(self, group_id: str, topics: Any, require_stable: bool) -> dict[str, Any]:
         fetch = gpb.OffsetFetchRequest(
             group_id=group_id,
+            require_stable=require_stable,  # KIP-447: UNSTABLE_OFFSET_COMMIT while pending
             topics=[
                 gpb.TopicPartitions(topic=t.name, partitions=list(t.partition_indexes))
                 for t in topics or ()

@@ -12,8 +12,9 @@ pipeline; responses keep the order). A frame that is not a request closes its co
 an API or version not served is answered UNSUPPORTED_VERSION for ApiVersions (in its v0 layout,
 KIP-511) and closes the connection otherwise, as Kafka's broker does. Served here: ApiVersions,
 Metadata, Produce, Fetch, ListOffsets, InitProducerId, and through dataplane/kafka/groups.py the
-GroupServicer's FindCoordinator, ConsumerGroupHeartbeat, OffsetCommit and OffsetFetch (versions
-in `kafka_codec.SUPPORTED`).
+GroupServicer's FindCoordinator, ConsumerGroupHeartbeat, OffsetCommit and OffsetFetch, through
+dataplane/kafka/transactions.py the transaction APIs, and through dataplane/kafka/admin.py the
+admin requests the controller answers (versions in `kafka_codec.SUPPORTED`).
 Fetch sessions (KIP-227) are not kept: every fetch is answered in full with session id 0, which
 clients take as "no session".
 """
@@ -33,6 +34,7 @@ from dataplane.coordinator.group_coordinator import GroupServicer
 from dataplane.kafka import codec as kc
 from dataplane.kafka.admin import KafkaAdmin
 from dataplane.kafka.groups import KafkaGroups
+from dataplane.kafka.transactions import KafkaTransactions, TransactionServices
 from metadata_quorum.client import ControllerClient
 from protos import broker_pb2 as pb
 from raftlog.errors import ErrorCode
@@ -71,6 +73,7 @@ class KafkaListener:
         port: int,
         ready: threading.Event | None = None,
         controller: ControllerClient | None = None,
+        transactions: TransactionServices | None = None,
     ) -> None:
         self.servicer = servicer
         self.ready = ready
@@ -89,6 +92,9 @@ class KafkaListener:
         }
         group_apis = KafkaGroups(groups, lambda: servicer.replicas.image, LISTENER, _Call)
         self._handlers.update(group_apis.handlers())
+        if transactions is not None:
+            txn_apis = KafkaTransactions(transactions, groups, servicer, _Call)
+            self._handlers.update(txn_apis.handlers())
         if controller is not None:
             admin = KafkaAdmin(
                 controller, lambda: servicer.replicas.image, servicer.broker_id,
@@ -213,11 +219,10 @@ class KafkaListener:
     def _produce(self, request: kc.Request) -> kc.Data | None:
         body = request.body
         acks = int(body.acks)
-        if kc.field(body, "transactional_id") is not None:
-            return _produce_error(body, ErrorCode.UNSUPPORTED_VERSION)  # no transactions
         produced = pb.ProduceRequest(
             acks=acks,
             timeout_ms=kc.millis(body.timeout),
+            transactional_id=kc.field(body, "transactional_id") or "",
             topics=[
                 pb.ProduceTopic(
                     name=topic.name,
@@ -250,6 +255,7 @@ class KafkaListener:
                 max_wait_ms=kc.millis(body.max_wait),
                 min_bytes=body.min_bytes,
                 max_bytes=kc.field(body, "max_bytes", kc.MAX_FRAME_BYTES),
+                isolation_level=int(kc.field(body, "isolation_level", 0)),
                 topics=[
                     pb.FetchTopic(
                         name=topic.topic,
@@ -280,6 +286,7 @@ class KafkaListener:
         listed = self.servicer.ListOffsets(
             pb.ListOffsetsRequest(
                 replica_id=body.replica_id,
+                isolation_level=int(kc.field(body, "isolation_level", 0)),
                 topics=[
                     pb.ListOffsetsTopic(
                         name=topic.name,
@@ -304,13 +311,14 @@ class KafkaListener:
 
     def _init_producer_id(self, request: kc.Request) -> kc.Data:
         body = request.body
-        answer = self.servicer.InitProducerId(
-            pb.InitProducerIdRequest(
-                transactional_id=body.transactional_id or "",
-                transaction_timeout_ms=kc.millis(body.transaction_timeout),
-            ),
-            _Call(),
+        init = pb.InitProducerIdRequest(
+            transactional_id=body.transactional_id or "",
+            transaction_timeout_ms=kc.millis(body.transaction_timeout),
         )
+        if kc.field(body, "producer_id", -1) >= 0:  # v3+: KIP-360, the producer recovers
+            init.producer_id = body.producer_id
+            init.producer_epoch = body.producer_epoch
+        answer = self.servicer.InitProducerId(init, _Call())
         return {
             "throttle_time": 0,
             "error_code": answer.error_code,
@@ -341,8 +349,12 @@ def _fetched(p: pb.FetchPartitionResponse) -> kc.Data:
     return {
         "partition_index": p.partition, "error_code": p.error_code,
         "high_watermark": p.high_watermark,
-        "last_stable_offset": p.high_watermark,  # no transactions
-        "log_start_offset": p.log_start_offset, "aborted_transactions": [],
+        "last_stable_offset": p.last_stable_offset,
+        "log_start_offset": p.log_start_offset,
+        "aborted_transactions": [
+            {"producer_id": a.producer_id, "first_offset": a.first_offset}
+            for a in p.aborted_transactions
+        ],
         "preferred_read_replica": -1, "records": p.records,
     }  # fmt: skip
 
@@ -378,29 +390,6 @@ def _topic_metadata(topic: pb.TopicMetadata) -> kc.Data:
 
 def uuid_of(raw: bytes) -> uuid.UUID:
     return uuid.UUID(bytes=raw) if len(raw) == 16 else uuid.UUID(int=0)
-
-
-def _produce_error(body: Any, error: ErrorCode) -> kc.Data:
-    return {
-        "responses": [
-            {
-                "name": topic.name,
-                "partition_responses": [
-                    {
-                        "index": p.index,
-                        "error_code": error.code,
-                        "base_offset": -1,
-                        "log_append_time": -1,
-                        "log_start_offset": -1,
-                        "record_errors": [],
-                    }
-                    for p in topic.partition_data
-                ],
-            }
-            for topic in body.topic_data
-        ],
-        "throttle_time": 0,
-    }
 
 
 def _read_exactly(connection: socket.socket, size: int) -> bytes | None:

@@ -33,12 +33,24 @@ from dataplane.broker.partition import IsrChange, Partition
 from dataplane.broker.replica_manager import ReplicaManager, ReplicaManagerConfig
 from dataplane.broker.replication_quota import QuotaGauge
 from dataplane.broker.service import BrokerServicer, serve
-from dataplane.coordinator.group_coordinator import GroupConfig, GroupCoordinator, GroupServicer
+from dataplane.coordinator.group_coordinator import (
+    OFFSETS_TOPIC,
+    GroupConfig,
+    GroupCoordinator,
+    GroupServicer,
+)
+from dataplane.coordinator.transaction_coordinator import (
+    TransactionConfig,
+    TransactionCoordinator,
+    TransactionServicer,
+)
+from dataplane.coordinator.transaction_markers import TransactionVerifier
 from dataplane.kafka.listener import LISTENER as KAFKA_LISTENER
 from dataplane.kafka.listener import KafkaListener
 from metadata_quorum.client import ControllerClient
 from metadata_quorum.codec import record_from_proto, snapshot_from_proto
 from metadata_quorum.image import MetadataDelta, MetadataImage, PartitionRegistration
+from protos import broker_pb2 as pb
 from protos import controller_pb2 as cpb
 from protos import metadata_pb2 as mpb
 from raftlog.errors import ErrorCode, KafkaError
@@ -93,6 +105,7 @@ class BrokerSettings:
     replica: ReplicaManagerConfig
     fetcher: FetcherConfig
     groups: GroupConfig = field(default_factory=GroupConfig)
+    transactions: TransactionConfig = field(default_factory=TransactionConfig)
     fault_produce_drop_response_every: int = 0  # chaos testing only: see ProduceResponseDropper
     kafka_listener: tuple[str, int] | None = None  # KAFKA://host:port: Kafka's binary protocol
 
@@ -156,6 +169,25 @@ class Broker:
             settings.broker_id, settings.groups, self.replicas, self._create_topic, clock_ms
         )
         self.group_servicer = GroupServicer(self.groups)
+        # WriteTxnMarkers to a __consumer_offsets partition goes through its group shard.
+        self.servicer.marker_writers[OFFSETS_TOPIC] = self.groups.write_marker
+        self.transactions = TransactionCoordinator(
+            settings.broker_id, settings.transactions, self.replicas, self._create_topic,
+            self.allocate_producer_id, clock_ms, self._write_markers_here,
+            offsets_partitions=settings.groups.offsets_topic_num_partitions,
+        )  # fmt: skip
+        self.transaction_servicer = TransactionServicer(self.transactions)
+        self.servicer.init_transactional_producer = self.transaction_servicer.init_producer_id
+        # KIP-890: partition leaders (and the group coordinator, for TxnOffsetCommit) ask the
+        # transaction coordinator before a producer's first transactional batch
+        verifier = TransactionVerifier(
+            settings.broker_id, lambda: self.replicas.image, self.transactions.verify,
+            self.transactions.channels,
+        )  # fmt: skip
+        self.servicer.verify_transaction = verifier
+        self.groups.verify_transaction = self.servicer.verify_transaction  # TxnOffsetCommit
+        finder = self.transaction_servicer.find_coordinator
+        self.group_servicer.find_transaction_coordinator = finder
         self.server: grpc.Server | None = None
         # Set once the image holds this incarnation's registration: clients are served from then.
         self.serving = threading.Event()
@@ -168,6 +200,7 @@ class Broker:
                 *settings.kafka_listener,
                 ready=self.serving,
                 controller=self.client,
+                transactions=self.transaction_servicer,
             )
         )
         self.image = MetadataImage()
@@ -207,12 +240,14 @@ class Broker:
     def start(self) -> None:
         self._transition_to(BrokerState.STARTING)
         self.server = serve(
-            self.servicer, self.settings.address, self.group_servicer, ready=self.serving
-        )
+            self.servicer, self.settings.address, self.group_servicer, ready=self.serving,
+            transactions=self.transaction_servicer,
+        )  # fmt: skip
         if self.kafka is not None:
             self.kafka.start()
         self.replicas.start()
         self.groups.start()
+        self.transactions.start()
         for thread in self._threads:
             thread.start()
         log.info("broker %d serving on %s", self.settings.broker_id, self.settings.address)
@@ -266,6 +301,7 @@ class Broker:
             incarnation_id=self.incarnation_id,
             endpoints=self._endpoints(),
             rack=self.settings.rack or "",
+            static_configs=dict(self.settings.replica.static_broker_configs),
         )
         response = self.client.checked("RegisterBroker", request)
         self.broker_epoch = response.broker_epoch
@@ -353,6 +389,7 @@ class Broker:
         followed = self.replicas.apply_image(image, caught_up=caught_up, may_lead=may_lead)
         self.fetchers.reconcile(followed)
         self.groups.on_image(image)
+        self.transactions.on_image()
         if caught_up and not self.serving.is_set():
             self.serving.set()
             log.info(
@@ -436,7 +473,8 @@ class Broker:
     def _create_topic(
         self, name: str, partitions: int, replication_factor: int, configs: Mapping[str, str]
     ) -> None:
-        """Create an internal topic through the controller (``__consumer_offsets``)."""
+        """Create an internal topic through the controller (``__consumer_offsets``,
+        ``__transaction_state``)."""
         topic = cpb.CreatableTopic(
             name=name, num_partitions=partitions, replication_factor=replication_factor,
             configs=dict(configs),
@@ -445,6 +483,10 @@ class Broker:
         for result in response.topics:
             if result.error_code:
                 raise KafkaError(ErrorCode.from_code(result.error_code), result.error_message)
+
+    def _write_markers_here(self, request: pb.WriteTxnMarkersRequest) -> pb.WriteTxnMarkersResponse:
+        """The transaction coordinator's markers for partitions this broker leads."""
+        return self.servicer.WriteTxnMarkers(request, None)
 
     # -- producer ids ------------------------------------------------------------------------
     def allocate_producer_id(self) -> int:
@@ -486,6 +528,7 @@ class Broker:
         if stream is not None:
             stream.cancel()
         self.fetchers.close()
+        self.transactions.close()
         self.groups.close()
         if self.kafka is not None:
             self.kafka.stop()

@@ -15,6 +15,13 @@ an error names the key.
 The voters string names each controller's CONTROLLER listener (gRPC), as Kafka's does. The Raft
 transport between controllers listens on the same host at that port plus
 ``controller.quorum.raft.port.offset`` (default 1).
+
+Instead of the voters, a node may name ``controller.quorum.bootstrap.servers`` (KIP-853, Kafka
+3.9): some controllers' CONTROLLER addresses, ``host:port,...``, through which it finds the
+running quorum and learns its voters from the metadata (exactly one of the two). A broker uses
+them as its first controller addresses; a controller that is not yet a voter asks them who votes
+and waits, an observer, until ``raftlog quorum add-controller`` adds it. A quorum's first
+controllers take ``controller.quorum.voters``: bootstrap servers need a quorum that runs.
 """
 
 from __future__ import annotations
@@ -34,8 +41,9 @@ from pydantic import (
     model_validator,
 )
 
+from metadata_quorum.configs import BROKER_KEYS
 from metadata_quorum.service import Voter
-from raftlog.config import ConfigError, describe_validation_error
+from raftlog.config import INT64_MAX, ConfigError, describe_validation_error
 
 ENV_PREFIX = "RAFTLOG_"
 ROLES = frozenset({"controller", "broker"})
@@ -53,6 +61,21 @@ def parse_listeners(value: str) -> dict[str, tuple[str, int]]:
             raise ValueError(f"listener {name} is given twice")
         out[name.upper()] = (host, int(port))
     return out
+
+
+def parse_bootstrap_servers(value: str) -> list[str]:
+    """``"127.0.0.11:9093,127.0.0.12:9093"`` → the addresses, each host:port, in order."""
+    servers: list[str] = []
+    for part in filter(None, (p.strip() for p in value.split(","))):
+        host, colon, port = part.rpartition(":")
+        if not host or not colon or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"bootstrap server {part!r} is not host:port")
+        if part in servers:
+            raise ValueError(f"bootstrap server {part} is given twice")
+        servers.append(part)
+    if not servers:
+        raise ValueError("at least one bootstrap server is needed")
+    return servers
 
 
 def parse_voters(value: str, raft_port_offset: int) -> list[Voter]:
@@ -77,7 +100,13 @@ class NodeConfig(BaseModel):
 
     node_id: int = Field(alias="node.id", ge=0, le=2**31 - 1)
     process_roles: frozenset[str] = Field(alias="process.roles", min_length=1)
-    controller_quorum_voters: str = Field(alias="controller.quorum.voters", min_length=1)
+    # exactly one of the two (see the module docstring)
+    controller_quorum_voters: str | None = Field(
+        None, alias="controller.quorum.voters", min_length=1
+    )
+    controller_quorum_bootstrap_servers: str | None = Field(
+        None, alias="controller.quorum.bootstrap.servers", min_length=1
+    )
     controller_quorum_raft_port_offset: int = Field(
         1, alias="controller.quorum.raft.port.offset", ge=1, le=1000
     )
@@ -110,6 +139,15 @@ class NodeConfig(BaseModel):
     )
     log_retention_check_interval_ms: int = Field(
         300_000, alias="log.retention.check.interval.ms", ge=100, le=86_400_000
+    )
+    # Dynamic broker configs given statically (Kafka's STATIC_BROKER_CONFIG): they apply from
+    # start, below any value set through the controller (see metadata_quorum.configs). None:
+    # not set here (Kafka's default, 2^63-1 bytes/s, is unthrottled).
+    leader_replication_throttled_rate: int | None = Field(
+        None, alias="leader.replication.throttled.rate", ge=0, le=INT64_MAX
+    )
+    follower_replication_throttled_rate: int | None = Field(
+        None, alias="follower.replication.throttled.rate", ge=0, le=INT64_MAX
     )
     # Not a Kafka setting: the bytes at the end of each partition's log kept in the page cache;
     # older ones are written back and dropped from it (raftlog.log.Log.release_page_cache).
@@ -167,6 +205,33 @@ class NodeConfig(BaseModel):
     offsets_commit_timeout_ms: int = Field(
         5_000, alias="offsets.commit.timeout.ms", ge=1, le=600_000
     )
+    # the transaction coordinator (dataplane.coordinator.transaction_coordinator)
+    transaction_state_log_num_partitions: int = Field(
+        50, alias="transaction.state.log.num.partitions", ge=1, le=10_000
+    )
+    transaction_state_log_replication_factor: int = Field(
+        3, alias="transaction.state.log.replication.factor", ge=1, le=32_767
+    )
+    transaction_state_log_min_isr: int = Field(
+        2, alias="transaction.state.log.min.isr", ge=1, le=32_767
+    )
+    transaction_state_log_segment_bytes: int = Field(
+        100 * 1024 * 1024, alias="transaction.state.log.segment.bytes", ge=1024, le=2**31 - 1
+    )
+    transaction_max_timeout_ms: int = Field(
+        900_000, alias="transaction.max.timeout.ms", ge=1, le=2**31 - 1
+    )
+    transactional_id_expiration_ms: int = Field(
+        7 * 24 * 3600 * 1000, alias="transactional.id.expiration.ms", ge=1, le=2**31 - 1
+    )
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = Field(
+        10_000, alias="transaction.abort.timed.out.transaction.cleanup.interval.ms", ge=1,
+        le=2**31 - 1,
+    )  # fmt: skip
+    transaction_remove_expired_transaction_cleanup_interval_ms: int = Field(
+        3_600_000, alias="transaction.remove.expired.transaction.cleanup.interval.ms", ge=1,
+        le=2**31 - 1,
+    )  # fmt: skip
 
     @model_validator(mode="after")
     def _heartbeat_below_session(self) -> NodeConfig:
@@ -195,9 +260,37 @@ class NodeConfig(BaseModel):
 
     @field_validator("controller_quorum_voters")
     @classmethod
-    def _check_voters(cls, value: str) -> str:
-        parse_voters(value, 1)
+    def _check_voters(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_voters(value, 1)
         return value
+
+    @field_validator("controller_quorum_bootstrap_servers")
+    @classmethod
+    def _check_bootstrap_servers(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_bootstrap_servers(value)
+        return value
+
+    @model_validator(mode="after")
+    def _voters_or_bootstrap_servers(self) -> NodeConfig:
+        voters, bootstrap = self.controller_quorum_voters, self.controller_quorum_bootstrap_servers
+        if voters is None and bootstrap is None:
+            raise ValueError(
+                "controller.quorum.bootstrap.servers must name some controllers, or "
+                "controller.quorum.voters must name the quorum's voters: give one"
+            )
+        if voters is not None and bootstrap is not None:
+            raise ValueError(
+                "give controller.quorum.voters or controller.quorum.bootstrap.servers, not both"
+            )
+        return self
+
+    @property
+    def static_broker_configs(self) -> dict[str, str]:
+        """The dynamic broker configs this file sets, as Kafka's property strings."""
+        values = self.model_dump(by_alias=True)
+        return {key: str(values[key]) for key in BROKER_KEYS if values.get(key) is not None}
 
     @property
     def raft_port_offset(self) -> int:
@@ -205,7 +298,23 @@ class NodeConfig(BaseModel):
 
     @property
     def voters(self) -> list[Voter]:
+        """controller.quorum.voters; empty for a node given bootstrap servers instead."""
+        if self.controller_quorum_voters is None:
+            return []
         return parse_voters(self.controller_quorum_voters, self.controller_quorum_raft_port_offset)
+
+    @property
+    def bootstrap_servers(self) -> list[str]:
+        """controller.quorum.bootstrap.servers; empty for a node given the voters instead."""
+        if self.controller_quorum_bootstrap_servers is None:
+            return []
+        return parse_bootstrap_servers(self.controller_quorum_bootstrap_servers)
+
+    @property
+    def controller_addresses(self) -> list[str]:
+        """The CONTROLLER addresses this node finds the quorum through at first: the voters'
+        or the bootstrap servers (the metadata's voters take over once known, KIP-853)."""
+        return [v.address for v in self.voters] or self.bootstrap_servers
 
     @property
     def listener_map(self) -> dict[str, tuple[str, int]]:
@@ -238,8 +347,8 @@ class NodeConfig(BaseModel):
         if not mine:
             if listener is None:
                 raise ConfigError(
-                    f"node.id {self.node_id} is not in controller.quorum.voters and has no "
-                    "CONTROLLER listener to join the quorum with"
+                    f"node.id {self.node_id} is not in controller.quorum.voters (or has only "
+                    "bootstrap servers) and has no CONTROLLER listener to join the quorum with"
                 )
             joining = Voter(self.node_id, *listener, listener[1] + self.raft_port_offset)
             taken = [v.node_id for v in self.voters if {v.address, v.raft_address} & {

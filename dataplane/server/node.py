@@ -28,6 +28,7 @@ from dataplane.broker.metrics import ControllerGauge, NodeMetrics
 from dataplane.broker.replica_manager import ReplicaManagerConfig
 from dataplane.coordinator.classic_group import ClassicLimits
 from dataplane.coordinator.group_coordinator import GroupConfig
+from dataplane.coordinator.transaction_coordinator import TransactionConfig
 from dataplane.server.broker_server import Broker, BrokerSettings
 from dataplane.server.config import NodeConfig
 from metadata_quorum.client import ControllerClient
@@ -38,6 +39,7 @@ from metadata_quorum.records import NO_LEADER
 from metadata_quorum.service import ControllerServicer, Voter, serve
 from metadata_quorum.voters import current_voters
 from protos import controller_pb2 as cpb
+from raftlog.config import ConfigError
 from raftlog.errors import KafkaError
 
 log = logging.getLogger(__name__)
@@ -87,19 +89,33 @@ def joining_voters(config: NodeConfig, me: Voter, data_dir: Path) -> list[Voter]
     """The voters a controller starts its log with. A voter of controller.quorum.voters, or a
     node whose log exists (it then uses the log's own voter set), takes the configured ones. A
     controller that joins a running quorum (KIP-853) asks it for its current voters, so that it
-    knows whichever voter leads when it is added, not only those its configuration names."""
+    knows whichever voter leads when it is added, not only those its configuration names. One
+    given only controller.quorum.bootstrap.servers has nothing to fall back on: with no answer
+    within JOIN_ASK_S it does not start (ConfigError)."""
     static = config.voters
     if me in static or log_exists(data_dir):
         return static
-    client = ControllerClient([v.address for v in static], deadline_s=JOIN_ASK_S)
+    client = ControllerClient(config.controller_addresses, deadline_s=JOIN_ASK_S)
     try:
         described = client.call("DescribeCluster", cpb.DescribeClusterRequest())
         learned = [voter_from_proto(v) for v in described.voters]
     except KafkaError as error:
+        if not static:
+            raise ConfigError(
+                f"controller.quorum.bootstrap.servers {config.bootstrap_servers}: no controller "
+                f"said who votes ({error.message}); bootstrap servers join a running quorum, "
+                "the first controllers of a cluster take controller.quorum.voters"
+            ) from error
         log.warning("the quorum did not say who votes (%s): starting with %s", error, static)
         learned = []
     finally:
         client.close()
+    if not learned and not static:
+        raise ConfigError(
+            f"controller.quorum.bootstrap.servers {config.bootstrap_servers}: the quorum "
+            "named no voters yet; retry once it has an active controller"
+        )
+    log.info("joining the quorum of voters %s", [v.node_id for v in learned or static])
     return learned or static
 
 
@@ -145,7 +161,7 @@ def start_broker(config: NodeConfig, metrics: NodeMetrics) -> Broker:
         port=port,
         rack=config.broker_rack,
         cluster_id=config.cluster_id,
-        controller_addresses=[v.address for v in config.voters],
+        controller_addresses=config.controller_addresses,
         heartbeat_interval_ms=config.broker_heartbeat_interval_ms,
         controlled_shutdown_timeout_ms=config.controlled_shutdown_timeout_ms,
         fault_produce_drop_response_every=config.fault_produce_drop_response_every,
@@ -154,6 +170,7 @@ def start_broker(config: NodeConfig, metrics: NodeMetrics) -> Broker:
             replica_lag_time_max_ms=config.replica_lag_time_max_ms,
             log_retention_check_interval_ms=config.log_retention_check_interval_ms,
             log_cache_tail_bytes=config.log_cache_tail_bytes,
+            static_broker_configs=tuple(sorted(config.static_broker_configs.items())),
         ),
         fetcher=FetcherConfig(
             replica_fetch_max_bytes=config.replica_fetch_max_bytes,
@@ -176,6 +193,20 @@ def start_broker(config: NodeConfig, metrics: NodeMetrics) -> Broker:
                 max_session_timeout_ms=config.group_max_session_timeout_ms,
                 initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
                 max_size=config.group_max_size,
+            ),
+        ),
+        transactions=TransactionConfig(
+            state_log_num_partitions=config.transaction_state_log_num_partitions,
+            state_log_replication_factor=config.transaction_state_log_replication_factor,
+            state_log_min_isr=config.transaction_state_log_min_isr,
+            state_log_segment_bytes=config.transaction_state_log_segment_bytes,
+            max_timeout_ms=config.transaction_max_timeout_ms,
+            id_expiration_ms=config.transactional_id_expiration_ms,
+            abort_timed_out_interval_ms=(
+                config.transaction_abort_timed_out_transaction_cleanup_interval_ms
+            ),
+            remove_expired_interval_ms=(
+                config.transaction_remove_expired_transaction_cleanup_interval_ms
             ),
         ),
     )

@@ -1,10 +1,12 @@
 """Brokers that come and go: what ``raftlog cluster remove-node`` and ``rebalance-leaders`` do.
 
 - :func:`drain_broker` moves every replica off a broker with reassignments
-  (:func:`metadata_quorum.rebalance.plan_drain`: only the replicas on it move) and waits until
-  none is left, also of partitions created on it meanwhile;
-- :func:`decommission` drains a local cluster's broker-only node, stops it (SIGTERM: its
-  controlled shutdown moves any leadership away and fences it) and unregisters it;
+  (:func:`metadata_quorum.rebalance.plan_drain`: only the replicas on it move, onto brokers
+  that are not cordoned) and waits until none is left;
+- :func:`decommission` cordons a local cluster's broker-only node (so that no new partition is
+  placed on it while it drains: a drain would otherwise chase new topics), drains it, stops it
+  (SIGTERM: its controlled shutdown moves any leadership away and fences it) and unregisters
+  it. A drain that fails leaves the cordon in place: ``raftlog cluster uncordon N`` lifts it;
 - :func:`rebalance_leaders` runs a preferred election of every partition (Kafka's
   ``kafka-leader-election --election-type PREFERRED --all-topic-partitions``) and says what moved.
 
@@ -63,9 +65,10 @@ def drain_broker(
     timeout_s: float,
     on_start: Callable[[Moves], None] = lambda moves: None,
 ) -> Moves:
-    """Move every replica off ``broker_id`` onto the other usable brokers and return once no
-    partition has one there (every topic, internal ones too). Partitions created on it while it
-    drains are moved as well. Returns the moves started, ``on_start`` hears of each round's.
+    """Move every replica off ``broker_id`` onto the other usable, uncordoned brokers and
+    return once no partition has one there (every topic, internal ones too). Partitions created
+    on it while it drains (it was not cordoned first) are moved as well. Returns the moves
+    started, ``on_start`` hears of each round's.
     Raises the first refused move (KafkaError) or TimeoutError naming what is left."""
     deadline = time.monotonic() + timeout_s
     started: Moves = {}
@@ -76,12 +79,10 @@ def drain_broker(
             return started
         targets = _targets(described)
         if any(broker_id in target for target in targets.values()):
-            usable = [
-                b.broker_id
-                for b in admin.describe_cluster().brokers
-                if not b.fenced and not b.in_controlled_shutdown
-            ]
-            plan = plan_drain(targets, broker_id, usable)
+            brokers = admin.describe_cluster().brokers
+            usable = [b.broker_id for b in brokers if not b.fenced and not b.in_controlled_shutdown]
+            cordoned = [b.broker_id for b in brokers if b.cordoned]
+            plan = plan_drain(targets, broker_id, usable, cordoned)
             errors = admin.alter_partition_reassignments(plan)
             for tp, error in sorted(errors.items()):
                 if error is not None:
@@ -132,6 +133,8 @@ def decommission(
         moves: Moves = {}
         drained = True
         if registered:
+            admin.cordon_broker(node_id)
+            report(f"broker {node_id} cordoned: no new replicas are placed on it")
             try:
                 moves = drain_broker(admin, node_id, timeout_s, on_start)
             except (KafkaError, TimeoutError) as error:

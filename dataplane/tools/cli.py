@@ -36,7 +36,9 @@ from dataplane.tools.local_cluster import LocalCluster, detached_launcher
 from dataplane.tools.partition_commands import partitions_app
 from dataplane.tools.quorum_commands import quorum_app
 from dataplane.tools.storage_demo import run_demo
+from dataplane.tools.transaction_commands import transactions_app
 from raftlog.batch import HEADER_SIZE, read_header
+from raftlog.config import ConfigError
 from raftlog.records import decode_batch
 
 app = typer.Typer(help="raftlog: a Kafka-style streaming log.", no_args_is_help=True)
@@ -49,6 +51,7 @@ app.add_typer(cluster_app, name="cluster")
 app.add_typer(group_app, name="group")
 app.add_typer(partitions_app, name="partitions")
 app.add_typer(quorum_app, name="quorum")
+app.add_typer(transactions_app, name="transactions")
 register_client_commands(app)
 console = Console()
 CLUSTER_ROOT = Path(".raftlog/cluster")
@@ -89,7 +92,11 @@ def node(
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    run(NodeConfig.load(config))
+    try:
+        run(NodeConfig.load(config))
+    except ConfigError as error:  # a bad file, or bootstrap servers that lead to no quorum
+        print(f"error: {error.message}", file=sys.stderr)
+        raise typer.Exit(1) from error
 
 
 @cluster_app.command("up")
@@ -178,7 +185,8 @@ def cluster_remove_node(
     ] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Move every replica off a broker-only node, stop it (controlled shutdown), unregister it."""
+    """Cordon a broker-only node, move every replica off it, stop it (controlled shutdown),
+    unregister it."""
     cluster = _existing_cluster(root)
     try:
         cluster.spec(node_id)
@@ -191,9 +199,15 @@ def cluster_remove_node(
             for tp, (replicas, target) in sorted(moves.items()):
                 console.print(f"  {tp.topic}-{tp.partition}: {_ids(replicas)} -> {_ids(target)}")
 
+    def report(line: str) -> None:  # with --json, stdout carries the document alone
+        if as_json:
+            print(line, file=sys.stderr)
+        else:
+            console.print(line)
+
     with kafka_errors():
         try:
-            done = decommission(cluster, node_id, timeout_s, force, started, console.print)
+            done = decommission(cluster, node_id, timeout_s, force, started, report)
         except (ValueError, TimeoutError) as error:
             print(f"error: {error}", file=sys.stderr)
             raise typer.Exit(1) from error
@@ -218,6 +232,39 @@ def cluster_remove_node(
 
 def _ids(ids: tuple[int, ...]) -> str:
     return ",".join(map(str, ids))
+
+
+def _set_cordon(broker_id: int, cordoned: bool, bootstrap: str, as_json: bool) -> None:
+    with kafka_errors(), AdminClient(servers(bootstrap)) as admin:
+        admin.cordon_broker(broker_id, cordoned)
+        hosted = sum(
+            broker_id in p.replicas for t in admin.describe_topics().values() for p in t.partitions
+        )
+    if as_json:
+        print_json({"broker": broker_id, "cordoned": cordoned, "replicas": hosted})
+    elif cordoned:
+        console.print(
+            f"broker {broker_id} cordoned: no new replicas are placed on it; it keeps its "
+            f"replicas ({hosted}) and their leaderships"
+        )
+    else:
+        console.print(f"broker {broker_id} uncordoned: new replicas may be placed on it")
+
+
+@cluster_app.command("cordon")
+def cluster_cordon(
+    broker_id: int, bootstrap: BootstrapOption = DEFAULT_BOOTSTRAP, as_json: JsonOption = False
+) -> None:
+    """Place no new replicas on a broker (it keeps its own); remove-node does this first."""
+    _set_cordon(broker_id, True, bootstrap, as_json)
+
+
+@cluster_app.command("uncordon")
+def cluster_uncordon(
+    broker_id: int, bootstrap: BootstrapOption = DEFAULT_BOOTSTRAP, as_json: JsonOption = False
+) -> None:
+    """Lift a broker's cordon: placement may put new replicas on it again."""
+    _set_cordon(broker_id, False, bootstrap, as_json)
 
 
 @cluster_app.command("rebalance-leaders")

@@ -114,6 +114,13 @@ COMPRESSION_TYPES: dict[CompressionChoice, CompressionType] = {
     CompressionChoice.LZ4: "lz4",
     CompressionChoice.ZSTD: "zstd",
 }
+
+
+class IsolationChoice(enum.StrEnum):
+    READ_UNCOMMITTED = "read_uncommitted"
+    READ_COMMITTED = "read_committed"
+
+
 AcksOption = Annotated[AcksChoice, typer.Option("--acks")]
 CompressionOption = Annotated[CompressionChoice, typer.Option("--compression")]
 
@@ -543,6 +550,13 @@ def consume(
         str | None,
         typer.Option("--group", help="consume as a member of this group, committing offsets"),
     ] = None,
+    isolation_level: Annotated[
+        IsolationChoice,
+        typer.Option(
+            "--isolation-level",
+            help="read_committed: only committed transactions' records, up to the LSO",
+        ),
+    ] = IsolationChoice.READ_UNCOMMITTED,
     bootstrap: BootstrapOption = DEFAULT_BOOTSTRAP,
     as_json: JsonOption = False,
 ) -> None:
@@ -555,7 +569,12 @@ def consume(
         raise typer.BadParameter("--group takes no --offset or --partition: the group assigns")
     with kafka_errors():
         reset: Literal["earliest", "latest"] = "earliest" if from_beginning else "latest"
-        with Consumer(servers(bootstrap), auto_offset_reset=reset, group_id=group) as consumer:
+        with Consumer(
+            servers(bootstrap),
+            auto_offset_reset=reset,
+            group_id=group,
+            isolation_level=isolation_level.value,
+        ) as consumer:
             if group is not None:
                 consumer.subscribe([topic])
             else:

@@ -1,6 +1,7 @@
 """What ``raftlog cluster status`` shows: each node's pid, controller role (``broker`` for a
 broker-only node), Raft match index and lag as the active controller sees them, and broker state
-(unfenced, fenced, shutting down) from the active controller."""
+(unfenced, fenced, shutting down; ``cordoned`` added when it takes no new replicas) from the
+active controller."""
 
 from __future__ import annotations
 
@@ -80,9 +81,10 @@ def _broker_states(client: ControllerClient) -> dict[int, str]:
         described = client.call("DescribeCluster", pb.DescribeClusterRequest(), deadline_s=3.0)
     except KafkaError:  # no active controller: the broker column stays "-"
         return {}
-    return {
-        b.broker_id: "shutting down"
-        if b.in_controlled_shutdown
-        else ("fenced" if b.fenced else "unfenced")
-        for b in described.brokers
-    }
+    states = {}
+    for b in described.brokers:
+        state = (
+            "shutting down" if b.in_controlled_shutdown else ("fenced" if b.fenced else "unfenced")
+        )
+        states[b.broker_id] = f"{state}, cordoned" if b.cordoned else state
+    return states

@@ -1,14 +1,17 @@
 """``raftlog group``: list, describe, reset the offsets of and delete consumer groups.
 
 Like Kafka's kafka-consumer-groups: ``describe`` shows per partition the committed offset, the
-log end offset (the high watermark), the lag and the owning member; ``reset-offsets`` prints
+log end offset (the high watermark), the lag and the owning member; with ``--isolation-level
+read_committed`` the end is the last stable offset instead (what a read_committed member can
+read up to: the first offset of the earliest open transaction), so a group that reads
+read_committed shows no lag for records it cannot see yet; ``reset-offsets`` prints
 its plan and applies it only with ``--execute``, and only while the group has no members.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.table import Table
@@ -80,24 +83,36 @@ def _rows(
     return rows
 
 
+IsolationLevel = Literal["read_uncommitted", "read_committed"]
+
+
 @group_app.command("describe")
 def group_describe(
     group: Annotated[str, typer.Argument(help="the group id")],
+    isolation_level: Annotated[
+        IsolationLevel,
+        typer.Option(
+            "--isolation-level",
+            help="read_committed: lag to the last stable offset (a read_committed group's end)",
+        ),
+    ] = "read_uncommitted",
     bootstrap: BootstrapOption = DEFAULT_BOOTSTRAP,
     as_json: JsonOption = False,
 ) -> None:
-    """Members, assignment, committed offset, log end and lag per partition."""
+    """Members, assignment, committed offset, log end (or last stable offset) and lag per
+    partition."""
     with kafka_errors(), AdminClient(servers(bootstrap)) as admin:
         description = admin.describe_groups([group])[group]
         committed = {tp: o.offset for tp, o in admin.list_group_offsets(group).items()}
         owned = {tp for m in description.members for tp in m.assignment}
-        with Consumer(servers(bootstrap)) as consumer:
+        with Consumer(servers(bootstrap), isolation_level=isolation_level) as consumer:
             ends = consumer.end_offsets(sorted(set(committed) | owned))
     rows = _rows(description, committed, ends)
     if as_json:
         print_json(
             {
                 "group": group,
+                "isolation_level": isolation_level,
                 "state": description.state,
                 "type": description.group_type,
                 "group_epoch": description.group_epoch,
@@ -123,8 +138,8 @@ def group_describe(
         f"{description.group_epoch}, "
         f"{len(description.members)} members, coordinator {description.coordinator_id}"
     )
-    table = Table("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "MEMBER-ID",
-                  "CLIENT-ID")  # fmt: skip
+    end = "LAST-STABLE-OFFSET" if isolation_level == "read_committed" else "LOG-END-OFFSET"
+    table = Table("TOPIC", "PARTITION", "CURRENT-OFFSET", end, "LAG", "MEMBER-ID", "CLIENT-ID")
     for row in rows:
         table.add_row(*("-" if v is None else str(v) for v in row.values()))
     console.print(table)

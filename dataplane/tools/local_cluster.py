@@ -220,13 +220,20 @@ class LocalCluster:
         return [self.kafka_address(s.node_id) for s in self.specs]
 
     def config(self, spec: NodeSpec) -> NodeConfig:
-        controller = (
-            f"CONTROLLER://{spec.host}:{self.port}," if spec in self.controller_specs else ""
+        """The node's configuration. A controller names the voters; a broker-only node (one
+        ``add_node`` started, say) only some controllers, ``controller.quorum.bootstrap.servers``
+        (KIP-853), and learns the voters from the metadata."""
+        voting = spec in self.controller_specs
+        controller = f"CONTROLLER://{spec.host}:{self.port}," if voting else ""
+        quorum = (
+            ("controller.quorum.voters", self.voters)
+            if voting
+            else ("controller.quorum.bootstrap.servers", ",".join(self.controller_addresses))
         )
         values: dict[str, object] = {
             "node.id": spec.node_id,
             "process.roles": self.roles_of(spec),
-            "controller.quorum.voters": self.voters,
+            quorum[0]: quorum[1],
             "listeners": (
                 f"BROKER://{spec.host}:{self.port - 1},{controller}"
                 f"METRICS://{spec.host}:{self.port + 2},KAFKA://{spec.host}:{self.port + 3}"
@@ -236,6 +243,22 @@ class LocalCluster:
         }
         values.update(self.overrides)
         return NodeConfig.parse(values)
+
+    def new_controller_config(self, node_id: int, host: str, directory: Path) -> str:
+        """The node.toml (text) of a controller that is not a voter yet, on ``host`` at the
+        cluster's ports, its data under ``directory``: controller role only, the cluster's first
+        voters in ``controller.quorum.voters``. Start it, then add it with AddRaftVoter
+        (``raftlog quorum add-controller``, KIP-853; the chaos harness's membership fault)."""
+        values: dict[str, object] = {
+            "node.id": node_id,
+            "process.roles": "controller",
+            "controller.quorum.voters": self.voters,
+            "listeners": f"CONTROLLER://{host}:{self.port}",
+            "log.dirs": str(directory / "data"),
+            **LOCAL_DEFAULTS,
+            **self.overrides,
+        }
+        return NodeConfig.parse(values).to_toml()
 
     def spec(self, node_id: int) -> NodeSpec:
         """The node's spec (one another command added too: cluster.json is read again)."""

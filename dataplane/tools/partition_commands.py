@@ -3,7 +3,8 @@ kafka-reassign-partitions does, with the same JSON plan.
 
 - ``--generate --brokers 1,2,3,4 --topics t1,t2`` prints the current assignment and a proposed
   one, balanced over the brokers and moving as few replicas as it can
-  (:mod:`metadata_quorum.rebalance`; Kafka's tool places every partition afresh);
+  (:mod:`metadata_quorum.rebalance`; Kafka's tool places every partition afresh); a cordoned
+  broker (``raftlog cluster cordon``) gets no new replica;
 - ``--execute --plan FILE`` starts the moves and prints the current assignment to keep for a
   rollback; with ``--throttle BYTES`` it first bounds their catch-up traffic, as Kafka's tool
   does: ``leader.replication.throttled.rate`` and ``follower.replication.throttled.rate`` on
@@ -269,13 +270,17 @@ def _generate(
     admin: AdminClient, brokers: list[int], topics: list[str] | None, as_json: bool
 ) -> None:
     current = current_assignment(admin, topics)
-    proposed = plan_reassignment(current, brokers)
+    cordoned = sorted(b.broker_id for b in admin.describe_cluster().brokers if b.cordoned)
+    proposed = plan_reassignment(current, brokers, cordoned)
     if as_json:
         print_json({"current": plan_document(current), "proposed": plan_document(proposed)})
         return
     moved = sum(len(set(proposed[tp]) - set(current[tp])) for tp in current)
     console.print("Current partition replica assignment")
     print(json.dumps(plan_document(current)))
+    shown = [b for b in cordoned if b in brokers]
+    if shown:
+        console.print(f"\nBrokers {shown} are cordoned: they keep replicas but get no new one")
     console.print(f"\nProposed partition reassignment configuration ({moved} replicas move)")
     print(json.dumps(plan_document(proposed)))
 

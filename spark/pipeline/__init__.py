@@ -23,9 +23,10 @@ How the run is made deterministic and short:
   one event an hour of event time later; the watermark moves past every real window, which
   are all written in the next (no-data) micro-batch. The flush event's own window never
   closes, so it is never written, and it is not in the log.
-- **The job is stopped between micro-batches.** The raftlog sink is at-least-once, like
-  Spark's Kafka sink: a batch interrupted after some of its tasks wrote would be run again on
-  restart and write those windows twice (the checker would report them). So the run stops the
-  query when no trigger is active; the checkpoint's commit log then says exactly which batches
-  are done, and the restarted query resumes from the next, with the windows' state.
+- **The sink is exactly once and the checker reads committed.** Each micro-batch's windows
+  commit in transactions with the batch (``spark/_writer.py``): a batch interrupted after some
+  of its tasks wrote is run again on restart without writing those windows twice, so a window
+  written twice is a failure the checker reports. The run still stops the query when no
+  trigger is active (a clean stop: nothing is left prepared); the restarted query resumes from
+  the checkpoint's next batch, with the windows' state.
 """

@@ -4,7 +4,8 @@ from the generator's log.
 Ground truth: every logged (acknowledged) event counted in its tumbling window
 ``[ts - ts % window, ... + window)`` per page; the flush event is not in the log. The job's
 output is one record per (window, page) with value
-``{"window_start_ms", "window_end_ms", "page", "count"}``. :func:`compare` is pure and names
+``{"window_start_ms", "window_end_ms", "page", "count"}``, read as committed (the sink writes
+in transactions). :func:`compare` is pure and names
 each problem: a (window, page) written more than once (and the counts each copy carried), one
 expected but never written, one written with the wrong count, one written that no logged
 event explains, and a window of the wrong length.
@@ -124,12 +125,36 @@ def read_log(path: Path) -> list[LoggedEvent]:
         return [LoggedEvent.from_line(line) for line in lines if line.strip()]
 
 
+def _wait_for_markers(
+    bootstrap_servers: Sequence[str], consumer: Consumer, tps: list[tuple[str, int]]
+) -> None:
+    """Until the last stable offsets reach the high watermarks: the job's last commit returned
+    once the coordinator accepted it, the markers that make its records readable follow. A
+    transaction still open after the deadline (a job stopped in the middle of a batch) holds
+    its partitions' last stable offsets: the checker then reads up to them and reports what is
+    missing."""
+    with Consumer(list(bootstrap_servers)) as uncommitted:
+        try:
+            wait_for(
+                "the markers of the job's transactions",
+                lambda: consumer.end_offsets(tps) == uncommitted.end_offsets(tps),
+                READ_DEADLINE_S,
+            )
+        except TimeoutError:
+            return
+
+
 def read_results(bootstrap_servers: Sequence[str], topic: str) -> list[WindowCount]:
-    """Every record of ``topic`` below the high watermarks, as window counts."""
+    """Every committed record of ``topic`` (read_committed, up to the last stable offsets),
+    as window counts: what the job's readers see. The sink is exactly-once, so a window
+    written twice is a duplicate the checker reports, not the sink's expected retry."""
     written: list[WindowCount] = []
-    with Consumer(list(bootstrap_servers), auto_offset_reset="earliest") as consumer:
+    with Consumer(
+        list(bootstrap_servers), auto_offset_reset="earliest", isolation_level="read_committed"
+    ) as consumer:
         tps = [(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
         consumer.assign(tps)
+        _wait_for_markers(bootstrap_servers, consumer, tps)
         ends = consumer.end_offsets(tps)
 
         def read_to_end() -> bool:

@@ -4,8 +4,10 @@
 grouped into tumbling ``window_s``-second windows of their event time per page, with a
 watermark ``watermark_delay_s`` behind the latest event time seen; in append mode a window is
 written once, to ``page-counts`` through the ``raftlog`` sink, in the first micro-batch after
-the watermark passed its end. The checkpoint holds the source offsets and the windows' state,
-so a query started again on the same checkpoint continues where the last one stopped.
+the watermark passed its end. The sink is exactly once (each micro-batch's records commit in
+transactions with the batch, see ``spark/_writer.py``): read ``page-counts`` read_committed.
+The checkpoint holds the source offsets and the windows' state, so a query started again on
+the same checkpoint continues where the last one stopped.
 """
 
 from __future__ import annotations
@@ -69,6 +71,8 @@ def start(session: SparkSession, settings: JobSettings) -> StreamingQuery:
         .writeStream.format("raftlog")
         .option("raftlog.bootstrap.servers", settings.bootstrap_servers)
         .option("topic", settings.sink_topic)
+        .option("exactlyOnce", "true")
+        .option("transactionalIdPrefix", f"page-counts-of-{settings.source_topic}")
         .option("checkpointLocation", str(settings.checkpoint))
         .outputMode("append")
         .queryName(f"page-counts-of-{settings.source_topic}")
@@ -86,10 +90,9 @@ def raise_if_failed(query: StreamingQuery) -> None:
 
 
 def stop_between_batches(query: StreamingQuery) -> None:
-    """Stop the query while no micro-batch runs. The raftlog sink is at-least-once (as
-    Kafka's): a stop that interrupted a batch after some of its tasks wrote would make the
-    restarted query write that batch's windows again. Between batches, the checkpoint's
-    commit log says exactly which batches are done."""
+    """Stop the query while no micro-batch runs: a clean stop, though with the exactly-once
+    sink a stop in the middle of a batch is safe too (its prepared transactions are aborted, or
+    found committed by the restarted query, which then skips them)."""
 
     def idle() -> bool:
         raise_if_failed(query)

@@ -24,7 +24,14 @@ from dataplane.client import AdminClient, Closing, Consumer, NewTopic, Producer
 from dataplane.client.admin import raise_for_errors
 from dataplane.tools.local_cluster import wait_for
 from spark.pipeline import job
-from spark.pipeline.checker import CheckReport, compare, ground_truth, read_log, read_results
+from spark.pipeline.checker import (
+    POLL_MS,
+    CheckReport,
+    compare,
+    ground_truth,
+    read_log,
+    read_results,
+)
 from spark.pipeline.events import EventTime, LoggedEvent, flush_event, generate
 
 CLICKS = "clicks"
@@ -159,15 +166,22 @@ def _batches(query: StreamingQuery) -> int:
 
 
 class _Written:
-    """How many records ``page-counts`` holds (the sum of its high watermarks)."""
+    """How many committed records ``page-counts`` holds, read as its readers do
+    (read_committed). Not the sum of its high watermarks: the sink is transactional, and every
+    transaction's commit marker takes an offset of each partition it wrote."""
 
     def __init__(self, servers: Sequence[str]) -> None:
-        self.consumer = Consumer(list(servers))
+        self.consumer = Consumer(
+            list(servers), auto_offset_reset="earliest", isolation_level="read_committed"
+        )
         partitions = sorted(self.consumer.partitions_for_topic(PAGE_COUNTS))
-        self.tps = [(PAGE_COUNTS, p) for p in partitions]
+        self.consumer.assign([(PAGE_COUNTS, p) for p in partitions])
+        self.count = 0
 
     def __call__(self) -> int:
-        return sum(self.consumer.end_offsets(self.tps).values())
+        polled = self.consumer.poll(timeout_ms=POLL_MS)
+        self.count += sum(len(records) for records in polled.values())
+        return self.count
 
     def wait(self, query: StreamingQuery, at_least: int, deadline_s: float) -> bool:
         """Until at least ``at_least`` records are written (True) or the deadline (False)."""

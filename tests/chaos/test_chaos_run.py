@@ -2,10 +2,12 @@
 kind, and not one finding.
 
 The run is the real command in its own process: it starts its own cluster on 127.0.0.131-133
-(the addresses reserved for this module) as node users, cuts it with real iptables rules and
-stops everything it started. If the test times out or fails, the run is interrupted (SIGINT,
-which the harness answers by healing and stopping its nodes) and, as a last resort, the run and
-every node process it recorded are killed by pid. If this test's own process is killed, the run
+and a membership fault's new controller on 127.0.0.137 as node users (the addresses reserved
+for this module and tests/chaos/test_voter_changes.py, which share an xdist group; 134-135 are
+tests/chaos/test_faults.py's), cuts it with real iptables rules and stops everything it
+started. If the test times out or fails, the run is interrupted (SIGINT, which the harness
+answers by healing and stopping its nodes) and, as a last resort, the run and every node
+process it recorded are killed by pid. If this test's own process is killed, the run
 gets the same SIGINT from the kernel (`popen_owned`'s death signal).
 """
 
@@ -29,6 +31,7 @@ from dataplane.tools.owned_process import popen_owned
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.timeout(900),
+    pytest.mark.xdist_group("chaos_run"),  # tests/chaos/test_voter_changes.py: the same addresses
     pytest.mark.skipif(os.geteuid() != 0, reason="iptables and node users need root"),
 ]
 REPO = Path(__file__).resolve().parents[2]
@@ -52,7 +55,8 @@ def chaos_run(tmp_path: Path) -> Iterator[tuple[subprocess.CompletedProcess[str]
     argv = [
         sys.executable, "-m", "dataplane.tools.cli", "chaos", "run", "--seed", str(SEED),
         "--duration", "90s", "--faults", ",".join(FAULT_KINDS), "--nodes", "3",
-        "--first-host", "131", "--report", str(report), "--work-dir", str(work_dir),
+        "--first-host", "131", "--spare-host", "137", "--report", str(report),
+        "--work-dir", str(work_dir),
     ]  # fmt: skip
     proc = popen_owned(
         argv, death_signal=signal.SIGINT, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT

@@ -10,12 +10,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from chaos.faults import FaultInjector
+from chaos.history import TXN_FAULT_KINDS
 from chaos.network import NetworkFaults, NodeIdentity, ensure_node_identity, node_user_name, spawn
 from chaos.schedule import PlannedFault
 from dataplane.tools.local_cluster import wait_for
@@ -122,3 +123,65 @@ def test_a_fault_aimed_at_nobody_does_nothing(nodes: SleepingNodes) -> None:
         active = injector.inject(fault, controller=lambda: -1, leader=lambda p: -1)
         assert active.nodes == []
         assert all(nodes.pid(n) is not None for n in (1, 2))
+
+
+def test_a_membership_fault_acts_through_the_voter_changes_it_is_given(
+    nodes: SleepingNodes,
+) -> None:
+    healed: list[int] = []
+
+    def voters(fault: PlannedFault) -> tuple[list[int], str, Callable[[], None]]:
+        return [4], f"add controller 4 ({fault.change})", lambda: healed.append(fault.id)
+
+    with (
+        NetworkFaults(identities_of(nodes)) as network,
+        FaultInjector(nodes, nodes.identities, network) as injector,
+    ):
+        fault = PlannedFault(id=3, kind="membership", at_s=0, length_s=1, change="add")
+        with pytest.raises(ValueError, match="membership"):
+            injector.inject(fault, controller=lambda: -1, leader=lambda p: -1)
+        active = injector.inject(fault, controller=lambda: -1, leader=lambda p: -1, voters=voters)
+        assert (active.nodes, active.detail) == ([4], "add controller 4 (add)")
+        active.heal()
+        assert healed == [3]
+        assert all(nodes.pid(n) is not None for n in (1, 2)), "no node was touched"
+
+
+def test_transaction_faults_kill_the_victim_they_are_given(nodes: SleepingNodes) -> None:
+    """txn-coordinator-kill and output-leader-kill SIGKILL the node the transactions workload
+    names (chaos/transactions.py) and start it again; transformer-kill acts through the
+    workload; without the workload's hooks they are refused."""
+    old = nodes.pid(1)
+    healed: list[int] = []
+
+    def transformers(fault: PlannedFault) -> tuple[list[int], str, Callable[[], None]]:
+        return [], f"SIGKILL transformer {fault.node}", lambda: healed.append(fault.id)
+
+    with (
+        NetworkFaults(identities_of(nodes)) as network,
+        FaultInjector(nodes, nodes.identities, network) as injector,
+    ):
+        for kind in TXN_FAULT_KINDS:
+            refused = PlannedFault(id=1, kind=kind, at_s=0, length_s=1)
+            with pytest.raises(ValueError, match=kind):
+                injector.inject(refused, controller=lambda: -1, leader=lambda p: -1)
+        fault = PlannedFault(id=2, kind="output-leader-kill", at_s=0, length_s=1, partition=4)
+        active = injector.inject(
+            fault, controller=lambda: -1, leader=lambda p: -1, victim=lambda f: 1
+        )
+        assert (active.nodes, active.detail) == ([1], "SIGKILL 1 (leader of output partition 4)")
+        wait_for("node 1 to die", lambda: nodes.pid(1) is None, 10)
+        active.heal()
+        assert nodes.pid(1) not in (None, old)
+        nobody = PlannedFault(id=3, kind="txn-coordinator-kill", at_s=0, length_s=1)
+        missed = injector.inject(
+            nobody, controller=lambda: -1, leader=lambda p: -1, victim=lambda f: -1
+        )
+        assert missed.nodes == [] and "nobody" in missed.detail
+        killed = PlannedFault(id=4, kind="transformer-kill", at_s=0, length_s=1, node=1)
+        active = injector.inject(
+            killed, controller=lambda: -1, leader=lambda p: -1, transformers=transformers
+        )
+        assert (active.nodes, active.detail) == ([], "SIGKILL transformer 1")
+        active.heal()
+        assert healed == [4]

@@ -7,7 +7,15 @@ from hypothesis import strategies as st
 
 from chaos.history import FAULT_KINDS, FaultKind
 from chaos.runner import parse_duration
-from chaos.schedule import LENGTH_S, PlannedFault, phases, plan, reassign_target, split_sides
+from chaos.schedule import (
+    LENGTH_S,
+    VOTERS_MIN,
+    PlannedFault,
+    phases,
+    plan,
+    reassign_target,
+    split_sides,
+)
 
 ALL = list(FAULT_KINDS)
 
@@ -41,7 +49,7 @@ def test_faults_come_one_at_a_time_between_warm_up_and_cool_down(
 
 
 def test_a_ninety_second_run_injects_every_kind() -> None:
-    for seed in range(20):
+    for seed in range(200):
         assert {f.kind for f in plan(seed, 90, ALL, 3, 6)} == set(ALL), seed
 
 
@@ -66,3 +74,21 @@ def test_a_reassign_brings_in_an_outsider_or_shrinks() -> None:
     assert reassign_target((1, 2, 3), [1, 2, 3, 4, 5], fault) == (4, 1, 3)
     # three nodes hold every replica: the partition shrinks by one (the heal moves it back)
     assert reassign_target((3, 1, 2), [1, 2, 3], fault) == (3, 2)
+
+
+def test_the_ci_seed_plans_a_membership_fault_within_ninety_seconds() -> None:
+    faults = plan(20261123, 90, ALL, 3, 6)  # tests/chaos/test_chaos_run.py's run
+    assert {f.kind for f in faults} == set(ALL)
+    assert faults[-1].end_s <= 90 - phases(90)[1]
+
+
+def test_a_run_too_short_for_every_kind_still_gets_faults() -> None:
+    # 30 s has room for two or three faults, not eight: no room is kept for the rest
+    assert len(plan(1, 30, ALL, 3, 6)) >= 2
+
+
+def test_a_membership_fault_removes_a_voter_only_where_enough_are_left() -> None:
+    for nodes in range(3, 10):
+        changes = {f.change for f in plan(7, 1200, ["membership"], nodes, 6)}
+        assert changes == ({"add"} if nodes - 1 < VOTERS_MIN else {"add", "remove"}), nodes
+    assert {f.change for f in plan(7, 1200, ["kill"], 5, 6)} == {"add"}  # not drawn

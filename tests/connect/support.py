@@ -91,3 +91,46 @@ def lines(path: Path) -> list[str]:
         return []
     data = path.read_bytes()
     return data[: data.rfind(b"\n") + 1].decode().splitlines()
+
+
+class MirrorProcess:
+    """One ``raftlog mirror`` process (``args`` after ``raftlog mirror``, its REST server at
+    ``url``), stopped by its pid. Unbuffered, so its last log lines survive a SIGKILL."""
+
+    def __init__(self, url: str, log_path: Path, args: list[str]) -> None:
+        self.url = url
+        self.log_path = log_path
+        self.args = [*RAFTLOG, "mirror", *args, "--listeners", url]
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+        with self.log_path.open("ab") as log:
+            self.process = popen_owned(self.args, env=env, stdout=log,
+                                       stderr=subprocess.STDOUT)  # fmt: skip
+        wait_for("the mirror's connectors", self._configured, 90)
+
+    def _configured(self) -> bool:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise AssertionError(f"the mirror exited: {self.log_path.read_text()[-3000:]}")
+        try:
+            answer = httpx.get(self.url + "/connectors", timeout=2)
+        except httpx.HTTPError:
+            return False
+        return answer.status_code == 200 and len(answer.json()) == 2
+
+    def kill(self) -> None:
+        assert self.process is not None
+        os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.kill(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            os.kill(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)

@@ -257,7 +257,10 @@ class RecordingRuntime:
     def set_target_state(self, name: str, state: str) -> None:
         self.calls.append(("target", name, state))
 
-    def start_task(self, task: ConnectorTaskId, config: Any, task_config: Any, target: str) -> None:
+    def start_task(
+        self, task: ConnectorTaskId, config: Any, task_config: Any, target: str,
+        task_count: int | None = None,
+    ) -> None:  # fmt: skip
         self.calls.append(("start_task", str(task), task_config["files"], target))
 
     def stop_tasks(self, ids: Any, *, unassigned: bool = False) -> None:

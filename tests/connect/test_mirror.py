@@ -13,8 +13,6 @@ and grows when the source grows; the lag report reaches zero.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import threading
 from collections import Counter
@@ -29,8 +27,7 @@ import pytest
 from dataplane.client import AdminClient, Consumer, Producer, TopicPartition
 from dataplane.client.admin import ConfigResource, ResourceType
 from dataplane.tools.local_cluster import LocalCluster, free_port, wait_for
-from dataplane.tools.owned_process import popen_owned
-from tests.connect.support import CLUSTER_OVERRIDES, RAFTLOG, REPO
+from tests.connect.support import CLUSTER_OVERRIDES, RAFTLOG, MirrorProcess
 from tests.dataplane.cluster_support import create_topic, running_cluster
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("mirror")]
@@ -58,58 +55,23 @@ def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalCl
         yield source, target
 
 
-class Mirror:
+class Mirror(MirrorProcess):
     """One ``raftlog mirror`` process, stopped by its pid."""
 
     def __init__(self, root: Path, source: LocalCluster, target: LocalCluster) -> None:
-        self.url = f"http://{MIRROR_HOST}:{free_port(MIRROR_HOST)}"
-        self.log_path = root / "mirror.log"
-        self.args = [
-            *RAFTLOG, "mirror",
+        url = f"http://{MIRROR_HOST}:{free_port(MIRROR_HOST)}"
+        super().__init__(url, root / "mirror.log", [
             "--source-bootstrap", ",".join(source.bootstrap_servers),
             "--target-bootstrap", ",".join(target.bootstrap_servers),
             "--source-alias", ALIAS, "--topics", "orders", "--topics-regex", "late-.*",
-            "--groups", GROUP, "--tasks-max", "2", "--listeners", self.url,
+            "--groups", GROUP, "--tasks-max", "2",
             "--set", "refresh.topics.interval.ms=1000", "--set", "offset.lag.max=10",
             "--set", "emit.checkpoints.interval.ms=500",
             "--set", "sync.group.offsets.interval.ms=500",
             "--set", "request.timeout.ms=10000",
             "--worker", "offset.flush.interval.ms=500", "--worker", "session.timeout.ms=3000",
             "--worker", "heartbeat.interval.ms=300", "--worker", "status.metrics.interval.ms=500",
-        ]  # fmt: skip
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        with self.log_path.open("ab") as log:
-            self.process = popen_owned(self.args, env=env, stdout=log,
-                                       stderr=subprocess.STDOUT)  # fmt: skip
-        wait_for("the mirror's connectors", self._configured, 90)
-
-    def _configured(self) -> bool:
-        assert self.process is not None
-        if self.process.poll() is not None:
-            raise AssertionError(f"the mirror exited: {self.log_path.read_text()[-3000:]}")
-        try:
-            answer = httpx.get(self.url + "/connectors", timeout=2)
-        except httpx.HTTPError:
-            return False
-        return answer.status_code == 200 and len(answer.json()) == 2
-
-    def kill(self) -> None:
-        assert self.process is not None
-        os.kill(self.process.pid, signal.SIGKILL)
-        self.process.wait(10)
-
-    def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        os.kill(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            os.kill(self.process.pid, signal.SIGKILL)
-            self.process.wait(10)
+        ])  # fmt: skip
 
     def status(self) -> dict[str, Any]:
         done = subprocess.run([*RAFTLOG, "mirror", "status", "--url", self.url, "--json"],

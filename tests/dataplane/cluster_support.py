@@ -35,22 +35,39 @@ RANGES = {
     "spark": 111,
     "spark_stream": 114,
     "spark_pipeline": 117,
+    "spark_eos": 34,  # tests/spark/test_exactly_once.py: 34-36
     "idempotence": 121,
     "groups": 124,
     "groups_failover": 127,
     "disk_full": 164,
     "kafka": 171,
     "kafka_groups": 174,
+    "kafka_txn": 31,  # tests/dataplane/kafka/test_transactions_kafka.py: 31-33
     "connect": 181,
     "connect_distributed": 184,
     "mirror_source": 191,
     "mirror_target": 194,
+    # tests/connect/test_mirror_exactly_once.py: 37-39 and 44-46, its mirror process on .40
+    "mirror_eos_source": 37,
+    "mirror_eos_target": 44,
     "orphans": 211,  # tests/dataplane/tools/test_orphans.py (its child pytest sessions)
     "reassignment": 231,  # four nodes: 231-234
     "throttle": 224,  # tests/dataplane/broker/test_throttle_cluster.py: four nodes, 224-227
     "elastic_brokers": 246,  # tests/dataplane/broker/test_elastic_brokers.py: up to five, 246-250
     "failover_fencing": 228,  # tests/dataplane/server/test_failover_fencing.py: 228-230
+    "transactions": 204,  # tests/dataplane/coordinator/test_transactions_cluster.py: 204-206
+    "transactions_failover": 207,  # .../coordinator/test_transactions_failover.py: 207-209
+    "transactions_broker": 201,  # tests/dataplane/broker/test_transactions_cluster.py: 201-203
+    "kafka_configs": 221,  # tests/dataplane/kafka/test_kafka_configs.py: 221-223
+    "txn_offsets": 214,  # tests/dataplane/coordinator/test_txn_offsets_cluster.py: 214-216
+    "txn_client": 217,  # tests/dataplane/client/test_transactions_cluster.py: 217-219
+    # tests/dataplane/server/test_bootstrap_servers.py: three nodes and a fourth, 242-245
+    "bootstrap_servers": 242,
     # 127.0.0.236-241 are tests/metadata_quorum/test_controller_membership.py's
+    # 127.0.0.131-133 and 137 (a membership fault's new controller) are tests/chaos/
+    # test_chaos_run.py's and test_voter_changes.py's (one xdist group); 134-135 test_faults.py's
+    # 127.0.0.47-49 are bench/txn_bench.py's (tests/bench/test_txn_bench.py runs it in miniature)
+    # 127.0.0.177-179 (and 180 for its port pick) are tests/chaos/test_chaos_transactions.py's
 }
 
 

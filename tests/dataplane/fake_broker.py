@@ -232,6 +232,18 @@ class FakeBroker(pb_grpc.BrokerServiceServicer):
             self.cluster.next_producer_id += 1
         return pb.InitProducerIdResponse(producer_id=producer_id, producer_epoch=0)
 
+    def WriteTxnMarkers(
+        self, request: pb.WriteTxnMarkersRequest, context: grpc.ServicerContext
+    ) -> pb.WriteTxnMarkersResponse:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "the fake broker keeps no transactions")
+        raise AssertionError("unreachable: abort raises")
+
+    def DescribeProducers(
+        self, request: pb.DescribeProducersRequest, context: grpc.ServicerContext
+    ) -> pb.DescribeProducersResponse:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "the fake broker keeps no producer state")
+        raise AssertionError("unreachable: abort raises")
+
     def Metadata(
         self, request: pb.MetadataRequest, context: grpc.ServicerContext
     ) -> pb.MetadataResponse:

@@ -251,6 +251,12 @@ class FakeController(pb_grpc.ControllerServiceServicer):
         context.abort(grpc.StatusCode.UNIMPLEMENTED, "not faked")
         raise AssertionError("context.abort raises")
 
+    def CordonBroker(
+        self, request: pb.CordonBrokerRequest, context: grpc.ServicerContext
+    ) -> pb.CordonBrokerResponse:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "not faked")
+        raise AssertionError("context.abort raises")
+
     def FetchMetadata(
         self, request: pb.FetchMetadataRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.MetadataUpdate]:

@@ -20,6 +20,7 @@ from metadata_quorum.records import (
     ConfigRecord,
     ConfigResourceType,
     ControllerVoter,
+    CordonBroker,
     Endpoint,
     FenceBroker,
     LeaderChange,
@@ -37,10 +38,11 @@ from metadata_quorum.records import (
 from protos import metadata_pb2 as pb
 
 TOPIC_ID = uuid.UUID("3f2a0c1e-5b6d-4e7f-8a9b-0c1d2e3f4a5b")
+STATIC_CONFIGS = (("follower.replication.throttled.rate", "1000"),)  # its node config file's
 SAMPLE: list[MetadataRecord] = [
     LeaderChange(leader_id=1, term=3),
     RegisterBroker(1, "inc-1", (Endpoint("BROKER", "127.0.0.11", 9092),), "rack-a"),
-    RegisterBroker(2, "inc-2", (Endpoint("BROKER", "127.0.0.12", 9092),), None),
+    RegisterBroker(2, "inc-2", (Endpoint("BROKER", "127.0.0.12", 9092),), None, STATIC_CONFIGS),
     UnfenceBroker(1, 1),
     UnfenceBroker(2, 2),
     TopicRecord("orders", TOPIC_ID),
@@ -55,6 +57,8 @@ SAMPLE: list[MetadataRecord] = [
     PartitionChange(TOPIC_ID, 1, 7, replicas=(3, 1), adding_replicas=(), removing_replicas=()),
     ProducerIdsRecord(1, 1, 1000),
     BrokerRegistrationChange(2, 2, in_controlled_shutdown=True),
+    CordonBroker(2, cordoned=True),
+    CordonBroker(1, cordoned=False),
     FenceBroker(2, 2),
     UnregisterBroker(2, 2),
     RemoveTopic(TOPIC_ID),
@@ -74,6 +78,7 @@ def test_sample_batch_round_trips() -> None:
         PartitionChange,
         ProducerIdsRecord,
         BrokerRegistrationChange,
+        CordonBroker,
         FenceBroker,
         UnregisterBroker,
         RemoveTopic,
@@ -101,6 +106,28 @@ def test_snapshot_round_trips_at_its_offset() -> None:
     restored = decode_snapshot(encode_snapshot(image))
     assert restored == image
     assert restored.offset == 9
+
+
+def test_a_cordon_survives_a_snapshot_and_a_re_registration_not_an_unregistration() -> None:
+    endpoints = (Endpoint("BROKER", "127.0.0.12", 9092),)
+    image, rejected = apply(MetadataImage(), [
+        RegisterBroker(2, "inc-2", endpoints, None),
+        CordonBroker(2, cordoned=True),
+        CordonBroker(5, cordoned=True),  # not registered: rejected, nothing changes
+    ])  # fmt: skip
+    assert [r.offset for r in rejected] == [2]
+    assert image.brokers[2].cordoned and image.cordoned_broker_ids() == {2}
+    restored = decode_snapshot(encode_snapshot(image))
+    assert restored == image and restored.brokers[2].cordoned
+    restarted, _ = apply(restored, [RegisterBroker(2, "inc-3", endpoints, None)])
+    assert restarted.brokers[2].incarnation_id == "inc-3" and restarted.brokers[2].cordoned
+    epoch = restarted.brokers[2].broker_epoch
+    lifted, _ = apply(restarted, [CordonBroker(2, cordoned=False)])
+    assert not lifted.brokers[2].cordoned
+    gone, _ = apply(
+        restarted, [UnregisterBroker(2, epoch), RegisterBroker(2, "inc-4", endpoints, None)]
+    )
+    assert not gone.brokers[2].cordoned  # unregistered: the broker starts afresh
 
 
 def test_newer_record_version_is_refused() -> None:

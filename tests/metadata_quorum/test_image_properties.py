@@ -42,6 +42,7 @@ from metadata_quorum.records import (
     ConfigRecord,
     ConfigResourceType,
     ControllerVoter,
+    CordonBroker,
     Endpoint,
     FenceBroker,
     LeaderChange,
@@ -109,6 +110,7 @@ ANY_RECORD: dict[type, st.SearchStrategy[Any]] = {
     FenceBroker: st.builds(FenceBroker, INT32, INT64),
     UnfenceBroker: st.builds(UnfenceBroker, INT32, INT64),
     BrokerRegistrationChange: st.builds(BrokerRegistrationChange, INT32, INT64, st.booleans()),
+    CordonBroker: st.builds(CordonBroker, INT32, st.booleans()),
     TopicRecord: st.builds(TopicRecord, TEXT, st.uuids()),
     PartitionRecord: st.builds(
         PartitionRecord, st.uuids(), INT32, _int_lists(), _int_lists(), INT32, INT32, INT32
@@ -184,6 +186,7 @@ SMALL_RECORD = st.one_of(
     st.builds(FenceBroker, BROKER, EPOCH),
     st.builds(UnfenceBroker, BROKER, EPOCH),
     st.builds(BrokerRegistrationChange, BROKER, EPOCH, st.booleans()),
+    st.builds(CordonBroker, BROKER, st.booleans()),
     st.builds(TopicRecord, st.sampled_from(["a", "b", "c"]), TOPIC_ID),
     _partition_record(),
     st.builds(

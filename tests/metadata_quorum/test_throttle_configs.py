@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from metadata_quorum import configs
-from metadata_quorum.configs import ThrottledReplicas
+from metadata_quorum.configs import ConfigSource, ThrottledReplicas
 from metadata_quorum.image import MetadataImage, apply
 from metadata_quorum.records import ConfigRecord, ConfigResourceType
 from metadata_quorum.service import _config_changes, _describe_configs
@@ -81,12 +81,12 @@ def test_a_broker_takes_its_own_rate_over_the_cluster_default_over_kafkas() -> N
         30, 2000,
     )  # fmt: skip
     assert configs.describe_broker(image, 2) == [
-        (FOLLOWER_RATE, "2000", False),
-        (LEADER_RATE, "30", False),
+        (FOLLOWER_RATE, "2000", False, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+        (LEADER_RATE, "30", False, ConfigSource.DYNAMIC_BROKER_CONFIG),
     ]
     assert configs.describe_broker(MetadataImage(), 2) == [
-        (FOLLOWER_RATE, str(UNTHROTTLED), True),
-        (LEADER_RATE, str(UNTHROTTLED), True),
+        (FOLLOWER_RATE, str(UNTHROTTLED), True, ConfigSource.DEFAULT_CONFIG),
+        (LEADER_RATE, str(UNTHROTTLED), True, ConfigSource.DEFAULT_CONFIG),
     ]
 
 
@@ -112,7 +112,7 @@ def test_the_rates_are_cluster_wide_defaults_too() -> None:
     configs.validate_cluster_configs({LEADER_RATE: "0", FOLLOWER_RATE: str(UNTHROTTLED)})
     with pytest.raises(ConfigError, match=LEADER_RATE):
         configs.validate_cluster_configs({LEADER_RATE: "-5"})
-    described = dict((k, v) for k, v, _ in configs.describe_cluster(MetadataImage()))
+    described = {row.name: row.value for row in configs.describe_cluster(MetadataImage())}
     assert described[LEADER_RATE] == str(UNTHROTTLED)
 
 

@@ -34,6 +34,7 @@ from metadata_quorum.records import (
     NO_LEADER,
     BrokerRegistrationChange,
     ConfigRecord,
+    CordonBroker,
     Endpoint,
     FenceBroker,
     LeaderChange,
@@ -143,6 +144,9 @@ class Harness:
                     f"broker_epoch={record.broker_epoch} "
                     f"in_controlled_shutdown={str(record.in_controlled_shutdown).lower()}"
                 )
+            case CordonBroker():
+                cordoned = str(record.cordoned).lower()
+                return f"CordonBroker broker={record.broker_id} cordoned={cordoned}"
             case TopicRecord():
                 return f"TopicRecord name={record.name} id={_short(record.topic_id)}"
             case PartitionRecord():

@@ -11,9 +11,9 @@ import pytest
 from raftlog.config import LogConfig
 from raftlog.errors import StorageError
 from raftlog.log import Log
-from raftlog.records import Record, encode_batch
+from raftlog.records import Record, encode_batch, iter_records
 from raftlog.txn import TXN_INDEX_SUFFIX, AbortedTxn, encode_marker
-from tests.raftlog.batches import BASE_TIMESTAMP_MS, ManualClock
+from tests.raftlog.batches import BASE_TIMESTAMP_MS, ManualClock, make_batch
 
 PID = 7
 
@@ -96,7 +96,10 @@ def test_retention_removes_the_index_with_its_segment(tmp_path: Path) -> None:
     assert open_log(tmp_path).aborted_transactions(0, 100) == []
 
 
-def test_compaction_carries_the_aborts_over(tmp_path: Path) -> None:
+def test_compaction_keeps_an_abort_while_a_batch_of_it_remains(tmp_path: Path) -> None:
+    """The aborted records go; the producer's last batch stays, empty (its sequence is producer
+    state), and with it the abort marker and the entry (tests/raftlog/test_compaction_txn.py
+    has the rest)."""
     config = {"cleanup.policy": "compact", "segment.bytes": 1024, "min.cleanable.dirty.ratio": 0.0}
     log = open_log(tmp_path, **config)
     first = log.append(txn_batch(2, key=b"k"), leader_epoch=0).first_offset
@@ -104,10 +107,14 @@ def test_compaction_carries_the_aborts_over(tmp_path: Path) -> None:
     aborted = AbortedTxn(PID, first, end, end + 1)
     log.append_aborted(aborted)
     for n in range(6):
-        log.append(txn_batch(1, key=f"k{n}".encode()), leader_epoch=0)
+        log.append(make_batch([b"v".ljust(200, b".")], keys=[f"k{n}".encode()]), leader_epoch=0)
     log.roll()
-    assert log.compact(force=True) is not None
+    result = log.compact(force=True)
+    assert result is not None and result.aborted_records_removed == 2
     assert log.aborted_transactions(0, 100) == [aborted]
+    assert [r.key for r in iter_records(log.read(0, 1 << 20))] == [b"\x00\x00\x00\x00"] + [
+        f"k{n}".encode() for n in range(6)
+    ], "the marker's control record, then the plain records"
     log.close()
     assert open_log(tmp_path, **config).aborted_transactions(0, 100) == [aborted]
 

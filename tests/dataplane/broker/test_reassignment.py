@@ -24,7 +24,7 @@ from kafka.errors import InvalidReplicationAssignmentError, NoReassignmentInProg
 from dataplane.client import AdminClient, NewTopic, Producer, TopicPartition
 from dataplane.client.admin import ConfigResource, ResourceType, TopicDescription
 from dataplane.tools.local_cluster import LocalCluster, wait_for
-from raftlog.errors import ErrorCode
+from raftlog.errors import ErrorCode, KafkaError
 from tests.dataplane.cluster_support import fetch, read_all, running_cluster, wait_for_leaders
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("dataplane-reassignment")]
@@ -285,3 +285,87 @@ def test_the_cli_generates_executes_and_verifies_a_balanced_plan(
     missing = raftlog("--verify", "--plan", str(tmp_path / "absent.json"))
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
     assert "absent.json" in missing.stderr
+
+
+@pytest.mark.parametrize(
+    ("target", "restarted"),
+    [((4, 1, 3), True), ((1, 2, 3), False)],
+    ids=["leader-stays-in-target-restarted", "leader-leaves-not-restarted"],
+)
+def test_the_leader_of_a_moving_partition_is_killed_and_the_move_completes(
+    cluster: LocalCluster, admin: AdminClient, target: tuple[int, ...], restarted: bool
+) -> None:
+    """Partition 0 on (4, 1, 2), led by broker 4 (a broker only: its death leaves the quorum
+    alone), moves to ``target`` under an idempotent acks=all producer. Broker 3, the replica
+    being added, is held back by a follower throttle of 1 byte/s, so it is still catching up
+    when broker 4 is SIGKILLed. Broker 1 takes the lead, the throttle is lifted, 3 catches up
+    from the new leader; where 4 stays in the target it is restarted and rejoins the ISR. The
+    move completes, and every acknowledged record is read back once and in order."""
+    assignment = {0: (4, 1, 2)}
+    configs = {"min.insync.replicas": "2", "follower.replication.throttled.replicas": "0:3"}
+    errors = admin.create_topics([NewTopic(TOPIC, configs=configs, replica_assignment=assignment)])
+    assert errors == {TOPIC: None}
+    wait_for_leaders(cluster, TOPIC, 1)
+    assert described(admin).partitions[0].leader == 4
+    hold = ConfigResource(ResourceType.BROKER, "3")
+    admin.alter_configs(hold, {"follower.replication.throttled.rate": "1"})
+    acked: list[bytes] = []
+    failures: list[KafkaError | TimeoutError] = []
+    stop = threading.Event()
+
+    def write() -> None:
+        with Producer(cluster.bootstrap_servers, acks="all") as producer:
+            n = 0
+            while not stop.is_set():
+                value = f"{n:06d}".encode()
+                try:
+                    producer.send(TOPIC, value, partition=0).result(timeout=60)
+                except (KafkaError, TimeoutError) as error:  # asserted on below
+                    failures.append(error)
+                    return
+                acked.append(value)
+                n += 1
+
+    def state() -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+        p = described(admin).partitions[0]
+        return p.leader, p.isr, p.adding_replicas
+
+    writer = threading.Thread(target=write, name="writer")
+    writer.start()
+    try:
+        wait_for("records before the move", lambda: len(acked) >= 100 or None)
+        assert admin.alter_partition_reassignments({(TOPIC, 0): target}) == {
+            TopicPartition(TOPIC, 0): None
+        }
+        started = len(acked)
+        wait_for("writes during the catch-up", lambda: len(acked) >= started + 100 or None)
+        leader, isr, adding = state()
+        assert (leader, adding) == (4, (3,)) and 3 not in isr, "3 is still catching up"
+        cluster.stop_node(4, kill=True)
+        wait_for("a new leader", lambda: state()[0] not in (4, -1) or None, timeout_s=60)
+        killed_at = len(acked)
+        wait_for("writes to the new leader", lambda: len(acked) >= killed_at + 100 or None, 60)
+        assert TopicPartition(TOPIC, 0) in admin.list_partition_reassignments()
+        admin.alter_configs(hold, {"follower.replication.throttled.rate": None})
+        if restarted:
+            cluster.start_node(4)
+        wait_for(
+            "the move to complete",
+            lambda: not admin.list_partition_reassignments() or None,
+            timeout_s=120,
+        )
+        done_at = len(acked)
+        wait_for("writes after the move", lambda: len(acked) >= done_at + 50 or None, 60)
+    finally:
+        stop.set()
+        writer.join(timeout=120)
+    assert not writer.is_alive()
+    assert failures == []
+    after = described(admin).partitions[0]
+    assert after.replicas == target and set(after.isr) == set(target)
+    assert (after.adding_replicas, after.removing_replicas) == ((), ())
+    address = cluster.broker_address(after.leader)
+    end = fetch(address, TOPIC, 0, 0).high_watermark
+    stored = [r.value for r in read_all(address, TOPIC, 0, end)]
+    assert len(stored) == len(set(stored)), "no record twice"
+    assert stored == acked, "every acknowledged record once, in order"

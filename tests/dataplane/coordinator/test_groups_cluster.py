@@ -5,6 +5,7 @@ incremental rebalancing, commits after processing, two independent groups, bad c
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -392,6 +394,46 @@ def test_group_commands(cluster: LocalCluster) -> None:
     assert "cli" not in raftlog("group", "list").stdout.split()
     missing = raftlog("group", "describe", "cli")
     assert missing.returncode == 1 and "GROUP_ID_NOT_FOUND" in missing.stderr
+
+
+def test_group_describe_measures_lag_to_the_last_stable_offset(cluster: LocalCluster) -> None:
+    """``--isolation-level read_committed``: the end is the last stable offset, so records of
+    an open transaction are no lag yet for a read_committed group; the default is the high
+    watermark, as Kafka's kafka-consumer-groups measures."""
+    topic, tp = "cli-lag", TopicPartition("cli-lag", 0)
+    create_topic(cluster, topic, 1)
+    fill(cluster, topic, 5)
+    bootstrap = ",".join(cluster.bootstrap_servers)
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1", "PYTHONPATH": str(REPO)}
+
+    def describe(*args: str) -> Any:
+        done = subprocess.run([*RAFTLOG, "group", "describe", "lag", *args, "--bootstrap-server",
+                               bootstrap], env=env, capture_output=True, text=True, timeout=90,
+                              check=False)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout) if "--json" in args else done.stdout
+
+    with AdminClient(cluster.bootstrap_servers) as admin:
+        assert admin.alter_group_offsets("lag", {tp: OffsetAndMetadata(5)}) == {tp: None}
+    with Producer(cluster.bootstrap_servers, transactional_id="cli-lag") as producer:
+        producer.init_transactions(60)
+        producer.begin_transaction()
+        for n in range(3):
+            producer.send(topic, b"open-%d" % n, partition=0)
+        producer.flush(30)  # in the log, the transaction still open
+        (uncommitted,) = describe("--json")["partitions"]
+        committed = describe("--isolation-level", "read_committed", "--json")
+        assert (uncommitted["log_end_offset"], uncommitted["lag"]) == (8, 3)
+        assert committed["isolation_level"] == "read_committed"
+        (stable,) = committed["partitions"]
+        assert (stable["log_end_offset"], stable["lag"]) == (5, 0)
+        assert "LAST-STABLE-OFFSET" in describe("--isolation-level", "read_committed")
+        producer.commit_transaction(30)
+    (after,) = describe("--isolation-level", "read_committed", "--json")["partitions"]
+    assert (after["log_end_offset"], after["lag"]) == (9, 4)  # the records and their marker
+    argv = [*RAFTLOG, "group", "describe", "lag", "--isolation-level", "dirty"]
+    bad = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=90, check=False)
+    assert bad.returncode == 2 and "dirty" in bad.stderr, bad.stderr
 
 
 def test_partitions_added_to_a_subscribed_topic_are_assigned(cluster: LocalCluster) -> None:

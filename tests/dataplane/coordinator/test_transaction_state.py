@@ -81,6 +81,31 @@ def test_a_transaction_commits_through_its_markers() -> None:
     assert replayed(s, s.take_emitted()) == s.transactions
 
 
+def test_each_preparation_is_its_own_job_though_producer_and_partitions_repeat() -> None:
+    """Found by the chaos harness: without an epoch bump per transaction, the next transaction
+    of a producer over the same partitions made the same MarkerJob as the last one, so a
+    coordinator still holding the finished job never wrote the new one's markers."""
+    s = shard()
+    pid, epoch = s.init_producer_id("t", TIMEOUT_MS, T0)
+    jobs = []
+    for n in range(2):
+        s.add_partitions("t", pid, epoch, [("out", 0)], T0 + 10 * n)
+        s.end_transaction("t", pid, epoch, commit=True, now_ms=T0 + 10 * n + 1)
+        [job] = s.pending_markers()
+        jobs.append(job)
+        if n == 0:
+            assert s.complete(job, T0 + 2)
+    first, second = jobs
+    assert first != second and first.partitions == second.partitions
+    assert not s.complete(first, T0 + 20)  # a stale job never completes the next transaction
+    assert s.describe("t").state is TxnState.PREPARE_COMMIT
+    again = shard()  # a new coordinator's load names the pending one afresh, and completes it
+    for key, value in s.take_emitted():
+        again.replay(key, value)
+    [loaded] = again.pending_markers()
+    assert again.complete(loaded, T0 + 21)
+
+
 def test_a_new_producer_fences_the_old_and_aborts_its_transaction() -> None:
     s = shard()
     pid, old = s.init_producer_id("t", TIMEOUT_MS, T0)

@@ -108,3 +108,54 @@ def test_listeners_and_voters_parse() -> None:
     for bad in ("", "x@h:1", "1@h"):
         with pytest.raises(ValueError):
             parse_voters(bad, 1)
+
+
+BOOTSTRAP: dict[str, Any] = {
+    **{k: v for k, v in BASE.items() if k != "controller.quorum.voters"},
+    "controller.quorum.bootstrap.servers": "127.0.0.11:9093, 127.0.0.12:9093",
+}
+
+
+def test_bootstrap_servers_instead_of_voters() -> None:
+    broker = NodeConfig.parse(
+        {**BOOTSTRAP, "node.id": 4, "process.roles": "broker",
+         "listeners": "BROKER://127.0.0.14:9092"}
+    )  # fmt: skip
+    assert broker.voters == []
+    assert broker.bootstrap_servers == ["127.0.0.11:9093", "127.0.0.12:9093"]
+    assert broker.controller_addresses == broker.bootstrap_servers
+    assert NodeConfig.parse(BASE).controller_addresses == ["127.0.0.11:9093", "127.0.0.12:9093"]
+    # a controller with bootstrap servers joins with its CONTROLLER listener (an observer first)
+    joining = NodeConfig.parse(
+        {**BOOTSTRAP, "node.id": 5, "listeners": "CONTROLLER://127.0.0.15:9093"}
+    ).controller_voter()
+    assert (joining.node_id, joining.address, joining.raft_address) == (
+        5, "127.0.0.15:9093", "127.0.0.15:9094",
+    )  # fmt: skip
+    path_config = NodeConfig.parse(BOOTSTRAP)
+    assert (
+        NodeConfig.parse(
+            {k: v for k, v in path_config.model_dump(by_alias=True).items() if v is not None}
+        )
+        == path_config
+    ), "the round trip keeps bootstrap servers and no voters"
+    assert '"controller.quorum.voters"' not in path_config.to_toml()
+
+
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        ({**BASE, "controller.quorum.bootstrap.servers": "127.0.0.11:9093"}, "not both"),
+        ({k: v for k, v in BASE.items() if k != "controller.quorum.voters"}, "give one"),
+        ({**BOOTSTRAP, "controller.quorum.bootstrap.servers": "127.0.0.11"}, "not host:port"),
+        ({**BOOTSTRAP, "controller.quorum.bootstrap.servers": "h:1,h:1"}, "twice"),
+        ({**BOOTSTRAP, "controller.quorum.bootstrap.servers": "h:70000"}, "not host:port"),
+        ({**BOOTSTRAP, "controller.quorum.bootstrap.servers": " , "}, "at least one"),
+    ],
+)
+def test_bad_bootstrap_servers_are_refused(values: dict[str, Any], named: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        NodeConfig.parse(values)
+    assert refused.value.error is ErrorCode.INVALID_CONFIG
+    assert named in refused.value.message
+    assert "controller.quorum" in refused.value.message

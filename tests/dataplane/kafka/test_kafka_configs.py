@@ -1,0 +1,299 @@
+"""Kafka's config APIs on the KAFKA listener of a real 3-node cluster (127.0.0.221-223), judged by
+Kafka's own clients: kafka-python's ``alter_configs`` (AlterConfigs, and IncrementalAlterConfigs
+for DELETE) and confluent-kafka's ``incremental_alter_configs`` and ``alter_configs`` set
+``leader.replication.throttled.rate`` on a broker and ``leader.replication.throttled.replicas``
+on a topic; the change shows in DescribeConfigs from both clients and from the controller's gRPC
+API, and in the broker's effective quota (its ``raftlog_replication_throttled_rate_bytes``
+metric); deleting it restores what lies below. Every node's config file sets
+``follower.replication.throttled.rate`` (STATIC_BROKER_CONFIG), below the dynamic values. Bad
+input gets Kafka's error codes and leaves the stored configs as they were."""
+
+from __future__ import annotations
+
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient as RdAdminClient
+from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigSource
+from confluent_kafka.admin._config import ConfigResource as RdConfigResource
+from kafka import KafkaAdminClient
+from kafka.admin import ConfigResource as KpConfigResource
+from kafka.admin import ConfigResourceType as KpResourceType
+
+from dataplane.client import AdminClient
+from dataplane.client.admin import ConfigResource, ResourceType
+from dataplane.tools.local_cluster import LocalCluster, wait_for
+from protos import controller_pb2 as cpb
+from protos import metadata_pb2 as mpb
+from raftlog.errors import ErrorCode
+from tests.dataplane.cluster_support import create_topic, running_cluster
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("kafka-configs")]
+LEADER_RATE = "leader.replication.throttled.rate"
+FOLLOWER_RATE = "follower.replication.throttled.rate"
+LEADER_REPLICAS = "leader.replication.throttled.replicas"
+STATIC_FOLLOWER_RATE = 4096  # every node's config file
+UNTHROTTLED = 2**63 - 1
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with running_cluster(
+        tmp_path_factory.mktemp("kafka-configs"),
+        "kafka_configs",
+        overrides={FOLLOWER_RATE: STATIC_FOLLOWER_RATE},
+    ) as running:
+        yield running
+
+
+@pytest.fixture
+def kp(cluster: LocalCluster) -> Iterator[KafkaAdminClient]:
+    client = KafkaAdminClient(bootstrap_servers=cluster.kafka_bootstrap_servers)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def rd(cluster: LocalCluster) -> RdAdminClient:
+    return RdAdminClient({"bootstrap.servers": ",".join(cluster.kafka_bootstrap_servers)})
+
+
+def quota_rate(cluster: LocalCluster, node_id: int, side: str) -> float:
+    """The broker's effective rate (its metric; +Inf: unthrottled)."""
+    url = f"http://{cluster.metrics_address(node_id)}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        lines = response.read().decode().splitlines()
+    prefix = f'raftlog_replication_throttled_rate_bytes{{side="{side}"}} '
+    found = [float(line[len(prefix) :]) for line in lines if line.startswith(prefix)]
+    assert len(found) == 1, f"no {prefix!r} in node {node_id}'s metrics"
+    return found[0]
+
+
+def wait_rate(cluster: LocalCluster, node_id: int, side: str, rate: int) -> None:
+    expected = float("inf") if rate == UNTHROTTLED else float(rate)
+    wait_for(
+        f"broker {node_id}'s {side} quota at {rate} B/s",
+        lambda: quota_rate(cluster, node_id, side) == expected or None,
+    )
+
+
+def kp_config(kp: KafkaAdminClient, kind: KpResourceType, name: str, key: str) -> tuple[str, str]:
+    """(value, source) as kafka-python's DescribeConfigs shows them."""
+    described = kp.describe_configs([KpConfigResource(kind, name)], config_filter="all")
+    entry = described[kind.name.lower()][name][key]
+    return entry["value"], entry["config_source"]
+
+
+def rd_config(rd: RdAdminClient, kind: str, name: str, key: str) -> tuple[str, ConfigSource]:
+    """(value, source) as librdkafka's DescribeConfigs shows them."""
+    resource = RdConfigResource(kind, name)
+    entries = rd.describe_configs([resource])[resource].result(timeout=30)
+    return entries[key].value, ConfigSource(entries[key].source)
+
+
+def grpc_config(cluster: LocalCluster, kind: int, name: str, key: str) -> tuple[str, int]:
+    """(value, source) as the controller's gRPC DescribeConfigs shows them."""
+    client = cluster.client()
+    try:
+        answer = client.checked(
+            "DescribeConfigs",
+            cpb.DescribeConfigsRequest(
+                resources=[cpb.ConfigResource(resource_type=kind, resource_name=name)]  # type: ignore[arg-type]
+            ),
+        )
+    finally:
+        client.close()
+    entry = next(e for e in answer.resources[0].entries if e.name == key)
+    return entry.value, entry.source
+
+
+def rd_incremental(rd: RdAdminClient, kind: str, name: str, *entries: ConfigEntry) -> None:
+    resource = RdConfigResource(kind, name, incremental_configs=list(entries))
+    rd.incremental_alter_configs([resource])[resource].result(timeout=30)
+
+
+def rd_error(rd: RdAdminClient, resource: RdConfigResource, incremental: bool = True) -> ErrorCode:
+    alter = rd.incremental_alter_configs if incremental else rd.alter_configs
+    with pytest.raises(KafkaException) as raised:
+        alter([resource])[resource].result(timeout=30)
+    return ErrorCode.from_code(raised.value.args[0].code())
+
+
+def test_the_config_files_rate_applies_and_is_described_as_static(
+    cluster: LocalCluster, kp: KafkaAdminClient, rd: RdAdminClient
+) -> None:
+    for node_id in (1, 2, 3):
+        wait_rate(cluster, node_id, "follower", STATIC_FOLLOWER_RATE)
+        wait_rate(cluster, node_id, "leader", UNTHROTTLED)
+    static = str(STATIC_FOLLOWER_RATE)
+    assert kp_config(kp, KpResourceType.BROKER, "1", FOLLOWER_RATE) == (
+        static, "STATIC_BROKER_CONFIG",
+    )  # fmt: skip
+    assert kp_config(kp, KpResourceType.BROKER, "1", LEADER_RATE) == (
+        str(UNTHROTTLED), "DEFAULT_CONFIG",
+    )  # fmt: skip
+    assert rd_config(rd, "broker", "2", FOLLOWER_RATE) == (
+        static, ConfigSource.STATIC_BROKER_CONFIG,
+    )  # fmt: skip
+    broker = mpb.CONFIG_RESOURCE_BROKER
+    assert grpc_config(cluster, broker, "3", FOLLOWER_RATE) == (static, cpb.STATIC_BROKER_CONFIG)
+
+
+def test_kafka_python_sets_a_broker_rate_and_a_topics_throttled_replicas(
+    cluster: LocalCluster, kp: KafkaAdminClient, rd: RdAdminClient
+) -> None:
+    create_topic(cluster, "kp-throttled", 2)
+    answer = kp.alter_configs(
+        [KpConfigResource(KpResourceType.BROKER, "1", {LEADER_RATE: "1048576"}),
+         KpConfigResource(KpResourceType.TOPIC, "kp-throttled", {LEADER_REPLICAS: "0:1,1:2"})],
+        incremental=False,  # AlterConfigs (key 33)
+    )  # fmt: skip
+    assert answer == {"broker": {"1": "OK"}, "topic": {"kp-throttled": "OK"}}
+    wait_rate(cluster, 1, "leader", 1048576)
+    wait_rate(cluster, 2, "leader", UNTHROTTLED)  # broker 1's own value only
+    assert kp_config(kp, KpResourceType.BROKER, "1", LEADER_RATE) == (
+        "1048576", "DYNAMIC_BROKER_CONFIG",
+    )  # fmt: skip
+    assert rd_config(rd, "broker", "1", LEADER_RATE) == (
+        "1048576", ConfigSource.DYNAMIC_BROKER_CONFIG,
+    )  # fmt: skip
+    assert grpc_config(cluster, mpb.CONFIG_RESOURCE_BROKER, "1", LEADER_RATE) == (
+        "1048576", cpb.DYNAMIC_BROKER_CONFIG,
+    )  # fmt: skip
+    assert kp_config(kp, KpResourceType.TOPIC, "kp-throttled", LEADER_REPLICAS) == (
+        "0:1,1:2", "DYNAMIC_TOPIC_CONFIG",
+    )  # fmt: skip
+    assert rd_config(rd, "topic", "kp-throttled", LEADER_REPLICAS) == (
+        "0:1,1:2", ConfigSource.DYNAMIC_TOPIC_CONFIG,
+    )  # fmt: skip
+
+    deleted = ("DELETE", None)  # IncrementalAlterConfigs (key 44)
+    answer = kp.alter_configs(
+        [KpConfigResource(KpResourceType.BROKER, "1", {LEADER_RATE: deleted}),
+         KpConfigResource(KpResourceType.TOPIC, "kp-throttled", {LEADER_REPLICAS: deleted})],
+    )  # fmt: skip
+    assert answer == {"broker": {"1": "OK"}, "topic": {"kp-throttled": "OK"}}
+    wait_rate(cluster, 1, "leader", UNTHROTTLED)
+    assert kp_config(kp, KpResourceType.BROKER, "1", LEADER_RATE) == (
+        str(UNTHROTTLED), "DEFAULT_CONFIG",
+    )  # fmt: skip
+    assert rd_config(rd, "topic", "kp-throttled", LEADER_REPLICAS) == (
+        "", ConfigSource.DEFAULT_CONFIG,
+    )  # fmt: skip
+
+
+def test_confluent_kafka_incremental_and_legacy_alterations(
+    cluster: LocalCluster, kp: KafkaAdminClient, rd: RdAdminClient
+) -> None:
+    create_topic(cluster, "rd-throttled", 2)
+    set_op, append, subtract = (
+        AlterConfigOpType.SET, AlterConfigOpType.APPEND, AlterConfigOpType.SUBTRACT,
+    )  # fmt: skip
+    rd_incremental(
+        rd, "broker", "2", ConfigEntry(LEADER_RATE, "2048", incremental_operation=set_op)
+    )
+    wait_rate(cluster, 2, "leader", 2048)
+    assert kp_config(kp, KpResourceType.BROKER, "2", LEADER_RATE) == (
+        "2048", "DYNAMIC_BROKER_CONFIG",
+    )  # fmt: skip
+    topic = "rd-throttled"
+    rd_incremental(
+        rd, "topic", topic, ConfigEntry(LEADER_REPLICAS, "0:1,0:2", incremental_operation=append)
+    )
+    rd_incremental(
+        rd, "topic", topic, ConfigEntry(LEADER_REPLICAS, "1:3,0:2", incremental_operation=append)
+    )
+    rd_incremental(
+        rd, "topic", topic, ConfigEntry(LEADER_REPLICAS, "0:1", incremental_operation=subtract)
+    )
+    assert rd_config(rd, "topic", topic, LEADER_REPLICAS) == (
+        "0:2,1:3", ConfigSource.DYNAMIC_TOPIC_CONFIG,
+    )  # fmt: skip
+    assert kp_config(kp, KpResourceType.TOPIC, topic, LEADER_REPLICAS) == (
+        "0:2,1:3", "DYNAMIC_TOPIC_CONFIG",
+    )  # fmt: skip
+
+    # The cluster-wide default (broker "") lies between a broker's own value and its file.
+    with AdminClient(cluster.bootstrap_servers) as admin:
+        admin.alter_configs(ConfigResource(ResourceType.BROKER, ""), {FOLLOWER_RATE: "8192"})
+        wait_rate(cluster, 2, "follower", 8192)
+        assert rd_config(rd, "broker", "2", FOLLOWER_RATE) == (
+            "8192", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG,
+        )  # fmt: skip
+        admin.alter_configs(ConfigResource(ResourceType.BROKER, ""), {FOLLOWER_RATE: None})
+    wait_rate(cluster, 2, "follower", STATIC_FOLLOWER_RATE)
+    assert kp_config(kp, KpResourceType.BROKER, "2", FOLLOWER_RATE) == (
+        str(STATIC_FOLLOWER_RATE), "STATIC_BROKER_CONFIG",
+    )  # fmt: skip
+
+    # AlterConfigs (key 33) replaces the topic's whole dynamic set.
+    legacy = RdConfigResource("topic", topic, set_config={"retention.ms": "600000"})
+    rd.alter_configs([legacy])[legacy].result(timeout=30)
+    assert rd_config(rd, "topic", topic, "retention.ms") == (
+        "600000", ConfigSource.DYNAMIC_TOPIC_CONFIG,
+    )  # fmt: skip
+    assert rd_config(rd, "topic", topic, LEADER_REPLICAS) == ("", ConfigSource.DEFAULT_CONFIG)
+
+    delete = AlterConfigOpType.DELETE
+    rd_incremental(rd, "broker", "2", ConfigEntry(LEADER_RATE, None, incremental_operation=delete))
+    rd_incremental(
+        rd, "topic", topic, ConfigEntry("retention.ms", None, incremental_operation=delete)
+    )
+    wait_rate(cluster, 2, "leader", UNTHROTTLED)
+    assert rd_config(rd, "broker", "2", LEADER_RATE) == (
+        str(UNTHROTTLED), ConfigSource.DEFAULT_CONFIG,
+    )  # fmt: skip
+    assert rd_config(rd, "topic", topic, "retention.ms")[1] == ConfigSource.DEFAULT_CONFIG
+
+
+def test_bad_input_gets_kafkas_codes_and_changes_nothing(
+    cluster: LocalCluster, kp: KafkaAdminClient, rd: RdAdminClient
+) -> None:
+    create_topic(cluster, "bad-configs", 1)
+    set_op, append = AlterConfigOpType.SET, AlterConfigOpType.APPEND
+
+    def incremental(kind: str, name: str, key: str, value: str, op: AlterConfigOpType) -> ErrorCode:
+        entry = ConfigEntry(key, value, incremental_operation=op)
+        return rd_error(rd, RdConfigResource(kind, name, incremental_configs=[entry]))
+
+    assert incremental("broker", "1", "no.such.config", "1", set_op) is ErrorCode.INVALID_CONFIG
+    assert incremental("broker", "1", LEADER_RATE, "-1", set_op) is ErrorCode.INVALID_CONFIG
+    assert incremental("broker", "1", LEADER_RATE, "5", append) is ErrorCode.INVALID_CONFIG
+    assert incremental("broker", "1", "retention.ms", "5", set_op) is ErrorCode.INVALID_CONFIG
+    assert incremental("topic", "bad-configs", LEADER_REPLICAS, "x:y", set_op) is (
+        ErrorCode.INVALID_CONFIG
+    )
+    assert incremental("topic", "no-such-topic", "retention.ms", "1", set_op) is (
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    )
+    legacy = RdConfigResource("topic", "bad-configs", set_config={"retention.ms": "soon"})
+    assert rd_error(rd, legacy, incremental=False) is ErrorCode.INVALID_CONFIG
+
+    # kafka-python names the code and passes the controller's reason on.
+    answer = kp.alter_configs(
+        [KpConfigResource(KpResourceType.BROKER, "1", {LEADER_RATE: "fast"})],
+        raise_on_unknown=False,
+    )
+    assert "InvalidConfigurationError" in answer["broker"]["1"], answer
+    assert LEADER_RATE in answer["broker"]["1"], answer
+    answer = kp.alter_configs(
+        [KpConfigResource(KpResourceType.TOPIC, "no-such-topic", {"retention.ms": "1"})],
+        raise_on_unknown=False,
+    )
+    assert "UnknownTopicOrPartitionError" in answer["topic"]["no-such-topic"], answer
+
+    # validate_only checks and stores nothing.
+    entry = ConfigEntry(LEADER_RATE, "777", incremental_operation=set_op)
+    resource = RdConfigResource("broker", "1", incremental_configs=[entry])
+    rd.incremental_alter_configs([resource], validate_only=True)[resource].result(timeout=30)
+    assert rd_config(rd, "broker", "1", LEADER_RATE) == (
+        str(UNTHROTTLED), ConfigSource.DEFAULT_CONFIG,
+    )  # fmt: skip
+    assert rd_config(rd, "topic", "bad-configs", LEADER_REPLICAS) == (
+        "", ConfigSource.DEFAULT_CONFIG,
+    )  # fmt: skip
+    assert quota_rate(cluster, 1, "leader") == float("inf")
