@@ -62,8 +62,9 @@ class LogConfig(BaseModel):
     message_timestamp_after_max_ms: int = Field(
         60 * 60 * 1000, alias="message.timestamp.after.max.ms", ge=0, le=INT64_MAX
     )
-    # Not read by the storage engine: the broker's idempotent-producer state forgets a producer
-    # id whose last batch is this old. A broker config in Kafka (dynamic, cluster-wide); here it
+    # The broker's producer state forgets a producer id whose last batch is this old (never one
+    # with an open transaction), and the cleaner then drops the empty batch it kept for that
+    # producer. A broker config in Kafka (dynamic, cluster-wide); here it
     # rides with each partition's LogConfig, so a cluster-wide AlterConfigs (resource "") sets
     # it for every partition at run time, and a topic may override it.
     producer_id_expiration_ms: int = Field(

@@ -503,8 +503,7 @@ class CoordinatorRuntime(Generic[S]):
         if not replicated():
             raise KafkaError(
                 ErrorCode.REQUEST_TIMED_OUT,
-                f"{partition.name}: records not replicated within "
-                f"{self.topic.config_prefix}.commit.timeout.ms",
+                f"{partition.name}: records not replicated within {self.commit_timeout_ms} ms",
             )
 
 

@@ -37,9 +37,11 @@ from dataplane.tools.partition_commands import partitions_app
 from dataplane.tools.quorum_commands import quorum_app
 from dataplane.tools.storage_demo import run_demo
 from dataplane.tools.transaction_commands import transactions_app
-from raftlog.batch import HEADER_SIZE, read_header
+from raftlog.batch import HEADER_SIZE, BatchHeader, read_header
 from raftlog.config import ConfigError
+from raftlog.errors import KafkaError
 from raftlog.records import decode_batch
+from raftlog.txn import read_marker
 
 app = typer.Typer(help="raftlog: a Kafka-style streaming log.", no_args_is_help=True)
 demo_app = typer.Typer(help="End-to-end demonstrations.", no_args_is_help=True)
@@ -356,6 +358,8 @@ def log_dump(
         "compression",
         "max timestamp",
         "producer id",
+        "producer epoch",
+        "transaction",
     )
     position, shown = 0, 0
     while position + HEADER_SIZE <= len(data) and shown < limit:
@@ -373,10 +377,12 @@ def log_dump(
                     header.compression,
                     header.max_timestamp,
                     header.producer_id,
+                    header.producer_epoch,
+                    _transaction_column(data, position, header),
                 )
             )
         )
-        if records:
+        if records and not header.is_control:
             for record in decode_batch(data[position : position + header.size_bytes])[1]:
                 table.add_row(
                     "",
@@ -394,6 +400,20 @@ def log_dump(
     console.print(table)
     if position < len(data) and shown < limit:
         console.print(f"[red]{len(data) - position} trailing bytes do not form a batch[/red]")
+
+
+def _transaction_column(data: bytes, position: int, header: BatchHeader) -> str:
+    """kafka-dump-log.sh's isTransactional / isControl / endTxnMarker, in one column."""
+    if not header.is_transactional:
+        return ""
+    if not header.is_control:
+        return "transactional"
+    try:
+        marker = read_marker(data, position)
+    except KafkaError as error:
+        return f"control: {error.message}"
+    verb = "COMMIT" if marker.commit else "ABORT"
+    return f"{verb} marker (coordinator epoch {marker.coordinator_epoch})"
 
 
 PLUGIN_GROUP = "raftlog.cli"

@@ -12,6 +12,8 @@ import pytest
 
 from dataplane.tools import cli
 from raftlog.log import Log
+from raftlog.records import Record, encode_batch
+from raftlog.txn import encode_marker
 from tests.raftlog.batches import make_batch, values_of
 
 RAFTLOG = [sys.executable, "-c", "from dataplane.tools.cli import main; main()"]
@@ -51,6 +53,23 @@ def test_log_dump_prints_batches_and_records(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "dumped00000002" in result.stdout
     assert result.stdout.count("\n") > 4
+
+
+def test_log_dump_shows_transactional_batches_and_their_markers(tmp_path: Path) -> None:
+    log = Log(tmp_path / "t-0")
+    records = [Record(offset=-1, timestamp=1_000, key=None, value=b"in-txn")]
+    log.append(encode_batch(records, producer_id=7, producer_epoch=2, is_transactional=True),
+               leader_epoch=1)  # fmt: skip
+    marker = encode_marker(7, 2, commit=True, coordinator_epoch=5, timestamp_ms=2_000)
+    log.append(marker, leader_epoch=1)
+    log.append(encode_marker(7, 2, commit=False, coordinator_epoch=5, timestamp_ms=3_000),
+               leader_epoch=1)  # fmt: skip
+    log.close()
+    result = run("log", "dump", str(tmp_path / "t-0" / "00000000000000000000.log"), "--records")
+    assert result.returncode == 0, result.stderr
+    assert "transactional" in result.stdout and "in-txn" in result.stdout
+    assert "COMMIT marker (coordinator epoch 5)" in result.stdout
+    assert "ABORT marker (coordinator epoch 5)" in result.stdout
 
 
 def test_log_dump_of_a_missing_file_is_a_clear_error(tmp_path: Path) -> None:
