@@ -49,20 +49,23 @@ def kill_recorded_nodes(work_dir: Path) -> None:
             os.kill(int(pid), signal.SIGKILL)
 
 
-@pytest.fixture
-def chaos_run(tmp_path: Path) -> Iterator[tuple[subprocess.CompletedProcess[str], Path]]:
+@contextlib.contextmanager
+def running_chaos(
+    args: list[str], tmp_path: Path, timeout_s: float
+) -> Iterator[tuple[subprocess.CompletedProcess[str], Path]]:
+    """``raftlog chaos run ARGS`` with a report and work directory under ``tmp_path``, as an owned
+    process (SIGINT if this one dies); its result and report directory. Whatever happens, the
+    run is stopped and every node it recorded is killed by pid."""
     report, work_dir = tmp_path / "report", tmp_path / "cluster"
     argv = [
-        sys.executable, "-m", "dataplane.tools.cli", "chaos", "run", "--seed", str(SEED),
-        "--duration", "90s", "--faults", ",".join(FAULT_KINDS), "--nodes", "3",
-        "--first-host", "131", "--spare-host", "137", "--report", str(report),
-        "--work-dir", str(work_dir),
+        sys.executable, "-m", "dataplane.tools.cli", "chaos", "run", *args,
+        "--report", str(report), "--work-dir", str(work_dir),
     ]  # fmt: skip
     proc = popen_owned(
         argv, death_signal=signal.SIGINT, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
     try:
-        out, _ = proc.communicate(timeout=RUN_TIMEOUT_S)
+        out, _ = proc.communicate(timeout=timeout_s)
         yield subprocess.CompletedProcess(argv, proc.returncode, out.decode(), ""), report
     finally:
         if proc.poll() is None:
@@ -73,6 +76,16 @@ def chaos_run(tmp_path: Path) -> Iterator[tuple[subprocess.CompletedProcess[str]
                 proc.kill()
                 proc.wait(timeout=10)
         kill_recorded_nodes(work_dir)
+
+
+@pytest.fixture
+def chaos_run(tmp_path: Path) -> Iterator[tuple[subprocess.CompletedProcess[str], Path]]:
+    args = [
+        "--seed", str(SEED), "--duration", "90s", "--faults", ",".join(FAULT_KINDS),
+        "--nodes", "3", "--first-host", "131", "--spare-host", "137",
+    ]  # fmt: skip
+    with running_chaos(args, tmp_path, RUN_TIMEOUT_S) as run:
+        yield run
 
 
 def test_a_short_chaos_run_with_every_fault_kind_finds_nothing(

@@ -20,9 +20,7 @@ pid; the transformers die with the run (`popen_owned`'s death signal).
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,8 +28,7 @@ import pytest
 
 from chaos.history import TXN_FAULT_KINDS
 from chaos.report import load_report
-from dataplane.tools.owned_process import popen_owned
-from tests.chaos.test_chaos_run import kill_recorded_nodes
+from tests.chaos.test_chaos_run import running_chaos
 
 pytestmark = [
     pytest.mark.slow,
@@ -39,7 +36,6 @@ pytestmark = [
     pytest.mark.xdist_group("chaos_transactions"),  # 127.0.0.177-180
     pytest.mark.skipif(os.geteuid() != 0, reason="iptables and node users need root"),
 ]
-REPO = Path(__file__).resolve().parents[2]
 SEED = 20261126  # its plan injects all six kinds below within the 60 s
 FAULTS = (*TXN_FAULT_KINDS, "kill", "pause", "partition")
 RUN_TIMEOUT_S = 420
@@ -47,29 +43,13 @@ RUN_TIMEOUT_S = 420
 
 @pytest.fixture
 def chaos_run(tmp_path: Path) -> Iterator[tuple[subprocess.CompletedProcess[str], Path]]:
-    report, work_dir = tmp_path / "report", tmp_path / "cluster"
-    argv = [
-        sys.executable, "-m", "dataplane.tools.cli", "chaos", "run", "--seed", str(SEED),
-        "--duration", "60s", "--faults", ",".join(FAULTS), "--nodes", "3",
+    args = [
+        "--seed", str(SEED), "--duration", "60s", "--faults", ",".join(FAULTS), "--nodes", "3",
         "--first-host", "177", "--spare-host", "180", "--workload", "transactions",
         "--transformers", "2", "--transformer-clients", "ours,confluent",
-        "--report", str(report), "--work-dir", str(work_dir),
     ]  # fmt: skip
-    proc = popen_owned(
-        argv, death_signal=signal.SIGINT, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
-    try:
-        out, _ = proc.communicate(timeout=RUN_TIMEOUT_S)
-        yield subprocess.CompletedProcess(argv, proc.returncode, out.decode(), ""), report
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-        kill_recorded_nodes(work_dir)
+    with running_chaos(args, tmp_path, RUN_TIMEOUT_S) as run:
+        yield run
 
 
 def test_a_transactional_pipeline_under_faults_is_exactly_once(
