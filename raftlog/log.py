@@ -31,10 +31,13 @@ from typing import Concatenate, NamedTuple, ParamSpec, TypeVar
 
 from raftlog import cleaner
 from raftlog.batch import (
+    CONTROL_MASK,
     LOG_OVERHEAD,
+    NO_PRODUCER_ID,
     OFFSET_LENGTH_EPOCH,
     OFFSET_LENGTH_EPOCH_SIZE,
     TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
     BatchHeader,
     iter_batches,
     verify_batch,
@@ -381,15 +384,28 @@ class Log:
             ]
 
     # -- appending ---------------------------------------------------------------------------
-    def append(self, records: bytes | bytearray | memoryview, *, leader_epoch: int) -> AppendInfo:
-        """Append as the leader: validate, assign offsets from the log end, stamp the epoch."""
+    def append(
+        self,
+        records: bytes | bytearray | memoryview,
+        *,
+        leader_epoch: int,
+        from_client: bool = False,
+    ) -> AppendInfo:
+        """Append as the leader: validate, assign offsets from the log end, stamp the epoch.
+        ``from_client``: a producer's batches (Kafka's ``AppendOrigin.CLIENT``), which may be
+        neither control batches (markers come from transaction coordinators) nor transactional
+        without a producer id."""
         try:  # _io_failures, inlined: its wrapper's call costs a few % of a 16 KiB append
             with self._lock:
                 if self._policy.log_append_time:
                     records = self._stamp_log_append_time(records)
-                    info = self._write(self._prepare(records, leader_epoch=leader_epoch))
+                    prepared = self._prepare(records, leader_epoch=leader_epoch,
+                                             from_client=from_client)  # fmt: skip
+                    info = self._write(prepared)
                     return info._replace(log_append_time_ms=info.max_timestamp)
-                return self._write(self._prepare(records, leader_epoch=leader_epoch))
+                return self._write(
+                    self._prepare(records, leader_epoch=leader_epoch, from_client=from_client)
+                )
         except OSError as error:
             raise self._io_failed(error) from error
 
@@ -416,7 +432,11 @@ class Log:
         )
 
     def _prepare(
-        self, records: bytes | bytearray | memoryview, *, leader_epoch: int | None
+        self,
+        records: bytes | bytearray | memoryview,
+        *,
+        leader_epoch: int | None,
+        from_client: bool = False,
     ) -> _Prepared:
         """Check every batch (header, CRC, size) and plan its write. As the leader
         (``leader_epoch`` given) offsets continue from the log end and the batch's first 16 bytes
@@ -451,6 +471,8 @@ class Log:
                     _check_keys_present(view, position)
                 if checks_create_time and not attributes & TIMESTAMP_TYPE_MASK:
                     self._check_create_time(header)
+                if from_client and attributes & (TRANSACTIONAL_MASK | CONTROL_MASK):
+                    _check_client_transactional(attributes, header.producer_id)
                 base_offset, epoch = next_offset, leader_epoch
                 chunks.append(OFFSET_LENGTH_EPOCH.pack(base_offset, batch_length, epoch))
                 chunks.append(view[position + OFFSET_LENGTH_EPOCH_SIZE : position + size_bytes])
@@ -925,6 +947,14 @@ class Log:
                 segment.close()
             self._segments = []
             self._base_offsets = []
+
+
+def _check_client_transactional(attributes: int, producer_id: int) -> None:
+    """What Kafka's ``LogValidator`` refuses of a client's transactional or control batch."""
+    if attributes & CONTROL_MASK:
+        raise InvalidRecordError("clients may not write control batches")
+    if producer_id == NO_PRODUCER_ID:
+        raise InvalidRecordError("a transactional batch must carry a producer id")
 
 
 def _message_too_large(size_bytes: int, max_message_bytes: int) -> KafkaError:

@@ -345,10 +345,8 @@ class Partition:
         with self._lock:
             self._check_writable(acks, min_insync_replicas)  # Kafka's order: leadership first
             header = read_header(records) if len(records) >= HEADER_SIZE else None
-            if header is not None:
-                _check_client_batches(records, header)
             if header is None or header.producer_id == NO_PRODUCER_ID:
-                info = self.log.append(records, leader_epoch=self.leader_epoch)
+                info = self.log.append(records, leader_epoch=self.leader_epoch, from_client=True)
                 self._snapshot_if_rolled(info.first_offset)
             else:
                 info = self._append_idempotent(
@@ -406,7 +404,7 @@ class Partition:
                 stored.first_offset, stored.last_offset, stored.max_timestamp, -1,
                 header.record_count, 0,
             )  # fmt: skip
-        info = self.log.append(records, leader_epoch=self.leader_epoch)
+        info = self.log.append(records, leader_epoch=self.leader_epoch, from_client=True)
         self._snapshot_if_rolled(info.first_offset)
         self.producers.update(header._replace(base_offset=info.first_offset))
         return info
@@ -798,19 +796,3 @@ def _end_of_batches(records: bytes | memoryview) -> int:
         end = header.next_offset
         position += header.size_bytes
     return end
-
-
-def _check_client_batches(records: bytes | memoryview, first: BatchHeader) -> None:
-    """What Kafka's ``LogValidator`` refuses of a client's batches: control batches (markers
-    come from transaction coordinators only) and transactional batches without a producer
-    id. Headers only (the log checks framing and CRCs); most produces carry one batch."""
-    header, position = first, 0
-    while True:
-        if header.is_control:
-            raise InvalidRecordError("clients may not write control batches")
-        if header.is_transactional and header.producer_id == NO_PRODUCER_ID:
-            raise InvalidRecordError("a transactional batch must carry a producer id")
-        position += header.size_bytes
-        if header.size_bytes <= 0 or position + HEADER_SIZE > len(records):
-            return
-        header = read_header(records, position)

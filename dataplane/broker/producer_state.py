@@ -55,7 +55,7 @@ from raftlog.batch import (
     next_sequence,
 )
 from raftlog.checkpoint import fsync_path, write_atomically
-from raftlog.errors import ErrorCode, KafkaError, StorageError
+from raftlog.errors import ErrorCode, InvalidRecordError, KafkaError, StorageError
 from raftlog.segment import segment_name
 from raftlog.txn import AbortedTxn, Marker
 
@@ -187,9 +187,12 @@ class ProducerStates:
         nothing); None when it is the next in sequence; raises INVALID_PRODUCER_EPOCH for a
         fenced epoch, :class:`OutOfOrderSequenceError` for a gap, INVALID_TXN_STATE for a plain
         batch of a producer inside a transaction, or a transactional one that would open a
-        transaction without ``verification`` matching this producer's (None: not verified)."""
+        transaction without ``verification`` matching this producer's (None: not verified);
+        INVALID_RECORD for a control batch (markers come through :meth:`update` only)."""
         if header.producer_id == NO_PRODUCER_ID:
             return None
+        if header.is_control:
+            raise InvalidRecordError("clients may not write control batches")
         entry = self._producers.get(header.producer_id)
         stored = self._check_sequence(header, entry)
         if stored is None:

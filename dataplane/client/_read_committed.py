@@ -36,8 +36,7 @@ def drop_aborted(data: bytes, aborted: Iterable[tuple[int, int]]) -> bytes:
     ``data`` itself when nothing is dropped."""
     pending = sorted((first_offset, producer_id) for producer_id, first_offset in aborted)
     if not pending:
-        return data
-    heapq.heapify(pending)
+        return data  # a sorted list is a heap already
     aborting: set[int] = set()
     kept: list[bytes] = []
     start = position = 0
