@@ -85,6 +85,7 @@ bench: deps
 	$(BIN)/python -m bench.grpc_bench --out bench/results/latest.json
 	$(BIN)/python -m bench.connect_bench --out bench/results/latest.json
 	$(BIN)/python -m bench.txn_bench --out bench/results/latest.json
+	$(BIN)/python -m bench.security_bench --out bench/results/latest.json
 	$(BIN)/python -m bench.performance_page
 
 # The 10-minute chaos run: SEED=N NODES=3|5 DURATION=10m override; needs root (node users, iptables).

@@ -85,6 +85,14 @@ def run_command(
             "default: ours,confluent with two or more transformers, else ours"
         ),
     ] = "",
+    secure: Annotated[
+        bool,
+        typer.Option(
+            "--secure",
+            help="TLS, SCRAM and ACLs (raftlog cluster up --secure); the workloads connect as "
+            "the SCRAM user chaos with least-privilege ACLs",
+        ),
+    ] = False,
 ) -> None:
     """Start a cluster, run the workloads under the seed's faults, heal, check, report, stop.
 
@@ -130,6 +138,7 @@ def run_command(
             workload="transactions" if workload == "transactions" else "plain",
             transformers=transformers,
             transformer_clients=tuple(clients),
+            secure=secure,
         )
     except ValueError as error:
         raise typer.BadParameter(str(error)) from error

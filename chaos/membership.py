@@ -22,6 +22,10 @@ voter and stops the added controller by its pid, adds back any voter that was ta
 same process, with the log it kept), then waits until every voter has caught up, so the next
 fault meets the quorum the run began with and the run ends on it. Faults come one at a time
 (chaos/schedule.py), so a controller-kill never meets a quorum shrunk or grown by a change.
+
+In a secure cluster (``--secure``) the new controller gets its own certificate (CN=node-<id>,
+its address as IP SAN: ``LocalCluster.new_controller_config``), readable by its user
+(chaos/secure.py `share_secrets`), and the changes are made with the admin's certificate.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import grpc
 
 from chaos.network import NodeIdentity, prepare_data_dir, spawn
 from chaos.schedule import PlannedFault
+from chaos.secure import share_secrets
 from dataplane.client.admin import AdminClient, QuorumDescription, RaftVoter
 from dataplane.tools.local_cluster import LocalCluster, wait_for
 from metadata_quorum.client import ControllerClient
@@ -78,7 +83,9 @@ class VoterChanges:
         )
         self._proc: subprocess.Popen[bytes] | None = None
         self._admin = AdminClient(
-            bootstrap_controllers=local.controller_addresses, request_timeout_ms=REQUEST_TIMEOUT_MS
+            bootstrap_controllers=local.controller_addresses,
+            request_timeout_ms=REQUEST_TIMEOUT_MS,
+            security=local.admin_security,
         )
 
     def close(self) -> None:
@@ -197,7 +204,9 @@ class VoterChanges:
         config_path = directory / "node.toml"
         config_path.write_text(
             self._local.new_controller_config(self.spare_id, self.spare.host, directory)
-        )
+        )  # in a secure cluster this made the new controller's certificate too
+        if self._local.secure:
+            share_secrets(self._local.secrets, self.spare_id, self._identity)
         argv = [self._python, "-m", "dataplane.tools.cli", "node", "--config", str(config_path)]
         with (directory / "node.log").open("ab") as out:
             self._proc = spawn(
@@ -225,7 +234,7 @@ class VoterChanges:
     def _spare_answers(self) -> bool:
         if self.spare_pid is None:
             raise RuntimeError(f"controller {self.spare_id} exited: {self._proc}")
-        client = ControllerClient([self.spare.address])
+        client = ControllerClient([self.spare.address], security=self._local.admin_security)
         try:
             client.stub(self.spare.address).DescribeCluster(
                 pb.DescribeClusterRequest(), timeout=1.0

@@ -31,6 +31,9 @@ The consumer speaks KIP-848's group protocol (``group.protocol=consumer``), as r
 does: both kinds of transformer share one group, and raftlog does not convert a classic group
 that has members into a consumer group (Kafka's ``group.consumer.migration.policy``), so with
 librdkafka's default (classic) protocol whichever client joined second would be refused.
+
+With ``--command-config`` (a secure cluster) both clients take the file's security properties
+(`security_config`: librdkafka's own names, so SASL_SSL with SCRAM and the CA's certificate).
 """
 
 from __future__ import annotations
@@ -44,12 +47,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, Any
 
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, Message, Producer
 from confluent_kafka import TopicPartition as RdTopicPartition
 
 from chaos.txn_history import output_value, transaction_name
+from dataplane.tools.command_config import parse_properties
 
 log = logging.getLogger("chaos.rd_transformer")
 CALL_TIMEOUT_S = 10.0  # each transactional call; repeated until `give_up_s`
@@ -58,6 +63,20 @@ RETRY_WAIT_S = 0.5  # between repeated calls
 # and 5511: send_offsets_to_transaction waits forever for a group coordinator that is down).
 HUNG_AFTER_S = CALL_TIMEOUT_S + 10.0
 UNKNOWN_EXIT_STATUS = 3  # chaos/transformer.py: a transaction's outcome is unknown
+# the properties of --command-config librdkafka takes (Java's PEM store names it does not)
+SECURITY_PROPERTIES = frozenset({
+    "security.protocol", "sasl.mechanism", "sasl.mechanisms", "sasl.username", "sasl.password",
+    "ssl.ca.location", "ssl.certificate.location", "ssl.key.location", "ssl.key.password",
+    "ssl.endpoint.identification.algorithm",
+})  # fmt: skip
+
+
+def security_config(path: Path | None) -> dict[str, str]:
+    """The security properties of a client properties file (none without one)."""
+    if path is None:
+        return {}
+    properties = parse_properties(path.read_text(encoding="utf-8"))
+    return {k: v for k, v in properties.items() if k in SECURITY_PROPERTIES}
 
 
 class OutcomeUnknown(Exception):
@@ -99,20 +118,21 @@ class RdTransformer:
         self.history = history
         self.stop = threading.Event()
         self.rng = random.Random(f"{args.seed}:{args.transactional_id}:{args.incarnation}")
+        security = security_config(args.command_config)
         self.consumer = Consumer({
             "bootstrap.servers": args.bootstrap, "group.id": args.group,
             "enable.auto.commit": False, "auto.offset.reset": "earliest",
             "isolation.level": "read_committed", "group.protocol": "consumer",
             "socket.timeout.ms": 5_000,
             "topic.metadata.refresh.interval.ms": 5_000, "fetch.wait.max.ms": 200,
-            "logger": log,
+            "logger": log, **security,
         })  # fmt: skip
         # message.timeout.ms is left to librdkafka: it caps it at transaction.timeout.ms.
         self.producer = Producer({
             "bootstrap.servers": args.bootstrap, "transactional.id": args.transactional_id,
             "transaction.timeout.ms": args.transaction_timeout_ms, "linger.ms": 5,
             "socket.timeout.ms": 5_000, "request.timeout.ms": 5_000,
-            "topic.metadata.refresh.interval.ms": 5_000, "logger": log,
+            "topic.metadata.refresh.interval.ms": 5_000, "logger": log, **security,
         })  # fmt: skip
         self.open: _Open | None = None
         self.serial = 0

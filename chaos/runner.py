@@ -15,6 +15,10 @@
    read every replica's batches from its segment files.
 5. Check the history (chaos/checker.py), write report.json + report.html (chaos/report.py).
 
+With ``secure=True`` (``--secure``) the cluster runs TLS, SCRAM and ACLs, the workloads and the
+transformers connect as a least-privileged SCRAM user, the harness and its cluster faults with the
+admin's certificate (chaos/secure.py).
+
 With ``workload="transactions"`` the run also creates an output topic and runs transformer
 processes (a consume-transform-produce loop in transactions, chaos/transactions.py; each on
 raftlog's client or librdkafka, `RunConfig.clients`) beside the plain workloads; after the
@@ -72,7 +76,9 @@ from chaos.network import (
 )
 from chaos.report import write_report
 from chaos.schedule import PlannedFault, plan, reassign_target
-from chaos.transactions import TransformerSettings, TxnWorkload
+from chaos.secure import RunSecurity, WorkloadResources, share_secrets
+from chaos.secure import set_up as set_up_security
+from chaos.transactions import TRANSFORMER_ID_PREFIX, TransformerSettings, TxnWorkload
 from chaos.txn_history import TXN_CLIENTS, TxnClient, TxnFinal
 from chaos.workloads import (
     CLIENT_ERRORS,
@@ -87,6 +93,7 @@ from dataplane.client import AdminClient, Consumer, NewTopic, TopicPartition
 from dataplane.client.admin import PartitionDescription
 from dataplane.tools.local_cluster import LocalCluster, pick_cluster_port, wait_for
 from metadata_quorum.client import ControllerClient
+from metadata_quorum.security.channels import ClientSecurity
 from protos import controller_pb2 as cpb
 from raftlog.batch import iter_batches
 from raftlog.errors import CorruptRecordError
@@ -131,6 +138,9 @@ class RunConfig:
     # each transformer's Kafka client, round-robin; () = both (ours, confluent) when there are
     # two or more transformers, else ours
     transformer_clients: tuple[TxnClient, ...] = ()
+    # TLS, SCRAM and ACLs; the workloads as a least-privileged user (chaos/secure.py)
+    secure: bool = False
+    admin_topic_prefix: str = "chaos-admin"  # the admin workload's topics: <prefix>-<serial>
 
     def __post_init__(self) -> None:
         if not 3 <= self.nodes <= 9:
@@ -199,11 +209,14 @@ class _Cluster:
             port=pick_cluster_port(hosts),
             overrides=config.overrides,
             launcher=self._launch,
+            secure=config.secure,
         )
 
     def _launch(self, node_id: int, argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:
         identity = self.identities[node_id]
         prepare_data_dir(identity, log_path.parent)
+        if self.local.secure:  # LocalCluster.start_node made its secrets; the node must read them
+            share_secrets(self.local.secrets, node_id, identity)
         with log_path.open("ab") as out:
             proc = spawn(identity, argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
         self.procs[node_id] = proc
@@ -258,6 +271,17 @@ class Run:
         self.voter_changes: VoterChanges | None = None  # with membership faults
         self.txn: TxnWorkload | None = None  # with the transactions workload
         self.txn_final: TxnFinal | None = None
+        self.security: RunSecurity | None = None  # with a secure cluster
+
+    @property
+    def harness_security(self) -> ClientSecurity | None:
+        """How the harness's own clients connect: the admin's certificate, or plaintext."""
+        return None if self.security is None else self.security.harness
+
+    @property
+    def workload_security(self) -> ClientSecurity | None:
+        """How the workloads' clients connect: the workload user, or plaintext."""
+        return None if self.security is None else self.security.workload
 
     @property
     def rf(self) -> int:
@@ -306,27 +330,44 @@ class Run:
     def _run_cluster(self, cluster: _Cluster, injector: FaultInjector) -> None:
         config, rec = self.config, self.recorder
         bootstrap = cluster.local.bootstrap_servers
-        control = AdminClient(bootstrap, request_timeout_ms=10_000)
-        workload_admin = AdminClient(bootstrap, request_timeout_ms=10_000)
+        control = AdminClient(
+            bootstrap, request_timeout_ms=10_000, security=cluster.local.admin_security
+        )
+        workload_admin: AdminClient | None = None
         try:
             self._create_topic(control, config.topic)
             if config.workload == "transactions":
                 self._create_topic(control, config.output_topic)
+            if config.secure:
+                self.security = set_up_security(cluster.local, self._workload_resources())
+                self.say(f"secure: the workloads connect as {self.security.workload.sasl_username}")
+            workload = self.workload_security
+            workload_admin = AdminClient(bootstrap, request_timeout_ms=10_000, security=workload)
             stop_producers, stop_members, stop_rest = (threading.Event() for _ in range(3))
             producers = [
                 ProducerWorkload(
                     f"p{i}", bootstrap, config.topic, config.partitions, config.rate, rec,
-                    stop_producers,
+                    stop_producers, security=workload,
                 )
                 for i in range(1, config.producers + 1)
             ]  # fmt: skip
             members = [
-                GroupMember(f"m{i}", bootstrap, config.group, config.topic, rec, stop_members)
+                GroupMember(
+                    f"m{i}",
+                    bootstrap,
+                    config.group,
+                    config.topic,
+                    rec,
+                    stop_members,
+                    security=workload,
+                )
                 for i in range(1, config.members + 1)
             ]
             others = [
                 CommittedWatcher(workload_admin, config.group, config.topic, rec, stop_rest),
-                AdminWorkload(workload_admin, "chaos-admin", min(2, self.rf), rec, stop_rest),
+                AdminWorkload(
+                    workload_admin, config.admin_topic_prefix, min(2, self.rf), rec, stop_rest
+                ),
                 MetadataSampler(workload_admin, config.topic, rec, stop_rest),
             ]
             threads = [*producers, *members, *others]
@@ -360,7 +401,20 @@ class Run:
             self._read_final_state(cluster, control, bootstrap)
         finally:
             control.close()
-            workload_admin.close()
+            if workload_admin is not None:
+                workload_admin.close()
+
+    def _workload_resources(self) -> WorkloadResources:
+        config = self.config
+        transactions = config.workload == "transactions"
+        topics = (config.topic, config.output_topic) if transactions else (config.topic,)
+        groups = (config.group, config.transformer_group) if transactions else (config.group,)
+        return WorkloadResources(
+            topics=topics,
+            groups=groups,
+            admin_topic_prefix=f"{config.admin_topic_prefix}-",
+            transactional_id_prefix=f"{TRANSFORMER_ID_PREFIX}-" if transactions else None,
+        )
 
     def _create_topic(self, admin: AdminClient, name: str) -> None:
         config = self.config
@@ -390,6 +444,8 @@ class Run:
             abort_fraction=config.abort_fraction,
             kafka_bootstrap=kafka_bootstrap,
             clients=config.clients,
+            client_config=None if self.security is None else self.security.workload_properties,
+            security=self.harness_security,
         )
         return TxnWorkload(settings, config.transformers, REPO, self._problem, self.say)
 
@@ -531,7 +587,9 @@ class Run:
 
     def _wait_for_group(self, members: list[GroupMember], bootstrap: list[str]) -> None:
         tps = [TopicPartition(self.config.topic, p) for p in range(self.config.partitions)]
-        with Consumer(bootstrap, request_timeout_ms=10_000) as reader:
+        with Consumer(
+            bootstrap, request_timeout_ms=10_000, security=self.harness_security
+        ) as reader:
             ends = reader.end_offsets(tps)
 
         def caught_up() -> bool:
@@ -556,7 +614,10 @@ class Run:
             self._problem(f"the final topic list could not be read: {error}")
         described = {p.partition: p for p in self._describe(control)}
         tps = [TopicPartition(config.topic, p) for p in range(config.partitions)]
-        with Consumer(bootstrap, request_timeout_ms=10_000, max_poll_records=5_000) as reader:
+        with Consumer(
+            bootstrap, request_timeout_ms=10_000, max_poll_records=5_000,
+            security=self.harness_security,
+        ) as reader:  # fmt: skip
             starts = reader.beginning_offsets(tps)
             ends = reader.end_offsets(tps)
             reader.assign(tps)
@@ -596,7 +657,9 @@ class Run:
 
         def agree() -> bool:
             for spec in local.specs:
-                answers[spec.node_id] = _describe_node(f"{spec.host}:{local.port}")
+                answers[spec.node_id] = _describe_node(
+                    f"{spec.host}:{local.port}", local.admin_security
+                )
             offsets = {a.metadata_offset if a else None for a in answers.values()}
             return len(offsets) == 1 and None not in offsets
 
@@ -665,8 +728,10 @@ def _how(code: int) -> str:
     return f"signal {-code}" if code < 0 else f"status {code}"
 
 
-def _describe_node(address: str) -> cpb.DescribeTopicsResponse | None:
-    client = ControllerClient([address])
+def _describe_node(
+    address: str, security: ClientSecurity | None
+) -> cpb.DescribeTopicsResponse | None:
+    client = ControllerClient([address], security=security)
     try:
         response: cpb.DescribeTopicsResponse = client.stub(address).DescribeTopics(
             cpb.DescribeTopicsRequest(), timeout=2.0

@@ -16,6 +16,10 @@
   the group's offsets; `read_output_batches` reads the output's batches and markers from a
   replica's segment files once the nodes are stopped.
 - `read_transactions` turns the transformers' JSON lines into `Transaction`s.
+
+Against a secure cluster (``--secure``, chaos/secure.py) the transformers connect as the run's
+workload user (`TransformerSettings.client_config`, passed as ``--command-config``) and the
+harness's reads as the admin (`TransformerSettings.security`).
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from chaos.txn_history import (
 from dataplane.client import AdminClient, Consumer, TopicPartition
 from dataplane.tools.local_cluster import wait_for
 from dataplane.tools.owned_process import popen_owned
+from metadata_quorum.security.channels import ClientSecurity
 from raftlog.batch import iter_batches
 from raftlog.errors import CorruptRecordError, InvalidRecordError, KafkaError
 from raftlog.log import partition_dir_name
@@ -56,6 +61,7 @@ log = logging.getLogger(__name__)
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 STOP_TIMEOUT_S = 30.0  # a transformer's last transaction after SIGTERM
 UNKNOWN_EXIT_STATUS = 3  # chaos/transformer.py: a transaction's outcome is unknown
+TRANSFORMER_ID_PREFIX = "chaos-transformer"  # transformer i's transactional id: <prefix>-<i>
 CLIENT_ERRORS = (KafkaError, grpc.RpcError, TimeoutError, OSError)
 
 
@@ -78,6 +84,10 @@ class TransformerSettings:
     transaction_timeout_ms: int = 10_000
     kafka_bootstrap: Sequence[str] = ()  # the KAFKA listeners, for librdkafka transformers
     clients: Sequence[TxnClient] = ("ours",)  # assigned round-robin: transformer i gets i % len
+    # a secure cluster: the transformers' client properties (the workload user), and how the
+    # harness's own reads of the input and the output connect (the admin)
+    client_config: Path | None = None
+    security: ClientSecurity | None = None
 
 
 class TransformerFleet:
@@ -87,7 +97,7 @@ class TransformerFleet:
         self, settings: TransformerSettings, count: int, repo: Path, python: str = sys.executable
     ) -> None:
         self.settings = settings
-        self.ids = [f"chaos-transformer-{i}" for i in range(1, count + 1)]
+        self.ids = [f"{TRANSFORMER_ID_PREFIX}-{i}" for i in range(1, count + 1)]
         self.clients: dict[str, TxnClient] = {
             transactional_id: settings.clients[i % len(settings.clients)]
             for i, transactional_id in enumerate(self.ids)
@@ -106,6 +116,7 @@ class TransformerFleet:
         s = self.settings
         client = self.clients[transactional_id]
         bootstrap = s.kafka_bootstrap if client == "confluent" else s.bootstrap
+        security = [] if s.client_config is None else ["--command-config", str(s.client_config)]
         return [
             self._python, "-m", "chaos.transformer", "--client", client,
             "--bootstrap", ",".join(bootstrap),
@@ -116,7 +127,7 @@ class TransformerFleet:
             "--history", str(self.history_path(transactional_id)), "--t0", repr(s.t0),
             "--commit-records", str(s.commit_records), "--commit-ms", str(s.commit_ms),
             "--abort-fraction", str(s.abort_fraction),
-            "--transaction-timeout-ms", str(s.transaction_timeout_ms),
+            "--transaction-timeout-ms", str(s.transaction_timeout_ms), *security,
         ]  # fmt: skip
 
     def start(self, transactional_id: str) -> None:
@@ -256,9 +267,11 @@ def state_partition(transactional_id: str, partitions: int) -> int:
 
 
 # -- the end of the run -------------------------------------------------------------------------
-def input_ends(bootstrap: Sequence[str], topic: str, partitions: int) -> dict[int, int]:
+def input_ends(
+    bootstrap: Sequence[str], topic: str, partitions: int, security: ClientSecurity | None = None
+) -> dict[int, int]:
     tps = [TopicPartition(topic, p) for p in range(partitions)]
-    with Consumer(list(bootstrap), request_timeout_ms=10_000) as reader:
+    with Consumer(list(bootstrap), request_timeout_ms=10_000, security=security) as reader:
         return {tp.partition: end for tp, end in reader.end_offsets(tps).items()}
 
 
@@ -268,15 +281,22 @@ def group_offsets(admin: AdminClient, group: str, topic: str) -> dict[int, int]:
 
 
 def wait_for_stable(
-    bootstrap: Sequence[str], topic: str, partitions: int, timeout_s: float
+    bootstrap: Sequence[str],
+    topic: str,
+    partitions: int,
+    timeout_s: float,
+    security: ClientSecurity | None = None,
 ) -> None:
     """Until no transaction is open on `topic`: every partition's last stable offset at its
     high watermark. Raises TimeoutError."""
     tps = [TopicPartition(topic, p) for p in range(partitions)]
     with (
-        Consumer(list(bootstrap), request_timeout_ms=10_000) as uncommitted,
+        Consumer(list(bootstrap), request_timeout_ms=10_000, security=security) as uncommitted,
         Consumer(
-            list(bootstrap), request_timeout_ms=10_000, isolation_level="read_committed"
+            list(bootstrap),
+            request_timeout_ms=10_000,
+            isolation_level="read_committed",
+            security=security,
         ) as committed,
     ):
         wait_for(
@@ -287,13 +307,17 @@ def wait_for_stable(
 
 
 def read_output(
-    bootstrap: Sequence[str], topic: str, partitions: int, timeout_s: float
+    bootstrap: Sequence[str],
+    topic: str,
+    partitions: int,
+    timeout_s: float,
+    security: ClientSecurity | None = None,
 ) -> list[OutputPartition]:
     """Every output partition read read_committed and read_uncommitted from the start."""
     tps = [TopicPartition(topic, p) for p in range(partitions)]
-    committed, stable = _read_all(bootstrap, tps, "read_committed", timeout_s)
-    uncommitted, high = _read_all(bootstrap, tps, "read_uncommitted", timeout_s)
-    with Consumer(list(bootstrap), request_timeout_ms=10_000) as reader:
+    committed, stable = _read_all(bootstrap, tps, "read_committed", timeout_s, security)
+    uncommitted, high = _read_all(bootstrap, tps, "read_uncommitted", timeout_s, security)
+    with Consumer(list(bootstrap), request_timeout_ms=10_000, security=security) as reader:
         starts = reader.beginning_offsets(tps)
     return [
         OutputPartition(
@@ -309,12 +333,16 @@ def read_output(
 
 
 def _read_all(
-    bootstrap: Sequence[str], tps: list[TopicPartition], isolation: Any, timeout_s: float
+    bootstrap: Sequence[str],
+    tps: list[TopicPartition],
+    isolation: Any,
+    timeout_s: float,
+    security: ClientSecurity | None,
 ) -> tuple[dict[TopicPartition, list[tuple[int, str]]], dict[TopicPartition, int]]:
     records: dict[TopicPartition, list[tuple[int, str]]] = {tp: [] for tp in tps}
     with Consumer(
         list(bootstrap), request_timeout_ms=10_000, max_poll_records=5_000,
-        isolation_level=isolation,
+        isolation_level=isolation, security=security,
     ) as reader:  # fmt: skip
         ends = reader.end_offsets(tps)
         reader.assign(tps)
@@ -438,7 +466,7 @@ class TxnWorkload:
         s = self.settings
         drained = True
         try:
-            ends = input_ends(s.bootstrap, s.input_topic, s.input_partitions)
+            ends = input_ends(s.bootstrap, s.input_topic, s.input_partitions, s.security)
             wait_for_drain(self.fleet, admin, ends, DRAIN_TIMEOUT_S, self._exited)
         except (*CLIENT_ERRORS, TimeoutError) as error:
             log.warning("the transformers did not drain the input: %s", error)
@@ -446,13 +474,17 @@ class TxnWorkload:
         for transactional_id, code in self.fleet.stop():
             self._problem(f"transformer {transactional_id} did not stop cleanly (status {code})")
         try:
-            wait_for_stable(s.bootstrap, s.output_topic, s.output_partitions, STABLE_TIMEOUT_S)
+            wait_for_stable(
+                s.bootstrap, s.output_topic, s.output_partitions, STABLE_TIMEOUT_S, s.security
+            )
         except TimeoutError as error:
             self._problem(f"a transaction stayed open on {s.output_topic}: {error}")
         outputs: list[OutputPartition] = []
         offsets: dict[int, int] | None = None
         try:
-            outputs = read_output(s.bootstrap, s.output_topic, s.output_partitions, READ_TIMEOUT_S)
+            outputs = read_output(
+                s.bootstrap, s.output_topic, s.output_partitions, READ_TIMEOUT_S, s.security
+            )
             offsets = group_offsets(admin, s.group, s.input_topic)
             described = admin.describe_topics([s.output_topic])[s.output_topic].partitions
             self.leaders = {p.partition: p.leader for p in described}

@@ -26,6 +26,10 @@ fatal error (this producer fenced) ends the process with status 3 after recordin
 transaction's outcome as unknown; the harness starts it again, and the new incarnation's
 ``init_transactions`` fences this one and completes its transaction, as a restarted Kafka
 application does. SIGTERM ends the loop after the current transaction (committed as meant).
+
+``--command-config FILE`` (a secure cluster, ``raftlog chaos run --secure``): the client
+properties to connect with (``security.protocol``, ``sasl.*``, ``ssl.*``; chaos/secure.py writes
+the workload user's), for either client.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ from dataplane.client import (
     TopicPartition,
 )
 from dataplane.client.producer import RecordFuture
+from dataplane.tools.command_config import read_command_config
 from raftlog.errors import KafkaError
 
 if TYPE_CHECKING:
@@ -94,17 +99,18 @@ class Transformer(ConsumerRebalanceListener):
         self.stop = threading.Event()
         self.rng = random.Random(f"{args.seed}:{args.transactional_id}:{args.incarnation}")
         bootstrap = args.bootstrap.split(",")
+        security = None if args.command_config is None else read_command_config(args.command_config)
         self.consumer = Consumer(
             bootstrap, group_id=args.group, enable_auto_commit=False,
             auto_offset_reset="earliest", isolation_level="read_committed",
             max_poll_records=args.commit_records, request_timeout_ms=5_000,
-            fetch_max_wait_ms=200, metadata_max_age_ms=5_000,
+            fetch_max_wait_ms=200, metadata_max_age_ms=5_000, security=security,
         )  # fmt: skip
         self.producer = Producer(
             bootstrap, transactional_id=args.transactional_id,
             transaction_timeout_ms=args.transaction_timeout_ms, linger_ms=5,
             request_timeout_ms=5_000, delivery_timeout_ms=30_000, max_block_ms=10_000,
-            metadata_max_age_ms=5_000,
+            metadata_max_age_ms=5_000, security=security,
         )  # fmt: skip
         self.open: _Open | None = None
         self.serial = 0
@@ -303,6 +309,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--abort-fraction", type=float, default=0.1)
     parser.add_argument("--transaction-timeout-ms", type=int, default=10_000)
     parser.add_argument("--give-up-s", type=float, default=30.0)
+    parser.add_argument(
+        "--command-config", type=Path, default=None,
+        help="client properties (security.protocol, sasl.*, ssl.*) for a secure cluster",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if not 0 <= args.abort_fraction <= 1 or args.commit_records < 1 or args.commit_ms < 1:
         parser.error("--abort-fraction in 0..1, --commit-records and --commit-ms >= 1")

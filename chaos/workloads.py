@@ -9,6 +9,9 @@
 - `AdminWorkload`: creates a fresh topic and deletes the oldest it created, in turns.
 - `MetadataSampler`: leader, epoch and ISR of every partition, every second.
 
+Against a secure cluster each part connects as the run's workload user (`security`; the admin
+workload's and the watchers' through the AdminClient they are given: chaos/secure.py).
+
 Each part is a thread that runs until the run's stop event is set; errors are part of what is
 recorded (faults cause them), never a reason to stop. Pacing uses `Event.wait`, so stopping
 interrupts it at once.
@@ -35,6 +38,7 @@ from chaos.history import (
 from dataplane.client import AdminClient, Consumer, NewTopic, Producer, TopicPartition
 from dataplane.client._types import ConsumerRebalanceListener, RecordMetadata
 from dataplane.client.producer import RecordFuture
+from metadata_quorum.security.channels import ClientSecurity
 from raftlog.errors import KafkaError
 
 log = logging.getLogger(__name__)
@@ -104,6 +108,7 @@ class ProducerWorkload(_Worker):
         recorder: Recorder,
         stop: threading.Event,
         max_outstanding: int = 1_000,
+        security: ClientSecurity | None = None,
     ) -> None:
         super().__init__(name, recorder, stop)
         self.producer_name = name
@@ -122,6 +127,7 @@ class ProducerWorkload(_Worker):
             delivery_timeout_ms=60_000,
             max_block_ms=5_000,
             metadata_max_age_ms=5_000,
+            security=security,
         )
 
     def work(self) -> None:
@@ -211,6 +217,7 @@ class GroupMember(_Worker, ConsumerRebalanceListener):
         topic: str,
         recorder: Recorder,
         stop: threading.Event,
+        security: ClientSecurity | None = None,
     ) -> None:
         super().__init__(name, recorder, stop)
         self.member = name
@@ -223,6 +230,7 @@ class GroupMember(_Worker, ConsumerRebalanceListener):
             request_timeout_ms=5_000,
             fetch_max_wait_ms=200,
             metadata_max_age_ms=5_000,
+            security=security,
         )
         self._next: dict[TopicPartition, int] = {}  # next offset to commit, owned partitions
         self.positions: dict[TopicPartition, int] = {}  # everything consumed so far

@@ -63,21 +63,23 @@ class DistributedHerder(Herder):
         self.url = url
         self.timeout_s = config.request_timeout_ms / 1000
         servers = config.bootstrap_servers
-        ensure_topic(servers, config.config_storage_topic, 1, self.timeout_s)
-        ensure_topic(
-            servers, config.offset_storage_topic, config.offset_storage_partitions, self.timeout_s
-        )
-        ensure_topic(
-            servers, config.status_storage_topic, config.status_storage_partitions, self.timeout_s
-        )
+        security = config.client_security("worker")  # the worker's own clients
+        for topic, partitions in (
+            (config.config_storage_topic, 1),
+            (config.offset_storage_topic, config.offset_storage_partitions),
+            (config.status_storage_topic, config.status_storage_partitions),
+        ):
+            ensure_topic(servers, topic, partitions, self.timeout_s, security)
         self.offsets = TopicOffsetStore(servers, config.offset_storage_topic,
-                                        config.request_timeout_ms)  # fmt: skip
+                                        config.request_timeout_ms, security)  # fmt: skip
         self.configs = TopicLog(
-            servers, config.config_storage_topic, self._apply_config, config.request_timeout_ms
-        )
+            servers, config.config_storage_topic, self._apply_config, config.request_timeout_ms,
+            security=security,
+        )  # fmt: skip
         self.status_log = TopicLog(
-            servers, config.status_storage_topic, self._apply_status, config.request_timeout_ms
-        )
+            servers, config.status_storage_topic, self._apply_status, config.request_timeout_ms,
+            security=security,
+        )  # fmt: skip
         self.runtime = Runtime(
             config, worker_id, self.offsets, self.write_status, self.request_task_reconfiguration
         )
@@ -101,6 +103,7 @@ class DistributedHerder(Herder):
             rebalance_timeout_ms=config.rebalance_timeout_ms,
             heartbeat_interval_ms=config.heartbeat_interval_ms,
             request_timeout_ms=config.request_timeout_ms,
+            security=security,
         )
         self._thread = threading.Thread(target=self._tick_loop, name="herder", daemon=True)
 

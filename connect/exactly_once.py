@@ -49,6 +49,7 @@ from connect.worker import (
 )
 from connect.worker_config import WorkerConfig
 from dataplane.client import Producer
+from metadata_quorum.security.channels import ClientSecurity
 from raftlog.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
@@ -85,11 +86,16 @@ def exactly_once_errors(validated: Validated, worker: WorkerConfig) -> list[str]
     return []
 
 
-def fence_producers(servers: Sequence[str], ids: Iterable[str], timeout_s: float) -> None:
+def fence_producers(
+    servers: Sequence[str],
+    ids: Iterable[str],
+    timeout_s: float,
+    security: ClientSecurity | None = None,
+) -> None:
     """Fence every producer of ``ids`` (Kafka's ``Admin.fenceProducers``): a new epoch for each,
     which aborts its open transaction."""
     for tid in ids:
-        with Producer(list(servers), transactional_id=tid) as producer:
+        with Producer(list(servers), transactional_id=tid, security=security) as producer:
             producer.init_transactions(timeout_s)
         log.info("fenced transactional id %s", tid)
 
@@ -130,6 +136,7 @@ class ExactlyOnceWorkerSourceTask(WorkerSourceTask):
             config.bootstrap_servers, acks="all", transactional_id=self.transactional_id,
             transaction_timeout_ms=config.transaction_timeout_ms,
             request_timeout_ms=config.request_timeout_ms,
+            security=config.client_security("producer"),
         )  # fmt: skip
         try:
             producer.init_transactions(self.timeout_s)  # fences this task's zombie first
@@ -137,7 +144,8 @@ class ExactlyOnceWorkerSourceTask(WorkerSourceTask):
                 assert config.group_id is not None
                 fence_producers(config.bootstrap_servers, [
                     transactional_id(config.group_id, self.id.connector, n)
-                    for n in range(self.task_count, self.tasks_max)], self.timeout_s)  # fmt: skip
+                    for n in range(self.task_count, self.tasks_max)], self.timeout_s,
+                    config.client_security("producer"))  # fmt: skip
             self.store.refresh(self.timeout_s)  # read_committed: what became visible
             self.task.exactly_once = True
             self.task.start(self.task_config, _Reader(self.store, self.id.connector))

@@ -38,7 +38,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from connect.api import (
     ConnectorConfig,
@@ -49,6 +49,13 @@ from connect.api import (
     SourceRecord,
     SourceTask,
     TransactionRecord,
+)
+from connect.client_security import (
+    MIRROR_PREFIXES,
+    collect_security,
+    flatten,
+    securities,
+    split_security,
 )
 from connect.mirror_core import (
     OffsetSync,
@@ -74,6 +81,7 @@ from dataplane.client import (
     TopicPartition,
 )
 from dataplane.client.admin import ConfigResource, ResourceType
+from metadata_quorum.security.channels import ClientSecurity
 from raftlog.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
@@ -102,6 +110,23 @@ class MirrorConfig(SourceConnectorConfig):
     topics: str = Field(".*", min_length=1, max_length=10_000)
     topics_exclude: str = Field("", alias="topics.exclude", max_length=10_000)
     request_timeout_ms: int = Field(30_000, alias="request.timeout.ms", ge=100, le=600_000)
+    # source.cluster.security.protocol, target.cluster.sasl.jaas.config, ... by prefix
+    security_properties: dict[str, dict[str, str]] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _collect_security(cls, values: Any) -> Any:
+        return collect_security(values, MIRROR_PREFIXES)
+
+    def source_security(self) -> ClientSecurity | None:
+        return self._security("source.cluster.")
+
+    def target_security(self) -> ClientSecurity | None:
+        return self._security("target.cluster.")
+
+    def _security(self, prefix: str) -> ClientSecurity | None:
+        properties = self.security_properties.get(prefix)
+        return None if properties is None else securities({prefix: properties})[prefix]
 
     def source_servers(self) -> list[str]:
         return [s.strip() for s in self.source_bootstrap_servers.split(",") if s.strip()]
@@ -119,6 +144,7 @@ class MirrorConfig(SourceConnectorConfig):
             "topics": self.topics,
             "topics.exclude": self.topics_exclude,
             "request.timeout.ms": self.request_timeout_ms,
+            **flatten(self.security_properties),
         }
 
 
@@ -159,16 +185,22 @@ class MirrorSourceConnector(SourceConnector):
         self.include = compile_patterns(config.topics)
         self.exclude = compile_patterns(config.topics_exclude)
         timeout_ms = config.request_timeout_ms
-        self.source = AdminClient(config.source_servers(), request_timeout_ms=timeout_ms)
+        self.source = AdminClient(
+            config.source_servers(), request_timeout_ms=timeout_ms,
+            security=config.source_security(),
+        )  # fmt: skip
         try:
-            self.target = AdminClient(config.target_servers(), request_timeout_ms=timeout_ms)
+            self.target = AdminClient(
+                config.target_servers(), request_timeout_ms=timeout_ms,
+                security=config.target_security(),
+            )  # fmt: skip
         except BaseException:
             self.source.close()
             raise
         try:
             ensure_topic(
                 config.target_servers(), offset_syncs_topic(config.target_cluster_alias), 1,
-                timeout_ms / 1000,
+                timeout_ms / 1000, config.target_security(),
             )  # fmt: skip
             self._partitions = self._refresh()
         except BaseException:
@@ -321,6 +353,8 @@ class MirrorSourceTask(SourceTask):
         self._partitions = [TopicPartition(t, p) for t, p in assigned]
         source = str(config["source.cluster.bootstrap.servers"]).split(",")
         target = str(config["target.cluster.bootstrap.servers"]).split(",")
+        _, found = split_security(config, MIRROR_PREFIXES)
+        clusters = securities(found)  # checked by the connector's config already
         isolation = config.get("consumer.isolation.level") or (
             "read_committed" if self.exactly_once else "read_uncommitted"
         )
@@ -329,11 +363,12 @@ class MirrorSourceTask(SourceTask):
             fetch_max_wait_ms=POLL_MS, request_timeout_ms=timeout_ms,
             max_poll_records=int(config["consumer.max.poll.records"]),
             isolation_level="read_committed" if isolation == "read_committed"
-            else "read_uncommitted",
+            else "read_uncommitted", security=clusters.get("source.cluster."),
         )  # fmt: skip
         if not self.exactly_once:  # else the syncs go in the runtime's transactions
             self._syncs = Producer(target, acks="all", linger_ms=0,
-                                   request_timeout_ms=timeout_ms)  # fmt: skip
+                                   request_timeout_ms=timeout_ms,
+                                   security=clusters.get("target.cluster."))  # fmt: skip
         self._consumer.assign(self._partitions)
         for tp in self._partitions:
             committed = offsets.offset(source_partition(self.alias, tp.topic, tp.partition))

@@ -79,8 +79,9 @@ class MirrorCheckpointConnector(SourceConnector):
         self.config = config
         timeout_s = config.request_timeout_ms / 1000
         servers = config.target_servers()
-        ensure_topic(servers, offset_syncs_topic(config.target_cluster_alias), 1, timeout_s)
-        ensure_topic(servers, checkpoints_topic(config.source_cluster_alias), 1, timeout_s)
+        target = config.target_security()
+        ensure_topic(servers, offset_syncs_topic(config.target_cluster_alias), 1, timeout_s, target)
+        ensure_topic(servers, checkpoints_topic(config.source_cluster_alias), 1, timeout_s, target)
 
     def task_configs(self, max_tasks: int) -> list[JsonDict]:
         c = self.config
@@ -122,12 +123,18 @@ class MirrorCheckpointTask(SourceTask):
         self.groups = compile_patterns(parsed.groups)
         self.groups_exclude = compile_patterns(parsed.groups_exclude)
         timeout_ms = parsed.request_timeout_ms
-        self._source = AdminClient(parsed.source_servers(), request_timeout_ms=timeout_ms)
-        self._target = AdminClient(parsed.target_servers(), request_timeout_ms=timeout_ms)
+        self._source = AdminClient(
+            parsed.source_servers(), request_timeout_ms=timeout_ms,
+            security=parsed.source_security(),
+        )  # fmt: skip
+        self._target = AdminClient(
+            parsed.target_servers(), request_timeout_ms=timeout_ms,
+            security=parsed.target_security(),
+        )  # fmt: skip
         self._consumer = Consumer(  # read_committed: only syncs of committed mirrored records
             parsed.target_servers(), enable_auto_commit=False, auto_offset_reset="earliest",
             fetch_max_wait_ms=POLL_MS, request_timeout_ms=timeout_ms,
-            isolation_level="read_committed",
+            isolation_level="read_committed", security=parsed.target_security(),
         )  # fmt: skip
         topic = offset_syncs_topic(parsed.target_cluster_alias)
         partitions = [TopicPartition(topic, p) for p in sorted(

@@ -30,6 +30,7 @@ from dataplane.client import (
     RecordMetadata,
     TopicPartition,
 )
+from metadata_quorum.security.channels import ClientSecurity
 from raftlog.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
@@ -89,11 +90,17 @@ class FileOffsetStore:
 
 
 def ensure_topic(
-    bootstrap_servers: Sequence[str], name: str, partitions: int, timeout_s: float
+    bootstrap_servers: Sequence[str],
+    name: str,
+    partitions: int,
+    timeout_s: float,
+    security: ClientSecurity | None = None,
 ) -> None:
     """Create the compacted internal topic ``name`` if it is missing, with replication
     factor min(3, brokers), as Kafka Connect's first worker does."""
-    admin = AdminClient(list(bootstrap_servers), request_timeout_ms=int(timeout_s * 1000))
+    admin = AdminClient(
+        list(bootstrap_servers), request_timeout_ms=int(timeout_s * 1000), security=security
+    )
     try:
         if name in admin.list_topics():
             return
@@ -131,6 +138,7 @@ class TopicLog:
         on_record: Callable[[str, bytes | None, ConsumerRecord], None],
         request_timeout_ms: int,
         isolation_level: Literal["read_uncommitted", "read_committed"] = "read_uncommitted",
+        security: ClientSecurity | None = None,
     ) -> None:
         self.topic = topic
         self._on_record = on_record
@@ -138,7 +146,7 @@ class TopicLog:
         self._producer = Producer(
             list(bootstrap_servers), acks="all", linger_ms=0,
             request_timeout_ms=request_timeout_ms,
-            delivery_timeout_ms=max(request_timeout_ms * 2, 10_000),
+            delivery_timeout_ms=max(request_timeout_ms * 2, 10_000), security=security,
         )  # fmt: skip
         self._consumer = Consumer(
             list(bootstrap_servers),
@@ -147,6 +155,7 @@ class TopicLog:
             fetch_max_wait_ms=READ_POLL_MS,
             request_timeout_ms=request_timeout_ms,
             isolation_level=isolation_level,
+            security=security,
         )
         partitions = self._consumer.partitions_for_topic(topic)
         self._partitions = [TopicPartition(topic, p) for p in sorted(partitions)]
@@ -201,14 +210,18 @@ class TopicOffsetStore:
     at-least-once tasks write are not transactional and read the same either way."""
 
     def __init__(
-        self, bootstrap_servers: Sequence[str], topic: str, request_timeout_ms: int
+        self,
+        bootstrap_servers: Sequence[str],
+        topic: str,
+        request_timeout_ms: int,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.topic = topic
         self._lock = threading.Lock()
         self._offsets: dict[str, JsonDict] = {}
         self.request_timeout_s = request_timeout_ms / 1000
         self._log = TopicLog(bootstrap_servers, topic, self._apply, request_timeout_ms,
-                             isolation_level="read_committed")  # fmt: skip
+                             isolation_level="read_committed", security=security)  # fmt: skip
 
     def _apply(self, key: str, value: bytes | None, record: ConsumerRecord) -> None:
         with self._lock:

@@ -152,6 +152,7 @@ class WorkerSourceTask(WorkerTask):
         producer = Producer(
             config.bootstrap_servers, acks="all", enable_idempotence=True,
             request_timeout_ms=config.request_timeout_ms,
+            security=config.client_security("producer"),
         )  # fmt: skip
         try:
             self.task.start(self.task_config, _Reader(self.offsets, self.id.connector))
@@ -280,6 +281,7 @@ class WorkerSinkTask(WorkerTask):
             auto_offset_reset="earliest",
             fetch_max_wait_ms=SINK_POLL_MS,
             request_timeout_ms=config.request_timeout_ms,
+            security=config.client_security("consumer"),
         )
         try:
             self.task.start(self.task_config)

@@ -2,7 +2,9 @@
 
 Loaded from a JSON file (``worker.json``): ``{"bootstrap.servers": "127.0.0.11:9092",
 "listeners": "http://127.0.0.1:8083", ...}``. Standalone mode needs
-``offset.storage.file.filename``; distributed mode needs ``group.id``.
+``offset.storage.file.filename``; distributed mode needs ``group.id``. Client security
+(``security.protocol``, ``sasl.*``, ``ssl.*``, also ``producer.``/``consumer.``/``admin.``-prefixed)
+as Kafka Connect takes it: see ``connect.client_security``.
 """
 
 from __future__ import annotations
@@ -12,7 +14,12 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from connect.client_security import WORKER_PREFIXES, collect_security, securities
+from metadata_quorum.security.channels import ClientSecurity
+
+ClientRole = Literal["worker", "producer", "consumer", "admin"]
 
 
 class WorkerConfig(BaseModel):
@@ -54,6 +61,20 @@ class WorkerConfig(BaseModel):
     transaction_timeout_ms: int = Field(
         60_000, alias="producer.transaction.timeout.ms", ge=1_000, le=900_000
     )
+    # the security.protocol / ssl.* / sasl.* keys by prefix ("" = the worker's own clients)
+    security_properties: dict[str, dict[str, str]] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _collect_security(cls, values: Any) -> Any:
+        return collect_security(values, WORKER_PREFIXES)
+
+    def client_security(self, role: ClientRole) -> ClientSecurity | None:
+        """The security of a worker's (``worker``), source task's (``producer``), sink task's
+        (``consumer``) or connector's admin (``admin``) clients; None: PLAINTEXT."""
+        prefix = "" if role == "worker" else f"{role}."
+        properties = self.security_properties.get(prefix)
+        return None if properties is None else securities({prefix: properties})[prefix]
 
     @property
     def exactly_once(self) -> bool:

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from metadata_quorum.security.channels import ClientSecurity, open_channel
 from protos import RECONNECT_OPTIONS
 from protos import controller_pb2 as pb
 from protos import controller_pb2_grpc as pb_grpc
@@ -34,13 +35,16 @@ class ControllerClient:
         bootstrap: Sequence[str],
         deadline_s: float = 15.0,
         rpc_timeout_s: float = RPC_TIMEOUT_S,
+        security: ClientSecurity | None = None,
     ) -> None:
+        """`security`: how to reach a CONTROLLER listener that uses TLS (None: plaintext)."""
         if not bootstrap:
             raise ValueError("ControllerClient needs at least one controller address")
         self.bootstrap = list(bootstrap)
         self._learned: list[str] = []  # the quorum's voters as the metadata names them
         self.deadline_s = deadline_s
         self.rpc_timeout_s = rpc_timeout_s
+        self.security = security
         self._lock = threading.Lock()
         self._channels: dict[str, grpc.Channel] = {}
         self._active: str | None = None
@@ -57,7 +61,7 @@ class ControllerClient:
         with self._lock:
             channel = self._channels.get(address)
             if channel is None:
-                channel = grpc.insecure_channel(address, options=RECONNECT_OPTIONS)
+                channel = open_channel(address, self.security, RECONNECT_OPTIONS)
                 self._channels[address] = channel
         return pb_grpc.ControllerServiceStub(channel)
 

@@ -14,6 +14,7 @@ from google.protobuf.message import DecodeError
 
 from metadata_quorum.image import BrokerRegistration, MetadataImage, from_records, to_records
 from metadata_quorum.records import (
+    AccessControlEntryRecord,
     BrokerRegistrationChange,
     ConfigRecord,
     ConfigResourceType,
@@ -27,12 +28,25 @@ from metadata_quorum.records import (
     PartitionRecord,
     ProducerIdsRecord,
     RegisterBroker,
+    RemoveAccessControlEntryRecord,
     RemoveTopic,
+    RemoveUserScramCredentialRecord,
     TopicRecord,
     UnfenceBroker,
     UnregisterBroker,
+    UserScramCredentialRecord,
     VotersRecord,
 )
+from metadata_quorum.security.acl import (
+    AclBinding,
+    AclFilter,
+    AclOperation,
+    PatternType,
+    PermissionType,
+    ResourceType,
+)
+from metadata_quorum.security.scram import ScramCredential, ScramMechanism
+from protos import controller_pb2 as cpb
 from protos import metadata_pb2 as pb
 
 RECORD_VERSION = 1
@@ -144,7 +158,100 @@ def record_to_proto(record: MetadataRecord) -> pb.MetadataRecord:
         case VotersRecord():
             voters = [voter_to_proto(voter) for voter in record.voters]
             return pb.MetadataRecord(voters=pb.VotersRecord(version=v, voters=voters))
+        case AccessControlEntryRecord() | RemoveAccessControlEntryRecord():
+            return _acl_record_to_proto(record)
+        case UserScramCredentialRecord():
+            c = record.credential
+            return pb.MetadataRecord(
+                user_scram_credential=pb.UserScramCredentialRecord(
+                    version=v,
+                    name=record.name,
+                    mechanism=int(c.mechanism),
+                    salt=c.salt,
+                    stored_key=c.stored_key,
+                    server_key=c.server_key,
+                    iterations=c.iterations,
+                )
+            )
+        case RemoveUserScramCredentialRecord():
+            return pb.MetadataRecord(
+                remove_user_scram_credential=pb.RemoveUserScramCredentialRecord(
+                    version=v, name=record.name, mechanism=int(record.mechanism)
+                )
+            )
     raise AssertionError(f"exhaustive dispatch: unknown record type {type(record).__name__}")
+
+
+def acl_binding_to_proto(binding: AclBinding) -> pb.AclBindingEntry:
+    return pb.AclBindingEntry(
+        resource_type=int(binding.resource_type),
+        resource_name=binding.resource_name,
+        pattern_type=int(binding.pattern_type),
+        principal=binding.principal,
+        host=binding.host,
+        operation=int(binding.operation),
+        permission_type=int(binding.permission),
+    )
+
+
+def acl_filter_to_proto(acl: AclFilter) -> cpb.AclFilter:
+    """DescribeAcls' and DeleteAcls' filter; None fields stay unset (they match anything)."""
+    message = cpb.AclFilter(
+        resource_type=int(acl.resource_type),
+        pattern_type=int(acl.pattern_type),
+        operation=int(acl.operation),
+        permission_type=int(acl.permission),
+    )
+    for name in ("resource_name", "principal", "host"):
+        value = getattr(acl, name)
+        if value is not None:
+            setattr(message, name, value)
+    return message
+
+
+def acl_binding_from_proto(m: pb.AclBindingEntry) -> AclBinding:
+    try:
+        return AclBinding(
+            ResourceType(m.resource_type),
+            m.resource_name,
+            PatternType(m.pattern_type),
+            m.principal,
+            m.host,
+            AclOperation(m.operation),
+            PermissionType(m.permission_type),
+        )
+    except ValueError as error:
+        raise CodecError(f"an ACL with an unknown code: {error}") from error
+
+
+def _acl_record_to_proto(
+    record: AccessControlEntryRecord | RemoveAccessControlEntryRecord,
+) -> pb.MetadataRecord:
+    binding = acl_binding_to_proto(record.binding)
+    if isinstance(record, AccessControlEntryRecord):
+        return pb.MetadataRecord(
+            access_control_entry=pb.AccessControlEntryRecord(
+                version=RECORD_VERSION, binding=binding
+            )
+        )
+    return pb.MetadataRecord(
+        remove_access_control_entry=pb.RemoveAccessControlEntryRecord(
+            version=RECORD_VERSION, binding=binding
+        )
+    )
+
+
+def _mechanism(code: int) -> ScramMechanism:
+    if code not in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512):
+        raise CodecError(f"unknown SCRAM mechanism {code}")
+    return ScramMechanism(code)
+
+
+def _from_scram(m: pb.UserScramCredentialRecord) -> MetadataRecord:
+    credential = ScramCredential(
+        _mechanism(m.mechanism), m.salt, m.stored_key, m.server_key, m.iterations
+    )
+    return UserScramCredentialRecord(m.name, credential)
 
 
 def voter_to_proto(voter: ControllerVoter) -> pb.ControllerVoter:
@@ -264,6 +371,17 @@ _DECODERS: dict[str, Callable[[pb.MetadataRecord], MetadataRecord]] = {
     ),
     "leader_change": lambda m: LeaderChange(m.leader_change.leader_id, m.leader_change.term),
     "voters": lambda m: VotersRecord(tuple(voter_from_proto(v) for v in m.voters.voters)),
+    "access_control_entry": lambda m: AccessControlEntryRecord(
+        acl_binding_from_proto(m.access_control_entry.binding)
+    ),
+    "remove_access_control_entry": lambda m: RemoveAccessControlEntryRecord(
+        acl_binding_from_proto(m.remove_access_control_entry.binding)
+    ),
+    "user_scram_credential": lambda m: _from_scram(m.user_scram_credential),
+    "remove_user_scram_credential": lambda m: RemoveUserScramCredentialRecord(
+        m.remove_user_scram_credential.name,
+        _mechanism(m.remove_user_scram_credential.mechanism),
+    ),
 }
 
 

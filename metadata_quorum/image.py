@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from metadata_quorum.records import (
     NO_LEADER,
+    AccessControlEntryRecord,
     BrokerRegistrationChange,
     ConfigRecord,
     ConfigResourceType,
@@ -31,12 +32,17 @@ from metadata_quorum.records import (
     PartitionRecord,
     ProducerIdsRecord,
     RegisterBroker,
+    RemoveAccessControlEntryRecord,
     RemoveTopic,
+    RemoveUserScramCredentialRecord,
     TopicRecord,
     UnfenceBroker,
     UnregisterBroker,
+    UserScramCredentialRecord,
     VotersRecord,
 )
+from metadata_quorum.security.acl import AclBinding
+from metadata_quorum.security.scram import ScramCredential, ScramMechanism
 
 PRODUCER_ID_BLOCK_SIZE = 1000
 
@@ -122,6 +128,14 @@ class MetadataImage:
     # the metadata quorum's voters, ordered by node id; empty until the first active controller
     # records them (until then the static controller.quorum.voters are the set)
     voters: tuple[ControllerVoter, ...] = ()
+    # security (docs/security.md): the ACLs, and each user's SCRAM credentials by mechanism
+    acls: frozenset[AclBinding] = frozenset()
+    scram_credentials: Mapping[str, Mapping[ScramMechanism, ScramCredential]] = field(
+        default_factory=dict
+    )
+
+    def scram_credential(self, user: str, mechanism: ScramMechanism) -> ScramCredential | None:
+        return self.scram_credentials.get(user, {}).get(mechanism)
 
     def voter(self, node_id: int) -> ControllerVoter | None:
         return next((v for v in self.voters if v.node_id == node_id), None)
@@ -180,6 +194,8 @@ class MetadataDelta:
         self._controller = (base.controller_id, base.controller_term)
         self._preferred = dict(base.preferred_leaders)
         self._voters = base.voters
+        self._acls: set[AclBinding] | None = None  # copied from base on the first change
+        self._scram: dict[str, Mapping[ScramMechanism, ScramCredential]] | None = None
         self.rejected: list[Rejected] = []
 
     # -- replay --------------------------------------------------------------------------
@@ -227,6 +243,10 @@ class MetadataDelta:
                 return self._leader_change(record)
             case VotersRecord():
                 return self._set_voters(record)
+            case AccessControlEntryRecord() | RemoveAccessControlEntryRecord():
+                return self._change_acl(record)
+            case UserScramCredentialRecord() | RemoveUserScramCredentialRecord():
+                return self._change_scram(record)
         raise AssertionError(f"exhaustive dispatch: unknown record type {type(record).__name__}")
 
     def _register_broker(self, record: RegisterBroker) -> str | None:
@@ -416,6 +436,38 @@ class MetadataDelta:
         self._voters = tuple(sorted(voters, key=lambda v: v.node_id))
         return None
 
+    def _change_acl(
+        self, record: AccessControlEntryRecord | RemoveAccessControlEntryRecord
+    ) -> str | None:
+        if self._acls is None:
+            self._acls = set(self.base.acls)
+        present = record.binding in self._acls
+        if isinstance(record, AccessControlEntryRecord):
+            if present:
+                return f"ACL {record.binding} exists"
+            self._acls.add(record.binding)
+        else:
+            if not present:
+                return f"ACL {record.binding} does not exist"
+            self._acls.remove(record.binding)
+        return None
+
+    def _change_scram(
+        self, record: UserScramCredentialRecord | RemoveUserScramCredentialRecord
+    ) -> str | None:
+        if self._scram is None:
+            self._scram = dict(self.base.scram_credentials)
+        credentials = dict(self._scram.get(record.name, {}))
+        if isinstance(record, UserScramCredentialRecord):
+            credentials[record.credential.mechanism] = record.credential
+        elif credentials.pop(record.mechanism, None) is None:
+            return f"user {record.name!r} has no {record.mechanism.mechanism_name} credential"
+        if credentials:
+            self._scram[record.name] = credentials
+        else:
+            self._scram.pop(record.name, None)
+        return None
+
     # -- result --------------------------------------------------------------------------
     def image(self) -> MetadataImage:
         topics = dict(self._topics)
@@ -434,6 +486,8 @@ class MetadataDelta:
             controller_term=self._controller[1],
             preferred_leaders=self._preferred,
             voters=self._voters,
+            acls=self.base.acls if self._acls is None else frozenset(self._acls),
+            scram_credentials=self.base.scram_credentials if self._scram is None else self._scram,
         )
 
 
@@ -498,6 +552,9 @@ def to_records(image: MetadataImage) -> tuple[list[BrokerRegistration], list[Met
         records.append(LeaderChange(image.controller_id, image.controller_term))
     if image.voters:
         records.append(VotersRecord(image.voters))
+    records.extend(AccessControlEntryRecord(b) for b in sorted(image.acls))
+    for user, credentials in sorted(image.scram_credentials.items()):
+        records.extend(UserScramCredentialRecord(user, c) for _, c in sorted(credentials.items()))
     brokers = [b for _, b in sorted(image.brokers.items())]
     return brokers, records
 

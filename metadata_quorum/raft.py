@@ -61,6 +61,15 @@ rewrite is finished (pysyncobj would drop the journal entries after the snapshot
 pysyncobj rewrites the journal in place when it compacts; a crash in those microseconds can
 lose that node's tail (the leader sends it again).
 
+Encryption (``RaftOptions.secret``, controller.quorum.raft.secret.file): pysyncobj's own
+(``SyncObjConf.password``, read in its encryptor.py, tcp_connection.py and transport.py): a
+Fernet key (AES-128-CBC + HMAC-SHA256) derived from the secret by PBKDF2-SHA256 (100,000
+iterations, a fixed salt), each connection opened by an exchange of random 32-byte keys that
+every later message carries back, a per-connection timestamp that must not go backwards. A
+message that fails its HMAC is never unpickled; the connection is dropped before the peer has
+named itself, so a node with another secret or none cannot vote, be counted, or move a term.
+pysyncobj drops it silently; `_PeerEncryptor` logs it (rate-limited per source host).
+
 pysyncobj behaviours worked around here: a failed snapshot load is logged and ignored (we stop
 the node); a leader resends entries already in flight and a follower then truncates entries
 it had applied (``_RaftNode.before_receive``); its tick thread stops when the thread that
@@ -90,10 +99,11 @@ import time
 import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, cast
 
+from cryptography.fernet import InvalidToken
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj import pickle as syncobj_pickle
 from pysyncobj.config import SERIALIZER_STATE
@@ -134,6 +144,9 @@ BOOTSTRAP_FILE = "raft.bootstrap"  # the voter set this node's log started from 
 _MEMBERSHIP_COMMAND = 2  # pysyncobj's _COMMAND_TYPE.MEMBERSHIP: b"\x02" + pickle([op, id, node])
 _MEMBERSHIP_BYTE = bytes([_MEMBERSHIP_COMMAND])
 _CRC = struct.Struct(">I")
+SECRET_BYTES_MIN = 16
+_REFUSAL_LOG_INTERVAL_S = 10.0  # a refused peer is logged once per interval, with a count
+_REFUSED_PEERS_MAX = 1024
 
 
 # -- configuration -------------------------------------------------------------------------
@@ -192,17 +205,37 @@ class RaftTiming:
 
 @dataclass(frozen=True)
 class RaftOptions:
-    """Durability and size limits."""
+    """Durability, size limits and the transport's shared secret (see Encryption above)."""
 
     fsync: bool = True  # make entries and votes durable before they are acknowledged
     max_journal_entries: int = 5_000  # compact (snapshot + cut the journal) beyond this
     max_in_flight_appends: int = 512  # deeper pipelines stall the tick thread (measured)
     max_payload_bytes: int = 1024 * 1024
+    secret: bytes | None = field(default=None, repr=False)  # None: the transport is plaintext
 
     def __post_init__(self) -> None:
         _check(2 <= self.max_journal_entries <= 10_000_000, "max_journal_entries")
         _check(1 <= self.max_in_flight_appends <= 1_000_000, "max_in_flight_appends")
         _check(1 <= self.max_payload_bytes <= 64 * 1024 * 1024, "max_payload_bytes")
+        _check(
+            self.secret is None or len(self.secret) >= SECRET_BYTES_MIN,
+            f"the Raft secret is at least {SECRET_BYTES_MIN} bytes",
+        )
+
+
+def read_raft_secret(path: Path) -> bytes:
+    """The secret in ``path`` (controller.quorum.raft.secret.file), surrounding whitespace
+    stripped. Every controller of a quorum must hold the same bytes."""
+    try:
+        secret = path.read_bytes().strip()
+    except OSError as error:
+        raise ValueError(f"controller.quorum.raft.secret.file {path}: {error}") from error
+    if len(secret) < SECRET_BYTES_MIN:
+        raise ValueError(
+            f"controller.quorum.raft.secret.file {path}: the secret is {len(secret)} bytes, "
+            f"fewer than {SECRET_BYTES_MIN}"
+        )
+    return secret
 
 
 DEFAULT_TIMING = RaftTiming()
@@ -581,8 +614,75 @@ class _NodeStopped(Exception):
     pass
 
 
+class _PeerEncryptor:
+    """pysyncobj's Fernet encryptor for one connection. pysyncobj drops a connection whose
+    message does not decrypt without a word; this says who was refused (rate-limited)."""
+
+    def __init__(self, fernet: Any, peer: str, on_refused: Callable[[str], None]) -> None:
+        self._fernet = fernet
+        self._peer = peer
+        self._on_refused = on_refused
+
+    def encrypt_at_time(self, data: bytes, current_time: int) -> bytes:
+        return cast(bytes, self._fernet.encrypt_at_time(data, current_time))
+
+    def extract_timestamp(self, token: bytes) -> int:  # verifies the HMAC first
+        try:
+            return cast(int, self._fernet.extract_timestamp(token))
+        except InvalidToken:
+            self._on_refused(self._peer)
+            raise
+
+    def decrypt(self, token: bytes) -> bytes:
+        try:
+            return cast(bytes, self._fernet.decrypt(token))
+        except InvalidToken:
+            self._on_refused(self._peer)
+            raise
+
+
 class _RaftTransport(TCPTransport):  # type: ignore[misc]
-    """pysyncobj's TCP transport with the node's hooks around every message sent or received."""
+    """pysyncobj's TCP transport with the node's hooks around every message sent or received,
+    and, when the quorum has a secret, a `_PeerEncryptor` on every connection."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # peer host -> (when last logged, refusals since), at most _REFUSED_PEERS_MAX hosts
+        self._refusals: dict[str, tuple[float, int]] = {}
+        super().__init__(*args, **kwargs)
+
+    def _onNewIncomingConnection(self, conn: Any) -> None:
+        super()._onNewIncomingConnection(conn)
+        if conn.encryptor is not None:
+            try:
+                host, port = conn._TcpConnection__socket.getpeername()[:2]
+                peer = f"{host}:{port}"
+            except OSError:
+                peer = "a peer that already left"
+            conn.encryptor = _PeerEncryptor(conn.encryptor, peer, self._refused)
+
+    def addNode(self, node: Any) -> None:
+        super().addNode(node)
+        conn = self._connections.get(node)
+        if conn is not None and conn.encryptor is not None:
+            conn.encryptor = _PeerEncryptor(conn.encryptor, str(node.address), self._refused)
+
+    def _refused(self, peer: str) -> None:
+        """A message that does not decrypt with this quorum's secret: a controller with
+        another secret or none, or not a controller at all. pysyncobj drops the connection."""
+        host = peer.rsplit(":", 1)[0]
+        now = time.monotonic()
+        logged_at, count = self._refusals.get(host, (float("-inf"), 0))
+        count += 1
+        if now - logged_at >= _REFUSAL_LOG_INTERVAL_S:
+            logger.warning(
+                "raft %s refused a connection from %s: not encrypted with this quorum's "
+                "secret (%d refused from %s since the last report)",
+                self._selfNode, peer, count, host,
+            )  # fmt: skip
+            logged_at, count = now, 0
+        if len(self._refusals) >= _REFUSED_PEERS_MAX and host not in self._refusals:
+            self._refusals.clear()  # bounded: forget old peers rather than grow
+        self._refusals[host] = (logged_at, count)
 
     def send(self, node: Any, message: Any) -> bool:
         if not self._syncObj.before_send(message):
@@ -1159,6 +1259,7 @@ def _syncobj_conf(
         bindRetryTime=_BIND_RETRY_S,
         maxBindRetries=_BIND_ATTEMPTS,
         dynamicMembershipChange=True,
+        password=options.secret,  # None: plaintext; else Fernet (see Encryption above)
     )
 
 

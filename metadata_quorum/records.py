@@ -12,6 +12,9 @@ import enum
 import uuid
 from dataclasses import dataclass
 
+from metadata_quorum.security.acl import AclBinding
+from metadata_quorum.security.scram import ScramCredential, ScramMechanism
+
 NO_LEADER = -1
 
 
@@ -176,6 +179,33 @@ class VotersRecord:
     voters: tuple[ControllerVoter, ...]
 
 
+@dataclass(frozen=True)
+class AccessControlEntryRecord:
+    """An ACL is created (Kafka's AccessControlEntryRecord); an identical one is refused."""
+
+    binding: AclBinding
+
+
+@dataclass(frozen=True)
+class RemoveAccessControlEntryRecord:
+    binding: AclBinding
+
+
+@dataclass(frozen=True)
+class UserScramCredentialRecord:
+    """A user's SCRAM credential for one mechanism is set or replaced (KIP-554): the salt,
+    iterations, StoredKey and ServerKey, never the password."""
+
+    name: str
+    credential: ScramCredential
+
+
+@dataclass(frozen=True)
+class RemoveUserScramCredentialRecord:
+    name: str
+    mechanism: ScramMechanism
+
+
 MetadataRecord = (
     RegisterBroker
     | UnregisterBroker
@@ -191,6 +221,10 @@ MetadataRecord = (
     | ProducerIdsRecord
     | LeaderChange
     | VotersRecord
+    | AccessControlEntryRecord
+    | RemoveAccessControlEntryRecord
+    | UserScramCredentialRecord
+    | RemoveUserScramCredentialRecord
 )
 
 RECORD_TYPES: tuple[type, ...] = (
@@ -208,4 +242,8 @@ RECORD_TYPES: tuple[type, ...] = (
     ProducerIdsRecord,
     LeaderChange,
     VotersRecord,
+    AccessControlEntryRecord,
+    RemoveAccessControlEntryRecord,
+    UserScramCredentialRecord,
+    RemoveUserScramCredentialRecord,
 )

@@ -57,6 +57,11 @@ from metadata_quorum.replication import (
     generate_delete_topics,
     generate_elect_leaders,
 )
+from metadata_quorum.request_authorization import authorize_rpc, check_cluster
+from metadata_quorum.security.authorization import ALLOW_ALL, AccessControl
+from metadata_quorum.security.channels import ClientSecurity, open_channel
+from metadata_quorum.security.grpc_auth import ServerSecurity
+from metadata_quorum.security_service import SecurityRpcs
 from protos import controller_pb2 as pb
 from protos import controller_pb2_grpc as pb_grpc
 from raftlog.errors import ErrorCode, KafkaError
@@ -75,10 +80,22 @@ Voter = ControllerVoter  # a controller: its id, the gRPC address clients use, i
 PROBE_TIMEOUT_S = 2.0  # AddRaftVoter asks the new controller who it is, within this
 
 
-class ControllerServicer(pb_grpc.ControllerServiceServicer):
-    def __init__(self, controller: QuorumController, cluster_id: str) -> None:
+class ControllerServicer(SecurityRpcs, pb_grpc.ControllerServiceServicer):
+    """The ACL and SCRAM credential RPCs are in metadata_quorum/security_service.py.
+    ``access_control``: the controller's authorizer over its own image (ALLOW_ALL: none)."""
+
+    def __init__(
+        self,
+        controller: QuorumController,
+        cluster_id: str,
+        access_control: AccessControl = ALLOW_ALL,
+        node_security: ClientSecurity | None = None,
+    ) -> None:
         self.controller = controller
         self.cluster_id = cluster_id
+        self.access_control = access_control
+        # how this controller reaches another's CONTROLLER listener (TLS, its certificate)
+        self.node_security = node_security
         self.stop_streams = False
 
     @property
@@ -108,6 +125,7 @@ class ControllerServicer(pb_grpc.ControllerServiceServicer):
         return self.controller.state.image
 
     # -- brokers -----------------------------------------------------------------------------
+    @authorize_rpc("RegisterBroker")
     def RegisterBroker(self, request: pb.RegisterBrokerRequest, context: Any) -> Any:
         def body() -> pb.RegisterBrokerResponse:
             endpoints = tuple(endpoint_from_proto(e) for e in request.endpoints)
@@ -133,6 +151,7 @@ class ControllerServicer(pb_grpc.ControllerServiceServicer):
 
         return self._guard(pb.RegisterBrokerResponse, body)
 
+    @authorize_rpc("BrokerHeartbeat")
     def BrokerHeartbeat(self, request: pb.BrokerHeartbeatRequest, context: Any) -> Any:
         def body() -> pb.BrokerHeartbeatResponse:
             now = self.controller.now_ms()
@@ -164,6 +183,7 @@ class ControllerServicer(pb_grpc.ControllerServiceServicer):
 
         return self._guard(pb.BrokerHeartbeatResponse, body)
 
+    @authorize_rpc("UnregisterBroker")
     def UnregisterBroker(self, request: pb.UnregisterBrokerRequest, context: Any) -> Any:
         def body() -> pb.UnregisterBrokerResponse:
             self.controller.write(
@@ -176,6 +196,7 @@ class ControllerServicer(pb_grpc.ControllerServiceServicer):
 
         return self._guard(pb.UnregisterBrokerResponse, body)
 
+    @authorize_rpc("CordonBroker")
     def CordonBroker(self, request: pb.CordonBrokerRequest, context: Any) -> Any:
         def body() -> pb.CordonBrokerResponse:
             self.controller.write(
@@ -188,6 +209,7 @@ class ControllerServicer(pb_grpc.ControllerServiceServicer):
 
         return self._guard(pb.CordonBrokerResponse, body)
 
+    @authorize_rpc("AllocateProducerIds")
     def AllocateProducerIds(self, request: pb.AllocateProducerIdsRequest, context: Any) -> Any:
         def body() -> pb.AllocateProducerIdsResponse:
             def generate(image: MetadataImage) -> tuple[list[MetadataRecord], tuple[int, int]]:
@@ -204,6 +226,7 @@ class ControllerServicer(pb_grpc.ControllerServiceServicer):
         return self._guard(pb.AllocateProducerIdsResponse, body)
 
     # -- topics and partitions -----------------------------------------------------------------
+    @authorize_rpc("CreateTopics")
     def CreateTopics(self, request: pb.CreateTopicsRequest, context: Any) -> Any:
         topics = [
             NewTopic(
@@ -240,6 +263,7 @@ class ControllerServicer(pb_grpc.ControllerServiceServicer):
 
         return self._guard(pb.CreateTopicsResponse, body)
 
+    @authorize_rpc("DeleteTopics")
     def DeleteTopics(self, request: pb.DeleteTopicsRequest, context: Any) -> Any:
         def body() -> pb.DeleteTopicsResponse:
             out, _ = self.controller.write(
@@ -260,6 +284,7 @@ class ControllerServicer(pb_grpc.ControllerServiceServicer):
 
         return self._guard(pb.DeleteTopicsResponse, body)
 
+    @authorize_rpc("CreatePartitions")
     def CreatePartitions(self, request: pb.CreatePartitionsRequest, context: Any) -> Any:
         wanted = [
             (t.name, t.count, {a.partition: tuple(a.broker_ids) for a in t.assignments} or None)
@@ -284,6 +309,7 @@ class ControllerServicer(pb_grpc.ControllerServiceServicer):
 
         return self._guard(pb.CreatePartitionsResponse, body)
 
+    @authorize_rpc("AlterPartition")
     def AlterPartition(self, request: pb.AlterPartitionRequest, context: Any) -> Any:
         items = [
             IsrRequest(
@@ -305,6 +331,7 @@ class ControllerServicer(pb_grpc.ControllerServiceServicer):
 
         return self._guard(pb.AlterPartitionResponse, body)
 
+    @authorize_rpc("ElectLeaders")
     def ElectLeaders(self, request: pb.ElectLeadersRequest, context: Any) -> Any:
         wanted = [(tp.topic, tp.partition) for tp in request.partitions] or None
         unclean = request.election_type == pb.UNCLEAN
@@ -320,6 +347,7 @@ class ControllerServicer(pb_grpc.ControllerServiceServicer):
         return self._guard(pb.ElectLeadersResponse, body)
 
     # -- reassignment (KIP-455) ------------------------------------------------------------------
+    @authorize_rpc("AlterPartitionReassignments")
     def AlterPartitionReassignments(
         self, request: pb.AlterPartitionReassignmentsRequest, context: Any
     ) -> Any:
@@ -336,6 +364,7 @@ class ControllerServicer(pb_grpc.ControllerServiceServicer):
 
         return self._guard(pb.AlterPartitionReassignmentsResponse, body)
 
+    @authorize_rpc("ListPartitionReassignments")
     def ListPartitionReassignments(
         self, request: pb.ListPartitionReassignmentsRequest, context: Any
     ) -> Any:
@@ -357,6 +386,7 @@ class ControllerServicer(pb_grpc.ControllerServiceServicer):
         )
 
     # -- configs -------------------------------------------------------------------------------
+    @authorize_rpc("AlterConfigs")
     def AlterConfigs(self, request: pb.AlterConfigsRequest, context: Any) -> Any:
         def generate(image: MetadataImage) -> tuple[list[MetadataRecord], list[pb.ResourceResult]]:
             records: list[MetadataRecord] = []
@@ -378,6 +408,7 @@ class ControllerServicer(pb_grpc.ControllerServiceServicer):
 
         return self._guard(pb.AlterConfigsResponse, body)
 
+    @authorize_rpc("DescribeConfigs")
     def DescribeConfigs(self, request: pb.DescribeConfigsRequest, context: Any) -> Any:
         image = self._image()
         out = []
@@ -395,6 +426,7 @@ class ControllerServicer(pb_grpc.ControllerServiceServicer):
         return pb.DescribeConfigsResponse(status=self._status(), resources=out)
 
     # -- reads -------------------------------------------------------------------------------
+    @authorize_rpc("DescribeCluster")
     def DescribeCluster(self, request: pb.DescribeClusterRequest, context: Any) -> Any:
         image = self._image()
         leader = self.controller.active_controller_id()
@@ -420,6 +452,7 @@ class ControllerServicer(pb_grpc.ControllerServiceServicer):
             voters=[voter_to_proto(v) for v in self.controller.voters()],
         )
 
+    @authorize_rpc("DescribeTopics")
     def DescribeTopics(self, request: pb.DescribeTopicsRequest, context: Any) -> Any:
         image = self._image()
         names = list(request.names) or sorted(image.topic_ids)
@@ -451,6 +484,7 @@ class ControllerServicer(pb_grpc.ControllerServiceServicer):
             status=self._status(), topics=out, metadata_offset=image.offset
         )
 
+    @authorize_rpc("DescribeQuorum")
     def DescribeQuorum(self, request: pb.DescribeQuorumRequest, context: Any) -> Any:
         """The quorum as the active controller sees it. Only the Raft leader knows how far each
         voter's log matches its own, so another controller forwards the request there (Kafka's
@@ -460,7 +494,9 @@ class ControllerServicer(pb_grpc.ControllerServiceServicer):
         leader = self.voters.get(leader_id)
         if leader is not None and leader_id != self.controller.node_id and not _forwarded(context):
             by = str(self.controller.node_id)
-            answer = _ask_active_controller(leader.address, request, context, by)
+            answer = _ask_active_controller(
+                leader.address, request, context, by, self.node_security
+            )
             if answer is not None:
                 return answer
         return self._local_quorum()
@@ -504,11 +540,13 @@ class ControllerServicer(pb_grpc.ControllerServiceServicer):
         )
 
     # -- controller membership (KIP-853) -------------------------------------------------------
+    @authorize_rpc("AddRaftVoter")
     def AddRaftVoter(self, request: pb.AddRaftVoterRequest, context: Any) -> Any:
         def body() -> pb.RaftVoterResponse:
             self._check_cluster_id(request.cluster_id)
             voter = voter_from_proto(request.voter)
-            self._check_cluster_id(_probe_cluster_id(voter))  # running, and one of ours
+            probed = _probe_cluster_id(voter, self.node_security)  # running, and one of ours
+            self._check_cluster_id(probed)
             voters = self.controller.add_voter(voter)
             return pb.RaftVoterResponse(
                 status=self._status(), voters=[voter_to_proto(v) for v in voters]
@@ -516,6 +554,7 @@ class ControllerServicer(pb_grpc.ControllerServiceServicer):
 
         return self._guard(pb.RaftVoterResponse, body)
 
+    @authorize_rpc("RemoveRaftVoter")
     def RemoveRaftVoter(self, request: pb.RemoveRaftVoterRequest, context: Any) -> Any:
         def body() -> pb.RaftVoterResponse:
             self._check_cluster_id(request.cluster_id)
@@ -536,6 +575,12 @@ class ControllerServicer(pb_grpc.ControllerServiceServicer):
     def FetchMetadata(self, request: pb.FetchMetadataRequest, context: Any) -> Iterator[Any]:
         """Stream updates from ``from_offset``: the image first if the caller is too far behind,
         then record deltas as they commit, until ``max_wait_ms`` passes with nothing new."""
+        try:  # CLUSTER_ACTION: only the nodes follow the metadata
+            check_cluster(self.access_control, "FetchMetadata")
+        except KafkaError as error:
+            if context is None:
+                raise
+            context.abort(grpc.StatusCode.PERMISSION_DENIED, error.message)
         next_offset = max(0, request.from_offset)
         wait_s = (request.max_wait_ms or 30_000) / 1000
         while not self.stop_streams and (context is None or context.is_active()):
@@ -572,11 +617,11 @@ def voter_lags(status: QuorumStatus) -> list[int | None]:
     ]
 
 
-def _probe_cluster_id(voter: ControllerVoter) -> str:
+def _probe_cluster_id(voter: ControllerVoter, security: ClientSecurity | None = None) -> str:
     """The cluster id the controller to add serves (DescribeCluster on its CONTROLLER
     listener); REQUEST_TIMED_OUT if it does not answer: it must run before it is added."""
     try:
-        with grpc.insecure_channel(voter.address) as channel:
+        with open_channel(voter.address, security) as channel:
             stub = pb_grpc.ControllerServiceStub(channel)
             answer = stub.DescribeCluster(pb.DescribeClusterRequest(), timeout=PROBE_TIMEOUT_S)
     except grpc.RpcError as error:
@@ -596,7 +641,11 @@ def _forwarded(context: Any) -> bool:
 
 
 def _ask_active_controller(
-    address: str, request: pb.DescribeQuorumRequest, context: Any, forwarded_by: str
+    address: str,
+    request: pb.DescribeQuorumRequest,
+    context: Any,
+    forwarded_by: str,
+    security: ClientSecurity | None = None,
 ) -> pb.DescribeQuorumResponse | None:
     """The active controller's DescribeQuorum answer, or None if it does not answer within
     half the caller's remaining deadline (at most FORWARD_TIMEOUT_S), so that the caller still
@@ -610,12 +659,12 @@ def _ask_active_controller(
         return None
     forwarded = ((FORWARDED_METADATA_KEY, forwarded_by),)
     try:
-        with grpc.insecure_channel(address) as channel:
+        with open_channel(address, security) as channel:
             stub = pb_grpc.ControllerServiceStub(channel)
             answer: pb.DescribeQuorumResponse = stub.DescribeQuorum(
                 request, timeout=timeout_s, metadata=forwarded, wait_for_ready=True
             )
-    except grpc.RpcError as error:
+    except (grpc.RpcError, KafkaError) as error:  # KafkaError: its authentication failed
         log.info("DescribeQuorum forwarded to %s failed (%s); answering locally", address, error)
         return None
     return answer
@@ -736,14 +785,25 @@ def _describe_configs(image: MetadataImage, resource: pb.ConfigResource) -> list
     ]
 
 
-def serve(servicer: ControllerServicer, address: str, max_workers: int = 32) -> grpc.Server:
-    """Start a gRPC server for ControllerService on ``address`` (host:port)."""
+def serve(
+    servicer: ControllerServicer,
+    address: str,
+    max_workers: int = 32,
+    security: ServerSecurity | None = None,
+) -> grpc.Server:
+    """Start a gRPC server for ControllerService on ``address`` (host:port); with `security`,
+    the CONTROLLER listener's TLS and authentication (None: plaintext, every call as the node)."""
 
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="ctl")
+        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="ctl"),
+        interceptors=[] if security is None else security.interceptors(),
     )
     pb_grpc.add_ControllerServiceServicer_to_server(servicer, server)
-    if server.add_insecure_port(address) == 0:
+    if security is None:
+        port = server.add_insecure_port(address)
+    else:
+        port = security.add_port(server, address)
+    if port == 0:
         raise OSError(f"cannot listen on {address}")
     server.start()
     return server

@@ -1798,3 +1798,479 @@ class MetadataUpdate(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___MetadataUpdate: _TypeAlias = MetadataUpdate  # noqa: Y015
+
+@_typing.final
+class AclFilter(_message.Message):
+    """-- ACLs (Kafka's CreateAcls 30, DescribeAcls 29, DeleteAcls 31) and SCRAM credentials
+    (DescribeUserScramCredentials 50, AlterUserScramCredentials 51, KIP-554): metadata records.
+    The codes are Kafka's (AclResourceType, PatternType, AclOperation, AclPermissionType,
+    ScramMechanism). Without an authorizer on the controller the ACL RPCs answer
+    SECURITY_DISABLED (54) in status.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESOURCE_TYPE_FIELD_NUMBER: _builtins.int
+    RESOURCE_NAME_FIELD_NUMBER: _builtins.int
+    PATTERN_TYPE_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
+    OPERATION_FIELD_NUMBER: _builtins.int
+    PERMISSION_TYPE_FIELD_NUMBER: _builtins.int
+    resource_type: _builtins.int
+    """1 ANY"""
+    resource_name: _builtins.str
+    """unset = any"""
+    pattern_type: _builtins.int
+    """1 ANY, 2 MATCH, 3 LITERAL, 4 PREFIXED"""
+    principal: _builtins.str
+    """unset = any"""
+    host: _builtins.str
+    """unset = any"""
+    operation: _builtins.int
+    """1 ANY"""
+    permission_type: _builtins.int
+    """1 ANY"""
+    def __init__(
+        self,
+        *,
+        resource_type: _builtins.int = ...,
+        resource_name: _builtins.str | None = ...,
+        pattern_type: _builtins.int = ...,
+        principal: _builtins.str | None = ...,
+        host: _builtins.str | None = ...,
+        operation: _builtins.int = ...,
+        permission_type: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_host", b"_host", "_principal", b"_principal", "_resource_name", b"_resource_name", "host", b"host", "principal", b"principal", "resource_name", b"resource_name"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_host", b"_host", "_principal", b"_principal", "_resource_name", b"_resource_name", "host", b"host", "operation", b"operation", "pattern_type", b"pattern_type", "permission_type", b"permission_type", "principal", b"principal", "resource_name", b"resource_name", "resource_type", b"resource_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__host: _TypeAlias = _typing.Literal["host"]  # noqa: Y015
+    _WhichOneofArgType__host: _TypeAlias = _typing.Literal["_host", b"_host"]  # noqa: Y015
+    _WhichOneofReturnType__principal: _TypeAlias = _typing.Literal["principal"]  # noqa: Y015
+    _WhichOneofArgType__principal: _TypeAlias = _typing.Literal["_principal", b"_principal"]  # noqa: Y015
+    _WhichOneofReturnType__resource_name: _TypeAlias = _typing.Literal["resource_name"]  # noqa: Y015
+    _WhichOneofArgType__resource_name: _TypeAlias = _typing.Literal["_resource_name", b"_resource_name"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__host) -> _WhichOneofReturnType__host | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__principal) -> _WhichOneofReturnType__principal | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__resource_name) -> _WhichOneofReturnType__resource_name | None: ...
+
+Global___AclFilter: _TypeAlias = AclFilter  # noqa: Y015
+
+@_typing.final
+class CreateAclsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CREATIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def creations(self) -> _containers.RepeatedCompositeFieldContainer[_metadata_pb2.AclBindingEntry]: ...
+    def __init__(
+        self,
+        *,
+        creations: _abc.Iterable[_metadata_pb2.AclBindingEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["creations", b"creations"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateAclsRequest: _TypeAlias = CreateAclsRequest  # noqa: Y015
+
+@_typing.final
+class AclOutcome(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    error_code: _builtins.int
+    error_message: _builtins.str
+    def __init__(
+        self,
+        *,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AclOutcome: _TypeAlias = AclOutcome  # noqa: Y015
+
+@_typing.final
+class CreateAclsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUS_FIELD_NUMBER: _builtins.int
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def status(self) -> Global___Status: ...
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___AclOutcome]:
+        """one per creation, in order"""
+
+    def __init__(
+        self,
+        *,
+        status: Global___Status | None = ...,
+        results: _abc.Iterable[Global___AclOutcome] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateAclsResponse: _TypeAlias = CreateAclsResponse  # noqa: Y015
+
+@_typing.final
+class DeleteAclsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FILTERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def filters(self) -> _containers.RepeatedCompositeFieldContainer[Global___AclFilter]: ...
+    def __init__(
+        self,
+        *,
+        filters: _abc.Iterable[Global___AclFilter] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filters", b"filters"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteAclsRequest: _TypeAlias = DeleteAclsRequest  # noqa: Y015
+
+@_typing.final
+class DeleteAclsFilterResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    MATCHING_ACLS_FIELD_NUMBER: _builtins.int
+    error_code: _builtins.int
+    error_message: _builtins.str
+    @_builtins.property
+    def matching_acls(self) -> _containers.RepeatedCompositeFieldContainer[_metadata_pb2.AclBindingEntry]:
+        """deleted"""
+
+    def __init__(
+        self,
+        *,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str = ...,
+        matching_acls: _abc.Iterable[_metadata_pb2.AclBindingEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "matching_acls", b"matching_acls"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteAclsFilterResult: _TypeAlias = DeleteAclsFilterResult  # noqa: Y015
+
+@_typing.final
+class DeleteAclsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUS_FIELD_NUMBER: _builtins.int
+    FILTER_RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def status(self) -> Global___Status: ...
+    @_builtins.property
+    def filter_results(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeleteAclsFilterResult]:
+        """one per filter, in order"""
+
+    def __init__(
+        self,
+        *,
+        status: Global___Status | None = ...,
+        filter_results: _abc.Iterable[Global___DeleteAclsFilterResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filter_results", b"filter_results", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteAclsResponse: _TypeAlias = DeleteAclsResponse  # noqa: Y015
+
+@_typing.final
+class DescribeAclsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FILTER_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def filter(self) -> Global___AclFilter: ...
+    def __init__(
+        self,
+        *,
+        filter: Global___AclFilter | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeAclsRequest: _TypeAlias = DescribeAclsRequest  # noqa: Y015
+
+@_typing.final
+class DescribeAclsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUS_FIELD_NUMBER: _builtins.int
+    ACLS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def status(self) -> Global___Status: ...
+    @_builtins.property
+    def acls(self) -> _containers.RepeatedCompositeFieldContainer[_metadata_pb2.AclBindingEntry]: ...
+    def __init__(
+        self,
+        *,
+        status: Global___Status | None = ...,
+        acls: _abc.Iterable[_metadata_pb2.AclBindingEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acls", b"acls", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeAclsResponse: _TypeAlias = DescribeAclsResponse  # noqa: Y015
+
+@_typing.final
+class ScramCredentialDeletion(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    MECHANISM_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    mechanism: _builtins.int
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        mechanism: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mechanism", b"mechanism", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ScramCredentialDeletion: _TypeAlias = ScramCredentialDeletion  # noqa: Y015
+
+@_typing.final
+class ScramCredentialUpsertion(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    MECHANISM_FIELD_NUMBER: _builtins.int
+    ITERATIONS_FIELD_NUMBER: _builtins.int
+    SALT_FIELD_NUMBER: _builtins.int
+    SALTED_PASSWORD_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    mechanism: _builtins.int
+    iterations: _builtins.int
+    salt: _builtins.bytes
+    salted_password: _builtins.bytes
+    """the client computes it (Hi(password, salt, iterations))"""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        mechanism: _builtins.int = ...,
+        iterations: _builtins.int = ...,
+        salt: _builtins.bytes = ...,
+        salted_password: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["iterations", b"iterations", "mechanism", b"mechanism", "name", b"name", "salt", b"salt", "salted_password", b"salted_password"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ScramCredentialUpsertion: _TypeAlias = ScramCredentialUpsertion  # noqa: Y015
+
+@_typing.final
+class AlterUserScramCredentialsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DELETIONS_FIELD_NUMBER: _builtins.int
+    UPSERTIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def deletions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ScramCredentialDeletion]: ...
+    @_builtins.property
+    def upsertions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ScramCredentialUpsertion]: ...
+    def __init__(
+        self,
+        *,
+        deletions: _abc.Iterable[Global___ScramCredentialDeletion] | None = ...,
+        upsertions: _abc.Iterable[Global___ScramCredentialUpsertion] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deletions", b"deletions", "upsertions", b"upsertions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlterUserScramCredentialsRequest: _TypeAlias = AlterUserScramCredentialsRequest  # noqa: Y015
+
+@_typing.final
+class ScramUserResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USER_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    user: _builtins.str
+    error_code: _builtins.int
+    error_message: _builtins.str
+    def __init__(
+        self,
+        *,
+        user: _builtins.str = ...,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ScramUserResult: _TypeAlias = ScramUserResult  # noqa: Y015
+
+@_typing.final
+class AlterUserScramCredentialsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUS_FIELD_NUMBER: _builtins.int
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def status(self) -> Global___Status: ...
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___ScramUserResult]:
+        """one per user named"""
+
+    def __init__(
+        self,
+        *,
+        status: Global___Status | None = ...,
+        results: _abc.Iterable[Global___ScramUserResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlterUserScramCredentialsResponse: _TypeAlias = AlterUserScramCredentialsResponse  # noqa: Y015
+
+@_typing.final
+class DescribeUserScramCredentialsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def users(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """empty = every user"""
+
+    def __init__(
+        self,
+        *,
+        users: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["users", b"users"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeUserScramCredentialsRequest: _TypeAlias = DescribeUserScramCredentialsRequest  # noqa: Y015
+
+@_typing.final
+class ScramCredentialInfo(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MECHANISM_FIELD_NUMBER: _builtins.int
+    ITERATIONS_FIELD_NUMBER: _builtins.int
+    mechanism: _builtins.int
+    iterations: _builtins.int
+    def __init__(
+        self,
+        *,
+        mechanism: _builtins.int = ...,
+        iterations: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["iterations", b"iterations", "mechanism", b"mechanism"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ScramCredentialInfo: _TypeAlias = ScramCredentialInfo  # noqa: Y015
+
+@_typing.final
+class DescribeUserScramCredentialsResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USER_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    CREDENTIAL_INFOS_FIELD_NUMBER: _builtins.int
+    user: _builtins.str
+    error_code: _builtins.int
+    error_message: _builtins.str
+    @_builtins.property
+    def credential_infos(self) -> _containers.RepeatedCompositeFieldContainer[Global___ScramCredentialInfo]:
+        """never the keys"""
+
+    def __init__(
+        self,
+        *,
+        user: _builtins.str = ...,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str = ...,
+        credential_infos: _abc.Iterable[Global___ScramCredentialInfo] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["credential_infos", b"credential_infos", "error_code", b"error_code", "error_message", b"error_message", "user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeUserScramCredentialsResult: _TypeAlias = DescribeUserScramCredentialsResult  # noqa: Y015
+
+@_typing.final
+class DescribeUserScramCredentialsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUS_FIELD_NUMBER: _builtins.int
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def status(self) -> Global___Status: ...
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___DescribeUserScramCredentialsResult]: ...
+    def __init__(
+        self,
+        *,
+        status: Global___Status | None = ...,
+        results: _abc.Iterable[Global___DescribeUserScramCredentialsResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeUserScramCredentialsResponse: _TypeAlias = DescribeUserScramCredentialsResponse  # noqa: Y015

@@ -134,6 +134,31 @@ class ControllerServiceStub:
                 request_serializer=protos_dot_controller__pb2.FetchMetadataRequest.SerializeToString,
                 response_deserializer=protos_dot_controller__pb2.MetadataUpdate.FromString,
                 _registered_method=True)
+        self.CreateAcls = channel.unary_unary(
+                '/raftlog.controller.ControllerService/CreateAcls',
+                request_serializer=protos_dot_controller__pb2.CreateAclsRequest.SerializeToString,
+                response_deserializer=protos_dot_controller__pb2.CreateAclsResponse.FromString,
+                _registered_method=True)
+        self.DeleteAcls = channel.unary_unary(
+                '/raftlog.controller.ControllerService/DeleteAcls',
+                request_serializer=protos_dot_controller__pb2.DeleteAclsRequest.SerializeToString,
+                response_deserializer=protos_dot_controller__pb2.DeleteAclsResponse.FromString,
+                _registered_method=True)
+        self.DescribeAcls = channel.unary_unary(
+                '/raftlog.controller.ControllerService/DescribeAcls',
+                request_serializer=protos_dot_controller__pb2.DescribeAclsRequest.SerializeToString,
+                response_deserializer=protos_dot_controller__pb2.DescribeAclsResponse.FromString,
+                _registered_method=True)
+        self.AlterUserScramCredentials = channel.unary_unary(
+                '/raftlog.controller.ControllerService/AlterUserScramCredentials',
+                request_serializer=protos_dot_controller__pb2.AlterUserScramCredentialsRequest.SerializeToString,
+                response_deserializer=protos_dot_controller__pb2.AlterUserScramCredentialsResponse.FromString,
+                _registered_method=True)
+        self.DescribeUserScramCredentials = channel.unary_unary(
+                '/raftlog.controller.ControllerService/DescribeUserScramCredentials',
+                request_serializer=protos_dot_controller__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
+                response_deserializer=protos_dot_controller__pb2.DescribeUserScramCredentialsResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServiceServicer:
@@ -259,6 +284,36 @@ class ControllerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AlterUserScramCredentials(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeUserScramCredentials(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -361,6 +416,31 @@ def add_ControllerServiceServicer_to_server(servicer, server):
                     servicer.FetchMetadata,
                     request_deserializer=protos_dot_controller__pb2.FetchMetadataRequest.FromString,
                     response_serializer=protos_dot_controller__pb2.MetadataUpdate.SerializeToString,
+            ),
+            'CreateAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateAcls,
+                    request_deserializer=protos_dot_controller__pb2.CreateAclsRequest.FromString,
+                    response_serializer=protos_dot_controller__pb2.CreateAclsResponse.SerializeToString,
+            ),
+            'DeleteAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteAcls,
+                    request_deserializer=protos_dot_controller__pb2.DeleteAclsRequest.FromString,
+                    response_serializer=protos_dot_controller__pb2.DeleteAclsResponse.SerializeToString,
+            ),
+            'DescribeAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeAcls,
+                    request_deserializer=protos_dot_controller__pb2.DescribeAclsRequest.FromString,
+                    response_serializer=protos_dot_controller__pb2.DescribeAclsResponse.SerializeToString,
+            ),
+            'AlterUserScramCredentials': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterUserScramCredentials,
+                    request_deserializer=protos_dot_controller__pb2.AlterUserScramCredentialsRequest.FromString,
+                    response_serializer=protos_dot_controller__pb2.AlterUserScramCredentialsResponse.SerializeToString,
+            ),
+            'DescribeUserScramCredentials': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeUserScramCredentials,
+                    request_deserializer=protos_dot_controller__pb2.DescribeUserScramCredentialsRequest.FromString,
+                    response_serializer=protos_dot_controller__pb2.DescribeUserScramCredentialsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -903,6 +983,141 @@ class ControllerService:
             '/raftlog.controller.ControllerService/FetchMetadata',
             protos_dot_controller__pb2.FetchMetadataRequest.SerializeToString,
             protos_dot_controller__pb2.MetadataUpdate.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.controller.ControllerService/CreateAcls',
+            protos_dot_controller__pb2.CreateAclsRequest.SerializeToString,
+            protos_dot_controller__pb2.CreateAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.controller.ControllerService/DeleteAcls',
+            protos_dot_controller__pb2.DeleteAclsRequest.SerializeToString,
+            protos_dot_controller__pb2.DeleteAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.controller.ControllerService/DescribeAcls',
+            protos_dot_controller__pb2.DescribeAclsRequest.SerializeToString,
+            protos_dot_controller__pb2.DescribeAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterUserScramCredentials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.controller.ControllerService/AlterUserScramCredentials',
+            protos_dot_controller__pb2.AlterUserScramCredentialsRequest.SerializeToString,
+            protos_dot_controller__pb2.AlterUserScramCredentialsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeUserScramCredentials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.controller.ControllerService/DescribeUserScramCredentials',
+            protos_dot_controller__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
+            protos_dot_controller__pb2.DescribeUserScramCredentialsResponse.FromString,
             options,
             channel_credentials,
             insecure,

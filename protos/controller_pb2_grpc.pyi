@@ -53,6 +53,11 @@ class ControllerServiceStub:
     AddRaftVoter: _grpc.UnaryUnaryMultiCallable[_controller_pb2.AddRaftVoterRequest, _controller_pb2.RaftVoterResponse]
     RemoveRaftVoter: _grpc.UnaryUnaryMultiCallable[_controller_pb2.RemoveRaftVoterRequest, _controller_pb2.RaftVoterResponse]
     FetchMetadata: _grpc.UnaryStreamMultiCallable[_controller_pb2.FetchMetadataRequest, _controller_pb2.MetadataUpdate]
+    CreateAcls: _grpc.UnaryUnaryMultiCallable[_controller_pb2.CreateAclsRequest, _controller_pb2.CreateAclsResponse]
+    DeleteAcls: _grpc.UnaryUnaryMultiCallable[_controller_pb2.DeleteAclsRequest, _controller_pb2.DeleteAclsResponse]
+    DescribeAcls: _grpc.UnaryUnaryMultiCallable[_controller_pb2.DescribeAclsRequest, _controller_pb2.DescribeAclsResponse]
+    AlterUserScramCredentials: _grpc.UnaryUnaryMultiCallable[_controller_pb2.AlterUserScramCredentialsRequest, _controller_pb2.AlterUserScramCredentialsResponse]
+    DescribeUserScramCredentials: _grpc.UnaryUnaryMultiCallable[_controller_pb2.DescribeUserScramCredentialsRequest, _controller_pb2.DescribeUserScramCredentialsResponse]
 
 @_typing.type_check_only
 class ControllerServiceAsyncStub(ControllerServiceStub):
@@ -77,6 +82,11 @@ class ControllerServiceAsyncStub(ControllerServiceStub):
     AddRaftVoter: _aio.UnaryUnaryMultiCallable[_controller_pb2.AddRaftVoterRequest, _controller_pb2.RaftVoterResponse]  # type: ignore[assignment]
     RemoveRaftVoter: _aio.UnaryUnaryMultiCallable[_controller_pb2.RemoveRaftVoterRequest, _controller_pb2.RaftVoterResponse]  # type: ignore[assignment]
     FetchMetadata: _aio.UnaryStreamMultiCallable[_controller_pb2.FetchMetadataRequest, _controller_pb2.MetadataUpdate]  # type: ignore[assignment]
+    CreateAcls: _aio.UnaryUnaryMultiCallable[_controller_pb2.CreateAclsRequest, _controller_pb2.CreateAclsResponse]  # type: ignore[assignment]
+    DeleteAcls: _aio.UnaryUnaryMultiCallable[_controller_pb2.DeleteAclsRequest, _controller_pb2.DeleteAclsResponse]  # type: ignore[assignment]
+    DescribeAcls: _aio.UnaryUnaryMultiCallable[_controller_pb2.DescribeAclsRequest, _controller_pb2.DescribeAclsResponse]  # type: ignore[assignment]
+    AlterUserScramCredentials: _aio.UnaryUnaryMultiCallable[_controller_pb2.AlterUserScramCredentialsRequest, _controller_pb2.AlterUserScramCredentialsResponse]  # type: ignore[assignment]
+    DescribeUserScramCredentials: _aio.UnaryUnaryMultiCallable[_controller_pb2.DescribeUserScramCredentialsRequest, _controller_pb2.DescribeUserScramCredentialsResponse]  # type: ignore[assignment]
 
 class ControllerServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -218,5 +228,40 @@ class ControllerServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _controller_pb2.FetchMetadataRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_controller_pb2.MetadataUpdate], _abc.AsyncIterator[_controller_pb2.MetadataUpdate]]: ...
+
+    @_abc_1.abstractmethod
+    def CreateAcls(
+        self,
+        request: _controller_pb2.CreateAclsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_controller_pb2.CreateAclsResponse, _abc.Awaitable[_controller_pb2.CreateAclsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def DeleteAcls(
+        self,
+        request: _controller_pb2.DeleteAclsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_controller_pb2.DeleteAclsResponse, _abc.Awaitable[_controller_pb2.DeleteAclsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def DescribeAcls(
+        self,
+        request: _controller_pb2.DescribeAclsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_controller_pb2.DescribeAclsResponse, _abc.Awaitable[_controller_pb2.DescribeAclsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def AlterUserScramCredentials(
+        self,
+        request: _controller_pb2.AlterUserScramCredentialsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_controller_pb2.AlterUserScramCredentialsResponse, _abc.Awaitable[_controller_pb2.AlterUserScramCredentialsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def DescribeUserScramCredentials(
+        self,
+        request: _controller_pb2.DescribeUserScramCredentialsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_controller_pb2.DescribeUserScramCredentialsResponse, _abc.Awaitable[_controller_pb2.DescribeUserScramCredentialsResponse]]: ...
 
 def add_ControllerServiceServicer_to_server(servicer: ControllerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -595,6 +595,161 @@ class VotersRecord(_message.Message):
 Global___VotersRecord: _TypeAlias = VotersRecord  # noqa: Y015
 
 @_typing.final
+class AclBindingEntry(_message.Message):
+    """An ACL (Kafka's AccessControlEntryRecord): a resource pattern and an entry. The codes are
+    Kafka's (AclResourceType, PatternType, AclOperation, AclPermissionType). The binding is its
+    own identity: an identical ACL is one ACL.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESOURCE_TYPE_FIELD_NUMBER: _builtins.int
+    RESOURCE_NAME_FIELD_NUMBER: _builtins.int
+    PATTERN_TYPE_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
+    OPERATION_FIELD_NUMBER: _builtins.int
+    PERMISSION_TYPE_FIELD_NUMBER: _builtins.int
+    resource_type: _builtins.int
+    resource_name: _builtins.str
+    pattern_type: _builtins.int
+    principal: _builtins.str
+    """"User:alice", "User:*" """
+    host: _builtins.str
+    """an address or "*" """
+    operation: _builtins.int
+    permission_type: _builtins.int
+    def __init__(
+        self,
+        *,
+        resource_type: _builtins.int = ...,
+        resource_name: _builtins.str = ...,
+        pattern_type: _builtins.int = ...,
+        principal: _builtins.str = ...,
+        host: _builtins.str = ...,
+        operation: _builtins.int = ...,
+        permission_type: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["host", b"host", "operation", b"operation", "pattern_type", b"pattern_type", "permission_type", b"permission_type", "principal", b"principal", "resource_name", b"resource_name", "resource_type", b"resource_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AclBindingEntry: _TypeAlias = AclBindingEntry  # noqa: Y015
+
+@_typing.final
+class AccessControlEntryRecord(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VERSION_FIELD_NUMBER: _builtins.int
+    BINDING_FIELD_NUMBER: _builtins.int
+    version: _builtins.int
+    @_builtins.property
+    def binding(self) -> Global___AclBindingEntry: ...
+    def __init__(
+        self,
+        *,
+        version: _builtins.int = ...,
+        binding: Global___AclBindingEntry | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["binding", b"binding"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["binding", b"binding", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AccessControlEntryRecord: _TypeAlias = AccessControlEntryRecord  # noqa: Y015
+
+@_typing.final
+class RemoveAccessControlEntryRecord(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VERSION_FIELD_NUMBER: _builtins.int
+    BINDING_FIELD_NUMBER: _builtins.int
+    version: _builtins.int
+    @_builtins.property
+    def binding(self) -> Global___AclBindingEntry: ...
+    def __init__(
+        self,
+        *,
+        version: _builtins.int = ...,
+        binding: Global___AclBindingEntry | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["binding", b"binding"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["binding", b"binding", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveAccessControlEntryRecord: _TypeAlias = RemoveAccessControlEntryRecord  # noqa: Y015
+
+@_typing.final
+class UserScramCredentialRecord(_message.Message):
+    """A user's SCRAM credential for one mechanism (KIP-554): never the password."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VERSION_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    MECHANISM_FIELD_NUMBER: _builtins.int
+    SALT_FIELD_NUMBER: _builtins.int
+    STORED_KEY_FIELD_NUMBER: _builtins.int
+    SERVER_KEY_FIELD_NUMBER: _builtins.int
+    ITERATIONS_FIELD_NUMBER: _builtins.int
+    version: _builtins.int
+    name: _builtins.str
+    mechanism: _builtins.int
+    """1 SCRAM-SHA-256, 2 SCRAM-SHA-512"""
+    salt: _builtins.bytes
+    stored_key: _builtins.bytes
+    server_key: _builtins.bytes
+    iterations: _builtins.int
+    def __init__(
+        self,
+        *,
+        version: _builtins.int = ...,
+        name: _builtins.str = ...,
+        mechanism: _builtins.int = ...,
+        salt: _builtins.bytes = ...,
+        stored_key: _builtins.bytes = ...,
+        server_key: _builtins.bytes = ...,
+        iterations: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["iterations", b"iterations", "mechanism", b"mechanism", "name", b"name", "salt", b"salt", "server_key", b"server_key", "stored_key", b"stored_key", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UserScramCredentialRecord: _TypeAlias = UserScramCredentialRecord  # noqa: Y015
+
+@_typing.final
+class RemoveUserScramCredentialRecord(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VERSION_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    MECHANISM_FIELD_NUMBER: _builtins.int
+    version: _builtins.int
+    name: _builtins.str
+    mechanism: _builtins.int
+    def __init__(
+        self,
+        *,
+        version: _builtins.int = ...,
+        name: _builtins.str = ...,
+        mechanism: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mechanism", b"mechanism", "name", b"name", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveUserScramCredentialRecord: _TypeAlias = RemoveUserScramCredentialRecord  # noqa: Y015
+
+@_typing.final
 class MetadataRecord(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -612,6 +767,10 @@ class MetadataRecord(_message.Message):
     LEADER_CHANGE_FIELD_NUMBER: _builtins.int
     VOTERS_FIELD_NUMBER: _builtins.int
     CORDON_BROKER_FIELD_NUMBER: _builtins.int
+    ACCESS_CONTROL_ENTRY_FIELD_NUMBER: _builtins.int
+    REMOVE_ACCESS_CONTROL_ENTRY_FIELD_NUMBER: _builtins.int
+    USER_SCRAM_CREDENTIAL_FIELD_NUMBER: _builtins.int
+    REMOVE_USER_SCRAM_CREDENTIAL_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def register_broker(self) -> Global___RegisterBrokerRecord: ...
     @_builtins.property
@@ -640,6 +799,14 @@ class MetadataRecord(_message.Message):
     def voters(self) -> Global___VotersRecord: ...
     @_builtins.property
     def cordon_broker(self) -> Global___CordonBrokerRecord: ...
+    @_builtins.property
+    def access_control_entry(self) -> Global___AccessControlEntryRecord: ...
+    @_builtins.property
+    def remove_access_control_entry(self) -> Global___RemoveAccessControlEntryRecord: ...
+    @_builtins.property
+    def user_scram_credential(self) -> Global___UserScramCredentialRecord: ...
+    @_builtins.property
+    def remove_user_scram_credential(self) -> Global___RemoveUserScramCredentialRecord: ...
     def __init__(
         self,
         *,
@@ -657,12 +824,16 @@ class MetadataRecord(_message.Message):
         leader_change: Global___LeaderChangeRecord | None = ...,
         voters: Global___VotersRecord | None = ...,
         cordon_broker: Global___CordonBrokerRecord | None = ...,
+        access_control_entry: Global___AccessControlEntryRecord | None = ...,
+        remove_access_control_entry: Global___RemoveAccessControlEntryRecord | None = ...,
+        user_scram_credential: Global___UserScramCredentialRecord | None = ...,
+        remove_user_scram_credential: Global___RemoveUserScramCredentialRecord | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["broker_registration_change", b"broker_registration_change", "config", b"config", "cordon_broker", b"cordon_broker", "fence_broker", b"fence_broker", "leader_change", b"leader_change", "partition", b"partition", "partition_change", b"partition_change", "producer_ids", b"producer_ids", "record", b"record", "register_broker", b"register_broker", "remove_topic", b"remove_topic", "topic", b"topic", "unfence_broker", b"unfence_broker", "unregister_broker", b"unregister_broker", "voters", b"voters"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["access_control_entry", b"access_control_entry", "broker_registration_change", b"broker_registration_change", "config", b"config", "cordon_broker", b"cordon_broker", "fence_broker", b"fence_broker", "leader_change", b"leader_change", "partition", b"partition", "partition_change", b"partition_change", "producer_ids", b"producer_ids", "record", b"record", "register_broker", b"register_broker", "remove_access_control_entry", b"remove_access_control_entry", "remove_topic", b"remove_topic", "remove_user_scram_credential", b"remove_user_scram_credential", "topic", b"topic", "unfence_broker", b"unfence_broker", "unregister_broker", b"unregister_broker", "user_scram_credential", b"user_scram_credential", "voters", b"voters"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_registration_change", b"broker_registration_change", "config", b"config", "cordon_broker", b"cordon_broker", "fence_broker", b"fence_broker", "leader_change", b"leader_change", "partition", b"partition", "partition_change", b"partition_change", "producer_ids", b"producer_ids", "record", b"record", "register_broker", b"register_broker", "remove_topic", b"remove_topic", "topic", b"topic", "unfence_broker", b"unfence_broker", "unregister_broker", b"unregister_broker", "voters", b"voters"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_control_entry", b"access_control_entry", "broker_registration_change", b"broker_registration_change", "config", b"config", "cordon_broker", b"cordon_broker", "fence_broker", b"fence_broker", "leader_change", b"leader_change", "partition", b"partition", "partition_change", b"partition_change", "producer_ids", b"producer_ids", "record", b"record", "register_broker", b"register_broker", "remove_access_control_entry", b"remove_access_control_entry", "remove_topic", b"remove_topic", "remove_user_scram_credential", b"remove_user_scram_credential", "topic", b"topic", "unfence_broker", b"unfence_broker", "unregister_broker", b"unregister_broker", "user_scram_credential", b"user_scram_credential", "voters", b"voters"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_record: _TypeAlias = _typing.Literal["register_broker", "unregister_broker", "fence_broker", "unfence_broker", "broker_registration_change", "topic", "partition", "partition_change", "remove_topic", "config", "producer_ids", "leader_change", "voters", "cordon_broker"]  # noqa: Y015
+    _WhichOneofReturnType_record: _TypeAlias = _typing.Literal["register_broker", "unregister_broker", "fence_broker", "unfence_broker", "broker_registration_change", "topic", "partition", "partition_change", "remove_topic", "config", "producer_ids", "leader_change", "voters", "cordon_broker", "access_control_entry", "remove_access_control_entry", "user_scram_credential", "remove_user_scram_credential"]  # noqa: Y015
     _WhichOneofArgType_record: _TypeAlias = _typing.Literal["record", b"record"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_record) -> _WhichOneofReturnType_record | None: ...
 
@@ -773,11 +944,12 @@ class MetadataSnapshot(_message.Message):
     version: _builtins.int
     offset: _builtins.int
     next_producer_id: _builtins.int
+    """ACLs, SCRAM credentials"""
     @_builtins.property
     def brokers(self) -> _containers.RepeatedCompositeFieldContainer[Global___BrokerSnapshotRecord]: ...
     @_builtins.property
     def records(self) -> _containers.RepeatedCompositeFieldContainer[Global___MetadataRecord]:
-        """topics, partitions, configs, the active controller"""
+        """topics, partitions, configs, the active controller,"""
 
     def __init__(
         self,

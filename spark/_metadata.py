@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterable, Sequence
 
 from dataplane.client import AdminClient, Closing, Consumer, TopicPartition
+from metadata_quorum.security.channels import ClientSecurity
 from raftlog.errors import ErrorCode, KafkaError
 from spark._offsets import Offsets
 from spark._options import IsolationLevel, Subscription
@@ -23,8 +24,10 @@ class ClusterMetadata(Closing):
         self,
         bootstrap_servers: Sequence[str],
         isolation_level: IsolationLevel = "read_uncommitted",
+        security: ClientSecurity | None = None,
     ) -> None:
         self._servers = list(bootstrap_servers)
+        self._security = security
         self._isolation_level: IsolationLevel = isolation_level  # read_committed: ends are LSOs
         self._admin: AdminClient | None = None
         self._consumer: Consumer | None = None
@@ -32,7 +35,9 @@ class ClusterMetadata(Closing):
     @property
     def admin(self) -> AdminClient:
         if self._admin is None:
-            self._admin = AdminClient(self._servers, request_timeout_ms=REQUEST_TIMEOUT_MS)
+            self._admin = AdminClient(
+                self._servers, request_timeout_ms=REQUEST_TIMEOUT_MS, security=self._security
+            )
         return self._admin
 
     @property
@@ -43,6 +48,7 @@ class ClusterMetadata(Closing):
                 auto_offset_reset="none",
                 request_timeout_ms=REQUEST_TIMEOUT_MS,
                 isolation_level=self._isolation_level,
+                security=self._security,
             )
         return self._consumer
 

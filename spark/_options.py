@@ -1,7 +1,10 @@
 """The data source's options, parsed and checked up front: pure, no IO.
 
 Names are those of Spark's Kafka connector (matched case-insensitively, as Spark does);
-``raftlog.bootstrap.servers`` is also accepted as ``kafka.bootstrap.servers``.
+``raftlog.bootstrap.servers`` is also accepted as ``kafka.bootstrap.servers``. As Spark passes
+``kafka.``-prefixed options to its Kafka clients, the security ones (``kafka.security.protocol``,
+``kafka.sasl.mechanism``, ``kafka.sasl.jaas.config``, ``kafka.ssl.truststore.location``, ...)
+become the clients' `ClientSecurity` (``ClientSecurity.from_properties``).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from dataplane.client import TopicPartition
+from metadata_quorum.security.channels import ClientSecurity
 from spark._offsets import OffsetSpec, parse_assign, parse_offset_spec
 from spark.errors import OptionError
 
@@ -55,6 +59,7 @@ class ReadOptions:
     # Kafka's Spark source reads read_uncommitted unless kafka.isolation.level says otherwise;
     # read_committed skips aborted transactions and stops at the last stable offset
     isolation_level: IsolationLevel = "read_uncommitted"
+    security: ClientSecurity | None = None  # the kafka.security/ssl/sasl options; None: plaintext
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,7 @@ class WriteOptions:
     transaction_timeout_ms: int = TRANSACTION_TIMEOUT_MS_DEFAULT
     test_fail_task_once_marker: str | None = None
     test_kill_driver_after_commits: tuple[int, int] | None = None
+    security: ClientSecurity | None = None  # the kafka.security/ssl/sasl options; None: plaintext
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -88,6 +94,25 @@ def bootstrap_servers(options: Mapping[str, str]) -> tuple[str, ...]:
         if not host or not port.isdigit():
             raise OptionError(f"option 'raftlog.bootstrap.servers': {server!r} is not host:port")
     return servers
+
+
+SECURITY_PREFIXES = ("kafka.security.", "kafka.ssl.", "kafka.sasl.")
+
+
+def client_security(options: Mapping[str, str]) -> ClientSecurity | None:
+    """The ``kafka.security.protocol`` / ``kafka.ssl.*`` / ``kafka.sasl.*`` options, without
+    their ``kafka.`` prefix, as the clients' `ClientSecurity`; None when none is given."""
+    properties = {
+        key.removeprefix("kafka."): value
+        for key, value in _lower(options).items()
+        if key.startswith(SECURITY_PREFIXES)
+    }
+    if not properties:
+        return None
+    try:
+        return ClientSecurity.from_properties(properties)
+    except ValueError as error:
+        raise OptionError(f"the kafka. security options: {error}") from None
 
 
 def _subscription(given: Mapping[str, str]) -> Subscription:
@@ -188,6 +213,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         poll_timeout_ms=_int(given, "kafkaConsumer.pollTimeoutMs", 1, POLL_TIMEOUT_MS_MAX)
         or POLL_TIMEOUT_MS_DEFAULT,
         isolation_level=_isolation(given),
+        security=client_security(given),
     )
 
 
@@ -227,4 +253,5 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         or TRANSACTION_TIMEOUT_MS_DEFAULT,
         test_fail_task_once_marker=given.get(FAIL_TASK_ONCE_OPTION.lower()),
         test_kill_driver_after_commits=_kill_driver_hook(given),
+        security=client_security(given),
     )

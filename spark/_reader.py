@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from dataplane.client import Consumer
 from dataplane.client.consumer import FetchedBatches
+from metadata_quorum.security.channels import ClientSecurity
 from raftlog.errors import ErrorCode, KafkaError
 from spark._columns import to_record_batch
 from spark._offsets import OffsetRange
@@ -86,6 +87,7 @@ def iter_range(
     fail_on_data_loss: bool,
     poll_timeout_ms: int,
     isolation_level: IsolationLevel = "read_uncommitted",
+    security: ClientSecurity | None = None,
 ) -> Iterator[FetchedBatches]:
     """The fetched batches holding the records of ``rng``, in offset order (the first may
     start before the range, the last end after it)."""
@@ -97,6 +99,7 @@ def iter_range(
         max_partition_fetch_bytes=MAX_PARTITION_FETCH_BYTES,
         fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
         isolation_level=isolation_level,
+        security=security,
     ) as consumer:
         consumer.assign([rng.tp])
         consumer.seek(rng.tp, rng.from_offset)
@@ -177,6 +180,7 @@ def read_range(
     include_headers: bool,
     poll_timeout_ms: int,
     isolation_level: IsolationLevel = "read_uncommitted",
+    security: ClientSecurity | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Every record of ``rng`` as Arrow batches (one a fetch), in offset order; the next
     fetch is in flight while one is decoded."""
@@ -186,6 +190,7 @@ def read_range(
         fail_on_data_loss=fail_on_data_loss,
         poll_timeout_ms=poll_timeout_ms,
         isolation_level=isolation_level,
+        security=security,
     )
     for fetched in prefetched(fetches, PREFETCH_FETCHES):
         batch = to_record_batch(fetched, rng.until_offset, schema, include_headers)

@@ -222,6 +222,7 @@ def write_batches(options: WriteOptions, batches: Iterator[pa.RecordBatch]) -> W
         list(options.bootstrap_servers),
         acks="all",
         enable_idempotence=True,
+        security=options.security,
         batch_size=PRODUCER_BATCH_BYTES,
         linger_ms=PRODUCER_LINGER_MS,
         buffer_memory=PRODUCER_BUFFER_BYTES,
@@ -272,7 +273,11 @@ def _first_topic(options: WriteOptions, batch: pa.RecordBatch) -> str:
 
 def committed_before(options: WriteOptions, task: TaskBatch) -> bool:
     """Whether a transaction of ``task``'s id committed this very batch (its batch record)."""
-    with AdminClient(list(options.bootstrap_servers), request_timeout_ms=ADMIN_TIMEOUT_MS) as admin:
+    with AdminClient(
+        list(options.bootstrap_servers),
+        request_timeout_ms=ADMIN_TIMEOUT_MS,
+        security=options.security,
+    ) as admin:
         offsets = admin.list_group_offsets(task.transactional_id, require_stable=True)
     return any(
         names_batch(committed.metadata, task.query_id, task.batch_id)
@@ -311,6 +316,7 @@ def write_transactional(
         buffer_memory=PRODUCER_BUFFER_BYTES,
         transactional_id=task.transactional_id,
         transaction_timeout_ms=options.transaction_timeout_ms,
+        security=options.security,
     ) as producer:
         producer.init_transactions(TXN_CALL_TIMEOUT_S)
         if committed_before(options, task):
@@ -376,8 +382,9 @@ def commit_prepared(
             _kill_driver_for_test(kill[1], done, batch_id)
         try:
             complete_prepared_transaction(
-                list(options.bootstrap_servers), prepared, commit=True, timeout_s=TXN_CALL_TIMEOUT_S
-            )
+                list(options.bootstrap_servers), prepared, commit=True,
+                timeout_s=TXN_CALL_TIMEOUT_S, security=options.security,
+            )  # fmt: skip
         except KafkaError as error:
             log.error("batch %d: commit of %s failed: %s", batch_id, prepared, error)
             failures.append(error)
@@ -404,6 +411,7 @@ def abort_prepared(
                 prepared,
                 commit=False,
                 timeout_s=TXN_CALL_TIMEOUT_S,
+                security=options.security,
             )
         except PreparedTransactionFencedError:
             continue

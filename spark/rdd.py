@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 from pyspark import RDD, SparkContext
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from metadata_quorum.security.channels import ClientSecurity
 from spark._metadata import ClusterMetadata
 from spark._offsets import (
     EARLIEST,
@@ -42,14 +43,18 @@ def _servers(bootstrap_servers: str | Sequence[str]) -> list[str]:
 
 
 def offset_ranges_between(
-    bootstrap_servers: str | Sequence[str], topic: str, start: str, end: str = "latest"
+    bootstrap_servers: str | Sequence[str],
+    topic: str,
+    start: str,
+    end: str = "latest",
+    security: ClientSecurity | None = None,
 ) -> list[OffsetRange]:
     """The non-empty ranges of ``topic`` between two offset specs (``earliest``, ``latest`` or
     ``{"topic": {"0": 23}}`` JSON with -2/-1, as the data source's startingOffsets and
     endingOffsets)."""
     start_spec = parse_offset_spec("start", start)
     end_spec = parse_offset_spec("end", end)
-    with ClusterMetadata(_servers(bootstrap_servers)) as metadata:
+    with ClusterMetadata(_servers(bootstrap_servers), security=security) as metadata:
         tps = metadata.partitions(Subscription(topics=(topic,)))
         beginning, latest = metadata.beginning(tps), metadata.end(tps)
     return offset_ranges(
@@ -59,7 +64,10 @@ def offset_ranges_between(
 
 
 def _read(
-    servers: list[str], fail_on_data_loss: bool, ranges: Iterable[OffsetRange]
+    servers: list[str],
+    fail_on_data_loss: bool,
+    ranges: Iterable[OffsetRange],
+    security: ClientSecurity | None = None,
 ) -> Iterator[RecordTuple]:
     schema = to_arrow_schema(row_schema(), timezone="UTC")
     for rng in ranges:
@@ -70,6 +78,7 @@ def _read(
             fail_on_data_loss=fail_on_data_loss,
             include_headers=False,
             poll_timeout_ms=POLL_TIMEOUT_MS_DEFAULT,
+            security=security,
         ):
             timestamps_ms = pc.divide(batch.column("timestamp").cast(pa.int64()), 1000)
             yield from zip(
@@ -89,8 +98,10 @@ def topic_rdd(
     ranges: Sequence[OffsetRange],
     *,
     fail_on_data_loss: bool = True,
+    security: ClientSecurity | None = None,
 ) -> RDD[RecordTuple]:
-    """An RDD with one partition per range (empty ranges included, so partition i is range i)."""
+    """An RDD with one partition per range (empty ranges included, so partition i is range i).
+    ``security``: the clients' (None: plaintext), e.g. ``ClientSecurity.from_properties``."""
     servers = _servers(bootstrap_servers)
     source = sc.parallelize(list(ranges), max(1, len(ranges)))
-    return source.mapPartitions(lambda part: _read(servers, fail_on_data_loss, part))
+    return source.mapPartitions(lambda part: _read(servers, fail_on_data_loss, part, security))

@@ -117,6 +117,7 @@ def _read_partition(options: ReadOptions, partition: InputPartition) -> Iterator
         include_headers=options.include_headers,
         poll_timeout_ms=options.poll_timeout_ms,
         isolation_level=options.isolation_level,
+        security=options.security,
     )
 
 
@@ -126,7 +127,7 @@ class BatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         with ClusterMetadata(
-            self.options.bootstrap_servers, self.options.isolation_level
+            self.options.bootstrap_servers, self.options.isolation_level, self.options.security
         ) as metadata:
             tps = metadata.partitions(self.options.subscription)
             start = _starting_offsets(self.options, metadata, tps)
@@ -164,7 +165,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def metadata(self) -> ClusterMetadata:
         if self._metadata is None:
             self._metadata = ClusterMetadata(
-                self.options.bootstrap_servers, self.options.isolation_level
+                self.options.bootstrap_servers, self.options.isolation_level, self.options.security
             )
         return self._metadata
 

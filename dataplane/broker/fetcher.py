@@ -23,6 +23,7 @@ import grpc
 
 from dataplane.broker.partition import Partition
 from dataplane.broker.replication_quota import ReplicationQuota
+from metadata_quorum.security.channels import ClientSecurity, open_channel
 from protos import RECONNECT_OPTIONS
 from protos import broker_pb2 as pb
 from protos.wire import FetchAnswer, Records, each_partition, fetch_method
@@ -52,6 +53,7 @@ class FetcherThread(threading.Thread):
         config: FetcherConfig,
         clock_ms: Callable[[], int],
         quota: ReplicationQuota | None = None,
+        security: ClientSecurity | None = None,
     ) -> None:
         super().__init__(name=f"replica-fetcher-{broker_id}-from-{source_id}", daemon=True)
         self.broker_id = broker_id
@@ -61,6 +63,7 @@ class FetcherThread(threading.Thread):
         self.config = config
         self.clock_ms = clock_ms
         self.quota = quota  # the broker's follower quota, shared by its fetchers
+        self.security = security  # how to reach a BROKER listener that uses TLS
         self._lock = threading.Lock()
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._delayed_until_ms: dict[tuple[str, int], int] = {}
@@ -144,7 +147,7 @@ class FetcherThread(threading.Thread):
             return None
         if address != self._address:
             self._drop_channel()
-            self._channel = grpc.insecure_channel(address, options=RECONNECT_OPTIONS)
+            self._channel = open_channel(address, self.security, RECONNECT_OPTIONS)
             self._fetch = fetch_method(self._channel)
             self._address = address
         return self._fetch
@@ -265,6 +268,7 @@ class FetcherManager:
         config: FetcherConfig,
         clock_ms: Callable[[], int],
         quota: ReplicationQuota | None = None,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.address_of = address_of
@@ -272,6 +276,7 @@ class FetcherManager:
         self.config = config
         self.clock_ms = clock_ms
         self.quota = quota
+        self.security = security
         self._threads: dict[int, FetcherThread] = {}
 
     def reconcile(self, followed: dict[int, list[Partition]]) -> None:
@@ -283,7 +288,7 @@ class FetcherManager:
             if thread is None:
                 thread = FetcherThread(
                     self.broker_id, source_id, self.address_of, self.broker_epoch,
-                    self.config, self.clock_ms, self.quota,
+                    self.config, self.clock_ms, self.quota, self.security,
                 )  # fmt: skip
                 self._threads[source_id] = thread
                 thread.set_partitions(partitions)

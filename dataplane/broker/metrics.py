@@ -1,22 +1,38 @@
-"""Prometheus metrics of a node, served over HTTP on its METRICS listener.
+"""Prometheus metrics of a node, served over HTTP (or HTTPS) on its METRICS listener.
 
 Each node owns its registry (no process-global one): counters and histograms are updated on the
 request paths; per-partition gauges (high watermark, log end offset, under-replicated) and the
 controller's state are read at scrape time from callables, so nothing is kept twice.
+
+`MetricsServer` is prometheus_client's threaded WSGI server with TLS done per connection (the
+METRICS:SSL listener, docs/security.md) and a bound on the connections served at once.
 """
 
 from __future__ import annotations
 
+import logging
 import math
+import socket
+import ssl
+import sys
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
 from dataplane.broker.replication_quota import UNTHROTTLED_BYTES_PER_S, QuotaGauge
+
+log = logging.getLogger(__name__)
+audit = logging.getLogger("raftlog.audit")
+
+METRICS_CONNECTIONS_MAX = 64  # scrapes served at once; a connection beyond is closed at once
+METRICS_TIMEOUT_S = 10.0  # a connection's TLS handshake, and each read or write after it
 
 LATENCY_BUCKETS_S = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0
@@ -173,7 +189,78 @@ class NodeMetrics:
     def watch_replication_quotas(self, quotas: Callable[[], list[QuotaGauge]]) -> None:
         self.registry.register(_QuotaCollector(quotas))
 
-    def serve(self, host: str, port: int) -> Any:
-        """Serve /metrics on ``host:port``; returns the server (``shutdown()`` stops it)."""
-        server, _thread = start_http_server(port, addr=host, registry=self.registry)
+    def serve(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> MetricsServer:
+        """Serve /metrics on ``host:port`` from a daemon thread, over HTTPS with `tls` (the
+        METRICS listener's server context); returns the server (``shutdown()`` stops it)."""
+        server = MetricsServer((host, port), make_wsgi_app(self.registry), tls)
+        threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
         return server
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """prometheus_client's request handler: no log line per scrape; reads and writes time out."""
+
+    timeout = METRICS_TIMEOUT_S
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """A scrape every few seconds is not worth a line."""
+
+
+class MetricsServer(ThreadingWSGIServer):
+    """/metrics over HTTP, or over HTTPS with `tls`. The TLS handshake runs in each connection's
+    own thread within METRICS_TIMEOUT_S, not in the accept loop (as ``ssl`` would do on a wrapped
+    listening socket), so a client that stalls, or speaks plain HTTP to the HTTPS port, holds up
+    only itself; its failure is one line on the ``raftlog.audit`` logger, as on the KAFKA
+    listener. At most METRICS_CONNECTIONS_MAX connections are served at once."""
+
+    def __init__(
+        self, address: tuple[str, int], app: Callable[..., Any], tls: ssl.SSLContext | None
+    ) -> None:
+        family = socket.getaddrinfo(address[0], address[1], type=socket.SOCK_STREAM)[0][0]
+        self.address_family = family  # read by TCPServer.__init__ (IPv4 or IPv6 listener)
+        self.tls = tls
+        self._slots = threading.BoundedSemaphore(METRICS_CONNECTIONS_MAX)
+        super().__init__(address, _QuietHandler)
+        self.set_app(app)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            log.warning("metrics: %d connections open; closing one from %s",
+                        METRICS_CONNECTIONS_MAX, client_address[0])  # fmt: skip
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)  # a thread serves it
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        if self.tls is None:
+            super().finish_request(request, client_address)
+            return
+        request.settimeout(METRICS_TIMEOUT_S)
+        secured = self.tls.wrap_socket(request, server_side=True, do_handshake_on_connect=False)
+        try:
+            try:
+                secured.do_handshake()
+            except OSError as error:  # ssl.SSLError, a timeout, a reset
+                audit.warning(
+                    "AUTHENTICATION_FAILED address=%s listener=METRICS mechanism=SSL user=- "
+                    "reason=TLS handshake failed: %s", client_address[0], error,
+                )  # fmt: skip
+                return
+            super().finish_request(secured, client_address)
+        finally:
+            secured.close()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A connection that broke mid-request: one line, not socketserver's traceback."""
+        error = sys.exc_info()[1]
+        log.warning("metrics: connection from %s failed: %r", client_address[0], error)

@@ -29,6 +29,7 @@ from typing import Any
 
 import grpc
 
+from dataplane.broker import authorization as authz
 from dataplane.broker.metrics import NodeMetrics
 from dataplane.broker.partition import (
     ON_APPEND,
@@ -42,6 +43,9 @@ from dataplane.broker.producer_state import SENTINEL, VerificationGuard
 from dataplane.broker.replica_manager import ReplicaManager
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.replication import validate_topic_name
+from metadata_quorum.security.acl import AclOperation
+from metadata_quorum.security.authorization import ALLOW_ALL, AccessControl
+from metadata_quorum.security.grpc_auth import ServerSecurity
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc as pb_grpc
 from protos import group_pb2_grpc as gpb_grpc
@@ -180,8 +184,10 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
         allocate_producer_id: Callable[[], int],
         *,
         drop_produce_response_every: int = 0,
+        access: AccessControl = ALLOW_ALL,
     ) -> None:
         self.broker_id = broker_id
+        self.access = access  # who may do what (dataplane.broker.authorization)
         self.replicas = replicas
         self.metrics = metrics
         self.cluster_id = cluster_id
@@ -219,6 +225,13 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
                 ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                 "transactional records need the producer's transactional id",
             )
+        if request.transactional_id and any(map(_is_transactional, records)):
+            refused = authz.transactional_id_denied(self.access, request.transactional_id)
+            if refused is not None:
+                return _refuse_all(request, refused.error, refused.message)
+        denied = authz.denied_topics(
+            self.access, AclOperation.WRITE, (t.name for t in request.topics)
+        )
         response = pb.ProduceResponse()
         waiting: list[tuple[Partition, int, int, int, Any]] = []
         each = iter(records)
@@ -231,6 +244,8 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
                     log_start_offset=-1, leader_id=-1, leader_epoch=-1,
                 )  # fmt: skip
                 try:
+                    if topic.name in denied:  # nothing of it is appended
+                        raise authz.topic_denied(AclOperation.WRITE, topic.name)
                     waiting += self._append(
                         request, topic.name, item.partition, data, result, sequence_wait_s
                     )
@@ -346,7 +361,8 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
         started = time.perf_counter()
         max_wait_ms = min(max(request.max_wait_ms, 0), MAX_WAIT_MS_MAX)
         deadline = time.monotonic() + max_wait_ms / 1000
-        answer, size_bytes, hosted = self._read_all(request)
+        denied = self._fetch_denied(request)
+        answer, size_bytes, hosted = self._read_all(request, denied)
         if (
             size_bytes < max(request.min_bytes, 1)
             and max_wait_ms > 0
@@ -355,7 +371,7 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
 
             def done() -> bool:
                 nonlocal answer, size_bytes
-                answer, size_bytes, _ = self._read_all(request)
+                answer, size_bytes, _ = self._read_all(request, denied)
                 return size_bytes >= max(request.min_bytes, 1) or _any_error(answer.response)
 
             # a follower waits for appends; the high watermark it learns on its next fetch
@@ -376,7 +392,25 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
                 return time.monotonic() + delay_ms / 1000
         return math.inf
 
-    def _read_all(self, request: pb.FetchRequest) -> tuple[FetchAnswer, int, list[Partition]]:
+    def _fetch_denied(self, request: pb.FetchRequest) -> dict[str, KafkaError]:
+        """The topics this fetch may not read, with their refusal: a follower's fetch needs
+        CLUSTER_ACTION (else every partition is refused, as Kafka does), a consumer's READ on
+        each topic."""
+        names = [t.name for t in request.topics]
+        if request.replica_id >= 0:
+            refused = authz.cluster_action_denied(self.access, "a replica's Fetch")
+            if refused is None:
+                return {}
+            return {
+                name: KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, refused.message)
+                for name in names
+            }
+        denied = authz.denied_topics(self.access, AclOperation.READ, names)
+        return {name: authz.topic_denied(AclOperation.READ, name) for name in denied}
+
+    def _read_all(
+        self, request: pb.FetchRequest, denied: dict[str, KafkaError]
+    ) -> tuple[FetchAnswer, int, list[Partition]]:
         response = pb.FetchResponse()
         records: list[Records] = []  # beside the response, one per partition (protos.wire)
         remaining = request.max_bytes if request.max_bytes > 0 else MAX_MESSAGE_BYTES
@@ -392,6 +426,8 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
                 )  # fmt: skip
                 records.append(b"")
                 try:
+                    if topic.name in denied:
+                        raise denied[topic.name]
                     _check_isolation_level(request.isolation_level)
                     partition = self.replicas.get(topic.name, item.partition)
                     hosted.append(partition)
@@ -458,6 +494,8 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
 
     # -- ListOffsets ---------------------------------------------------------------------------
     def ListOffsets(self, request: pb.ListOffsetsRequest, context: Any) -> pb.ListOffsetsResponse:
+        names = (t.name for t in request.topics)
+        denied = authz.denied_topics(self.access, AclOperation.DESCRIBE, names)
         response = pb.ListOffsetsResponse()
         for topic in request.topics:
             out = response.topics.add(name=topic.name)
@@ -467,6 +505,8 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
                     leader_id=-1,
                 )  # fmt: skip
                 try:
+                    if topic.name in denied:
+                        raise authz.topic_denied(AclOperation.DESCRIBE, topic.name)
                     _check_isolation_level(request.isolation_level)
                     self._list_offset(
                         topic.name, item, result, request.replica_id, request.isolation_level
@@ -516,6 +556,7 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
         internal topic's ``marker_writers`` entry, else appended here as the partition's leader
         and answered once replicated (as acks=all). Errors per partition, Kafka's codes."""
         response = pb.WriteTxnMarkersResponse()
+        refused = authz.cluster_action_denied(self.access, "WriteTxnMarkers")
         waiting: list[tuple[Partition, int, int, int, Any]] = []
         for marker in request.markers:
             out = response.markers.add(producer_id=marker.producer_id)
@@ -524,6 +565,8 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
                 for index in topic.partitions:
                     result = topic_out.partitions.add(partition=index)
                     try:
+                        if refused is not None:
+                            raise refused
                         waiting += self._write_marker(marker, topic.name, index, result)
                     except KafkaError as error:
                         _error(result, error)
@@ -562,11 +605,15 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
         and timestamp, the coordinator epoch of their last marker and their open
         transaction's first offset (-1: none)."""
         response = pb.DescribeProducersResponse()
+        names = (t.name for t in request.topics)
+        denied = authz.denied_topics(self.access, AclOperation.READ, names)
         for topic in request.topics:
             out = response.topics.add(name=topic.name)
             for index in topic.partitions:
                 result = out.partitions.add(partition=index)
                 try:
+                    if topic.name in denied:
+                        raise authz.topic_denied(AclOperation.READ, topic.name)
                     producers = self.replicas.get(topic.name, index).active_producers()
                 except KafkaError as error:
                     _error(result, error)
@@ -598,8 +645,13 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
                     rack=broker.rack or "",
                 )  # fmt: skip
         names = sorted(image.topic_ids) if request.all_topics else list(request.topics)
+        names, denied = authz.metadata_topics(self.access, names, request.all_topics)
         for name in names:
-            _describe_topic(image, name, response.topics.add(name=name))
+            out = response.topics.add(name=name)
+            if name in denied:  # whether it exists is not told
+                _error(out, authz.topic_denied(AclOperation.DESCRIBE, name))
+                continue
+            _describe_topic(image, name, out)
         return response
 
     # -- InitProducerId ----------------------------------------------------------------------
@@ -608,7 +660,18 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
     ) -> pb.InitProducerIdResponse:
         """A new idempotent producer id (epoch 0) from this broker's block of ids; with a
         transactional id, the transaction coordinator's answer (``init_transactional_producer``,
-        set by the broker server: this broker must coordinate the id)."""
+        set by the broker server: this broker must coordinate the id). Kafka's authorization:
+        WRITE on the transactional id, else IDEMPOTENT_WRITE on the cluster or WRITE on a topic."""
+        refused = (
+            authz.transactional_id_denied(self.access, request.transactional_id)
+            if request.transactional_id
+            else authz.idempotent_write_denied(self.access)
+        )
+        if refused is not None:
+            return pb.InitProducerIdResponse(
+                error_code=refused.error.code, error_message=refused.message, producer_id=-1,
+                producer_epoch=-1,
+            )  # fmt: skip
         if request.transactional_id:
             init_transactional = self.init_transactional_producer
             if init_transactional is None:
@@ -771,9 +834,13 @@ def serve(
     max_workers: int = 64,
     ready: threading.Event | None = None,
     transactions: tpb_grpc.TransactionCoordinatorServiceServicer | None = None,
+    security: ServerSecurity | None = None,
 ) -> grpc.Server:
-    """The broker's gRPC server; with ``ready``, calls are refused until it is set."""
-    interceptors = [] if ready is None else [ServeWhenReady(ready, servicer.broker_id)]
+    """The broker's gRPC server; with ``ready``, calls are refused until it is set; with
+    `security`, the BROKER listener's TLS and authentication (None: plaintext, as the node)."""
+    interceptors: list[grpc.ServerInterceptor] = [] if security is None else security.interceptors()
+    if ready is not None:
+        interceptors.append(ServeWhenReady(ready, servicer.broker_id))
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="broker-rpc"),
         interceptors=interceptors,
@@ -788,7 +855,11 @@ def serve(
         gpb_grpc.add_GroupCoordinatorServiceServicer_to_server(groups, server)
     if transactions is not None:
         tpb_grpc.add_TransactionCoordinatorServiceServicer_to_server(transactions, server)
-    if server.add_insecure_port(address) == 0:
+    if security is None:
+        port = server.add_insecure_port(address)
+    else:
+        port = security.add_port(server, address)
+    if port == 0:
         raise OSError(f"cannot listen on {address}")
     server.start()
     return server

@@ -9,7 +9,8 @@ Callers that hit a stale leader call :meth:`Cluster.invalidate`; the next
 deadline (``request.timeout.ms``).
 
 Mapping a failed gRPC call to Kafka's error codes lives here, in :func:`rpc_error_code`, and
-nowhere else in the client.
+nowhere else in the client. Channels are made by ``open_channel`` with the client's
+`ClientSecurity` (TLS, SASL session tokens; docs/security.md).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from metadata_quorum.security.channels import ClientSecurity, open_channel
 from protos import RECONNECT_OPTIONS, wire
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc as pb_grpc
@@ -38,6 +40,16 @@ CHANNEL_OPTIONS = (
     *RECONNECT_OPTIONS,
 )
 NO_LEADER = -1
+
+# what the public clients take as `security`: a ClientSecurity or its dotted properties
+SecuritySetting = ClientSecurity | Mapping[str, str] | None
+
+
+def client_security(setting: SecuritySetting) -> ClientSecurity | None:
+    """`ClientSecurity` from the clients' `security` argument (ValueError names a bad key)."""
+    if setting is None or isinstance(setting, ClientSecurity):
+        return setting
+    return ClientSecurity.from_properties(setting)
 
 
 class BrokerChannel:
@@ -150,6 +162,8 @@ def rpc_error_code(error: grpc.RpcError) -> ErrorCode:
         return ErrorCode.RECORD_LIST_TOO_LARGE
     if code is grpc.StatusCode.INVALID_ARGUMENT:
         return ErrorCode.INVALID_REQUEST
+    if code is grpc.StatusCode.UNAUTHENTICATED:  # no or refused credentials: not retriable
+        return ErrorCode.SASL_AUTHENTICATION_FAILED
     return ErrorCode.UNKNOWN_SERVER_ERROR
 
 
@@ -212,8 +226,10 @@ class Cluster:
         retry_backoff_max_ms: int = 1_000,
         metadata_max_age_ms: int = 300_000,
         clock: Callable[[], float] = time.monotonic,
+        security: SecuritySetting = None,
     ) -> None:
         self.bootstrap = parse_addresses(bootstrap_servers)
+        self.security = client_security(security)
         self.request_timeout_s = request_timeout_ms / 1000
         self._retry_backoff_s = retry_backoff_ms / 1000
         self._retry_backoff_max_s = max(retry_backoff_max_ms, retry_backoff_ms) / 1000
@@ -297,7 +313,13 @@ class Cluster:
                         request, timeout=min(self.request_timeout_s, 10.0)
                     )
                 except grpc.RpcError as error:
-                    failures.append(str(rpc_error(error, address)))
+                    failure = rpc_error(error, address)
+                    if failure.error is ErrorCode.SASL_AUTHENTICATION_FAILED:
+                        with self._lock:
+                            self._failures += 1
+                            self._stale = True
+                        raise failure from None  # credentials refused: no broker takes them
+                    failures.append(str(failure))
                     continue
                 return self._install(response, all_topics)
             with self._lock:
@@ -348,6 +370,8 @@ class Cluster:
             try:
                 self.refresh([topic])
             except KafkaError as error:
+                if not error.error.retriable:  # refused credentials: waiting changes nothing
+                    raise
                 last = error
 
     def _sleep(self, seconds: float) -> None:
@@ -384,7 +408,7 @@ class Cluster:
                 raise KafkaError(ErrorCode.NETWORK_EXCEPTION, "the client is closed")
             channel = self._channels.get(address)
             if channel is None:
-                channel = BrokerChannel(grpc.insecure_channel(address, options=CHANNEL_OPTIONS))
+                channel = BrokerChannel(open_channel(address, self.security, CHANNEL_OPTIONS))
                 self._channels[address] = channel
         return channel
 

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from dataplane.client._cluster import Cluster
+from dataplane.client._cluster import Cluster, SecuritySetting
 from dataplane.client._group import GroupClient
 from protos import group_pb2 as gpb
 from raftlog.errors import ErrorCode, KafkaError
@@ -87,6 +87,7 @@ class GroupMembership:
         heartbeat_interval_ms: int = 3_000,
         request_timeout_ms: int = 30_000,
         clock: Callable[[], float] = time.monotonic,
+        security: SecuritySetting = None,
     ) -> None:
         if not 0 < heartbeat_interval_ms < session_timeout_ms:
             raise ValueError("heartbeat.interval.ms must be positive and below session.timeout.ms")
@@ -105,7 +106,9 @@ class GroupMembership:
         self._closed = threading.Event()
         self._wake = threading.Event()
         self._rejoin = threading.Event()
-        self._cluster = Cluster(bootstrap_servers, request_timeout_ms=request_timeout_ms)
+        self._cluster = Cluster(
+            bootstrap_servers, request_timeout_ms=request_timeout_ms, security=security
+        )
         self._group = GroupClient(self._cluster, group_id, self._closed, clock)
         self._lock = threading.Lock()
         self.member_id = ""

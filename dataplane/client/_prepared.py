@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dataplane.client._accumulator import ProducerTimeoutError
-from dataplane.client._cluster import Cluster
+from dataplane.client._cluster import Cluster, SecuritySetting
 from dataplane.client._group import TRANSACTION_KEY, GroupClient
 from dataplane.client._transactions import FENCED_CODES, ProducerFencedError
 from protos import transaction_pb2 as tpb
@@ -69,11 +69,12 @@ def complete_prepared_transaction(
     *,
     commit: bool,
     timeout_s: float = DEFAULT_COMPLETE_TIMEOUT_S,
+    security: SecuritySetting = None,
 ) -> None:
     """Commit (``commit=True``) or abort the transaction ``prepared`` names, from any process.
     Returns once the coordinator accepted the end (its markers then reach every partition, as
     after ``commit_transaction``). Raises as the module docstring says."""
-    cluster = Cluster(bootstrap_servers)
+    cluster = Cluster(bootstrap_servers, security=security)
     try:
         _end(cluster, prepared, commit, time.monotonic() + max(0.0, timeout_s))
     finally:

@@ -131,6 +131,7 @@ class Sender:
         # payload is kept) and every retry resends it.
         self._producer_id = -1
         self._producer_epoch = -1
+        self._producer_id_refused = False  # the last InitProducerId failed for good
         self._sequences: dict[TopicPartition, int] = {}
         # per partition, the batches with sequences from the oldest one not yet settled, in
         # sequence order (settled ones behind it stay until it settles): at most BATCHES_KEPT
@@ -183,7 +184,7 @@ class Sender:
             self._fail_missing_topics()
         if self._txn is not None:
             self._transaction_round()
-        elif self._config.idempotent and self._producer_id < 0 and not self._init_producer_id():
+        elif self._needs_producer_id() and not self._init_producer_id():
             self._wait(self._clock() + self._cluster.backoff_s())
             return
         ready = self._accumulator.ready()
@@ -234,8 +235,21 @@ class Sender:
             self._wake.woken = False
 
     # -- idempotence -----------------------------------------------------------------------
+    def _needs_producer_id(self) -> bool:
+        """Idempotent without a producer id; after a refusal only once records wait again
+        (not every backoff while idle: each refusal is a denied request in the audit log)."""
+        if not self._config.idempotent or self._producer_id >= 0:
+            return False
+        return not self._producer_id_refused or bool(self._accumulator.queued_topics())
+
     def _init_producer_id(self) -> bool:
-        """Ask any broker for a producer id; False (retry later) when none answered."""
+        """Ask any broker for a producer id; False (retry later) when none answered.
+
+        A refusal that retrying cannot cure (CLUSTER_AUTHORIZATION_FAILED: neither
+        IDEMPOTENT_WRITE on the cluster nor WRITE on any topic; SASL_AUTHENTICATION_FAILED)
+        fails the queued batches with it rather than holding them until delivery.timeout.ms.
+        As Kafka's producer takes it (an abortable error, not a fatal one), the next batches
+        ask again: an ACL granted meanwhile lets them through."""
         try:
             address = self._cluster.any_broker()
             response = self._cluster.stub(address).InitProducerId(
@@ -247,15 +261,26 @@ class Sender:
             return False
         except KafkaError as error:
             log.debug("InitProducerId: %s", error)
+            self._fail_queued_unless_retriable(error)
             return False
         if response.error_code:
-            log.debug("InitProducerId: %s", ErrorCode.from_code(response.error_code).name)
+            refused = KafkaError(ErrorCode.from_code(response.error_code), response.error_message)
+            log.debug("InitProducerId: %s", refused)
+            self._fail_queued_unless_retriable(refused)
             return False
         self._producer_id, self._producer_epoch = response.producer_id, response.producer_epoch
+        self._producer_id_refused = False
         self._sequences.clear()
         self._windows.clear()
         self._settled.clear()
         return True
+
+    def _fail_queued_unless_retriable(self, error: KafkaError) -> None:
+        if error.retriable:
+            return
+        self._producer_id_refused = True
+        for batch in self._accumulator.remove_queued(lambda _: True):
+            self._fail(batch, error)
 
     # -- transactions ------------------------------------------------------------------------
     def _transaction_round(self) -> None:

@@ -31,23 +31,34 @@ from typing import Any, Literal, NamedTuple
 
 import grpc
 
+from dataplane.client import _admin_security as security_calls
 from dataplane.client import _admin_transactions as txn_calls
+from dataplane.client._admin_security import (
+    AclDeleteResult,
+    ScramCredentialInfo,
+    UserScramCredentialDeletion,
+    UserScramCredentialUpsertion,
+)
 from dataplane.client._admin_transactions import (
     ProducerState,
     TransactionDescription,
     TransactionListing,
 )
 from dataplane.client._closing import Closing
-from dataplane.client._cluster import Cluster, rpc_error
+from dataplane.client._cluster import Cluster, SecuritySetting, client_security, rpc_error
 from dataplane.client._group import GroupClient, commit_request, from_wire
 from dataplane.client._types import OffsetAndMetadata, TopicPartition
 from metadata_quorum.client import ControllerClient
+from metadata_quorum.security.acl import AclBinding, AclFilter
 from protos import controller_pb2 as pb
 from protos import group_pb2 as gpb
 from protos import metadata_pb2
 from raftlog.errors import ErrorCode, KafkaError
 
 __all__ = [
+    "AclBinding",
+    "AclDeleteResult",
+    "AclFilter",
     "AdminClient",
     "BrokerDescription",
     "ClusterDescription",
@@ -61,9 +72,12 @@ __all__ = [
     "ProducerState",
     "QuorumDescription",
     "ResourceType",
+    "ScramCredentialInfo",
     "TopicDescription",
     "TransactionDescription",
     "TransactionListing",
+    "UserScramCredentialDeletion",
+    "UserScramCredentialUpsertion",
     "raise_for_errors",
 ]
 
@@ -280,12 +294,14 @@ class AdminClient(Closing):
         *,
         bootstrap_controllers: str | Sequence[str] | None = None,
         request_timeout_ms: int = 30_000,
+        security: SecuritySetting = None,
     ) -> None:
         if (bootstrap_servers is None) == (bootstrap_controllers is None):
             raise ValueError("give exactly one of bootstrap_servers or bootstrap_controllers")
         if not 1 <= request_timeout_ms <= 600_000:
             raise ValueError(f"request_timeout_ms out of [1, 600000]: {request_timeout_ms}")
         self._timeout_s = request_timeout_ms / 1000
+        self.security = client_security(security)
         self._brokers: Cluster | None = None
         if bootstrap_controllers is not None:
             controllers = (
@@ -295,7 +311,9 @@ class AdminClient(Closing):
             )
         else:
             assert bootstrap_servers is not None, "checked above"
-            self._brokers = Cluster(bootstrap_servers, request_timeout_ms=request_timeout_ms)
+            self._brokers = Cluster(
+                bootstrap_servers, request_timeout_ms=request_timeout_ms, security=self.security
+            )
             try:
                 controllers = list(self._brokers.refresh().controller_addresses)
             except KafkaError:
@@ -304,7 +322,9 @@ class AdminClient(Closing):
             if not controllers:
                 self._brokers.close()
                 raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, "Metadata named no controller")
-        self._controllers = ControllerClient(controllers, deadline_s=self._timeout_s)
+        self._controllers = ControllerClient(
+            controllers, deadline_s=self._timeout_s, security=self.security
+        )
         self._closed = threading.Event()
 
     def _checked(self, method: str, request: Any) -> Any:
@@ -724,6 +744,35 @@ class AdminClient(Closing):
         cluster = self._broker_cluster("describe_producers")
         wanted = [TopicPartition(*tp) for tp in partitions]
         return txn_calls.describe_producers(cluster, wanted, self._closed, self._timeout_s)
+
+    # -- ACLs and SCRAM credentials (docs/security.md; see _admin_security) ----------------
+    def create_acls(self, bindings: Iterable[AclBinding]) -> dict[AclBinding, KafkaError | None]:
+        """Each ACL's outcome (an existing one is a success); SECURITY_DISABLED is raised when
+        the controllers run no authorizer."""
+        return security_calls.create_acls(self._checked, bindings)
+
+    def describe_acls(self, acl_filter: AclFilter | None = None) -> list[AclBinding]:
+        """The ACLs the filter matches (default: every ACL)."""
+        return security_calls.describe_acls(self._checked, acl_filter or AclFilter())
+
+    def delete_acls(self, filters: Iterable[AclFilter]) -> dict[AclFilter, AclDeleteResult]:
+        """Each filter's deleted ACLs (or its error)."""
+        return security_calls.delete_acls(self._checked, filters)
+
+    def alter_user_scram_credentials(
+        self,
+        upsertions: Iterable[UserScramCredentialUpsertion] = (),
+        deletions: Iterable[UserScramCredentialDeletion] = (),
+    ) -> dict[str, KafkaError | None]:
+        """Each user's outcome; the password is salted and hashed here, never sent."""
+        return security_calls.alter_user_scram_credentials(self._checked, upsertions, deletions)
+
+    def describe_user_scram_credentials(
+        self, users: Iterable[str] | None = None
+    ) -> dict[str, tuple[ScramCredentialInfo, ...]]:
+        """Each user's mechanisms and iterations (default: every user); raises the first
+        error (RESOURCE_NOT_FOUND for a user without credentials)."""
+        return security_calls.describe_user_scram_credentials(self._checked, users)
 
     # -- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:

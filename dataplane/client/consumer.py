@@ -50,7 +50,7 @@ from typing import Literal, NamedTuple, TypeVar
 import grpc
 
 from dataplane.client._closing import Closing
-from dataplane.client._cluster import Cluster, ClusterSnapshot, rpc_error
+from dataplane.client._cluster import Cluster, ClusterSnapshot, SecuritySetting, rpc_error
 from dataplane.client._config import ConsumerConfig
 from dataplane.client._group import GroupClient, Membership, commit_request
 from dataplane.client._read_committed import drop_aborted
@@ -229,6 +229,7 @@ class Consumer(Closing):
         max_poll_interval_ms: int = 300_000,
         isolation_level: Literal["read_uncommitted", "read_committed"] = "read_uncommitted",
         clock: Callable[[], float] = time.monotonic,
+        security: SecuritySetting = None,
     ) -> None:
         self.config = ConsumerConfig(
             group_id=group_id,
@@ -256,6 +257,7 @@ class Consumer(Closing):
             retry_backoff_max_ms=retry_backoff_max_ms,
             metadata_max_age_ms=metadata_max_age_ms,
             clock=clock,
+            security=security,
         )
         self._request_timeout_s = request_timeout_ms / 1000
         self._states: dict[TopicPartition, _PartitionState] = {}
@@ -557,6 +559,7 @@ class Consumer(Closing):
             raise ValueError(f"offset must be >= 0, got {offset}")
         state = self._state(tp)
         state.position, state.reset = offset, None
+        state.from_committed = False  # a seek replaces the group's committed offset
         state.clear()
 
     def seek_to_beginning(self, *partitions: PartitionLike) -> None:
@@ -570,6 +573,8 @@ class Consumer(Closing):
         for tp in partitions or list(self._states):
             state = self._state(tp)
             state.position, state.reset = None, reset
+            # as Kafka's seekToBeginning/End: the reset, not the group's committed offset
+            state.from_committed = False
             state.clear()
 
     def position(self, tp: PartitionLike) -> int:

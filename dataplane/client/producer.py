@@ -40,7 +40,7 @@ from dataplane.client._accumulator import (
     estimate_record_bytes,
 )
 from dataplane.client._closing import Closing
-from dataplane.client._cluster import Cluster
+from dataplane.client._cluster import Cluster, SecuritySetting
 from dataplane.client._config import DEFAULT_BATCH_SIZE, ProducerConfig
 from dataplane.client._prepared import PreparedTransaction
 from dataplane.client._record_future import RecordFuture
@@ -117,6 +117,7 @@ class Producer(Closing):
         transaction_timeout_ms: int = 60_000,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
+        security: SecuritySetting = None,
     ) -> None:
         self.config = ProducerConfig(
             acks=acks,
@@ -147,6 +148,7 @@ class Producer(Closing):
             retry_backoff_max_ms=retry_backoff_max_ms,
             metadata_max_age_ms=metadata_max_age_ms,
             clock=clock,
+            security=security,
         )
         self._accumulator = RecordAccumulator(
             batch_size=batch_size,

@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from dataplane.broker import authorization as authz
 from dataplane.broker.partition import Role
 from dataplane.broker.producer_state import SENTINEL, VerificationGuard
 from dataplane.broker.replica_manager import ReplicaManager
@@ -45,6 +46,9 @@ from dataplane.coordinator.classic_group import ClassicLimits
 from dataplane.coordinator.classic_rpc import ClassicGroupRpcs
 from dataplane.coordinator.runtime import CoordinatorRuntime, InternalTopic, Shard
 from metadata_quorum.image import MetadataImage
+from metadata_quorum.security.acl import AclOperation
+from metadata_quorum.security.authorization import ALLOW_ALL, AccessControl
+from metadata_quorum.security.channels import ClientSecurity, open_channel
 from protos import RECONNECT_OPTIONS
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc as pb_grpc
@@ -112,11 +116,17 @@ class GroupCoordinator:
         self._sweep_offsets = threading.Event()  # a topic was deleted: drop its offsets now
         self._known_ends: dict[tuple[str, int], int] = {}
         self._channels: dict[str, grpc.Channel] = {}
+        # how to reach other brokers' BROKER listener when it uses TLS (set before serving)
+        self.security: ClientSecurity | None = None
         self._view: tuple[MetadataImage, gs.TopicsView] | None = None
         self._timers = threading.Thread(target=self._timer_loop, name="group-timers", daemon=True)
         # Set by the broker server: (transactional id, producer id, epoch, topic, partition) ->
         # NONE if the transaction holds the partition (the transaction coordinator's answer).
         self.verify_transaction: Callable[[str, int, int, str, int], ErrorCode] | None = None
+        # Set by the broker server: who may do what (READ on a group to be a member of it and
+        # commit, DESCRIBE to describe it, DELETE to delete it; see
+        # dataplane.broker.authorization), asked by every request, from either listener.
+        self.access: AccessControl = ALLOW_ALL
 
     def start(self) -> None:
         self.runtime.start()
@@ -177,6 +187,7 @@ class GroupCoordinator:
         return cached[1]
 
     def heartbeat(self, request: gpb.ConsumerGroupHeartbeatRequest) -> gs.HeartbeatResult:
+        authz.check_group(self.access, request.group_id)
         shard = self._shard(request.group_id)
         view = self._topics_view()
         return self._run(shard, lambda s: s.heartbeat(request, view, self.clock_ms()))
@@ -184,10 +195,13 @@ class GroupCoordinator:
     def commit(
         self, group_id: str, member_id: str, member_epoch: int, items: list[gs.OffsetCommitItem]
     ) -> dict[tuple[str, int], KafkaError | None]:
+        authz.check_group(self.access, group_id)
         shard = self._shard(group_id)
         with shard.lock:
             shard.state.validate_commit(group_id, member_id, member_epoch)
+        refused, items = self._readable(items)
         results, valid = self._check_offsets(items)
+        results.update(refused)
 
         def commit(state: gs.GroupShard) -> dict[tuple[str, int], KafkaError | None]:
             # Checked again under the lock: the member may have been fenced meanwhile.
@@ -207,6 +221,10 @@ class GroupCoordinator:
             request.group_id, request.generation_id, request.member_id,
         )  # fmt: skip
         instance_id = request.group_instance_id or None
+        refused_id = authz.transactional_id_denied(self.access, request.transactional_id)
+        if refused_id is not None:
+            raise refused_id
+        authz.check_group(self.access, group_id)
         if request.producer_id < 0 or request.producer_epoch < 0:
             raise KafkaError(
                 ErrorCode.INVALID_REQUEST,
@@ -215,7 +233,9 @@ class GroupCoordinator:
         shard = self._shard(group_id)
         with shard.lock:
             shard.state.validate_txn_commit(group_id, generation_id, member_id, instance_id)
-        results, valid = self._check_offsets(_commit_items(request.topics))
+        refused, items = self._readable(_commit_items(request.topics))
+        results, valid = self._check_offsets(items)
+        results.update(refused)
         if not valid:
             return results
         verification = self._verify(shard, request)
@@ -284,6 +304,21 @@ class GroupCoordinator:
             if error.error not in _NOT_READY:
                 raise
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, error.message) from error
+
+    def _readable(
+        self, items: list[gs.OffsetCommitItem]
+    ) -> tuple[dict[tuple[str, int], KafkaError | None], list[gs.OffsetCommitItem]]:
+        """A commit's partitions of topics the session may not READ (TOPIC_AUTHORIZATION_FAILED,
+        not committed), and the others."""
+        denied = authz.denied_topics(self.access, AclOperation.READ, (i.topic for i in items))
+        if not denied:
+            return {}, items
+        refused: dict[tuple[str, int], KafkaError | None] = {
+            (i.topic, i.partition): authz.topic_denied(AclOperation.READ, i.topic)
+            for i in items
+            if i.topic in denied
+        }
+        return refused, [i for i in items if i.topic not in denied]
 
     def _check_offsets(
         self, items: list[gs.OffsetCommitItem]
@@ -383,8 +418,8 @@ class GroupCoordinator:
         with self._lock:
             channel = self._channels.get(address)
             if channel is None:
-                channel = self._channels[address] = grpc.insecure_channel(
-                    address, options=RECONNECT_OPTIONS
+                channel = self._channels[address] = open_channel(
+                    address, self.security, RECONNECT_OPTIONS
                 )
         return pb_grpc.BrokerServiceStub(channel)
 
@@ -395,7 +430,14 @@ class GroupCoordinator:
         require_stable: bool = False,
     ) -> dict[tuple[str, int], gs.CommittedOffset | KafkaError | None]:
         """The committed offsets; with ``require_stable`` (KIP-447) UNSTABLE_OFFSET_COMMIT for
-        a partition a transaction holds pending offsets of."""
+        a partition a transaction holds pending offsets of. Kafka's authorization: DESCRIBE on
+        the group; a named partition of a topic not described is refused
+        (TOPIC_AUTHORIZATION_FAILED), and left out of an answer for all partitions."""
+        authz.check_group(self.access, group_id, AclOperation.DESCRIBE)
+        wanted = None if partitions is None else list(partitions)
+        names = (t for t, _ in wanted or ())
+        denied = authz.denied_topics(self.access, AclOperation.DESCRIBE, names)
+        partitions = None if wanted is None else [tp for tp in wanted if tp[0] not in denied]
         shard = self._shard(group_id)
 
         def fetch(state: gs.GroupShard) -> dict[tuple[str, int], Any]:
@@ -408,19 +450,30 @@ class GroupCoordinator:
                     )
             return found
 
-        return self._run(shard, fetch)
+        found = self._run(shard, fetch)
+        if wanted is None and self.access.enabled:
+            topics = {t for t, _ in found}
+            shown = set(self.access.filter(AclOperation.DESCRIBE, authz.TOPIC, topics))
+            found = {tp: v for tp, v in found.items() if tp[0] in shown}
+        for topic, partition in wanted or ():
+            if topic in denied:
+                found[(topic, partition)] = authz.topic_denied(AclOperation.DESCRIBE, topic)
+        return found
 
     def list_groups(self) -> list[tuple[str, str, str]]:
-        """(group id, state, type) of every group this broker coordinates."""
+        """(group id, state, type) of every group this broker coordinates that the session may
+        DESCRIBE (all with DESCRIBE on the cluster)."""
         shards = list(self.runtime.loaded_shards())
         found: list[tuple[str, str, str]] = []
         for shard in shards:
             with shard.lock:
                 state = shard.state
                 found += [(g, state.group_state(g), state.group_type(g)) for g in state.group_ids()]
-        return sorted(found)
+        shown = set(authz.described_groups(self.access, (g for g, _, _ in found)))
+        return sorted(entry for entry in found if entry[0] in shown)
 
     def describe_group(self, group_id: str) -> gs.Group | cg.DescribedClassicGroup | None:
+        authz.check_group(self.access, group_id, AclOperation.DESCRIBE)
         shard = self._shard(group_id)
 
         def describe(state: gs.GroupShard) -> gs.Group | cg.DescribedClassicGroup | None:
@@ -438,6 +491,7 @@ class GroupCoordinator:
     # -- classic groups ----------------------------------------------------------------------------
     def join_group(self, request: cg.JoinRequest) -> cg.JoinAnswer:
         """JoinGroup: returns when the join phase ends (or at once with an error)."""
+        authz.check_group(self.access, request.group_id)
         shard = self._shard(request.group_id)
         future = self._run(shard, lambda s: s.join_group(request, self.clock_ms()))
         delay_ms = self.config.classic.initial_rebalance_delay_ms
@@ -450,6 +504,7 @@ class GroupCoordinator:
 
     def sync_group(self, request: cg.SyncRequest) -> cg.SyncAnswer:
         """SyncGroup: returns once the leader's assignment is stored (or with an error)."""
+        authz.check_group(self.access, request.group_id)
         shard = self._shard(request.group_id)
         future = self._run(shard, lambda s: s.classic.sync(request, self.clock_ms()))
         answer = _wait_answer(future, gs.DEFAULT_REBALANCE_TIMEOUT_MS / 1000)
@@ -461,6 +516,7 @@ class GroupCoordinator:
     def classic_heartbeat(
         self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
     ) -> None:
+        authz.check_group(self.access, group_id)
         shard = self._shard(group_id)
         self._run(
             shard,
@@ -472,10 +528,12 @@ class GroupCoordinator:
     def leave_group(
         self, group_id: str, members: list[tuple[str, str | None]]
     ) -> list[KafkaError | None]:
+        authz.check_group(self.access, group_id)
         shard = self._shard(group_id)
         return self._run(shard, lambda s: s.classic.leave(group_id, members, self.clock_ms()))
 
     def delete_group(self, group_id: str) -> None:
+        authz.check_group(self.access, group_id, AclOperation.DELETE)
         shard = self._shard(group_id)
         self._run(shard, lambda s: s.delete_group(group_id, self.clock_ms()))
 
@@ -564,10 +622,21 @@ class GroupServicer(ClassicGroupRpcs, gpb_grpc.GroupCoordinatorServiceServicer):
         for key in request.group_ids:
             out = response.coordinators.add(group_id=key, node_id=-1)
             try:
+                self._check_find(request.key_type, key)
                 out.node_id, out.host, out.port = find(key)
             except KafkaError as error:
                 _set_error(out, error)
         return response
+
+    def _check_find(self, key_type: int, key: str) -> None:
+        """Kafka's FindCoordinator: DESCRIBE on the group or the transactional id."""
+        access = self.coordinator.access
+        if key_type == GROUP_KEY_TYPE:
+            authz.check_group(access, key, AclOperation.DESCRIBE)
+        elif key_type == TRANSACTION_KEY_TYPE:
+            refused = authz.transactional_id_denied(access, key, AclOperation.DESCRIBE)
+            if refused is not None:
+                raise refused
 
     def _finder(self, key_type: int) -> Callable[[str], tuple[int, str, int]]:
         if key_type == GROUP_KEY_TYPE:

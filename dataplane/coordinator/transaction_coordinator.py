@@ -37,6 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from dataplane.broker import authorization as authz
 from dataplane.broker.replica_manager import ReplicaManager
 from dataplane.coordinator.group_state import partition_for
 from dataplane.coordinator.runtime import CoordinatorRuntime, InternalTopic, Shard
@@ -58,6 +59,8 @@ from dataplane.coordinator.transaction_state import (
     TxnMetadata,
     TxnState,
 )
+from metadata_quorum.security.acl import AclOperation
+from metadata_quorum.security.authorization import ALLOW_ALL, AccessControl
 from protos import broker_pb2 as pb
 from protos import transaction_pb2 as tpb
 from protos import transaction_pb2_grpc as tpb_grpc
@@ -449,8 +452,19 @@ class TransactionServicer(tpb_grpc.TransactionCoordinatorServiceServicer):
     """TransactionCoordinatorService, and InitProducerId with a transactional id (served for
     ``BrokerServicer.InitProducerId`` through :meth:`init_producer_id`)."""
 
-    def __init__(self, coordinator: TransactionCoordinator) -> None:
+    def __init__(
+        self, coordinator: TransactionCoordinator, access: AccessControl = ALLOW_ALL
+    ) -> None:
         self.coordinator = coordinator
+        # WRITE on the transactional id for a producer's requests (and WRITE on each topic it
+        # adds, READ on the group whose offsets it adds), DESCRIBE to describe or list it; a
+        # broker's verification (verify_only) needs CLUSTER_ACTION
+        self.access = access
+
+    def _refused(self, transactional_id: str, verify_only: bool = False) -> KafkaError | None:
+        if verify_only:
+            return authz.cluster_action_denied(self.access, "AddPartitionsToTxn verify_only")
+        return authz.transactional_id_denied(self.access, transactional_id)
 
     def find_coordinator(self, transactional_id: str) -> tuple[int, str, int]:
         """FindCoordinator with key type 1 (GroupServicer.FindCoordinator delegates here)."""
@@ -478,7 +492,19 @@ class TransactionServicer(tpb_grpc.TransactionCoordinatorServiceServicer):
         coordinator = self.coordinator
         args = (request.transactional_id, request.producer_id, request.producer_epoch, wanted)
         try:
-            if request.verify_only:
+            refused = self._refused(request.transactional_id, request.verify_only)
+            if refused is not None:
+                raise refused
+            names = () if request.verify_only else (t for t, _ in wanted)
+            denied = authz.denied_topics(self.access, AclOperation.WRITE, names)
+            if denied:  # Kafka adds none: the others are OPERATION_NOT_ATTEMPTED
+                results = {
+                    tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                    if tp[0] in denied
+                    else ErrorCode.OPERATION_NOT_ATTEMPTED
+                    for tp in wanted
+                }
+            elif request.verify_only:
                 results = coordinator.verify(*args)
             else:
                 results = coordinator.add_partitions(*args)
@@ -494,6 +520,11 @@ class TransactionServicer(tpb_grpc.TransactionCoordinatorServiceServicer):
     ) -> tpb.AddOffsetsToTxnResponse:
         response = tpb.AddOffsetsToTxnResponse()
         try:
+            refused = self._refused(request.transactional_id) or authz.group_denied(
+                self.access, request.group_id
+            )
+            if refused is not None:
+                raise refused
             self.coordinator.add_offsets(
                 request.transactional_id, request.producer_id, request.producer_epoch,
                 request.group_id,
@@ -505,6 +536,9 @@ class TransactionServicer(tpb_grpc.TransactionCoordinatorServiceServicer):
     def EndTxn(self, request: tpb.EndTxnRequest, context: Any) -> tpb.EndTxnResponse:
         response = tpb.EndTxnResponse()
         try:
+            refused = self._refused(request.transactional_id)
+            if refused is not None:
+                raise refused
             self.coordinator.end_transaction(
                 request.transactional_id, request.producer_id, request.producer_epoch,
                 request.committed,
@@ -523,6 +557,11 @@ class TransactionServicer(tpb_grpc.TransactionCoordinatorServiceServicer):
                 producer_epoch=-1,
             )  # fmt: skip
             try:
+                refused = authz.transactional_id_denied(
+                    self.access, transactional_id, AclOperation.DESCRIBE
+                )
+                if refused is not None:
+                    raise refused
                 meta = self.coordinator.describe(transactional_id)
             except KafkaError as error:
                 _set_error(out, error)
@@ -533,8 +572,11 @@ class TransactionServicer(tpb_grpc.TransactionCoordinatorServiceServicer):
             out.producer_id = meta.producer_id
             out.producer_epoch = meta.producer_epoch
             by_topic: dict[str, list[int]] = {}
+            topics = sorted({t for t, _ in meta.partitions})
+            shown = set(self.access.filter(AclOperation.DESCRIBE, authz.TOPIC, topics))
             for topic, partition in sorted(meta.partitions):
-                by_topic.setdefault(topic, []).append(partition)
+                if topic in shown:  # Kafka lists only the topics the principal may describe
+                    by_topic.setdefault(topic, []).append(partition)
             for topic, partitions in by_topic.items():
                 out.topics.add(topic=topic, partitions=partitions)
         return response
@@ -551,7 +593,11 @@ class TransactionServicer(tpb_grpc.TransactionCoordinatorServiceServicer):
             response.error_code = error.error.code
             return response
         response.unknown_state_filters.extend(listed.unknown_state_filters)
+        ids = [meta.transactional_id for meta in listed.transactions]
+        shown = set(self.access.filter(AclOperation.DESCRIBE, authz.TRANSACTIONAL_ID, ids))
         for meta in listed.transactions:
+            if meta.transactional_id not in shown:
+                continue
             response.transactions.add(
                 transactional_id=meta.transactional_id, producer_id=meta.producer_id,
                 state=meta.state.kafka_name,

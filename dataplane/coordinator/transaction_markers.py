@@ -37,6 +37,7 @@ import grpc
 from dataplane.coordinator.group_state import partition_for
 from dataplane.coordinator.transaction_state import MarkerJob, TopicPartition
 from metadata_quorum.image import MetadataImage
+from metadata_quorum.security.channels import ClientSecurity, open_channel
 from protos import RECONNECT_OPTIONS
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc as pb_grpc
@@ -99,9 +100,11 @@ def marker_outcome(error: ErrorCode) -> Outcome:
 class Channels:
     """One gRPC channel per broker address, closed together."""
 
-    def __init__(self) -> None:
+    def __init__(self, security: ClientSecurity | None = None) -> None:
         self._lock = threading.Lock()
         self._channels: dict[str, grpc.Channel] = {}
+        # how to reach a BROKER listener that uses TLS (may be set before the first channel)
+        self.security = security
         self._closed = False
 
     def get(self, address: str) -> grpc.Channel:
@@ -110,8 +113,8 @@ class Channels:
                 raise KafkaError(ErrorCode.NETWORK_EXCEPTION, "the broker is stopping")
             channel = self._channels.get(address)
             if channel is None:
-                channel = self._channels[address] = grpc.insecure_channel(
-                    address, options=RECONNECT_OPTIONS
+                channel = self._channels[address] = open_channel(
+                    address, self.security, RECONNECT_OPTIONS
                 )
             return channel
 

@@ -26,6 +26,8 @@ from dataplane.kafka.alter_configs import (
 )
 from metadata_quorum.client import ControllerClient
 from metadata_quorum.image import MetadataImage
+from metadata_quorum.request_authorization import authorized, check_cluster
+from metadata_quorum.security.authorization import ALLOW_ALL, AccessControl
 from protos import controller_pb2 as cpb
 from protos import metadata_pb2 as mpb
 from raftlog.errors import ErrorCode, KafkaError
@@ -52,8 +54,12 @@ class KafkaAdmin:
         broker_id: int,
         cluster_id: str,
         listener: str,
+        access: AccessControl = ALLOW_ALL,
     ) -> None:
         self.controller = controller
+        # The broker forwards with its own identity, so it authorizes first, as the
+        # controller would (metadata_quorum.request_authorization)
+        self.access = access
         self.image = image
         self.broker_id = broker_id
         self.cluster_id = cluster_id
@@ -79,7 +85,10 @@ class KafkaAdmin:
         """The controller's answer within the request's timeout (1 s to FORWARD_DEADLINE_S);
         raises its top-level error (no active controller, ...)."""
         deadline_s = min(max(timeout_ms / 1000, 1.0), FORWARD_DEADLINE_S)
-        return self.controller.checked(method, request, deadline_s=deadline_s)
+        return authorized(
+            self.access, method, request,
+            lambda allowed: self.controller.checked(method, allowed, deadline_s=deadline_s),
+        )  # fmt: skip
 
     # -- CreateTopics -----------------------------------------------------------------------------
     def create_topics(self, request: kc.Request) -> kc.Data:
@@ -335,6 +344,10 @@ class KafkaAdmin:
             "controller_id": self.broker_id, "brokers": [],
             "cluster_authorized_operations": -(2**31),
         }  # fmt: skip
+        try:
+            check_cluster(self.access, "DescribeCluster")
+        except KafkaError as error:
+            return {**out, **_failed(error)}
         if endpoint_type != ENDPOINT_TYPE_BROKERS:
             refused = KafkaError(
                 ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,

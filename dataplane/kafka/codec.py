@@ -56,6 +56,9 @@ API_ADD_RAFT_VOTER, API_REMOVE_RAFT_VOTER = 80, 81  # KIP-853
 API_ADD_PARTITIONS_TO_TXN, API_ADD_OFFSETS_TO_TXN, API_END_TXN = 24, 25, 26
 API_WRITE_TXN_MARKERS, API_TXN_OFFSET_COMMIT = 27, 28
 API_DESCRIBE_PRODUCERS, API_DESCRIBE_TRANSACTIONS, API_LIST_TRANSACTIONS = 61, 65, 66
+API_DESCRIBE_ACLS, API_CREATE_ACLS, API_DELETE_ACLS = 29, 30, 31
+API_DESCRIBE_USER_SCRAM_CREDENTIALS, API_ALTER_USER_SCRAM_CREDENTIALS = 50, 51  # KIP-554
+API_SASL_HANDSHAKE, API_SASL_AUTHENTICATE = 17, 36
 SUPPORTED: dict[int, tuple[int, int]] = {
     API_PRODUCE: (3, 11),
     API_FETCH: (4, 12),
@@ -96,6 +99,18 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     API_DESCRIBE_PRODUCERS: (0, 0),
     API_DESCRIBE_TRANSACTIONS: (0, 0),
     API_LIST_TRANSACTIONS: (0, 1),
+    # ACLs and SCRAM credentials (dataplane/kafka/security_admin.py); Kafka 4 removed v0 of
+    # the ACL APIs (KIP-896)
+    API_DESCRIBE_ACLS: (1, 3),
+    API_CREATE_ACLS: (1, 3),
+    API_DELETE_ACLS: (1, 3),
+    API_DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    API_ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+    # SASL (dataplane/kafka/sasl.py): after SaslHandshake v0 (legacy) the tokens come as bare
+    # frames; librdkafka < 2.1 needs v0 advertised to use SASL at all (it then takes v1 and
+    # SaslAuthenticate). SaslAuthenticate v1+ carries KIP-368's session lifetime.
+    API_SASL_HANDSHAKE: (0, 1),
+    API_SASL_AUTHENTICATE: (0, 2),
 }
 
 

@@ -17,6 +17,10 @@ dataplane/kafka/transactions.py the transaction APIs, and through dataplane/kafk
 admin requests the controller answers (versions in `kafka_codec.SUPPORTED`).
 Fetch sessions (KIP-227) are not kept: every fetch is answered in full with session id 0, which
 clients take as "no session".
+
+Security (dataplane/kafka/sasl.py): on an SSL or SASL_SSL listener each connection's thread
+does its TLS handshake; on SASL_PLAINTEXT or SASL_SSL a `ConnectionAuthenticator` sees every
+request first. Each request is served inside ``acting_as(session)``, the connection's principal.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import contextlib
 import logging
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -34,8 +39,27 @@ from dataplane.coordinator.group_coordinator import GroupServicer
 from dataplane.kafka import codec as kc
 from dataplane.kafka.admin import KafkaAdmin
 from dataplane.kafka.groups import KafkaGroups
+from dataplane.kafka.sasl import (
+    AUTHENTICATION_READ_TIMEOUT_S,
+    PLAINTEXT,
+    Answer,
+    AuthenticationFailure,
+    CertificateRefused,
+    Close,
+    ClosingAnswer,
+    ConnectionAuthenticator,
+    KafkaListenerSecurity,
+    RawToken,
+    Serve,
+    audit_failure,
+    principal_of_certificate,
+    tls_accept,
+)
+from dataplane.kafka.security_admin import KafkaSecurityAdmin
 from dataplane.kafka.transactions import KafkaTransactions, TransactionServices
 from metadata_quorum.client import ControllerClient
+from metadata_quorum.security.principal import ANONYMOUS, acting_as
+from metadata_quorum.security.scram import ScramCredential, ScramMechanism
 from protos import broker_pb2 as pb
 from raftlog.errors import ErrorCode
 
@@ -74,9 +98,17 @@ class KafkaListener:
         ready: threading.Event | None = None,
         controller: ControllerClient | None = None,
         transactions: TransactionServices | None = None,
+        security: KafkaListenerSecurity | None = None,
+        clock_ms: Callable[[], int] = lambda: time.monotonic_ns() // 1_000_000,
     ) -> None:
         self.servicer = servicer
         self.ready = ready
+        self.security = security or PLAINTEXT
+        # SCRAM credentials from the image of the moment (a new user can log in at once)
+        self._credentials = self.security.credentials or self._image_credential
+        tls = self.security.tls if self.security.uses_tls else None
+        self._tls = None if tls is None else tls.server_context()
+        self._clock_ms = clock_ms
         self.address = (host, port)
         self._socket: socket.socket | None = None
         self._connections: set[socket.socket] = set()
@@ -98,15 +130,19 @@ class KafkaListener:
         if controller is not None:
             admin = KafkaAdmin(
                 controller, lambda: servicer.replicas.image, servicer.broker_id,
-                servicer.cluster_id, LISTENER,
+                servicer.cluster_id, LISTENER, servicer.access,
             )  # fmt: skip
             self._handlers.update(admin.handlers())
+            self._handlers.update(KafkaSecurityAdmin(controller, servicer.access).handlers())
+
+    def _image_credential(self, user: str, mechanism: ScramMechanism) -> ScramCredential | None:
+        return self.servicer.replicas.image.scram_credential(user, mechanism)
 
     def start(self) -> None:
         listening = socket.create_server(self.address, backlog=ACCEPT_BACKLOG)
         self._socket = listening
         threading.Thread(target=self._accept, name="kafka-accept", daemon=True).start()
-        log.info("Kafka protocol listener on %s:%d", *self.address)
+        log.info("Kafka protocol listener (%s) on %s:%d", self.security.protocol, *self.address)
 
     def stop(self) -> None:
         self._stopped.set()
@@ -140,13 +176,22 @@ class KafkaListener:
 
     def _serve(self, connection: socket.socket, peer: Any) -> None:
         try:
+            connection, auth = self._authenticator(connection, peer[0])
             while not self._stopped.is_set():
+                # until authenticated, a client that stalls is closed (Kafka's idle timeout)
+                timeout_s = None if auth.authenticated else AUTHENTICATION_READ_TIMEOUT_S
+                if connection.gettimeout() != timeout_s:
+                    connection.settimeout(timeout_s)
                 frame = _read_frame(connection)
                 if frame is None:
                     return
-                answer = self.handle(frame, f"/{peer[0]}")
+                answer = self.handle(frame, f"/{peer[0]}", auth)
                 if answer is not None:
                     connection.sendall(answer)
+        except ClosingAnswer as closing:
+            with contextlib.suppress(OSError):
+                connection.sendall(closing.answer)
+            log.info("Kafka connection from %s closed: %s", peer, closing)
         except (OSError, kc.FrameError, _DropResponse) as error:
             log.info("Kafka connection from %s closed: %s", peer, error)
         finally:
@@ -154,9 +199,44 @@ class KafkaListener:
                 self._connections.discard(connection)
             _close(connection)
 
-    def handle(self, frame: bytes, client_host: str = "") -> bytes | None:
-        """The response frame to one request frame (None: acks=0 produce, no answer). Raises
-        FrameError for a frame that must close the connection."""
+    def _authenticator(
+        self, connection: socket.socket, host: str
+    ) -> tuple[socket.socket, ConnectionAuthenticator]:
+        """The connection after its TLS handshake (SSL, SASL_SSL; on this connection's thread,
+        with a deadline) and its authenticator. A failed handshake or an unmapped certificate
+        is audited and raises OSError: only this connection closes."""
+        principal = ANONYMOUS
+        if self._tls is not None:
+            try:
+                secured = tls_accept(connection, self._tls)
+            except OSError as error:
+                audit_failure(_tls_failure(host, f"TLS handshake failed: {error}"))
+                raise
+            with self._lock:
+                self._connections.discard(connection)
+                self._connections.add(secured)
+            connection = secured
+            if not self.security.uses_sasl:
+                try:
+                    principal = principal_of_certificate(secured, self.security.mapping_rules)
+                except CertificateRefused as refused:
+                    audit_failure(_tls_failure(host, str(refused)))
+                    with self._lock:
+                        self._connections.discard(secured)
+                    _close(secured)
+                    raise
+        return connection, ConnectionAuthenticator(
+            self.security, self._credentials, host, principal
+        )
+
+    def handle(
+        self, frame: bytes, client_host: str = "", auth: ConnectionAuthenticator | None = None
+    ) -> bytes | None:
+        """The response frame to one request frame (None: acks=0 produce, no answer), served
+        as `auth`'s session (default: an ANONYMOUS PLAINTEXT connection). Raises FrameError
+        for a frame that must close the connection (ClosingAnswer: after writing its answer)."""
+        if auth is not None and auth.expects_raw_token:
+            return self._raw_token(frame, auth)
         try:
             request = kc.parse_request(frame, client_host)
         except kc.UnsupportedVersion as unsupported:
@@ -164,12 +244,43 @@ class KafkaListener:
                 raise
             versions = self._api_versions_data(ErrorCode.UNSUPPORTED_VERSION)
             return kc.encode_response(kc.API_VERSIONS, 0, unsupported.correlation_id, versions)
-        data = self._handlers[request.api_key](request)
+        if auth is None:
+            auth = ConnectionAuthenticator(PLAINTEXT, self._credentials, client_host.lstrip("/"))
+        step = auth.receive(request, self._clock_ms())
+        if not isinstance(step, Serve):
+            return self._sasl_answer(request, step)
+        with acting_as(auth.session):
+            data = self._handlers[request.api_key](request)
         if data is None:
             return None
         return kc.encode_response(
             request.api_key, request.api_version, request.correlation_id, data
         )
+
+    def _raw_token(self, frame: bytes, auth: ConnectionAuthenticator) -> bytes:
+        """After SaslHandshake v0 the frame is a bare SASL token, and so is the reply."""
+        step = auth.receive_token(frame, self._clock_ms())
+        if isinstance(step, RawToken):
+            return kc.SIZE.pack(len(step.token)) + step.token
+        assert isinstance(step, Close), step
+        if step.failure is not None:
+            audit_failure(step.failure)
+        raise kc.FrameError(step.reason)
+
+    def _sasl_answer(self, request: kc.Request, step: Answer | RawToken | Close) -> bytes:
+        if not isinstance(step, Answer):
+            assert isinstance(step, Close), f"{step} answers no request"
+            if step.failure is not None:
+                audit_failure(step.failure)
+            raise kc.FrameError(step.reason)
+        if step.failure is not None:
+            audit_failure(step.failure)
+        answer = kc.encode_response(
+            request.api_key, request.api_version, request.correlation_id, step.data
+        )
+        if step.close:
+            raise ClosingAnswer(answer, f"authentication failed: {step.failure}")
+        return answer
 
     # -- the APIs ---------------------------------------------------------------------------------
     def _api_versions(self, request: kc.Request) -> kc.Data:
@@ -390,6 +501,10 @@ def _topic_metadata(topic: pb.TopicMetadata) -> kc.Data:
 
 def uuid_of(raw: bytes) -> uuid.UUID:
     return uuid.UUID(bytes=raw) if len(raw) == 16 else uuid.UUID(int=0)
+
+
+def _tls_failure(host: str, reason: str) -> AuthenticationFailure:
+    return AuthenticationFailure(host, "SSL", None, reason)
 
 
 def _read_exactly(connection: socket.socket, size: int) -> bytes | None:

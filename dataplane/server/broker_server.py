@@ -47,9 +47,14 @@ from dataplane.coordinator.transaction_coordinator import (
 from dataplane.coordinator.transaction_markers import TransactionVerifier
 from dataplane.kafka.listener import LISTENER as KAFKA_LISTENER
 from dataplane.kafka.listener import KafkaListener
+from dataplane.kafka.sasl import KafkaListenerSecurity
 from metadata_quorum.client import ControllerClient
 from metadata_quorum.codec import record_from_proto, snapshot_from_proto
 from metadata_quorum.image import MetadataDelta, MetadataImage, PartitionRegistration
+from metadata_quorum.security.authorization import AccessControl, AuthorizerSettings
+from metadata_quorum.security.channels import ClientSecurity
+from metadata_quorum.security.grpc_auth import CredentialLookup, ServerSecurity
+from metadata_quorum.security.scram import ScramCredential, ScramMechanism
 from protos import broker_pb2 as pb
 from protos import controller_pb2 as cpb
 from protos import metadata_pb2 as mpb
@@ -108,6 +113,16 @@ class BrokerSettings:
     transactions: TransactionConfig = field(default_factory=TransactionConfig)
     fault_produce_drop_response_every: int = 0  # chaos testing only: see ProduceResponseDropper
     kafka_listener: tuple[str, int] | None = None  # KAFKA://host:port: Kafka's binary protocol
+    # its TLS and SASL (listener.security.protocol.map, ssl.*, sasl.enabled.mechanisms, ...)
+    kafka_security: KafkaListenerSecurity | None = None
+    # authorizer.class.name, super.users, allow.everyone.if.no.acl.found; None: no authorizer
+    authorizer: AuthorizerSettings | None = None
+    # the BROKER listener's TLS and authentication, given the credential lookup over this
+    # broker's image (NodeConfig.server_security; None: plaintext)
+    broker_security: Callable[[str, CredentialLookup], ServerSecurity | None] | None = None
+    # how this broker reaches the controllers and the other brokers (None: plaintext)
+    controller_client_security: ClientSecurity | None = None
+    broker_client_security: ClientSecurity | None = None
 
     @property
     def address(self) -> str:
@@ -147,7 +162,7 @@ class Broker:
         self._shutdown_abandoned = False
         self.client = ControllerClient(
             settings.controller_addresses, deadline_s=CONTROLLER_DEADLINE_S,
-            rpc_timeout_s=CONTROLLER_RPC_TIMEOUT_S,
+            rpc_timeout_s=CONTROLLER_RPC_TIMEOUT_S, security=settings.controller_client_security,
         )  # fmt: skip
         self._isr_queue: queue.Queue[tuple[IsrChange, Partition | None]] = queue.Queue(
             maxsize=ALTER_PARTITION_QUEUE_MAX
@@ -159,15 +174,21 @@ class Broker:
         self.fetchers = FetcherManager(
             settings.broker_id, self._broker_address, lambda: self.broker_epoch,
             settings.fetcher, clock_ms, self.replicas.follower_quota,
+            security=settings.broker_client_security,
         )  # fmt: skip
+        # every request asks it, from the ACLs of this broker's image (issue 28)
+        self.access = AccessControl(lambda: self.replicas.image, settings.authorizer)
         self.servicer = BrokerServicer(
             settings.broker_id, self.replicas, metrics, settings.cluster_id,
             settings.controller_addresses, self._enqueue_isr, self.allocate_producer_id,
             drop_produce_response_every=settings.fault_produce_drop_response_every,
+            access=self.access,
         )  # fmt: skip
         self.groups = GroupCoordinator(
             settings.broker_id, settings.groups, self.replicas, self._create_topic, clock_ms
         )
+        self.groups.access = self.access
+        self.groups.security = settings.broker_client_security
         self.group_servicer = GroupServicer(self.groups)
         # WriteTxnMarkers to a __consumer_offsets partition goes through its group shard.
         self.servicer.marker_writers[OFFSETS_TOPIC] = self.groups.write_marker
@@ -176,7 +197,8 @@ class Broker:
             self.allocate_producer_id, clock_ms, self._write_markers_here,
             offsets_partitions=settings.groups.offsets_topic_num_partitions,
         )  # fmt: skip
-        self.transaction_servicer = TransactionServicer(self.transactions)
+        self.transactions.channels.security = settings.broker_client_security
+        self.transaction_servicer = TransactionServicer(self.transactions, self.access)
         self.servicer.init_transactional_producer = self.transaction_servicer.init_producer_id
         # KIP-890: partition leaders (and the group coordinator, for TxnOffsetCommit) ask the
         # transaction coordinator before a producer's first transactional batch
@@ -201,6 +223,7 @@ class Broker:
                 ready=self.serving,
                 controller=self.client,
                 transactions=self.transaction_servicer,
+                security=settings.kafka_security,
             )
         )
         self.image = MetadataImage()
@@ -239,9 +262,12 @@ class Broker:
 
     def start(self) -> None:
         self._transition_to(BrokerState.STARTING)
+        security = None
+        if self.settings.broker_security is not None:
+            security = self.settings.broker_security("BROKER", self._scram_credential)
         self.server = serve(
             self.servicer, self.settings.address, self.group_servicer, ready=self.serving,
-            transactions=self.transaction_servicer,
+            transactions=self.transaction_servicer, security=security,
         )  # fmt: skip
         if self.kafka is not None:
             self.kafka.start()
@@ -251,6 +277,10 @@ class Broker:
         for thread in self._threads:
             thread.start()
         log.info("broker %d serving on %s", self.settings.broker_id, self.settings.address)
+
+    def _scram_credential(self, user: str, mechanism: ScramMechanism) -> ScramCredential | None:
+        """The BROKER listener's SCRAM credentials: from this broker's current image."""
+        return self.replicas.image.scram_credential(user, mechanism)
 
     def _endpoints(self) -> list[mpb.Endpoint]:
         settings = self.settings

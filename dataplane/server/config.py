@@ -30,7 +30,7 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -42,6 +42,12 @@ from pydantic import (
 )
 
 from metadata_quorum.configs import BROKER_KEYS
+from metadata_quorum.security.authorization import STANDARD_AUTHORIZERS, AuthorizerSettings
+from metadata_quorum.security.channels import ClientSecurity
+from metadata_quorum.security.grpc_auth import CredentialLookup, GrpcAuthenticator, ServerSecurity
+from metadata_quorum.security.node_cert import NODE_CERT_MECHANISM
+from metadata_quorum.security.principal import PrincipalMappingRules
+from metadata_quorum.security.tls import ClientAuth, TlsSettings
 from metadata_quorum.service import Voter
 from raftlog.config import INT64_MAX, ConfigError, describe_validation_error
 
@@ -60,6 +66,24 @@ def parse_listeners(value: str) -> dict[str, tuple[str, int]]:
         if name in out:
             raise ValueError(f"listener {name} is given twice")
         out[name.upper()] = (host, int(port))
+    return out
+
+
+SECURITY_PROTOCOLS = frozenset({"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"})
+SASL_MECHANISMS = frozenset({"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"})
+
+
+def parse_security_protocol_map(value: str) -> dict[str, str]:
+    """``"KAFKA:SASL_SSL,BROKER:SSL"`` → {listener: protocol}."""
+    out: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in value.split(","))):
+        name, colon, protocol = part.partition(":")
+        if not colon or not name or protocol.upper() not in SECURITY_PROTOCOLS:
+            raise ValueError(
+                f"listener.security.protocol.map: {part!r} is not LISTENER:PROTOCOL with "
+                f"PROTOCOL one of {sorted(SECURITY_PROTOCOLS)}"
+            )
+        out[name.upper()] = protocol.upper()
     return out
 
 
@@ -232,6 +256,181 @@ class NodeConfig(BaseModel):
         3_600_000, alias="transaction.remove.expired.transaction.cleanup.interval.ms", ge=1,
         le=2**31 - 1,
     )  # fmt: skip
+
+    # -- security (docs/security.md) ---------------------------------------------------------
+    # listener name -> PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL; a listener not named is
+    # PLAINTEXT. BROKER and CONTROLLER take PLAINTEXT, SSL or SASL_SSL (nodes authenticate to
+    # each other by certificate, so a SASL gRPC listener needs TLS).
+    listener_security_protocol_map: str = Field(
+        "CONTROLLER:PLAINTEXT,BROKER:PLAINTEXT,KAFKA:PLAINTEXT,METRICS:PLAINTEXT",
+        alias="listener.security.protocol.map",
+    )
+    # PEM files: the keystore holds this node's private key and certificate chain, the
+    # truststore the CA certificates it trusts (for client certificates and for the other nodes)
+    ssl_keystore_location: Path | None = Field(None, alias="ssl.keystore.location")
+    ssl_keystore_type: Literal["PEM"] = Field("PEM", alias="ssl.keystore.type")
+    ssl_key_password: str | None = Field(None, alias="ssl.key.password", min_length=1)
+    ssl_truststore_location: Path | None = Field(None, alias="ssl.truststore.location")
+    ssl_truststore_type: Literal["PEM"] = Field("PEM", alias="ssl.truststore.type")
+    ssl_client_auth: ClientAuth = Field("none", alias="ssl.client.auth")
+    # Kafka's per-listener overrides, listener.name.<listener in lower case>.ssl.client.auth:
+    # one field per listener raftlog has (the model forbids unknown keys); unset, a listener
+    # takes ssl.client.auth. See `client_auth`.
+    listener_name_controller_ssl_client_auth: ClientAuth | None = Field(
+        None, alias="listener.name.controller.ssl.client.auth"
+    )
+    listener_name_broker_ssl_client_auth: ClientAuth | None = Field(
+        None, alias="listener.name.broker.ssl.client.auth"
+    )
+    listener_name_kafka_ssl_client_auth: ClientAuth | None = Field(
+        None, alias="listener.name.kafka.ssl.client.auth"
+    )
+    listener_name_metrics_ssl_client_auth: ClientAuth | None = Field(
+        None, alias="listener.name.metrics.ssl.client.auth"
+    )
+    ssl_principal_mapping_rules: str = Field(
+        "DEFAULT", alias="ssl.principal.mapping.rules", min_length=1
+    )
+    sasl_enabled_mechanisms: str = Field(
+        "SCRAM-SHA-256,SCRAM-SHA-512", alias="sasl.enabled.mechanisms", min_length=1
+    )
+    connections_max_reauth_ms: int = Field(0, alias="connections.max.reauth.ms", ge=0, le=2**63 - 1)
+    authorizer_class_name: str = Field("", alias="authorizer.class.name")
+    super_users: str = Field("", alias="super.users")
+    allow_everyone_if_no_acl_found: bool = Field(False, alias="allow.everyone.if.no.acl.found")
+    # Not a Kafka setting (KRaft's Raft rides the CONTROLLER listener): a file holding the
+    # shared secret that encrypts and authenticates the Raft transport between controllers
+    controller_quorum_raft_secret_file: Path | None = Field(
+        None, alias="controller.quorum.raft.secret.file"
+    )
+
+    @model_validator(mode="after")
+    def _security_settings(self) -> NodeConfig:
+        protocols = parse_security_protocol_map(self.listener_security_protocol_map)
+        for name in ("BROKER", "CONTROLLER"):
+            if protocols.get(name) == "SASL_PLAINTEXT":
+                raise ValueError(
+                    f"listener.security.protocol.map: {name} cannot be SASL_PLAINTEXT (nodes "
+                    "authenticate to each other by certificate): use SSL or SASL_SSL"
+                )
+        if protocols.get("METRICS", "PLAINTEXT") not in ("PLAINTEXT", "SSL"):
+            raise ValueError(
+                f"listener.security.protocol.map: METRICS cannot be {protocols['METRICS']} (it "
+                "serves HTTP, with no SASL): use PLAINTEXT or SSL"
+            )
+        tls = [n for n in self.listener_map if protocols.get(n, "PLAINTEXT").endswith("SSL")]
+        if tls and self.ssl_keystore_location is None:
+            raise ValueError(f"listeners {tls} use TLS: ssl.keystore.location must name a PEM file")
+        if tls and self.ssl_truststore_location is None:
+            raise ValueError(
+                f"listeners {tls} use TLS: ssl.truststore.location must name the CA's PEM file"
+            )
+        mechanisms = set(self.sasl_mechanisms)
+        if not mechanisms or not mechanisms <= SASL_MECHANISMS:
+            raise ValueError(
+                f"sasl.enabled.mechanisms: {sorted(mechanisms - SASL_MECHANISMS)} unsupported; "
+                f"use some of {sorted(SASL_MECHANISMS)}"
+            )
+        PrincipalMappingRules(self.ssl_principal_mapping_rules)
+        if self.authorizer_class_name and self.authorizer_class_name not in STANDARD_AUTHORIZERS:
+            raise ValueError(
+                f"authorizer.class.name: {self.authorizer_class_name!r} is unknown; use "
+                "org.apache.kafka.metadata.authorizer.StandardAuthorizer (or empty for none)"
+            )
+        AuthorizerSettings.parse(self.super_users, self.allow_everyone_if_no_acl_found)
+        return self
+
+    @property
+    def security_protocols(self) -> dict[str, str]:
+        """Each listener's security protocol (PLAINTEXT where the map is silent)."""
+        protocols = parse_security_protocol_map(self.listener_security_protocol_map)
+        return {name: protocols.get(name, "PLAINTEXT") for name in self.listener_map}
+
+    def security_protocol(self, listener: str) -> str:
+        return parse_security_protocol_map(self.listener_security_protocol_map).get(
+            listener, "PLAINTEXT"
+        )
+
+    def client_auth(self, listener: str) -> ClientAuth:
+        """The listener's ``ssl.client.auth``: its ``listener.name.<listener>.ssl.client.auth``
+        override if set (Kafka's per-listener form), else the node-wide setting."""
+        overrides: dict[str, ClientAuth | None] = {
+            "CONTROLLER": self.listener_name_controller_ssl_client_auth,
+            "BROKER": self.listener_name_broker_ssl_client_auth,
+            "KAFKA": self.listener_name_kafka_ssl_client_auth,
+            "METRICS": self.listener_name_metrics_ssl_client_auth,
+        }
+        return overrides.get(listener) or self.ssl_client_auth
+
+    def tls_settings(self, listener: str) -> TlsSettings | None:
+        """The TLS of this node's `listener` as a server (None unless SSL or SASL_SSL): the
+        node's keystore and truststore, and the listener's ``ssl.client.auth``."""
+        if self.security_protocol(listener) not in ("SSL", "SASL_SSL"):
+            return None
+        return TlsSettings(
+            self.ssl_keystore_location, self.ssl_truststore_location,
+            self.ssl_key_password, self.client_auth(listener),
+        )  # fmt: skip
+
+    @property
+    def sasl_mechanisms(self) -> list[str]:
+        return [m.strip() for m in self.sasl_enabled_mechanisms.split(",") if m.strip()]
+
+    @property
+    def principal_mapping_rules(self) -> PrincipalMappingRules:
+        return PrincipalMappingRules(self.ssl_principal_mapping_rules)
+
+    @property
+    def authorizer_settings(self) -> AuthorizerSettings | None:
+        """None when no authorizer is configured: every request is allowed."""
+        if not self.authorizer_class_name:
+            return None
+        return AuthorizerSettings.parse(self.super_users, self.allow_everyone_if_no_acl_found)
+
+    def _proves_certificate_by_exchange(self, listener: str) -> bool:
+        """Whether nodes prove their certificate on gRPC `listener` with RAFTLOG-NODE-CERT:
+        on SASL_SSL, and on SSL with ``ssl.client.auth=requested`` (grpcio cannot ask for an
+        optional certificate in the handshake; ``required`` asks for it in TLS)."""
+        protocol = self.security_protocol(listener)
+        return protocol == "SASL_SSL" or (
+            protocol == "SSL" and self.client_auth(listener) == "requested"
+        )
+
+    def node_client_security(self, listener: str) -> ClientSecurity | None:
+        """How this node reaches another node's gRPC `listener` (BROKER or CONTROLLER; every
+        node has the same listener.security.protocol.map): None over PLAINTEXT; else TLS with
+        this node's keystore as its certificate, proven in TLS or by RAFTLOG-NODE-CERT."""
+        protocol = self.security_protocol(listener)
+        if protocol not in ("SSL", "SASL_SSL"):
+            return None
+        by_exchange = self._proves_certificate_by_exchange(listener)
+        return ClientSecurity(
+            security_protocol="SASL_SSL" if protocol == "SASL_SSL" else "SSL",
+            ssl_ca_location=self.ssl_truststore_location,
+            ssl_certificate_location=self.ssl_keystore_location,
+            ssl_key_location=self.ssl_keystore_location,
+            ssl_key_password=self.ssl_key_password,
+            sasl_mechanism=NODE_CERT_MECHANISM if by_exchange else "SCRAM-SHA-512",
+        )
+
+    def server_security(
+        self, listener: str, credentials: CredentialLookup
+    ) -> ServerSecurity | None:
+        """The TLS and authentication of this node's gRPC `listener`; None over PLAINTEXT
+        (every call runs as the node itself, as before issue 28). `credentials` reads the SCRAM
+        credentials of the node's current metadata image."""
+        protocol = self.security_protocol(listener)
+        if protocol == "PLAINTEXT":
+            return None
+        tls = self.tls_settings(listener)
+        authorities = None
+        if tls is not None and (protocol == "SASL_SSL" or tls.client_auth != "none"):
+            authorities = tls.trusted()  # RAFTLOG-NODE-CERT is offered
+        authenticator = GrpcAuthenticator(
+            listener, protocol, self.sasl_mechanisms, self.connections_max_reauth_ms,
+            self.principal_mapping_rules, credentials, certificate_authorities=authorities,
+        )  # fmt: skip
+        return ServerSecurity(tls, authenticator)
 
     @model_validator(mode="after")
     def _heartbeat_below_session(self) -> NodeConfig:

@@ -4,7 +4,7 @@ A node runs the roles its configuration names. The controller role runs the Raft
 replicated metadata state, the controller (write path, sessions, timers) and ControllerService on
 the CONTROLLER listener. The broker role (:mod:`dataplane.server.broker_server`) serves
 BrokerService on the BROKER listener. A METRICS listener, when configured, serves Prometheus metrics
-over HTTP.
+over HTTP (HTTPS when ``listener.security.protocol.map`` names METRICS:SSL).
 
 SIGTERM and SIGINT stop the node cleanly: the broker asks for a controlled shutdown (its
 leaderships move away first), then the gRPC servers drain and the logs and the Raft journal close.
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import ssl
 import threading
 import time
 from dataclasses import dataclass
@@ -29,13 +30,22 @@ from dataplane.broker.replica_manager import ReplicaManagerConfig
 from dataplane.coordinator.classic_group import ClassicLimits
 from dataplane.coordinator.group_coordinator import GroupConfig
 from dataplane.coordinator.transaction_coordinator import TransactionConfig
+from dataplane.kafka.sasl import KafkaListenerSecurity
 from dataplane.server.broker_server import Broker, BrokerSettings
 from dataplane.server.config import NodeConfig
 from metadata_quorum.client import ControllerClient
 from metadata_quorum.codec import voter_from_proto
 from metadata_quorum.controller import MetadataState, QuorumController
-from metadata_quorum.raft import MetadataLog, RaftTiming, log_exists
+from metadata_quorum.raft import (
+    MetadataLog,
+    RaftOptions,
+    RaftTiming,
+    log_exists,
+    read_raft_secret,
+)
 from metadata_quorum.records import NO_LEADER
+from metadata_quorum.security.authorization import AccessControl
+from metadata_quorum.security.scram import ScramCredential, ScramMechanism
 from metadata_quorum.service import ControllerServicer, Voter, serve
 from metadata_quorum.voters import current_voters
 from protos import controller_pb2 as cpb
@@ -95,7 +105,10 @@ def joining_voters(config: NodeConfig, me: Voter, data_dir: Path) -> list[Voter]
     static = config.voters
     if me in static or log_exists(data_dir):
         return static
-    client = ControllerClient(config.controller_addresses, deadline_s=JOIN_ASK_S)
+    client = ControllerClient(
+        config.controller_addresses, deadline_s=JOIN_ASK_S,
+        security=config.node_client_security("CONTROLLER"),
+    )  # fmt: skip
     try:
         described = client.call("DescribeCluster", cpb.DescribeClusterRequest())
         learned = [voter_from_proto(v) for v in described.voters]
@@ -119,6 +132,18 @@ def joining_voters(config: NodeConfig, me: Voter, data_dir: Path) -> list[Voter]
     return learned or static
 
 
+def raft_options(config: NodeConfig) -> RaftOptions:
+    """With controller.quorum.raft.secret.file, the Raft transport is encrypted and
+    authenticated with the file's secret: a controller without it can neither join nor vote."""
+    path = config.controller_quorum_raft_secret_file
+    if path is None:
+        return RaftOptions()
+    try:
+        return RaftOptions(secret=read_raft_secret(path))
+    except ValueError as error:
+        raise ConfigError(str(error)) from error
+
+
 def start_controller(config: NodeConfig) -> ControllerRole:
     me = config.controller_voter()
     data_dir = Path(config.log_dirs) / "__cluster_metadata"
@@ -136,6 +161,7 @@ def start_controller(config: NodeConfig) -> ControllerRole:
         data_dir,
         state,
         RaftTiming.for_election_timeout(election_max_s),
+        raft_options(config),
     )
     controller = QuorumController(
         me.node_id,
@@ -146,11 +172,38 @@ def start_controller(config: NodeConfig) -> ControllerRole:
         rebalance_interval_ms=config.leader_imbalance_check_interval_seconds * 1000,
         static_voters=voters,
     )
-    servicer = ControllerServicer(controller, config.cluster_id)
-    server = serve(servicer, me.address)
+    access = AccessControl(lambda: state.image, config.authorizer_settings)
+    servicer = ControllerServicer(
+        controller, config.cluster_id, access, config.node_client_security("CONTROLLER")
+    )
+
+    def credentials(user: str, mechanism: ScramMechanism) -> ScramCredential | None:
+        return state.image.scram_credential(user, mechanism)  # the current image, every call
+
+    # CONTROLLER's TLS and authentication
+    security = config.server_security("CONTROLLER", credentials)
+    server = serve(servicer, me.address, security=security)
     controller.start()
     log.info("controller %d serving on %s (raft %s)", me.node_id, me.address, me.raft_address)
     return ControllerRole(state, metadata_log, controller, servicer, server)
+
+
+def kafka_listener_security(config: NodeConfig) -> KafkaListenerSecurity:
+    """The KAFKA listener's TLS and SASL from the node's configuration (docs/security.md); the
+    SCRAM credentials are read from the broker's metadata image."""
+    protocol = config.security_protocol("KAFKA")
+    return KafkaListenerSecurity(
+        protocol, config.tls_settings("KAFKA"), tuple(config.sasl_mechanisms),
+        config.connections_max_reauth_ms,
+        config.principal_mapping_rules,
+    )  # fmt: skip
+
+
+def metrics_tls(config: NodeConfig) -> ssl.SSLContext | None:
+    """The METRICS listener's TLS (``METRICS:SSL`` in listener.security.protocol.map): the
+    node's keystore, client certificates as its ``ssl.client.auth`` says; None: plain HTTP."""
+    tls = config.tls_settings("METRICS")
+    return tls.server_context() if tls is not None else None
 
 
 def start_broker(config: NodeConfig, metrics: NodeMetrics) -> Broker:
@@ -166,6 +219,11 @@ def start_broker(config: NodeConfig, metrics: NodeMetrics) -> Broker:
         controlled_shutdown_timeout_ms=config.controlled_shutdown_timeout_ms,
         fault_produce_drop_response_every=config.fault_produce_drop_response_every,
         kafka_listener=config.listener("KAFKA"),
+        kafka_security=kafka_listener_security(config),
+        broker_security=config.server_security,
+        controller_client_security=config.node_client_security("CONTROLLER"),
+        broker_client_security=config.node_client_security("BROKER"),
+        authorizer=config.authorizer_settings,
         replica=ReplicaManagerConfig(
             replica_lag_time_max_ms=config.replica_lag_time_max_ms,
             log_retention_check_interval_ms=config.log_retention_check_interval_ms,
@@ -249,7 +307,9 @@ def run(config: NodeConfig) -> None:
     if broker is not None:
         metrics.watch_replication_quotas(broker.quota_gauges)
     metrics_listener = config.listener("METRICS")
-    http = metrics.serve(*metrics_listener) if metrics_listener is not None else None
+    http = None
+    if metrics_listener is not None:
+        http = metrics.serve(*metrics_listener, tls=metrics_tls(config))
     try:
         stop.wait()
     finally:

@@ -128,7 +128,7 @@ def decommission(
         )
     others = [cluster.broker_address(s.node_id) for s in cluster.specs if s.node_id != node_id]
     started = time.monotonic()
-    with AdminClient(others) as admin:
+    with AdminClient(others, security=cluster.admin_security) as admin:
         registered = any(b.broker_id == node_id for b in admin.describe_cluster().brokers)
         moves: Moves = {}
         drained = True

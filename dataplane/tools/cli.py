@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from dataplane.broker.malloc_tuning import tune_malloc
-from dataplane.client import AdminClient, TopicPartition
+from dataplane.client import TopicPartition
 from dataplane.server.config import NodeConfig
 from dataplane.server.node import run
 from dataplane.tools.broker_membership import decommission, rebalance_leaders
@@ -23,18 +23,24 @@ from dataplane.tools.client_commands import (
     DEFAULT_BOOTSTRAP,
     BootstrapOption,
     JsonOption,
+    admin_client,
     kafka_errors,
     print_json,
-    servers,
 )
 from dataplane.tools.client_commands import register as register_client_commands
 from dataplane.tools.cluster_demo import main as cluster_demo
 from dataplane.tools.cluster_status import cluster_status_rows
+from dataplane.tools.command_config import (
+    ENVIRONMENT_VARIABLE,
+    CommandConfigError,
+    use_command_config,
+)
 from dataplane.tools.extras import EXTRAS, install_command, missing_extra_message, missing_modules
 from dataplane.tools.group_commands import group_app
 from dataplane.tools.local_cluster import LocalCluster, detached_launcher
 from dataplane.tools.partition_commands import partitions_app
 from dataplane.tools.quorum_commands import quorum_app
+from dataplane.tools.security_commands import acl_app, user_app
 from dataplane.tools.storage_demo import run_demo
 from dataplane.tools.transaction_commands import transactions_app
 from raftlog.batch import HEADER_SIZE, BatchHeader, read_header
@@ -54,8 +60,33 @@ app.add_typer(group_app, name="group")
 app.add_typer(partitions_app, name="partitions")
 app.add_typer(quorum_app, name="quorum")
 app.add_typer(transactions_app, name="transactions")
+app.add_typer(acl_app, name="acl")
+app.add_typer(user_app, name="user")
 register_client_commands(app)
 console = Console()
+
+
+@app.callback()
+def root(
+    command_config: Annotated[
+        Path | None,
+        typer.Option(
+            "--command-config",
+            envvar=ENVIRONMENT_VARIABLE,
+            dir_okay=False,
+            show_default=False,
+            help="client properties (security.protocol, sasl.*, ssl.*) for every command that "
+            "connects, as Kafka's tools take them; cluster up --secure writes one",
+        ),
+    ] = None,
+) -> None:
+    """raftlog: a Kafka-style streaming log."""
+    try:
+        use_command_config(command_config)
+    except CommandConfigError as error:
+        raise typer.BadParameter(str(error), param_hint="--command-config") from None
+
+
 CLUSTER_ROOT = Path(".raftlog/cluster")
 
 NodesOption = Annotated[
@@ -69,13 +100,22 @@ RootOption = Annotated[Path, typer.Option("--root", help="cluster directory")]
 DEFAULT_NODES = 3
 
 
-def local_cluster(nodes: int | None, root: Path) -> LocalCluster:
+def local_cluster(nodes: int | None, root: Path, secure: bool | None = None) -> LocalCluster:
     """The ``cluster`` commands' cluster: the one recorded in ``root/cluster.json`` (with the
-    nodes added and removed since it started), else a new one of ``nodes`` (3). Its nodes
-    outlive the command that starts them."""
+    nodes added and removed since it started), else a new one of ``nodes`` (3), secure if
+    ``secure``. Its nodes outlive the command that starts them."""
     recorded = LocalCluster.from_state(root, launcher=detached_launcher)
     if recorded is None:
-        return LocalCluster(root, nodes=nodes or DEFAULT_NODES, launcher=detached_launcher)
+        return LocalCluster(
+            root, nodes=nodes or DEFAULT_NODES, launcher=detached_launcher, secure=bool(secure)
+        )
+    if secure is not None and secure != recorded.secure:
+        mode = "a secure" if recorded.secure else "a plaintext"
+        raise typer.BadParameter(
+            f"{root} holds {mode} cluster (cluster.json): a cluster keeps its mode; give "
+            "another --root",
+            param_hint="--secure",
+        )
     ids = [s.node_id for s in recorded.specs]
     if nodes is not None and nodes != len(ids):
         raise typer.BadParameter(
@@ -102,11 +142,41 @@ def node(
 
 
 @cluster_app.command("up")
-def cluster_up(nodes: NodesOption = None, root: RootOption = CLUSTER_ROOT) -> None:
+def cluster_up(
+    nodes: NodesOption = None,
+    root: RootOption = CLUSTER_ROOT,
+    secure: Annotated[
+        bool | None,
+        typer.Option(
+            "--secure/--plaintext",
+            show_default=False,
+            help="a new cluster with TLS, SCRAM, ACLs and an encrypted Raft transport "
+            "(certificates and secrets under ROOT/secrets); default: as recorded, else plaintext",
+        ),
+    ] = None,
+) -> None:
     """Start the nodes (those not running) and wait for an active controller."""
-    cluster = local_cluster(nodes, root)
+    cluster = local_cluster(nodes, root, secure)
     cluster.up()
     _print_status(cluster)
+    if cluster.secure:
+        _print_client_settings(cluster)
+
+
+def _print_client_settings(cluster: LocalCluster) -> None:
+    """Where the secure cluster's client settings are, and the same as a Python dict."""
+    settings = {"bootstrap.servers": ",".join(cluster.bootstrap_servers)}
+    settings.update(cluster.client_settings)
+    kafka = {**settings, "bootstrap.servers": ",".join(cluster.kafka_bootstrap_servers)}
+    properties = cluster.secrets.client_properties
+    console.print(
+        f"secure cluster: clients log in as SCRAM user admin over TLS\n"
+        f"  properties file (librdkafka, Java, raftlog --command-config): {properties}\n"
+        f"  raftlog commands: export RAFTLOG_COMMAND_CONFIG={properties}",
+        highlight=False, soft_wrap=True,
+    )  # fmt: skip
+    print(f"  our client: Producer(servers, security=ClientSecurity.from_properties({settings!r}))")
+    print(f"  confluent-kafka (KAFKA listener): Producer({kafka!r})")
 
 
 @cluster_app.command("down")
@@ -237,7 +307,7 @@ def _ids(ids: tuple[int, ...]) -> str:
 
 
 def _set_cordon(broker_id: int, cordoned: bool, bootstrap: str, as_json: bool) -> None:
-    with kafka_errors(), AdminClient(servers(bootstrap)) as admin:
+    with kafka_errors(), admin_client(bootstrap) as admin:
         admin.cordon_broker(broker_id, cordoned)
         hosted = sum(
             broker_id in p.replicas for t in admin.describe_topics().values() for p in t.partitions
@@ -274,7 +344,7 @@ def cluster_rebalance_leaders(
     bootstrap: BootstrapOption = DEFAULT_BOOTSTRAP, as_json: JsonOption = False
 ) -> None:
     """Move leadership back to every partition's preferred replica (ElectLeaders PREFERRED)."""
-    with kafka_errors(), AdminClient(servers(bootstrap)) as admin:
+    with kafka_errors(), admin_client(bootstrap) as admin:
         done = rebalance_leaders(admin)
     if as_json:
         print_json({

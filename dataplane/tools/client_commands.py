@@ -34,6 +34,7 @@ from dataplane.client import (
 from dataplane.client._config import DEFAULT_BATCH_SIZE
 from dataplane.client.admin import ConfigResource, ResourceType, TopicDescription
 from dataplane.client.producer import RecordFuture
+from dataplane.tools.command_config import command_security
 from dataplane.tools.perf import (
     Acks,
     CompressionType,
@@ -151,6 +152,12 @@ def servers(bootstrap: str) -> list[str]:
     return found
 
 
+def admin_client(bootstrap: str) -> AdminClient:
+    """The admin client of a command: ``--bootstrap-server`` secured as ``--command-config``
+    (or RAFTLOG_COMMAND_CONFIG) says. Producers and consumers take ``command_security()``."""
+    return AdminClient(servers(bootstrap), security=command_security())
+
+
 def parse_configs(items: list[str] | None) -> dict[str, str]:
     configs: dict[str, str] = {}
     for item in items or ():
@@ -164,7 +171,7 @@ def parse_configs(items: list[str] | None) -> dict[str, str]:
 def topic_partitions(bootstrap: str, topic: str) -> list[int]:
     """The topic's partition ids, from the controller: an unknown topic fails at once
     (UNKNOWN_TOPIC_OR_PARTITION) instead of after the clients' metadata wait."""
-    with AdminClient(servers(bootstrap)) as admin:
+    with admin_client(bootstrap) as admin:
         description = admin.describe_topics([topic])[topic]
     return [p.partition for p in description.partitions]
 
@@ -187,7 +194,7 @@ def topic_create(
 ) -> None:
     """Create a topic."""
     topic = NewTopic(name, partitions, replication_factor, parse_configs(config))
-    with kafka_errors(), AdminClient(servers(bootstrap)) as admin:
+    with kafka_errors(), admin_client(bootstrap) as admin:
         error = admin.create_topics([topic]).get(name)
         if error is not None:
             fail(error)
@@ -200,7 +207,7 @@ def topic_create(
 @topic_app.command("list")
 def topic_list(bootstrap: BootstrapOption = DEFAULT_BOOTSTRAP, as_json: JsonOption = False) -> None:
     """List topic names."""
-    with kafka_errors(), AdminClient(servers(bootstrap)) as admin:
+    with kafka_errors(), admin_client(bootstrap) as admin:
         names = admin.list_topics()
     if as_json:
         print_json(names)
@@ -259,7 +266,7 @@ def topic_describe(
     as_json: JsonOption = False,
 ) -> None:
     """Partitions (leader, leader epoch, replicas, ISR) and config overrides of topics."""
-    with kafka_errors(), AdminClient(servers(bootstrap)) as admin:
+    with kafka_errors(), admin_client(bootstrap) as admin:
         described = admin.describe_topics(names or None)
     ordered = [described[name] for name in sorted(described)]
     if as_json:
@@ -276,7 +283,7 @@ def topic_delete(
     as_json: JsonOption = False,
 ) -> None:
     """Delete topics; exits 1 when any could not be deleted."""
-    with kafka_errors(), AdminClient(servers(bootstrap)) as admin:
+    with kafka_errors(), admin_client(bootstrap) as admin:
         results = admin.delete_topics(names)
     for error in results.values():
         if error is not None:
@@ -316,7 +323,7 @@ def topic_alter(
     changes.update(dict.fromkeys(delete_config or ()))
     if partitions is None and not changes:
         raise typer.BadParameter("give --partitions, --config or --delete-config")
-    with kafka_errors(), AdminClient(servers(bootstrap)) as admin:
+    with kafka_errors(), admin_client(bootstrap) as admin:
         if partitions is not None:
             error = admin.create_partitions({name: partitions}).get(name)
             if error is not None:
@@ -429,6 +436,7 @@ def produce(
         chosen_partitions(bootstrap, topic, partition)
         with Producer(
             servers(bootstrap),
+            security=command_security(),
             acks=acks.to_acks(),
             compression_type=compression.to_type(),
             linger_ms=linger_ms,
@@ -571,6 +579,7 @@ def consume(
         reset: Literal["earliest", "latest"] = "earliest" if from_beginning else "latest"
         with Consumer(
             servers(bootstrap),
+            security=command_security(),
             auto_offset_reset=reset,
             group_id=group,
             isolation_level=isolation_level.value,
@@ -650,6 +659,7 @@ def perf_produce(
                 topic,
                 num_records,
                 record_size,
+                security=command_security(),
                 acks=acks.to_acks(),
                 batch_size=batch_size,
                 linger_ms=linger_ms,
@@ -689,6 +699,7 @@ def perf_consume(
                 topic,
                 num_records,
                 timeout_ms / 1000,
+                security=command_security(),
                 on_progress=on_progress,
             )
     if result.timed_out:

@@ -22,6 +22,7 @@ from dataplane.tools.client_commands import (
     DEFAULT_BOOTSTRAP,
     BootstrapOption,
     JsonOption,
+    admin_client,
     console,
     err_console,
     error_line,
@@ -29,6 +30,7 @@ from dataplane.tools.client_commands import (
     print_json,
     servers,
 )
+from dataplane.tools.command_config import command_security
 from raftlog.errors import ErrorCode, KafkaError
 
 __all__ = ["group_app"]
@@ -47,7 +49,7 @@ def group_list(
     as_json: JsonOption = False,
 ) -> None:
     """Every consumer group, with its state."""
-    with kafka_errors(), AdminClient(servers(bootstrap)) as admin:
+    with kafka_errors(), admin_client(bootstrap) as admin:
         groups = admin.list_groups(state or ())
     if as_json:
         print_json([{"group": g.group_id, "state": g.state, "type": g.group_type} for g in groups])
@@ -101,11 +103,13 @@ def group_describe(
 ) -> None:
     """Members, assignment, committed offset, log end (or last stable offset) and lag per
     partition."""
-    with kafka_errors(), AdminClient(servers(bootstrap)) as admin:
+    with kafka_errors(), admin_client(bootstrap) as admin:
         description = admin.describe_groups([group])[group]
         committed = {tp: o.offset for tp, o in admin.list_group_offsets(group).items()}
         owned = {tp for m in description.members for tp in m.assignment}
-        with Consumer(servers(bootstrap), isolation_level=isolation_level) as consumer:
+        with Consumer(
+            servers(bootstrap), isolation_level=isolation_level, security=command_security()
+        ) as consumer:
             ends = consumer.end_offsets(sorted(set(committed) | owned))
     rows = _rows(description, committed, ends)
     if as_json:
@@ -232,7 +236,7 @@ def group_reset_offsets(
         )
     if bool(topic) == all_topics:
         raise typer.BadParameter("give --topic or --all-topics")
-    with kafka_errors(), AdminClient(servers(bootstrap)) as admin:
+    with kafka_errors(), admin_client(bootstrap) as admin:
         try:
             state = admin.describe_groups([group])[group].state
         except KafkaError as error:
@@ -244,7 +248,7 @@ def group_reset_offsets(
                 ErrorCode.NON_EMPTY_GROUP,
                 f"offsets of {group!r} can only be reset while it has no members; it is {state}",
             )
-        with Consumer(servers(bootstrap)) as consumer:
+        with Consumer(servers(bootstrap), security=command_security()) as consumer:
             partitions = _partitions(admin, consumer, group, topic or [], all_topics)
             plan = _targets(consumer, partitions, to_earliest, to_latest, to_offset, to_datetime)
         errors = admin.alter_group_offsets(group, plan) if execute else {}
@@ -270,7 +274,7 @@ def group_delete(
     bootstrap: BootstrapOption = DEFAULT_BOOTSTRAP,
 ) -> None:
     """Delete empty groups and their committed offsets."""
-    with kafka_errors(), AdminClient(servers(bootstrap)) as admin:
+    with kafka_errors(), admin_client(bootstrap) as admin:
         results = admin.delete_groups(groups)
     failed = False
     for group, error in results.items():

@@ -8,6 +8,10 @@ pids are in ``root/cluster.json`` so a later command finds and stops exactly tho
 beside the cluster's layout (addresses, port, which nodes vote, nodes added and removed since it
 started: ``add_node``, ``forget_node``), from which ``LocalCluster.from_state`` rebuilds it.
 
+``secure=True`` (``raftlog cluster up --secure``): TLS, SCRAM, ACLs and an encrypted Raft
+transport, with the certificates and secrets under ``root/secrets/`` (dataplane/tools/
+secure_cluster.py); the cluster's own commands talk to it with the admin's certificate.
+
 Nodes die with the process that started them (`owned_launcher`, the default: tests, chaos,
 benchmarks, demos), except those of ``raftlog cluster up|restart`` (`detached_launcher`), which
 outlive the command.
@@ -15,6 +19,7 @@ outlive the command.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -29,9 +34,15 @@ from typing import TypeVar
 
 import grpc
 
+from dataplane.client.admin import AdminClient, UserScramCredentialUpsertion
 from dataplane.server.config import NodeConfig
 from dataplane.tools.owned_process import popen_owned
+from dataplane.tools.secure_cluster import ADMIN_USER, ClusterSecrets
 from metadata_quorum.client import ControllerClient
+from metadata_quorum.security.channels import ClientSecurity, open_channel
+from metadata_quorum.security.scram import ScramMechanism
+from protos import broker_pb2 as bpb
+from protos import broker_pb2_grpc as bpb_grpc
 from protos import controller_pb2 as pb
 from raftlog.errors import KafkaError
 
@@ -142,6 +153,7 @@ class LocalCluster:
         launcher: Launcher = owned_launcher,
         roles: str = "controller,broker",
         controllers: int | None = None,
+        secure: bool = False,
     ) -> None:
         """``nodes`` processes on consecutive addresses from 127.0.0.``first_host``; the first
         ``controllers`` (default: all) run ``roles`` and vote in the metadata quorum, the rest
@@ -159,6 +171,8 @@ class LocalCluster:
         self.launcher = launcher
         self.roles = roles
         self.controllers = nodes if controllers is None else controllers
+        self.secure = secure
+        self.secrets = ClusterSecrets(self.root / "secrets")
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
 
     @classmethod
@@ -176,6 +190,7 @@ class LocalCluster:
             root, nodes=controllers, first_host=int(state.get("first_host", 11)),
             port=int(state["port"]), launcher=launcher,
             roles=str(state.get("roles", "controller,broker")), controllers=controllers,
+            secure=bool(state.get("secure", False)),
         )  # fmt: skip
         cluster.specs = [cluster._new_spec(n) for n in sorted(node_ids)]
         cluster.removed = {int(n) for n in state.get("removed", ())}
@@ -240,9 +255,17 @@ class LocalCluster:
             ),
             "log.dirs": str(spec.directory / "data"),
             **LOCAL_DEFAULTS,
+            **self._secure_settings(spec.node_id),
         }
         values.update(self.overrides)
         return NodeConfig.parse(values)
+
+    def _secure_settings(self, node_id: int) -> dict[str, object]:
+        """Nothing unless secure; then TLS, SCRAM, ACLs and the Raft secret (secure_cluster).
+        Every id a node of this cluster may have is a super user, so a node added later is."""
+        if not self.secure:
+            return {}
+        return self.secrets.node_settings(node_id, range(1, MAX_NODE_ID + 1))
 
     def new_controller_config(self, node_id: int, host: str, directory: Path) -> str:
         """The node.toml (text) of a controller that is not a voter yet, on ``host`` at the
@@ -256,8 +279,11 @@ class LocalCluster:
             "listeners": f"CONTROLLER://{host}:{self.port}",
             "log.dirs": str(directory / "data"),
             **LOCAL_DEFAULTS,
+            **self._secure_settings(node_id),
             **self.overrides,
         }
+        if self.secure:
+            self.secrets.ensure([(node_id, host)])
         return NodeConfig.parse(values).to_toml()
 
     def spec(self, node_id: int) -> NodeSpec:
@@ -307,6 +333,7 @@ class LocalCluster:
             "pids": pids, "port": self.port, "nodes": len(self.specs),
             "node_ids": [s.node_id for s in self.specs], "removed": sorted(self.removed),
             "first_host": self.first_host, "controllers": self.controllers, "roles": self.roles,
+            "secure": self.secure,
         }  # fmt: skip
         tmp = self.state_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=2))
@@ -333,6 +360,8 @@ class LocalCluster:
         if existing is not None:
             return existing
         spec.directory.mkdir(parents=True, exist_ok=True)
+        if self.secure:
+            self.secrets.ensure([(spec.node_id, spec.host)])
         spec.config_path.write_text(self.config(spec).to_toml())
         argv = [
             sys.executable,
@@ -355,6 +384,8 @@ class LocalCluster:
             self.start_node(spec.node_id)
         self.wait_for_leader(timeout_s)
         self.wait_for_brokers(timeout_s=timeout_s)
+        if self.secure:
+            ensure_admin_user(self)
 
     def signal_node(self, node_id: int, signum: int) -> None:
         pid = self.pid(node_id)
@@ -473,7 +504,19 @@ class LocalCluster:
         raise TimeoutError(f"brokers {sorted(wanted)} not unfenced within {timeout_s} s")
 
     def client(self) -> ControllerClient:
-        return ControllerClient(self.controller_addresses)
+        return ControllerClient(self.controller_addresses, security=self.admin_security)
+
+    @property
+    def admin_security(self) -> ClientSecurity | None:
+        """How the cluster's own commands connect: plaintext, or the admin's certificate."""
+        return self.secrets.admin_certificate_security() if self.secure else None
+
+    @property
+    def client_settings(self) -> dict[str, str]:
+        """What a client needs besides the bootstrap servers (empty unless secure): the SCRAM
+        user admin over TLS, in librdkafka's names (`ClientSecurity.from_properties` takes
+        them; so does confluent-kafka)."""
+        return self.secrets.client_settings(self.secrets.admin_password()) if self.secure else {}
 
     def wait_for_leader(self, timeout_s: float = 30.0) -> int:
         """Poll DescribeQuorum until a live node names an active controller; its id."""
@@ -496,3 +539,42 @@ class LocalCluster:
         finally:
             client.close()
         raise TimeoutError(f"no active controller within {timeout_s} s; see {self.root}/*/node.log")
+
+
+def ensure_admin_user(cluster: LocalCluster) -> None:
+    """The SCRAM user ``admin`` (SHA-256 and SHA-512, one random password kept under
+    ``secrets/``), created over the admin's certificate; once every broker authenticates it,
+    ``secrets/client.properties``."""
+    secrets_of = cluster.secrets
+    password = secrets_of.admin_password()
+    with AdminClient(cluster.bootstrap_servers, security=cluster.admin_security) as admin:
+        # one request per mechanism: Kafka refuses a user altered twice in one request
+        for mechanism in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512):
+            upsertion = UserScramCredentialUpsertion(ADMIN_USER, mechanism, password)
+            error = admin.alter_user_scram_credentials([upsertion])[ADMIN_USER]
+            if error is not None:
+                raise error
+    security = ClientSecurity.from_properties(cluster.client_settings)
+    for spec in cluster.specs:
+        if "broker" in cluster.roles_of(spec) and cluster.pid(spec.node_id) is not None:
+            wait_for(
+                f"broker {spec.node_id} to authenticate {ADMIN_USER}",
+                functools.partial(_logs_in, cluster.broker_address(spec.node_id), security),
+            )
+    secrets_of.write_client_properties(password, cluster.bootstrap_servers)
+
+
+def _logs_in(address: str, security: ClientSecurity) -> bool:
+    """Does the broker at ``address`` authenticate ``security``'s SCRAM user? A credential
+    reaches each broker's image a moment after the controller commits it; a command run right
+    after ``cluster up`` may go to any broker."""
+    channel = open_channel(address, security)
+    try:
+        bpb_grpc.BrokerServiceStub(channel).Metadata(bpb.MetadataRequest(), timeout=5.0)
+    except KafkaError:  # SASL_AUTHENTICATION_FAILED: the record has not reached it yet
+        return False
+    except grpc.RpcError:
+        return False
+    finally:
+        channel.close()
+    return True

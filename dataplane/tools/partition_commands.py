@@ -43,12 +43,12 @@ from dataplane.tools.client_commands import (
     DEFAULT_BOOTSTRAP,
     BootstrapOption,
     JsonOption,
+    admin_client,
     console,
     err_console,
     error_line,
     kafka_errors,
     print_json,
-    servers,
 )
 from metadata_quorum.rebalance import plan_reassignment
 
@@ -248,7 +248,7 @@ def reassign(
         raise typer.BadParameter("give exactly one of --generate, --execute, --verify, --cancel")
     if throttle is not None and not execute:
         raise typer.BadParameter("--throttle goes with --execute", param_hint="--throttle")
-    with kafka_errors(), AdminClient(servers(bootstrap)) as admin:
+    with kafka_errors(), admin_client(bootstrap) as admin:
         if generate:
             if brokers is None:
                 raise typer.BadParameter("--generate needs --brokers", param_hint="--brokers")

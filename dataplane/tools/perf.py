@@ -21,6 +21,7 @@ from typing import Any, Literal
 from dataplane.client import Consumer, Producer, TopicPartition
 from dataplane.client._config import DEFAULT_BATCH_SIZE
 from dataplane.client._record_future import BatchResult, RecordFuture
+from metadata_quorum.security.channels import ClientSecurity
 
 __all__ = [
     "ConsumePerfResult",
@@ -205,6 +206,7 @@ def run_produce_perf(
     compression_type: CompressionType = "none",
     throughput_per_s: float = -1,
     buffer_memory: int = 32 * MiB,
+    security: ClientSecurity | None = None,
     on_progress: Progress | None = None,
     clock: Callable[[], float] = time.perf_counter,
     rng: random.Random | None = None,
@@ -224,6 +226,7 @@ def run_produce_perf(
         linger_ms=linger_ms,
         compression_type=compression_type,
         buffer_memory=buffer_memory,
+        security=security,
     )
     throttled = throughput_per_s > 0
     try:
@@ -265,6 +268,7 @@ def run_consume_perf(
     *,
     max_poll_records: int = 5000,
     fetch_max_wait_ms: int = 500,
+    security: ClientSecurity | None = None,
     on_progress: Progress | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> ConsumePerfResult:
@@ -278,6 +282,7 @@ def run_consume_perf(
         auto_offset_reset="earliest",
         max_poll_records=max_poll_records,
         fetch_max_wait_ms=fetch_max_wait_ms,
+        security=security,
     )
     records = size_bytes = 0
     timed_out = False

@@ -24,6 +24,7 @@ from rich.table import Table
 from dataplane.client.admin import AdminClient, QuorumDescription, RaftVoter
 from dataplane.server.config import NodeConfig
 from dataplane.tools.client_commands import JsonOption, console, kafka_errors, print_json
+from dataplane.tools.command_config import command_security
 
 __all__ = ["quorum_app"]
 
@@ -46,7 +47,7 @@ def _admin(controllers: str) -> AdminClient:
     found = [a.strip() for a in controllers.split(",") if a.strip()]
     if not found:
         raise typer.BadParameter("no address given", param_hint="--bootstrap-controller")
-    return AdminClient(bootstrap_controllers=found)
+    return AdminClient(bootstrap_controllers=found, security=command_security())
 
 
 def _voters_document(voters: tuple[RaftVoter, ...]) -> list[dict[str, object]]:

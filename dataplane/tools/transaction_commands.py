@@ -15,16 +15,16 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from dataplane.client import AdminClient, TopicPartition
+from dataplane.client import TopicPartition
 from dataplane.client.admin import ProducerState, TransactionDescription
 from dataplane.tools.client_commands import (
     DEFAULT_BOOTSTRAP,
     BootstrapOption,
     JsonOption,
+    admin_client,
     console,
     kafka_errors,
     print_json,
-    servers,
 )
 
 __all__ = ["transactions_app"]
@@ -51,7 +51,7 @@ def transactions_list(
     as_json: JsonOption = False,
 ) -> None:
     """Every transactional id of the cluster, with its coordinator, producer id and state."""
-    with kafka_errors(), AdminClient(servers(bootstrap)) as admin:
+    with kafka_errors(), admin_client(bootstrap) as admin:
         listed = admin.list_transactions(state or (), producer_id or (), duration_filter_ms)
     if as_json:
         print_json(
@@ -119,7 +119,7 @@ def transactions_describe(
 ) -> None:
     """The coordinator's view of a transactional id: producer id and epoch, state, timeout,
     and the open transaction's start, duration and partitions."""
-    with kafka_errors(), AdminClient(servers(bootstrap)) as admin:
+    with kafka_errors(), admin_client(bootstrap) as admin:
         described = admin.describe_transactions([transactional_id])[transactional_id]
     document = description_json(described, int(time.time() * 1000))
     if as_json:
@@ -156,7 +156,7 @@ def transactions_describe_producers(
 ) -> None:
     """The producers the partition's leader remembers, and their open transactions."""
     tp = TopicPartition(topic, partition)
-    with kafka_errors(), AdminClient(servers(bootstrap)) as admin:
+    with kafka_errors(), admin_client(bootstrap) as admin:
         producers = admin.describe_producers([tp])[tp]
     rows = [producer_json(p) for p in sorted(producers, key=lambda p: p.producer_id)]
     if as_json:

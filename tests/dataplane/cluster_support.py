@@ -43,6 +43,8 @@ RANGES = {
     "kafka": 171,
     "kafka_groups": 174,
     "kafka_txn": 31,  # tests/dataplane/kafka/test_transactions_kafka.py: 31-33
+    "kafka_security": 27,  # tests/dataplane/kafka/test_kafka_security.py: 27-29 (SASL_SSL)
+    "kafka_security_mtls": 41,  # the same module's one-node SSL (mTLS) cluster: 41
     "connect": 181,
     "connect_distributed": 184,
     "mirror_source": 191,
@@ -63,11 +65,30 @@ RANGES = {
     "txn_client": 217,  # tests/dataplane/client/test_transactions_cluster.py: 217-219
     # tests/dataplane/server/test_bootstrap_servers.py: three nodes and a fourth, 242-245
     "bootstrap_servers": 242,
+    # tests/dataplane/kafka/test_security_admin.py: 107-109 (110 also H3's, unused)
+    "security_admin": 107,
+    # tests/dataplane/server/test_rogue_node.py: 146-148, its rogue controller on 149; 150 is
+    # tests/dataplane/broker/test_metrics_server.py's in-process server
+    "rogue_node": 146,
+    # tests/dataplane/kafka/test_authorization_kafka.py: one node, 167 (169-170 H4's spare)
+    "kafka_authorization": 167,
+    # tests/dataplane/kafka/test_kafka_acls.py: the secure cluster 138-140, the mTLS node 168
+    "kafka_acls": 138,
+    "kafka_acls_mtls": 168,
+    # tests/dataplane/server/test_secure_grpc.py: 6-8 (9 and 10 are tests/metadata_quorum/
+    # security/test_node_cert.py's and test_grpc_auth.py's in-process servers)
+    "secure_grpc": 6,
+    "secure_cluster": 189,  # tests/dataplane/tools/test_secure_cluster.py: two nodes, 189-190
+    "spark_secure": 160,  # tests/spark/test_spark_secure.py: two nodes, 160-161
+    # 127.0.0.251-254 are tests/metadata_quorum/test_raft_secret.py's (three voters, an outsider)
+    # and bench/security_bench.py's (benchmarks run alone; 189-190 are its too)
     # 127.0.0.236-241 are tests/metadata_quorum/test_controller_membership.py's
     # 127.0.0.131-133 and 137 (a membership fault's new controller) are tests/chaos/
     # test_chaos_run.py's and test_voter_changes.py's (one xdist group); 134-135 test_faults.py's
     # 127.0.0.47-49 are bench/txn_bench.py's (tests/bench/test_txn_bench.py runs it in miniature)
     # 127.0.0.177-179 (and 180 for its port pick) are tests/chaos/test_chaos_transactions.py's
+    # 127.0.0.198-200 and 210 (a membership fault's new controller) are tests/chaos/
+    # test_chaos_secure.py's
 }
 
 
@@ -78,13 +99,15 @@ def running_cluster(
     overrides: dict[str, str | int] | None = None,
     nodes: int = 3,
     controllers: int | None = None,
+    secure: bool = False,
 ) -> Iterator[LocalCluster]:
-    """``nodes`` nodes on the module's range, the first ``controllers`` (default all) voting."""
+    """``nodes`` nodes on the module's range, the first ``controllers`` (default all) voting;
+    ``secure``: TLS, SCRAM, ACLs (``cluster.admin_security``, ``cluster.client_settings``)."""
     first_host = RANGES[name]
     hosts = [f"127.0.0.{first_host + n}" for n in range(nodes)]
     cluster = LocalCluster(
         root, nodes=nodes, first_host=first_host, port=pick_cluster_port(hosts),
-        overrides=overrides or {}, controllers=controllers,
+        overrides=overrides or {}, controllers=controllers, secure=secure,
     )  # fmt: skip
     try:
         cluster.up()

@@ -45,6 +45,7 @@ class FakeCluster:
         self.produce_requests: list[pb.ProduceRequest] = []  # every request received
         self.fetch_offsets: list[tuple[str, int, int]] = []  # (topic, partition, fetch offset)
         self.next_producer_id = 1000
+        self.init_producer_id_errors: list[ErrorCode] = []  # answered first, one per request
 
     def create_topic(self, name: str, partitions: int, leaders: list[int] | None = None) -> None:
         with self.lock:
@@ -228,6 +229,9 @@ class FakeBroker(pb_grpc.BrokerServiceServicer):
         self, request: pb.InitProducerIdRequest, context: grpc.ServicerContext
     ) -> pb.InitProducerIdResponse:
         with self.cluster.lock:
+            if self.cluster.init_producer_id_errors:
+                error = self.cluster.init_producer_id_errors.pop(0)
+                return pb.InitProducerIdResponse(error_code=error.code, error_message=error.name)
             producer_id = self.cluster.next_producer_id
             self.cluster.next_producer_id += 1
         return pb.InitProducerIdResponse(producer_id=producer_id, producer_epoch=0)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from concurrent import futures
 from contextlib import contextmanager
+from typing import Any
 
 import grpc
 
@@ -260,6 +261,31 @@ class FakeController(pb_grpc.ControllerServiceServicer):
     def FetchMetadata(
         self, request: pb.FetchMetadataRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.MetadataUpdate]:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "not faked")
+        raise AssertionError("context.abort raises")
+
+    # ACLs and SCRAM credentials: tests/dataplane/test_security_admin_cluster.py uses real nodes
+    def CreateAcls(self, request: pb.CreateAclsRequest, context: grpc.ServicerContext) -> Any:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "not faked")
+        raise AssertionError("context.abort raises")
+
+    def DeleteAcls(self, request: pb.DeleteAclsRequest, context: grpc.ServicerContext) -> Any:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "not faked")
+        raise AssertionError("context.abort raises")
+
+    def DescribeAcls(self, request: pb.DescribeAclsRequest, context: grpc.ServicerContext) -> Any:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "not faked")
+        raise AssertionError("context.abort raises")
+
+    def AlterUserScramCredentials(
+        self, request: pb.AlterUserScramCredentialsRequest, context: grpc.ServicerContext
+    ) -> Any:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "not faked")
+        raise AssertionError("context.abort raises")
+
+    def DescribeUserScramCredentials(
+        self, request: pb.DescribeUserScramCredentialsRequest, context: grpc.ServicerContext
+    ) -> Any:
         context.abort(grpc.StatusCode.UNIMPLEMENTED, "not faked")
         raise AssertionError("context.abort raises")
 

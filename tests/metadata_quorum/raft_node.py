@@ -9,7 +9,9 @@ reads one command per line on stdin and answers one JSON object per line on stdo
 ``state``, ``status``, ``compact``, ``add_voter <address>``, ``remove_voter <address>``,
 ``quit``. Its logs go to stderr (a file, never a pipe).
 
-Benchmark (pipelined 1 KiB commits/s on a 3-process cluster, fsync on and off)::
+Benchmark (pipelined 1 KiB commits/s on a 3-process cluster, fsync on and off; or, with
+``--encryption``, fsync on with the Raft transport plaintext and encrypted; ``--json`` prints
+the figures as one JSON object, which bench/security_bench.py reads)::
 
     .venv/bin/python -m tests.metadata_quorum.raft_node bench --count 20000
 """
@@ -36,7 +38,13 @@ from pathlib import Path
 from typing import IO, Any
 
 from dataplane.tools.owned_process import popen_owned
-from metadata_quorum.raft import MetadataLog, MetadataLogError, NotLeaderError, RaftOptions
+from metadata_quorum.raft import (
+    MetadataLog,
+    MetadataLogError,
+    NotLeaderError,
+    RaftOptions,
+    read_raft_secret,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 HOSTS = ("127.0.0.141", "127.0.0.142", "127.0.0.143")  # reserved for the raft tests
@@ -140,6 +148,7 @@ def _handle(log: MetadataLog, machine: ListMachine, words: list[str]) -> dict[st
             return {
                 "ok": True, "count": count, "seconds": seconds, "ops_per_s": count / seconds,
                 "latency_p50_ms": latencies[len(latencies) // 2] * 1e3,
+                "latency_p99_ms": latencies[len(latencies) * 99 // 100] * 1e3,
             }  # fmt: skip
         if command == "state":
             return machine.report()
@@ -166,7 +175,10 @@ def _handle(log: MetadataLog, machine: ListMachine, words: list[str]) -> dict[st
 def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(message)s")
     machine = ListMachine()
-    options = RaftOptions(fsync=args.fsync, max_journal_entries=args.max_journal_entries)
+    secret = read_raft_secret(Path(args.secret_file)) if args.secret_file else None
+    options = RaftOptions(
+        fsync=args.fsync, max_journal_entries=args.max_journal_entries, secret=secret
+    )
     log = MetadataLog(
         args.self, args.voters.split(","), Path(args.data_dir), machine, options=options
     )
@@ -267,17 +279,25 @@ class NodeProcess:
 
 
 class Cluster:
-    """Three `serve` children on 127.0.0.141-143 with free ports, data under ``root``."""
+    """Three `serve` children on ``hosts`` (127.0.0.141-143) with free ports, data under
+    ``root``; ``others`` are more voters' addresses, started separately (`add_process`)."""
 
-    def __init__(self, root: Path, extra: list[str]) -> None:
-        self.addresses = [f"{host}:{free_port(host)}" for host in HOSTS]
+    def __init__(
+        self,
+        root: Path,
+        extra: list[str],
+        hosts: tuple[str, ...] = HOSTS,
+        others: tuple[str, ...] = (),
+    ) -> None:
+        self.addresses = [f"{host}:{free_port(host)}" for host in hosts] + list(others)
         self.nodes = {
             address: NodeProcess(address, self.addresses, root / f"node{i}", extra)
             for i, address in enumerate(self.addresses)
+            if address not in others
         }
 
     def start(self, *addresses: str) -> None:
-        for address in addresses or self.addresses:
+        for address in addresses or list(self.nodes):
             self.nodes[address].start()
 
     def add_process(self, host: str, root: Path, extra: list[str]) -> NodeProcess:
@@ -305,22 +325,42 @@ class Cluster:
             node.kill()
 
 
+def _bench_one(args: argparse.Namespace, fsync: bool, encrypted: bool) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="raft-bench-") as root:
+        extra = [] if fsync else ["--no-fsync"]
+        if encrypted:
+            secret_file = Path(root) / "raft.secret"
+            secret_file.write_text(os.urandom(32).hex())
+            extra += ["--secret-file", str(secret_file)]
+        cluster = Cluster(Path(root), extra, hosts=tuple(args.hosts.split(",")))
+        try:
+            cluster.start()
+            reply = cluster.leader().request(f"bench {args.count} {args.size}", 600.0)
+        finally:
+            cluster.kill_all()
+    assert reply["ok"], reply
+    return reply
+
+
 def bench(args: argparse.Namespace) -> int:
-    for fsync in (True, False):
-        with tempfile.TemporaryDirectory(prefix="raft-bench-") as root:
-            extra = [] if fsync else ["--no-fsync"]
-            cluster = Cluster(Path(root), extra)
-            try:
-                cluster.start()
-                reply = cluster.leader().request(f"bench {args.count} {args.size}", 600.0)
-            finally:
-                cluster.kill_all()
-            assert reply["ok"], reply
+    modes = [(True, False), (True, True)] if args.encryption else [(True, False), (False, False)]
+    figures = {}
+    for fsync, encrypted in modes:
+        reply = _bench_one(args, fsync, encrypted)
+        name = f"fsync={'on' if fsync else 'off'} encryption={'on' if encrypted else 'off'}"
+        figures["encrypted" if encrypted else "fsync" if fsync else "no_fsync"] = {
+            "commits_per_s": round(reply["ops_per_s"], 1),
+            "commit_latency_p50_ms": round(reply["latency_p50_ms"], 3),
+            "commit_latency_p99_ms": round(reply["latency_p99_ms"], 3),
+        }
+        if not args.json:
             print(
-                f"fsync={'on' if fsync else 'off'}: {args.count} x {args.size} B pipelined "
-                f"in {reply['seconds']:.2f} s = {reply['ops_per_s']:,.0f} commits/s; "
-                f"one append at a time: p50 {reply['latency_p50_ms']:.1f} ms"
+                f"{name}: {args.count} x {args.size} B pipelined in {reply['seconds']:.2f} s "
+                f"= {reply['ops_per_s']:,.0f} commits/s; one append at a time: "
+                f"p50 {reply['latency_p50_ms']:.1f} ms, p99 {reply['latency_p99_ms']:.1f} ms"
             )
+    if args.json:
+        print(json.dumps(figures))
     return 0
 
 
@@ -333,9 +373,13 @@ def main() -> int:
     node.add_argument("--data-dir", required=True)
     node.add_argument("--max-journal-entries", type=int, default=5_000)
     node.add_argument("--no-fsync", dest="fsync", action="store_false")
+    node.add_argument("--secret-file", default=None)
     measure = commands.add_parser("bench")
     measure.add_argument("--count", type=int, default=20_000)
     measure.add_argument("--size", type=int, default=1024)
+    measure.add_argument("--hosts", default=",".join(HOSTS))
+    measure.add_argument("--encryption", action="store_true")
+    measure.add_argument("--json", action="store_true")
     args = parser.parse_args()
     return serve(args) if args.command == "serve" else bench(args)
 

@@ -16,6 +16,7 @@ from metadata_quorum.codec import (
 )
 from metadata_quorum.image import MetadataImage, apply
 from metadata_quorum.records import (
+    AccessControlEntryRecord,
     BrokerRegistrationChange,
     ConfigRecord,
     ConfigResourceType,
@@ -29,12 +30,23 @@ from metadata_quorum.records import (
     PartitionRecord,
     ProducerIdsRecord,
     RegisterBroker,
+    RemoveAccessControlEntryRecord,
     RemoveTopic,
+    RemoveUserScramCredentialRecord,
     TopicRecord,
     UnfenceBroker,
     UnregisterBroker,
+    UserScramCredentialRecord,
     VotersRecord,
 )
+from metadata_quorum.security.acl import (
+    AclBinding,
+    AclOperation,
+    PatternType,
+    PermissionType,
+    ResourceType,
+)
+from metadata_quorum.security.scram import ScramMechanism, make_credential
 from protos import metadata_pb2 as pb
 
 TOPIC_ID = uuid.UUID("3f2a0c1e-5b6d-4e7f-8a9b-0c1d2e3f4a5b")
@@ -128,6 +140,66 @@ def test_a_cordon_survives_a_snapshot_and_a_re_registration_not_an_unregistratio
         restarted, [UnregisterBroker(2, epoch), RegisterBroker(2, "inc-4", endpoints, None)]
     )
     assert not gone.brokers[2].cordoned  # unregistered: the broker starts afresh
+
+
+READ_ORDERS = AclBinding(
+    ResourceType.TOPIC, "orders", PatternType.LITERAL, "User:alice", "*",
+    AclOperation.READ, PermissionType.ALLOW,
+)  # fmt: skip
+DENY_PREFIX = AclBinding(
+    ResourceType.GROUP, "app-", PatternType.PREFIXED, "User:*", "10.0.0.1",
+    AclOperation.ALL, PermissionType.DENY,
+)  # fmt: skip
+SHA256 = ScramMechanism.SCRAM_SHA_256
+SHA512 = ScramMechanism.SCRAM_SHA_512
+
+
+def test_acls_and_scram_credentials_round_trip_and_survive_a_snapshot() -> None:
+    alice_256 = make_credential(SHA256, "secret", b"salt-1", 4096)
+    alice_512 = make_credential(SHA512, "secret", b"salt-2", 8192)
+    records: list[MetadataRecord] = [
+        AccessControlEntryRecord(READ_ORDERS),
+        AccessControlEntryRecord(DENY_PREFIX),
+        UserScramCredentialRecord("alice", alice_256),
+        UserScramCredentialRecord("alice", alice_512),
+        UserScramCredentialRecord("bob", make_credential(SHA512, "pw", b"s", 4096)),
+        RemoveAccessControlEntryRecord(DENY_PREFIX),
+        RemoveUserScramCredentialRecord("bob", SHA512),
+    ]
+    assert decode_batch(encode_batch(records)) == records
+    image, rejected = apply(MetadataImage(), records)
+    assert rejected == []
+    assert image.acls == {READ_ORDERS}
+    assert image.scram_credentials == {"alice": {SHA256: alice_256, SHA512: alice_512}}
+    restored = decode_snapshot(encode_snapshot(image))
+    assert restored == image
+    assert restored.acls == image.acls and restored.scram_credentials == image.scram_credentials
+
+
+def test_acl_and_credential_wire_forms_are_pinned() -> None:
+    assert encode_batch([RemoveUserScramCredentialRecord("u", SHA512)]).hex() == (
+        "0a0a92010708011201751802"
+    )
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        pb.MetadataRecord(
+            user_scram_credential=pb.UserScramCredentialRecord(version=1, name="u", mechanism=7)
+        ),
+        pb.MetadataRecord(
+            access_control_entry=pb.AccessControlEntryRecord(
+                version=1, binding=pb.AclBindingEntry(resource_type=99)
+            )
+        ),
+    ],
+    ids=["unknown-mechanism", "unknown-resource-type"],
+)
+def test_unknown_security_codes_are_refused(message: pb.MetadataRecord) -> None:
+    raw = pb.MetadataRecordBatch(records=[message]).SerializeToString()
+    with pytest.raises(CodecError, match="unknown"):
+        decode_batch(raw)
 
 
 def test_newer_record_version_is_refused() -> None:

@@ -305,11 +305,16 @@ def test_grow_replace_and_shrink_the_controller_quorum_while_it_commits(nodes: N
 
         described = client.call("DescribeCluster", pb.DescribeClusterRequest())
         assert BROKER in [b.broker_id for b in described.brokers if not b.fenced]
+        wanted = [nodes.address(n) for n in staying]
         with grpc.insecure_channel(f"{nodes.hosts[BROKER]}:{nodes.port - 1}") as channel:
-            metadata = bpb_grpc.BrokerServiceStub(channel).Metadata(
-                bpb.MetadataRequest(), timeout=5
-            )
-        assert sorted(metadata.controller_addresses) == [nodes.address(n) for n in staying]
+            stub = bpb_grpc.BrokerServiceStub(channel)
+
+            def broker_names_the_staying_voters() -> bool:
+                # the broker follows the metadata: it applies the last VotersRecord soon after
+                metadata = stub.Metadata(bpb.MetadataRequest(), timeout=5)
+                return sorted(metadata.controller_addresses) == wanted
+
+            wait_for(broker_names_the_staying_voters, 15, "the broker's controller addresses")
     finally:
         writer.stop.set()
         if thread.is_alive():

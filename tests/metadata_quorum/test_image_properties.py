@@ -38,6 +38,7 @@ from metadata_quorum.image import MetadataImage, Rejected, apply, replay
 from metadata_quorum.records import (
     NO_LEADER,
     RECORD_TYPES,
+    AccessControlEntryRecord,
     BrokerRegistrationChange,
     ConfigRecord,
     ConfigResourceType,
@@ -51,10 +52,13 @@ from metadata_quorum.records import (
     PartitionRecord,
     ProducerIdsRecord,
     RegisterBroker,
+    RemoveAccessControlEntryRecord,
     RemoveTopic,
+    RemoveUserScramCredentialRecord,
     TopicRecord,
     UnfenceBroker,
     UnregisterBroker,
+    UserScramCredentialRecord,
     VotersRecord,
 )
 from metadata_quorum.replication import (
@@ -67,6 +71,14 @@ from metadata_quorum.replication import (
     generate_elect_leaders,
     generate_preferred_rebalance,
 )
+from metadata_quorum.security.acl import (
+    AclBinding,
+    AclOperation,
+    PatternType,
+    PermissionType,
+    ResourceType,
+)
+from metadata_quorum.security.scram import ScramCredential, ScramMechanism
 from raftlog.errors import KafkaError
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
@@ -95,6 +107,8 @@ def canonical(image: MetadataImage) -> tuple[Any, ...]:
         image.controller_id,
         image.controller_term,
         image.voters,
+        sorted(image.acls),
+        sorted((user, sorted(c.items())) for user, c in image.scram_credentials.items()),
     )
 
 
@@ -104,6 +118,21 @@ def _int_lists(size: int = 5) -> st.SearchStrategy[tuple[int, ...]]:
 
 
 ENDPOINTS = st.lists(st.builds(Endpoint, TEXT, TEXT, INT32), max_size=3).map(tuple)
+ACL = st.builds(
+    AclBinding,
+    st.sampled_from(ResourceType),
+    TEXT,
+    st.sampled_from(PatternType),
+    TEXT,
+    TEXT,
+    st.sampled_from(AclOperation),
+    st.sampled_from(PermissionType),
+)
+MECHANISM = st.sampled_from([ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512])
+CREDENTIAL = st.builds(
+    ScramCredential, MECHANISM, st.binary(max_size=32), st.binary(max_size=64),
+    st.binary(max_size=64), INT32,
+)  # fmt: skip
 ANY_RECORD: dict[type, st.SearchStrategy[Any]] = {
     RegisterBroker: st.builds(RegisterBroker, INT32, TEXT, ENDPOINTS, RACK),
     UnregisterBroker: st.builds(UnregisterBroker, INT32, INT64),
@@ -134,6 +163,10 @@ ANY_RECORD: dict[type, st.SearchStrategy[Any]] = {
         VotersRecord,
         st.lists(st.builds(ControllerVoter, INT32, TEXT, INT32, INT32), max_size=3).map(tuple),
     ),
+    AccessControlEntryRecord: st.builds(AccessControlEntryRecord, ACL),
+    RemoveAccessControlEntryRecord: st.builds(RemoveAccessControlEntryRecord, ACL),
+    UserScramCredentialRecord: st.builds(UserScramCredentialRecord, TEXT, CREDENTIAL),
+    RemoveUserScramCredentialRecord: st.builds(RemoveUserScramCredentialRecord, TEXT, MECHANISM),
 }
 
 
@@ -174,6 +207,18 @@ def _partition_record(draw: st.DrawFn) -> PartitionRecord:
     )
 
 
+SMALL_ACLS = [
+    AclBinding(
+        ResourceType.TOPIC, name, PatternType.LITERAL, "User:a", "*", op, PermissionType.ALLOW
+    )
+    for name in ("a", "b")
+    for op in (AclOperation.READ, AclOperation.WRITE)
+]
+CREDS = [
+    ScramCredential(m, b"salt", bytes([n]), bytes([n + 1]), 4096)
+    for m in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512)
+    for n in (1, 2)
+]
 SMALL_RECORD = st.one_of(
     st.builds(
         RegisterBroker,
@@ -208,6 +253,10 @@ SMALL_RECORD = st.one_of(
     ),
     st.builds(ProducerIdsRecord, BROKER, EPOCH, st.sampled_from([1000, 2000, 3000, 1500])),
     st.builds(LeaderChange, BROKER, st.integers(0, 4)),
+    st.builds(AccessControlEntryRecord, st.sampled_from(SMALL_ACLS)),
+    st.builds(RemoveAccessControlEntryRecord, st.sampled_from(SMALL_ACLS)),
+    st.builds(UserScramCredentialRecord, st.sampled_from(["u", "v"]), st.sampled_from(CREDS)),
+    st.builds(RemoveUserScramCredentialRecord, st.sampled_from(["u", "v"]), MECHANISM),
 )
 HISTORY = st.lists(SMALL_RECORD, max_size=60)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -102,6 +103,25 @@ def test_non_retriable_error_fails_the_future(cluster: FakeCluster) -> None:
             future.result(timeout=10)
         assert info.value.error is ErrorCode.INVALID_RECORD
         assert producer.send("t", value=b"good", partition=1).result(timeout=10).offset == 0
+
+
+def test_a_refused_producer_id_fails_the_records_and_is_asked_again_for_the_next(
+    cluster: FakeCluster,
+) -> None:
+    """An idempotent producer refused InitProducerId for good (CLUSTER_AUTHORIZATION_FAILED:
+    neither IDEMPOTENT_WRITE nor WRITE on a topic) fails its records at once, does not ask
+    again while idle, and asks again for the next record: allowed by then, it is delivered."""
+    cluster.init_producer_id_errors.extend([ErrorCode.CLUSTER_AUTHORIZATION_FAILED] * 100)
+    with Producer(bootstrap(cluster), linger_ms=0, **FAST) as producer:
+        with pytest.raises(KafkaError) as info:
+            producer.send("t", value=b"refused", partition=0).result(timeout=10)
+        assert info.value.error is ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        left = len(cluster.init_producer_id_errors)
+        time.sleep(0.5)  # an idle window in which no request may be made: what is tested
+        assert len(cluster.init_producer_id_errors) == left
+        cluster.init_producer_id_errors.clear()  # the ACL is granted
+        assert producer.send("t", value=b"allowed", partition=0).result(timeout=10).offset == 0
+    assert cluster.values("t", 0) == [b"allowed"]
 
 
 def test_retries_are_bounded(cluster: FakeCluster) -> None:

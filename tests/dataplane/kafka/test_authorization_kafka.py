@@ -1,0 +1,89 @@
+"""Authorization end to end through the KAFKA listener (issue 28), judged by kafka-python.
+
+PLAINTEXT clients are ``User:ANONYMOUS``. The cluster runs Kafka's StandardAuthorizer with no
+super users and ``allow.everyone.if.no.acl.found=true`` (so the nodes, ANONYMOUS too on their
+PLAINTEXT listeners, and the first admin requests go through: no ACL names the cluster). Once an
+ACL lets ANONYMOUS READ a topic, that topic has ACLs: producing to it is refused with
+TOPIC_AUTHORIZATION_FAILED while consuming works, and a topic with no ACL stays open. Helpers
+H1-H3's tests cover authenticated principals over SASL and TLS."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka.admin import NewTopic
+from kafka.errors import KafkaError as KpKafkaError
+from kafka.errors import TopicAuthorizationFailedError
+
+from dataplane.tools.local_cluster import LocalCluster, wait_for
+from metadata_quorum.security.acl import AclOperation, PatternType, PermissionType, ResourceType
+from protos import controller_pb2 as cpb
+from protos import metadata_pb2 as mpb
+from tests.dataplane.cluster_support import running_cluster
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("kafka-authorization")]
+OPEN, GUARDED = "open-topic", "read-only-topic"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with running_cluster(
+        tmp_path_factory.mktemp("kafka-authorization"),
+        "kafka_authorization",
+        overrides={
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "allow.everyone.if.no.acl.found": "true",
+            "super.users": "",
+        },
+        nodes=1,
+    ) as running:
+        yield running
+
+
+def send(producer: KafkaProducer, topic: str, value: bytes) -> object:
+    return producer.send(topic, value).get(timeout=30)
+
+
+def test_anonymous_may_read_but_not_write_a_guarded_topic(cluster: LocalCluster) -> None:
+    servers = cluster.kafka_bootstrap_servers
+    admin = KafkaAdminClient(bootstrap_servers=servers)
+    try:
+        admin.create_topics([NewTopic(t, 1, 1) for t in (OPEN, GUARDED)])
+    finally:
+        admin.close()
+    producer = KafkaProducer(bootstrap_servers=servers, retries=0, acks=1)
+    try:
+        send(producer, GUARDED, b"before the ACL")
+        read_only = mpb.AclBindingEntry(
+            resource_type=ResourceType.TOPIC, resource_name=GUARDED,
+            pattern_type=PatternType.LITERAL, principal="User:ANONYMOUS", host="*",
+            operation=AclOperation.READ, permission_type=PermissionType.ALLOW,
+        )  # fmt: skip
+        controller = cluster.client()
+        answer = controller.checked("CreateAcls", cpb.CreateAclsRequest(creations=[read_only]))
+        assert [r.error_code for r in answer.results] == [0]
+
+        def refused() -> bool | None:
+            try:
+                send(producer, GUARDED, b"after the ACL")
+            except TopicAuthorizationFailedError:
+                return True
+            return None
+
+        wait_for("the broker to refuse ANONYMOUS's writes", refused, timeout_s=60)
+        send(producer, OPEN, b"no ACL names this topic")  # still open
+    finally:
+        producer.close()
+    consumer = KafkaConsumer(
+        GUARDED, bootstrap_servers=servers, auto_offset_reset="earliest",
+        enable_auto_commit=False, consumer_timeout_ms=20_000,
+    )  # fmt: skip
+    try:
+        values = [m.value for m in consumer]
+    except KpKafkaError as error:
+        raise AssertionError(f"ANONYMOUS may READ {GUARDED}: {error!r}") from error
+    finally:
+        consumer.close()
+    assert values == [b"before the ACL"]

@@ -1,0 +1,183 @@
+"""A local cluster in secure mode (``LocalCluster(secure=True)``, ``raftlog cluster up --secure``)
+on 127.0.0.189-190: its secrets, the SCRAM user admin, client.properties, our client and
+confluent-kafka through it, the CLI with ``--command-config``, and what a plaintext client gets."""
+
+from __future__ import annotations
+
+import json
+import stat
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from dataplane.client import AdminClient, Consumer, NewTopic, Producer
+from dataplane.tools.cli import _print_client_settings, app
+from dataplane.tools.cluster_status import cluster_status_rows
+from dataplane.tools.command_config import read_command_config
+from dataplane.tools.local_cluster import LocalCluster, wait_for
+from raftlog.errors import KafkaError
+from tests.dataplane.cluster_support import running_cluster
+
+TWO_NODES: dict[str, str | int] = {
+    "offsets.topic.replication.factor": 2,
+    "transaction.state.log.replication.factor": 2,
+}
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.xdist_group("secure_cluster"),
+    pytest.mark.timeout(400),
+]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    root = tmp_path_factory.mktemp("secure") / "cluster"
+    with running_cluster(root, "secure_cluster", TWO_NODES, nodes=2, secure=True) as running:
+        yield running
+
+
+def test_the_secrets_are_private_and_the_nodes_configured(cluster: LocalCluster) -> None:
+    secrets = cluster.secrets
+    for path in (
+        secrets.ca.key, secrets.node_keystore(1), secrets.node_keystore(2),
+        secrets.admin_keystore, secrets.raft_secret, secrets.client_properties,
+    ):  # fmt: skip
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    assert stat.S_IMODE(secrets.directory.stat().st_mode) == 0o700
+    config = cluster.config(cluster.spec(1))
+    assert config.security_protocols == {
+        "BROKER": "SASL_SSL", "CONTROLLER": "SASL_SSL", "KAFKA": "SASL_SSL", "METRICS": "SSL",
+    }  # fmt: skip
+    assert [config.client_auth(n) for n in ("BROKER", "CONTROLLER", "KAFKA", "METRICS")] == [
+        "requested", "requested", "requested", "required",
+    ]  # fmt: skip
+    assert config.authorizer_settings is not None
+    assert "User:node-2" in config.super_users and "User:admin" in config.super_users
+    assert config.controller_quorum_raft_secret_file == secrets.raft_secret
+    assert json.loads(cluster.state_path.read_text())["secure"] is True
+
+
+def test_client_properties_log_our_client_in_as_admin(cluster: LocalCluster) -> None:
+    text = cluster.secrets.client_properties.read_text()
+    wanted = (
+        "security.protocol=SASL_SSL", "sasl.mechanism=SCRAM-SHA-512", "sasl.username=admin",
+        "ssl.truststore.type=PEM", "ssl.ca.location=", "ssl.truststore.location=",
+        'ScramLoginModule required username="admin"',
+    )  # fmt: skip
+    for key in wanted:
+        assert key in text, key
+    security = read_command_config(cluster.secrets.client_properties)
+    topic = f"secure-{uuid.uuid4().hex[:8]}"
+    with AdminClient(cluster.bootstrap_servers, security=security) as admin:
+        assert admin.create_topics([NewTopic(topic, 2, 2)])[topic] is None
+    with Producer(cluster.bootstrap_servers, security=security) as producer:
+        for n in range(10):
+            producer.send(topic, f"v{n}".encode()).result(timeout=60)
+    with Consumer(
+        cluster.bootstrap_servers,
+        security=security,
+        auto_offset_reset="earliest",
+        group_id=f"group-{topic}",
+    ) as consumer:
+        consumer.subscribe([topic])
+        seen: list[bytes] = []
+
+        def ten_records() -> bool:
+            polled = consumer.poll(timeout_ms=500)
+            seen.extend(r.value for records in polled.values() for r in records if r.value)
+            return len(seen) >= 10
+
+        wait_for("the records", ten_records, timeout_s=60)
+    assert sorted(seen) == sorted(f"v{n}".encode() for n in range(10))
+
+
+def test_a_plaintext_client_gets_nothing(cluster: LocalCluster) -> None:
+    with (
+        pytest.raises((KafkaError, OSError, TimeoutError)),
+        AdminClient(cluster.bootstrap_servers, request_timeout_ms=3_000) as admin,
+    ):
+        admin.list_topics()
+
+
+def test_the_cli_takes_command_config_and_the_cluster_commands_keep_working(
+    cluster: LocalCluster,
+) -> None:
+    runner = CliRunner()
+    bootstrap = ",".join(cluster.bootstrap_servers)
+    properties = str(cluster.secrets.client_properties)
+    topic = f"cli-{uuid.uuid4().hex[:8]}"
+    created = runner.invoke(
+        app, ["--command-config", properties, "topic", "create", topic, "--partitions", "1",
+              "--bootstrap-server", bootstrap],
+    )  # fmt: skip
+    assert created.exit_code == 0, created.output
+    listed = runner.invoke(
+        app, ["topic", "list", "--json", "--bootstrap-server", bootstrap],
+        env={"RAFTLOG_COMMAND_CONFIG": properties},
+    )  # fmt: skip
+    assert listed.exit_code == 0, listed.output
+    assert topic in json.loads(listed.output)
+    status = runner.invoke(app, ["cluster", "status", "--json", "--root", str(cluster.root)])
+    assert status.exit_code == 0, status.output  # the recorded cluster, over the admin's cert
+    assert {row["node"] for row in json.loads(status.output)} == {1, 2}
+    rows = cluster_status_rows(cluster)
+    assert {row["node"] for row in rows} == {1, 2}
+    assert any(row["role"] == "active controller" for row in rows), rows
+
+
+def test_confluent_kafka_through_the_kafka_listener(cluster: LocalCluster) -> None:
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    settings = {
+        "bootstrap.servers": ",".join(cluster.kafka_bootstrap_servers),
+        **cluster.client_settings,
+    }
+    topic = f"kafka-{uuid.uuid4().hex[:8]}"
+    with AdminClient(cluster.bootstrap_servers, security=cluster.client_settings) as admin:
+        assert admin.create_topics([NewTopic(topic, 1, 2)])[topic] is None
+    producer = confluent_kafka.Producer(settings)
+    producer.produce(topic, b"through SASL_SSL")
+    assert producer.flush(60) == 0
+    consumer = confluent_kafka.Consumer(
+        {**settings, "group.id": "secure-test", "auto.offset.reset": "earliest"}
+    )
+    try:
+        consumer.subscribe([topic])
+        message = wait_for("the record", lambda: consumer.poll(1.0), timeout_s=60)
+        assert message.error() is None and message.value() == b"through SASL_SSL"
+    finally:
+        consumer.close()
+
+
+def test_cluster_up_refuses_to_change_a_clusters_mode(cluster: LocalCluster) -> None:
+    result = CliRunner().invoke(
+        app, ["cluster", "up", "--plaintext", "--root", str(cluster.root)], env={"COLUMNS": "400"}
+    )
+    assert result.exit_code == 2, result.output
+    assert "holds a secure cluster (cluster.json): a cluster keeps its mode" in result.output
+
+
+def test_secrets_made_once_are_kept(tmp_path: Path) -> None:
+    """Pure: no nodes. A second ensure keeps the CA and the secret; a new node gets its own."""
+    local = LocalCluster(tmp_path / "c", nodes=2, first_host=189, secure=True)
+    local.secrets.ensure([(1, "127.0.0.189")])
+    ca, secret = local.secrets.ca.cert.read_bytes(), local.secrets.raft_secret.read_bytes()
+    local.secrets.ensure([(1, "127.0.0.189"), (2, "127.0.0.190")])
+    assert local.secrets.ca.cert.read_bytes() == ca
+    assert local.secrets.raft_secret.read_bytes() == secret
+    assert local.secrets.node_keystore(2).exists()
+    assert local.secrets.admin_password() == local.secrets.admin_password()
+
+
+def test_cluster_up_prints_the_client_settings(
+    cluster: LocalCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _print_client_settings(cluster)
+    out = capsys.readouterr().out
+    assert str(cluster.secrets.client_properties) in out
+    assert f"RAFTLOG_COMMAND_CONFIG={cluster.secrets.client_properties}" in out
+    password = cluster.secrets.admin_password()
+    assert f"'sasl.password': '{password}'" in out
+    assert cluster.kafka_bootstrap_servers[0] in out
