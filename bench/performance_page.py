@@ -925,6 +925,40 @@ def render_transactions_consume(results: Results) -> str:
     return table(header, rows, "lrrrr")
 
 
+def render_security(results: Results) -> str:
+    sec = _section(results, "security")
+    plain, tls = sec.get("plaintext", {}), sec.get("tls_scram", {})
+    auth, raft = sec.get("authorizer", {}), sec.get("raft", {})
+    rows = [
+        ("produce records/s, TLS + SCRAM", count(plain.get("produce_records_per_s")),
+         count(tls.get("produce_records_per_s")), f"{fig(sec.get('tls_produce_cost_pct'))}%"),
+        ("consume records/s, TLS + SCRAM", count(plain.get("consume_records_per_s")),
+         count(tls.get("consume_records_per_s")), f"{fig(sec.get('tls_consume_cost_pct'))}%"),
+        (f"produce ms p50 / p99, authorizer + {count(auth.get('acls'))} ACLs",
+         _latency(auth.get("no_authorizer_ms"), ("p50", "p99")),
+         _latency(auth.get("authorizer_ms"), ("p50", "p99")),
+         f"p99 {fig(auth.get('p99_cost_pct'))}%"),
+        ("Raft commits/s, encrypted transport", count(_get(raft, "plaintext.commits_per_s")),
+         count(_get(raft, "encrypted.commits_per_s")), f"{fig(raft.get('commits_cost_pct'))}%"),
+    ]  # fmt: skip
+    header = (
+        f"{count(sec.get('nodes'))} nodes, {count(sec.get('partitions'))} partitions, "
+        f"{size(sec.get('record_bytes'))} records",
+        "plaintext",
+        "secure",
+        "cost",
+    )
+    handshakes = [
+        (kind.removesuffix("_ms").replace("_", " "), _latency(value, ("p50", "p99")))
+        for kind, value in sec.get("handshakes", {}).items()
+    ]
+    return (
+        table(header, rows, "lrrr")
+        + "\n\n"
+        + table(("a new connection's handshake", "ms p50 / p99"), handshakes, "lr")
+    )
+
+
 TABLES: dict[str, Callable[[Results], str]] = {
     "run": render_run,
     "storage_append": render_storage_append,
@@ -947,6 +981,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "connect": render_connect,
     "transactions_produce": render_transactions_produce,
     "transactions_consume": render_transactions_consume,
+    "security": render_security,
 }
 
 
