@@ -14,6 +14,8 @@ from typing import Any
 
 import grpc
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from dataplane.tools.certificates import CertFiles, make_ca, make_cert
 from metadata_quorum.security.channels import (
@@ -433,3 +435,48 @@ def test_from_properties_reads_librdkafka_and_java_names(tmp_path: Path) -> None
 def test_from_properties_errors_name_the_key(properties: dict[str, str], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         ClientSecurity.from_properties(properties)
+
+
+# -- hostile input ----------------------------------------------------------------------------
+EXCHANGE_STEPS = st.lists(
+    st.tuples(
+        st.sampled_from(["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN", "RAFTLOG-NODE-CERT", "", "x"]),
+        st.one_of(st.just(""), st.just("previous"), st.text(max_size=40)),  # the exchange id
+        st.one_of(
+            st.binary(max_size=300),
+            st.binary(min_size=60_000, max_size=70_000),  # oversized
+            st.sampled_from([b"n,,n=alice,r=abc", b"\0alice\0wrong", b"n,,n=alice", b"c=biws"]),
+        ),
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(steps=EXCHANGE_STEPS)
+def test_garbage_exchanges_get_no_token_and_leave_the_listener_serving(
+    pki: Pki, sasl_ssl: Server, steps: list[tuple[str, str, bytes]]
+) -> None:
+    """Truncated, oversized and out-of-order SaslAuthenticate messages, unknown mechanisms and
+    exchange ids: each is answered with an error (or the next step of a SCRAM exchange that
+    cannot complete without the password), never a session token; the listener then
+    authenticates a good client as before."""
+    anonymous = ClientSecurity(security_protocol="SSL", ssl_ca_location=pki.ca.cert)
+    with open_channel(sasl_ssl.address, anonymous) as channel:
+        stub = apb_grpc.AuthenticationStub(channel)
+        previous = ""
+        for mechanism, exchange_id, auth_bytes in steps:
+            request = apb.SaslAuthenticateRequest(
+                mechanism=mechanism,
+                exchange_id=previous if exchange_id == "previous" else exchange_id,
+                auth_bytes=auth_bytes,
+            )
+            answer = stub.SaslAuthenticate(request, timeout=30)
+            assert not answer.session_token, (request, answer)
+            previous = answer.exchange_id
+        with pytest.raises(grpc.RpcError) as refused:
+            _who_am_i(channel)  # still nobody
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    with open_channel(sasl_ssl.address, _scram(pki)) as channel:
+        assert _who_am_i(channel).startswith("User:alice|")
