@@ -29,16 +29,14 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from chaos.network import NodeIdentity, node_group_gid
 from dataplane.client import AdminClient
-from dataplane.client._admin_security import UserScramCredentialUpsertion
-from dataplane.client._cluster import Cluster
-from dataplane.tools.local_cluster import LocalCluster, wait_for
-from dataplane.tools.secure_cluster import ClusterSecrets
+from dataplane.client.admin import UserScramCredentialUpsertion
+from dataplane.tools.local_cluster import LocalCluster, wait_until_brokers_know
+from dataplane.tools.secure_cluster import ClusterSecrets, write_properties
 from metadata_quorum.security.acl import (
     CLUSTER_NAME,
     AclBinding,
@@ -49,7 +47,7 @@ from metadata_quorum.security.acl import (
 )
 from metadata_quorum.security.channels import ClientSecurity
 from metadata_quorum.security.scram import ScramMechanism
-from raftlog.errors import ErrorCode, KafkaError
+from raftlog.errors import KafkaError
 
 WORKLOAD_USER = "chaos"
 WORKLOAD_MECHANISM = ScramMechanism.SCRAM_SHA_512
@@ -127,26 +125,10 @@ def workload_settings(secrets_of: ClusterSecrets, password: str) -> dict[str, st
     }
 
 
-def write_properties(path: Path, settings: dict[str, str]) -> Path:
-    """A properties file only its owner (root) can read: created 0600, never wider."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as file:
-        file.write("# raftlog chaos run --secure: the workload user over TLS\n")
-        file.writelines(f"{key}={_escape(value)}\n" for key, value in settings.items())
-    path.chmod(0o600)
-    return path
-
-
-def _escape(value: str) -> str:
-    """A value as java.util.Properties reads it back (token_urlsafe passwords need none; paths
-    may hold a backslash)."""
-    return value.replace("\\", "\\\\")
-
-
 def set_up(local: LocalCluster, resources: WorkloadResources) -> RunSecurity:
     """Create the workload user's ACLs, then the user (a new password), over the admin's
     certificate; write its properties file, and wait until every broker knows the user
-    (`wait_until_known`). The ACLs go first: a broker that authenticates the user has applied
+    (`wait_until_brokers_know`). The ACLs go first: a broker that authenticates the user has applied
     them too (the metadata log is applied in order), so no client of the run meets a broker
     that knows the user but not yet what it may do. Raises KafkaError when the cluster refuses
     either."""
@@ -167,36 +149,15 @@ def set_up(local: LocalCluster, resources: WorkloadResources) -> RunSecurity:
         if error is not None:
             raise error
     settings = workload_settings(local.secrets, password)
-    path = write_properties(local.secrets.directory / PROPERTIES_NAME, settings)
+    path = write_properties(
+        local.secrets.directory / PROPERTIES_NAME, settings,
+        "raftlog chaos run --secure: the workload user over TLS",
+    )  # fmt: skip
     workload = ClientSecurity.from_properties(settings)
-    wait_until_known(local.bootstrap_servers, workload, resources.topics)
+    wait_until_brokers_know(
+        local.bootstrap_servers, workload, resources.topics, PROPAGATION_TIMEOUT_S
+    )
     return RunSecurity(harness=harness, workload=workload, workload_properties=path)
-
-
-def wait_until_known(
-    brokers: Sequence[str], workload: ClientSecurity, topics: Iterable[str]
-) -> None:
-    """Until each broker authenticates the workload user and shows it every one of `topics`
-    without an error: credentials and ACLs reach the brokers through the metadata log, a little
-    after the controller commits them. Without this the first clients could be refused by a
-    broker still behind (a failed SASL exchange is not retried; the refusals of this wait are
-    on the audit log as failed authentications). Raises TimeoutError naming the broker."""
-    wanted = set(topics)
-    for broker in brokers:
-
-        def knows(broker: str = broker) -> bool:
-            cluster = Cluster([broker], request_timeout_ms=REQUEST_TIMEOUT_MS, security=workload)
-            try:
-                snapshot = cluster.refresh(wanted)
-            except KafkaError:  # refused (not there yet) or unreachable: ask again
-                return False
-            finally:
-                cluster.close()
-            found = [snapshot.topics.get(topic) for topic in wanted]
-            return all(t is not None and t.error is ErrorCode.NONE for t in found)
-
-        wait_for(f"broker {broker} to know user {WORKLOAD_USER} and its ACLs", knows,
-                 PROPAGATION_TIMEOUT_S)  # fmt: skip
 
 
 def share_secrets(secrets_of: ClusterSecrets, node_id: int, identity: NodeIdentity) -> None:

@@ -57,6 +57,22 @@ def parse_properties(text: str) -> dict[str, str]:
     return out
 
 
+def format_properties(settings: dict[str, str], comment: str = "") -> str:
+    """The inverse of `parse_properties`: ``key=value`` lines with the escapes Java's
+    ``Properties.load`` undoes (backslashes, line breaks; separators in keys)."""
+    lines = [f"# {comment}"] if comment else []
+    for key, value in settings.items():
+        lines.append(f"{_escape(key, key=True)}={_escape(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def _escape(text: str, key: bool = False) -> str:
+    out = text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+    if key:
+        out = re.sub(r"([=:\s#!])", r"\\\1", out)
+    return out
+
+
 def _split(line: str) -> tuple[str, str]:
     match = _SEPARATOR.search(line)
     if match is None:

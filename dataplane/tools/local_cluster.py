@@ -19,7 +19,6 @@ outlive the command.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import signal
@@ -27,24 +26,23 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 import grpc
 
+from dataplane.client._cluster import Cluster
 from dataplane.client.admin import AdminClient, UserScramCredentialUpsertion
 from dataplane.server.config import NodeConfig
 from dataplane.tools.owned_process import popen_owned
 from dataplane.tools.secure_cluster import ADMIN_USER, ClusterSecrets
 from metadata_quorum.client import ControllerClient
-from metadata_quorum.security.channels import ClientSecurity, open_channel
+from metadata_quorum.security.channels import ClientSecurity
 from metadata_quorum.security.scram import ScramMechanism
-from protos import broker_pb2 as bpb
-from protos import broker_pb2_grpc as bpb_grpc
 from protos import controller_pb2 as pb
-from raftlog.errors import KafkaError
+from raftlog.errors import ErrorCode, KafkaError
 
 Launcher = Callable[[int, list[str], Path], "subprocess.Popen[bytes]"]
 STOP_TIMEOUT_S = 10.0
@@ -554,27 +552,38 @@ def ensure_admin_user(cluster: LocalCluster) -> None:
             error = admin.alter_user_scram_credentials([upsertion])[ADMIN_USER]
             if error is not None:
                 raise error
-    security = ClientSecurity.from_properties(cluster.client_settings)
-    for spec in cluster.specs:
-        if "broker" in cluster.roles_of(spec) and cluster.pid(spec.node_id) is not None:
-            wait_for(
-                f"broker {spec.node_id} to authenticate {ADMIN_USER}",
-                functools.partial(_logs_in, cluster.broker_address(spec.node_id), security),
-            )
+    live = [
+        cluster.broker_address(spec.node_id)
+        for spec in cluster.specs
+        if "broker" in cluster.roles_of(spec) and cluster.pid(spec.node_id) is not None
+    ]
+    wait_until_brokers_know(live, ClientSecurity.from_properties(cluster.client_settings))
     secrets_of.write_client_properties(password, cluster.bootstrap_servers)
 
 
-def _logs_in(address: str, security: ClientSecurity) -> bool:
-    """Does the broker at ``address`` authenticate ``security``'s SCRAM user? A credential
-    reaches each broker's image a moment after the controller commits it; a command run right
-    after ``cluster up`` may go to any broker."""
-    channel = open_channel(address, security)
-    try:
-        bpb_grpc.BrokerServiceStub(channel).Metadata(bpb.MetadataRequest(), timeout=5.0)
-    except KafkaError:  # SASL_AUTHENTICATION_FAILED: the record has not reached it yet
-        return False
-    except grpc.RpcError:
-        return False
-    finally:
-        channel.close()
-    return True
+def wait_until_brokers_know(
+    brokers: Sequence[str],
+    security: ClientSecurity,
+    topics: Iterable[str] = (),
+    timeout_s: float = 30.0,
+) -> None:
+    """Until each broker authenticates `security`'s SCRAM user and shows it every one of
+    `topics` without an error. Credentials and ACLs reach a broker through the metadata log a
+    moment after the controller commits them, so a client right after their creation could be
+    refused by a broker still behind (a failed SASL exchange is not retried). The refusals of
+    this wait are on the audit log as failed authentications. TimeoutError names the broker."""
+    wanted = set(topics)
+    for broker in brokers:
+
+        def knows(broker: str = broker) -> bool:
+            cluster = Cluster([broker], request_timeout_ms=10_000, security=security)
+            try:
+                snapshot = cluster.refresh(wanted)
+            except KafkaError:  # refused (not there yet) or unreachable: ask again
+                return False
+            finally:
+                cluster.close()
+            found = [snapshot.topics.get(topic) for topic in wanted]
+            return all(t is not None and t.error is ErrorCode.NONE for t in found)
+
+        wait_for(f"broker {broker} to know user {security.sasl_username}", knows, timeout_s)

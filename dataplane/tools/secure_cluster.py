@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dataplane.tools.certificates import CertFiles, make_ca, make_cert
+from dataplane.tools.command_config import format_properties
 from metadata_quorum.security.channels import ClientSecurity
 from metadata_quorum.security.node_cert import NODE_CERT_MECHANISM
 
@@ -50,6 +51,12 @@ def _private(path: Path, text: str) -> Path:
         file.write(text)
     path.chmod(0o600)
     return path
+
+
+def write_properties(path: Path, settings: dict[str, str], comment: str = "") -> Path:
+    """A client properties file (Java's format, as librdkafka and Kafka's tools read it) that
+    only its owner can read: it holds a password."""
+    return _private(path, format_properties(settings, comment))
 
 
 @dataclass(frozen=True)
@@ -159,12 +166,15 @@ class ClusterSecrets:
             "org.apache.kafka.common.security.scram.ScramLoginModule required "
             f'username="{ADMIN_USER}" password="{escaped}";'
         )
-        lines = [
-            "# raftlog cluster up --secure: the SCRAM user admin over TLS",
-            f"bootstrap.servers={','.join(bootstrap)}",
-            *(f"{key}={value}" for key, value in self.client_settings(password).items()),
-            "ssl.truststore.type=PEM",
-            f"ssl.truststore.location={self.truststore}",
-            f"sasl.jaas.config={jaas}",
-        ]
-        return _private(self.client_properties, "\n".join(lines) + "\n")
+        settings = {
+            "bootstrap.servers": ",".join(bootstrap),
+            **self.client_settings(password),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(self.truststore),
+            "sasl.jaas.config": jaas,
+        }
+        return write_properties(
+            self.client_properties,
+            settings,
+            "raftlog cluster up --secure: the SCRAM user admin over TLS",
+        )

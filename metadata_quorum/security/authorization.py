@@ -12,7 +12,6 @@ one line with the principal, its address, the listener, the operation and the re
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -65,25 +64,27 @@ class AccessControl:
     ) -> None:
         self._image_of = image_of
         self.settings = settings
-        self._lock = threading.Lock()
-        self._built_from: frozenset[object] | None = None
-        self._authorizer: Authorizer | None = None
+        # (the ACL set it was built from, the authorizer): replaced whole, read without a lock
+        self._built: tuple[frozenset[object], Authorizer] | None = None
 
     @property
     def enabled(self) -> bool:
         return self.settings is not None
 
     def authorizer(self) -> Authorizer | None:
+        """The authorizer of the image's ACLs, rebuilt only when they change (two requests
+        racing over a change may both build it: the same result)."""
         if self.settings is None:
             return None
         acls = self._image_of().acls
-        with self._lock:
-            if self._authorizer is None or self._built_from is not acls:
-                self._authorizer = Authorizer(
-                    acls, self.settings.super_users, self.settings.allow_everyone_if_no_acl_found
-                )
-                self._built_from = acls
-            return self._authorizer
+        built = self._built
+        if built is None or built[0] is not acls:
+            settings = self.settings
+            authorizer = Authorizer(
+                acls, settings.super_users, settings.allow_everyone_if_no_acl_found
+            )
+            built = self._built = (acls, authorizer)
+        return built[1]
 
     def allowed(
         self,

@@ -16,8 +16,6 @@ from typing import Any, Literal
 import grpc
 from cryptography.hazmat.primitives import serialization
 
-from metadata_quorum.security.principal import KafkaPrincipal, PrincipalMappingRules
-
 ClientAuth = Literal["none", "requested", "required"]
 
 
@@ -183,7 +181,3 @@ def _escape(value: str) -> str:
     if out.startswith((" ", "#")):
         out = "\\" + out
     return out[:-1] + "\\ " if out.endswith(" ") else out
-
-
-def principal_of_subject(subject: str, rules: PrincipalMappingRules) -> KafkaPrincipal:
-    return rules.principal_of(subject)

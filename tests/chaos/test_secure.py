@@ -8,9 +8,9 @@ import stat
 from pathlib import Path
 
 from chaos.rd_transformer import security_config
-from chaos.secure import WorkloadResources, workload_acls, workload_settings, write_properties
+from chaos.secure import WorkloadResources, workload_acls, workload_settings
 from dataplane.tools.command_config import read_command_config
-from dataplane.tools.secure_cluster import ClusterSecrets
+from dataplane.tools.secure_cluster import ClusterSecrets, write_properties
 from metadata_quorum.security.acl import AclOperation, PatternType, PermissionType, ResourceType
 
 TRANSACTIONS = WorkloadResources(

@@ -327,11 +327,10 @@ def test_alice_may_not_use_another_group(secured: Secured) -> None:
     wait_denied(secured, "User:alice", "DESCRIBE", "GROUP:bobs-group")
 
 
-@pytest.mark.skipif(KCAT is None, reason="kcat is installed by make deps")
 def test_kcat_as_alice_lists_only_what_she_may_describe_and_cannot_produce(
     secured: Secured,
 ) -> None:
-    assert KCAT is not None
+    assert KCAT is not None, "kcat is missing: make test installs it (apt-get install kcat)"
 
     def kcat(settings: dict[str, Any], *args: str, stdin: str = "") -> Any:
         options = [f"{k}={v}" for k, v in settings.items() if k != "bootstrap.servers"]

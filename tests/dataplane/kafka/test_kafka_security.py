@@ -199,9 +199,8 @@ def test_kafka_python_produces_and_consumes_over_sasl_ssl(
     assert sorted(values) == expected(topic, 200)
 
 
-@pytest.mark.skipif(KCAT is None, reason="kcat is installed by make deps")
 def test_kcat_produces_and_consumes_over_sasl_ssl(sasl_cluster: LocalCluster, pki: Pki) -> None:
-    assert KCAT is not None
+    assert KCAT is not None, "kcat is missing: make test installs it (apt-get install kcat)"
     create_topic(sasl_cluster, "kcat-sasl", 3)
     options = [
         "-b", servers(sasl_cluster), "-X", "security.protocol=SASL_SSL",

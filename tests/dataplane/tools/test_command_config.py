@@ -12,6 +12,7 @@ from dataplane.tools.cli import app
 from dataplane.tools.command_config import (
     CommandConfigError,
     command_security,
+    format_properties,
     parse_properties,
     read_command_config,
 )
@@ -104,3 +105,14 @@ def test_the_root_option_and_the_environment_reach_commands(
     bad.write_text("security.protocol=SASL_SSL\n")
     result = runner.invoke(app, ["--command-config", str(bad), "log", "--help"])
     assert result.exit_code == 2 and "needs ssl.ca.location" in result.output
+
+
+def test_format_properties_round_trips_through_parse_properties() -> None:
+    settings = {
+        "ssl.ca.location": "C:\\certs\\ca.pem",  # backslashes are escapes in Java's format
+        "sasl.jaas.config": 'org.X required username="a" password="p\\"q=";',
+        "odd key=:": "two\nlines",
+    }
+    text = format_properties(settings, "a comment")
+    assert text.startswith("# a comment\n")
+    assert parse_properties(text) == settings

@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import confluent_kafka
 import pytest
 from typer.testing import CliRunner
 
@@ -129,7 +130,6 @@ def test_the_cli_takes_command_config_and_the_cluster_commands_keep_working(
 
 
 def test_confluent_kafka_through_the_kafka_listener(cluster: LocalCluster) -> None:
-    confluent_kafka = pytest.importorskip("confluent_kafka")
     settings = {
         "bootstrap.servers": ",".join(cluster.kafka_bootstrap_servers),
         **cluster.client_settings,
