@@ -96,7 +96,7 @@ from metadata_quorum.client import ControllerClient
 from metadata_quorum.security.channels import ClientSecurity
 from protos import controller_pb2 as cpb
 from raftlog.batch import iter_batches
-from raftlog.errors import CorruptRecordError
+from raftlog.errors import CorruptRecordError, ErrorCode
 from raftlog.log import partition_dir_name
 
 log = logging.getLogger(__name__)
@@ -104,6 +104,7 @@ log = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parents[1]
 NODE_MODULES = ("raftlog", "metadata_quorum", "dataplane", "protos", "grpc", "pysyncobj")
 RECOVERY_TIMEOUT_S = 120.0
+HEAL_TIMEOUT_S = 60.0
 CATCH_UP_TIMEOUT_S = 60.0
 FLUSH_TIMEOUT_S = 60.0
 KILLS = ("kill", "controller-kill", "leader-kill")
@@ -556,7 +557,8 @@ class Run:
         _reassign(control, tp, target)
         name = f"{tp[0]}-{tp[1]}"
         detail = f"move {name} {list(original)} -> {list(target)}"
-        return sorted(set(original) | set(target)), detail, lambda: _reassign(control, tp, original)
+        heal = functools.partial(_move_back, control, tp, original)
+        return sorted(set(original) | set(target)), detail, heal
 
     def _note_halts(
         self, cluster: _Cluster, nodes: list[int], halted: dict[int, tuple[float, int]]
@@ -721,6 +723,22 @@ def _reassign(control: AdminClient, tp: tuple[str, int], target: tuple[int, ...]
     error = control.alter_partition_reassignments({tp: target})[TopicPartition(*tp)]
     if error is not None:
         raise error
+
+
+def _move_back(control: AdminClient, tp: tuple[str, int], original: tuple[int, ...]) -> None:
+    """Heal a reassign fault: move the partition back to ``original``. A broker of ``original``
+    that an earlier fault restarted may still be fenced (catching up with the metadata), and the
+    controller does not add a replica to a fenced broker: wait for it, with a deadline."""
+
+    def moved() -> bool:
+        error = control.alter_partition_reassignments({tp: original})[TopicPartition(*tp)]
+        if error is None:
+            return True
+        if error.error == ErrorCode.INVALID_REPLICA_ASSIGNMENT or error.retriable:
+            return False  # the original was valid when the fault began: a fenced broker
+        raise error
+
+    wait_for(f"brokers {list(original)} to be unfenced to move back to", moved, HEAL_TIMEOUT_S)
 
 
 def _how(code: int) -> str:
