@@ -188,6 +188,15 @@ class GroupCoordinator:
 
     def heartbeat(self, request: gpb.ConsumerGroupHeartbeatRequest) -> gs.HeartbeatResult:
         authz.check_group(self.access, request.group_id)
+        if request.HasField("subscribed_topic_names"):
+            # Kafka 4: a member may not subscribe to (and so learn of) topics it may not
+            # DESCRIBE; the whole heartbeat is refused, naming no topic
+            names = request.subscribed_topic_names.names
+            if authz.denied_topics(self.access, AclOperation.DESCRIBE, names):
+                raise KafkaError(
+                    ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                    "not authorized to DESCRIBE every subscribed topic",
+                )
         shard = self._shard(request.group_id)
         view = self._topics_view()
         return self._run(shard, lambda s: s.heartbeat(request, view, self.clock_ms()))

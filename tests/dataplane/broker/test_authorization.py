@@ -39,6 +39,7 @@ from metadata_quorum.security.principal import KafkaPrincipal, Session, acting_a
 from metadata_quorum.service import ControllerServicer
 from protos import broker_pb2 as pb
 from protos import controller_pb2 as cpb
+from protos import group_pb2 as gpb
 from protos import transaction_pb2 as tpb
 from raftlog.errors import ErrorCode, KafkaError
 from raftlog.records import encode_batch
@@ -418,6 +419,25 @@ def test_group_requests_need_the_group(groups: GroupCoordinator, images: Images)
         with acting_as(BOB), pytest.raises(KafkaError) as passed:
             call()
         assert passed.value.error is not ErrorCode.GROUP_AUTHORIZATION_FAILED, name
+
+
+def test_consumer_group_heartbeat_needs_describe_on_each_subscribed_topic(
+    groups: GroupCoordinator, images: Images
+) -> None:
+    """Kafka 4's rule: READ on the group is not enough to subscribe to a topic the member may
+    not DESCRIBE; the heartbeat is refused whole, before the group's state is looked at."""
+    request = gpb.ConsumerGroupHeartbeatRequest(
+        group_id="g", member_epoch=0, rebalance_timeout_ms=10_000,
+        subscribed_topic_names=gpb.TopicNames(names=[TOPIC, "secret"]),
+    )  # fmt: skip
+    images.current = with_acls(image(), acl(GROUP_T, "g", Op.READ), acl(TOPIC_T, TOPIC, Op.READ))
+    with acting_as(BOB), pytest.raises(KafkaError) as refused:
+        groups.heartbeat(request)
+    assert refused.value.error is ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    images.current = with_acls(image(), acl(GROUP_T, "g", Op.READ), acl(TOPIC_T, "*", Op.DESCRIBE))
+    with acting_as(BOB), pytest.raises(KafkaError) as passed:  # no __consumer_offsets here
+        groups.heartbeat(request)
+    assert passed.value.error is ErrorCode.NOT_COORDINATOR
 
 
 def test_list_groups_is_filtered(
