@@ -15,15 +15,18 @@ endpoints.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from dataplane.broker import authorization as authz
+from dataplane.coordinator import assignor
 from dataplane.coordinator import classic_group as cg
 from dataplane.coordinator import consumer_protocol as cp
 from dataplane.coordinator import group_state as gs
 from dataplane.coordinator.group_coordinator import GroupServicer
 from dataplane.kafka import codec as kc
 from metadata_quorum.image import MetadataImage
+from metadata_quorum.security.acl import AclOperation
 from protos import group_pb2 as gpb
 from raftlog.errors import ErrorCode, KafkaError
 
@@ -59,6 +62,8 @@ class KafkaGroups:
             kc.API_LEAVE_GROUP: self.leave_group,
             kc.API_LIST_GROUPS: self.list_groups,
             kc.API_DESCRIBE_GROUPS: self.describe_groups,
+            kc.API_DELETE_GROUPS: self.delete_groups,
+            kc.API_CONSUMER_GROUP_DESCRIBE: self.consumer_group_describe,
         }
 
     # -- FindCoordinator --------------------------------------------------------------------------
@@ -386,6 +391,94 @@ class KafkaGroups:
             }  # fmt: skip
         return {**out, **_as_classic(group)}
 
+    def delete_groups(self, request: kc.Request) -> kc.Data:
+        """DeleteGroups: each group's offsets and records, if it has no members (Kafka's
+        NON_EMPTY_GROUP otherwise; DELETE on the group; GROUP_ID_NOT_FOUND)."""
+        results = []
+        for group_id in request.body.groups_names:
+            try:
+                self.coordinator.delete_group(group_id)
+                code = 0
+            except KafkaError as error:
+                code = error.error.code
+            results.append({"group_id": group_id, "error_code": code})
+        return {"throttle_time": 0, "results": results}
+
+    def consumer_group_describe(self, request: kc.Request) -> kc.Data:
+        """ConsumerGroupDescribe (KIP-848): a consumer group's epochs, members, their
+        subscriptions, assignments and targets, topics by id and name. A classic group or an
+        unknown one is GROUP_ID_NOT_FOUND; DESCRIBE on the group, and (Kafka 4) on every topic
+        its members subscribe to or hold, else TOPIC_AUTHORIZATION_FAILED for the group."""
+        image = self.image()
+        return {
+            "throttle_time": 0,
+            "groups": [self._consumer_group(g, image) for g in request.body.group_ids],
+        }
+
+    def _consumer_group(self, group_id: str, image: MetadataImage) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "error_code": 0, "error_message": None, "group_id": group_id, "group_state": "Dead",
+            "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "", "members": [],
+            "authorized_operations": -(2**31),
+        }  # fmt: skip
+        try:
+            group = self.coordinator.describe_group(group_id)
+        except KafkaError as error:
+            return {**out, "error_code": error.error.code, "error_message": error.message}
+        if not isinstance(group, gs.Group) or (group.epoch == 0 and not group.members):
+            missing = KafkaError(
+                ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id!r} is not a consumer group"
+            )
+            return {**out, "error_code": missing.error.code, "error_message": missing.message}
+        members = sorted(group.members.values(), key=lambda m: m.member_id)
+        topics = {t for m in members for t, _ in m.assigned | m.pending_revocation}
+        topics |= {t for m in members for t in m.subscribed_topic_names}
+        topics |= {t for target in group.target.values() for t, _ in target}
+        if authz.denied_topics(self.coordinator.access, AclOperation.DESCRIBE, topics):
+            denied = "not authorized to DESCRIBE every topic of the group"
+            code = ErrorCode.TOPIC_AUTHORIZATION_FAILED.code
+            return {**out, "error_code": code, "error_message": denied}
+
+        def partitions(tps: Iterable[gs.TopicPartition]) -> dict[str, Any]:
+            by_topic: dict[str, list[int]] = {}
+            for topic, partition in tps:
+                by_topic.setdefault(topic, []).append(partition)
+            return {"topic_partitions": [
+                {"topic_id": image.topic_ids[t], "topic_name": t, "partitions": sorted(p)}
+                for t, p in sorted(by_topic.items())
+                if t in image.topic_ids
+            ]}  # fmt: skip
+
+        return {
+            **out,
+            "group_state": group.state,
+            "group_epoch": group.epoch,
+            "assignment_epoch": group.assignment_epoch,
+            "assignor_name": next(
+                (m.server_assignor for m in members if m.server_assignor), DEFAULT_ASSIGNOR
+            ),
+            "members": [
+                {
+                    "member_id": m.member_id,
+                    "instance_id": None,
+                    "rack_id": None,
+                    "member_epoch": m.member_epoch,
+                    "client_id": m.client_id,
+                    "client_host": "",
+                    "subscribed_topic_names": list(m.subscribed_topic_names),
+                    "subscribed_topic_regex": m.subscribed_topic_regex or None,
+                    "assignment": partitions(m.assigned),
+                    "target_assignment": partitions(group.target.get(m.member_id, ())),
+                    "member_type": CONSUMER_MEMBER_TYPE,
+                }
+                for m in members
+            ],
+        }
+
+
+# ConsumerGroupDescribe v1's member_type (KIP-1099): a member speaking KIP-848's protocol
+CONSUMER_MEMBER_TYPE = 1
+DEFAULT_ASSIGNOR = assignor.UNIFORM
 
 JOIN_GROUP_KIP_394_VERSION = 4  # from v4 a new member first gets its id (MEMBER_ID_REQUIRED)
 JOIN_GROUP_NULLABLE_PROTOCOL_VERSION = 7
