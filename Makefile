@@ -5,11 +5,14 @@ PYTHON  ?= python3.11
 VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
-# Debian packages the suite needs, as "command:package" pairs; installed only when missing.
-DEB_NEEDS := iptables:iptables kcat:kcat perf:linux-perf
+# Debian packages the suite needs, as "command:package" (or "file:package") pairs; installed only
+# when missing, before the venv: pyfuse3 (chaos.lazyfs, the forgetful filesystem) is built
+# against libfuse3-dev with pkg-config, and mounts need fusermount3 (fuse3).
+DEB_NEEDS := iptables:iptables kcat:kcat perf:linux-perf fusermount3:fuse3 pkg-config:pkg-config \
+  /usr/include/fuse3/fuse_lowlevel.h:libfuse3-dev
 PYTEST_WORKERS ?= 2
 
-.PHONY: help venv deps lint docs test test-fast demo demo-storage pipeline bench chaos clean protos cluster-up cluster-down cluster-status
+.PHONY: help venv debs deps lint docs test test-fast demo demo-storage pipeline bench chaos clean protos cluster-up cluster-down cluster-status
 
 help:
 	@echo "make demo   - set up, start 3 nodes, produce with acks=all through a leader SIGKILL, verify, stop;"
@@ -23,7 +26,7 @@ help:
 	@echo "make chaos  - 10-minute chaos run (3 nodes, NODES=5 for splits; every fault kind); report in .raftlog/chaos/report"
 	@echo "make cluster-up / cluster-down / cluster-status - the local 3-node cluster"
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml | debs
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
@@ -31,16 +34,18 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-deps: venv
+debs:
 	@for need in $(DEB_NEEDS); do \
 	  cmd=$${need%%:*}; pkg=$${need##*:}; \
-	  command -v $$cmd >/dev/null 2>&1 || missing="$$missing $$pkg"; \
+	  [ -e "$$cmd" ] || command -v $$cmd >/dev/null 2>&1 || missing="$$missing $$pkg"; \
 	done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
+
+deps: debs venv
 
 lint: venv
 	$(BIN)/ruff check .
@@ -49,16 +54,28 @@ lint: venv
 	$(BIN)/lint-imports
 
 # The manual. docs/performance.md is generated from bench/results/latest.json and
-# bench/performance_notes.md; on CI (CI=true) it is only checked, so a stale committed page fails.
+# bench/performance_notes.md, docs/compatibility.md from the code that decides
+# (dataplane/tools/compatibility_page.py); on CI (CI=true) both are only checked, so a stale
+# committed page fails.
 DOCS_SITE := .site
 docs: venv
 	$(BIN)/python -m bench.performance_page $(if $(CI),--check)
+	$(BIN)/python -m dataplane.tools.compatibility_page $(if $(CI),--check)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir $(DOCS_SITE)
 
-test: deps lint docs
+# kafkajs, a Node.js client, judges the KAFKA listener too (tests/dataplane/kafka/test_kafkajs.py):
+# node and npm are Debian packages only the tests need; kafkajs is the version
+# tests/js/package-lock.json pins, installed into tests/js/node_modules.
+JS_STAMP := tests/js/node_modules/.installed
+test test-fast: DEB_NEEDS += node:nodejs npm:npm
+$(JS_STAMP): tests/js/package.json tests/js/package-lock.json | debs
+	npm ci --prefix tests/js --no-audit --no-fund
+	touch $(JS_STAMP)
+
+test: deps $(JS_STAMP) lint docs
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup
 
-test-fast: deps
+test-fast: deps $(JS_STAMP)
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup -m "not slow"
 
 demo: deps

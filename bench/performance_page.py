@@ -940,6 +940,8 @@ def render_security(results: Results) -> str:
          f"p99 {fig(auth.get('p99_cost_pct'))}%"),
         ("Raft commits/s, encrypted transport", count(_get(raft, "plaintext.commits_per_s")),
          count(_get(raft, "encrypted.commits_per_s")), f"{fig(raft.get('commits_cost_pct'))}%"),
+        ("Raft commits/s, TLS transport", count(_get(raft, "plaintext.commits_per_s")),
+         count(_get(raft, "tls.commits_per_s")), f"{fig(raft.get('tls_commits_cost_pct'))}%"),
     ]  # fmt: skip
     header = (
         f"{count(sec.get('nodes'))} nodes, {count(sec.get('partitions'))} partitions, "

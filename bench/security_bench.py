@@ -21,7 +21,8 @@ temporary directories removed afterwards:
    10,000 ACLs of which ``MATCHING_ACLS`` name the producing principal (User:ANONYMOUS: the
    listener is plaintext). Target: p99 at most 5% above.
 4. The Raft transport: pipelined commits/s and one-at-a-time commit latency of a 3-process
-   quorum (``tests.metadata_quorum.raft_node bench --encryption``), plaintext and encrypted.
+   quorum (``tests.metadata_quorum.raft_node bench --encryption``), plaintext, encrypted with
+   the secret and under TLS; and each one's CPU per message (``bench.raft_transport``).
 
 Every wait polls a condition with a deadline; the nodes are stopped by their pids at the end,
 also on failure or SIGTERM.
@@ -52,7 +53,7 @@ import grpc
 from rich.console import Console
 from rich.table import Table
 
-from bench import RECORD_BYTES, REPO_ROOT, bench_main
+from bench import RECORD_BYTES, REPO_ROOT, bench_main, raft_transport
 from dataplane.client import AdminClient, Consumer, NewTopic, Producer
 from dataplane.tools.local_cluster import LocalCluster, pick_cluster_port, wait_for
 from metadata_quorum.security.acl import (
@@ -392,13 +393,18 @@ def raft_encryption(sizes: Sizes) -> dict[str, Any]:
         env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
     )  # fmt: skip
     figures: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    plain, encrypted = figures["fsync"], figures["encrypted"]
+    plain, encrypted, tls = figures["fsync"], figures["encrypted"], figures["tls"]
+    with tempfile.TemporaryDirectory(prefix="raft-transport-") as directory:
+        per_message = raft_transport.measure(Path(directory))
     return {
         "plaintext": plain,
         "encrypted": encrypted,
+        "tls": tls,
         "commits_cost_pct": round(
             (1 - encrypted["commits_per_s"] / plain["commits_per_s"]) * 100, 1
         ),
+        "tls_commits_cost_pct": round((1 - tls["commits_per_s"] / plain["commits_per_s"]) * 100, 1),
+        "per_message_us": per_message,
     }
 
 
@@ -452,6 +458,14 @@ def print_report(console: Console, figures: dict[str, Any]) -> None:
     table.add_row(
         "Raft commit p50 ms", f"{raft['plaintext']['commit_latency_p50_ms']}",
         f"{raft['encrypted']['commit_latency_p50_ms']}", "",
+    )  # fmt: skip
+    table.add_row(
+        "Raft commits/s (TLS)", f"{raft['plaintext']['commits_per_s']:,.0f}",
+        f"{raft['tls']['commits_per_s']:,.0f}", f"{raft['tls_commits_cost_pct']}%",
+    )  # fmt: skip
+    table.add_row(
+        "Raft commit p50 ms (TLS)", f"{raft['plaintext']['commit_latency_p50_ms']}",
+        f"{raft['tls']['commit_latency_p50_ms']}", "",
     )  # fmt: skip
     console.print(table)
     shakes = Table("handshake", "p50 ms", "p99 ms", title="new connections")

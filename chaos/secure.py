@@ -1,8 +1,8 @@
 """A chaos run against a secure cluster (``raftlog chaos run --secure``).
 
 The run's cluster is ``LocalCluster(secure=True)`` (dataplane/tools/secure_cluster.py): every
-listener but METRICS SASL_SSL, the StandardAuthorizer, an encrypted Raft transport. Who
-connects as whom:
+listener but METRICS SASL_SSL, the StandardAuthorizer, the Raft transport under TLS between the
+nodes' certificates. Who connects as whom:
 
 - The workloads (producers, group members, the committed-offsets watcher, the admin workload,
   the metadata sampler) and the transformers connect as the SCRAM user ``chaos``
@@ -20,7 +20,7 @@ time it starts.
 
 Node processes run as their own system users (chaos/network.py), and the secrets are root's,
 0600 in a 0700 directory. `share_secrets` lets each node read what it needs and nothing more:
-its own keystore (handed to its user), the CA's certificate and the Raft transport's secret
+its own keystore (handed to its user; the Raft transport's TLS uses it too), the CA's certificate
 (readable by the node group), passage through the directory (search, no listing). The CA's key,
 the admin's keystore and password and the workload user's settings stay root's alone.
 """
@@ -163,16 +163,15 @@ def set_up(local: LocalCluster, resources: WorkloadResources) -> RunSecurity:
 def share_secrets(secrets_of: ClusterSecrets, node_id: int, identity: NodeIdentity) -> None:
     """Let node ``node_id``'s processes (running as `identity`, with the node group as a
     supplementary group: chaos/network.py `spawn`) read what a secure node reads: its keystore
-    becomes its user's (still 0600), the CA's certificate and the Raft secret the node group's
-    (0640), the directory searchable by the node group (0710: no listing). Run after
+    becomes its user's (still 0600), the CA's certificate the node group's (0640), the
+    directory searchable by the node group (0710: no listing). Run after
     ``ClusterSecrets.ensure`` made the files and before the node starts."""
     group = node_group_gid()
     directory = secrets_of.directory
     os.chown(directory, 0, group)
     directory.chmod(0o710)
-    for shared in (secrets_of.truststore, secrets_of.raft_secret):
-        os.chown(shared, 0, group)
-        shared.chmod(0o640)
+    os.chown(secrets_of.truststore, 0, group)
+    secrets_of.truststore.chmod(0o640)
     keystore = secrets_of.node_keystore(node_id)
     os.chown(keystore, identity.uid, identity.gid)
     keystore.chmod(0o600)

@@ -105,7 +105,7 @@ def generate_register_broker(
                 f"(expires within {sessions.session_timeout_ms} ms)",
             )
     statics = dict(static_configs or {})
-    configs.validate_broker_configs(statics)
+    configs.validate_static_broker_configs(statics)
     records: list[MetadataRecord] = [
         RegisterBroker(broker_id, incarnation_id, endpoints, rack, tuple(sorted(statics.items())))
     ]

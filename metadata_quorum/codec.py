@@ -21,6 +21,7 @@ from metadata_quorum.records import (
     ControllerVoter,
     CordonBroker,
     Endpoint,
+    FeatureLevelRecord,
     FenceBroker,
     LeaderChange,
     MetadataRecord,
@@ -177,6 +178,12 @@ def record_to_proto(record: MetadataRecord) -> pb.MetadataRecord:
             return pb.MetadataRecord(
                 remove_user_scram_credential=pb.RemoveUserScramCredentialRecord(
                     version=v, name=record.name, mechanism=int(record.mechanism)
+                )
+            )
+        case FeatureLevelRecord():
+            return pb.MetadataRecord(
+                feature_level=pb.FeatureLevelRecord(
+                    version=v, name=record.name, feature_level=record.feature_level
                 )
             )
     raise AssertionError(f"exhaustive dispatch: unknown record type {type(record).__name__}")
@@ -381,6 +388,9 @@ _DECODERS: dict[str, Callable[[pb.MetadataRecord], MetadataRecord]] = {
     "remove_user_scram_credential": lambda m: RemoveUserScramCredentialRecord(
         m.remove_user_scram_credential.name,
         _mechanism(m.remove_user_scram_credential.mechanism),
+    ),
+    "feature_level": lambda m: FeatureLevelRecord(
+        m.feature_level.name, m.feature_level.feature_level
     ),
 }
 

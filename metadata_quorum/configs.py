@@ -22,8 +22,15 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from metadata_quorum.group_configs import GROUP_KEYS, KAFKA_GROUP_RULES, GroupRules
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.records import ConfigResourceType
+from metadata_quorum.topic_config_defs import (
+    BROKER_SYNONYMS,
+    DYNAMIC_BROKER_SYNONYMS,
+    TOPIC_CONFIG_DEFS,
+    topic_values_from_broker,
+)
 from raftlog.config import INT64_MAX, ConfigError, LogConfig, describe_validation_error
 from raftlog.errors import ErrorCode, KafkaError
 
@@ -44,11 +51,19 @@ class ConfigSource(IntEnum):
     DEFAULT_CONFIG = 5
 
 
+class DescribedSynonym(NamedTuple):
+    name: str
+    value: str
+    source: ConfigSource
+
+
 class DescribedConfig(NamedTuple):
     name: str
     value: str
     is_default: bool  # Kafka's DescribeConfigs v0 flag: the value is Kafka's default
     source: ConfigSource
+    # Kafka's synonyms: every source that sets the value, the winning one first
+    synonyms: tuple[DescribedSynonym, ...] = ()
 
 
 class AlterOp(IntEnum):
@@ -166,6 +181,56 @@ BROKER_KEYS = _aliases(BrokerConfig)
 TOPIC_KEYS = LOG_KEYS | REPLICATION_KEYS
 
 
+# Kafka 4 broker configs whose update mode is read-only (not in Kafka's
+# DynamicBrokerConfig.AllDynamicConfigs): only a node's config file sets them, and
+# AlterConfigs on a broker refuses them by name. Every broker synonym of a topic config but
+# the first is among them (Kafka's DynamicLogConfig takes only ``log.retention.ms``, not
+# ``log.retention.hours``). A key in neither this set nor raftlog's dynamic keys is unknown.
+KAFKA_READ_ONLY_BROKER_CONFIGS = frozenset(
+    {
+        "node.id", "broker.id", "process.roles", "log.dirs", "log.dir", "metadata.log.dir",
+        "controller.listener.names", "controller.quorum.voters",
+        "controller.quorum.bootstrap.servers", "controller.quorum.election.timeout.ms",
+        "controller.quorum.fetch.timeout.ms", "inter.broker.listener.name",
+        "security.inter.broker.protocol", "broker.rack", "broker.heartbeat.interval.ms",
+        "broker.session.timeout.ms", "initial.broker.registration.timeout.ms",
+        "auto.create.topics.enable", "authorizer.class.name", "delete.topic.enable",
+        "num.partitions", "default.replication.factor", "auto.leader.rebalance.enable",
+        "leader.imbalance.per.broker.percentage", "leader.imbalance.check.interval.seconds",
+        "log.retention.check.interval.ms", "group.initial.rebalance.delay.ms",
+        "group.min.session.timeout.ms", "group.max.session.timeout.ms", "group.max.size",
+        "offsets.topic.num.partitions", "offsets.topic.replication.factor",
+        "offsets.topic.segment.bytes", "offsets.retention.minutes",
+        "offsets.retention.check.interval.ms", "offsets.commit.timeout.ms",
+        "offset.metadata.max.bytes", "transaction.state.log.num.partitions",
+        "transaction.state.log.replication.factor", "transaction.state.log.segment.bytes",
+        "transaction.state.log.min.isr", "transaction.max.timeout.ms",
+        "transactional.id.expiration.ms", "replica.fetch.max.bytes",
+        "replica.fetch.response.max.bytes", "replica.fetch.wait.max.ms",
+        "replica.lag.time.max.ms", "replica.selector.class", "replica.socket.timeout.ms",
+        "max.incremental.fetch.session.cache.slots", "queued.max.requests",
+        "socket.send.buffer.bytes", "socket.receive.buffer.bytes", "socket.request.max.bytes",
+        "num.replica.alter.log.dirs.threads", "fetch.max.bytes", "metadata.log.segment.bytes",
+        "metadata.max.retention.bytes",
+    }
+    | (BROKER_SYNONYMS.keys() - DYNAMIC_BROKER_SYNONYMS)
+)  # fmt: skip
+
+
+def refuse_read_only_broker_configs(name: str, keys: Sequence[str]) -> None:
+    """Kafka's DynamicBrokerConfig.validateConfigs: a broker config only a node's config file
+    sets is INVALID_REQUEST (as Kafka's ConfigAdminManager answers it, KAFKA-13609), named in
+    Kafka's words. raftlog's own cluster-wide keys (``num.partitions``, ...) stay settable on
+    the cluster default (broker "")."""
+    allowed = known_keys(ConfigResourceType.BROKER, name)
+    read_only = sorted((set(keys) & KAFKA_READ_ONLY_BROKER_CONFIGS) - allowed)
+    if read_only:
+        raise KafkaError(
+            ErrorCode.INVALID_REQUEST,
+            f"Cannot update these configs dynamically: Set({', '.join(read_only)})",
+        )
+
+
 def _parse(model: type[BaseModel], values: Mapping[str, Any]) -> Any:
     try:
         return model.model_validate(dict(values))
@@ -173,52 +238,100 @@ def _parse(model: type[BaseModel], values: Mapping[str, Any]) -> Any:
         raise ConfigError(describe_validation_error(error)) from error
 
 
+REMOTE_STORAGE_DISABLED = (
+    "remote.storage.enable: Tiered Storage functionality is disabled in the broker. Topic "
+    "cannot be configured with remote log storage."
+)
+
+
 def validate_topic_configs(values: Mapping[str, str]) -> None:
-    """Raise INVALID_CONFIG naming each unknown key or bad value."""
+    """Raise INVALID_CONFIG naming each unknown key or bad value. remote.storage.enable=true
+    is refused as by a Kafka cluster with remote.log.storage.system.enable=false."""
     unknown = sorted(set(values) - TOPIC_KEYS)
     if unknown:
         raise ConfigError("; ".join(f"{key}: unknown topic configuration key" for key in unknown))
-    LogConfig.parse({k: v for k, v in values.items() if k in LOG_KEYS})
+    config = LogConfig.parse({k: v for k, v in values.items() if k in LOG_KEYS})
     _parse(ReplicationConfig, {k: v for k, v in values.items() if k in REPLICATION_KEYS})
+    if config.remote_storage_enable:
+        raise ConfigError(REMOTE_STORAGE_DISABLED)
+
+
+def validate_broker_log_configs(values: Mapping[str, str]) -> None:
+    """Broker configs that set topic configs' defaults (``log.retention.hours``, ...): each
+    validated as the topic config it sets, INVALID_CONFIG naming the broker config."""
+    for key, value in values.items():
+        topic_key, _ = BROKER_SYNONYMS[key]
+        converted = topic_values_from_broker({key: value})[topic_key][0]
+        try:
+            validate_topic_configs({topic_key: converted})
+        except ConfigError as error:
+            raise ConfigError(f"{key}: {error.message.partition(': ')[2]}") from error
 
 
 def validate_cluster_configs(values: Mapping[str, str]) -> None:
     """Cluster-wide overrides: the cluster keys plus defaults for every topic and broker key."""
-    unknown = sorted(set(values) - TOPIC_KEYS - CLUSTER_KEYS - BROKER_KEYS)
+    unknown = sorted(
+        set(values) - TOPIC_KEYS - CLUSTER_KEYS - BROKER_KEYS - DYNAMIC_BROKER_SYNONYMS
+    )
     if unknown:
         raise ConfigError("; ".join(f"{key}: unknown configuration key" for key in unknown))
     validate_topic_configs({k: v for k, v in values.items() if k in TOPIC_KEYS})
+    validate_broker_log_configs({k: v for k, v in values.items() if k in DYNAMIC_BROKER_SYNONYMS})
     _parse(ClusterConfig, {k: v for k, v in values.items() if k in CLUSTER_KEYS})
     _parse(BrokerConfig, {k: v for k, v in values.items() if k in BROKER_KEYS})
 
 
 def validate_broker_configs(values: Mapping[str, str]) -> None:
-    """One broker's own overrides (resource BROKER, name = its id): the dynamic broker keys."""
-    unknown = sorted(set(values) - BROKER_KEYS)
+    """One broker's own overrides (resource BROKER, name = its id): the dynamic broker keys
+    and the dynamic topic defaults (``log.retention.ms``, ...)."""
+    unknown = sorted(set(values) - BROKER_KEYS - DYNAMIC_BROKER_SYNONYMS)
     if unknown:
         raise ConfigError(
             "; ".join(
                 f"{key}: not a per-broker configuration key (per broker: "
-                f"{', '.join(sorted(BROKER_KEYS))}; set the others cluster-wide, name '')"
+                f"{', '.join(sorted(BROKER_KEYS))} and the log.* topic defaults; set the "
+                "others cluster-wide, name '')"
                 for key in unknown
             )
         )
-    _parse(BrokerConfig, values)
+    _parse(BrokerConfig, {k: v for k, v in values.items() if k in BROKER_KEYS})
+    validate_broker_log_configs({k: v for k, v in values.items() if k in DYNAMIC_BROKER_SYNONYMS})
+
+
+def validate_static_broker_configs(values: Mapping[str, str]) -> None:
+    """What a broker's config file sets and registers: its dynamic broker keys and any topic
+    config default (every broker synonym, ``log.retention.hours`` too)."""
+    unknown = sorted(set(values) - BROKER_KEYS - BROKER_SYNONYMS.keys())
+    if unknown:
+        raise ConfigError(
+            "; ".join(f"{key}: not a broker configuration key a file registers" for key in unknown)
+        )
+    _parse(BrokerConfig, {k: v for k, v in values.items() if k in BROKER_KEYS})
+    validate_broker_log_configs({k: v for k, v in values.items() if k in BROKER_SYNONYMS})
 
 
 def known_keys(kind: ConfigResourceType, name: str) -> frozenset[str]:
     """The keys a resource may override: a topic's, one broker's dynamic ones, or (the
-    cluster-wide default, broker "") all of them."""
+    cluster-wide default, broker "") all of them; a group's (metadata_quorum.group_configs)."""
     if kind is ConfigResourceType.TOPIC:
         return TOPIC_KEYS
-    return BROKER_KEYS if name else TOPIC_KEYS | CLUSTER_KEYS | BROKER_KEYS
+    if kind is ConfigResourceType.GROUP:
+        return GROUP_KEYS
+    if name:
+        return BROKER_KEYS | DYNAMIC_BROKER_SYNONYMS
+    return TOPIC_KEYS | CLUSTER_KEYS | BROKER_KEYS | DYNAMIC_BROKER_SYNONYMS
 
 
 def validate_dynamic_configs(
-    kind: ConfigResourceType, name: str, values: Mapping[str, str]
+    kind: ConfigResourceType,
+    name: str,
+    values: Mapping[str, str],
+    group_rules: GroupRules = KAFKA_GROUP_RULES,
 ) -> None:
     if kind is ConfigResourceType.TOPIC:
         validate_topic_configs(values)
+    elif kind is ConfigResourceType.GROUP:
+        group_rules.validate(values)
     elif name:
         validate_broker_configs(values)
     else:
@@ -251,22 +364,32 @@ def alter_dynamic_configs(
     ops: Sequence[tuple[AlterOp, str, str | None]],
     *,
     replace: bool = False,
+    group_rules: GroupRules = KAFKA_GROUP_RULES,
 ) -> dict[str, str]:
-    """The resource's new dynamic set after ``ops`` (op, key, value), validated whole.
+    """The resource's new dynamic set after ``ops`` (op, key, value), validated whole (a
+    group's with ``group_rules``: the controller node's group defaults and bounds).
 
     IncrementalAlterConfigs: SET a value, DELETE the override (back to the next source),
     APPEND entries to / SUBTRACT entries from a list config, starting from its override or
     else Kafka's default. AlterConfigs (``replace``): the SET values become the whole set.
-    A key named twice is INVALID_REQUEST (as Kafka's ConfigAdminManager); an unknown key, a
+    A key named twice, or a broker config Kafka only reads from a node's file
+    (``log.dirs``: ``refuse_read_only_broker_configs``), is INVALID_REQUEST (as Kafka's
+    ConfigAdminManager); an unknown key, a
     null value to set, APPEND/SUBTRACT on a key that is no list, or a bad resulting value is
     INVALID_CONFIG naming the key."""
     keys = [key for _, key, _ in ops]
     twice = sorted({key for key in keys if keys.count(key) > 1})
     if twice:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"duplicate config keys: {', '.join(twice)}")
+    if kind is ConfigResourceType.BROKER:
+        refuse_read_only_broker_configs(
+            name, [key for op, key, _ in ops if op is not AlterOp.DELETE]
+        )
     unknown = sorted(set(keys) - known_keys(kind, name))
     if unknown:
-        what = "topic" if kind is ConfigResourceType.TOPIC else "broker" if name else "cluster"
+        what = {ConfigResourceType.TOPIC: "topic", ConfigResourceType.GROUP: "group"}.get(
+            kind, "broker" if name else "cluster"
+        )
         raise ConfigError("; ".join(f"{key}: unknown {what} configuration key" for key in unknown))
     new = {} if replace else dict(current)
     defaults = default_values()
@@ -278,8 +401,8 @@ def alter_dynamic_configs(
         elif op is AlterOp.SET:
             new[key] = value
         else:
-            new[key] = _listed(op, key, value, new.get(key, defaults[key]))
-    validate_dynamic_configs(kind, name, new)
+            new[key] = _listed(op, key, value, new.get(key, defaults.get(key, "")))
+    validate_dynamic_configs(kind, name, new, group_rules)
     return new
 
 
@@ -338,15 +461,56 @@ def broker_config(
     return config
 
 
-def effective_topic_values(image: MetadataImage, topic: str) -> dict[str, str]:
-    """Overrides that apply to ``topic``: cluster-wide ones, then the topic's own."""
-    merged = {k: v for k, v in cluster_overrides(image).items() if k in TOPIC_KEYS}
-    merged.update(image.topic_configs(topic))
+TopicLayer = dict[str, tuple[str, str, str]]  # topic key -> (value, name set under, its value)
+
+
+def topic_value_layers(
+    image: MetadataImage,
+    topic: str,
+    broker_id: int | None = None,
+    static: Mapping[str, str] | None = None,
+) -> list[tuple[ConfigSource, TopicLayer]]:
+    """Where ``topic``'s values come from, most specific first (Kafka's precedence): its own
+    overrides, broker ``broker_id``'s dynamic ``log.*`` defaults, the cluster-wide ones
+    (``log.*`` names, or the topic names themselves: raftlog's older form, which wins), the
+    broker's node config file (``static``, or as it registered it). Without ``broker_id`` (the
+    controller's own decisions) only the topic's and the cluster-wide layers."""
+    own = {k: (v, k, v) for k, v in image.topic_configs(topic).items()}
+    layers: list[tuple[ConfigSource, TopicLayer]] = [(ConfigSource.DYNAMIC_TOPIC_CONFIG, own)]
+    if broker_id is not None:
+        broker = topic_values_from_broker(broker_overrides(image, broker_id))
+        layers.append((ConfigSource.DYNAMIC_BROKER_CONFIG, broker))
+    cluster = cluster_overrides(image)
+    cluster_layer = topic_values_from_broker(cluster)
+    cluster_layer.update((k, (v, k, v)) for k, v in cluster.items() if k in TOPIC_KEYS)
+    layers.append((ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG, cluster_layer))
+    if broker_id is not None:
+        statics = static_broker_values(image, broker_id) if static is None else static
+        layers.append((ConfigSource.STATIC_BROKER_CONFIG, topic_values_from_broker(statics)))
+    return layers
+
+
+def effective_topic_values(
+    image: MetadataImage,
+    topic: str,
+    broker_id: int | None = None,
+    static: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The values set for ``topic`` somewhere (see ``topic_value_layers``); Kafka's default
+    for the others."""
+    merged: dict[str, str] = {}
+    for _, layer in reversed(topic_value_layers(image, topic, broker_id, static)):
+        merged.update((k, value) for k, (value, _, _) in layer.items())
     return merged
 
 
-def replication_config(image: MetadataImage, topic: str) -> ReplicationConfig:
-    values = effective_topic_values(image, topic)
+def replication_config(
+    image: MetadataImage,
+    topic: str,
+    broker_id: int | None = None,
+    static: Mapping[str, str] | None = None,
+) -> ReplicationConfig:
+    values = effective_topic_values(image, topic, broker_id, static)
     config: ReplicationConfig = _parse(
         ReplicationConfig, {k: v for k, v in values.items() if k in REPLICATION_KEYS}
     )
@@ -361,8 +525,15 @@ def throttled_replicas(config: ReplicationConfig) -> tuple[ThrottledReplicas, Th
     )
 
 
-def log_config(image: MetadataImage, topic: str) -> LogConfig:
-    values = effective_topic_values(image, topic)
+def log_config(
+    image: MetadataImage,
+    topic: str,
+    broker_id: int | None = None,
+    static: Mapping[str, str] | None = None,
+) -> LogConfig:
+    """``topic``'s log config; as broker ``broker_id`` applies it when given (with its
+    ``log.*`` defaults, ``static`` its node config file's)."""
+    values = effective_topic_values(image, topic, broker_id, static)
     return LogConfig.parse({k: v for k, v in values.items() if k in LOG_KEYS})
 
 
@@ -387,24 +558,44 @@ def _described(key: str, value: str, source: ConfigSource) -> DescribedConfig:
     return DescribedConfig(key, value, source is ConfigSource.DEFAULT_CONFIG, source)
 
 
-def describe_topic(image: MetadataImage, topic: str) -> list[DescribedConfig]:
-    """Every topic key with its effective value: the topic's own override, the cluster-wide
-    one (DYNAMIC_DEFAULT_BROKER_CONFIG), or Kafka's default."""
-    own, cluster = image.topic_configs(topic), cluster_overrides(image)
+def describe_topic(
+    image: MetadataImage,
+    topic: str,
+    broker_id: int | None = None,
+    static: Mapping[str, str] | None = None,
+) -> list[DescribedConfig]:
+    """Every topic key with its effective value (as broker ``broker_id`` applies it, when
+    given), the source of that value and its synonyms: each layer that sets it, under the name
+    it is set with there (``log.roll.hours``: its own value), then Kafka's default under the
+    topic config's first broker synonym."""
+    layers = topic_value_layers(image, topic, broker_id, static)
     defaults = LogConfig().to_properties() | _as_properties(ReplicationConfig())
-    effective = log_config(image, topic).to_properties() | _as_properties(
-        replication_config(image, topic)
+    effective = log_config(image, topic, broker_id, static).to_properties() | _as_properties(
+        replication_config(image, topic, broker_id, static)
     )
     rows = []
     for key in sorted(defaults):
-        if key in own:
-            source = ConfigSource.DYNAMIC_TOPIC_CONFIG
-        elif key in cluster:
-            source = ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
-        else:
-            source = ConfigSource.DEFAULT_CONFIG
-        rows.append(_described(key, effective[key], source))
+        synonyms = [
+            DescribedSynonym(layer[key][1], layer[key][2], source)
+            for source, layer in layers
+            if key in layer
+        ]
+        names = TOPIC_CONFIG_DEFS[key].synonyms
+        default_name = names[0].name if names else key
+        synonyms.append(DescribedSynonym(default_name, defaults[key], ConfigSource.DEFAULT_CONFIG))
+        source = synonyms[0].source
+        rows.append(
+            DescribedConfig(
+                key, effective[key], source is ConfigSource.DEFAULT_CONFIG, source, tuple(synonyms)
+            )
+        )
     return rows
+
+
+def _log_synonym_defaults() -> dict[str, str]:
+    """Kafka's default of each dynamic ``log.*`` topic default (its topic config's)."""
+    topic_defaults = LogConfig().to_properties() | _as_properties(ReplicationConfig())
+    return {name: topic_defaults[BROKER_SYNONYMS[name][0]] for name in DYNAMIC_BROKER_SYNONYMS}
 
 
 def describe_cluster(image: MetadataImage) -> list[DescribedConfig]:
@@ -414,7 +605,7 @@ def describe_cluster(image: MetadataImage) -> list[DescribedConfig]:
         _described(key, overrides[key], ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
         if key in overrides
         else _described(key, value, ConfigSource.DEFAULT_CONFIG)
-        for key, value in sorted(default_values().items())
+        for key, value in sorted((_log_synonym_defaults() | default_values()).items())
     ]
 
 
@@ -424,7 +615,19 @@ def describe_broker(
     """Every dynamic broker key of ``broker_id`` with its effective value and its source."""
     sources = broker_value_sources(image, broker_id, static)
     effective = _as_properties(broker_config(image, broker_id, static))
-    return [
+    rows = [
         _described(key, effective[key], sources.get(key, ("", ConfigSource.DEFAULT_CONFIG))[1])
-        for key in sorted(effective)
+        for key in effective
     ]
+    statics = static_broker_values(image, broker_id) if static is None else static
+    layers = (
+        (broker_overrides(image, broker_id), ConfigSource.DYNAMIC_BROKER_CONFIG),
+        (cluster_overrides(image), ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+        (statics, ConfigSource.STATIC_BROKER_CONFIG),
+    )
+    for key, default in _log_synonym_defaults().items():
+        if key in effective:
+            continue
+        found = next(((v[key], s) for v, s in layers if key in v), None)
+        rows.append(_described(key, *(found or (default, ConfigSource.DEFAULT_CONFIG))))
+    return sorted(rows)

@@ -30,6 +30,7 @@ from metadata_quorum.cluster import (
 )
 from metadata_quorum.codec import decode_batch, decode_snapshot, encode_batch, encode_snapshot
 from metadata_quorum.configs import cluster_config
+from metadata_quorum.features import generate_bootstrap_features
 from metadata_quorum.image import MetadataDelta, MetadataImage, Rejected
 from metadata_quorum.raft import MembershipChangeError, MetadataLogError, QuorumStatus
 from metadata_quorum.records import ControllerVoter, LeaderChange, MetadataRecord
@@ -283,6 +284,8 @@ class QuorumController:
         if self._speculative is None:
             return
         self._reconcile_if_idle()
+        # the bootstrap feature levels, once (Kafka writes them when it formats the log)
+        self.write(lambda image: (generate_bootstrap_features(image), None))
         now = self.now_ms()
         expired = self.sessions.expired(self.state.image, now)
         if expired:

@@ -25,6 +25,7 @@ from metadata_quorum.records import (
     ControllerVoter,
     CordonBroker,
     Endpoint,
+    FeatureLevelRecord,
     FenceBroker,
     LeaderChange,
     MetadataRecord,
@@ -133,6 +134,9 @@ class MetadataImage:
     scram_credentials: Mapping[str, Mapping[ScramMechanism, ScramCredential]] = field(
         default_factory=dict
     )
+    # finalized feature levels by feature name (metadata_quorum.features), empty until the
+    # first active controller writes the bootstrap levels
+    features: Mapping[str, int] = field(default_factory=dict)
 
     def scram_credential(self, user: str, mechanism: ScramMechanism) -> ScramCredential | None:
         return self.scram_credentials.get(user, {}).get(mechanism)
@@ -196,6 +200,7 @@ class MetadataDelta:
         self._voters = base.voters
         self._acls: set[AclBinding] | None = None  # copied from base on the first change
         self._scram: dict[str, Mapping[ScramMechanism, ScramCredential]] | None = None
+        self._features: dict[str, int] | None = None  # copied from base on the first change
         self.rejected: list[Rejected] = []
 
     # -- replay --------------------------------------------------------------------------
@@ -247,6 +252,8 @@ class MetadataDelta:
                 return self._change_acl(record)
             case UserScramCredentialRecord() | RemoveUserScramCredentialRecord():
                 return self._change_scram(record)
+            case FeatureLevelRecord():
+                return self._set_feature(record)
         raise AssertionError(f"exhaustive dispatch: unknown record type {type(record).__name__}")
 
     def _register_broker(self, record: RegisterBroker) -> str | None:
@@ -468,6 +475,14 @@ class MetadataDelta:
             self._scram.pop(record.name, None)
         return None
 
+    def _set_feature(self, record: FeatureLevelRecord) -> str | None:
+        if record.feature_level < 0:
+            return f"feature {record.name} level {record.feature_level} < 0"
+        if self._features is None:
+            self._features = dict(self.base.features)
+        self._features[record.name] = record.feature_level
+        return None
+
     # -- result --------------------------------------------------------------------------
     def image(self) -> MetadataImage:
         topics = dict(self._topics)
@@ -488,6 +503,7 @@ class MetadataDelta:
             voters=self._voters,
             acls=self.base.acls if self._acls is None else frozenset(self._acls),
             scram_credentials=self.base.scram_credentials if self._scram is None else self._scram,
+            features=self.base.features if self._features is None else self._features,
         )
 
 
@@ -555,6 +571,7 @@ def to_records(image: MetadataImage) -> tuple[list[BrokerRegistration], list[Met
     records.extend(AccessControlEntryRecord(b) for b in sorted(image.acls))
     for user, credentials in sorted(image.scram_credentials.items()):
         records.extend(UserScramCredentialRecord(user, c) for _, c in sorted(credentials.items()))
+    records.extend(FeatureLevelRecord(name, lv) for name, lv in sorted(image.features.items()))
     brokers = [b for _, b in sorted(image.brokers.items())]
     return brokers, records
 

@@ -1,4 +1,4 @@
-"""The Raft metadata log: the one module that imports pysyncobj (0.3.x).
+"""The Raft metadata log: the one module that imports pysyncobj (0.3.x), with raft_tls.py.
 
 `MetadataLog` replicates opaque ``bytes`` entries through a pysyncobj quorum and hands each
 committed entry, in log order, to a `StateMachine` on every voter. Nothing pysyncobj-specific
@@ -18,7 +18,9 @@ deposed controller. `is_leader()` turns true only once this node leads *and* has
 no-op entry of its term, i.e. its state machine holds every previously committed entry.
 `index` passed to `apply` is the Raft log index: increasing, with gaps (no-ops).
 
-Files under ``data_dir``: ``raft.journal`` (pysyncobj's mmap'ed log), ``raft.journal.meta``
+Files under ``data_dir``: ``raft.journal`` (pysyncobj's log format, written by raft_journal.py
+with ``pwrite`` into space reserved first: pysyncobj's own journal is mmap'ed and dies of
+SIGBUS on a full disk; `_create_journal` installs ours), ``raft.journal.meta``
 (term, vote, commit index), ``raft.snapshot`` (our format: both Raft entries pysyncobj
 needs, the voter set as of the snapshot, the state machine's bytes, CRC-32),
 ``raft.bootstrap`` (the voter set the log started from), ``raft.lock`` (flock: one process
@@ -46,8 +48,8 @@ A compaction runs ``snapshot()`` on the tick thread, so the snapshot and the jou
 agree: a restart is ``restore(snapshot)`` then the journal entries after it, each once.
 
 Durability, found by reading pysyncobj 0.3.17 (it has no ``flushJournal`` option): pysyncobj
-never fsyncs. Its journal is written through mmap, so it is in the page cache at once and
-survives SIGKILL of the process; the meta file is written + renamed, and so are full dumps,
+never fsyncs. The journal's writes reach the page cache at once and survive SIGKILL of the
+process; the meta file is written + renamed, and so are full dumps,
 without fsync. Power loss can therefore lose acknowledged entries and votes. With
 ``RaftOptions.fsync`` (the default) this module adds, on pysyncobj's thread: fdatasync of the
 journal before any ``append_entries`` or acknowledgement leaves the node (a leader counts only
@@ -61,6 +63,18 @@ rewrite is finished (pysyncobj would drop the journal entries after the snapshot
 pysyncobj rewrites the journal in place when it compacts; a crash in those microseconds can
 lose that node's tail (the leader sends it again).
 
+A full disk (ENOSPC / EDQUOT from the journal, its meta file or an installed snapshot; the first
+to fail is usually the meta file, whose temporary needs a new block while the journal still has
+a reserved chunk): the write fails before it changes anything, and the voter stops serving
+(`_RaftNode._stop_serving`): it steps down if it leads, reads and sends nothing, starts no
+election, logs one line; the others elect a leader and commit without it; appends to it fail
+with NotLeaderError. Every second its tick tries to reserve a journal chunk and write the meta
+file; when both succeed it logs a second line, serves again and catches up from the leader. A
+snapshot that does not fit is not a reason to stop: its temporary is removed, the old snapshot
+and the uncut journal stay, a later compaction tries again. Kafka's controller treats an IO
+error of its metadata log as fatal and the process exits; waiting for space keeps the process
+(and a combined node's broker) up with the same safety: nothing unwritten is acknowledged.
+
 Encryption (``RaftOptions.secret``, controller.quorum.raft.secret.file): pysyncobj's own
 (``SyncObjConf.password``, read in its encryptor.py, tcp_connection.py and transport.py): a
 Fernet key (AES-128-CBC + HMAC-SHA256) derived from the secret by PBKDF2-SHA256 (100,000
@@ -69,6 +83,12 @@ every later message carries back, a per-connection timestamp that must not go ba
 message that fails its HMAC is never unpickled; the connection is dropped before the peer has
 named itself, so a node with another secret or none cannot vote, be counted, or move a term.
 pysyncobj drops it silently; `_PeerEncryptor` logs it (rate-limited per source host).
+The other option, ``RaftOptions.tls``: TLS 1.3 with mutual certificates around pysyncobj's
+connections (raft_tls.py), a peer admitted only with a node's principal
+(``RaftOptions.tls_peers``); its refusals are logged the same way. The two are exclusive. A
+product node runs TLS when its CONTROLLER listener is SSL or SASL_SSL (as Kafka secures the
+quorum with that listener's protocol), the secret on a plaintext one; why, measured:
+docs/security.md#raft-transport.
 
 pysyncobj behaviours worked around here: a failed snapshot load is logged and ignored (we stop
 the node); a leader resends entries already in flight and a follower then truncates entries
@@ -93,6 +113,7 @@ import itertools
 import logging
 import os
 import re
+import socket
 import struct
 import threading
 import time
@@ -106,11 +127,16 @@ from typing import Any, Protocol, cast
 from cryptography.fernet import InvalidToken
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj import pickle as syncobj_pickle
+from pysyncobj import syncobj as syncobj_module
 from pysyncobj.config import SERIALIZER_STATE
-from pysyncobj.journal import FileJournal
+from pysyncobj.journal import MemoryJournal
+from pysyncobj.syncobj import _RAFT_STATE
 from pysyncobj.transport import TCPTransport
+from pysyncobj.version import VERSION as SYNCOBJ_VERSION
 
-from raftlog.checkpoint import fsync_path
+from metadata_quorum.raft_journal import JournalWriteError, RaftJournal, is_disk_full
+from metadata_quorum.raft_tls import RaftPeers, RaftTls, RaftTlsFiles, TlsConnection, load_contexts
+from raftlog.checkpoint import fsync_path, write_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -205,13 +231,16 @@ class RaftTiming:
 
 @dataclass(frozen=True)
 class RaftOptions:
-    """Durability, size limits and the transport's shared secret (see Encryption above)."""
+    """Durability, size limits and the transport's security: a shared secret or TLS (see
+    Encryption above), or neither (plaintext)."""
 
     fsync: bool = True  # make entries and votes durable before they are acknowledged
     max_journal_entries: int = 5_000  # compact (snapshot + cut the journal) beyond this
     max_in_flight_appends: int = 512  # deeper pipelines stall the tick thread (measured)
     max_payload_bytes: int = 1024 * 1024
     secret: bytes | None = field(default=None, repr=False)  # None: the transport is plaintext
+    tls: RaftTlsFiles | None = None  # TLS 1.3, mutual certificates (raft_tls.py)
+    tls_peers: RaftPeers = field(default_factory=RaftPeers)  # under TLS: who may be a peer
 
     def __post_init__(self) -> None:
         _check(2 <= self.max_journal_entries <= 10_000_000, "max_journal_entries")
@@ -221,6 +250,9 @@ class RaftOptions:
             self.secret is None or len(self.secret) >= SECRET_BYTES_MIN,
             f"the Raft secret is at least {SECRET_BYTES_MIN} bytes",
         )
+        _check(self.secret is None or self.tls is None, "a Raft secret or TLS, not both")
+        if self.tls is not None:
+            load_contexts(self.tls, self.tls_peers)  # a bad keystore fails here, named
 
 
 def read_raft_secret(path: Path) -> bytes:
@@ -262,6 +294,7 @@ class QuorumStatus:
     last_applied: int
     has_quorum: bool  # this node is connected to a majority, itself included
     voters: tuple[VoterStatus, ...]
+    storage_full: str | None = None  # the write error while this voter waits for disk space
 
 
 class MetadataLogError(Exception):
@@ -321,6 +354,22 @@ class StateMachine(Protocol):
 # -- files ---------------------------------------------------------------------------------
 
 _Entry = tuple[bytes, int, int]  # pysyncobj's log entry: (command, index, term)
+_DISK_PROBE_INTERVAL_S = 1.0  # a voter whose disk is full tries to reserve space this often
+
+
+def _open_journal(path: Path) -> RaftJournal:
+    return RaftJournal(path, SYNCOBJ_VERSION.encode())
+
+
+def _create_journal(journal_file: str | None) -> Any:
+    """pysyncobj's journal factory, replaced: its mmap'ed ``FileJournal`` dies of SIGBUS on a
+    full disk (raft_journal.py). pysyncobj takes no journal class in its configuration; it calls
+    the ``createJournal`` its syncobj module imported, so that name is rebound, once, here (the
+    only module that runs pysyncobj nodes)."""
+    return MemoryJournal() if journal_file is None else _open_journal(Path(journal_file))
+
+
+syncobj_module.createJournal = _create_journal
 
 
 @dataclass(frozen=True)
@@ -428,7 +477,7 @@ def _finish_compaction(path: Path, snapshot: _Snapshot) -> None:
     clear the journal and lose the entries after the snapshot."""
     if not path.exists():
         return
-    journal = FileJournal(str(path))
+    journal = _open_journal(path)
     try:
         if len(journal) < 2:
             return
@@ -440,7 +489,7 @@ def _finish_compaction(path: Path, snapshot: _Snapshot) -> None:
         logger.warning("%s: finishing an interrupted compaction (%d entries)", path, skip)
         journal.deleteEntriesTo(skip)
     finally:
-        journal._destroy()  # msyncs and closes
+        journal._destroy()  # fdatasyncs and closes
 
 
 # -- membership (pysyncobj's dynamic membership change) ---------------------------------------
@@ -480,13 +529,7 @@ def _bootstrap_voters(data_dir: Path, configured: Sequence[str], fsync: bool) ->
         return frozenset(filter(None, path.read_text().split("\n")))
     if (data_dir / JOURNAL_FILE).exists() or (data_dir / SNAPSHOT_FILE).exists():
         return frozenset(configured)  # a directory written before the bootstrap file existed
-    tmp = path.with_suffix(".tmp")
-    with tmp.open("w") as file:
-        file.write("\n".join(sorted(configured)) + "\n")
-        file.flush()
-        if fsync:
-            os.fsync(file.fileno())
-    tmp.replace(path)
+    write_atomically(path, ("\n".join(sorted(configured)) + "\n").encode(), durable=fsync)
     return frozenset(configured)
 
 
@@ -498,7 +541,7 @@ def _latest_voters(
     configuration in its log."""
     if not path.exists():
         return base
-    journal = FileJournal(str(path))
+    journal = _open_journal(path)
     try:
         commands = [bytes(entry[0]) for entry in journal[:] if entry[1] > after_index]
     finally:
@@ -556,9 +599,14 @@ class _SnapshotStore:
                 if self._fsync:
                     os.fsync(file.fileno())
                 self._written_inode = os.fstat(file.fileno()).st_ino
-        except Exception:
+        except Exception as error:
             self._failed = True
-            logger.exception("writing the snapshot at index %d failed", last[1])
+            Path(tmp_name).unlink(missing_ok=True)  # the old snapshot and the journal stay
+            if is_disk_full(error):
+                logger.warning("snapshot at index %d not written: %s; the journal stays uncut "
+                               "until a later compaction succeeds", last[1], error)  # fmt: skip
+            else:
+                logger.exception("writing the snapshot at index %d failed", last[1])
             raise
 
     def check(self) -> int:
@@ -643,41 +691,74 @@ class _PeerEncryptor:
 
 class _RaftTransport(TCPTransport):  # type: ignore[misc]
     """pysyncobj's TCP transport with the node's hooks around every message sent or received,
-    and, when the quorum has a secret, a `_PeerEncryptor` on every connection."""
+    and, when the quorum has a secret, a `_PeerEncryptor` on every connection; with TLS, every
+    connection is a `TlsConnection` and an incoming one must name a voter its certificate
+    names."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, syncobj: Any, *args: Any, **kwargs: Any) -> None:
         # peer host -> (when last logged, refusals since), at most _REFUSED_PEERS_MAX hosts
         self._refusals: dict[str, tuple[float, int]] = {}
-        super().__init__(*args, **kwargs)
+        files, peers = syncobj.tls_files, syncobj.tls_peers
+        self._tls = RaftTls(files, self._refused, peers) if files is not None else None
+        super().__init__(syncobj, *args, **kwargs)
+
+    def _tls_connection(self, peer: str, sock: socket.socket | None) -> TlsConnection:
+        assert self._tls is not None
+        conf = self._syncObj.conf
+        return TlsConnection(
+            self._tls, peer, poller=self._syncObj._poller, socket=sock,
+            timeout=conf.connectionTimeout, sendBufferSize=conf.sendBufferSize,
+            recvBufferSize=conf.recvBufferSize,
+            keepalive=None if sock is not None else conf.tcp_keepalive,  # as pysyncobj's
+        )  # fmt: skip
 
     def _onNewIncomingConnection(self, conn: Any) -> None:
+        if self._tls is not None:  # the accepted socket, under TLS from its first byte
+            sock = conn._TcpConnection__socket
+            conn = self._tls_connection(_peer_name(sock), sock)
         super()._onNewIncomingConnection(conn)
         if conn.encryptor is not None:
-            try:
-                host, port = conn._TcpConnection__socket.getpeername()[:2]
-                peer = f"{host}:{port}"
-            except OSError:
-                peer = "a peer that already left"
+            peer = _peer_name(conn._TcpConnection__socket)
             conn.encryptor = _PeerEncryptor(conn.encryptor, peer, self._refused)
+
+    def _onIncomingMessageReceived(self, conn: Any, message: Any) -> None:
+        """Under TLS the first message must name a voter, and the peer's certificate must name
+        that voter's host: pysyncobj's utility messages and read-only nodes are refused."""
+        if isinstance(conn, TlsConnection):
+            named = isinstance(message, str) and message in self._nodeAddrToNode
+            if not named or not conn.certifies(message):
+                claim = repr(str(message)[:64])
+                why = "its certificate does not name " if named else "it names no voter: "
+                self._refused(conn.peer, why + claim)
+                conn.disconnect()
+                self._unknownConnections.discard(conn)
+                return
+        super()._onIncomingMessageReceived(conn, message)
 
     def addNode(self, node: Any) -> None:
         super().addNode(node)
         conn = self._connections.get(node)
+        if conn is not None and self._tls is not None:  # replace pysyncobj's, never connected
+            conn = self._tls_connection(str(node.address), None)
+            conn.setOnConnectedCallback(functools.partial(self._onOutgoingConnected, conn))
+            conn.setOnMessageReceivedCallback(functools.partial(self._onMessageReceived, node))
+            conn.setOnDisconnectedCallback(functools.partial(self._onDisconnected, conn))
+            self._connections[node] = conn
         if conn is not None and conn.encryptor is not None:
             conn.encryptor = _PeerEncryptor(conn.encryptor, str(node.address), self._refused)
 
-    def _refused(self, peer: str) -> None:
-        """A message that does not decrypt with this quorum's secret: a controller with
-        another secret or none, or not a controller at all. pysyncobj drops the connection."""
+    def _refused(self, peer: str, reason: str = "not encrypted with this quorum's secret") -> None:
+        """A message that does not decrypt with this quorum's secret (a controller with
+        another secret or none, or not a controller at all), or a TLS handshake or identity
+        that fails. pysyncobj, or `TlsConnection`, drops the connection."""
         host = peer.rsplit(":", 1)[0]
         now = time.monotonic()
         logged_at, count = self._refusals.get(host, (float("-inf"), 0))
         count += 1
         if now - logged_at >= _REFUSAL_LOG_INTERVAL_S:
             logger.warning(
-                "raft %s refused a connection from %s: not encrypted with this quorum's "
-                "secret (%d refused from %s since the last report)",
-                self._selfNode, peer, count, host,
+                "raft %s refused a connection from %s: %s (%d refused from %s since the "
+                "last report)", self._selfNode, peer, reason, count, host,
             )  # fmt: skip
             logged_at, count = now, 0
         if len(self._refusals) >= _REFUSED_PEERS_MAX and host not in self._refusals:
@@ -690,8 +771,18 @@ class _RaftTransport(TCPTransport):  # type: ignore[misc]
         return bool(super().send(node, message))
 
     def _onMessageReceived(self, node: Any, message: Any) -> None:
+        """A voter whose disk is full reads nothing (it is as if cut off: no term moves, no
+        entry is taken); a write failing while a message is handled stops it serving here,
+        so the connection's later messages are still read."""
+        if self._syncObj.storage_full is not None:
+            return
         next_index = self._syncObj.before_receive(node, message)
-        super()._onMessageReceived(node, message)
+        try:
+            super()._onMessageReceived(node, message)
+        except OSError as error:
+            if not self._syncObj.on_storage_error(error):
+                raise
+            return
         self._syncObj.after_receive(node, next_index)
 
 
@@ -720,9 +811,15 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
         self._journal_mark: tuple[int, ...] | None = None
         self._meta_mark: tuple[object, ...] | None = None
         self._on_view_change = on_view_change
+        self.tls_files = options.tls  # read by _RaftTransport, which SyncObj.__init__ builds
+        self.tls_peers = options.tls_peers
         self.view: tuple[str | None, bool] = (None, False)  # (leader, self is ready leader)
         self.log_end = 0
         self.fatal: str | None = None
+        self.storage_full: str | None = None  # the error, while this voter waits for space
+        self._full_since = 0.0
+        self._probe_at = 0.0
+        self._snapshot_path = data_dir / SNAPSHOT_FILE
         self.voters: frozenset[str] = frozenset((self_address, *partners))  # latest config
         self._tick_tasks: collections.deque[Callable[[], None]] = collections.deque(
             maxlen=_TICK_TASKS_MAX
@@ -745,7 +842,19 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
         again when it is applied, "for a restart". The second time re-adds a node that a later
         entry already removed, until that entry is applied too. Here a configuration is rebuilt
         at start from the snapshot and the journal (`_latest_voters`), so the apply-time change
-        is skipped; the entry still resolves the proposer's callback."""
+        is skipped; the entry still resolves the proposer's callback.
+
+        A voter alone sends nothing, so ``before_send`` never makes its journal durable, and
+        it commits an entry as soon as it appends it: before it applies one (and so resolves
+        its proposer's future) the journal is synced here, or an acknowledged entry of a
+        one-voter quorum would not survive a power cut (tests/metadata_quorum/
+        test_raft_power_loss.py found it). With partners the sync before sending did it."""
+        if self._fsync and not self.otherNodes:
+            try:
+                self._sync_journal()
+            except OSError as error:
+                self.stop(f"fsync failed: {error}")
+                raise
         if _membership_change(command) is not None:
             return None
         return SyncObj._SyncObj__doApplyCommand(self, command)
@@ -853,6 +962,8 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
         False: the message must not leave (a membership change is never forwarded)."""
         if self.fatal is not None:
             raise _NodeStopped(self.fatal)
+        if self.storage_full is not None:
+            return False  # a voter waiting for space says nothing (see _stop_serving)
         kind = message.get("type") if isinstance(message, dict) else None
         if kind == "apply_command" and _membership_change(message["command"]) is not None:
             self._refuse_forwarded(message)
@@ -886,8 +997,7 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
             # pages dirtied through the shared mapping, but mmap.flush() holds the GIL for the
             # whole msync (3-6 ms here, freezing every other thread of the controller) while
             # os.fdatasync releases it.
-            resizable = journal._FileJournal__journalFile
-            os.fdatasync(resizable._ResizableFile__f.fileno())
+            os.fdatasync(cast(RaftJournal, journal).fileno())
             self._journal_mark = mark
 
     def _sync_meta(self) -> None:
@@ -897,6 +1007,87 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
             fsync_path(self._meta_path)
             fsync_path(self._meta_path.parent)
             self._meta_mark = mark
+
+    # -- a full disk ---------------------------------------------------------------------------
+    def _onTick(self, timeToWait: float = 0.0) -> None:
+        """pysyncobj's tick, or, while the disk is full, `_tick_while_full`. A journal or meta
+        write that fails in the tick (an append on the leader, a vote, the meta timer) leaves
+        the journal as it was (raft_journal.py) and lands here."""
+        if self.storage_full is not None:
+            self._tick_while_full(timeToWait)
+            return
+        try:
+            SyncObj._onTick(self, timeToWait)
+        except OSError as error:
+            if not self.on_storage_error(error):
+                raise
+
+    def on_storage_error(self, error: OSError) -> bool:
+        """A write failed on the tick thread: ENOSPC / EDQUOT stop this voter serving until
+        space returns; any other journal error stops the node (as an fsync error does). False:
+        not a storage error, the caller re-raises."""
+        if is_disk_full(error):
+            self._stop_serving(error)
+            return True
+        if isinstance(error, JournalWriteError):
+            self.stop(f"the journal failed: {error}")
+            return True
+        return False
+
+    def _stop_serving(self, error: OSError) -> None:
+        """What a voter does when its metadata directory is full. It steps down if it leads,
+        sends nothing, reads nothing and starts no election, so the others elect a leader and
+        commit without it, and nothing it could not write is ever acknowledged; appends to it
+        fail with NotLeaderError (retriable: NOT_CONTROLLER). Its log is as it was before the
+        failed write. Every `_DISK_PROBE_INTERVAL_S` the tick tries to reserve space again."""
+        now = time.monotonic()
+        if self.storage_full is None:
+            logger.error(
+                "raft %s: the metadata log directory %s is full (%s): this voter stops voting, "
+                "leading and acknowledging until space returns (tried every %.0f s)",
+                self.selfNode, self._snapshot_path.parent, error, _DISK_PROBE_INTERVAL_S,
+            )  # fmt: skip
+            self._full_since = now
+        self.storage_full = str(error)
+        self._probe_at = now + _DISK_PROBE_INTERVAL_S
+        self._SyncObj__setState(_RAFT_STATE.FOLLOWER)
+        self._SyncObj__raftLeader = None
+        self._SyncObj__onLeaderChanged()  # commands forwarded to a leader fail: LEADER_CHANGED
+        # pysyncobj's half-received snapshot (it writes one beside ours) holds space; the
+        # leader sends it again from its start once this voter answers again
+        Path(f"{self._snapshot_path}.1.tmp").unlink(missing_ok=True)
+
+    def _tick_while_full(self, wait_s: float) -> None:
+        """No Raft work: the probe when due, then the tick callbacks (the transport keeps its
+        connections, `_publish_view` runs) and the poll that waits for sockets."""
+        if time.monotonic() >= self._probe_at and self._probe():
+            return
+        with self._SyncObj__onTickCallbacksLock:
+            callbacks = list(self._SyncObj__onTickCallbacks)
+        for callback in callbacks:
+            callback()
+        self._poller.poll(wait_s)
+
+    def _probe(self) -> bool:
+        """Serve again if a chunk of journal can be reserved and the meta file written (the
+        term and vote of this node are then on disk again: a failed vote may have left them
+        unsaved). The election timer restarts, so the leader is heard before any election."""
+        self._probe_at = time.monotonic() + _DISK_PROBE_INTERVAL_S
+        journal = cast(RaftJournal, self._SyncObj__raftLog)
+        try:
+            journal.reserve_headroom()
+            journal.store_meta()
+        except OSError as error:
+            if not is_disk_full(error):
+                self.stop(f"the journal failed: {error}")
+            return False
+        self._meta_mark = None  # a new meta file: fsynced again before the next vote leaves
+        timeout_s = self._SyncObj__generateRaftTimeout()
+        self._SyncObj__raftElectionDeadline = time.monotonic() + timeout_s
+        self.storage_full = None
+        logger.warning("raft %s: space returned after %.1f s: this voter serves again",
+                       self.selfNode, time.monotonic() - self._full_since)  # fmt: skip
+        return True
 
     def match_index(self, address: str) -> int | None:
         """The partner's match index as this leader knows it; None if it has confirmed nothing
@@ -950,7 +1141,10 @@ class MetadataLog:
         self._closed = False
         self._stop = threading.Event()
         self._wake = threading.Event()
-        data_dir.mkdir(parents=True, exist_ok=True)
+        if not data_dir.exists():
+            data_dir.mkdir(parents=True)
+            if options.fsync:  # its name is durable before anything in it is acknowledged
+                fsync_path(data_dir.parent)
         self._lock_fd = _lock_directory(data_dir)
         try:
             self._node = self._start_node(data_dir)
@@ -980,6 +1174,9 @@ class MetadataLog:
             node.destroy()
             raise OSError(f"cannot bind the Raft port {self.self_address}") from error
         if fsync:
+            # the journal's header before its name: a power cut here must not leave a journal
+            # that is there but empty, which no start accepts (test_raft_power_loss.py)
+            os.fdatasync(cast(RaftJournal, node._SyncObj__raftLog).fileno())
             fsync_path(data_dir)  # the journal and lock files exist durably
         return node
 
@@ -1153,6 +1350,7 @@ class MetadataLog:
             last_applied=cast(int, node.raftLastApplied),
             has_quorum=connected * 2 > len(voters),
             voters=tuple(voters),
+            storage_full=node.storage_full,
         )
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -1261,6 +1459,14 @@ def _syncobj_conf(
         dynamicMembershipChange=True,
         password=options.secret,  # None: plaintext; else Fernet (see Encryption above)
     )
+
+
+def _peer_name(sock: socket.socket) -> str:
+    try:
+        host, port = sock.getpeername()[:2]
+    except OSError:
+        return "a peer that already left"
+    return f"{host}:{port}"
 
 
 def _deny_utility_command(args: Any, callback: Callable[[object, int], None]) -> None:

@@ -122,6 +122,7 @@ class ConfigResourceType(enum.IntEnum):
 
     TOPIC = 2
     BROKER = 4
+    GROUP = 32  # Kafka 4's group configs (metadata_quorum/group_configs.py)
 
 
 @dataclass(frozen=True)
@@ -206,6 +207,15 @@ class RemoveUserScramCredentialRecord:
     mechanism: ScramMechanism
 
 
+@dataclass(frozen=True)
+class FeatureLevelRecord:
+    """A feature's finalized level (Kafka's FeatureLevelRecord, KIP-584/778); level 0 turns the
+    feature off. metadata_quorum.features decides which levels are allowed."""
+
+    name: str
+    feature_level: int
+
+
 MetadataRecord = (
     RegisterBroker
     | UnregisterBroker
@@ -225,6 +235,7 @@ MetadataRecord = (
     | RemoveAccessControlEntryRecord
     | UserScramCredentialRecord
     | RemoveUserScramCredentialRecord
+    | FeatureLevelRecord
 )
 
 RECORD_TYPES: tuple[type, ...] = (
@@ -246,4 +257,5 @@ RECORD_TYPES: tuple[type, ...] = (
     RemoveAccessControlEntryRecord,
     UserScramCredentialRecord,
     RemoveUserScramCredentialRecord,
+    FeatureLevelRecord,
 )

@@ -41,6 +41,10 @@ from raftlog.errors import ErrorCode, KafkaError
 MAX_TOPIC_NAME_LENGTH = 249
 MAX_PARTITIONS_PER_TOPIC = 100_000
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+# Kafka's internal topics that raftlog keeps (Topic.isInternal): the group, transaction and
+# share coordinators' state. Only the coordinators write them; they cannot be deleted nor grown
+# (a group's or transactional id's partition is hash(id) mod the partition count).
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
 
 @dataclass(frozen=True)
@@ -225,6 +229,10 @@ def generate_delete_topics(image: MetadataImage, names: Sequence[str]) -> Genera
                 ItemResult(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name}")
             )
             continue
+        if name in INTERNAL_TOPICS:
+            refused = _internal_refused(name, "deleted")
+            out.results.append(ItemResult(name, refused.error, refused.message, topic.topic_id))
+            continue
         out.records.append(RemoveTopic(topic.topic_id))
         out.results.append(ItemResult(name, topic_id=topic.topic_id))
     return out
@@ -248,6 +256,8 @@ def generate_create_partitions(
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"topic {name} is listed twice")
             if topic is None:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name}")
+            if name in INTERNAL_TOPICS:
+                raise _internal_refused(name, "given more partitions")
             current = len(topic.partitions)
             if total <= current or total > MAX_PARTITIONS_PER_TOPIC:
                 raise KafkaError(
@@ -268,6 +278,16 @@ def generate_create_partitions(
                 for n, replicas in enumerate(lists)
             )
     return out
+
+
+def _internal_refused(name: str, what: str) -> KafkaError:
+    """INVALID_TOPIC_EXCEPTION, Kafka's answer to a write into an internal topic. Kafka 4's
+    controller itself would delete or grow one (its old kafka-topics tool refused deletion),
+    losing every group's offsets or transaction; raftlog refuses both."""
+    return KafkaError(
+        ErrorCode.INVALID_TOPIC_EXCEPTION,
+        f"{name} is an internal topic (its coordinators' state) and cannot be {what}",
+    )
 
 
 @dataclass(frozen=True)

@@ -39,12 +39,16 @@ CLUSTER_RPCS: dict[str, tuple[AclOperation, ...]] = {
     # administration
     "CordonBroker": (ALTER,),
     "ElectLeaders": (ALTER,),
+    "UpdateFeatures": (ALTER,),
     "AlterPartitionReassignments": (ALTER,),
     "AddRaftVoter": (ALTER,),
     "RemoveRaftVoter": (ALTER,),
     "ListPartitionReassignments": (DESCRIBE,),
     "DescribeCluster": (DESCRIBE,),
     "DescribeQuorum": (DESCRIBE,),
+    # answered by the broker itself (its log directory, dataplane/kafka/log_dirs.py)
+    "DescribeLogDirs": (DESCRIBE,),
+    "AlterReplicaLogDirs": (ALTER,),
 }
 
 
@@ -64,6 +68,8 @@ class ItemRpc:
 def _config_resource(resource: pb.ConfigResource) -> tuple[ResourceType, str]:
     if resource.resource_type == mpb.CONFIG_RESOURCE_TOPIC:
         return ResourceType.TOPIC, resource.resource_name
+    if resource.resource_type == mpb.CONFIG_RESOURCE_GROUP:  # Kafka 4: the group's ACLs
+        return ResourceType.GROUP, resource.resource_name
     return ResourceType.CLUSTER, CLUSTER_NAME  # a broker's (or the default broker) configs
 
 
@@ -126,12 +132,11 @@ def _refusals(access: AccessControl, rpc: ItemRpc, items: list[Any]) -> list[Kaf
         if access.allowed(rpc.operation, resource_type, name):
             out.append(None)
             continue
-        code = (
-            ErrorCode.TOPIC_AUTHORIZATION_FAILED
-            if resource_type is ResourceType.TOPIC
-            else ErrorCode.CLUSTER_AUTHORIZATION_FAILED
-        )
-        what = name if resource_type is ResourceType.TOPIC else "the cluster"
+        code = {
+            ResourceType.TOPIC: ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+            ResourceType.GROUP: ErrorCode.GROUP_AUTHORIZATION_FAILED,
+        }.get(resource_type, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+        what = "the cluster" if resource_type is ResourceType.CLUSTER else name
         out.append(KafkaError(code, f"not authorized to {rpc.operation.name} {what}"))
     return out
 

@@ -33,6 +33,8 @@ from metadata_quorum.codec import (
     voter_to_proto,
 )
 from metadata_quorum.controller import NotControllerError, QuorumController
+from metadata_quorum.features import FeatureUpdate, UpgradeType, generate_update_features
+from metadata_quorum.group_configs import KAFKA_GROUP_RULES, GroupConfigRow, GroupRules
 from metadata_quorum.image import MetadataImage, PartitionRegistration
 from metadata_quorum.raft import QuorumStatus
 from metadata_quorum.reassignment import (
@@ -90,8 +92,11 @@ class ControllerServicer(SecurityRpcs, pb_grpc.ControllerServiceServicer):
         cluster_id: str,
         access_control: AccessControl = ALLOW_ALL,
         node_security: ClientSecurity | None = None,
+        group_rules: GroupRules = KAFKA_GROUP_RULES,
     ) -> None:
         self.controller = controller
+        # group configs are validated with this node's group coordinator defaults and bounds
+        self.group_rules = group_rules
         self.cluster_id = cluster_id
         self.access_control = access_control
         # how this controller reaches another's CONTROLLER listener (TLS, its certificate)
@@ -346,6 +351,30 @@ class ControllerServicer(SecurityRpcs, pb_grpc.ControllerServiceServicer):
 
         return self._guard(pb.ElectLeadersResponse, body)
 
+    # -- finalized features (KIP-584/778; the rules are in metadata_quorum.features) ----------
+    @authorize_rpc("UpdateFeatures")
+    def UpdateFeatures(self, request: pb.UpdateFeaturesRequest, context: Any) -> Any:
+        updates = [
+            FeatureUpdate(u.feature, u.max_version_level, _upgrade_type(u.upgrade_type))
+            for u in request.updates
+        ]
+
+        def body() -> pb.UpdateFeaturesResponse:
+            results, _ = self.controller.write(
+                lambda image: generate_update_features(image, updates, request.validate_only)
+            )
+            return pb.UpdateFeaturesResponse(
+                status=self._status(),
+                results=[
+                    pb.FeatureUpdateResult(
+                        feature=r.feature, error_code=r.error.code, error_message=r.message
+                    )
+                    for r in results
+                ],
+            )
+
+        return self._guard(pb.UpdateFeaturesResponse, body)
+
     # -- reassignment (KIP-455) ------------------------------------------------------------------
     @authorize_rpc("AlterPartitionReassignments")
     def AlterPartitionReassignments(
@@ -392,7 +421,9 @@ class ControllerServicer(SecurityRpcs, pb_grpc.ControllerServiceServicer):
             records: list[MetadataRecord] = []
             results = []
             for resource in request.resources:
-                error, message, changes = _config_changes(image, resource, request.replace)
+                error, message, changes = _config_changes(
+                    image, resource, request.replace, self.group_rules
+                )
                 results.append(
                     pb.ResourceResult(
                         resource=resource.resource, error_code=error.code, error_message=message
@@ -414,7 +445,8 @@ class ControllerServicer(SecurityRpcs, pb_grpc.ControllerServiceServicer):
         out = []
         for resource in request.resources:
             try:
-                entries = _describe_configs(image, resource)
+                broker_id = request.broker_id if request.HasField("broker_id") else None
+                entries = _describe_configs(image, resource, broker_id, self.group_rules)
             except KafkaError as error:
                 out.append(
                     pb.DescribedConfigs(
@@ -732,6 +764,8 @@ def _resource(resource: pb.ConfigResource) -> tuple[ConfigResourceType, str]:
                 f"default: {name!r}",
             )
         name = str(int(name))  # "007" is broker 7's
+    if kind is ConfigResourceType.GROUP and not name:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "a group resource needs the group id")
     return kind, name
 
 
@@ -743,7 +777,10 @@ def _alter_op(value: int) -> configs.AlterOp:
 
 
 def _config_changes(
-    image: MetadataImage, request: pb.AlterConfigsResource, replace: bool = False
+    image: MetadataImage,
+    request: pb.AlterConfigsResource,
+    replace: bool = False,
+    group_rules: GroupRules = KAFKA_GROUP_RULES,
 ) -> tuple[ErrorCode, str, list[MetadataRecord]]:
     """One ConfigRecord per key whose override changes (None: deleted), from the pure
     ``configs.alter_dynamic_configs``; or the resource's error and no records."""
@@ -753,7 +790,9 @@ def _config_changes(
         if kind is ConfigResourceType.TOPIC and image.topic(name) is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name}")
         ops = [(_alter_op(c.op), c.name, c.value) for c in request.configs]
-        new = configs.alter_dynamic_configs(kind, name, current, ops, replace=replace)
+        new = configs.alter_dynamic_configs(
+            kind, name, current, ops, replace=replace, group_rules=group_rules
+        )
     except KafkaError as error:
         return error.error, error.message, []
     records: list[MetadataRecord] = [
@@ -764,12 +803,21 @@ def _config_changes(
     return ErrorCode.NONE, "", records
 
 
-def _describe_configs(image: MetadataImage, resource: pb.ConfigResource) -> list[pb.ConfigEntry]:
+def _describe_configs(
+    image: MetadataImage,
+    resource: pb.ConfigResource,
+    broker_id: int | None,
+    group_rules: GroupRules = KAFKA_GROUP_RULES,
+) -> list[pb.ConfigEntry]:
+    """``broker_id``: the broker that asks; a topic is described as that broker applies it
+    (a group with this controller's defaults: the KAFKA listener describes groups itself)."""
     kind, name = _resource(resource)
+    if kind is ConfigResourceType.GROUP:
+        return group_config_entries(group_rules.describe(image.configs.get((kind, name), {})))
     if kind is ConfigResourceType.TOPIC:
         if image.topic(name) is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name}")
-        rows = configs.describe_topic(image, name)
+        rows = configs.describe_topic(image, name, broker_id)
     elif name:
         rows = configs.describe_broker(image, int(name))
     else:
@@ -780,9 +828,39 @@ def _describe_configs(image: MetadataImage, resource: pb.ConfigResource) -> list
             value=row.value,
             is_default=row.is_default,
             source=pb.ConfigSource.ValueType(row.source),
+            synonyms=[
+                pb.ConfigSynonym(
+                    name=s.name, value=s.value, source=pb.ConfigSource.ValueType(s.source)
+                )
+                for s in row.synonyms
+            ],
         )
         for row in rows
     ]
+
+
+GROUP_ORIGINS = {
+    "group": pb.GROUP_CONFIG,
+    "static": pb.STATIC_BROKER_CONFIG,
+    "default": pb.DEFAULT_CONFIG,
+}
+
+
+def group_config_entries(rows: list[GroupConfigRow]) -> list[pb.ConfigEntry]:
+    """A group's DescribeConfigs rows: its override (GROUP_CONFIG) or the broker's value of
+    the config it overrides (STATIC_BROKER_CONFIG, DEFAULT_CONFIG), that synonym listed."""
+    out = []
+    for row in rows:
+        source = GROUP_ORIGINS[row.origin]
+        entry = pb.ConfigEntry(
+            name=row.name, value=row.value, is_default=row.origin == "default", source=source
+        )
+        if row.origin == "group":
+            entry.synonyms.add(name=row.name, value=row.value, source=source)
+        elif row.synonym is not None:
+            entry.synonyms.add(name=row.synonym, value=row.value, source=source)
+        out.append(entry)
+    return out
 
 
 def serve(
@@ -807,3 +885,11 @@ def serve(
         raise OSError(f"cannot listen on {address}")
     server.start()
     return server
+
+
+def _upgrade_type(value: int) -> UpgradeType:
+    """An upgrade type Kafka does not define is UNKNOWN, which the rules refuse."""
+    try:
+        return UpgradeType(value)
+    except ValueError:
+        return UpgradeType.UNKNOWN

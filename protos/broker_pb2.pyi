@@ -259,6 +259,7 @@ class FetchRequest(_message.Message):
     MAX_BYTES_FIELD_NUMBER: _builtins.int
     TOPICS_FIELD_NUMBER: _builtins.int
     ISOLATION_LEVEL_FIELD_NUMBER: _builtins.int
+    RACK_ID_FIELD_NUMBER: _builtins.int
     replica_id: _builtins.int
     """-1 = a consumer; else the fetching follower's broker id"""
     broker_epoch: _builtins.int
@@ -268,6 +269,12 @@ class FetchRequest(_message.Message):
     max_bytes: _builtins.int
     isolation_level: _builtins.int
     """0 read_uncommitted (up to the high watermark), 1 read_committed"""
+    rack_id: _builtins.str
+    """(up to the last stable offset, with the aborted transactions)
+    KIP-392, consumers: set (even "") when the client sends its rack (Kafka's Fetch v11+
+    client metadata): a follower may serve it, and a leader under replica.selector.class may
+    answer a preferred read replica instead of records. Unset: the leader serves, as before.
+    """
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___FetchTopic]: ...
     def __init__(
@@ -280,12 +287,15 @@ class FetchRequest(_message.Message):
         max_bytes: _builtins.int = ...,
         topics: _abc.Iterable[Global___FetchTopic] | None = ...,
         isolation_level: _builtins.int = ...,
+        rack_id: _builtins.str | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_rack_id", b"_rack_id", "rack_id", b"rack_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "isolation_level", b"isolation_level", "max_bytes", b"max_bytes", "max_wait_ms", b"max_wait_ms", "min_bytes", b"min_bytes", "replica_id", b"replica_id", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_rack_id", b"_rack_id", "broker_epoch", b"broker_epoch", "isolation_level", b"isolation_level", "max_bytes", b"max_bytes", "max_wait_ms", b"max_wait_ms", "min_bytes", b"min_bytes", "rack_id", b"rack_id", "replica_id", b"replica_id", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__rack_id: _TypeAlias = _typing.Literal["rack_id"]  # noqa: Y015
+    _WhichOneofArgType__rack_id: _TypeAlias = _typing.Literal["_rack_id", b"_rack_id"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__rack_id) -> _WhichOneofReturnType__rack_id | None: ...
 
 Global___FetchRequest: _TypeAlias = FetchRequest  # noqa: Y015
 
@@ -327,6 +337,7 @@ class FetchPartitionResponse(_message.Message):
     LEADER_EPOCH_FIELD_NUMBER: _builtins.int
     LAST_STABLE_OFFSET_FIELD_NUMBER: _builtins.int
     ABORTED_TRANSACTIONS_FIELD_NUMBER: _builtins.int
+    PREFERRED_READ_REPLICA_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
     error_code: _builtins.int
     error_message: _builtins.str
@@ -338,6 +349,8 @@ class FetchPartitionResponse(_message.Message):
     leader_epoch: _builtins.int
     last_stable_offset: _builtins.int
     """the first offset of the earliest open transaction, or the HW"""
+    preferred_read_replica: _builtins.int
+    """KIP-392: fetch from this broker instead"""
     @_builtins.property
     def diverging_epoch(self) -> Global___EpochEndOffset:
         """set when the follower's log diverged from the leader's"""
@@ -361,12 +374,15 @@ class FetchPartitionResponse(_message.Message):
         leader_epoch: _builtins.int = ...,
         last_stable_offset: _builtins.int = ...,
         aborted_transactions: _abc.Iterable[Global___AbortedTransaction] | None = ...,
+        preferred_read_replica: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["diverging_epoch", b"diverging_epoch"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_preferred_read_replica", b"_preferred_read_replica", "diverging_epoch", b"diverging_epoch", "preferred_read_replica", b"preferred_read_replica"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["aborted_transactions", b"aborted_transactions", "diverging_epoch", b"diverging_epoch", "error_code", b"error_code", "error_message", b"error_message", "high_watermark", b"high_watermark", "last_stable_offset", b"last_stable_offset", "leader_epoch", b"leader_epoch", "leader_id", b"leader_id", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "partition", b"partition", "records", b"records"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_preferred_read_replica", b"_preferred_read_replica", "aborted_transactions", b"aborted_transactions", "diverging_epoch", b"diverging_epoch", "error_code", b"error_code", "error_message", b"error_message", "high_watermark", b"high_watermark", "last_stable_offset", b"last_stable_offset", "leader_epoch", b"leader_epoch", "leader_id", b"leader_id", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "partition", b"partition", "preferred_read_replica", b"preferred_read_replica", "records", b"records"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__preferred_read_replica: _TypeAlias = _typing.Literal["preferred_read_replica"]  # noqa: Y015
+    _WhichOneofArgType__preferred_read_replica: _TypeAlias = _typing.Literal["_preferred_read_replica", b"_preferred_read_replica"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__preferred_read_replica) -> _WhichOneofReturnType__preferred_read_replica | None: ...
 
 Global___FetchPartitionResponse: _TypeAlias = FetchPartitionResponse  # noqa: Y015
 
@@ -1150,3 +1166,695 @@ class DescribeProducersResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DescribeProducersResponse: _TypeAlias = DescribeProducersResponse  # noqa: Y015
+
+@_typing.final
+class DeleteRecordsPartition(_message.Message):
+    """-- DeleteRecords (Kafka API 21): sent to each partition's leader ------------------------------"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITION_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    partition: _builtins.int
+    offset: _builtins.int
+    """the new log start offset; -1: the high watermark"""
+    def __init__(
+        self,
+        *,
+        partition: _builtins.int = ...,
+        offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["offset", b"offset", "partition", b"partition"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteRecordsPartition: _TypeAlias = DeleteRecordsPartition  # noqa: Y015
+
+@_typing.final
+class DeleteRecordsTopic(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeleteRecordsPartition]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        partitions: _abc.Iterable[Global___DeleteRecordsPartition] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteRecordsTopic: _TypeAlias = DeleteRecordsTopic  # noqa: Y015
+
+@_typing.final
+class DeleteRecordsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPICS_FIELD_NUMBER: _builtins.int
+    TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    timeout_ms: _builtins.int
+    """how long to wait for every live replica's log start offset"""
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeleteRecordsTopic]: ...
+    def __init__(
+        self,
+        *,
+        topics: _abc.Iterable[Global___DeleteRecordsTopic] | None = ...,
+        timeout_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["timeout_ms", b"timeout_ms", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteRecordsRequest: _TypeAlias = DeleteRecordsRequest  # noqa: Y015
+
+@_typing.final
+class DeleteRecordsPartitionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITION_FIELD_NUMBER: _builtins.int
+    LOW_WATERMARK_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    LEADER_ID_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    partition: _builtins.int
+    low_watermark: _builtins.int
+    """-1 on an error"""
+    error_code: _builtins.int
+    error_message: _builtins.str
+    leader_id: _builtins.int
+    leader_epoch: _builtins.int
+    def __init__(
+        self,
+        *,
+        partition: _builtins.int = ...,
+        low_watermark: _builtins.int = ...,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str = ...,
+        leader_id: _builtins.int = ...,
+        leader_epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "leader_epoch", b"leader_epoch", "leader_id", b"leader_id", "low_watermark", b"low_watermark", "partition", b"partition"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteRecordsPartitionResponse: _TypeAlias = DeleteRecordsPartitionResponse  # noqa: Y015
+
+@_typing.final
+class DeleteRecordsTopicResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeleteRecordsPartitionResponse]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        partitions: _abc.Iterable[Global___DeleteRecordsPartitionResponse] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteRecordsTopicResponse: _TypeAlias = DeleteRecordsTopicResponse  # noqa: Y015
+
+@_typing.final
+class DeleteRecordsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPICS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeleteRecordsTopicResponse]: ...
+    def __init__(
+        self,
+        *,
+        topics: _abc.Iterable[Global___DeleteRecordsTopicResponse] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteRecordsResponse: _TypeAlias = DeleteRecordsResponse  # noqa: Y015
+
+@_typing.final
+class OffsetForLeaderEpochPartition(_message.Message):
+    """-- OffsetForLeaderEpoch (Kafka API 23), consumers (KIP-320): sent to each partition's leader
+    after a leader change, to learn whether the log still holds the consumer's position ------------
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITION_FIELD_NUMBER: _builtins.int
+    CURRENT_LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    partition: _builtins.int
+    current_leader_epoch: _builtins.int
+    """the leader epoch the client knows, -1 = do not check"""
+    leader_epoch: _builtins.int
+    """the epoch whose end offset is asked for"""
+    def __init__(
+        self,
+        *,
+        partition: _builtins.int = ...,
+        current_leader_epoch: _builtins.int = ...,
+        leader_epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["current_leader_epoch", b"current_leader_epoch", "leader_epoch", b"leader_epoch", "partition", b"partition"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetForLeaderEpochPartition: _TypeAlias = OffsetForLeaderEpochPartition  # noqa: Y015
+
+@_typing.final
+class OffsetForLeaderEpochTopic(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetForLeaderEpochPartition]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        partitions: _abc.Iterable[Global___OffsetForLeaderEpochPartition] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetForLeaderEpochTopic: _TypeAlias = OffsetForLeaderEpochTopic  # noqa: Y015
+
+@_typing.final
+class OffsetForLeaderEpochRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPICS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetForLeaderEpochTopic]: ...
+    def __init__(
+        self,
+        *,
+        topics: _abc.Iterable[Global___OffsetForLeaderEpochTopic] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetForLeaderEpochRequest: _TypeAlias = OffsetForLeaderEpochRequest  # noqa: Y015
+
+@_typing.final
+class OffsetForLeaderEpochPartitionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITION_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    END_OFFSET_FIELD_NUMBER: _builtins.int
+    LEADER_ID_FIELD_NUMBER: _builtins.int
+    CURRENT_LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    partition: _builtins.int
+    error_code: _builtins.int
+    error_message: _builtins.str
+    leader_epoch: _builtins.int
+    """the largest epoch <= the one asked for, -1 = undefined"""
+    end_offset: _builtins.int
+    """where the next higher epoch starts (the log end offset for the"""
+    leader_id: _builtins.int
+    """latest epoch), -1 = undefined
+    the current leader, when this broker is not it (-1 = unknown)
+    """
+    current_leader_epoch: _builtins.int
+    def __init__(
+        self,
+        *,
+        partition: _builtins.int = ...,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str = ...,
+        leader_epoch: _builtins.int = ...,
+        end_offset: _builtins.int = ...,
+        leader_id: _builtins.int = ...,
+        current_leader_epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["current_leader_epoch", b"current_leader_epoch", "end_offset", b"end_offset", "error_code", b"error_code", "error_message", b"error_message", "leader_epoch", b"leader_epoch", "leader_id", b"leader_id", "partition", b"partition"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetForLeaderEpochPartitionResponse: _TypeAlias = OffsetForLeaderEpochPartitionResponse  # noqa: Y015
+
+@_typing.final
+class OffsetForLeaderEpochTopicResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetForLeaderEpochPartitionResponse]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        partitions: _abc.Iterable[Global___OffsetForLeaderEpochPartitionResponse] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetForLeaderEpochTopicResponse: _TypeAlias = OffsetForLeaderEpochTopicResponse  # noqa: Y015
+
+@_typing.final
+class OffsetForLeaderEpochResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPICS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetForLeaderEpochTopicResponse]: ...
+    def __init__(
+        self,
+        *,
+        topics: _abc.Iterable[Global___OffsetForLeaderEpochTopicResponse] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetForLeaderEpochResponse: _TypeAlias = OffsetForLeaderEpochResponse  # noqa: Y015
+
+@_typing.final
+class ShareAcknowledgementBatch(_message.Message):
+    """-- ShareFetch / ShareAcknowledge (KIP-932) ------------------------------------------------------
+    A share group's data path at a partition leader, as Kafka's ShareFetch (78) and
+    ShareAcknowledge (79) with topics by name: the same share sessions (one per member per broker:
+    epoch 0 opens, 1, 2, ... follow, -1 closes and releases the member's records) and rules as the
+    Kafka listener's (dataplane/coordinator/share_requests.py).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FIRST_OFFSET_FIELD_NUMBER: _builtins.int
+    LAST_OFFSET_FIELD_NUMBER: _builtins.int
+    ACKNOWLEDGE_TYPES_FIELD_NUMBER: _builtins.int
+    first_offset: _builtins.int
+    last_offset: _builtins.int
+    @_builtins.property
+    def acknowledge_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """one type for the whole range, or one per offset: 0 gap, 1 accept, 2 release, 3 reject"""
+
+    def __init__(
+        self,
+        *,
+        first_offset: _builtins.int = ...,
+        last_offset: _builtins.int = ...,
+        acknowledge_types: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acknowledge_types", b"acknowledge_types", "first_offset", b"first_offset", "last_offset", b"last_offset"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ShareAcknowledgementBatch: _TypeAlias = ShareAcknowledgementBatch  # noqa: Y015
+
+@_typing.final
+class ShareRequestPartition(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITION_FIELD_NUMBER: _builtins.int
+    ACKNOWLEDGEMENT_BATCHES_FIELD_NUMBER: _builtins.int
+    partition: _builtins.int
+    @_builtins.property
+    def acknowledgement_batches(self) -> _containers.RepeatedCompositeFieldContainer[Global___ShareAcknowledgementBatch]: ...
+    def __init__(
+        self,
+        *,
+        partition: _builtins.int = ...,
+        acknowledgement_batches: _abc.Iterable[Global___ShareAcknowledgementBatch] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acknowledgement_batches", b"acknowledgement_batches", "partition", b"partition"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ShareRequestPartition: _TypeAlias = ShareRequestPartition  # noqa: Y015
+
+@_typing.final
+class ShareRequestTopic(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ShareRequestPartition]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        partitions: _abc.Iterable[Global___ShareRequestPartition] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ShareRequestTopic: _TypeAlias = ShareRequestTopic  # noqa: Y015
+
+@_typing.final
+class ShareForgottenTopic(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        partitions: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ShareForgottenTopic: _TypeAlias = ShareForgottenTopic  # noqa: Y015
+
+@_typing.final
+class ShareFetchRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    SHARE_SESSION_EPOCH_FIELD_NUMBER: _builtins.int
+    MAX_WAIT_MS_FIELD_NUMBER: _builtins.int
+    MAX_BYTES_FIELD_NUMBER: _builtins.int
+    MAX_RECORDS_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    FORGOTTEN_TOPICS_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    member_id: _builtins.str
+    share_session_epoch: _builtins.int
+    max_wait_ms: _builtins.int
+    max_bytes: _builtins.int
+    max_records: _builtins.int
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___ShareRequestTopic]:
+        """added to the session (epoch 0: the session's)"""
+
+    @_builtins.property
+    def forgotten_topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___ShareForgottenTopic]: ...
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+        member_id: _builtins.str = ...,
+        share_session_epoch: _builtins.int = ...,
+        max_wait_ms: _builtins.int = ...,
+        max_bytes: _builtins.int = ...,
+        max_records: _builtins.int = ...,
+        topics: _abc.Iterable[Global___ShareRequestTopic] | None = ...,
+        forgotten_topics: _abc.Iterable[Global___ShareForgottenTopic] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["forgotten_topics", b"forgotten_topics", "group_id", b"group_id", "max_bytes", b"max_bytes", "max_records", b"max_records", "max_wait_ms", b"max_wait_ms", "member_id", b"member_id", "share_session_epoch", b"share_session_epoch", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ShareFetchRequest: _TypeAlias = ShareFetchRequest  # noqa: Y015
+
+@_typing.final
+class ShareAcquiredRecords(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FIRST_OFFSET_FIELD_NUMBER: _builtins.int
+    LAST_OFFSET_FIELD_NUMBER: _builtins.int
+    DELIVERY_COUNT_FIELD_NUMBER: _builtins.int
+    first_offset: _builtins.int
+    last_offset: _builtins.int
+    delivery_count: _builtins.int
+    def __init__(
+        self,
+        *,
+        first_offset: _builtins.int = ...,
+        last_offset: _builtins.int = ...,
+        delivery_count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delivery_count", b"delivery_count", "first_offset", b"first_offset", "last_offset", b"last_offset"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ShareAcquiredRecords: _TypeAlias = ShareAcquiredRecords  # noqa: Y015
+
+@_typing.final
+class ShareFetchPartitionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITION_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    ACKNOWLEDGE_ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ACKNOWLEDGE_ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    LEADER_ID_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    RECORDS_FIELD_NUMBER: _builtins.int
+    ACQUIRED_RECORDS_FIELD_NUMBER: _builtins.int
+    partition: _builtins.int
+    error_code: _builtins.int
+    """the fetch's (NOT_LEADER_OR_FOLLOWER: see leader_id)"""
+    error_message: _builtins.str
+    acknowledge_error_code: _builtins.int
+    """the piggybacked acknowledgements'"""
+    acknowledge_error_message: _builtins.str
+    leader_id: _builtins.int
+    leader_epoch: _builtins.int
+    records: _builtins.bytes
+    """the whole batches holding an acquired record"""
+    @_builtins.property
+    def acquired_records(self) -> _containers.RepeatedCompositeFieldContainer[Global___ShareAcquiredRecords]: ...
+    def __init__(
+        self,
+        *,
+        partition: _builtins.int = ...,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str = ...,
+        acknowledge_error_code: _builtins.int = ...,
+        acknowledge_error_message: _builtins.str = ...,
+        leader_id: _builtins.int = ...,
+        leader_epoch: _builtins.int = ...,
+        records: _builtins.bytes = ...,
+        acquired_records: _abc.Iterable[Global___ShareAcquiredRecords] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acknowledge_error_code", b"acknowledge_error_code", "acknowledge_error_message", b"acknowledge_error_message", "acquired_records", b"acquired_records", "error_code", b"error_code", "error_message", b"error_message", "leader_epoch", b"leader_epoch", "leader_id", b"leader_id", "partition", b"partition", "records", b"records"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ShareFetchPartitionResponse: _TypeAlias = ShareFetchPartitionResponse  # noqa: Y015
+
+@_typing.final
+class ShareFetchTopicResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ShareFetchPartitionResponse]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        partitions: _abc.Iterable[Global___ShareFetchPartitionResponse] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ShareFetchTopicResponse: _TypeAlias = ShareFetchTopicResponse  # noqa: Y015
+
+@_typing.final
+class ShareFetchResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    ACQUISITION_LOCK_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    error_code: _builtins.int
+    """the session's or the group's: nothing was done"""
+    error_message: _builtins.str
+    acquisition_lock_timeout_ms: _builtins.int
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___ShareFetchTopicResponse]: ...
+    def __init__(
+        self,
+        *,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str = ...,
+        acquisition_lock_timeout_ms: _builtins.int = ...,
+        topics: _abc.Iterable[Global___ShareFetchTopicResponse] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acquisition_lock_timeout_ms", b"acquisition_lock_timeout_ms", "error_code", b"error_code", "error_message", b"error_message", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ShareFetchResponse: _TypeAlias = ShareFetchResponse  # noqa: Y015
+
+@_typing.final
+class ShareAcknowledgeRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    SHARE_SESSION_EPOCH_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    member_id: _builtins.str
+    share_session_epoch: _builtins.int
+    """> 0, or -1 to close the session after acknowledging"""
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___ShareRequestTopic]: ...
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+        member_id: _builtins.str = ...,
+        share_session_epoch: _builtins.int = ...,
+        topics: _abc.Iterable[Global___ShareRequestTopic] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id", "member_id", b"member_id", "share_session_epoch", b"share_session_epoch", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ShareAcknowledgeRequest: _TypeAlias = ShareAcknowledgeRequest  # noqa: Y015
+
+@_typing.final
+class ShareAcknowledgePartitionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITION_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    LEADER_ID_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    partition: _builtins.int
+    error_code: _builtins.int
+    error_message: _builtins.str
+    leader_id: _builtins.int
+    leader_epoch: _builtins.int
+    def __init__(
+        self,
+        *,
+        partition: _builtins.int = ...,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str = ...,
+        leader_id: _builtins.int = ...,
+        leader_epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "leader_epoch", b"leader_epoch", "leader_id", b"leader_id", "partition", b"partition"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ShareAcknowledgePartitionResponse: _TypeAlias = ShareAcknowledgePartitionResponse  # noqa: Y015
+
+@_typing.final
+class ShareAcknowledgeTopicResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ShareAcknowledgePartitionResponse]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        partitions: _abc.Iterable[Global___ShareAcknowledgePartitionResponse] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ShareAcknowledgeTopicResponse: _TypeAlias = ShareAcknowledgeTopicResponse  # noqa: Y015
+
+@_typing.final
+class ShareAcknowledgeResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    error_code: _builtins.int
+    error_message: _builtins.str
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___ShareAcknowledgeTopicResponse]: ...
+    def __init__(
+        self,
+        *,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str = ...,
+        topics: _abc.Iterable[Global___ShareAcknowledgeTopicResponse] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ShareAcknowledgeResponse: _TypeAlias = ShareAcknowledgeResponse  # noqa: Y015

@@ -69,6 +69,26 @@ class BrokerServiceStub:
                 request_serializer=protos_dot_broker__pb2.DescribeProducersRequest.SerializeToString,
                 response_deserializer=protos_dot_broker__pb2.DescribeProducersResponse.FromString,
                 _registered_method=True)
+        self.DeleteRecords = channel.unary_unary(
+                '/raftlog.broker.BrokerService/DeleteRecords',
+                request_serializer=protos_dot_broker__pb2.DeleteRecordsRequest.SerializeToString,
+                response_deserializer=protos_dot_broker__pb2.DeleteRecordsResponse.FromString,
+                _registered_method=True)
+        self.OffsetForLeaderEpoch = channel.unary_unary(
+                '/raftlog.broker.BrokerService/OffsetForLeaderEpoch',
+                request_serializer=protos_dot_broker__pb2.OffsetForLeaderEpochRequest.SerializeToString,
+                response_deserializer=protos_dot_broker__pb2.OffsetForLeaderEpochResponse.FromString,
+                _registered_method=True)
+        self.ShareFetch = channel.unary_unary(
+                '/raftlog.broker.BrokerService/ShareFetch',
+                request_serializer=protos_dot_broker__pb2.ShareFetchRequest.SerializeToString,
+                response_deserializer=protos_dot_broker__pb2.ShareFetchResponse.FromString,
+                _registered_method=True)
+        self.ShareAcknowledge = channel.unary_unary(
+                '/raftlog.broker.BrokerService/ShareAcknowledge',
+                request_serializer=protos_dot_broker__pb2.ShareAcknowledgeRequest.SerializeToString,
+                response_deserializer=protos_dot_broker__pb2.ShareAcknowledgeResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServiceServicer:
@@ -116,6 +136,30 @@ class BrokerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteRecords(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def OffsetForLeaderEpoch(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ShareFetch(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ShareAcknowledge(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -153,6 +197,26 @@ def add_BrokerServiceServicer_to_server(servicer, server):
                     servicer.DescribeProducers,
                     request_deserializer=protos_dot_broker__pb2.DescribeProducersRequest.FromString,
                     response_serializer=protos_dot_broker__pb2.DescribeProducersResponse.SerializeToString,
+            ),
+            'DeleteRecords': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteRecords,
+                    request_deserializer=protos_dot_broker__pb2.DeleteRecordsRequest.FromString,
+                    response_serializer=protos_dot_broker__pb2.DeleteRecordsResponse.SerializeToString,
+            ),
+            'OffsetForLeaderEpoch': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetForLeaderEpoch,
+                    request_deserializer=protos_dot_broker__pb2.OffsetForLeaderEpochRequest.FromString,
+                    response_serializer=protos_dot_broker__pb2.OffsetForLeaderEpochResponse.SerializeToString,
+            ),
+            'ShareFetch': grpc.unary_unary_rpc_method_handler(
+                    servicer.ShareFetch,
+                    request_deserializer=protos_dot_broker__pb2.ShareFetchRequest.FromString,
+                    response_serializer=protos_dot_broker__pb2.ShareFetchResponse.SerializeToString,
+            ),
+            'ShareAcknowledge': grpc.unary_unary_rpc_method_handler(
+                    servicer.ShareAcknowledge,
+                    request_deserializer=protos_dot_broker__pb2.ShareAcknowledgeRequest.FromString,
+                    response_serializer=protos_dot_broker__pb2.ShareAcknowledgeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -344,6 +408,114 @@ class BrokerService:
             '/raftlog.broker.BrokerService/DescribeProducers',
             protos_dot_broker__pb2.DescribeProducersRequest.SerializeToString,
             protos_dot_broker__pb2.DescribeProducersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteRecords(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.broker.BrokerService/DeleteRecords',
+            protos_dot_broker__pb2.DeleteRecordsRequest.SerializeToString,
+            protos_dot_broker__pb2.DeleteRecordsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetForLeaderEpoch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.broker.BrokerService/OffsetForLeaderEpoch',
+            protos_dot_broker__pb2.OffsetForLeaderEpochRequest.SerializeToString,
+            protos_dot_broker__pb2.OffsetForLeaderEpochResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ShareFetch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.broker.BrokerService/ShareFetch',
+            protos_dot_broker__pb2.ShareFetchRequest.SerializeToString,
+            protos_dot_broker__pb2.ShareFetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ShareAcknowledge(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.broker.BrokerService/ShareAcknowledge',
+            protos_dot_broker__pb2.ShareAcknowledgeRequest.SerializeToString,
+            protos_dot_broker__pb2.ShareAcknowledgeResponse.FromString,
             options,
             channel_credentials,
             insecure,

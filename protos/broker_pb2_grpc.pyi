@@ -41,6 +41,10 @@ class BrokerServiceStub:
     InitProducerId: _grpc.UnaryUnaryMultiCallable[_broker_pb2.InitProducerIdRequest, _broker_pb2.InitProducerIdResponse]
     WriteTxnMarkers: _grpc.UnaryUnaryMultiCallable[_broker_pb2.WriteTxnMarkersRequest, _broker_pb2.WriteTxnMarkersResponse]
     DescribeProducers: _grpc.UnaryUnaryMultiCallable[_broker_pb2.DescribeProducersRequest, _broker_pb2.DescribeProducersResponse]
+    DeleteRecords: _grpc.UnaryUnaryMultiCallable[_broker_pb2.DeleteRecordsRequest, _broker_pb2.DeleteRecordsResponse]
+    OffsetForLeaderEpoch: _grpc.UnaryUnaryMultiCallable[_broker_pb2.OffsetForLeaderEpochRequest, _broker_pb2.OffsetForLeaderEpochResponse]
+    ShareFetch: _grpc.UnaryUnaryMultiCallable[_broker_pb2.ShareFetchRequest, _broker_pb2.ShareFetchResponse]
+    ShareAcknowledge: _grpc.UnaryUnaryMultiCallable[_broker_pb2.ShareAcknowledgeRequest, _broker_pb2.ShareAcknowledgeResponse]
 
 @_typing.type_check_only
 class BrokerServiceAsyncStub(BrokerServiceStub):
@@ -52,6 +56,10 @@ class BrokerServiceAsyncStub(BrokerServiceStub):
     InitProducerId: _aio.UnaryUnaryMultiCallable[_broker_pb2.InitProducerIdRequest, _broker_pb2.InitProducerIdResponse]  # type: ignore[assignment]
     WriteTxnMarkers: _aio.UnaryUnaryMultiCallable[_broker_pb2.WriteTxnMarkersRequest, _broker_pb2.WriteTxnMarkersResponse]  # type: ignore[assignment]
     DescribeProducers: _aio.UnaryUnaryMultiCallable[_broker_pb2.DescribeProducersRequest, _broker_pb2.DescribeProducersResponse]  # type: ignore[assignment]
+    DeleteRecords: _aio.UnaryUnaryMultiCallable[_broker_pb2.DeleteRecordsRequest, _broker_pb2.DeleteRecordsResponse]  # type: ignore[assignment]
+    OffsetForLeaderEpoch: _aio.UnaryUnaryMultiCallable[_broker_pb2.OffsetForLeaderEpochRequest, _broker_pb2.OffsetForLeaderEpochResponse]  # type: ignore[assignment]
+    ShareFetch: _aio.UnaryUnaryMultiCallable[_broker_pb2.ShareFetchRequest, _broker_pb2.ShareFetchResponse]  # type: ignore[assignment]
+    ShareAcknowledge: _aio.UnaryUnaryMultiCallable[_broker_pb2.ShareAcknowledgeRequest, _broker_pb2.ShareAcknowledgeResponse]  # type: ignore[assignment]
 
 class BrokerServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -102,5 +110,33 @@ class BrokerServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _broker_pb2.DescribeProducersRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_broker_pb2.DescribeProducersResponse, _abc.Awaitable[_broker_pb2.DescribeProducersResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def DeleteRecords(
+        self,
+        request: _broker_pb2.DeleteRecordsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_broker_pb2.DeleteRecordsResponse, _abc.Awaitable[_broker_pb2.DeleteRecordsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def OffsetForLeaderEpoch(
+        self,
+        request: _broker_pb2.OffsetForLeaderEpochRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_broker_pb2.OffsetForLeaderEpochResponse, _abc.Awaitable[_broker_pb2.OffsetForLeaderEpochResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ShareFetch(
+        self,
+        request: _broker_pb2.ShareFetchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_broker_pb2.ShareFetchResponse, _abc.Awaitable[_broker_pb2.ShareFetchResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ShareAcknowledge(
+        self,
+        request: _broker_pb2.ShareAcknowledgeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_broker_pb2.ShareAcknowledgeResponse, _abc.Awaitable[_broker_pb2.ShareAcknowledgeResponse]]: ...
 
 def add_BrokerServiceServicer_to_server(servicer: BrokerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -70,6 +70,8 @@ class _ConfigSourceEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ConfigSo
     DYNAMIC_DEFAULT_BROKER_CONFIG: _ConfigSource.ValueType  # 3
     STATIC_BROKER_CONFIG: _ConfigSource.ValueType  # 4
     DEFAULT_CONFIG: _ConfigSource.ValueType  # 5
+    GROUP_CONFIG: _ConfigSource.ValueType  # 8
+    """a group's own override (Kafka 4's group configs)"""
 
 class ConfigSource(_ConfigSource, metaclass=_ConfigSourceEnumTypeWrapper):
     """Kafka's DescribeConfigs config_source values"""
@@ -80,6 +82,8 @@ DYNAMIC_BROKER_CONFIG: ConfigSource.ValueType  # 2
 DYNAMIC_DEFAULT_BROKER_CONFIG: ConfigSource.ValueType  # 3
 STATIC_BROKER_CONFIG: ConfigSource.ValueType  # 4
 DEFAULT_CONFIG: ConfigSource.ValueType  # 5
+GROUP_CONFIG: ConfigSource.ValueType  # 8
+"""a group's own override (Kafka 4's group configs)"""
 Global___ConfigSource: _TypeAlias = ConfigSource  # noqa: Y015
 
 @_typing.final
@@ -1079,20 +1083,55 @@ class DescribeConfigsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     RESOURCES_FIELD_NUMBER: _builtins.int
+    BROKER_ID_FIELD_NUMBER: _builtins.int
+    broker_id: _builtins.int
+    """the broker that asks (Kafka's brokers answer DescribeConfigs themselves): a topic's values
+    then include its log.* defaults (dynamic per broker, and from its node config file)
+    """
     @_builtins.property
     def resources(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConfigResource]: ...
     def __init__(
         self,
         *,
         resources: _abc.Iterable[Global___ConfigResource] | None = ...,
+        broker_id: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_broker_id", b"_broker_id", "broker_id", b"broker_id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_broker_id", b"_broker_id", "broker_id", b"broker_id", "resources", b"resources"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__broker_id: _TypeAlias = _typing.Literal["broker_id"]  # noqa: Y015
+    _WhichOneofArgType__broker_id: _TypeAlias = _typing.Literal["_broker_id", b"_broker_id"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__broker_id) -> _WhichOneofReturnType__broker_id | None: ...
+
+Global___DescribeConfigsRequest: _TypeAlias = DescribeConfigsRequest  # noqa: Y015
+
+@_typing.final
+class ConfigSynonym(_message.Message):
+    """a source that sets a config, Kafka's DescribeConfigs synonyms (the winning one first)"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    value: _builtins.str
+    source: Global___ConfigSource.ValueType
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        value: _builtins.str = ...,
+        source: Global___ConfigSource.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["resources", b"resources"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "source", b"source", "value", b"value"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___DescribeConfigsRequest: _TypeAlias = DescribeConfigsRequest  # noqa: Y015
+Global___ConfigSynonym: _TypeAlias = ConfigSynonym  # noqa: Y015
 
 @_typing.final
 class ConfigEntry(_message.Message):
@@ -1102,10 +1141,13 @@ class ConfigEntry(_message.Message):
     VALUE_FIELD_NUMBER: _builtins.int
     IS_DEFAULT_FIELD_NUMBER: _builtins.int
     SOURCE_FIELD_NUMBER: _builtins.int
+    SYNONYMS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     value: _builtins.str
     is_default: _builtins.bool
     source: Global___ConfigSource.ValueType
+    @_builtins.property
+    def synonyms(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConfigSynonym]: ...
     def __init__(
         self,
         *,
@@ -1113,10 +1155,11 @@ class ConfigEntry(_message.Message):
         value: _builtins.str = ...,
         is_default: _builtins.bool = ...,
         source: Global___ConfigSource.ValueType = ...,
+        synonyms: _abc.Iterable[Global___ConfigSynonym] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["is_default", b"is_default", "name", b"name", "source", b"source", "value", b"value"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["is_default", b"is_default", "name", b"name", "source", b"source", "synonyms", b"synonyms", "value", b"value"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2274,3 +2317,103 @@ class DescribeUserScramCredentialsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DescribeUserScramCredentialsResponse: _TypeAlias = DescribeUserScramCredentialsResponse  # noqa: Y015
+
+@_typing.final
+class FeatureUpdate(_message.Message):
+    """UpdateFeatures (key 57, KIP-584/778): finalized feature levels, all or nothing."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FEATURE_FIELD_NUMBER: _builtins.int
+    MAX_VERSION_LEVEL_FIELD_NUMBER: _builtins.int
+    UPGRADE_TYPE_FIELD_NUMBER: _builtins.int
+    feature: _builtins.str
+    max_version_level: _builtins.int
+    upgrade_type: _builtins.int
+    """1 UPGRADE, 2 SAFE_DOWNGRADE, 3 UNSAFE_DOWNGRADE (Kafka's numbers)"""
+    def __init__(
+        self,
+        *,
+        feature: _builtins.str = ...,
+        max_version_level: _builtins.int = ...,
+        upgrade_type: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["feature", b"feature", "max_version_level", b"max_version_level", "upgrade_type", b"upgrade_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FeatureUpdate: _TypeAlias = FeatureUpdate  # noqa: Y015
+
+@_typing.final
+class UpdateFeaturesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    UPDATES_FIELD_NUMBER: _builtins.int
+    VALIDATE_ONLY_FIELD_NUMBER: _builtins.int
+    validate_only: _builtins.bool
+    @_builtins.property
+    def updates(self) -> _containers.RepeatedCompositeFieldContainer[Global___FeatureUpdate]: ...
+    def __init__(
+        self,
+        *,
+        updates: _abc.Iterable[Global___FeatureUpdate] | None = ...,
+        validate_only: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["updates", b"updates", "validate_only", b"validate_only"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateFeaturesRequest: _TypeAlias = UpdateFeaturesRequest  # noqa: Y015
+
+@_typing.final
+class FeatureUpdateResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FEATURE_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    feature: _builtins.str
+    error_code: _builtins.int
+    error_message: _builtins.str
+    def __init__(
+        self,
+        *,
+        feature: _builtins.str = ...,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "feature", b"feature"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FeatureUpdateResult: _TypeAlias = FeatureUpdateResult  # noqa: Y015
+
+@_typing.final
+class UpdateFeaturesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUS_FIELD_NUMBER: _builtins.int
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def status(self) -> Global___Status: ...
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___FeatureUpdateResult]: ...
+    def __init__(
+        self,
+        *,
+        status: Global___Status | None = ...,
+        results: _abc.Iterable[Global___FeatureUpdateResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateFeaturesResponse: _TypeAlias = UpdateFeaturesResponse  # noqa: Y015

@@ -159,6 +159,11 @@ class ControllerServiceStub:
                 request_serializer=protos_dot_controller__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
                 response_deserializer=protos_dot_controller__pb2.DescribeUserScramCredentialsResponse.FromString,
                 _registered_method=True)
+        self.UpdateFeatures = channel.unary_unary(
+                '/raftlog.controller.ControllerService/UpdateFeatures',
+                request_serializer=protos_dot_controller__pb2.UpdateFeaturesRequest.SerializeToString,
+                response_deserializer=protos_dot_controller__pb2.UpdateFeaturesResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServiceServicer:
@@ -314,6 +319,12 @@ class ControllerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateFeatures(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -441,6 +452,11 @@ def add_ControllerServiceServicer_to_server(servicer, server):
                     servicer.DescribeUserScramCredentials,
                     request_deserializer=protos_dot_controller__pb2.DescribeUserScramCredentialsRequest.FromString,
                     response_serializer=protos_dot_controller__pb2.DescribeUserScramCredentialsResponse.SerializeToString,
+            ),
+            'UpdateFeatures': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateFeatures,
+                    request_deserializer=protos_dot_controller__pb2.UpdateFeaturesRequest.FromString,
+                    response_serializer=protos_dot_controller__pb2.UpdateFeaturesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1118,6 +1134,33 @@ class ControllerService:
             '/raftlog.controller.ControllerService/DescribeUserScramCredentials',
             protos_dot_controller__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
             protos_dot_controller__pb2.DescribeUserScramCredentialsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateFeatures(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.controller.ControllerService/UpdateFeatures',
+            protos_dot_controller__pb2.UpdateFeaturesRequest.SerializeToString,
+            protos_dot_controller__pb2.UpdateFeaturesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -58,6 +58,7 @@ class ControllerServiceStub:
     DescribeAcls: _grpc.UnaryUnaryMultiCallable[_controller_pb2.DescribeAclsRequest, _controller_pb2.DescribeAclsResponse]
     AlterUserScramCredentials: _grpc.UnaryUnaryMultiCallable[_controller_pb2.AlterUserScramCredentialsRequest, _controller_pb2.AlterUserScramCredentialsResponse]
     DescribeUserScramCredentials: _grpc.UnaryUnaryMultiCallable[_controller_pb2.DescribeUserScramCredentialsRequest, _controller_pb2.DescribeUserScramCredentialsResponse]
+    UpdateFeatures: _grpc.UnaryUnaryMultiCallable[_controller_pb2.UpdateFeaturesRequest, _controller_pb2.UpdateFeaturesResponse]
 
 @_typing.type_check_only
 class ControllerServiceAsyncStub(ControllerServiceStub):
@@ -87,6 +88,7 @@ class ControllerServiceAsyncStub(ControllerServiceStub):
     DescribeAcls: _aio.UnaryUnaryMultiCallable[_controller_pb2.DescribeAclsRequest, _controller_pb2.DescribeAclsResponse]  # type: ignore[assignment]
     AlterUserScramCredentials: _aio.UnaryUnaryMultiCallable[_controller_pb2.AlterUserScramCredentialsRequest, _controller_pb2.AlterUserScramCredentialsResponse]  # type: ignore[assignment]
     DescribeUserScramCredentials: _aio.UnaryUnaryMultiCallable[_controller_pb2.DescribeUserScramCredentialsRequest, _controller_pb2.DescribeUserScramCredentialsResponse]  # type: ignore[assignment]
+    UpdateFeatures: _aio.UnaryUnaryMultiCallable[_controller_pb2.UpdateFeaturesRequest, _controller_pb2.UpdateFeaturesResponse]  # type: ignore[assignment]
 
 class ControllerServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -263,5 +265,12 @@ class ControllerServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _controller_pb2.DescribeUserScramCredentialsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_controller_pb2.DescribeUserScramCredentialsResponse, _abc.Awaitable[_controller_pb2.DescribeUserScramCredentialsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def UpdateFeatures(
+        self,
+        request: _controller_pb2.UpdateFeaturesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_controller_pb2.UpdateFeaturesResponse, _abc.Awaitable[_controller_pb2.UpdateFeaturesResponse]]: ...
 
 def add_ControllerServiceServicer_to_server(servicer: ControllerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -47,6 +47,26 @@ class _GroupRecordTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Group
     """key: group, member"""
     CLASSIC_GROUP_METADATA: _GroupRecordType.ValueType  # 8
     """key: group (a JoinGroup/SyncGroup group's stored generation)"""
+    SHARE_GROUP_METADATA: _GroupRecordType.ValueType  # 9
+    """A share group's (KIP-932), as Kafka's ShareGroup* records; values reuse the consumer
+    group's messages except the member's (ShareMemberMetadataValue)
+    key: group (GroupMetadataValue; null deletes it)
+    """
+    SHARE_GROUP_SUBSCRIPTION_METADATA: _GroupRecordType.ValueType  # 10
+    """key: group (SubscriptionMetadataValue)"""
+    SHARE_MEMBER_METADATA: _GroupRecordType.ValueType  # 11
+    """key: group, member (ShareMemberMetadataValue)"""
+    SHARE_TARGET_ASSIGNMENT_METADATA: _GroupRecordType.ValueType  # 12
+    """key: group (TargetAssignmentMetadataValue)"""
+    SHARE_TARGET_ASSIGNMENT_MEMBER: _GroupRecordType.ValueType  # 13
+    """key: group, member (TargetAssignmentMemberValue)"""
+    SHARE_CURRENT_MEMBER_ASSIGNMENT: _GroupRecordType.ValueType  # 14
+    """key: group, member (CurrentMemberAssignmentValue)"""
+    SHARE_GROUP_STATE_PARTITION_METADATA: _GroupRecordType.ValueType  # 15
+    """key: group (ShareGroupStatePartitionMetadataValue): the partitions whose share state the
+    group may have in __share_group_state (every partition ever assigned to a member), deleted
+    with the group (DeleteShareGroupState)
+    """
 
 class GroupRecordType(_GroupRecordType, metaclass=_GroupRecordTypeEnumTypeWrapper):
     """-- Records of `__consumer_offsets` -------------------------------------------------------------
@@ -73,6 +93,26 @@ CURRENT_MEMBER_ASSIGNMENT: GroupRecordType.ValueType  # 7
 """key: group, member"""
 CLASSIC_GROUP_METADATA: GroupRecordType.ValueType  # 8
 """key: group (a JoinGroup/SyncGroup group's stored generation)"""
+SHARE_GROUP_METADATA: GroupRecordType.ValueType  # 9
+"""A share group's (KIP-932), as Kafka's ShareGroup* records; values reuse the consumer
+group's messages except the member's (ShareMemberMetadataValue)
+key: group (GroupMetadataValue; null deletes it)
+"""
+SHARE_GROUP_SUBSCRIPTION_METADATA: GroupRecordType.ValueType  # 10
+"""key: group (SubscriptionMetadataValue)"""
+SHARE_MEMBER_METADATA: GroupRecordType.ValueType  # 11
+"""key: group, member (ShareMemberMetadataValue)"""
+SHARE_TARGET_ASSIGNMENT_METADATA: GroupRecordType.ValueType  # 12
+"""key: group (TargetAssignmentMetadataValue)"""
+SHARE_TARGET_ASSIGNMENT_MEMBER: GroupRecordType.ValueType  # 13
+"""key: group, member (TargetAssignmentMemberValue)"""
+SHARE_CURRENT_MEMBER_ASSIGNMENT: GroupRecordType.ValueType  # 14
+"""key: group, member (CurrentMemberAssignmentValue)"""
+SHARE_GROUP_STATE_PARTITION_METADATA: GroupRecordType.ValueType  # 15
+"""key: group (ShareGroupStatePartitionMetadataValue): the partitions whose share state the
+group may have in __share_group_state (every partition ever assigned to a member), deleted
+with the group (DeleteShareGroupState)
+"""
 Global___GroupRecordType: _TypeAlias = GroupRecordType  # noqa: Y015
 
 @_typing.final
@@ -236,11 +276,12 @@ class ConsumerGroupHeartbeatRequest(_message.Message):
     OWNED_FIELD_NUMBER: _builtins.int
     CLIENT_ID_FIELD_NUMBER: _builtins.int
     SERVER_ASSIGNOR_FIELD_NUMBER: _builtins.int
+    INSTANCE_ID_FIELD_NUMBER: _builtins.int
     group_id: _builtins.str
     member_id: _builtins.str
     """empty to join: the coordinator names the member"""
     member_epoch: _builtins.int
-    """0 to join, -1 to leave"""
+    """0 to join, -1 to leave, -2: a static member leaves for now"""
     rebalance_timeout_ms: _builtins.int
     """-1 = unchanged"""
     subscribed_topic_regex: _builtins.str
@@ -248,6 +289,8 @@ class ConsumerGroupHeartbeatRequest(_message.Message):
     client_id: _builtins.str
     server_assignor: _builtins.str
     """"" = the default ("uniform")"""
+    instance_id: _builtins.str
+    """KIP-345 group.instance.id: "" = dynamic, or unchanged (sent"""
     @_builtins.property
     def subscribed_topic_names(self) -> Global___TopicNames:
         """absent = unchanged"""
@@ -268,10 +311,11 @@ class ConsumerGroupHeartbeatRequest(_message.Message):
         owned: Global___OwnedPartitions | None = ...,
         client_id: _builtins.str = ...,
         server_assignor: _builtins.str = ...,
+        instance_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_subscribed_topic_regex", b"_subscribed_topic_regex", "owned", b"owned", "subscribed_topic_names", b"subscribed_topic_names", "subscribed_topic_regex", b"subscribed_topic_regex"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_subscribed_topic_regex", b"_subscribed_topic_regex", "client_id", b"client_id", "group_id", b"group_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "owned", b"owned", "rebalance_timeout_ms", b"rebalance_timeout_ms", "server_assignor", b"server_assignor", "subscribed_topic_names", b"subscribed_topic_names", "subscribed_topic_regex", b"subscribed_topic_regex"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_subscribed_topic_regex", b"_subscribed_topic_regex", "client_id", b"client_id", "group_id", b"group_id", "instance_id", b"instance_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "owned", b"owned", "rebalance_timeout_ms", b"rebalance_timeout_ms", "server_assignor", b"server_assignor", "subscribed_topic_names", b"subscribed_topic_names", "subscribed_topic_regex", b"subscribed_topic_regex"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__subscribed_topic_regex: _TypeAlias = _typing.Literal["subscribed_topic_regex"]  # noqa: Y015
     _WhichOneofArgType__subscribed_topic_regex: _TypeAlias = _typing.Literal["_subscribed_topic_regex", b"_subscribed_topic_regex"]  # noqa: Y015
@@ -378,10 +422,13 @@ class OffsetCommitRequest(_message.Message):
     MEMBER_ID_FIELD_NUMBER: _builtins.int
     MEMBER_EPOCH_FIELD_NUMBER: _builtins.int
     TOPICS_FIELD_NUMBER: _builtins.int
+    GROUP_INSTANCE_ID_FIELD_NUMBER: _builtins.int
     group_id: _builtins.str
     member_id: _builtins.str
     """empty with member_epoch -1: an administrative commit (empty group)"""
     member_epoch: _builtins.int
+    group_instance_id: _builtins.str
+    """a classic static member's (KIP-345); "" = none"""
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetCommitTopic]: ...
     def __init__(
@@ -391,10 +438,11 @@ class OffsetCommitRequest(_message.Message):
         member_id: _builtins.str = ...,
         member_epoch: _builtins.int = ...,
         topics: _abc.Iterable[Global___OffsetCommitTopic] | None = ...,
+        group_instance_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id", "group_instance_id", b"group_instance_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -669,7 +717,7 @@ class ListedGroup(_message.Message):
     group_id: _builtins.str
     state: _builtins.str
     group_type: _builtins.str
-    """"consumer" (KIP-848) or "classic" (JoinGroup/SyncGroup)"""
+    """"consumer" (KIP-848), "classic" (JoinGroup/SyncGroup) or "share" """
     def __init__(
         self,
         *,
@@ -752,7 +800,7 @@ class DescribedMember(_message.Message):
     client_host: _builtins.str
     """classic members"""
     group_instance_id: _builtins.str
-    """classic static members"""
+    """static members (KIP-345), classic or consumer"""
     @_builtins.property
     def subscribed_topic_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
@@ -808,7 +856,7 @@ class DescribedGroup(_message.Message):
     assignor: _builtins.str
     coordinator_id: _builtins.int
     group_type: _builtins.str
-    """"consumer" or "classic" (then group_epoch is the generation,"""
+    """"consumer", "share" (KIP-932; assignor "simple") or "classic" """
     @_builtins.property
     def members(self) -> _containers.RepeatedCompositeFieldContainer[Global___DescribedMember]: ...
     def __init__(
@@ -917,6 +965,322 @@ class DeleteGroupsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeleteGroupsResponse: _TypeAlias = DeleteGroupsResponse  # noqa: Y015
+
+@_typing.final
+class OffsetDeleteRequest(_message.Message):
+    """-- OffsetDelete (Kafka API 47): a group's committed offsets of some partitions ---------------------"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicPartitions]: ...
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+        topics: _abc.Iterable[Global___TopicPartitions] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetDeleteRequest: _TypeAlias = OffsetDeleteRequest  # noqa: Y015
+
+@_typing.final
+class OffsetDeletePartitionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITION_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    partition: _builtins.int
+    error_code: _builtins.int
+    """GROUP_SUBSCRIBED_TO_TOPIC, UNKNOWN_TOPIC_OR_PARTITION, ..."""
+    error_message: _builtins.str
+    def __init__(
+        self,
+        *,
+        partition: _builtins.int = ...,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "partition", b"partition"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetDeletePartitionResponse: _TypeAlias = OffsetDeletePartitionResponse  # noqa: Y015
+
+@_typing.final
+class OffsetDeleteTopicResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetDeletePartitionResponse]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        partitions: _abc.Iterable[Global___OffsetDeletePartitionResponse] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetDeleteTopicResponse: _TypeAlias = OffsetDeleteTopicResponse  # noqa: Y015
+
+@_typing.final
+class OffsetDeleteResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    error_code: _builtins.int
+    """the group's: GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, NOT_COORDINATOR, ..."""
+    error_message: _builtins.str
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetDeleteTopicResponse]: ...
+    def __init__(
+        self,
+        *,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str = ...,
+        topics: _abc.Iterable[Global___OffsetDeleteTopicResponse] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetDeleteResponse: _TypeAlias = OffsetDeleteResponse  # noqa: Y015
+
+@_typing.final
+class ShareGroupHeartbeatRequest(_message.Message):
+    """-- Share groups (KIP-932): ShareGroupHeartbeat / ShareGroupDescribe -----------------------------
+    Members of a share group consume the same partitions cooperatively (records are handed out by
+    the partition leaders' ShareFetch, share.proto); the coordinator only tracks membership and
+    assigns partitions with the "simple" assignor (several members may share a partition). There
+    is no revocation protocol: a member just gets its new assignment.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    MEMBER_EPOCH_FIELD_NUMBER: _builtins.int
+    RACK_ID_FIELD_NUMBER: _builtins.int
+    SUBSCRIBED_TOPIC_NAMES_FIELD_NUMBER: _builtins.int
+    CLIENT_ID_FIELD_NUMBER: _builtins.int
+    CLIENT_HOST_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    member_id: _builtins.str
+    """generated by the client (a UUID), kept for the member's lifetime"""
+    member_epoch: _builtins.int
+    """0 to join, -1 to leave"""
+    rack_id: _builtins.str
+    """absent = unchanged"""
+    client_id: _builtins.str
+    client_host: _builtins.str
+    @_builtins.property
+    def subscribed_topic_names(self) -> Global___TopicNames:
+        """absent = unchanged; required when joining"""
+
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+        member_id: _builtins.str = ...,
+        member_epoch: _builtins.int = ...,
+        rack_id: _builtins.str | None = ...,
+        subscribed_topic_names: Global___TopicNames | None = ...,
+        client_id: _builtins.str = ...,
+        client_host: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_rack_id", b"_rack_id", "rack_id", b"rack_id", "subscribed_topic_names", b"subscribed_topic_names"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_rack_id", b"_rack_id", "client_host", b"client_host", "client_id", b"client_id", "group_id", b"group_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "rack_id", b"rack_id", "subscribed_topic_names", b"subscribed_topic_names"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__rack_id: _TypeAlias = _typing.Literal["rack_id"]  # noqa: Y015
+    _WhichOneofArgType__rack_id: _TypeAlias = _typing.Literal["_rack_id", b"_rack_id"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__rack_id) -> _WhichOneofReturnType__rack_id | None: ...
+
+Global___ShareGroupHeartbeatRequest: _TypeAlias = ShareGroupHeartbeatRequest  # noqa: Y015
+
+@_typing.final
+class ShareGroupHeartbeatResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    MEMBER_EPOCH_FIELD_NUMBER: _builtins.int
+    HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _builtins.int
+    ASSIGNMENT_FIELD_NUMBER: _builtins.int
+    HAS_ASSIGNMENT_FIELD_NUMBER: _builtins.int
+    error_code: _builtins.int
+    error_message: _builtins.str
+    member_id: _builtins.str
+    member_epoch: _builtins.int
+    heartbeat_interval_ms: _builtins.int
+    has_assignment: _builtins.bool
+    """whether `assignment` was sent (Kafka's null otherwise)"""
+    @_builtins.property
+    def assignment(self) -> Global___OwnedPartitions:
+        """sent when joining or when the assignment changed"""
+
+    def __init__(
+        self,
+        *,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str = ...,
+        member_id: _builtins.str = ...,
+        member_epoch: _builtins.int = ...,
+        heartbeat_interval_ms: _builtins.int = ...,
+        assignment: Global___OwnedPartitions | None = ...,
+        has_assignment: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "error_code", b"error_code", "error_message", b"error_message", "has_assignment", b"has_assignment", "heartbeat_interval_ms", b"heartbeat_interval_ms", "member_epoch", b"member_epoch", "member_id", b"member_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ShareGroupHeartbeatResponse: _TypeAlias = ShareGroupHeartbeatResponse  # noqa: Y015
+
+@_typing.final
+class ShareGroupDescribeRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_IDS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def group_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        group_ids: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_ids", b"group_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ShareGroupDescribeRequest: _TypeAlias = ShareGroupDescribeRequest  # noqa: Y015
+
+@_typing.final
+class DescribedShareMember(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    RACK_ID_FIELD_NUMBER: _builtins.int
+    MEMBER_EPOCH_FIELD_NUMBER: _builtins.int
+    CLIENT_ID_FIELD_NUMBER: _builtins.int
+    CLIENT_HOST_FIELD_NUMBER: _builtins.int
+    SUBSCRIBED_TOPIC_NAMES_FIELD_NUMBER: _builtins.int
+    ASSIGNMENT_FIELD_NUMBER: _builtins.int
+    member_id: _builtins.str
+    rack_id: _builtins.str
+    member_epoch: _builtins.int
+    client_id: _builtins.str
+    client_host: _builtins.str
+    @_builtins.property
+    def subscribed_topic_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def assignment(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicPartitions]: ...
+    def __init__(
+        self,
+        *,
+        member_id: _builtins.str = ...,
+        rack_id: _builtins.str = ...,
+        member_epoch: _builtins.int = ...,
+        client_id: _builtins.str = ...,
+        client_host: _builtins.str = ...,
+        subscribed_topic_names: _abc.Iterable[_builtins.str] | None = ...,
+        assignment: _abc.Iterable[Global___TopicPartitions] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "client_host", b"client_host", "client_id", b"client_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "rack_id", b"rack_id", "subscribed_topic_names", b"subscribed_topic_names"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribedShareMember: _TypeAlias = DescribedShareMember  # noqa: Y015
+
+@_typing.final
+class DescribedShareGroup(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    GROUP_EPOCH_FIELD_NUMBER: _builtins.int
+    ASSIGNMENT_EPOCH_FIELD_NUMBER: _builtins.int
+    ASSIGNOR_FIELD_NUMBER: _builtins.int
+    MEMBERS_FIELD_NUMBER: _builtins.int
+    error_code: _builtins.int
+    error_message: _builtins.str
+    group_id: _builtins.str
+    state: _builtins.str
+    """Empty, Stable, Dead"""
+    group_epoch: _builtins.int
+    assignment_epoch: _builtins.int
+    assignor: _builtins.str
+    """"simple" """
+    @_builtins.property
+    def members(self) -> _containers.RepeatedCompositeFieldContainer[Global___DescribedShareMember]: ...
+    def __init__(
+        self,
+        *,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str = ...,
+        group_id: _builtins.str = ...,
+        state: _builtins.str = ...,
+        group_epoch: _builtins.int = ...,
+        assignment_epoch: _builtins.int = ...,
+        assignor: _builtins.str = ...,
+        members: _abc.Iterable[Global___DescribedShareMember] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment_epoch", b"assignment_epoch", "assignor", b"assignor", "error_code", b"error_code", "error_message", b"error_message", "group_epoch", b"group_epoch", "group_id", b"group_id", "members", b"members", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribedShareGroup: _TypeAlias = DescribedShareGroup  # noqa: Y015
+
+@_typing.final
+class ShareGroupDescribeResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUPS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedCompositeFieldContainer[Global___DescribedShareGroup]: ...
+    def __init__(
+        self,
+        *,
+        groups: _abc.Iterable[Global___DescribedShareGroup] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["groups", b"groups"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ShareGroupDescribeResponse: _TypeAlias = ShareGroupDescribeResponse  # noqa: Y015
 
 @_typing.final
 class JoinGroupProtocol(_message.Message):
@@ -1432,10 +1796,13 @@ class MemberMetadataValue(_message.Message):
     SUBSCRIBED_TOPIC_REGEX_FIELD_NUMBER: _builtins.int
     REBALANCE_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     SERVER_ASSIGNOR_FIELD_NUMBER: _builtins.int
+    INSTANCE_ID_FIELD_NUMBER: _builtins.int
     client_id: _builtins.str
     subscribed_topic_regex: _builtins.str
     rebalance_timeout_ms: _builtins.int
     server_assignor: _builtins.str
+    instance_id: _builtins.str
+    """KIP-345 group.instance.id; "" = a dynamic member"""
     @_builtins.property
     def subscribed_topic_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
@@ -1446,14 +1813,64 @@ class MemberMetadataValue(_message.Message):
         subscribed_topic_regex: _builtins.str = ...,
         rebalance_timeout_ms: _builtins.int = ...,
         server_assignor: _builtins.str = ...,
+        instance_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_id", b"client_id", "rebalance_timeout_ms", b"rebalance_timeout_ms", "server_assignor", b"server_assignor", "subscribed_topic_names", b"subscribed_topic_names", "subscribed_topic_regex", b"subscribed_topic_regex"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_id", b"client_id", "instance_id", b"instance_id", "rebalance_timeout_ms", b"rebalance_timeout_ms", "server_assignor", b"server_assignor", "subscribed_topic_names", b"subscribed_topic_names", "subscribed_topic_regex", b"subscribed_topic_regex"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___MemberMetadataValue: _TypeAlias = MemberMetadataValue  # noqa: Y015
+
+@_typing.final
+class ShareMemberMetadataValue(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLIENT_ID_FIELD_NUMBER: _builtins.int
+    CLIENT_HOST_FIELD_NUMBER: _builtins.int
+    RACK_ID_FIELD_NUMBER: _builtins.int
+    SUBSCRIBED_TOPIC_NAMES_FIELD_NUMBER: _builtins.int
+    client_id: _builtins.str
+    client_host: _builtins.str
+    rack_id: _builtins.str
+    @_builtins.property
+    def subscribed_topic_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        client_id: _builtins.str = ...,
+        client_host: _builtins.str = ...,
+        rack_id: _builtins.str = ...,
+        subscribed_topic_names: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_host", b"client_host", "client_id", b"client_id", "rack_id", b"rack_id", "subscribed_topic_names", b"subscribed_topic_names"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ShareMemberMetadataValue: _TypeAlias = ShareMemberMetadataValue  # noqa: Y015
+
+@_typing.final
+class ShareGroupStatePartitionMetadataValue(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INITIALIZED_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def initialized(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicPartitions]: ...
+    def __init__(
+        self,
+        *,
+        initialized: _abc.Iterable[Global___TopicPartitions] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["initialized", b"initialized"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ShareGroupStatePartitionMetadataValue: _TypeAlias = ShareGroupStatePartitionMetadataValue  # noqa: Y015
 
 @_typing.final
 class TargetAssignmentMetadataValue(_message.Message):

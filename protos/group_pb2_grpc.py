@@ -94,6 +94,21 @@ class GroupCoordinatorServiceStub:
                 request_serializer=protos_dot_group__pb2.LeaveGroupRequest.SerializeToString,
                 response_deserializer=protos_dot_group__pb2.LeaveGroupResponse.FromString,
                 _registered_method=True)
+        self.OffsetDelete = channel.unary_unary(
+                '/raftlog.group.GroupCoordinatorService/OffsetDelete',
+                request_serializer=protos_dot_group__pb2.OffsetDeleteRequest.SerializeToString,
+                response_deserializer=protos_dot_group__pb2.OffsetDeleteResponse.FromString,
+                _registered_method=True)
+        self.ShareGroupHeartbeat = channel.unary_unary(
+                '/raftlog.group.GroupCoordinatorService/ShareGroupHeartbeat',
+                request_serializer=protos_dot_group__pb2.ShareGroupHeartbeatRequest.SerializeToString,
+                response_deserializer=protos_dot_group__pb2.ShareGroupHeartbeatResponse.FromString,
+                _registered_method=True)
+        self.ShareGroupDescribe = channel.unary_unary(
+                '/raftlog.group.GroupCoordinatorService/ShareGroupDescribe',
+                request_serializer=protos_dot_group__pb2.ShareGroupDescribeRequest.SerializeToString,
+                response_deserializer=protos_dot_group__pb2.ShareGroupDescribeResponse.FromString,
+                _registered_method=True)
 
 
 class GroupCoordinatorServiceServicer:
@@ -171,6 +186,24 @@ class GroupCoordinatorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def OffsetDelete(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ShareGroupHeartbeat(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ShareGroupDescribe(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GroupCoordinatorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -233,6 +266,21 @@ def add_GroupCoordinatorServiceServicer_to_server(servicer, server):
                     servicer.LeaveGroup,
                     request_deserializer=protos_dot_group__pb2.LeaveGroupRequest.FromString,
                     response_serializer=protos_dot_group__pb2.LeaveGroupResponse.SerializeToString,
+            ),
+            'OffsetDelete': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetDelete,
+                    request_deserializer=protos_dot_group__pb2.OffsetDeleteRequest.FromString,
+                    response_serializer=protos_dot_group__pb2.OffsetDeleteResponse.SerializeToString,
+            ),
+            'ShareGroupHeartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.ShareGroupHeartbeat,
+                    request_deserializer=protos_dot_group__pb2.ShareGroupHeartbeatRequest.FromString,
+                    response_serializer=protos_dot_group__pb2.ShareGroupHeartbeatResponse.SerializeToString,
+            ),
+            'ShareGroupDescribe': grpc.unary_unary_rpc_method_handler(
+                    servicer.ShareGroupDescribe,
+                    request_deserializer=protos_dot_group__pb2.ShareGroupDescribeRequest.FromString,
+                    response_serializer=protos_dot_group__pb2.ShareGroupDescribeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -559,6 +607,87 @@ class GroupCoordinatorService:
             '/raftlog.group.GroupCoordinatorService/LeaveGroup',
             protos_dot_group__pb2.LeaveGroupRequest.SerializeToString,
             protos_dot_group__pb2.LeaveGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetDelete(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.group.GroupCoordinatorService/OffsetDelete',
+            protos_dot_group__pb2.OffsetDeleteRequest.SerializeToString,
+            protos_dot_group__pb2.OffsetDeleteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ShareGroupHeartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.group.GroupCoordinatorService/ShareGroupHeartbeat',
+            protos_dot_group__pb2.ShareGroupHeartbeatRequest.SerializeToString,
+            protos_dot_group__pb2.ShareGroupHeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ShareGroupDescribe(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.group.GroupCoordinatorService/ShareGroupDescribe',
+            protos_dot_group__pb2.ShareGroupDescribeRequest.SerializeToString,
+            protos_dot_group__pb2.ShareGroupDescribeResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -48,6 +48,9 @@ class GroupCoordinatorServiceStub:
     SyncGroup: _grpc.UnaryUnaryMultiCallable[_group_pb2.SyncGroupRequest, _group_pb2.SyncGroupResponse]
     Heartbeat: _grpc.UnaryUnaryMultiCallable[_group_pb2.HeartbeatRequest, _group_pb2.HeartbeatResponse]
     LeaveGroup: _grpc.UnaryUnaryMultiCallable[_group_pb2.LeaveGroupRequest, _group_pb2.LeaveGroupResponse]
+    OffsetDelete: _grpc.UnaryUnaryMultiCallable[_group_pb2.OffsetDeleteRequest, _group_pb2.OffsetDeleteResponse]
+    ShareGroupHeartbeat: _grpc.UnaryUnaryMultiCallable[_group_pb2.ShareGroupHeartbeatRequest, _group_pb2.ShareGroupHeartbeatResponse]
+    ShareGroupDescribe: _grpc.UnaryUnaryMultiCallable[_group_pb2.ShareGroupDescribeRequest, _group_pb2.ShareGroupDescribeResponse]
 
 @_typing.type_check_only
 class GroupCoordinatorServiceAsyncStub(GroupCoordinatorServiceStub):
@@ -64,6 +67,9 @@ class GroupCoordinatorServiceAsyncStub(GroupCoordinatorServiceStub):
     SyncGroup: _aio.UnaryUnaryMultiCallable[_group_pb2.SyncGroupRequest, _group_pb2.SyncGroupResponse]  # type: ignore[assignment]
     Heartbeat: _aio.UnaryUnaryMultiCallable[_group_pb2.HeartbeatRequest, _group_pb2.HeartbeatResponse]  # type: ignore[assignment]
     LeaveGroup: _aio.UnaryUnaryMultiCallable[_group_pb2.LeaveGroupRequest, _group_pb2.LeaveGroupResponse]  # type: ignore[assignment]
+    OffsetDelete: _aio.UnaryUnaryMultiCallable[_group_pb2.OffsetDeleteRequest, _group_pb2.OffsetDeleteResponse]  # type: ignore[assignment]
+    ShareGroupHeartbeat: _aio.UnaryUnaryMultiCallable[_group_pb2.ShareGroupHeartbeatRequest, _group_pb2.ShareGroupHeartbeatResponse]  # type: ignore[assignment]
+    ShareGroupDescribe: _aio.UnaryUnaryMultiCallable[_group_pb2.ShareGroupDescribeRequest, _group_pb2.ShareGroupDescribeResponse]  # type: ignore[assignment]
 
 class GroupCoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -149,5 +155,26 @@ class GroupCoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _group_pb2.LeaveGroupRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_group_pb2.LeaveGroupResponse, _abc.Awaitable[_group_pb2.LeaveGroupResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def OffsetDelete(
+        self,
+        request: _group_pb2.OffsetDeleteRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_group_pb2.OffsetDeleteResponse, _abc.Awaitable[_group_pb2.OffsetDeleteResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ShareGroupHeartbeat(
+        self,
+        request: _group_pb2.ShareGroupHeartbeatRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_group_pb2.ShareGroupHeartbeatResponse, _abc.Awaitable[_group_pb2.ShareGroupHeartbeatResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ShareGroupDescribe(
+        self,
+        request: _group_pb2.ShareGroupDescribeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_group_pb2.ShareGroupDescribeResponse, _abc.Awaitable[_group_pb2.ShareGroupDescribeResponse]]: ...
 
 def add_GroupCoordinatorServiceServicer_to_server(servicer: GroupCoordinatorServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -34,12 +34,16 @@ class _ConfigResourceTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Co
     CONFIG_RESOURCE_UNKNOWN: _ConfigResourceType.ValueType  # 0
     CONFIG_RESOURCE_TOPIC: _ConfigResourceType.ValueType  # 2
     CONFIG_RESOURCE_BROKER: _ConfigResourceType.ValueType  # 4
+    CONFIG_RESOURCE_GROUP: _ConfigResourceType.ValueType  # 32
+    """Kafka 4's group configs (resource name: the group id)"""
 
 class ConfigResourceType(_ConfigResourceType, metaclass=_ConfigResourceTypeEnumTypeWrapper): ...
 
 CONFIG_RESOURCE_UNKNOWN: ConfigResourceType.ValueType  # 0
 CONFIG_RESOURCE_TOPIC: ConfigResourceType.ValueType  # 2
 CONFIG_RESOURCE_BROKER: ConfigResourceType.ValueType  # 4
+CONFIG_RESOURCE_GROUP: ConfigResourceType.ValueType  # 32
+"""Kafka 4's group configs (resource name: the group id)"""
 Global___ConfigResourceType: _TypeAlias = ConfigResourceType  # noqa: Y015
 
 @_typing.final
@@ -750,6 +754,33 @@ class RemoveUserScramCredentialRecord(_message.Message):
 Global___RemoveUserScramCredentialRecord: _TypeAlias = RemoveUserScramCredentialRecord  # noqa: Y015
 
 @_typing.final
+class FeatureLevelRecord(_message.Message):
+    """A feature's finalized level (Kafka's FeatureLevelRecord, KIP-584/778)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VERSION_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    FEATURE_LEVEL_FIELD_NUMBER: _builtins.int
+    version: _builtins.int
+    name: _builtins.str
+    feature_level: _builtins.int
+    def __init__(
+        self,
+        *,
+        version: _builtins.int = ...,
+        name: _builtins.str = ...,
+        feature_level: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["feature_level", b"feature_level", "name", b"name", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FeatureLevelRecord: _TypeAlias = FeatureLevelRecord  # noqa: Y015
+
+@_typing.final
 class MetadataRecord(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -771,6 +802,7 @@ class MetadataRecord(_message.Message):
     REMOVE_ACCESS_CONTROL_ENTRY_FIELD_NUMBER: _builtins.int
     USER_SCRAM_CREDENTIAL_FIELD_NUMBER: _builtins.int
     REMOVE_USER_SCRAM_CREDENTIAL_FIELD_NUMBER: _builtins.int
+    FEATURE_LEVEL_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def register_broker(self) -> Global___RegisterBrokerRecord: ...
     @_builtins.property
@@ -807,6 +839,8 @@ class MetadataRecord(_message.Message):
     def user_scram_credential(self) -> Global___UserScramCredentialRecord: ...
     @_builtins.property
     def remove_user_scram_credential(self) -> Global___RemoveUserScramCredentialRecord: ...
+    @_builtins.property
+    def feature_level(self) -> Global___FeatureLevelRecord: ...
     def __init__(
         self,
         *,
@@ -828,12 +862,13 @@ class MetadataRecord(_message.Message):
         remove_access_control_entry: Global___RemoveAccessControlEntryRecord | None = ...,
         user_scram_credential: Global___UserScramCredentialRecord | None = ...,
         remove_user_scram_credential: Global___RemoveUserScramCredentialRecord | None = ...,
+        feature_level: Global___FeatureLevelRecord | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["access_control_entry", b"access_control_entry", "broker_registration_change", b"broker_registration_change", "config", b"config", "cordon_broker", b"cordon_broker", "fence_broker", b"fence_broker", "leader_change", b"leader_change", "partition", b"partition", "partition_change", b"partition_change", "producer_ids", b"producer_ids", "record", b"record", "register_broker", b"register_broker", "remove_access_control_entry", b"remove_access_control_entry", "remove_topic", b"remove_topic", "remove_user_scram_credential", b"remove_user_scram_credential", "topic", b"topic", "unfence_broker", b"unfence_broker", "unregister_broker", b"unregister_broker", "user_scram_credential", b"user_scram_credential", "voters", b"voters"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["access_control_entry", b"access_control_entry", "broker_registration_change", b"broker_registration_change", "config", b"config", "cordon_broker", b"cordon_broker", "feature_level", b"feature_level", "fence_broker", b"fence_broker", "leader_change", b"leader_change", "partition", b"partition", "partition_change", b"partition_change", "producer_ids", b"producer_ids", "record", b"record", "register_broker", b"register_broker", "remove_access_control_entry", b"remove_access_control_entry", "remove_topic", b"remove_topic", "remove_user_scram_credential", b"remove_user_scram_credential", "topic", b"topic", "unfence_broker", b"unfence_broker", "unregister_broker", b"unregister_broker", "user_scram_credential", b"user_scram_credential", "voters", b"voters"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_control_entry", b"access_control_entry", "broker_registration_change", b"broker_registration_change", "config", b"config", "cordon_broker", b"cordon_broker", "fence_broker", b"fence_broker", "leader_change", b"leader_change", "partition", b"partition", "partition_change", b"partition_change", "producer_ids", b"producer_ids", "record", b"record", "register_broker", b"register_broker", "remove_access_control_entry", b"remove_access_control_entry", "remove_topic", b"remove_topic", "remove_user_scram_credential", b"remove_user_scram_credential", "topic", b"topic", "unfence_broker", b"unfence_broker", "unregister_broker", b"unregister_broker", "user_scram_credential", b"user_scram_credential", "voters", b"voters"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_control_entry", b"access_control_entry", "broker_registration_change", b"broker_registration_change", "config", b"config", "cordon_broker", b"cordon_broker", "feature_level", b"feature_level", "fence_broker", b"fence_broker", "leader_change", b"leader_change", "partition", b"partition", "partition_change", b"partition_change", "producer_ids", b"producer_ids", "record", b"record", "register_broker", b"register_broker", "remove_access_control_entry", b"remove_access_control_entry", "remove_topic", b"remove_topic", "remove_user_scram_credential", b"remove_user_scram_credential", "topic", b"topic", "unfence_broker", b"unfence_broker", "unregister_broker", b"unregister_broker", "user_scram_credential", b"user_scram_credential", "voters", b"voters"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_record: _TypeAlias = _typing.Literal["register_broker", "unregister_broker", "fence_broker", "unfence_broker", "broker_registration_change", "topic", "partition", "partition_change", "remove_topic", "config", "producer_ids", "leader_change", "voters", "cordon_broker", "access_control_entry", "remove_access_control_entry", "user_scram_credential", "remove_user_scram_credential"]  # noqa: Y015
+    _WhichOneofReturnType_record: _TypeAlias = _typing.Literal["register_broker", "unregister_broker", "fence_broker", "unfence_broker", "broker_registration_change", "topic", "partition", "partition_change", "remove_topic", "config", "producer_ids", "leader_change", "voters", "cordon_broker", "access_control_entry", "remove_access_control_entry", "user_scram_credential", "remove_user_scram_credential", "feature_level"]  # noqa: Y015
     _WhichOneofArgType_record: _TypeAlias = _typing.Literal["record", b"record"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_record) -> _WhichOneofReturnType_record | None: ...
 

@@ -17,18 +17,25 @@ MAX_CHECKPOINT_ENTRIES = 1_000_000
 def write_atomically(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Write a temporary, rename it over ``path``. ``durable``: fsync the file before the rename
     and the directory after; without, a crash may leave the file empty or torn (for a file that
-    is a cache and checked when read, whose fsync the caller does later: ``fsync_path``)."""
+    is a cache and checked when read, whose fsync the caller does later: ``fsync_path``).
+
+    A failed write (ENOSPC on a full disk, EIO) raises with ``path`` untouched and the
+    temporary removed, so a full disk keeps the previous file and gets no half-written one."""
     tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        if durable:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     if durable:
         fsync_path(path.parent)
 

@@ -151,6 +151,22 @@ def dirty_ratio(log: Log, max_offset: int | None = None) -> tuple[float, int, in
     return (dirty / total if total else 0.0), start, end
 
 
+def compaction_overdue(log: Log, first_dirty_offset: int, now_ms: int) -> bool:
+    """KIP-354's ``max.compaction.lag.ms``: a record may stay uncompacted that long at most, so
+    a log whose dirty, non-active segments hold a batch older than that is cleaned whatever its
+    dirty ratio (Kafka's ``maxCompactionDelay``: the segments' first-batch timestamps)."""
+    lag_ms = log.config.max_compaction_lag_ms
+    if lag_ms >= INT64_MAX:
+        return False
+    first = [
+        s.rolling_timestamp
+        for s in log.segments()[:-1]
+        if s.next_offset > first_dirty_offset and s.rolling_timestamp is not None
+    ]
+    earliest = min((t for t in first if t >= 0), default=None)
+    return earliest is not None and earliest < now_ms - lag_ms
+
+
 def clean(
     log: Log,
     *,
@@ -165,7 +181,11 @@ def clean(
     now_ms = log.clock()
     _, horizon = read_cleaner_checkpoint(log)
     horizon_due = horizon is not None and now_ms >= horizon
-    dirty_due = start < end and (force or ratio >= log.config.min_cleanable_dirty_ratio)
+    dirty_due = start < end and (
+        force
+        or ratio >= log.config.min_cleanable_dirty_ratio
+        or compaction_overdue(log, start, now_ms)
+    )
     if not (dirty_due or horizon_due) or not any(s.next_offset <= end for s in log.segments()[:-1]):
         return None  # (the scan below reads every batch header: only for a pass to come)
     producers = scan_producers(log.batch_headers(), now_ms, log.config.producer_id_expiration_ms)

@@ -41,6 +41,8 @@ Buffer = bytes | bytearray | memoryview
 DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024 * 1024
 
 GZIP_LEVEL = 6  # java.util.zip.Deflater.DEFAULT_COMPRESSION is zlib's level 6
+LZ4_FRAME_LEVEL_MAX = 16  # lz4.frame's LZ4-HC maximum (Kafka's 17 maps to it)
+ZSTD_LEVEL_DEFAULT = 3  # Kafka's compression.zstd.level default
 # ID1 ID2 CM=deflate FLG=0 MTIME=0 XFL=0 OS=255, byte for byte GZIPOutputStream's header.
 GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
 GZIP_MAGIC = GZIP_HEADER[:2]
@@ -65,16 +67,17 @@ _LZ4_BLOCK_SIZE = struct.Struct("<I")
 # bytes per call therefore yields at most about half the remaining budget (plus one block).
 _ZSTD_STEP_SHIFT = 16
 _ZSTD_STEP_MIN_BYTES = 64
-_ZSTD_COMPRESSOR = zstandard.ZstdCompressor(level=3)
+_ZSTD_COMPRESSOR = zstandard.ZstdCompressor(level=ZSTD_LEVEL_DEFAULT)
 _ZSTD_DECOMPRESSOR = zstandard.ZstdDecompressor()
 
 
-def compress(codec: int, data: Buffer) -> bytes:
-    """``data`` compressed with ``codec`` (a :class:`Compression`) in Kafka's framing."""
+def compress(codec: int, data: Buffer, level: int | None = None) -> bytes:
+    """``data`` compressed with ``codec`` (a :class:`Compression`) in Kafka's framing, at
+    ``level`` (Kafka's ``compression.<codec>.level``; None: Kafka's default; snappy has none)."""
     if codec == Compression.NONE:
         return bytes(data)
     if codec == Compression.GZIP:
-        return _gzip(data)
+        return _gzip(data, GZIP_LEVEL if level is None or level < 0 else level)
     if codec == Compression.SNAPPY:
         return _xerial_snappy(memoryview(data))
     if codec == Compression.LZ4:
@@ -84,9 +87,13 @@ def compress(codec: int, data: Buffer) -> bytes:
             block_linked=False,
             content_checksum=False,
             store_size=False,
+            compression_level=_lz4_frame_level(level),
         )
     if codec == Compression.ZSTD:
-        return _ZSTD_COMPRESSOR.compress(data)
+        if level is None or level == ZSTD_LEVEL_DEFAULT:
+            return _ZSTD_COMPRESSOR.compress(data)
+        # a compressor per call: one ZstdCompressor may not serve two threads at once
+        return zstandard.ZstdCompressor(level=level).compress(data)
     raise UnsupportedCompressionError(f"unknown compression codec id {codec}")
 
 
@@ -112,8 +119,17 @@ def _too_large(name: str, limit: int) -> CorruptRecordError:
 
 
 # -- gzip ----------------------------------------------------------------------------------------
-def _gzip(data: Buffer) -> bytes:
-    deflater = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)  # raw deflate
+def _lz4_frame_level(level: int | None) -> int:
+    """Kafka's lz4 level (1..17, default 9; 1 is LZ4's fast compressor, above it LZ4-HC) as
+    lz4.frame's ``compression_level`` (below 3 the fast compressor, 3..16 LZ4-HC). None (a
+    producer's own batches): the fast compressor."""
+    if level is None:
+        return 0
+    return 0 if level <= 1 else min(max(level, 3), LZ4_FRAME_LEVEL_MAX)
+
+
+def _gzip(data: Buffer, level: int = GZIP_LEVEL) -> bytes:
+    deflater = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS)  # raw deflate
     body = deflater.compress(data) + deflater.flush()
     trailer = _GZIP_TRAILER.pack(zlib.crc32(data), len(data) & 0xFFFFFFFF)
     return b"".join((GZIP_HEADER, body, trailer))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from raftlog.errors import ErrorCode, KafkaError
 
@@ -19,6 +19,13 @@ INT64_MAX = 2**63 - 1
 DAY_MS = 24 * 60 * 60 * 1000
 
 CleanupPolicy = Literal["delete", "compact"]
+# Kafka's BrokerCompressionType: ``producer`` keeps each batch's codec, a codec makes the leader
+# recompress batches in any other codec (Kafka's LogValidator)
+CompressionType = Literal["uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"]
+GZIP_LEVEL_DEFAULT = -1  # Kafka's Deflater.DEFAULT_COMPRESSION (zlib's 6); else 1..9
+GZIP_LEVEL_MIN, GZIP_LEVEL_MAX = 1, 9
+LZ4_LEVEL_MIN, LZ4_LEVEL_MAX = 1, 17
+ZSTD_LEVEL_MIN, ZSTD_LEVEL_MAX = -131072, 22  # zstd's ZSTD_minCLevel / ZSTD_MAX_CLEVEL
 
 
 class ConfigError(KafkaError):
@@ -35,6 +42,9 @@ class LogConfig(BaseModel):
 
     segment_bytes: int = Field(1024**3, alias="segment.bytes", ge=1024, le=INT32_MAX)
     segment_ms: int = Field(7 * DAY_MS, alias="segment.ms", ge=1, le=INT64_MAX)
+    # a log rolls at segment.ms minus a jitter below this (Kafka's randomSegmentJitter): the
+    # partitions of one topic do not all roll at once
+    segment_jitter_ms: int = Field(0, alias="segment.jitter.ms", ge=0, le=INT64_MAX)
     segment_index_bytes: int = Field(
         10 * 1024 * 1024, alias="segment.index.bytes", ge=12, le=INT32_MAX
     )
@@ -46,10 +56,28 @@ class LogConfig(BaseModel):
     )
     delete_retention_ms: int = Field(DAY_MS, alias="delete.retention.ms", ge=0, le=INT64_MAX)
     min_compaction_lag_ms: int = Field(0, alias="min.compaction.lag.ms", ge=0, le=INT64_MAX)
+    # Accepted, no effect: the cleaner picks a log by min.cleanable.dirty.ratio only (Kafka also
+    # cleans a log whose oldest dirty record is older than this, whatever its ratio)
+    max_compaction_lag_ms: int = Field(INT64_MAX, alias="max.compaction.lag.ms", ge=1, le=INT64_MAX)
     min_cleanable_dirty_ratio: float = Field(0.5, alias="min.cleanable.dirty.ratio", ge=0.0, le=1.0)
     flush_messages: int = Field(INT64_MAX, alias="flush.messages", ge=1, le=INT64_MAX)
     flush_ms: int = Field(INT64_MAX, alias="flush.ms", ge=0, le=INT64_MAX)
     flush_on_ack: bool = Field(False, alias="flush.on.ack")
+    # Accepted, no effect: a deleted segment's files are renamed to *.deleted and removed as soon
+    # as no reader holds them (Kafka waits this long before the removal)
+    file_delete_delay_ms: int = Field(60_000, alias="file.delete.delay.ms", ge=0, le=INT64_MAX)
+    # Accepted, no effect: segments grow by appends (the offset index is preallocated anyway)
+    preallocate: bool = Field(False, alias="preallocate")
+    compression_type: CompressionType = Field("producer", alias="compression.type")
+    compression_gzip_level: int = Field(
+        GZIP_LEVEL_DEFAULT, alias="compression.gzip.level", ge=GZIP_LEVEL_DEFAULT, le=GZIP_LEVEL_MAX
+    )
+    compression_lz4_level: int = Field(
+        9, alias="compression.lz4.level", ge=LZ4_LEVEL_MIN, le=LZ4_LEVEL_MAX
+    )
+    compression_zstd_level: int = Field(
+        3, alias="compression.zstd.level", ge=ZSTD_LEVEL_MIN, le=ZSTD_LEVEL_MAX
+    )
     max_message_bytes: int = Field(1024 * 1024 + 12, alias="max.message.bytes", ge=0, le=INT32_MAX)
     message_timestamp_type: Literal["CreateTime", "LogAppendTime"] = Field(
         "CreateTime", alias="message.timestamp.type"
@@ -62,6 +90,16 @@ class LogConfig(BaseModel):
     message_timestamp_after_max_ms: int = Field(
         60 * 60 * 1000, alias="message.timestamp.after.max.ms", ge=0, le=INT64_MAX
     )
+    # Accepted, no effect (as in Kafka 4, which serves no message format below v2)
+    message_downconversion_enable: bool = Field(True, alias="message.downconversion.enable")
+    # Tiered storage (KIP-405). raftlog has no remote storage: the cluster runs as Kafka with
+    # remote.log.storage.system.enable=false, so remote.storage.enable=true is refused (see
+    # metadata_quorum.configs); the others are accepted and validated, with no effect.
+    remote_storage_enable: bool = Field(False, alias="remote.storage.enable")
+    local_retention_ms: int = Field(-2, alias="local.retention.ms", ge=-2, le=INT64_MAX)
+    local_retention_bytes: int = Field(-2, alias="local.retention.bytes", ge=-2, le=INT64_MAX)
+    remote_log_copy_disable: bool = Field(False, alias="remote.log.copy.disable")
+    remote_log_delete_on_disable: bool = Field(False, alias="remote.log.delete.on.disable")
     # The broker's producer state forgets a producer id whose last batch is this old (never one
     # with an open transaction), and the cleaner then drops the empty batch it kept for that
     # producer. A broker config in Kafka (dynamic, cluster-wide); here it
@@ -77,6 +115,36 @@ class LogConfig(BaseModel):
         if isinstance(value, str):
             return frozenset(part.strip() for part in value.split(",") if part.strip())
         return value
+
+    @field_validator("compression_gzip_level")
+    @classmethod
+    def _gzip_level(cls, value: int) -> int:
+        if value == 0:  # Kafka's GZIP levelValidator: 1..9 or -1
+            raise ValueError(
+                f"Input should be {GZIP_LEVEL_DEFAULT} or between {GZIP_LEVEL_MIN} and "
+                f"{GZIP_LEVEL_MAX}"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _compaction_lags(self) -> LogConfig:
+        """Kafka's LogConfig.validateValues."""
+        if self.min_compaction_lag_ms > self.max_compaction_lag_ms:
+            raise ValueError(
+                f"conflict topic config setting min.compaction.lag.ms "
+                f"({self.min_compaction_lag_ms}) > max.compaction.lag.ms "
+                f"({self.max_compaction_lag_ms})"
+            )
+        return self
+
+    @property
+    def compression_level(self) -> int | None:
+        """The level of ``compression.type``'s codec (None: it has none, or ``producer``)."""
+        return {
+            "gzip": self.compression_gzip_level,
+            "lz4": self.compression_lz4_level,
+            "zstd": self.compression_zstd_level,
+        }.get(self.compression_type)
 
     @property
     def compact(self) -> bool:
@@ -120,6 +188,8 @@ def describe_validation_error(error: ValidationError) -> str:
         key = ".".join(str(part) for part in problem["loc"]) or "(config)"
         if problem["type"] == "extra_forbidden":
             lines.append(f"{key}: unknown configuration key")
+        elif not problem["loc"]:  # a check across keys: its message names them
+            lines.append(str(problem["msg"]).removeprefix("Value error, "))
         else:
             lines.append(f"{key}: {problem['msg']} (got {problem.get('input')!r})")
     return "; ".join(lines)

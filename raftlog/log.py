@@ -21,9 +21,11 @@ import bisect
 import functools
 import logging
 import os
+import struct
 import threading
 import time
 import uuid
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +33,10 @@ from typing import Concatenate, NamedTuple, ParamSpec, TypeVar
 
 from raftlog import cleaner
 from raftlog.batch import (
+    ATTRIBUTES_OFFSET,
+    COMPRESSION_MASK,
     CONTROL_MASK,
+    HEADER_SIZE,
     LOG_OVERHEAD,
     NO_PRODUCER_ID,
     OFFSET_LENGTH_EPOCH,
@@ -54,7 +59,7 @@ from raftlog.errors import (
     StorageError,
 )
 from raftlog.index import CorruptIndexError
-from raftlog.records import decode_batch, set_log_append_time
+from raftlog.records import decode_batch, recompress_batch, set_log_append_time
 from raftlog.retention import SegmentSummary, plan_retention
 from raftlog.segment import (
     DELETED_SUFFIX,
@@ -77,6 +82,10 @@ PARTITION_METADATA = "partition.metadata"
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
+# KIP-405's local log start and KIP-1005's last tiered offset: nothing here is tiered, so the local
+# log starts where the log does and no offset is in remote storage (ListOffsets answers -1)
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
 # One read takes a descriptor per segment it reads from (``LogSegment.plan_read``): a read with
 # a large max_bytes over tiny segments stops here, and the reader asks again (Kafka reads from
 # one segment a time)
@@ -153,8 +162,10 @@ class _AppendPolicy:
     max_message_bytes: int
     keys_required: bool  # cleanup.policy has compact: a produced record needs a key
     log_append_time: bool  # message.timestamp.type=LogAppendTime
+    recompress_to: int | None  # compression.type's codec id; None: producer (keep each batch's)
+    compression_level: int | None  # compression.<codec>.level of that codec
     segment_bytes: int
-    segment_ms: int
+    segment_ms: int  # segment.ms less this log's segment.jitter.ms share
     flush_on_ack: bool
     flush_messages: int
     flush_ms: int
@@ -164,13 +175,16 @@ class _AppendPolicy:
     checks_create_time: bool  # either bound above is set: only then read the clock per batch
 
     @classmethod
-    def of(cls, config: LogConfig) -> _AppendPolicy:
+    def of(cls, config: LogConfig, name: str) -> _AppendPolicy:
+        """``name``: the log's directory name, which picks its share of segment.jitter.ms."""
         return cls(
             max_message_bytes=config.max_message_bytes,
             keys_required=config.compact,
             log_append_time=config.message_timestamp_type == "LogAppendTime",
+            recompress_to=COMPRESSION_IDS.get(config.compression_type),
+            compression_level=config.compression_level,
             segment_bytes=config.segment_bytes,
-            segment_ms=config.segment_ms,
+            segment_ms=max_segment_ms(config) - segment_jitter_ms(config, name),
             flush_on_ack=config.flush_on_ack,
             flush_messages=config.flush_messages,
             flush_ms=config.flush_ms,
@@ -182,6 +196,27 @@ class _AppendPolicy:
                 or config.message_timestamp_after_max_ms < INT64_MAX
             ),
         )
+
+
+_BATCH_LENGTH = struct.Struct(">i")  # at byte 8 of a batch, after baseOffset
+COMPRESSION_IDS = {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+def max_segment_ms(config: LogConfig) -> int:
+    """How long a segment stays active: segment.ms, and for a compacted log no longer than
+    max.compaction.lag.ms (KIP-354: the active segment is never cleaned, so a record older than
+    the lag must leave it; Kafka's ``LogConfig.maxSegmentMs``)."""
+    if config.compact:
+        return min(config.segment_ms, config.max_compaction_lag_ms)
+    return config.segment_ms
+
+
+def segment_jitter_ms(config: LogConfig, name: str) -> int:
+    """This log's share of ``segment.jitter.ms``: Kafka draws it at random below
+    min(segment.jitter.ms, segment.ms); here it is drawn from the log's name, so it is the same
+    after a restart and still spreads the partitions' rolls."""
+    bound = min(config.segment_jitter_ms, max_segment_ms(config))
+    return zlib.crc32(name.encode()) % bound if bound > 0 else 0
 
 
 _Prepared = tuple[list[bytes | memoryview], list[AppendedBatch], list[tuple[int, int]], AppendInfo]
@@ -206,7 +241,11 @@ class Log:
         self._cache_release_failures = 0  # release_page_cache warns of the first one only
         self._segments: list[LogSegment] = []
         self._base_offsets: list[int] = []
-        self.directory.mkdir(parents=True, exist_ok=True)
+        if not self.directory.exists():
+            # A new partition: its name is durable before anything in it can be flushed (a
+            # power cut would otherwise take the directory, and every fsynced byte under it)
+            self.directory.mkdir(parents=True)
+            fsync_path(self.directory.parent)
         self._notes: list[str] = []
         self._rebuild_epochs = False
         self.topic_id = self._load_topic_id(topic_id)
@@ -354,7 +393,7 @@ class Log:
     def config(self, config: LogConfig) -> None:
         with self._lock:
             self._config = config
-            self._policy = _AppendPolicy.of(config)
+            self._policy = _AppendPolicy.of(config, self.directory.name)
 
     @property
     def active(self) -> LogSegment:
@@ -397,6 +436,8 @@ class Log:
         without a producer id."""
         try:  # _io_failures, inlined: its wrapper's call costs a few % of a 16 KiB append
             with self._lock:
+                if self._policy.recompress_to is not None:
+                    records = self._recompressed(records, self._policy.recompress_to)
                 if self._policy.log_append_time:
                     records = self._stamp_log_append_time(records)
                     prepared = self._prepare(records, leader_epoch=leader_epoch,
@@ -423,6 +464,34 @@ class Log:
         if listener is not None:
             listener(self.directory, error)
         return LogDirIOError(f"{self.directory}: {error}")
+
+    def _recompressed(
+        self, records: bytes | bytearray | memoryview, codec: int
+    ) -> bytes | bytearray | memoryview:
+        """``records`` with each batch in another codec than ``compression.type``'s recompressed
+        (Kafka's LogValidator); the very same buffer, untouched, when every batch is in that codec
+        already (the common case costs one read of each header's attributes). Control batches
+        keep their codec, as Kafka's do. A malformed tail is left for ``_prepare`` to refuse."""
+        view = memoryview(records)
+        end = len(view)
+        position = 0
+        parts: list[bytes | memoryview] = []
+        kept_from = 0
+        while position + HEADER_SIZE <= end:
+            size_bytes = _BATCH_LENGTH.unpack_from(view, position + 8)[0] + LOG_OVERHEAD
+            attributes = view[position + ATTRIBUTES_OFFSET + 1]  # the low byte of the i16
+            if size_bytes < HEADER_SIZE or position + size_bytes > end:
+                break
+            if attributes & COMPRESSION_MASK != codec and not attributes & CONTROL_MASK:
+                parts.append(view[kept_from:position])
+                batch = view[position : position + size_bytes]
+                parts.append(recompress_batch(batch, codec, self._policy.compression_level))
+                kept_from = position + size_bytes
+            position += size_bytes
+        if not parts:
+            return records
+        parts.append(view[kept_from:])
+        return b"".join(parts)
 
     def _stamp_log_append_time(self, records: bytes | bytearray | memoryview) -> bytes:
         now = self.clock()
@@ -591,11 +660,16 @@ class Log:
 
     @_io_failures
     def flush(self) -> None:
-        """fsync every segment holding data beyond the recovery point; move the point to the end."""
+        """fsync every segment holding data beyond the recovery point; move the point to the end.
+        A segment created since the last flush has a name that only an fsync of the directory
+        makes durable (Kafka's ``LocalLog.flush``): without it a power cut loses the whole file,
+        fsynced records and all, and every segment after it with them."""
         with self._lock:
             first = max(0, bisect.bisect_right(self._base_offsets, self.recovery_point) - 1)
             for segment in self._segments[first:]:
                 segment.flush()
+            if self._base_offsets[-1] >= self.recovery_point:
+                fsync_path(self.directory)
             self.recovery_point = self.log_end_offset
             self._unflushed_records = 0
             self._last_flush_ms = self.clock()
@@ -826,15 +900,36 @@ class Log:
 
     # -- retention and compaction ------------------------------------------------------------
     @_io_failures
-    def delete_old_segments(self, high_watermark: int | None = None) -> int:
-        """Apply retention.ms / retention.bytes / the log start offset; return segments deleted."""
+    def maybe_increment_log_start_offset(self, offset: int, high_watermark: int) -> bool:
+        """Move the log start offset up to ``offset`` (DeleteRecords on the leader, the
+        leader's log start offset on a follower: Kafka's ``maybeIncrementLogStartOffset``);
+        never back, never past ``high_watermark`` (OFFSET_OUT_OF_RANGE). Written to the
+        log-start-offset checkpoint at once, so a restart keeps it; the segments wholly below
+        go with the next ``delete_old_segments``. True if it moved."""
+        with self._lock:
+            if offset > high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"log start offset {offset} is beyond the high watermark {high_watermark} "
+                    f"of {self.directory.name}"
+                )
+            if offset <= self._log_start_offset:
+                return False
+            self._set_log_start_offset(offset)
+            return True
+
+    @_io_failures
+    def delete_old_segments(
+        self, high_watermark: int | None = None, *, retention: bool = True
+    ) -> int:
+        """Apply retention.ms / retention.bytes / the log start offset; return segments deleted.
+        Without ``retention`` only the segments wholly below the log start offset go."""
         with self._lock:
             plan = plan_retention(
                 self.segment_summaries(),
                 now_ms=self.clock(),
                 retention_ms=self.config.retention_ms,
                 retention_bytes=self.config.retention_bytes,
-                delete_policy=self.config.delete,
+                delete_policy=self.config.delete and retention,
                 log_start_offset=self._log_start_offset,
                 high_watermark=self.log_end_offset if high_watermark is None else high_watermark,
             )

@@ -101,6 +101,8 @@ _U32_MASK = (1 << 32) - 1
 _U64_MASK = (1 << 64) - 1
 _CRC = struct.Struct(">I")
 _ATTRIBUTES = struct.Struct(">h")
+_LENGTH = struct.Struct(">i")
+LENGTH_OFFSET = 8  # batchLength, after baseOffset
 _TIMESTAMP = struct.Struct(">q")
 # What the record parser may read past a batch's end: one varlong, the longest field it reads
 # before a bounds check (see _decode_records).
@@ -388,6 +390,39 @@ def set_log_append_time(batch: Buffer, timestamp_ms: int) -> bytes:
     _ATTRIBUTES.pack_into(out, ATTRIBUTES_OFFSET, header.attributes | TIMESTAMP_TYPE_MASK)
     _TIMESTAMP.pack_into(out, MAX_TIMESTAMP_OFFSET, timestamp_ms)
     _CRC.pack_into(out, CRC_OFFSET, compute_crc(out, 0, header.batch_length))
+    return bytes(out)
+
+
+def recompress_batch(
+    batch: Buffer,
+    codec: int,
+    level: int | None = None,
+    *,
+    max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+) -> bytes:
+    """What a leader does for a topic whose ``compression.type`` is a codec other than the
+    batch's (Kafka's LogValidator): the batch with its records' bytes decompressed and
+    compressed again with ``codec`` at ``level``; batchLength, the compression bits and the
+    CRC follow. Everything else (offsets, timestamps, producer id, epoch and sequence, the
+    transactional bit) is kept, so idempotence and transactions see the same batch. The CRC
+    is checked first, so a corrupt batch is never given a fresh, valid CRC."""
+    header = verify_batch(batch)
+    if header.size_bytes != len(batch):
+        raise CorruptRecordError(
+            f"expected one batch of {header.size_bytes} bytes, got {len(batch)} bytes"
+        )
+    view = memoryview(batch)
+    payload: Buffer = view[HEADER_SIZE:]
+    if header.compression != Compression.NONE:
+        payload = decompress(header.compression, payload, max_output_bytes)
+    if codec != Compression.NONE:
+        payload = compress(codec, payload, level)
+    out = bytearray(view[:HEADER_SIZE])
+    out += payload
+    _LENGTH.pack_into(out, LENGTH_OFFSET, len(out) - LOG_OVERHEAD)
+    attributes = (header.attributes & ~COMPRESSION_MASK) | codec
+    _ATTRIBUTES.pack_into(out, ATTRIBUTES_OFFSET, attributes)
+    _CRC.pack_into(out, CRC_OFFSET, compute_crc(out, 0, len(out) - LOG_OVERHEAD))
     return bytes(out)
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from raftlog.batch import read_header
+from raftlog.checkpoint import write_atomically
 from raftlog.errors import CorruptRecordError, InvalidRecordError
 from raftlog.records import Buffer, Record, decode_batch, encode_batch
 
@@ -161,13 +162,12 @@ class TransactionIndex:
         self._rewrite()
 
     def _rewrite(self) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_bytes(b"".join(
+        data = b"".join(
             ENTRY.pack(ENTRY_VERSION, e.producer_id, e.first_offset, e.last_offset,
                        e.last_stable_offset)
             for e in self.entries
-        ))  # fmt: skip
-        os.replace(tmp, self.path)
+        )  # fmt: skip
+        write_atomically(self.path, data, durable=False)  # a full disk leaves the old index
 
     def flush(self) -> None:
         if self.path.exists():

@@ -29,6 +29,41 @@ CLUSTER = ResourceType.CLUSTER
 TRANSACTIONAL_ID = ResourceType.TRANSACTIONAL_ID
 
 
+# What each resource type's ACLs may name (Kafka's AclEntry.supportedOperations): the bits of
+# an "authorized operations" field (Metadata, DescribeCluster, DescribeGroups, ...)
+SUPPORTED_OPERATIONS: dict[ResourceType, tuple[AclOperation, ...]] = {
+    TOPIC: (
+        AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DESCRIBE,
+        AclOperation.DELETE, AclOperation.ALTER, AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+    ),
+    GROUP: (AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE),
+    CLUSTER: (
+        AclOperation.CREATE, AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE, AclOperation.ALTER,
+        AclOperation.DESCRIBE,
+    ),
+    TRANSACTIONAL_ID: (AclOperation.DESCRIBE, AclOperation.WRITE),
+}  # fmt: skip
+# Kafka's value when a request did not ask for the authorized operations
+NOT_REQUESTED = -(2**31)
+
+
+def authorized_operations(
+    access: AccessControl, resource_type: ResourceType, name: str, requested: bool = True
+) -> int:
+    """Kafka's authorized-operations bit field (bit n: the operation with code n): what the
+    session may do on the resource, every supported operation without an authorizer; asked
+    silently (no audit line per operation). NOT_REQUESTED when not ``requested``."""
+    if not requested:
+        return NOT_REQUESTED
+    bits = 0
+    for operation in SUPPORTED_OPERATIONS[resource_type]:
+        if access.allowed(operation, resource_type, name, log_denial=False):
+            bits |= 1 << operation
+    return bits
+
+
 def denied_topics(
     access: AccessControl, operation: AclOperation, names: Iterable[str]
 ) -> frozenset[str]:

@@ -228,7 +228,9 @@ def apply_fetched(
         if item.HasField("diverging_epoch"):
             truncate_diverged(partition, leader_epoch, item.diverging_epoch)
         else:
-            partition.append_as_follower(records, item.high_watermark, leader_epoch)
+            partition.append_as_follower(
+                records, item.high_watermark, leader_epoch, item.log_start_offset
+            )
         return ErrorCode.NONE
     if error is ErrorCode.OFFSET_OUT_OF_RANGE:
         if fetch_offset < item.log_start_offset:

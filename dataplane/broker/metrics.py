@@ -140,6 +140,30 @@ class _QuotaCollector(Collector):
         yield from (rate, moved, held)
 
 
+@dataclass(frozen=True)
+class FetchSessionGauge:
+    sessions: int
+    partitions: int
+    evictions: int
+
+
+class _FetchSessionCollector(Collector):
+    def __init__(self, state: Callable[[], FetchSessionGauge]) -> None:
+        self._state = state
+
+    def collect(self) -> Iterator[Any]:
+        state = self._state()
+        yield _gauge("raftlog_kafka_fetch_sessions", "fetch sessions cached", state.sessions)
+        yield _gauge(
+            "raftlog_kafka_fetch_session_partitions", "partitions of the cached fetch sessions",
+            state.partitions,
+        )  # fmt: skip
+        yield CounterMetricFamily(
+            "raftlog_kafka_fetch_session_evictions", "fetch sessions evicted for new ones",
+            value=state.evictions,
+        )  # fmt: skip
+
+
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, documentation, value=float(value))
 
@@ -178,6 +202,23 @@ class NodeMetrics:
             "log bytes advised out of the page cache behind log.cache.tail.bytes",
             registry=self.registry,
         )
+
+        self.follower_bytes_out = Counter(
+            "raftlog_follower_bytes_out",
+            "record bytes returned to consumers by this broker as a follower (KIP-392)",
+            ["topic"], registry=self.registry,
+        )  # fmt: skip
+        self.kafka_fetches = Counter(
+            "raftlog_kafka_fetch_requests",
+            "Kafka listener fetches by fetch session context (KIP-227): full, incremental, "
+            "sessionless, error",
+            ["context"], registry=self.registry,
+        )  # fmt: skip
+
+    def watch_fetch_sessions(self, state: Callable[[], FetchSessionGauge]) -> None:
+        """The Kafka listener's fetch session cache (Kafka's NumIncrementalFetchSessions,
+        NumIncrementalFetchPartitionsCached, IncrementalFetchSessionEvictionsPerSec)."""
+        self.registry.register(_FetchSessionCollector(state))
 
     def watch(
         self,

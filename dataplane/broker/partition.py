@@ -51,7 +51,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -89,6 +89,7 @@ from raftlog.txn import AbortedTxn, Marker, encode_marker, read_marker
 log = logging.getLogger(__name__)
 HIGH_WATERMARK_CHECKPOINT = "high-watermark-checkpoint"
 NO_LEADER = -1
+DELETE_TO_HIGH_WATERMARK = -1  # DeleteRecords' offset for "up to the high watermark"
 ON_APPEND = -1  # add_waiter: wake on appends (and role, epoch, ISR), not high watermark moves
 ISR_RETRY_BACKOFF_MS = 500
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1  # Kafka's isolation levels
@@ -131,6 +132,18 @@ class ReadResult(NamedTuple):
     diverging: tuple[int, int] | None  # (epoch, end offset) the follower must truncate to
     last_stable_offset: int = -1
     aborted: tuple[AbortedTxn, ...] = ()  # read_committed: the aborted transactions of the range
+
+
+class LeaderView(NamedTuple):
+    """A leader's offsets and its followers' states at one moment (KIP-392's replica
+    selection reads them; Kafka's ``fetchOffsetSnapshot`` and ``remoteReplicas``)."""
+
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    log_end_offset: int
+    isr: tuple[int, ...]
+    followers: tuple[rs.FollowerState, ...]
 
 
 class NotLeader(KafkaError):
@@ -304,6 +317,13 @@ class Partition:
         )
 
     def _check_leader(self, current_leader_epoch: int) -> None:
+        self._check_epoch(current_leader_epoch)
+        if self.role is not Role.LEADER:
+            raise self._not_leader()
+
+    def _check_epoch(self, current_leader_epoch: int) -> None:
+        """Kafka's ``checkCurrentLeaderEpoch``: the client's leader epoch (-1: unchecked) is
+        this replica's, as leader or follower."""
         if current_leader_epoch >= 0 and current_leader_epoch != self.leader_epoch:
             error = (
                 ErrorCode.FENCED_LEADER_EPOCH
@@ -311,8 +331,6 @@ class Partition:
                 else ErrorCode.UNKNOWN_LEADER_EPOCH
             )
             raise self._not_leader(error)
-        if self.role is not Role.LEADER:
-            raise self._not_leader()
 
     # -- replication throttles ---------------------------------------------------------------------
     def leader_throttles(self, replica_id: int) -> bool:
@@ -493,6 +511,18 @@ class Partition:
                 )
             return self.leader_epoch, self.high_watermark
 
+    def leader_view(self, current_leader_epoch: int) -> LeaderView | None:
+        """This leader's offsets and followers, None if it does not lead (a follower serving
+        a consumer chooses no other replica); FENCED/UNKNOWN_LEADER_EPOCH for another epoch."""
+        with self._lock:
+            self._check_epoch(current_leader_epoch)
+            if self.role is not Role.LEADER:
+                return None
+            return LeaderView(
+                self.high_watermark, self._last_stable_offset(), self.log.log_start_offset,
+                self.log.log_end_offset, self.isr, tuple(self.followers.values()),
+            )  # fmt: skip
+
     def _maximal_isr(self) -> tuple[int, ...]:
         """While an ISR change is in flight, the high watermark waits on both sets."""
         if self.pending_isr is None:
@@ -532,12 +562,18 @@ class Partition:
         current_leader_epoch: int,
         min_one_batch: bool,
         isolation_level: int = READ_UNCOMMITTED,
+        leader_only: bool = True,
     ) -> ReadResult:
         """A consumer's read: up to the high watermark, or with READ_COMMITTED up to the last
         stable offset with the aborted transactions that meet the range read (Kafka's
-        ``collectAbortedTransactions``, from the fetch offset to the end of the last batch)."""
+        ``collectAbortedTransactions``, from the fetch offset to the end of the last batch).
+        Not ``leader_only`` (a consumer that sent its rack, KIP-392) a follower serves too, up
+        to its own high watermark (the leader's, one fetch late)."""
         with self._lock:
-            self._check_leader(current_leader_epoch)
+            if leader_only or self.role is not Role.FOLLOWER:
+                self._check_leader(current_leader_epoch)
+            else:
+                self._check_epoch(current_leader_epoch)
             hw = self.high_watermark
             lso = self._last_stable_offset()
         committed = isolation_level == READ_COMMITTED
@@ -551,6 +587,15 @@ class Partition:
         return ReadResult(records, hw, self.log.log_start_offset, self.log.log_end_offset, None,
                           lso, aborted)  # fmt: skip
 
+    def end_offset_for_epoch(self, current_leader_epoch: int, leader_epoch: int) -> tuple[int, int]:
+        """A consumer's OffsetForLeaderEpoch (KIP-320), on the leader only: (the largest epoch
+        <= ``leader_epoch``, where the next higher one starts: the log end offset for the
+        latest), (-1, -1) when the log knows no such epoch (Kafka's
+        ``Partition.lastOffsetForLeaderEpoch``)."""
+        with self._lock:
+            self._check_leader(current_leader_epoch)
+            return self.log.end_offset_for_epoch(leader_epoch)
+
     def read_for_follower(
         self,
         replica_id: int,
@@ -560,9 +605,11 @@ class Partition:
         max_bytes: int,
         *,
         throttled: bool = False,
+        log_start_offset: int = rs.UNKNOWN_OFFSET,
     ) -> tuple[ReadResult, IsrChange | None]:
-        """Serve a follower's fetch; it also reports the follower's log end offset. A
-        ``throttled`` fetch (the leader's replication quota is exceeded) gets no records."""
+        """Serve a follower's fetch; it also reports the follower's log end offset and its
+        ``log_start_offset`` (a DeleteRecords waits for it). A ``throttled`` fetch (the
+        leader's replication quota is exceeded) gets no records."""
         with self._lock:
             self._check_leader(current_leader_epoch)
             if replica_id not in self.followers:
@@ -587,14 +634,46 @@ class Partition:
                     f"[{self.log.log_start_offset}, {leo}]"
                 )
             now_ms = self.clock_ms()
-            state = rs.after_fetch(self.followers[replica_id], fetch_offset, leo, now_ms)
+            before = self.followers[replica_id]
+            state = rs.after_fetch(before, fetch_offset, leo, now_ms, log_start_offset)
             self.followers[replica_id] = state
             self._maybe_advance_hw()
+            if state.log_start_offset != before.log_start_offset:
+                self._wake(everyone=False)  # a DeleteRecords waiting for the replicas
             change = self._isr_expansion(state)
             hw = self.high_watermark
             lso = self._last_stable_offset()
         records = b"" if throttled else self.log.read(fetch_offset, max_bytes, min_one_batch=True)
         return ReadResult(records, hw, self.log.log_start_offset, leo, None, lso), change
+
+    # -- DeleteRecords ---------------------------------------------------------------------------
+    def delete_records(self, offset: int) -> int:
+        """Move the log start offset to ``offset`` (-1: the high watermark) as the leader
+        (Kafka's ``deleteRecordsOnLeader``); returns the offset it asked for. Refused with
+        POLICY_VIOLATION for a log without the delete cleanup policy, OFFSET_OUT_OF_RANGE for
+        an offset below 0 or beyond the high watermark. The segments wholly below go at once."""
+        with self._lock:
+            if self.role is not Role.LEADER:
+                raise self._not_leader()
+            if not self.log.config.delete:
+                raise KafkaError(
+                    ErrorCode.POLICY_VIOLATION,
+                    f"records of {self.name} cannot be deleted: its cleanup.policy has no delete",
+                )
+            hw = self.high_watermark
+            wanted = hw if offset == DELETE_TO_HIGH_WATERMARK else offset
+            if wanted < 0:
+                raise OffsetOutOfRangeError(f"{self.name}: offset {offset} is not valid")
+            self.log.maybe_increment_log_start_offset(wanted, hw)
+        self.log.delete_old_segments(hw, retention=False)
+        return wanted
+
+    def low_watermark(self, alive: Collection[int]) -> int:
+        """The lowest log start offset of the leader and its followers on ``alive`` brokers."""
+        with self._lock:
+            if self.role is not Role.LEADER:
+                raise self._not_leader()
+            return rs.low_watermark(self.log.log_start_offset, self.followers, self.replicas, alive)
 
     def _isr_expansion(self, follower: rs.FollowerState) -> IsrChange | None:
         if self.pending_isr is not None or self.clock_ms() < self._isr_retry_at_ms:
@@ -660,8 +739,15 @@ class Partition:
             )
 
     def append_as_follower(
-        self, records: bytes | memoryview, leader_hw: int, leader_epoch: int
+        self,
+        records: bytes | memoryview,
+        leader_hw: int,
+        leader_epoch: int,
+        leader_log_start: int = rs.UNKNOWN_OFFSET,
     ) -> None:
+        """Append the leader's records; take its high watermark and its log start offset
+        (moved by DeleteRecords or retention: the follower's moves up with it, as Kafka's
+        fetcher does; the segments below go with the next retention pass)."""
         with self._lock:
             if self.role is not Role.FOLLOWER or self.leader_epoch != leader_epoch:
                 return  # the fetch was for an older leadership: drop it
@@ -674,6 +760,9 @@ class Partition:
                     marker = read_marker(records, position) if _is_marker(header) else None
                     self._apply(header, marker)
             self.high_watermark = min(leader_hw, self.log.log_end_offset)
+            if leader_log_start > self.log.log_start_offset:
+                start = min(leader_log_start, self.high_watermark)
+                self.log.maybe_increment_log_start_offset(start, self.high_watermark)
             self._wake()
 
     def truncate_to(self, offset: int, leader_epoch: int) -> int:

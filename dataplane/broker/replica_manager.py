@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -86,6 +87,7 @@ class ReplicaManager:
         self.alter_partition = alter_partition
         self.image = MetadataImage()
         self._lock = threading.Lock()
+        self._image_changed = threading.Condition()  # notified by each apply_image
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._settings: dict[str, TopicSettings] = {}
         self._strays_removed = False
@@ -136,6 +138,21 @@ class ReplicaManager:
         )
 
     # -- applying metadata -----------------------------------------------------------------------
+    def wait_for_image(
+        self, done: Callable[[MetadataImage], bool], timeout_s: float
+    ) -> MetadataImage:
+        """The image once ``done(image)`` holds, or the newest one when ``timeout_s`` passes
+        first. An admin answer waits here until this broker's own metadata shows its change,
+        so that the client's next Metadata request to this broker sees it."""
+        deadline = time.monotonic() + timeout_s
+        with self._image_changed:
+            while not done(self.image):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._image_changed.wait(remaining)
+            return self.image
+
     def apply_image(
         self, image: MetadataImage, caught_up: bool, may_lead: bool = True
     ) -> dict[int, list[Partition]]:
@@ -173,6 +190,8 @@ class ReplicaManager:
         with self._lock:
             self.image = image
             self._settings = settings
+        with self._image_changed:
+            self._image_changed.notify_all()
         if caught_up and not self._strays_removed:
             self._remove_strays()
             self._strays_removed = True
@@ -192,9 +211,11 @@ class ReplicaManager:
                     yield (topic.name, partition_id), (topic.topic_id, reg)
 
     def _topic_settings(self, image: MetadataImage, topic: str) -> TopicSettings:
-        replication = configs.replication_config(image, topic)
+        """As this broker applies them: with its own ``log.*`` defaults (dynamic and static)."""
+        static = dict(self.config.static_broker_configs)
+        replication = configs.replication_config(image, topic, self.broker_id, static)
         return TopicSettings(
-            configs.log_config(image, topic),
+            configs.log_config(image, topic, self.broker_id, static),
             replication.min_insync_replicas,
             *configs.throttled_replicas(replication),
         )

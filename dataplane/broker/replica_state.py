@@ -29,12 +29,20 @@ class FollowerState:
     # the leader's LEO and the time at the previous fetch (Kafka's lastFetchLeaderLogEndOffset)
     last_fetch_leader_leo: int = UNKNOWN_OFFSET
     last_fetch_ms: int = 0
+    # the follower's own log start offset, as its last fetch reported it (DeleteRecords waits
+    # for it: Kafka's ``Replica.logStartOffset``)
+    log_start_offset: int = UNKNOWN_OFFSET
 
 
 def after_fetch(
-    state: FollowerState, fetch_offset: int, leader_leo: int, now_ms: int
+    state: FollowerState,
+    fetch_offset: int,
+    leader_leo: int,
+    now_ms: int,
+    log_start_offset: int = UNKNOWN_OFFSET,
 ) -> FollowerState:
-    """The follower fetched from ``fetch_offset`` when the leader's LEO was ``leader_leo``.
+    """The follower fetched from ``fetch_offset`` when the leader's LEO was ``leader_leo``,
+    reporting its log start offset ``log_start_offset``.
 
     It is caught up *now* if it asked for the leader's end; it was caught up at its previous
     fetch if it now asks for at least what the leader had then. The caught-up time never goes back.
@@ -51,7 +59,26 @@ def after_fetch(
         max(state.last_caught_up_ms, caught_up_ms),
         leader_leo,
         now_ms,
+        log_start_offset,
     )
+
+
+def low_watermark(
+    leader_log_start: int,
+    followers: Mapping[int, FollowerState],
+    replicas: Collection[int],
+    alive: Collection[int],
+) -> int:
+    """The lowest log start offset over the leader and its live followers (Kafka's
+    ``lowWatermarkIfLeader``): DeleteRecords is done when it reaches the requested offset.
+    A replica on a broker that is not alive does not hold it back; a live one that has not
+    reported yet (-1) does."""
+    low = leader_log_start
+    for broker_id in replicas:
+        follower = followers.get(broker_id)
+        if follower is not None and broker_id in alive:
+            low = min(low, follower.log_start_offset)
+    return low
 
 
 def high_watermark(

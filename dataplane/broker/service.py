@@ -1,5 +1,5 @@
-"""BrokerService: Produce, Fetch, ListOffsets, Metadata, InitProducerId, WriteTxnMarkers and
-DescribeProducers over gRPC.
+"""BrokerService: Produce, Fetch, ListOffsets, Metadata, InitProducerId, WriteTxnMarkers,
+DescribeProducers and DeleteRecords over gRPC.
 
 Every partition-level problem is answered in that partition's entry with Kafka's error code; the
 RPC fails only when the request itself is broken. Long polls (acks=all, fetch ``min_bytes``)
@@ -30,31 +30,42 @@ from typing import Any
 import grpc
 
 from dataplane.broker import authorization as authz
+from dataplane.broker import delete_records, offset_for_leader_epoch
 from dataplane.broker.metrics import NodeMetrics
 from dataplane.broker.partition import (
     ON_APPEND,
     READ_COMMITTED,
     READ_UNCOMMITTED,
     IsrChange,
+    LeaderView,
     NotLeader,
     Partition,
+    Role,
 )
 from dataplane.broker.producer_state import SENTINEL, VerificationGuard
 from dataplane.broker.replica_manager import ReplicaManager
+from dataplane.broker.replica_selector import ReplicaView, preferred_read_replica
 from metadata_quorum.image import MetadataImage
-from metadata_quorum.replication import validate_topic_name
+from metadata_quorum.replication import INTERNAL_TOPICS, validate_topic_name
 from metadata_quorum.security.acl import AclOperation
 from metadata_quorum.security.authorization import ALLOW_ALL, AccessControl
 from metadata_quorum.security.grpc_auth import ServerSecurity
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc as pb_grpc
 from protos import group_pb2_grpc as gpb_grpc
+from protos import share_pb2_grpc as spb_grpc
 from protos import transaction_pb2_grpc as tpb_grpc
 from protos import wire
 from protos.wire import FetchAnswer, Records
 from raftlog.batch import HEADER_SIZE, NO_PRODUCER_ID, read_header
 from raftlog.errors import ErrorCode, KafkaError, OffsetOutOfRangeError
-from raftlog.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from raftlog.log import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIERED_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+)
 
 log = logging.getLogger(__name__)
 MAX_WAIT_MS_MAX = 60_000
@@ -62,8 +73,8 @@ PRODUCE_TIMEOUT_MS_MAX = 300_000
 MAX_MESSAGE_BYTES = 100 * 1024 * 1024  # socket.request.max.bytes
 ACKS = (0, 1, -1)
 DEBUGGING_REPLICA_ID = -2
+BROKER_LISTENER = "BROKER"  # the gRPC listener's name in a broker's registration
 # written by their coordinators only (groups, transactions)
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 # How long an idempotent batch that overtook an earlier one of its producer waits for it: a
 # concurrent request is served within milliseconds; one that was lost is resent by the client.
 SEQUENCE_WAIT_S = 1.0
@@ -172,6 +183,13 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
     # Set by the broker server: asks a transactional id's coordinator whether the producer's
     # transaction is ongoing and includes the partition (KIP-890); None: no verification.
     verify_transaction: TransactionVerifier | None = None
+    # Set by the broker server: share groups' ShareFetch / ShareAcknowledge (KIP-932), served by
+    # the broker's share partition manager (dataplane.coordinator.share_grpc); None: no share
+    # groups here.
+    share_fetch: Callable[[pb.ShareFetchRequest], pb.ShareFetchResponse] | None = None
+    share_acknowledge: (
+        Callable[[pb.ShareAcknowledgeRequest], pb.ShareAcknowledgeResponse] | None
+    ) = None
 
     def __init__(
         self,
@@ -185,9 +203,12 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
         *,
         drop_produce_response_every: int = 0,
         access: AccessControl = ALLOW_ALL,
+        replica_selector: str | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.access = access  # who may do what (dataplane.broker.authorization)
+        # replica.selector.class (KIP-392; None: the leader serves every consumer)
+        self.replica_selector = replica_selector
         self.replicas = replicas
         self.metrics = metrics
         self.cluster_id = cluster_id
@@ -357,22 +378,24 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
         """The response with its records inside (in-process callers: the Kafka listener)."""
         return self.fetch(request).message()
 
-    def fetch(self, request: pb.FetchRequest) -> FetchAnswer:
+    def fetch(self, request: pb.FetchRequest, listener: str = BROKER_LISTENER) -> FetchAnswer:
+        """``listener``: the one the client came through (a preferred read replica must have
+        an endpoint there, KIP-392)."""
         started = time.perf_counter()
         max_wait_ms = min(max(request.max_wait_ms, 0), MAX_WAIT_MS_MAX)
         deadline = time.monotonic() + max_wait_ms / 1000
         denied = self._fetch_denied(request)
-        answer, size_bytes, hosted = self._read_all(request, denied)
+        answer, size_bytes, hosted = self._read_all(request, denied, listener)
         if (
             size_bytes < max(request.min_bytes, 1)
             and max_wait_ms > 0
-            and not _any_error(answer.response)
+            and not _answer_now(answer.response)
         ):
 
             def done() -> bool:
                 nonlocal answer, size_bytes
-                answer, size_bytes, _ = self._read_all(request, denied)
-                return size_bytes >= max(request.min_bytes, 1) or _any_error(answer.response)
+                answer, size_bytes, _ = self._read_all(request, denied, listener)
+                return size_bytes >= max(request.min_bytes, 1) or _answer_now(answer.response)
 
             # a follower waits for appends; the high watermark it learns on its next fetch
             marks = [ON_APPEND] * len(hosted) if request.replica_id >= 0 else None
@@ -382,6 +405,39 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
         kind = "fetch_follower" if request.replica_id >= 0 else "fetch_consumer"
         self.metrics.request_latency.labels(kind).observe(time.perf_counter() - started)
         return answer
+
+    def _preferred_read_replica(
+        self, request: pb.FetchRequest, partition: Partition, item: pb.FetchPartition,
+        listener: str,
+    ) -> tuple[LeaderView, int] | None:  # fmt: skip
+        """Kafka's ``findPreferredReadReplica``: as this partition's leader, the follower the
+        consumer should read from (dataplane.broker.replica_selector), with the offsets to
+        answer beside it; None to serve it here. Candidates: followers in the ISR that hold
+        the fetch offset and are registered, unfenced and reachable on ``listener``."""
+        view = partition.leader_view(item.current_leader_epoch)
+        if view is None:
+            return None
+        brokers = self.replicas.image.brokers
+        now_ms = partition.clock_ms()
+        offset = item.fetch_offset
+        candidates = []
+        for follower in view.followers:
+            broker = brokers.get(follower.broker_id)
+            if (
+                follower.broker_id in view.isr
+                and follower.log_start_offset <= offset <= follower.log_end_offset
+                and broker is not None
+                and not broker.fenced
+                and broker.endpoint(listener) is not None
+            ):
+                candidates.append(ReplicaView(
+                    follower.broker_id, broker.rack, follower.log_end_offset,
+                    now_ms - follower.last_caught_up_ms,
+                ))  # fmt: skip
+        me = brokers.get(self.broker_id)
+        leader = ReplicaView(self.broker_id, me.rack if me else None, view.log_end_offset, 0)
+        chosen = preferred_read_replica(self.replica_selector, request.rack_id, leader, candidates)
+        return None if chosen is None else (view, chosen)
 
     def _quota_deadline(self, replica_id: int, hosted: list[Partition]) -> float:
         """A fetch that holds back throttled replicas is answered (empty) once the leader's
@@ -409,7 +465,7 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
         return {name: authz.topic_denied(AclOperation.READ, name) for name in denied}
 
     def _read_all(
-        self, request: pb.FetchRequest, denied: dict[str, KafkaError]
+        self, request: pb.FetchRequest, denied: dict[str, KafkaError], listener: str
     ) -> tuple[FetchAnswer, int, list[Partition]]:
         response = pb.FetchResponse()
         records: list[Records] = []  # beside the response, one per partition (protos.wire)
@@ -432,7 +488,9 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
                     partition = self.replicas.get(topic.name, item.partition)
                     hosted.append(partition)
                     limit = min(item.partition_max_bytes or remaining, remaining)
-                    records[-1] = self._read(request, partition, item, limit, total == 0, result)
+                    records[-1] = self._read(
+                        request, partition, item, limit, total == 0, result, listener
+                    )
                     size = len(records[-1])
                 except OffsetOutOfRangeError as error:
                     _error(result, error)
@@ -454,6 +512,7 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
         max_bytes: int,
         first: bool,
         result: pb.FetchPartitionResponse,
+        listener: str,
     ) -> Records:
         """Fill ``result`` in but for its records, and return those."""
         replica_id = request.replica_id
@@ -463,6 +522,7 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
             read, change = partition.read_for_follower(
                 replica_id, item.fetch_offset, item.last_fetched_epoch,
                 item.current_leader_epoch, max_bytes, throttled=throttles and quota.exceeded(),
+                log_start_offset=item.log_start_offset,
             )  # fmt: skip
             if throttles and read.records:
                 quota.record(len(read.records))
@@ -472,10 +532,20 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
                 )
                 self.alter_partition(change)
         else:
+            # KIP-392: a consumer that sent its rack may be sent to another replica, and may
+            # be served by a follower
+            client_metadata = request.HasField("rack_id")
+            if client_metadata and self.replica_selector is not None:
+                preferred = self._preferred_read_replica(request, partition, item, listener)
+                if preferred is not None:
+                    _fill_preferred(result, partition, *preferred)
+                    return b""
             read = partition.read_for_consumer(
                 item.fetch_offset, max_bytes, item.current_leader_epoch, first,
-                request.isolation_level,
+                request.isolation_level, leader_only=not client_metadata,
             )  # fmt: skip
+            if read.records and partition.role is Role.FOLLOWER:
+                self.metrics.follower_bytes_out.labels(partition.topic).inc(len(read.records))
             for aborted in read.aborted:
                 result.aborted_transactions.add(
                     producer_id=aborted.producer_id, first_offset=aborted.first_offset
@@ -530,7 +600,8 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
         debugging = replica_id == DEBUGGING_REPLICA_ID
         leader_epoch, hw = partition.leader_state(
             item.current_leader_epoch,
-            committed=not debugging and item.timestamp != EARLIEST_TIMESTAMP,
+            committed=not debugging
+            and item.timestamp not in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP),
         )
         if isolation_level == READ_COMMITTED and not debugging:
             hw = min(hw, partition.last_stable_offset)
@@ -539,14 +610,37 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
         if item.timestamp == LATEST_TIMESTAMP:
             result.offset = partition.log.log_end_offset if debugging else hw
             return
-        if item.timestamp == EARLIEST_TIMESTAMP:
-            result.offset = partition.log.log_start_offset
+        if item.timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+            result.offset = partition.log.log_start_offset  # nothing is tiered: all is local
             return
-        if item.timestamp < 0 and item.timestamp != -3:
+        if item.timestamp == LATEST_TIERED_TIMESTAMP:
+            result.leader_epoch = -1  # no offset in remote storage: Kafka's (-1, epoch -1)
+            return
+        if item.timestamp < 0 and item.timestamp != MAX_TIMESTAMP:
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"timestamp {item.timestamp} is not valid")
         found = partition.log.offsets_for_time(item.timestamp)
         if found is not None and found[0] < hw:
             result.offset, result.timestamp = found
+
+    # -- DeleteRecords -------------------------------------------------------------------------
+    def DeleteRecords(
+        self, request: pb.DeleteRecordsRequest, context: Any
+    ) -> pb.DeleteRecordsResponse:
+        """Move the log start offsets this broker leads (see dataplane.broker.delete_records);
+        answered once every live replica followed, or the request's timeout passed."""
+        response, pending = delete_records.start(
+            request, self.replicas, self.access, self._alive_brokers()
+        )
+        if pending and not all(entry.done for entry in pending):
+            deadline = time.monotonic() + delete_records.timeout_ms(request) / 1000
+            wait_until(
+                [entry.partition for entry in pending], deadline,
+                lambda: delete_records.complete(pending, self._alive_brokers()),
+            )  # fmt: skip
+        return response
+
+    def _alive_brokers(self) -> frozenset[int]:
+        return frozenset(b.broker_id for b in self.replicas.image.unfenced_brokers())
 
     # -- WriteTxnMarkers ----------------------------------------------------------------------
     def WriteTxnMarkers(
@@ -596,6 +690,33 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
                   "commit" if marker.committed else "abort", marker.producer_id,
                   info.first_offset)  # fmt: skip
         return [(partition, info.last_offset + 1, epoch, min_isr, result)]
+
+    # -- OffsetForLeaderEpoch (KIP-320) --------------------------------------------------------
+    def OffsetForLeaderEpoch(
+        self, request: pb.OffsetForLeaderEpochRequest, context: Any
+    ) -> pb.OffsetForLeaderEpochResponse:
+        """A consumer validating its position after a leader change (see
+        dataplane.broker.offset_for_leader_epoch)."""
+        return offset_for_leader_epoch.answer(request, self.replicas, self.access)
+
+    # -- ShareFetch / ShareAcknowledge (KIP-932) -----------------------------------------------
+    def ShareFetch(self, request: pb.ShareFetchRequest, context: Any) -> pb.ShareFetchResponse:
+        if self.share_fetch is None:
+            return pb.ShareFetchResponse(
+                error_code=ErrorCode.UNSUPPORTED_VERSION.code,
+                error_message="this broker serves no share groups",
+            )
+        return self.share_fetch(request)
+
+    def ShareAcknowledge(
+        self, request: pb.ShareAcknowledgeRequest, context: Any
+    ) -> pb.ShareAcknowledgeResponse:
+        if self.share_acknowledge is None:
+            return pb.ShareAcknowledgeResponse(
+                error_code=ErrorCode.UNSUPPORTED_VERSION.code,
+                error_message="this broker serves no share groups",
+            )
+        return self.share_acknowledge(request)
 
     # -- DescribeProducers (KIP-664) -----------------------------------------------------------
     def DescribeProducers(
@@ -704,6 +825,10 @@ def _describe_topic(image: MetadataImage, name: str, out: pb.TopicMetadata) -> N
         out.error_message = f"no topic {name!r}"
         return
     out.topic_id = topic.topic_id.bytes
+    if not topic.partitions:  # its partitions are still to come: it exists, with no leaders yet
+        out.error_code = ErrorCode.LEADER_NOT_AVAILABLE.code
+        out.error_message = f"topic {name!r} has no partitions with leaders yet"
+        return
     live = {b for b, r in image.brokers.items() if not r.fenced}
     for partition_id, reg in sorted(topic.partitions.items()):
         out.partitions.add(
@@ -750,8 +875,26 @@ def _check_isolation_level(isolation_level: int) -> None:
         )
 
 
-def _any_error(response: pb.FetchResponse) -> bool:
-    return any(p.error_code for t in response.topics for p in t.partitions)
+def _answer_now(response: pb.FetchResponse) -> bool:
+    """A fetch with an error or a preferred read replica (KIP-392) waits for nothing."""
+    return any(
+        p.error_code or p.HasField("preferred_read_replica")
+        for t in response.topics
+        for p in t.partitions
+    )
+
+
+def _fill_preferred(
+    result: pb.FetchPartitionResponse, partition: Partition, view: LeaderView, preferred: int
+) -> None:
+    """A leader's answer that names a preferred read replica: no records, its offsets."""
+    result.preferred_read_replica = preferred
+    result.high_watermark = view.high_watermark
+    result.last_stable_offset = view.last_stable_offset
+    result.log_start_offset = view.log_start_offset
+    result.log_end_offset = view.log_end_offset
+    result.leader_id = partition.leader_id
+    result.leader_epoch = partition.leader_epoch
 
 
 class ServeWhenReady(grpc.ServerInterceptor):  # type: ignore[misc]
@@ -835,6 +978,7 @@ def serve(
     ready: threading.Event | None = None,
     transactions: tpb_grpc.TransactionCoordinatorServiceServicer | None = None,
     security: ServerSecurity | None = None,
+    shares: spb_grpc.ShareCoordinatorServiceServicer | None = None,
 ) -> grpc.Server:
     """The broker's gRPC server; with ``ready``, calls are refused until it is set; with
     `security`, the BROKER listener's TLS and authentication (None: plaintext, as the node)."""
@@ -855,6 +999,8 @@ def serve(
         gpb_grpc.add_GroupCoordinatorServiceServicer_to_server(groups, server)
     if transactions is not None:
         tpb_grpc.add_TransactionCoordinatorServiceServicer_to_server(transactions, server)
+    if shares is not None:
+        spb_grpc.add_ShareCoordinatorServiceServicer_to_server(shares, server)
     if security is None:
         port = server.add_insecure_port(address)
     else:

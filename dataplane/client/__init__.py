@@ -1,5 +1,5 @@
-"""raftlog's client library: Producer, Consumer and AdminClient over the BrokerService and
-ControllerService gRPC APIs. Names and settings follow Kafka's clients."""
+"""raftlog's client library: Producer, Consumer, ShareConsumer and AdminClient over the
+BrokerService and ControllerService gRPC APIs. Names and settings follow Kafka's clients."""
 
 from dataplane.client._closing import Closing
 from dataplane.client._membership import GroupAssignment, GroupMembership, JoinedMember
@@ -24,11 +24,18 @@ from dataplane.client._types import (
     TopicPartition,
 )
 from dataplane.client.admin import AdminClient, NewTopic
-from dataplane.client.consumer import Consumer
+from dataplane.client.consumer import Consumer, LogTruncationError
 from dataplane.client.producer import Producer, RecordFuture
+from dataplane.client.share_consumer import (
+    AcknowledgeType,
+    IllegalStateError,
+    ShareConsumer,
+    ShareConsumerRecord,
+)
 
 __all__ = [
     "AbortableTransactionError",
+    "AcknowledgeType",
     "AdminClient",
     "Closing",
     "Consumer",
@@ -38,7 +45,9 @@ __all__ = [
     "FatalTransactionError",
     "GroupAssignment",
     "GroupMembership",
+    "IllegalStateError",
     "JoinedMember",
+    "LogTruncationError",
     "NewTopic",
     "OffsetAndMetadata",
     "PreparedTransaction",
@@ -47,6 +56,8 @@ __all__ = [
     "ProducerFencedError",
     "RecordFuture",
     "RecordMetadata",
+    "ShareConsumer",
+    "ShareConsumerRecord",
     "TopicPartition",
     "TransactionAbortedError",
     "TransactionStateError",

@@ -5,7 +5,8 @@ until it reaches ``batch.size`` (estimated, uncompressed) or a later batch exist
 *ready* when it is full, ``linger.ms`` has passed since it was opened, a flush or close is in
 progress, or it is a retry whose backoff has passed. The sender thread drains ready batches
 (one per partition per request), and gives them back through :meth:`complete` (done, failed or
-acks=0 sent) or :meth:`reenqueue` (retry: back at the *front* of its deque).
+acks=0 sent), :meth:`reenqueue` (retry: back at the *front* of its deque) or, refused as too
+large, :meth:`split` and :meth:`reenqueue_split` (its parts in its place, KIP-126).
 
 Ordering rule: at most ``max_in_flight_per_partition`` batches of a partition are in flight:
 1 without idempotence (a retry can never be overtaken by a later batch of its partition), up to
@@ -46,6 +47,18 @@ def estimate_record_bytes(key: bytes | None, value: bytes | None, headers: Heade
     return size + header_bytes(headers) + HEADER_OVERHEAD_BYTES * len(headers)
 
 
+def halving_index(sizes: Sequence[int]) -> int:
+    """Where to cut records of these sizes (at least two) in two: the first record whose
+    bytes, with those before it, reach half of all; at least one record on each side."""
+    total = sum(sizes)
+    running = 0
+    for index, size in enumerate(sizes[:-1], start=1):
+        running += size
+        if 2 * running >= total:
+            return index
+    return len(sizes) - 1
+
+
 class ProducerTimeoutError(KafkaError):
     """A bounded wait ran out: ``buffer.memory`` stayed full for ``max.block.ms``, metadata
     did not arrive, or a record was not delivered within ``delivery.timeout.ms``."""
@@ -74,8 +87,11 @@ class ProducerBatch:
     retry_at_s: float = 0.0
     payload: bytes | None = None
     producer_id: int = -1  # the idempotent producer id the payload carries, -1 = none
-    drain_order: int = -1  # when it was first sent, among all batches (-1 = not yet)
+    # when it was first sent, among all batches (() = not yet); the parts of a split batch
+    # take its place: its order plus their index, so they sort before every later batch
+    drain_order: tuple[int, ...] = ()
     in_flight: bool = False
+    payload_sent: bool = False  # False: the broker cannot have stored it (a split's half)
     # sent (this time) while an earlier batch of its partition was still outstanding: the
     # broker may see it first, since concurrent requests are not ordered
     sent_behind: bool = False
@@ -242,9 +258,10 @@ class RecordAccumulator:
                 batch.full = True
                 batch.attempts += 1
                 batch.in_flight = True
+                batch.payload_sent = True
                 self._in_flight[tp] = self._in_flight.get(tp, 0) + 1
-                if batch.drain_order < 0:
-                    batch.drain_order = self._next_drain_order
+                if not batch.drain_order:
+                    batch.drain_order = (self._next_drain_order,)
                     self._next_drain_order += 1
                     self._outstanding.setdefault(tp, set()).add(batch)
                 batch.sent_behind = any(
@@ -280,6 +297,75 @@ class RecordAccumulator:
             ):
                 position += 1
             queue.insert(position, batch)
+
+    def split(self, batch: ProducerBatch) -> list[ProducerBatch]:
+        """KIP-126: the two halves (by bytes, :func:`halving_index`) a batch refused as too
+        large is resent as; not yet queued: the caller builds their payloads, then
+        :meth:`reenqueue_split`. A half refused again is halved again, until the limit fits or
+        a part is one record. (Kafka's ``ProducerBatch.split`` re-batches to ``batch.size``,
+        which splits nothing when ``batch.size`` itself is above the topic's
+        ``max.message.bytes``: the case this handles.) There is no compression-ratio estimate
+        to lower as Kafka's does: batches are filled by their uncompressed size.
+
+        Each half is a retry of its records: it keeps the batch's creation time (for
+        ``delivery.timeout.ms``), attempts (a split does not count against ``retries``) and
+        place in the send order."""
+        assert len(batch.records) > 1, "a batch of one record cannot be split"
+        sizes = [estimate_record_bytes(r[0], r[1], r[3]) for r in batch.records]
+        cut = halving_index(sizes)
+        parts = [
+            ProducerBatch(
+                tp=batch.tp,
+                created_s=batch.created_s,
+                result=BatchResult(batch.tp),
+                records=batch.records[start:end],
+                estimated_bytes=HEADER_SIZE + sum(sizes[start:end]),
+                reserved_bytes=sum(sizes[start:end]),
+                full=True,
+                attempts=batch.attempts,
+                retry_at_s=self._clock(),
+                drain_order=(*batch.drain_order, index),
+            )
+            for index, (start, end) in enumerate(((0, cut), (cut, len(sizes))))
+        ]
+        # the reservation moves to the parts whole, also if the sizes were estimated otherwise
+        parts[-1].reserved_bytes += batch.reserved_bytes - sum(p.reserved_bytes for p in parts)
+        batch.result.split([(0, parts[0].result), (cut, parts[1].result)])
+        return parts
+
+    def reenqueue_split(self, batch: ProducerBatch, parts: list[ProducerBatch]) -> None:
+        """Put the parts of a split ``batch`` at the front of its deque in its place (in
+        first-sent order among the retries there); they take over its memory reservation."""
+        with self._lock:
+            self._landed_locked(batch)
+            outstanding = self._outstanding.setdefault(batch.tp, set())
+            outstanding.discard(batch)
+            self._incomplete.discard(batch)  # without releasing: the parts hold its bytes
+            batch.reserved_bytes = 0
+            queue = self._queues.setdefault(batch.tp, deque())
+            position = 0
+            while (
+                position < len(queue)
+                and queue[position].attempts > 0
+                and queue[position].drain_order < batch.drain_order
+            ):
+                position += 1
+            for part in reversed(parts):
+                queue.insert(position, part)
+                outstanding.add(part)
+                self._incomplete.add(part)
+
+    def forget_unsent_payloads(self) -> None:
+        """The producer id is given up: queued batches whose payload was built but never
+        sent (halves of a split batch) drop it, with its old id and sequences, to be built
+        again with the next id (Kafka's ``adjustSequencesDueToFailedBatch``: a failed half
+        would otherwise leave a sequence gap before the halves after it)."""
+        with self._lock:
+            for queue in self._queues.values():
+                for batch in queue:
+                    if batch.payload is not None and not batch.payload_sent:
+                        batch.payload = None
+                        batch.producer_id = -1
 
     def complete(self, batch: ProducerBatch) -> None:
         """The batch is finished (its futures are or will be resolved): release its memory

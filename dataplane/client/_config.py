@@ -105,6 +105,7 @@ class ConsumerConfig(BaseModel):
     retry_backoff_max_ms: int = Field(1_000, ge=0, le=600_000)
     metadata_max_age_ms: int = Field(300_000, ge=0, le=3_600_000)
     group_id: str | None = Field(None, min_length=1, max_length=255)
+    group_instance_id: str | None = Field(None, min_length=1, max_length=255)  # KIP-345
     client_id: str = Field("raftlog-consumer", max_length=255)
     enable_auto_commit: bool = True
     auto_commit_interval_ms: int = Field(5_000, ge=0, le=3_600_000)

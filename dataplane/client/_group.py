@@ -11,7 +11,10 @@ application thread owns. The coordinator's answer is the member's *target*: the 
 thread reconciles towards it in ``poll`` (revoking first, then assigning), which is where the
 rebalance listener runs, as in Kafka. Fenced (FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID) or past
 ``max.poll.interval.ms`` without a poll, the member loses its partitions: it waits for the
-application thread to let them go, then rejoins with epoch 0.
+application thread to let them go, then rejoins with epoch 0. A static member (KIP-345,
+``instance_id``) names its instance when joining and leaves with epoch -2 (the coordinator keeps
+its partitions for its session); FENCED_INSTANCE_ID and UNRELEASED_INSTANCE_ID are fatal, as in
+Kafka's client.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ COORDINATOR_ERRORS = frozenset(
 )
 FENCING_ERRORS = frozenset({ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID})
 JOIN_EPOCH = 0
+LEAVE_STATIC_EPOCH = -2  # KIP-345: a static member is away; the coordinator keeps its partitions
 FIND_COORDINATOR_TRY_S = 2.0  # per broker asked: a dead one must not use the whole deadline
 LEAVE_EPOCH = -1
 
@@ -197,9 +201,11 @@ class Membership:
         max_poll_interval_ms: int,
         request_timeout_s: float,
         clock: Callable[[], float],
+        instance_id: str = "",
     ) -> None:
         self.group = group
         self.client_id = client_id
+        self.instance_id = instance_id  # "" = a dynamic member
         self.rebalance_timeout_ms = rebalance_timeout_ms
         self.max_poll_interval_s = max_poll_interval_ms / 1000
         self.request_timeout_s = request_timeout_s
@@ -284,13 +290,20 @@ class Membership:
         member_id, epoch = self.epoch()
         if not member_id or epoch <= JOIN_EPOCH:
             return
-        request = gpb.ConsumerGroupHeartbeatRequest(
-            group_id=self.group.group_id, member_id=member_id, member_epoch=LEAVE_EPOCH
-        )
+        request = self._leave_request(member_id)
         try:
             self.group.call("ConsumerGroupHeartbeat", request, min(5.0, self.request_timeout_s))
         except KafkaError as error:
             log.info("group %s: leave not acknowledged: %s", self.group.group_id, error)
+
+    def _leave_request(self, member_id: str) -> gpb.ConsumerGroupHeartbeatRequest:
+        """Epoch -1; a static member's -2 (Kafka's client: ``leaveGroupEpoch``)."""
+        return gpb.ConsumerGroupHeartbeatRequest(
+            group_id=self.group.group_id,
+            member_id=member_id,
+            member_epoch=LEAVE_STATIC_EPOCH if self.instance_id else LEAVE_EPOCH,
+            instance_id=self.instance_id,
+        )
 
     # -- the heartbeat thread ----------------------------------------------------------------
     def _run(self) -> None:
@@ -312,6 +325,8 @@ class Membership:
             )
             if self._owned != self._owned_sent or self.member_epoch == JOIN_EPOCH:
                 request.owned.CopyFrom(to_wire(self._owned))
+            if self.member_epoch == JOIN_EPOCH:
+                request.instance_id = self.instance_id  # sent in full requests, as Kafka's
             if not self._subscription_sent or self.member_epoch == JOIN_EPOCH:
                 request.subscribed_topic_names.names.extend(self._topics)
                 request.subscribed_topic_regex = self._pattern
@@ -366,9 +381,7 @@ class Membership:
                 "group %s: no poll() within max.poll.interval.ms: member %s leaves",
                 self.group.group_id, member_id,
             )  # fmt: skip
-            request = gpb.ConsumerGroupHeartbeatRequest(
-                group_id=self.group.group_id, member_id=member_id, member_epoch=LEAVE_EPOCH
-            )
+            request = self._leave_request(member_id)
             try:
                 self.group.call("ConsumerGroupHeartbeat", request, self.request_timeout_s)
             except KafkaError as error:

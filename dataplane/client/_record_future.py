@@ -13,6 +13,10 @@ The surface is the part of ``concurrent.futures.Future`` a producer's caller use
 thread, or at once when already done), ``cancel`` (always False: an accepted record cannot be
 taken back, as with Kafka's producer). ``concurrent.futures.wait`` does not take it; wait with
 ``result(timeout)`` or ``Producer.flush``.
+
+A batch the broker refuses as too large is split and its parts resent (KIP-126, see
+``_sender``): its :class:`BatchResult` then completes when every part has, and each record's
+future reads its offset and error from the part it went to (:meth:`BatchResult.locate`).
 """
 
 from __future__ import annotations
@@ -43,13 +47,29 @@ class BatchResult:
     the completing thread after setting the outcome, or an adder who finds the outcome set
     after adding (``deque.popleft`` is atomic)."""
 
-    __slots__ = ("_callbacks", "_done", "_set", "base_offset", "error", "log_append_time_ms", "tp")
+    __slots__ = (
+        "_callbacks",
+        "_done",
+        "_set",
+        "_unsettled_parts",
+        "base_offset",
+        "error",
+        "log_append_time_ms",
+        "parts",
+        "tp",
+    )
 
     def __init__(self, tp: TopicPartition) -> None:
         self.tp = tp
         self.base_offset = -1  # -1: unknown (acks=0)
         self.log_append_time_ms = -1  # -1: the records' own (CreateTime) timestamps
         self.error: BaseException | None = None
+        # Set when the batch was refused as too large and split (KIP-126): (the index of the
+        # part's first record in this batch, the part's result), in record order. The records'
+        # outcomes are then the parts' (nested when a part is split again); this result
+        # completes once every part has, with the first part's error, if any, as its own.
+        self.parts: tuple[tuple[int, BatchResult], ...] | None = None
+        self._unsettled_parts = 0
         self._set = threading.Lock()  # taken once, by the first completion
         self._done = threading.Event()
         # (a record's future, a DoneCallback) or (this batch, a BatchCallback)
@@ -78,6 +98,34 @@ class BatchResult:
         self.error = error
         self._done.set()
         self._run_callbacks()
+
+    def split(self, parts: list[tuple[int, BatchResult]]) -> None:
+        """The batch was split into ``parts`` (first record index, result), resent instead of
+        it: its records' futures follow them. Called once, on the sender thread, before any
+        part can complete."""
+        if self.parts is not None or self._done.is_set():
+            raise RuntimeError(f"a batch of {self.tp} that is settled or split was split")
+        self._unsettled_parts = len(parts)
+        self.parts = tuple(parts)
+        for _, part in parts:
+            part.add_batch_callback(self._part_settled)
+
+    def _part_settled(self, part: BatchResult) -> None:
+        self._unsettled_parts -= 1  # parts settle on the sender thread, one at a time
+        if self._unsettled_parts > 0:
+            return
+        assert self.parts is not None, "only a split batch has parts"
+        error = next((p.error for _, p in self.parts if p.error is not None), None)
+        self._complete(-1, -1, error)
+
+    def locate(self, index: int) -> tuple[BatchResult, int]:
+        """The result holding this batch's record ``index`` and its index there: itself, or
+        after a split the part (of a part...) the record went to."""
+        result = self
+        while result.parts is not None:
+            start, part = next((s, p) for s, p in reversed(result.parts) if s <= index)
+            result, index = part, index - start
+        return result, index
 
     def add_callback(self, future: RecordFuture, callback: DoneCallback) -> None:
         self._add(future, callback)
@@ -151,18 +199,20 @@ class RecordFuture:
     def exception(self, timeout: float | None = None) -> BaseException | None:
         if not self._result.wait(timeout):
             raise TimeoutError(f"no answer for a record of {self._result.tp} within {timeout} s")
-        return self._result.error
+        if self._result.parts is None:
+            return self._result.error
+        return self._result.locate(self._relative_offset)[0].error  # its own part's outcome
 
     def result(self, timeout: float | None = None) -> RecordMetadata:
         error = self.exception(timeout)
         if error is not None:
             raise error
-        result = self._result
+        result, relative_offset = self._result.locate(self._relative_offset)
         key, value, timestamp_ms, headers = self._record
         return RecordMetadata(
             topic=result.tp.topic,
             partition=result.tp.partition,
-            offset=-1 if result.base_offset < 0 else result.base_offset + self._relative_offset,
+            offset=-1 if result.base_offset < 0 else result.base_offset + relative_offset,
             timestamp=timestamp_ms if result.log_append_time_ms < 0 else result.log_append_time_ms,
             serialized_key_size=-1 if key is None else len(key),
             serialized_value_size=-1 if value is None else len(value),

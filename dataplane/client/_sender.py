@@ -11,7 +11,13 @@ Per partition, the response decides:
   invalidated when the error says the leader moved, and the batch goes back to the front of its
   partition's deque after ``retry.backoff.ms``, while ``retries`` and ``delivery.timeout.ms``
   allow. The partition stays muted while its batch is in flight, so order is kept.
-* anything else (MESSAGE_TOO_LARGE, INVALID_RECORD, CORRUPT_MESSAGE, ...): the futures fail
+* MESSAGE_TOO_LARGE or RECORD_LIST_TOO_LARGE for a batch of more than one record (KIP-126):
+  the batch is split in two (:meth:`RecordAccumulator.split`) and the halves take its place at
+  the front of its deque, sent one at a time like retries (a half refused again is split again).
+  With idempotence the halves keep the batch's producer id and epoch and share out its sequence
+  range in order (Kafka's ``ProducerBatch.split``): the broker stored none of it, so later
+  batches' sequences stay right. One record too large fails.
+* anything else (INVALID_RECORD, CORRUPT_MESSAGE, ...): the futures fail
   with ``KafkaError``. CORRUPT_MESSAGE is retriable in Kafka (bits flipped on the way); here the
   batch bytes are built once and gRPC checks its transport, so resending the same bytes cannot
   help and it fails at once.
@@ -62,7 +68,7 @@ from dataplane.client._txn_requests import TransactionalRequests
 from dataplane.client._types import TopicPartition
 from protos import broker_pb2 as pb
 from protos import wire
-from raftlog.batch import BATCHES_KEPT, next_sequence
+from raftlog.batch import BATCHES_KEPT, next_sequence, read_header
 from raftlog.errors import ErrorCode, KafkaError
 from raftlog.records import encode_batch
 
@@ -81,6 +87,7 @@ LEADER_ERRORS = frozenset(
     }
 )
 NEVER_RETRIED = frozenset({ErrorCode.CORRUPT_MESSAGE})
+SPLIT_ERRORS = frozenset({ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE})
 MAX_IDLE_S = 0.5  # the longest the loop sleeps without a reason to wake: expiry checks
 
 
@@ -443,6 +450,9 @@ class Sender:
                 self._retry_or_fail(batch, KafkaError(code, answer.error_message or str(tp)))
 
     def _retry_or_fail(self, batch: ProducerBatch, error: KafkaError) -> None:
+        if error.error in SPLIT_ERRORS and len(batch.records) > 1 and not self._forced:
+            self._split(batch, error)
+            return
         expired = (
             batch.created_s + self._delivery_timeout_s <= self._clock() + self._retry_backoff_s
         )
@@ -455,14 +465,6 @@ class Sender:
         if not retriable or batch.attempts > self._config.retries or expired or self._forced:
             if retriable and expired:
                 error = ProducerTimeoutError(f"delivery.timeout.ms passed; last error {error}")
-            elif error.error is ErrorCode.MESSAGE_TOO_LARGE and len(batch.records) > 1:
-                # Batches are not split and resent (Kafka's Java client does, KIP-126): say
-                # what to change when the topic allows less than a whole batch.
-                error = KafkaError(
-                    error.error,
-                    f"{error.message} (a batch of {len(batch.records)} records: set batch_size "
-                    f"below the topic's max.message.bytes, now {self._config.batch_size})",
-                )
             self._fail(batch, error)
             return
         if error.error in LEADER_ERRORS:
@@ -470,6 +472,36 @@ class Sender:
         if error.error is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
             self._check_topics.add(batch.tp.topic)
         self._accumulator.reenqueue(batch, self._retry_backoff_s)
+
+    def _split(self, batch: ProducerBatch, error: KafkaError) -> None:
+        """KIP-126: resend the records of a batch refused as too large in smaller parts."""
+        parts = self._accumulator.split(batch)
+        log.warning(
+            "%s: a batch of %d records was refused (%s): resending it in %d parts",
+            batch.tp, len(batch.records), error, len(parts),
+        )  # fmt: skip
+        if batch.producer_id >= 0 and batch.payload is not None:
+            # The parts go with the batch's producer id, epoch and sequences, in order: the
+            # broker stored none of its range, and later batches' sequences follow it.
+            header = read_header(batch.payload)
+            sequence = header.base_sequence
+            for part in parts:
+                part.payload = encode_batch(
+                    part.records,
+                    compression=self._config.compression,
+                    producer_id=header.producer_id,
+                    producer_epoch=header.producer_epoch,
+                    base_sequence=sequence,
+                    is_transactional=header.is_transactional,
+                )
+                part.producer_id = batch.producer_id
+                sequence = next_sequence(sequence, len(part.records))
+            window = self._windows.get(batch.tp)
+            if window is not None and batch in window:
+                replaced = [p for b in window for p in (parts if b is batch else (b,))]
+                window.clear()
+                window.extend(replaced)
+        self._accumulator.reenqueue_split(batch, parts)
 
     def _fail_missing_topics(self) -> None:
         """After a refresh: batches of topics the metadata says do not exist fail."""
@@ -508,6 +540,7 @@ class Sender:
             # The batch's sequences are spent, stored or not: later batches would leave a gap.
             # A new producer id starts every partition's sequence afresh (KIP-360's remedy).
             self._producer_id = -1
+            self._accumulator.forget_unsent_payloads()
         batch.result.fail(error)
 
     def _abort_all(self) -> None:

@@ -14,10 +14,11 @@ error. Describe calls raise the first item error (an unknown topic is
 UNKNOWN_TOPIC_OR_PARTITION).
 
 Consumer-group calls (``list_groups``, ``describe_groups``, ``delete_groups``,
-``list_group_offsets``, ``alter_group_offsets``) go to the brokers (so they need
-``bootstrap_servers``): to each group's coordinator, or to every broker for a listing. So do
-the transaction calls (``describe_transactions``, ``list_transactions``,
-``describe_producers``: see ``_admin_transactions``).
+``list_group_offsets``, ``alter_group_offsets``, ``delete_consumer_group_offsets``) go to the
+brokers (so they need ``bootstrap_servers``): to each group's coordinator, or to every broker for
+a listing. So do the transaction calls (``describe_transactions``, ``list_transactions``,
+``describe_producers``: see ``_admin_transactions``) and ``delete_records`` (to each
+partition's leader: see ``_admin_records``).
 """
 
 from __future__ import annotations
@@ -31,8 +32,10 @@ from typing import Any, Literal, NamedTuple
 
 import grpc
 
+from dataplane.client import _admin_records as records_calls
 from dataplane.client import _admin_security as security_calls
 from dataplane.client import _admin_transactions as txn_calls
+from dataplane.client._admin_records import DeletedRecords
 from dataplane.client._admin_security import (
     AclDeleteResult,
     ScramCredentialInfo,
@@ -64,6 +67,8 @@ __all__ = [
     "ClusterDescription",
     "ConfigEntry",
     "ConfigResource",
+    "ConfigSynonym",
+    "DeletedRecords",
     "GroupDescription",
     "GroupListing",
     "MemberDescription",
@@ -87,11 +92,18 @@ class ResourceType(enum.IntEnum):
 
     TOPIC = metadata_pb2.CONFIG_RESOURCE_TOPIC
     BROKER = metadata_pb2.CONFIG_RESOURCE_BROKER
+    GROUP = metadata_pb2.CONFIG_RESOURCE_GROUP  # Kafka 4's group configs (name: the group id)
 
 
 class ConfigResource(NamedTuple):
     type: ResourceType
     name: str  # topic name, broker id as a string, "" = cluster-wide broker default
+
+    def __str__(self) -> str:
+        """As errors name it: ``topic t``, ``broker 1``, ``broker default``, ``group g``."""
+        if self.type is ResourceType.BROKER and not self.name:
+            return "broker default"
+        return f"{self.type.name.lower()} {self.name}"
 
 
 @dataclass(frozen=True)
@@ -203,10 +215,46 @@ class QuorumDescription:
     observers: tuple[ObserverDescription, ...] = ()
 
 
+# Kafka's Java ``ConfigEntry.ConfigSource`` names of the controller's ``ConfigSource`` values
+CONFIG_SOURCE_NAMES = {
+    pb.UNKNOWN_CONFIG: "UNKNOWN",
+    pb.DYNAMIC_TOPIC_CONFIG: "DYNAMIC_TOPIC_CONFIG",
+    pb.DYNAMIC_BROKER_CONFIG: "DYNAMIC_BROKER_CONFIG",
+    pb.DYNAMIC_DEFAULT_BROKER_CONFIG: "DYNAMIC_DEFAULT_BROKER_CONFIG",
+    pb.STATIC_BROKER_CONFIG: "STATIC_BROKER_CONFIG",
+    pb.DEFAULT_CONFIG: "DEFAULT_CONFIG",
+    pb.GROUP_CONFIG: "DYNAMIC_GROUP_CONFIG",
+}
+
+
+class ConfigSynonym(NamedTuple):
+    """A source that sets a config (Kafka's ``ConfigEntry.ConfigSynonym``)."""
+
+    name: str
+    value: str
+    source: str  # a CONFIG_SOURCE_NAMES value
+
+
 class ConfigEntry(NamedTuple):
+    """A described config. ``source`` is Kafka's ``ConfigSource`` name (DYNAMIC_TOPIC_CONFIG,
+    DEFAULT_CONFIG, ...); ``synonyms`` every source that sets it, the winning one first. The
+    controller describes only the configs a resource can change dynamically, so no entry is
+    read-only; none is sensitive (raftlog stores no password configs)."""
+
     name: str
     value: str
     is_default: bool
+    source: str = "UNKNOWN"
+    synonyms: tuple[ConfigSynonym, ...] = ()
+
+
+def _config_entry(e: pb.ConfigEntry) -> ConfigEntry:
+    synonyms = tuple(
+        ConfigSynonym(s.name, s.value, CONFIG_SOURCE_NAMES.get(s.source, "UNKNOWN"))
+        for s in e.synonyms
+    )
+    source = CONFIG_SOURCE_NAMES.get(e.source, "UNKNOWN")
+    return ConfigEntry(e.name, e.value, e.is_default, source, synonyms)
 
 
 class GroupListing(NamedTuple):
@@ -236,7 +284,7 @@ class GroupDescription:
     assignor: str
     coordinator_id: int
     members: tuple[MemberDescription, ...]
-    group_type: str = "consumer"  # or "classic" (JoinGroup/SyncGroup: the epoch is the generation)
+    group_type: str = "consumer"  # "classic" (epoch = the generation) or "share" (KIP-932)
 
 
 def _member_description(m: gpb.DescribedMember) -> MemberDescription:
@@ -594,9 +642,7 @@ class AdminClient(Closing):
             error = _item_error(described.error_code, f"{resource}: {described.error_message}")
             if error is not None:
                 raise error
-            result[resource] = {
-                e.name: ConfigEntry(e.name, e.value, e.is_default) for e in described.entries
-            }
+            result[resource] = {e.name: _config_entry(e) for e in described.entries}
         return result
 
     # -- consumer groups -------------------------------------------------------------------
@@ -704,6 +750,42 @@ class AdminClient(Closing):
             for t in response.topics
             for p in t.partitions
         }
+
+    def delete_consumer_group_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition | tuple[str, int]]
+    ) -> dict[TopicPartition, KafkaError | None]:
+        """Delete the group's committed offsets of ``partitions`` (OffsetDelete, Kafka's
+        ``deleteConsumerGroupOffsets``): per partition GROUP_SUBSCRIBED_TO_TOPIC while a
+        member subscribes to its topic; the group's own refusal (GROUP_ID_NOT_FOUND,
+        NON_EMPTY_GROUP for a classic group of another protocol) is raised."""
+        wanted = sorted({TopicPartition(*tp) for tp in partitions})
+        by_topic: dict[str, list[int]] = {}
+        for tp in wanted:
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        request = gpb.OffsetDeleteRequest(
+            group_id=group_id,
+            topics=[gpb.TopicPartitions(topic=t, partitions=ps) for t, ps in by_topic.items()],
+        )
+        response = self._group(group_id).call("OffsetDelete", request, self._timeout_s)
+        if response.error_code:
+            raise KafkaError(ErrorCode.from_code(response.error_code), response.error_message)
+        return {
+            TopicPartition(t.name, p.partition): _item_error(p.error_code, p.error_message)
+            for t in response.topics
+            for p in t.partitions
+        }
+
+    # -- records ---------------------------------------------------------------------------
+    def delete_records(
+        self, offsets: Mapping[TopicPartition, int] | Mapping[tuple[str, int], int]
+    ) -> dict[TopicPartition, DeletedRecords]:
+        """Move each partition's log start offset up to its offset (-1: the high watermark),
+        Kafka's ``deleteRecords``: records below it are no longer read, and each partition's
+        outcome is its new low watermark or its error (OFFSET_OUT_OF_RANGE past the high
+        watermark, TOPIC_AUTHORIZATION_FAILED without DELETE on the topic, ...)."""
+        cluster = self._broker_cluster("delete_records")
+        wanted = {TopicPartition(*tp): offset for tp, offset in offsets.items()}
+        return records_calls.delete_records(cluster, wanted, self._closed, self._timeout_s)
 
     # -- transactions ----------------------------------------------------------------------
     def _broker_cluster(self, what: str) -> Cluster:

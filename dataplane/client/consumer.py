@@ -13,7 +13,10 @@ offsets, else ``auto.offset.reset``, then ``on_partitions_assigned``). Partition
 move are fetched throughout. A fenced member gets ``on_partitions_lost`` and rejoins. Commits
 carry the member id and epoch; with ``assign`` and a ``group_id`` they are administrative
 commits (epoch -1), accepted while the group has no members. ``close`` commits (auto-commit),
-revokes and leaves the group.
+revokes and leaves the group. With ``group_instance_id`` (KIP-345) the member is static: its
+leave (epoch -2) only says it is away, the coordinator keeps its partitions for it until
+``group.consumer.session.timeout.ms`` runs out, and a consumer started again with the same
+instance id within that time takes them back without a rebalance.
 
 ``poll`` sends one Fetch per leader broker covering all its assigned partitions (concurrently,
 as asynchronous unary calls), decodes the returned RecordBatch v2 bytes, drops records below
@@ -33,7 +36,9 @@ Errors per partition: OFFSET_OUT_OF_RANGE applies ``auto.offset.reset`` (``"none
 NOT_LEADER_OR_FOLLOWER, UNKNOWN_LEADER_EPOCH, FENCED_LEADER_EPOCH, UNKNOWN_TOPIC_OR_PARTITION,
 LEADER_NOT_AVAILABLE and network failures refresh metadata and fetch again (from the new
 leader, with its epoch as ``current_leader_epoch``); other non-retriable errors raise
-``KafkaError`` from ``poll``.
+``KafkaError`` from ``poll``. After a leader change a position is validated with the new leader
+before it is fetched again (KIP-320, see ``_validation``): a log truncated below it moves it back
+to the divergence, or raises :class:`LogTruncationError` with ``auto.offset.reset`` none.
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ from dataplane.client._types import (
     OffsetAndMetadata,
     TopicPartition,
 )
+from dataplane.client._validation import LogTruncationError, ValidationRequest, validate
 from protos import broker_pb2 as pb
 from protos import group_pb2 as gpb
 from protos.wire import FetchAnswer, Records, each_partition
@@ -68,7 +74,7 @@ from raftlog.batch import HEADER_SIZE, BatchHeader, check_header, read_header
 from raftlog.errors import ErrorCode, KafkaError
 from raftlog.records import ParsedRecord, RecordsBuilder, decode_batch_as
 
-__all__ = ["Consumer", "FetchedBatches"]
+__all__ = ["Consumer", "FetchedBatches", "LogTruncationError"]
 log = logging.getLogger(__name__)
 
 EARLIEST_TIMESTAMP = -2
@@ -103,6 +109,12 @@ class _PartitionState:
     from_committed: bool = False  # assigned with a group: start at the committed offset
     # fetched, not yet decoded (poll) or returned (poll_batches); at most one per partition
     fetched: FetchedBatches | None = None
+    # KIP-320 (see _validation): the leader epoch of the record before the position (-1:
+    # none, e.g. after a seek: not validated), of the record before buffer_end, and the
+    # partition's leader epoch the position was last fetched or validated under
+    offset_epoch: int = -1
+    buffer_end_epoch: int = -1
+    leader_epoch: int = -1
 
     def fetch_offset(self) -> int | None:
         """Where the next fetch starts: after what is held (fetched, decoded), else the
@@ -117,7 +129,18 @@ class _PartitionState:
         """Drop what is held (a seek or a reset)."""
         self.buffer.clear()
         self.buffer_end = -1
+        self.buffer_end_epoch = -1
         self.fetched = None
+
+    def needs_validation(self, leader_epoch: int) -> bool:
+        """KIP-320: the leader changed since the position was fetched, and the position has
+        an epoch to validate against the new leader's log."""
+        return (
+            self.offset_epoch >= 0
+            and leader_epoch >= 0
+            and leader_epoch != self.leader_epoch
+            and self.position is not None
+        )
 
 
 @dataclass(slots=True)
@@ -139,6 +162,7 @@ class FetchedBatches(NamedTuple):
     data: bytes
     fetch_offset: int
     next_offset: int
+    last_epoch: int = -1  # the partitionLeaderEpoch of the last batch (-1: no batch)
 
 
 _Drained = TypeVar("_Drained", dict[TopicPartition, list[ConsumerRecord]], list[FetchedBatches])
@@ -149,6 +173,7 @@ def whole_batches(tp: TopicPartition, data: bytes, fetch_offset: int) -> Fetched
     headers alone. A torn batch at the end (the fetch was cut at its byte limit) is left out;
     a header that breaks the framing rules raises."""
     next_offset = fetch_offset
+    last_epoch = -1
     position = 0
     while len(data) - position >= HEADER_SIZE:
         header = read_header(data, position)
@@ -156,6 +181,7 @@ def whole_batches(tp: TopicPartition, data: bytes, fetch_offset: int) -> Fetched
             break
         check_header(header, len(data) - position)
         next_offset = max(next_offset, header.next_offset)
+        last_epoch = header.partition_leader_epoch
         position += header.size_bytes
     if position == 0 and data:
         raise KafkaError(
@@ -164,7 +190,7 @@ def whole_batches(tp: TopicPartition, data: bytes, fetch_offset: int) -> Fetched
             "max.partition.fetch.bytes (brokers should return at least one whole batch)",
         )
     whole = data if position == len(data) else data[:position]
-    return FetchedBatches(tp, whole, fetch_offset, next_offset)
+    return FetchedBatches(tp, whole, fetch_offset, next_offset, last_epoch)
 
 
 def decode_fetched(fetched: FetchedBatches) -> list[ConsumerRecord]:
@@ -223,6 +249,7 @@ class Consumer(Closing):
         retry_backoff_max_ms: int = 1_000,
         metadata_max_age_ms: int = 300_000,
         group_id: str | None = None,
+        group_instance_id: str | None = None,
         client_id: str = "raftlog-consumer",
         enable_auto_commit: bool = True,
         auto_commit_interval_ms: int = 5_000,
@@ -233,6 +260,7 @@ class Consumer(Closing):
     ) -> None:
         self.config = ConsumerConfig(
             group_id=group_id,
+            group_instance_id=group_instance_id,
             client_id=client_id,
             enable_auto_commit=enable_auto_commit,
             auto_commit_interval_ms=auto_commit_interval_ms,
@@ -319,6 +347,7 @@ class Consumer(Closing):
                 max_poll_interval_ms=self.config.max_poll_interval_ms,
                 request_timeout_s=self._request_timeout_s,
                 clock=self._clock,
+                instance_id=self.config.group_instance_id or "",
             )
         self._cluster.add_topics(names)
         self._membership.subscribe(names, pattern or "")
@@ -559,6 +588,7 @@ class Consumer(Closing):
             raise ValueError(f"offset must be >= 0, got {offset}")
         state = self._state(tp)
         state.position, state.reset = offset, None
+        state.offset_epoch = -1  # not validated (Kafka's seek(offset) neither)
         state.from_committed = False  # a seek replaces the group's committed offset
         state.clear()
 
@@ -595,6 +625,8 @@ class Consumer(Closing):
                 pending[tp].from_committed = False
                 if found is not None:
                     pending[tp].position, pending[tp].reset = found.offset, None
+                    # validated at its first fetch when the commit carries an epoch
+                    pending[tp].offset_epoch, pending[tp].leader_epoch = found.leader_epoch, -1
                     del pending[tp]
         for tp, state in pending.items():
             if state.reset is None:
@@ -608,6 +640,7 @@ class Consumer(Closing):
         }
         for tp, (offset, _) in self._list_offsets(timestamps).items():
             pending[tp].position, pending[tp].reset = offset, None
+            pending[tp].offset_epoch = -1  # a reset position is not validated (as Kafka's)
 
     # -- offsets lookups -------------------------------------------------------------------
     def beginning_offsets(self, partitions: Iterable[PartitionLike]) -> dict[TopicPartition, int]:
@@ -746,6 +779,7 @@ class Consumer(Closing):
                 self._send_fetches(self.config.fetch_max_wait_ms / 1000)
                 return drained
             self._reset_positions()
+            self._validate_positions()
             remaining = deadline - self._clock()
             self._send_fetches(max(0.0, min(self.config.fetch_max_wait_ms / 1000, remaining)))
             answered = self._complete_fetches(max(0.0, remaining))
@@ -770,13 +804,14 @@ class Consumer(Closing):
             for state, fetched in decoding:
                 assert fetched is not None, "only fetched partitions are decoded"
                 state.fetched, state.buffer_end = None, fetched.next_offset
+                state.buffer_end_epoch = fetched.last_epoch
             # Pipelining: the next fetches go before this decode, which they overlap.
             self._send_fetches(self.config.fetch_max_wait_ms / 1000)
             for state, fetched in decoding:
                 assert fetched is not None, "only fetched partitions are decoded"
                 state.buffer.extend(decode_fetched(fetched))
                 if not state.buffer:
-                    state.position = state.buffer_end
+                    state.position, state.offset_epoch = state.buffer_end, state.buffer_end_epoch
         budget = self.config.max_poll_records
         result: dict[TopicPartition, list[ConsumerRecord]] = {}
         for tp, state in self._states.items():
@@ -791,7 +826,10 @@ class Consumer(Closing):
                 taken = [state.buffer.popleft() for _ in range(budget)]
             budget -= len(taken)
             result[tp] = taken
-            state.position = state.buffer[0].offset if state.buffer else state.buffer_end
+            if state.buffer:
+                state.position, state.offset_epoch = state.buffer[0].offset, taken[-1].leader_epoch
+            else:
+                state.position, state.offset_epoch = state.buffer_end, state.buffer_end_epoch
         return result
 
     def _drain_fetched(self) -> list[FetchedBatches]:
@@ -800,8 +838,46 @@ class Consumer(Closing):
             if state.fetched is None or state.paused:
                 continue
             drained.append(state.fetched)
-            state.position, state.fetched = state.fetched.next_offset, None
+            state.position, state.offset_epoch = state.fetched.next_offset, state.fetched.last_epoch
+            state.fetched = None
         return drained
+
+    def _validate_positions(self) -> None:
+        """KIP-320: ask each new leader where the epoch of a partition's position ends, for
+        the partitions whose leader changed (see ``_validation``). A partition still pending
+        (no leader yet, a retriable error) is tried again at the next round; a truncation with
+        ``auto.offset.reset`` none raises :class:`LogTruncationError`."""
+        snapshot = self._cluster.snapshot()
+        by_leader: dict[str, dict[TopicPartition, ValidationRequest]] = {}
+        for tp, state in self._states.items():
+            if state.offset_epoch < 0 or state.paused or state.position is None:
+                continue  # the common case, checked first: once per poll round
+            info = snapshot.partition(tp.topic, tp.partition)
+            if info is None or not state.needs_validation(info.leader_epoch):
+                continue
+            leader = snapshot.leader(tp.topic, tp.partition)
+            if leader is not None:
+                by_leader.setdefault(leader.address, {})[tp] = ValidationRequest(
+                    state.position, state.offset_epoch, info.leader_epoch
+                )
+        for address, requests in by_leader.items():
+            outcomes = validate(
+                self._cluster, address, requests, self.config.auto_offset_reset,
+                self._request_timeout_s,
+            )  # fmt: skip
+            for tp, outcome in outcomes.items():
+                state = self._states[tp]
+                if outcome.error is not None:
+                    raise outcome.error
+                if outcome.kind == "seek":
+                    state.position, state.offset_epoch = outcome.offset, outcome.offset_epoch
+                    state.clear()
+                elif outcome.kind == "reset":
+                    assert self.config.auto_offset_reset != "none", "none gives an error"
+                    state.position, state.reset = None, self.config.auto_offset_reset
+                    state.clear()
+                    continue  # validated once reset: the reset position has no epoch
+                state.leader_epoch = requests[tp].current_leader_epoch
 
     def _send_fetches(self, max_wait_s: float) -> None:
         """A Fetch to each leader of fetchable partitions that has none in flight."""
@@ -876,6 +952,9 @@ class Consumer(Closing):
                 continue
             if leader.address in self._fetches:
                 continue  # one fetch per leader in flight: this partition goes in the next
+            if state.needs_validation(info.leader_epoch):
+                continue  # KIP-320: not until the new leader confirmed the position
+            state.leader_epoch = info.leader_epoch
             by_leader.setdefault(leader.address, {}).setdefault(tp.topic, []).append(
                 pb.FetchPartition(
                     partition=tp.partition,
@@ -949,10 +1028,13 @@ class Consumer(Closing):
             state.last_stable_offset = answer.last_stable_offset
             if fetched.data:
                 state.fetched = fetched
-            elif state.buffer:
-                state.buffer_end = fetched.next_offset
+            elif fetched.next_offset == offset:
+                pass  # nothing new (the fetch waited out max_wait_ms)
+            elif state.buffer:  # only aborted or control batches: the next fetch skips them
+                state.buffer_end, state.buffer_end_epoch = fetched.next_offset, fetched.last_epoch
             else:
                 state.position = state.buffer_end = fetched.next_offset
+                state.offset_epoch = state.buffer_end_epoch = fetched.last_epoch
         elif code is ErrorCode.OFFSET_OUT_OF_RANGE:
             if self.config.auto_offset_reset == "none":
                 raise KafkaError(code, f"{tp}: offset {state.fetch_offset()} is out of range")

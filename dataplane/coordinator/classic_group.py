@@ -20,9 +20,18 @@ forget. What survives a failover is the record written when a generation's assig
 and leader. A reloaded group is Stable with fresh sessions; its members carry on with their
 generation, as in Kafka.
 
-Static members (``group.instance.id``) are accepted; a static member that rejoins under a new
-member id replaces its old self (whose waiting requests get FENCED_INSTANCE_ID) and, unlike
-Kafka's KIP-345, this causes a rebalance.
+Static members (KIP-345, ``group.instance.id``) follow Kafka's
+``updateStaticMemberThenRebalanceOrCompleteJoin``. A known instance joining under an unknown
+member id (a restarted process) takes a new member id and replaces its old self, whose requests
+are fenced from then on (FENCED_INSTANCE_ID; so is any request naming the instance under another
+member id). In a Stable group whose chosen protocol the newcomer does not change there is *no*
+rebalance: the group is stored again under the new member id and the newcomer is answered with
+the current generation (the leader of JoinGroup v9+ with ``skip_assignment``; before v9 it is
+told the previous leader id, so it syncs as a follower), then SyncGroup hands it its old
+assignment. Otherwise (CompletingRebalance, or a protocol change) the group rebalances. Static
+members never leave on close: one that does not rejoin a rebalance keeps its place (and its
+partitions, assigned by the leader) until its session times out; LeaveGroup by instance id
+removes one at once.
 """
 
 from __future__ import annotations
@@ -32,7 +41,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from protos import group_pb2 as gpb
 from raftlog.errors import ErrorCode, KafkaError
@@ -63,6 +72,7 @@ class JoinAnswer:
     leader: str = ""
     members: tuple[tuple[str, str | None, bytes], ...] = ()  # the leader's: id, instance, metadata
     message: str = ""
+    skip_assignment: bool = False  # JoinGroup v9+: the leader need not assign (static rejoin)
 
 
 @dataclass(frozen=True)
@@ -171,6 +181,23 @@ class ClassicGroup:
     def all_joined(self) -> bool:
         return all(m.join is not None for m in self.members.values())
 
+    def replace_static_member(self, old: ClassicMember, new_member_id: str) -> ClassicMember:
+        """Kafka's ``replaceStaticMember``: ``old``'s place (its position, assignment and, if
+        it led, the leadership) under ``new_member_id``. Fencing ``old``'s waiting requests is
+        the caller's."""
+        assert old.group_instance_id is not None, "only a static member is replaced"
+        new = ClassicMember(
+            new_member_id, old.group_instance_id, old.client_id, old.client_host,
+            old.session_timeout_ms, old.rebalance_timeout_ms, old.protocols, old.assignment,
+        )  # fmt: skip
+        self.members = {
+            (new_member_id if mid == old.member_id else mid): (new if m is old else m)
+            for mid, m in self.members.items()
+        }
+        if self.leader == old.member_id:
+            self.leader = new_member_id
+        return new
+
     def rebalance_timeout_ms(self) -> int:
         return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
 
@@ -209,6 +236,7 @@ class JoinRequest:
     protocol_type: str
     protocols: tuple[tuple[str, bytes], ...]
     require_known_member_id: bool  # JoinGroup v4+ (KIP-394)
+    skip_assignment_allowed: bool = False  # JoinGroup v9+ (the leader may skip assigning)
 
 
 @dataclass(frozen=True)
@@ -273,13 +301,8 @@ class ClassicGroups:
             group = self.groups[request.group_id] = ClassicGroup(request.group_id)
         names = [name for name, _ in request.protocols]
         member = group.members.get(request.member_id) if request.member_id else None
-        if member is None and request.member_id and request.group_instance_id is not None:
-            owner = group.instance_owner(request.group_instance_id)
-            if owner is not None:
-                raise KafkaError(
-                    ErrorCode.FENCED_INSTANCE_ID,
-                    f"instance {request.group_instance_id!r} is member {owner.member_id!r}",
-                )
+        if request.member_id and request.member_id not in group.pending:
+            member = _validate_member(group, request.member_id, request.group_instance_id)
         if member is None:
             if not group.supports(request.protocol_type, names):
                 raise KafkaError(
@@ -289,8 +312,6 @@ class ClassicGroups:
                 )
             self._join_new(group, request, now_ms, future)
             return
-        if member.group_instance_id is None and request.group_instance_id is not None:
-            member.group_instance_id = request.group_instance_id
         self._join_known(group, member, request, now_ms, future)
 
     def _join_new(
@@ -301,9 +322,10 @@ class ClassicGroups:
             if request.group_instance_id is not None:
                 owner = group.instance_owner(request.group_instance_id)
                 if owner is not None:
-                    # A static member back under a new id: its old self is fenced.
-                    self._remove(group, owner, ErrorCode.FENCED_INSTANCE_ID, now_ms)
-            member_id = self.new_member_id(request.client_id)
+                    self._rejoin_static(group, owner, request, now_ms, future)
+                    return
+            # Kafka's ids: the instance id (else the client id), a dash, a UUID.
+            member_id = self.new_member_id(request.group_instance_id or request.client_id)
             if request.require_known_member_id and request.group_instance_id is None:
                 group.pending[member_id] = now_ms + request.session_timeout_ms
                 self._answer(
@@ -336,6 +358,52 @@ class ClassicGroups:
         member.session_deadline_ms = now_ms + member.session_timeout_ms
         self._prepare_rebalance(group, now_ms, f"member {member_id} joined")
         self._maybe_complete_join(group, now_ms)
+
+    def _rejoin_static(
+        self,
+        group: ClassicGroup,
+        old: ClassicMember,
+        request: JoinRequest,
+        now_ms: int,
+        future: Future[Answer],
+    ) -> None:
+        """Kafka's ``updateStaticMemberThenRebalanceOrCompleteJoin``: a known instance under a
+        new member id takes its old self's place; a rebalance only if the group needs one."""
+        previous_leader = group.leader or ""
+        self._fence(old, ErrorCode.FENCED_INSTANCE_ID, "a newer member has this instance id")
+        member = group.replace_static_member(old, self.new_member_id(old.group_instance_id or ""))
+        member.protocols = request.protocols
+        member.session_timeout_ms = request.session_timeout_ms
+        member.rebalance_timeout_ms = request.rebalance_timeout_ms
+        member.session_deadline_ms = now_ms + member.session_timeout_ms
+        member.join = future
+        if group.state is ClassicState.STABLE:
+            if group.select_protocol() == group.protocol_name:
+                # KIP-345: nothing to reassign. Stored under the new member id, answered
+                # once that record is replicated; SyncGroup then hands out the old assignment.
+                member.join = None
+                self.emit(group)
+                self._answer(future, self._static_answer(group, member, request, previous_leader))
+                return
+            why = f"static member {member.member_id} changes the group's protocol"
+            self._prepare_rebalance(group, now_ms, why)
+        elif group.state is ClassicState.COMPLETING_REBALANCE:
+            # The leader may be assigning to the old member id: assign again.
+            self._prepare_rebalance(group, now_ms, f"static member {member.member_id} rejoined")
+        self._maybe_complete_join(group, now_ms)
+
+    def _static_answer(
+        self, group: ClassicGroup, member: ClassicMember, request: JoinRequest, leader: str
+    ) -> JoinAnswer:
+        if request.skip_assignment_allowed:
+            answer = self._join_answer(group, member)
+            return replace(answer, skip_assignment=member.member_id == group.leader)
+        # Before JoinGroup v9 a leader would assign again: it is told the old leader id, so
+        # it syncs as a follower (Kafka does the same).
+        return JoinAnswer(
+            ErrorCode.NONE, member.member_id, group.generation, group.protocol_type,
+            group.protocol_name, leader,
+        )  # fmt: skip
 
     def _join_known(
         self,
@@ -399,20 +467,30 @@ class ClassicGroups:
             self._complete_join(group, now_ms)
 
     def _complete_join(self, group: ClassicGroup, now_ms: int) -> None:
+        # Dynamic members that did not rejoin are out; static ones keep their place until
+        # their session runs out (KIP-345), and the leader assigns to them as well.
         for member in [m for m in group.members.values() if m.join is None]:
-            self._remove(group, member, None, now_ms, rebalance=False)
+            if member.group_instance_id is None:
+                self._remove(group, member, None, now_ms, rebalance=False)
+        joined = [m for m in group.members.values() if m.join is not None]
+        if group.members and not joined:
+            # Only absent static members: wait again (Kafka reschedules the join); their
+            # sessions expire meanwhile unless they come back.
+            group.join_deadline_ms = group.join_limit_ms = now_ms + group.rebalance_timeout_ms()
+            return
         group.generation += 1
         if not group.members:
             self._become_empty(group, now_ms)
             return
         group.protocol_name = group.select_protocol()
-        if group.leader not in group.members:
-            group.leader = next(iter(group.members))
+        if group.leader not in group.members or group.members[group.leader].join is None:
+            group.leader = joined[0].member_id
         group.state = ClassicState.COMPLETING_REBALANCE
         group.sync_deadline_ms = now_ms + group.rebalance_timeout_ms()
         for member in group.members.values():
-            assert member.join is not None
             member.assignment = b""
+            if member.join is None:
+                continue  # an absent static member
             member.session_deadline_ms = now_ms + member.session_timeout_ms
             self._answer(member.join, self._join_answer(group, member))
             member.join = None
@@ -519,20 +597,22 @@ class ClassicGroups:
         return outcomes
 
     # -- commits ---------------------------------------------------------------------------------
-    def validate_commit(self, group: ClassicGroup, member_id: str, generation_id: int) -> None:
+    def validate_commit(
+        self,
+        group: ClassicGroup,
+        member_id: str,
+        generation_id: int,
+        instance_id: str | None = None,
+    ) -> None:
         """Kafka's rules for a classic group's OffsetCommit."""
-        if generation_id < 0 and not member_id:
+        if generation_id < 0 and not member_id and instance_id is None:
             if group.members:
                 raise KafkaError(
                     ErrorCode.UNKNOWN_MEMBER_ID,
                     f"group {group.group_id!r} has members: only they may commit",
                 )
             return
-        if member_id not in group.members:
-            raise KafkaError(
-                ErrorCode.UNKNOWN_MEMBER_ID,
-                f"member {member_id!r} is not in group {group.group_id!r}",
-            )
+        _validate_member(group, member_id, instance_id)
         _check_generation(group, generation_id)
         if group.state is ClassicState.COMPLETING_REBALANCE:
             raise KafkaError(ErrorCode.REBALANCE_IN_PROGRESS, "the group is being assigned")
@@ -554,7 +634,8 @@ class ClassicGroups:
                     removed.append((group.group_id, member.member_id, "session timeout"))
             if group.state is ClassicState.PREPARING_REBALANCE:
                 for member in group.members.values():
-                    if member.join is None and now_ms >= group.join_deadline_ms:
+                    static = member.group_instance_id is not None
+                    if member.join is None and now_ms >= group.join_deadline_ms and not static:
                         why = "rebalance timeout: did not rejoin"
                         removed.append((group.group_id, member.member_id, why))
                 self._maybe_complete_join(group, now_ms)
@@ -593,19 +674,19 @@ class ClassicGroups:
         self, group_id: str, member_id: str, instance_id: str | None
     ) -> tuple[ClassicGroup, ClassicMember]:
         group = self.groups.get(group_id)
-        member = None if group is None else group.members.get(member_id)
-        if group is not None and instance_id is not None:
-            owner = group.instance_owner(instance_id)
-            if owner is not None and owner.member_id != member_id:
-                raise KafkaError(
-                    ErrorCode.FENCED_INSTANCE_ID,
-                    f"instance {instance_id!r} is member {owner.member_id!r} now",
-                )
-        if group is None or member is None:
+        if group is None:
             raise KafkaError(
                 ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id!r} is not in group {group_id!r}"
             )
-        return group, member
+        return group, _validate_member(group, member_id, instance_id)
+
+    def _fence(self, member: ClassicMember, code: ErrorCode, message: str) -> None:
+        """Answer ``member``'s waiting JoinGroup and SyncGroup with ``code``."""
+        if member.join is not None:
+            self._answer(member.join, JoinAnswer(code, member.member_id, message=message))
+        if member.sync is not None:
+            self._answer(member.sync, SyncAnswer(code, message=message))
+        member.join = member.sync = None
 
     def _remove(
         self,
@@ -616,12 +697,7 @@ class ClassicGroups:
         rebalance: bool = True,
     ) -> None:
         del group.members[member.member_id]
-        code = error or ErrorCode.UNKNOWN_MEMBER_ID
-        if member.join is not None:
-            self._answer(member.join, JoinAnswer(code, member.member_id, message="removed"))
-        if member.sync is not None:
-            self._answer(member.sync, SyncAnswer(code, message="removed"))
-        member.join = member.sync = None
+        self._fence(member, error or ErrorCode.UNKNOWN_MEMBER_ID, "removed")
         if not rebalance:
             return
         if not group.members and group.state is not ClassicState.PREPARING_REBALANCE:
@@ -650,8 +726,11 @@ class ClassicGroups:
             self.groups.pop(group_id, None)
             return
         group = self.groups.get(group_id)
-        if group is not None and group.generation == value.generation:
-            return  # written by this coordinator just now: the live group is ahead or equal
+        if group is not None and to_record(group) == value:
+            # Written by this coordinator just now (or the same again): the live group, with
+            # its waiting requests, stands. A static member's replacement is stored under the
+            # same generation with another member id, so the generation alone cannot tell.
+            return
         group = self.groups[group_id] = ClassicGroup(
             group_id,
             ClassicState.STABLE if value.members else ClassicState.EMPTY,
@@ -691,6 +770,28 @@ def to_record(group: ClassicGroup) -> gpb.ClassicGroupValue:
             for m in group.members.values()
         ],
     )
+
+
+def _validate_member(group: ClassicGroup, member_id: str, instance_id: str | None) -> ClassicMember:
+    """Kafka's ``validateMember``: the instance id (if given) must belong to ``member_id``."""
+    if instance_id is not None:
+        owner = group.instance_owner(instance_id)
+        if owner is None:
+            raise KafkaError(
+                ErrorCode.UNKNOWN_MEMBER_ID,
+                f"no member of group {group.group_id!r} has group.instance.id {instance_id!r}",
+            )
+        if owner.member_id != member_id:
+            raise KafkaError(
+                ErrorCode.FENCED_INSTANCE_ID,
+                f"instance {instance_id!r} is member {owner.member_id!r} now, not {member_id!r}",
+            )
+    member = group.members.get(member_id)
+    if member is None:
+        raise KafkaError(
+            ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id!r} is not in group {group.group_id!r}"
+        )
+    return member
 
 
 def _check_generation(group: ClassicGroup, generation_id: int) -> None:

@@ -12,9 +12,10 @@ partition's leader. Loading, writing and answering once replicated are the share
 revocation (their rebalance timeout) ran out, and every ``offsets.retention.check.interval.ms``
 (or at once when a topic was deleted) removes expired offsets and offsets of deleted topics.
 
-**Commits** are checked against the log end offset of each partition (asked of its leader with
-ListOffsets as replica -2, cached, since log ends only grow): an offset beyond it is refused with
-OFFSET_OUT_OF_RANGE.
+**Commits** store whatever offset a member commits, as Kafka's coordinator does (a client
+commits a position after a seek, beyond the log end or -1): only partitions that do not exist
+(UNKNOWN_TOPIC_OR_PARTITION) and metadata over ``offset.metadata.max.bytes``
+(OFFSET_METADATA_TOO_LARGE) are refused.
 
 **Transactional commits** (TxnOffsetCommit) are checked the same way, then verified with the
 transaction coordinator (KIP-890, through ``verify_transaction``, which the broker server sets)
@@ -26,32 +27,29 @@ the ``__consumer_offsets`` marker writer of the BrokerService). See
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import grpc
-
 from dataplane.broker import authorization as authz
-from dataplane.broker.partition import Role
 from dataplane.broker.producer_state import SENTINEL, VerificationGuard
 from dataplane.broker.replica_manager import ReplicaManager
-from dataplane.broker.service import DEBUGGING_REPLICA_ID
 from dataplane.coordinator import classic_group as cg
-from dataplane.coordinator import consumer_protocol
+from dataplane.coordinator import consumer_protocol, share_assignor
 from dataplane.coordinator import group_state as gs
+from dataplane.coordinator import share_group as sg
 from dataplane.coordinator.classic_group import ClassicLimits
 from dataplane.coordinator.classic_rpc import ClassicGroupRpcs
 from dataplane.coordinator.runtime import CoordinatorRuntime, InternalTopic, Shard
+from dataplane.coordinator.topic_partitions import to_topic_partitions
+from metadata_quorum.group_configs import GroupConfigs
 from metadata_quorum.image import MetadataImage
+from metadata_quorum.records import ConfigResourceType
 from metadata_quorum.security.acl import AclOperation
 from metadata_quorum.security.authorization import ALLOW_ALL, AccessControl
-from metadata_quorum.security.channels import ClientSecurity, open_channel
-from protos import RECONNECT_OPTIONS
-from protos import broker_pb2 as pb
-from protos import broker_pb2_grpc as pb_grpc
 from protos import group_pb2 as gpb
 from protos import group_pb2_grpc as gpb_grpc
 from raftlog.errors import ErrorCode, KafkaError
@@ -59,8 +57,7 @@ from raftlog.errors import ErrorCode, KafkaError
 log = logging.getLogger(__name__)
 OFFSETS_TOPIC = "__consumer_offsets"
 TIMER_TICK_S = 0.1
-END_OFFSETS_TIMEOUT_S = 5.0
-GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE = 0, 1  # FindCoordinator's key types (Kafka's)
+GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE, SHARE_KEY_TYPE = 0, 1, 2  # FindCoordinator's (Kafka's)
 CLASSIC_WAIT_MARGIN_S = 5.0  # a waiting JoinGroup gives up this long after its phase should end
 T = TypeVar("T")
 
@@ -78,6 +75,8 @@ class GroupConfig:
     offset_metadata_max_bytes: int = 4096
     offsets_commit_timeout_ms: int = 5_000
     classic: ClassicLimits = field(default_factory=ClassicLimits)
+    share: sg.ShareLimits = field(default_factory=sg.ShareLimits)
+    share_heartbeat_interval_ms: int = 5_000  # group.share.heartbeat.interval.ms
 
 
 def topics_view(image: MetadataImage) -> gs.TopicsView:
@@ -86,7 +85,16 @@ def topics_view(image: MetadataImage) -> gs.TopicsView:
     )
 
 
+# A deleted share group's share state (DeleteShareGroupState at each key's share coordinator):
+# (group id, [(topic id, partition)]) -> an error per key (None: deleted)
+ShareStateDeleter = Callable[[str, list[tuple[bytes, int]]], list[KafkaError | None]]
+
+
 class GroupCoordinator:
+    # Set by the broker server (dataplane.coordinator.share_manager.CoordinatorPersister.delete);
+    # None: a deleted share group leaves its share state.
+    delete_share_state: ShareStateDeleter | None = None
+
     def __init__(
         self,
         broker_id: int,
@@ -114,10 +122,6 @@ class GroupCoordinator:
         self._stop = threading.Event()
         self._topics: frozenset[str] = frozenset()
         self._sweep_offsets = threading.Event()  # a topic was deleted: drop its offsets now
-        self._known_ends: dict[tuple[str, int], int] = {}
-        self._channels: dict[str, grpc.Channel] = {}
-        # how to reach other brokers' BROKER listener when it uses TLS (set before serving)
-        self.security: ClientSecurity | None = None
         self._view: tuple[MetadataImage, gs.TopicsView] | None = None
         self._timers = threading.Thread(target=self._timer_loop, name="group-timers", daemon=True)
         # Set by the broker server: (transactional id, producer id, epoch, topic, partition) ->
@@ -137,18 +141,31 @@ class GroupCoordinator:
         if self._timers.is_alive():
             self._timers.join(timeout=5)
         self.runtime.close()
-        with self._lock:
-            channels, self._channels = list(self._channels.values()), {}
-        for channel in channels:
-            channel.close()
 
     def _new_state(self) -> gs.GroupShard:
-        return gs.GroupShard(
+        shard = gs.GroupShard(
             session_timeout_ms=self.config.session_timeout_ms,
             max_group_size=self.config.max_size,
             offset_metadata_max_bytes=self.config.offset_metadata_max_bytes,
             classic_limits=self.config.classic,
+            share_limits=self.config.share,
         )
+        shard.session_timeout_of = lambda g: self.group_configs(g).consumer_session_timeout_ms
+        shard.share.session_timeout_of = lambda g: self.group_configs(g).share_session_timeout_ms
+        return shard
+
+    def group_configs(self, group_id: str) -> GroupConfigs:
+        """``group_id``'s group configs (Kafka 4): its overrides in this broker's metadata
+        image laid over this broker's settings, read at each heartbeat, so a change applies
+        from the member's next one."""
+        overrides = self.replicas.image.configs.get((ConfigResourceType.GROUP, group_id))
+        defaults = GroupConfigs(
+            consumer_session_timeout_ms=self.config.session_timeout_ms,
+            consumer_heartbeat_interval_ms=self.config.heartbeat_interval_ms,
+            share_session_timeout_ms=self.config.share.session_timeout_ms,
+            share_heartbeat_interval_ms=self.config.share_heartbeat_interval_ms,
+        )
+        return defaults.with_overrides(overrides) if overrides else defaults
 
     # -- leadership --------------------------------------------------------------------------------
     def on_image(self, image: MetadataImage) -> None:
@@ -157,7 +174,6 @@ class GroupCoordinator:
         topics = frozenset(image.topic_ids)
         if self._topics - topics:
             self._sweep_offsets.set()
-            self._known_ends.clear()  # a topic of that name may come back, from offset 0
         self._topics = topics
         self.runtime.on_image()
 
@@ -201,20 +217,56 @@ class GroupCoordinator:
         view = self._topics_view()
         return self._run(shard, lambda s: s.heartbeat(request, view, self.clock_ms()))
 
+    def share_heartbeat(self, request: gpb.ShareGroupHeartbeatRequest) -> sg.ShareHeartbeatResult:
+        """ShareGroupHeartbeat (KIP-932): READ on the group, and (Kafka 4) DESCRIBE on every
+        subscribed topic, else the whole heartbeat is TOPIC_AUTHORIZATION_FAILED."""
+        authz.check_group(self.access, request.group_id)
+        if request.HasField("subscribed_topic_names"):
+            names = request.subscribed_topic_names.names
+            if authz.denied_topics(self.access, AclOperation.DESCRIBE, names):
+                raise KafkaError(
+                    ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                    "not authorized to DESCRIBE every subscribed topic",
+                )
+        shard = self._shard(request.group_id)
+        view = self._topics_view()
+        return self._run(shard, lambda s: s.share_heartbeat(request, view, self.clock_ms()))
+
+    def describe_share_group(self, group_id: str) -> sg.ShareGroup:
+        """ShareGroupDescribe of one group: DESCRIBE on it; GROUP_ID_NOT_FOUND for an
+        unknown group or one of another type (Kafka's "Group x is not a share group.")."""
+        authz.check_group(self.access, group_id, AclOperation.DESCRIBE)
+        shard = self._shard(group_id)
+
+        def describe(state: gs.GroupShard) -> sg.ShareGroup:
+            group = state.share.groups.get(group_id)
+            if group is None:
+                known = group_id in set(state.group_ids())
+                kind = "is not a share group" if known else "not found"
+                raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} {kind}.")
+            return copy.deepcopy(group)
+
+        return self._run(shard, describe)
+
     def commit(
-        self, group_id: str, member_id: str, member_epoch: int, items: list[gs.OffsetCommitItem]
+        self,
+        group_id: str,
+        member_id: str,
+        member_epoch: int,
+        items: list[gs.OffsetCommitItem],
+        instance_id: str | None = None,
     ) -> dict[tuple[str, int], KafkaError | None]:
         authz.check_group(self.access, group_id)
         shard = self._shard(group_id)
         with shard.lock:
-            shard.state.validate_commit(group_id, member_id, member_epoch)
+            shard.state.validate_commit(group_id, member_id, member_epoch, instance_id)
         refused, items = self._readable(items)
         results, valid = self._check_offsets(items)
         results.update(refused)
 
         def commit(state: gs.GroupShard) -> dict[tuple[str, int], KafkaError | None]:
             # Checked again under the lock: the member may have been fenced meanwhile.
-            state.validate_commit(group_id, member_id, member_epoch)
+            state.validate_commit(group_id, member_id, member_epoch, instance_id)
             return state.commit(group_id, valid, self.clock_ms())
 
         if valid:
@@ -332,105 +384,22 @@ class GroupCoordinator:
     def _check_offsets(
         self, items: list[gs.OffsetCommitItem]
     ) -> tuple[dict[tuple[str, int], KafkaError | None], list[gs.OffsetCommitItem]]:
+        """A commit's partitions that do not exist (UNKNOWN_TOPIC_OR_PARTITION), and the
+        others. The offset itself is not checked: Kafka's coordinator stores whatever a member
+        commits (a position after a seek past the end, -1), only its metadata is bounded."""
         image = self.replicas.image
         results: dict[tuple[str, int], KafkaError | None] = {}
-        unknown_ends: dict[tuple[str, int], int] = {}
-        for item in items:
-            tp = (item.topic, item.partition)
-            topic = image.topic(item.topic)
-            if topic is None or item.partition not in topic.partitions:
-                results[tp] = KafkaError(
-                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                    f"no partition {item.topic}-{item.partition}",
-                )
-            elif item.offset < 0:
-                results[tp] = KafkaError(
-                    ErrorCode.OFFSET_OUT_OF_RANGE, f"offset {item.offset} is negative"
-                )
-            elif item.offset > self._known_ends.get(tp, -1):
-                unknown_ends[tp] = topic.partitions[item.partition].leader
-        if unknown_ends:
-            self._known_ends.update(self._end_offsets(image, unknown_ends))
         valid: list[gs.OffsetCommitItem] = []
         for item in items:
-            tp = (item.topic, item.partition)
-            if tp in results:
-                continue
-            end = self._known_ends.get(tp)
-            if end is None:
-                results[tp] = KafkaError(
-                    ErrorCode.REQUEST_TIMED_OUT,
-                    f"the log end of {item.topic}-{item.partition} is unknown (no leader answered)",
-                )
-            elif item.offset > end:
-                results[tp] = KafkaError(
-                    ErrorCode.OFFSET_OUT_OF_RANGE,
-                    f"offset {item.offset} is beyond the log end {end} of "
-                    f"{item.topic}-{item.partition}",
+            topic = image.topic(item.topic)
+            if topic is None or item.partition not in topic.partitions:
+                results[(item.topic, item.partition)] = KafkaError(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    f"no partition {item.topic}-{item.partition}",
                 )
             else:
                 valid.append(item)
         return results, valid
-
-    def _end_offsets(
-        self, image: MetadataImage, leaders: Mapping[tuple[str, int], int]
-    ) -> dict[tuple[str, int], int]:
-        """The log end offset of each partition, from its leader (this broker or another)."""
-        found: dict[tuple[str, int], int] = {}
-        by_leader: dict[int, list[tuple[str, int]]] = {}
-        for tp, leader in leaders.items():
-            by_leader.setdefault(leader, []).append(tp)
-        for leader, tps in by_leader.items():
-            if leader == self.broker_id:
-                for topic, partition in tps:
-                    try:
-                        hosted = self.replicas.get(topic, partition)
-                    except KafkaError:
-                        continue
-                    if hosted.role is Role.LEADER:
-                        found[(topic, partition)] = hosted.log.log_end_offset
-                continue
-            found.update(self._remote_end_offsets(image, leader, tps))
-        return found
-
-    def _remote_end_offsets(
-        self, image: MetadataImage, leader: int, tps: list[tuple[str, int]]
-    ) -> dict[tuple[str, int], int]:
-        broker = image.brokers.get(leader)
-        endpoint = None if broker is None else broker.endpoint("BROKER")
-        if endpoint is None:
-            return {}
-        by_topic: dict[str, list[pb.ListOffsetsPartition]] = {}
-        for topic, partition in tps:
-            by_topic.setdefault(topic, []).append(
-                pb.ListOffsetsPartition(partition=partition, timestamp=-1, current_leader_epoch=-1)
-            )
-        request = pb.ListOffsetsRequest(
-            replica_id=DEBUGGING_REPLICA_ID,
-            topics=[pb.ListOffsetsTopic(name=t, partitions=ps) for t, ps in by_topic.items()],
-        )
-        try:
-            response = self._stub(endpoint.address).ListOffsets(
-                request, timeout=END_OFFSETS_TIMEOUT_S
-            )
-        except grpc.RpcError as error:
-            log.info("ListOffsets to broker %d for commit checks failed: %s", leader, error)
-            return {}
-        return {
-            (t.name, p.partition): p.offset
-            for t in response.topics
-            for p in t.partitions
-            if p.error_code == 0
-        }
-
-    def _stub(self, address: str) -> pb_grpc.BrokerServiceStub:
-        with self._lock:
-            channel = self._channels.get(address)
-            if channel is None:
-                channel = self._channels[address] = open_channel(
-                    address, self.security, RECONNECT_OPTIONS
-                )
-        return pb_grpc.BrokerServiceStub(channel)
 
     def fetch_offsets(
         self,
@@ -450,6 +419,7 @@ class GroupCoordinator:
         shard = self._shard(group_id)
 
         def fetch(state: gs.GroupShard) -> dict[tuple[str, int], Any]:
+            state.refuse_share(group_id)
             found: dict[tuple[str, int], Any] = dict(state.committed(group_id, partitions))
             if require_stable:
                 for tp in state.unstable(group_id) & found.keys():
@@ -469,23 +439,33 @@ class GroupCoordinator:
                 found[(topic, partition)] = authz.topic_denied(AclOperation.DESCRIBE, topic)
         return found
 
-    def list_groups(self) -> list[tuple[str, str, str]]:
-        """(group id, state, type) of every group this broker coordinates that the session may
-        DESCRIBE (all with DESCRIBE on the cluster)."""
+    def list_groups(self) -> list[tuple[str, str, str, str]]:
+        """(group id, state, type, protocol type) of every group this broker coordinates that
+        the session may DESCRIBE (all with DESCRIBE on the cluster)."""
         shards = list(self.runtime.loaded_shards())
-        found: list[tuple[str, str, str]] = []
+        found: list[tuple[str, str, str, str]] = []
         for shard in shards:
             with shard.lock:
                 state = shard.state
-                found += [(g, state.group_state(g), state.group_type(g)) for g in state.group_ids()]
-        shown = set(authz.described_groups(self.access, (g for g, _, _ in found)))
+                found += [
+                    (g, state.group_state(g), state.group_type(g), state.protocol_type(g))
+                    for g in state.group_ids()
+                ]
+        shown = set(authz.described_groups(self.access, (entry[0] for entry in found)))
         return sorted(entry for entry in found if entry[0] in shown)
 
-    def describe_group(self, group_id: str) -> gs.Group | cg.DescribedClassicGroup | None:
+    def describe_group(
+        self, group_id: str
+    ) -> gs.Group | cg.DescribedClassicGroup | sg.ShareGroup | None:
         authz.check_group(self.access, group_id, AclOperation.DESCRIBE)
         shard = self._shard(group_id)
 
-        def describe(state: gs.GroupShard) -> gs.Group | cg.DescribedClassicGroup | None:
+        def describe(
+            state: gs.GroupShard,
+        ) -> gs.Group | cg.DescribedClassicGroup | sg.ShareGroup | None:
+            share = state.share.groups.get(group_id)
+            if share is not None:
+                return copy.deepcopy(share)
             classic = state.classic.groups.get(group_id)
             if classic is not None:
                 return classic.describe()
@@ -542,9 +522,52 @@ class GroupCoordinator:
         return self._run(shard, lambda s: s.classic.leave(group_id, members, self.clock_ms()))
 
     def delete_group(self, group_id: str) -> None:
+        """DeleteGroups of one group. A share group's state in ``__share_group_state`` goes
+        first (as Kafka's ``GroupCoordinatorService.deleteShareGroups``): the partitions its
+        members were ever assigned (its ShareGroupStatePartitionMetadata) are deleted at their
+        share coordinators; a failure there fails the deletion, the group stays."""
         authz.check_group(self.access, group_id, AclOperation.DELETE)
         shard = self._shard(group_id)
+        partitions = self._run(
+            shard, lambda s: s.share.deletable(group_id) if group_id in s.share.groups else None
+        )
+        if partitions and self.delete_share_state is not None:
+            self._delete_share_state(group_id, partitions)
         self._run(shard, lambda s: s.delete_group(group_id, self.clock_ms()))
+
+    def _delete_share_state(self, group_id: str, partitions: Iterable[tuple[str, int]]) -> None:
+        assert self.delete_share_state is not None
+        ids = self.replicas.image.topic_ids
+        keys = sorted(
+            (ids[topic].bytes, partition) for topic, partition in partitions if topic in ids
+        )  # a deleted topic's partitions: nothing to read any more
+        for (topic_id, partition), error in zip(
+            keys, self.delete_share_state(group_id, keys), strict=True
+        ):
+            if error is not None:
+                raise KafkaError(
+                    error.error,
+                    f"share group {group_id!r}: the share state of partition {partition} of "
+                    f"topic id {topic_id.hex()} was not deleted: {error.message}",
+                )
+
+    def delete_offsets(
+        self, group_id: str, partitions: list[tuple[str, int]]
+    ) -> dict[tuple[str, int], KafkaError | None]:
+        """OffsetDelete: DELETE on the group (raised: GROUP_AUTHORIZATION_FAILED), READ on each
+        topic (TOPIC_AUTHORIZATION_FAILED), partitions that do not exist
+        UNKNOWN_TOPIC_OR_PARTITION; the others per ``GroupShard.delete_offsets``."""
+        authz.check_group(self.access, group_id, AclOperation.DELETE)
+        items = [gs.OffsetCommitItem(t, p, 0, -1, "") for t, p in partitions]
+        refused, items = self._readable(items)
+        results, valid = self._check_offsets(items)
+        results.update(refused)
+        shard = self._shard(group_id)
+        view = self._topics_view()
+        wanted = [(item.topic, item.partition) for item in valid]
+        deleted = self._run(shard, lambda s: s.delete_offsets(group_id, wanted, view.names()))
+        results.update(deleted)
+        return results
 
     # -- timers ------------------------------------------------------------------------------------
     def _timer_loop(self) -> None:
@@ -566,6 +589,9 @@ class GroupCoordinator:
             if not shard.active:
                 return
             removed = shard.state.expire_members(now_ms)
+            counts = self._topics_view().partition_counts
+            for group_id, member_id in shard.state.share.expire(now_ms, counts):
+                removed.append((group_id, member_id, "share group session timeout"))
             expired: list[tuple[str, tuple[str, int], str]] = []
             if sweep:
                 retention_ms = self.config.offsets_retention_minutes * 60_000
@@ -619,6 +645,9 @@ class GroupServicer(ClassicGroupRpcs, gpb_grpc.GroupCoordinatorServiceServicer):
     # Set by the broker server: FindCoordinator with key type 1 (a transactional id) asks the
     # transaction coordinator (dataplane.coordinator.transaction_coordinator).
     find_transaction_coordinator: Callable[[str], tuple[int, str, int]] | None = None
+    # ... and key type 2 (a share-partition key, "group:topicId:partition", which partition
+    # leaders look up) the share coordinator (dataplane.coordinator.share_coordinator)
+    find_share_coordinator: Callable[[str], tuple[int, str, int]] | None = None
 
     def __init__(self, coordinator: GroupCoordinator) -> None:
         self.coordinator = coordinator
@@ -646,6 +675,16 @@ class GroupServicer(ClassicGroupRpcs, gpb_grpc.GroupCoordinatorServiceServicer):
             refused = authz.transactional_id_denied(access, key, AclOperation.DESCRIBE)
             if refused is not None:
                 raise refused
+        elif key_type == SHARE_KEY_TYPE:
+            refused = authz.cluster_action_denied(access, "FindCoordinator for a share key")
+            if refused is not None:
+                raise refused
+            parts = key.rsplit(":", 2)  # a group id may hold colons; the last two are not
+            if len(parts) != 3 or not all(parts) or not parts[2].isdigit():
+                raise KafkaError(
+                    ErrorCode.INVALID_REQUEST,
+                    f"share key {key!r} is not groupId:topicId:partition",
+                )
 
     def _finder(self, key_type: int) -> Callable[[str], tuple[int, str, int]]:
         if key_type == GROUP_KEY_TYPE:
@@ -654,6 +693,9 @@ class GroupServicer(ClassicGroupRpcs, gpb_grpc.GroupCoordinatorServiceServicer):
         transactions = self.find_transaction_coordinator
         if key_type == TRANSACTION_KEY_TYPE and transactions is not None:
             return transactions
+        shares = self.find_share_coordinator
+        if key_type == SHARE_KEY_TYPE and shares is not None:
+            return shares
 
         def refuse(key: str) -> tuple[int, str, int]:
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}")
@@ -666,7 +708,9 @@ class GroupServicer(ClassicGroupRpcs, gpb_grpc.GroupCoordinatorServiceServicer):
         response = gpb.ConsumerGroupHeartbeatResponse(
             member_id=request.member_id,
             member_epoch=request.member_epoch,
-            heartbeat_interval_ms=self.coordinator.config.heartbeat_interval_ms,
+            heartbeat_interval_ms=self.coordinator.group_configs(
+                request.group_id
+            ).consumer_heartbeat_interval_ms,
         )
         try:
             result = self.coordinator.heartbeat(request)
@@ -675,7 +719,7 @@ class GroupServicer(ClassicGroupRpcs, gpb_grpc.GroupCoordinatorServiceServicer):
             return response
         response.member_id = result.member_id
         response.member_epoch = result.member_epoch
-        response.assignment.topics.extend(gs.to_topic_partitions(result.assignment))
+        response.assignment.topics.extend(to_topic_partitions(result.assignment))
         return response
 
     def OffsetCommit(
@@ -687,8 +731,9 @@ class GroupServicer(ClassicGroupRpcs, gpb_grpc.GroupCoordinatorServiceServicer):
         results: dict[tuple[str, int], KafkaError | None] = {}
         try:
             results = self.coordinator.commit(
-                request.group_id, request.member_id, request.member_epoch, items
-            )
+                request.group_id, request.member_id, request.member_epoch, items,
+                request.group_instance_id or None,
+            )  # fmt: skip
         except KafkaError as error:
             group_error = error
             _set_error(response, error)
@@ -727,7 +772,7 @@ class GroupServicer(ClassicGroupRpcs, gpb_grpc.GroupCoordinatorServiceServicer):
     def ListGroups(self, request: gpb.ListGroupsRequest, context: Any) -> gpb.ListGroupsResponse:
         wanted = {s.lower() for s in request.states_filter}
         response = gpb.ListGroupsResponse()
-        for group_id, state, group_type in self.coordinator.list_groups():
+        for group_id, state, group_type, _ in self.coordinator.list_groups():
             if not wanted or state.lower() in wanted:
                 response.groups.add(group_id=group_id, state=state, group_type=group_type)
         return response
@@ -749,8 +794,59 @@ class GroupServicer(ClassicGroupRpcs, gpb_grpc.GroupCoordinatorServiceServicer):
                 continue
             if isinstance(group, cg.DescribedClassicGroup):
                 _describe_classic(group, out)
+            elif isinstance(group, sg.ShareGroup):
+                _describe_share(group, out)
             else:
                 _describe(group, out)
+        return response
+
+    def ShareGroupHeartbeat(
+        self, request: gpb.ShareGroupHeartbeatRequest, context: Any
+    ) -> gpb.ShareGroupHeartbeatResponse:
+        response = gpb.ShareGroupHeartbeatResponse(
+            member_id=request.member_id,
+            member_epoch=request.member_epoch,
+            heartbeat_interval_ms=self.coordinator.group_configs(
+                request.group_id
+            ).share_heartbeat_interval_ms,
+        )
+        try:
+            result = self.coordinator.share_heartbeat(request)
+        except KafkaError as error:
+            _set_error(response, error)
+            return response
+        response.member_epoch = result.member_epoch
+        if result.assignment is not None:
+            response.has_assignment = True
+            response.assignment.topics.extend(to_topic_partitions(result.assignment))
+        return response
+
+    def ShareGroupDescribe(
+        self, request: gpb.ShareGroupDescribeRequest, context: Any
+    ) -> gpb.ShareGroupDescribeResponse:
+        response = gpb.ShareGroupDescribeResponse()
+        for group_id in request.group_ids:
+            out = response.groups.add(group_id=group_id)
+            try:
+                group = self.coordinator.describe_share_group(group_id)
+            except KafkaError as error:
+                out.state = "Dead"
+                _set_error(out, error)
+                continue
+            out.state = group.state
+            out.group_epoch = group.epoch
+            out.assignment_epoch = group.assignment_epoch
+            out.assignor = share_assignor.NAME
+            for member in sorted(group.members.values(), key=lambda m: m.member_id):
+                out.members.add(
+                    member_id=member.member_id,
+                    rack_id=member.rack_id,
+                    member_epoch=member.member_epoch,
+                    client_id=member.client_id,
+                    client_host=member.client_host,
+                    subscribed_topic_names=member.subscribed_topic_names,
+                    assignment=to_topic_partitions(member.assigned),
+                )
         return response
 
     def DeleteGroups(
@@ -763,6 +859,27 @@ class GroupServicer(ClassicGroupRpcs, gpb_grpc.GroupCoordinatorServiceServicer):
                 self.coordinator.delete_group(group_id)
             except KafkaError as error:
                 _set_error(out, error)
+        return response
+
+    def OffsetDelete(
+        self, request: gpb.OffsetDeleteRequest, context: Any
+    ) -> gpb.OffsetDeleteResponse:
+        response = gpb.OffsetDeleteResponse()
+        wanted = [(t.topic, p) for t in request.topics for p in t.partitions]
+        try:
+            results = self.coordinator.delete_offsets(request.group_id, wanted)
+        except KafkaError as error:
+            _set_error(response, error)
+            return response
+        by_topic: dict[str, gpb.OffsetDeleteTopicResponse] = {}
+        for topic, partition in wanted:
+            out = by_topic.get(topic)
+            if out is None:
+                out = by_topic[topic] = response.topics.add(name=topic)
+            item = out.partitions.add(partition=partition)
+            refused = results.get((topic, partition))
+            if refused is not None:
+                _set_error(item, refused)
         return response
 
 
@@ -820,7 +937,26 @@ def _describe_classic(group: cg.DescribedClassicGroup, out: gpb.DescribedGroup) 
             group_instance_id=member.group_instance_id or "",
             member_epoch=group.generation,
             state="stable" if group.state == "Stable" else "rebalancing",
-            assignment=gs.to_topic_partitions(assigned),
+            assignment=to_topic_partitions(assigned),
+        )
+
+
+def _describe_share(group: sg.ShareGroup, out: gpb.DescribedGroup) -> None:
+    out.group_type = "share"
+    out.state = group.state
+    out.group_epoch = group.epoch
+    out.assignment_epoch = group.assignment_epoch
+    out.assignor = share_assignor.NAME
+    for member in sorted(group.members.values(), key=lambda m: m.member_id):
+        out.members.add(
+            member_id=member.member_id,
+            client_id=member.client_id,
+            client_host=member.client_host,
+            member_epoch=member.member_epoch,
+            state="stable",
+            subscribed_topic_names=member.subscribed_topic_names,
+            assignment=to_topic_partitions(member.assigned),
+            target_assignment=to_topic_partitions(group.target.get(member.member_id, ())),
         )
 
 
@@ -835,10 +971,11 @@ def _describe(group: gs.Group, out: gpb.DescribedGroup) -> None:
             member_id=member.member_id,
             client_id=member.client_id,
             member_epoch=member.member_epoch,
+            group_instance_id=member.instance_id,
             state=member.state.name.lower(),
             subscribed_topic_names=member.subscribed_topic_names,
             subscribed_topic_regex=member.subscribed_topic_regex,
-            assignment=gs.to_topic_partitions(member.assigned),
-            target_assignment=gs.to_topic_partitions(group.target.get(member.member_id, ())),
-            pending_revocation=gs.to_topic_partitions(member.pending_revocation),
+            assignment=to_topic_partitions(member.assigned),
+            target_assignment=to_topic_partitions(group.target.get(member.member_id, ())),
+            pending_revocation=to_topic_partitions(member.pending_revocation),
         )

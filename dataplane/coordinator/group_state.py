@@ -32,16 +32,23 @@ from typing import TypeAlias
 
 from dataplane.coordinator import assignor, consumer_protocol, txn_offsets
 from dataplane.coordinator import classic_group as cg
+from dataplane.coordinator import share_group as sg
+from dataplane.coordinator.topic_partitions import (
+    TopicPartition,
+    from_topic_partitions,
+    to_topic_partitions,
+)
 from protos import group_pb2 as gpb
 from raftlog.batch import NO_PRODUCER_ID
 from raftlog.errors import ErrorCode, KafkaError
 
-TopicPartition = tuple[str, int]
 GroupRecord = tuple[bytes, bytes | None]  # (key, value); a None value is a tombstone
 RT = gpb.GroupRecordType
 RecordType: TypeAlias = gpb.GroupRecordType.ValueType
 DEFAULT_REBALANCE_TIMEOUT_MS = 300_000
+CONSUMER_PROTOCOL_TYPE = "consumer"  # Kafka's ConsumerProtocol.PROTOCOL_TYPE
 LEAVE_EPOCH = -1
+LEAVE_STATIC_EPOCH = -2  # KIP-345: a static member away for now (its partitions wait for it)
 
 
 class MemberState(enum.IntEnum):
@@ -58,6 +65,7 @@ class Member:
     subscribed_topic_regex: str = ""
     rebalance_timeout_ms: int = DEFAULT_REBALANCE_TIMEOUT_MS
     server_assignor: str = ""
+    instance_id: str = ""  # KIP-345 group.instance.id; "" = a dynamic member
     member_epoch: int = 0
     previous_member_epoch: int = -1
     state: MemberState = MemberState.STABLE
@@ -96,6 +104,9 @@ class Group:
         ):
             return "Reconciling"
         return "Stable"
+
+    def static_member(self, instance_id: str) -> Member | None:
+        return next((m for m in self.members.values() if m.instance_id == instance_id), None)
 
     def owners(self) -> dict[TopicPartition, str]:
         """Who holds each partition now (assigned or still to revoke)."""
@@ -155,18 +166,6 @@ def record_key(
     ).SerializeToString(deterministic=True)
 
 
-def to_topic_partitions(partitions: Iterable[TopicPartition]) -> list[gpb.TopicPartitions]:
-    """The wire form of a set of partitions, grouped by topic, sorted."""
-    by_topic: dict[str, list[int]] = {}
-    for topic, partition in sorted(partitions):
-        by_topic.setdefault(topic, []).append(partition)
-    return [gpb.TopicPartitions(topic=t, partitions=ps) for t, ps in by_topic.items()]
-
-
-def from_topic_partitions(items: Iterable[gpb.TopicPartitions]) -> frozenset[TopicPartition]:
-    return frozenset((item.topic, p) for item in items for p in item.partitions)
-
-
 def java_string_hash(text: str) -> int:
     """Java's ``String.hashCode`` (over UTF-16 code units), as a signed 32-bit int."""
     h = 0
@@ -193,8 +192,12 @@ class GroupShard:
         offset_metadata_max_bytes: int,
         new_member_id: Callable[[], str] = lambda: uuid.uuid4().hex,
         classic_limits: cg.ClassicLimits | None = None,
+        share_limits: sg.ShareLimits | None = None,
     ) -> None:
         self.session_timeout_ms = session_timeout_ms
+        # a KIP-848 group's session timeout: its consumer.session.timeout.ms group config, if it
+        # has one (set by the coordinator from the metadata image), else the broker's
+        self.session_timeout_of: Callable[[str], int] = lambda _: session_timeout_ms
         self.max_group_size = max_group_size
         self.offset_metadata_max_bytes = offset_metadata_max_bytes
         self.new_member_id = new_member_id
@@ -208,6 +211,8 @@ class GroupShard:
         self._emitted: list[GroupRecord] = []
         # JoinGroup/SyncGroup groups; a group id names either a classic or a consumer group
         self.classic = cg.ClassicGroups(classic_limits or cg.ClassicLimits(), self._emit_classic)
+        # ShareGroupHeartbeat groups (KIP-932); a group id names one kind of group only
+        self.share = sg.ShareGroups(share_limits or sg.ShareLimits(), self._emit)
 
     # -- records ---------------------------------------------------------------------------------
     def take_emitted(self) -> list[GroupRecord]:
@@ -233,6 +238,9 @@ class GroupShard:
         if key.type == RT.CLASSIC_GROUP_METADATA:
             stored = None if value is None else gpb.ClassicGroupValue.FromString(value)
             self.classic.replay(gid, stored)
+            return
+        if key.type in sg.RECORD_TYPES:
+            self.share.replay(key, value)
             return
         if key.type == RT.GROUP_METADATA and value is None:
             self.groups.pop(gid, None)
@@ -311,6 +319,7 @@ class GroupShard:
                 subscribed_topic_regex=meta_m.subscribed_topic_regex,
                 rebalance_timeout_ms=meta_m.rebalance_timeout_ms,
                 server_assignor=meta_m.server_assignor,
+                instance_id=meta_m.instance_id,
             )
         elif key.type == RT.CURRENT_MEMBER_ASSIGNMENT:
             current = group.members.get(mid)
@@ -354,6 +363,7 @@ class GroupShard:
             subscribed_topic_regex=member.subscribed_topic_regex,
             rebalance_timeout_ms=member.rebalance_timeout_ms,
             server_assignor=member.server_assignor,
+            instance_id=member.instance_id,
         )
         key = record_key(RT.MEMBER_METADATA, group.group_id, member.member_id)
         self._emit(key, value.SerializeToString())
@@ -370,14 +380,53 @@ class GroupShard:
         self._emit(key, value.SerializeToString())
 
     def _remove_member(self, group: Group, member_id: str, now_ms: int) -> None:
+        self._drop_member_records(group, member_id)
+        self._emit_group_epoch(group, group.epoch + 1, now_ms)
+
+    def _drop_member_records(self, group: Group, member_id: str) -> None:
         gid = group.group_id
         self._emit(record_key(RT.CURRENT_MEMBER_ASSIGNMENT, gid, member_id), None)
         if member_id in group.target:
             self._emit(record_key(RT.TARGET_ASSIGNMENT_MEMBER, gid, member_id), None)
         self._emit(record_key(RT.MEMBER_METADATA, gid, member_id), None)
-        self._emit_group_epoch(group, group.epoch + 1, now_ms)
         self.session_deadlines.pop((gid, member_id), None)
         self.revocation_deadlines.pop((gid, member_id), None)
+
+    def _replace_static(self, group: Group, old: Member, member_id: str) -> Member:
+        """Kafka's ``replaceMember``: a static member back under a new member id takes over
+        its old self's current and target assignment, at epoch 0 and with no new group epoch,
+        so no partition moves."""
+        target = group.target.get(old.member_id)
+        self._drop_member_records(group, old.member_id)
+        new = replace(old, member_id=member_id, member_epoch=0, previous_member_epoch=0)
+        self._emit_member_metadata(group, new)
+        if target is not None:
+            value = gpb.TargetAssignmentMemberValue(partitions=to_topic_partitions(target))
+            key = record_key(RT.TARGET_ASSIGNMENT_MEMBER, group.group_id, member_id)
+            self._emit(key, value.SerializeToString())
+        self._emit_current_assignment(group, new)
+        return group.members[member_id]
+
+    def _leave(
+        self, group: Group | None, request: gpb.ConsumerGroupHeartbeatRequest, now_ms: int
+    ) -> HeartbeatResult:
+        """Epoch -1 leaves; a static member's -2 (Kafka's ``consumerGroupStaticMemberGroupLeave``)
+        only marks it away: it keeps its partitions until it rejoins or its session ends."""
+        gid, member_id = request.group_id, request.member_id
+        if request.instance_id:
+            member = _static_owner(group, request.instance_id, member_id)
+            assert group is not None
+            if request.member_epoch == LEAVE_STATIC_EPOCH:
+                away = replace(
+                    member, member_epoch=LEAVE_STATIC_EPOCH, pending_revocation=frozenset()
+                )
+                self._emit_current_assignment(group, away)
+                self.revocation_deadlines.pop((gid, member_id), None)
+                return HeartbeatResult(member_id, LEAVE_STATIC_EPOCH, frozenset())
+        elif group is None or member_id not in group.members:
+            raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, f"{member_id!r} is not in {gid!r}")
+        self._remove_member(group, member_id, now_ms)
+        return HeartbeatResult(member_id, LEAVE_EPOCH, frozenset())
 
     # -- heartbeat --------------------------------------------------------------------------------
     def heartbeat(
@@ -389,6 +438,7 @@ class GroupShard:
         """KIP-848's ConsumerGroupHeartbeat: join (epoch 0), heartbeat, or leave (epoch -1)."""
         gid, epoch = request.group_id, request.member_epoch
         _validate_heartbeat(request)
+        self.refuse_share(gid, "consumer")
         classic = self.classic.groups.get(gid)
         if classic is not None:
             if classic.members or classic.pending:
@@ -399,19 +449,16 @@ class GroupShard:
                 )
             self._emit(record_key(RT.CLASSIC_GROUP_METADATA, gid), None)  # converted
         group = self.groups.get(gid)
-        if epoch == LEAVE_EPOCH:
-            if group is None or request.member_id not in group.members:
-                raise KafkaError(
-                    ErrorCode.UNKNOWN_MEMBER_ID, f"{request.member_id!r} is not in {gid!r}"
-                )
-            self._remove_member(group, request.member_id, now_ms)
-            return HeartbeatResult(request.member_id, LEAVE_EPOCH, frozenset())
+        if epoch in (LEAVE_EPOCH, LEAVE_STATIC_EPOCH):
+            return self._leave(group, request, now_ms)
         owned = from_topic_partitions(request.owned.topics) if request.HasField("owned") else None
         if epoch == 0:
             member, joined = self._joining(group, request)
             if group is None:
                 group = Group(gid)  # recorded by the records below
         else:
+            if request.instance_id:
+                _static_owner(group, request.instance_id, request.member_id)
             if group is None or request.member_id not in group.members:
                 raise KafkaError(
                     ErrorCode.UNKNOWN_MEMBER_ID,
@@ -421,10 +468,15 @@ class GroupShard:
             _check_member_epoch(member, epoch, owned)
             joined = False
         updated = _with_subscription(member, request)
-        bump = joined or updated != member
-        if bump:
+        if joined or updated != member:
             self._emit_member_metadata(group, updated)
             group = self.groups[gid]
+        # Kafka's hasMemberSubscriptionChanged: a new member or a new subscription moves the
+        # group epoch (a returning static member with the same subscription does not).
+        bump = joined or (updated.subscribed_topic_names, updated.subscribed_topic_regex) != (
+            member.subscribed_topic_names,
+            member.subscribed_topic_regex,
+        )
         if joined:
             # A new member starts without partitions at epoch 0.
             self._emit_current_assignment(group, updated)
@@ -444,7 +496,7 @@ class GroupShard:
         if reconciled != member:
             self._emit_current_assignment(group, reconciled)
         key = (gid, reconciled.member_id)
-        self.session_deadlines[key] = now_ms + self.session_timeout_ms
+        self.session_deadlines[key] = now_ms + self.session_timeout_of(gid)
         if reconciled.state is MemberState.UNREVOKED_PARTITIONS:
             self.revocation_deadlines.setdefault(key, now_ms + reconciled.rebalance_timeout_ms)
         else:
@@ -454,6 +506,21 @@ class GroupShard:
     def _joining(
         self, group: Group | None, request: gpb.ConsumerGroupHeartbeatRequest
     ) -> tuple[Member, bool]:
+        """The member joining with epoch 0, and whether it is new to the group."""
+        instance = request.instance_id
+        away = None if group is None or not instance else group.static_member(instance)
+        if away is not None:
+            assert group is not None
+            if away.member_epoch != LEAVE_STATIC_EPOCH:
+                # Kafka's throwIfInstanceIdIsUnreleased: one live member per instance id.
+                raise KafkaError(
+                    ErrorCode.UNRELEASED_INSTANCE_ID,
+                    f"instance id {instance!r} is still member {away.member_id!r} of group "
+                    f"{group.group_id!r}: it must leave (or its session end) first",
+                )
+            return self._replace_static(
+                group, away, request.member_id or self.new_member_id()
+            ), False
         size = 0 if group is None else len(group.members)
         known = group is not None and request.member_id in group.members
         if not known and size >= self.max_group_size:
@@ -463,7 +530,7 @@ class GroupShard:
             )
         member_id = request.member_id or self.new_member_id()
         # A member rejoining with epoch 0 starts over: it reports that it owns nothing.
-        return Member(member_id), True
+        return Member(member_id, instance_id=instance), True
 
     def _compute_target(self, group: Group, topics: TopicsView) -> None:
         names = list(topics.names())
@@ -480,11 +547,37 @@ class GroupShard:
         value_meta = gpb.TargetAssignmentMetadataValue(assignment_epoch=group.epoch)
         self._emit(record_key(RT.TARGET_ASSIGNMENT_METADATA, gid), value_meta.SerializeToString())
 
+    # -- share groups (KIP-932) ------------------------------------------------------------------
+    def share_heartbeat(
+        self, request: gpb.ShareGroupHeartbeatRequest, topics: TopicsView, now_ms: int
+    ) -> sg.ShareHeartbeatResult:
+        """ShareGroupHeartbeat (:meth:`ShareGroups.heartbeat`). A group id that names a
+        consumer or classic group (or has committed offsets) is not a share group:
+        GROUP_ID_NOT_FOUND, as Kafka (no conversion between the protocols)."""
+        gid = request.group_id
+        other = gid in self.groups or gid in self.classic.groups or gid in self.offsets
+        if other or self.pending.has_open(gid):
+            raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} is not a share group.")
+        return self.share.heartbeat(request, topics.partition_counts, now_ms)
+
+    def refuse_share(self, group_id: str, kind: str = "consumer") -> None:
+        """GROUP_ID_NOT_FOUND for a share group where a consumer (or classic) group is asked
+        for: heartbeats, offset commits, fetches and deletes (Kafka's ShareGroup.validate*)."""
+        if group_id in self.share.groups:
+            raise KafkaError(
+                ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a {kind} group."
+            )
+
     # -- classic groups (JoinGroup / SyncGroup) ---------------------------------------------------
     def join_group(self, request: cg.JoinRequest, now_ms: int) -> Future[cg.Answer]:
         """A classic JoinGroup; its answer may come later (see :mod:`classic_group`)."""
         if not request.group_id:
             raise KafkaError(ErrorCode.INVALID_GROUP_ID, "the group id must not be empty")
+        if request.group_id in self.share.groups:  # Kafka's answer to a group of another type
+            raise KafkaError(
+                ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                f"group {request.group_id!r} is a share group: join it with a share consumer",
+            )
         group = self.groups.get(request.group_id)
         if group is not None:
             if group.members:
@@ -517,8 +610,9 @@ class GroupShard:
 
     def start_sessions(self, now_ms: int) -> None:
         """After a load: every member gets a full session to find the new coordinator."""
+        self.share.start_sessions(now_ms)
         self.session_deadlines = {
-            (g.group_id, m): now_ms + self.session_timeout_ms
+            (g.group_id, m): now_ms + self.session_timeout_of(g.group_id)
             for g in self.groups.values()
             for m in g.members
         }
@@ -538,13 +632,17 @@ class GroupShard:
         self.classic.abandon(error, message)
 
     # -- offsets ----------------------------------------------------------------------------------
-    def validate_commit(self, group_id: str, member_id: str, member_epoch: int) -> None:
-        """Kafka's rules for a consumer group's OffsetCommit (the group-level part)."""
+    def validate_commit(
+        self, group_id: str, member_id: str, member_epoch: int, instance_id: str | None = None
+    ) -> None:
+        """Kafka's rules for a consumer group's OffsetCommit (the group-level part);
+        ``instance_id``: a classic static member's, checked as Kafka does (FENCED_INSTANCE_ID)."""
         if not group_id:
             raise KafkaError(ErrorCode.INVALID_GROUP_ID, "the group id must not be empty")
+        self.refuse_share(group_id)
         classic = self.classic.groups.get(group_id)
         if classic is not None:
-            self.classic.validate_commit(classic, member_id, member_epoch)
+            self.classic.validate_commit(classic, member_id, member_epoch, instance_id)
             return
         group = self.groups.get(group_id)
         if member_epoch < 0 and not member_id:
@@ -593,6 +691,7 @@ class GroupShard:
         self, group_id: str, generation_id: int, member_id: str, instance_id: str | None
     ) -> None:
         """The group check of a TxnOffsetCommit (:func:`txn_offsets.validate_txn_commit`)."""
+        self.refuse_share(group_id)
         txn_offsets.validate_txn_commit(
             group_id, generation_id, member_id, instance_id,
             consumer=self.groups.get(group_id), classic=self.classic.groups.get(group_id),
@@ -643,6 +742,9 @@ class GroupShard:
         return {tp: stored.get(tp) for tp in partitions}
 
     def delete_group(self, group_id: str, now_ms: int) -> None:
+        if group_id in self.share.groups:
+            self.share.delete(group_id)
+            return
         classic = self.classic.groups.get(group_id)
         if classic is not None and (classic.members or classic.pending):
             raise KafkaError(
@@ -670,6 +772,48 @@ class GroupShard:
         if group is not None:
             self._delete_group_records(group)
 
+    def delete_offsets(
+        self, group_id: str, partitions: Sequence[TopicPartition], topic_names: Iterable[str]
+    ) -> dict[TopicPartition, KafkaError | None]:
+        """OffsetDelete (Kafka's ``OffsetMetadataManager.deleteOffsets``): a tombstone for each
+        partition's committed offset (or a transaction's pending one), except the partitions
+        of topics the group's members subscribe to (GROUP_SUBSCRIBED_TO_TOPIC). A group that
+        does not exist is GROUP_ID_NOT_FOUND; a classic group with members of a protocol other
+        than Kafka's "consumer" (whose subscriptions are unknown) is NON_EMPTY_GROUP."""
+        self.refuse_share(group_id)
+        classic = self.classic.groups.get(group_id)
+        known = (
+            classic is not None or group_id in self.groups or group_id in self.offsets
+            or self.pending.has_open(group_id)
+        )  # fmt: skip
+        if not known:
+            raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"no group {group_id!r}")
+        if (
+            classic is not None
+            and classic.state is not cg.ClassicState.EMPTY
+            and classic.protocol_type != CONSUMER_PROTOCOL_TYPE
+        ):
+            raise KafkaError(
+                ErrorCode.NON_EMPTY_GROUP,
+                f"group {group_id!r} has members of protocol type {classic.protocol_type!r}",
+            )
+        _, _, subscribed = self._subscriptions(group_id, list(topic_names))
+        stored, unstable = self.offsets.get(group_id, {}), self.unstable(group_id)
+        results: dict[TopicPartition, KafkaError | None] = {}
+        for tp in partitions:
+            if tp[0] in subscribed:
+                results[tp] = KafkaError(
+                    ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC,
+                    f"members of group {group_id!r} subscribe to {tp[0]}: its offsets stay",
+                )
+                continue
+            if tp in stored or tp in unstable:
+                self._emit(
+                    record_key(RT.OFFSET_COMMIT, group_id, topic=tp[0], partition=tp[1]), None
+                )
+            results[tp] = None
+        return results
+
     def _delete_group_records(self, group: Group) -> None:
         gid = group.group_id
         for member_id in sorted(group.target):
@@ -685,7 +829,8 @@ class GroupShard:
         ``offsets.retention.minutes`` (for an empty group counted from when it emptied or the
         commit, whichever is later; for a group with members only offsets of topics none of
         them subscribes to expire; never one a transaction holds pending); then empty groups
-        without offsets or open transactions are deleted. Returns (group, partition, why)."""
+        without offsets or open transactions are deleted (share groups: without share state).
+        Returns (group, partition, why)."""
         expired: list[tuple[str, TopicPartition, str]] = []
         names = list(topics.names())
         for gid in sorted(self.pending.open_by_group):
@@ -725,6 +870,7 @@ class GroupShard:
             unused = gid not in self.offsets and not self.pending.has_open(gid)
             if classic.state is cg.ClassicState.EMPTY and unused and idle_ms >= retention_ms:
                 self._emit(record_key(RT.CLASSIC_GROUP_METADATA, gid), None)
+        self.share.expire_empty(now_ms, retention_ms)  # empty share groups without share state
         return expired
 
     def _subscriptions(self, group_id: str, names: list[str]) -> tuple[bool, int, set[str]]:
@@ -749,12 +895,28 @@ class GroupShard:
 
     def group_ids(self) -> Iterator[str]:
         known = set(self.groups) | set(self.offsets) | set(self.classic.groups)
-        yield from sorted(known | set(self.pending.open_by_group))
+        yield from sorted(known | set(self.pending.open_by_group) | set(self.share.groups))
 
     def group_type(self, group_id: str) -> str:
-        return "classic" if group_id in self.classic.groups else "consumer"
+        """Kafka's group types: a group only offsets name (a consumer that assigns itself and
+        commits) is a classic group, as Kafka creates one on such a commit."""
+        if group_id in self.share.groups:
+            return "share"
+        return "consumer" if group_id in self.groups else "classic"
+
+    def protocol_type(self, group_id: str) -> str:
+        """ListGroups' protocol type: the classic group's own ("" for an offsets-only one),
+        "consumer" for a KIP-848 group, "share" for a share group."""
+        classic = self.classic.groups.get(group_id)
+        if classic is not None:
+            return classic.protocol_type or ""
+        kind = self.group_type(group_id)
+        return "" if kind == "classic" else kind
 
     def group_state(self, group_id: str) -> str:
+        share = self.share.groups.get(group_id)
+        if share is not None:
+            return share.state
         classic = self.classic.groups.get(group_id)
         if classic is not None:
             return classic.state.value
@@ -767,8 +929,10 @@ def _validate_heartbeat(request: gpb.ConsumerGroupHeartbeatRequest) -> None:
     if not request.group_id:
         raise KafkaError(ErrorCode.INVALID_GROUP_ID, "the group id must not be empty")
     epoch = request.member_epoch
-    if epoch < LEAVE_EPOCH:
+    if epoch < LEAVE_STATIC_EPOCH:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"member epoch {epoch} is not valid")
+    if epoch == LEAVE_STATIC_EPOCH and not request.instance_id:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "member epoch -2 is a static member's leave")
     if epoch != 0 and not request.member_id:
         raise KafkaError(ErrorCode.INVALID_REQUEST, "a member id is needed unless joining")
     if epoch == 0:
@@ -793,6 +957,20 @@ def _validate_heartbeat(request: gpb.ConsumerGroupHeartbeatRequest) -> None:
                 ErrorCode.INVALID_REGULAR_EXPRESSION,
                 f"{request.subscribed_topic_regex!r}: {error}",
             ) from error
+
+
+def _static_owner(group: Group | None, instance_id: str, member_id: str) -> Member:
+    """Kafka's throwIfStaticMemberIsUnknown and throwIfInstanceIdIsFenced."""
+    owner = None if group is None else group.static_member(instance_id)
+    if owner is None:
+        raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, f"instance id {instance_id!r} is unknown")
+    if owner.member_id != member_id:
+        raise KafkaError(
+            ErrorCode.FENCED_INSTANCE_ID,
+            f"member {member_id!r} with instance id {instance_id!r} was fenced by member "
+            f"{owner.member_id!r}",
+        )
+    return owner
 
 
 def _check_member_epoch(member: Member, epoch: int, owned: Set[TopicPartition] | None) -> None:

@@ -47,7 +47,8 @@ from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 from dataplane.broker.partition import NotLeader, Partition, Role
 from dataplane.broker.producer_state import VerificationGuard
 from dataplane.broker.replica_manager import ReplicaManager
-from dataplane.broker.service import INTERNAL_TOPICS, wait_until
+from dataplane.broker.service import wait_until
+from metadata_quorum.replication import INTERNAL_TOPICS
 from raftlog.batch import NO_PRODUCER_ID, BatchHeader, iter_batches, next_sequence
 from raftlog.errors import ErrorCode, KafkaError
 from raftlog.records import Record, decode_batch, encode_batch

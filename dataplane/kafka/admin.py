@@ -1,7 +1,7 @@
 """The KAFKA listener's admin APIs: CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs,
 AlterConfigs and IncrementalAlterConfigs (dataplane/kafka/alter_configs.py), DescribeCluster,
 AlterPartitionReassignments, ListPartitionReassignments, UnregisterBroker,
-AddRaftVoter and RemoveRaftVoter.
+AddRaftVoter and RemoveRaftVoter, ElectLeaders, and UpdateFeatures (dataplane/kafka/features.py).
 
 As a KRaft broker forwards admin requests to the active controller (KIP-590), each request is
 turned into the controller's own RPC and sent through the broker's controller client, which
@@ -14,26 +14,38 @@ broker names itself, as Kafka's brokers name a live broker: it forwards.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
+from dataplane.broker import authorization as authz
 from dataplane.kafka import codec as kc
 from dataplane.kafka.alter_configs import (
     RESOURCE_TYPES,
     alter_configs,
     incremental_alter_configs,
 )
+from dataplane.kafka.config_resources import GROUP, KafkaConfigResources
+from dataplane.kafka.features import update_features
 from metadata_quorum.client import ControllerClient
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.request_authorization import authorized, check_cluster
+from metadata_quorum.security.acl import CLUSTER_NAME
 from metadata_quorum.security.authorization import ALLOW_ALL, AccessControl
+from metadata_quorum.topic_config_defs import config_type, documentation
 from protos import controller_pb2 as cpb
 from protos import metadata_pb2 as mpb
 from raftlog.errors import ErrorCode, KafkaError
 
 ENDPOINT_TYPE_BROKERS = 1  # DescribeCluster v1: 1 brokers, 2 controllers
+ELECTION_PREFERRED, ELECTION_UNCLEAN = 0, 1  # ElectLeaders' election_type
 FORWARD_DEADLINE_S = 30.0
+# An admin answer waits for this broker's image up to the request's timeout, and at least
+# this long: confluent-kafka sends CreateTopics with a timeout of 0 by default, and its next
+# Metadata to this broker must still see the new topic.
+PROPAGATION_WAIT_MIN_S = 1.0
+WaitForImage = Callable[[Callable[[MetadataImage], bool], float], MetadataImage]
 
 
 def _failed(error: KafkaError) -> dict[str, Any]:
@@ -55,8 +67,15 @@ class KafkaAdmin:
         cluster_id: str,
         listener: str,
         access: AccessControl = ALLOW_ALL,
+        wait_for_image: WaitForImage | None = None,
+        config_resources: KafkaConfigResources | None = None,
     ) -> None:
         self.controller = controller
+        # groups' DescribeConfigs, answered by this broker (dataplane/kafka/config_resources.py)
+        self.config_resources = config_resources or KafkaConfigResources(image, access=access)
+        # CreateTopics, DeleteTopics and CreatePartitions are answered once this broker's
+        # image shows their change (None: at once)
+        self.wait_for_image = wait_for_image
         # The broker forwards with its own identity, so it authorizes first, as the
         # controller would (metadata_quorum.request_authorization)
         self.access = access
@@ -79,6 +98,8 @@ class KafkaAdmin:
             kc.API_UNREGISTER_BROKER: self.unregister_broker,
             kc.API_ADD_RAFT_VOTER: self.add_raft_voter,
             kc.API_REMOVE_RAFT_VOTER: self.remove_raft_voter,
+            kc.API_ELECT_LEADERS: self.elect_leaders,
+            kc.API_UPDATE_FEATURES: lambda r: update_features(self._forward, r),
         }
 
     def _forward(self, method: str, request: Any, timeout_ms: int) -> Any:
@@ -90,8 +111,22 @@ class KafkaAdmin:
             lambda allowed: self.controller.checked(method, allowed, deadline_s=deadline_s),
         )  # fmt: skip
 
+    def _until_shown(
+        self, shown: Callable[[MetadataImage], bool], started_s: float, timeout_ms: int
+    ) -> None:
+        """Hold the answer until this broker's image shows the change (``shown``), or the
+        request's timeout (at least PROPAGATION_WAIT_MIN_S, at most FORWARD_DEADLINE_S from
+        ``started_s``) passes: a client that asks this broker for metadata right after its
+        answer must see the change (Kafka's clients wait for leaders after CreateTopics). The
+        change is committed either way; only its visibility here is waited for."""
+        if self.wait_for_image is None:
+            return
+        budget_s = min(max(timeout_ms / 1000, PROPAGATION_WAIT_MIN_S), FORWARD_DEADLINE_S)
+        self.wait_for_image(shown, max(0.0, started_s + budget_s - time.monotonic()))
+
     # -- CreateTopics -----------------------------------------------------------------------------
     def create_topics(self, request: kc.Request) -> kc.Data:
+        started_s = time.monotonic()
         body = request.body
         forwarded = cpb.CreateTopicsRequest(
             validate_only=bool(kc.field(body, "validate_only", False))
@@ -116,6 +151,16 @@ class KafkaAdmin:
                  "replication_factor": -1, "configs": None}
                 for t in body.topics
             ]}  # fmt: skip
+        created = {
+            t.name: uuid.UUID(bytes=t.topic_id)
+            for t in answer.topics
+            if not t.error_code and len(t.topic_id) == 16
+        }
+        if created and not forwarded.validate_only:
+            self._until_shown(
+                lambda image: all(image.topic_ids.get(n) == i for n, i in created.items()),
+                started_s, kc.millis(body.timeout),
+            )  # fmt: skip
         return {
             "throttle_time": 0,
             "topics": [
@@ -133,6 +178,7 @@ class KafkaAdmin:
 
     # -- DeleteTopics -----------------------------------------------------------------------------
     def delete_topics(self, request: kc.Request) -> kc.Data:
+        started_s = time.monotonic()
         body = request.body
         image = self.image()
         by_id = {topic_id: name for name, topic_id in image.topic_ids.items()}
@@ -149,6 +195,12 @@ class KafkaAdmin:
                     "DeleteTopics", cpb.DeleteTopicsRequest(names=names), kc.millis(body.timeout)
                 )
                 answers = {t.name: _outcome(t.error_code, t.error_message) for t in answer.topics}
+                deleted = [(t.name, t.topic_id) for t in answer.topics if not t.error_code]
+                if deleted:
+                    self._until_shown(
+                        lambda image: all(_gone(image, n, i) for n, i in deleted),
+                        started_s, kc.millis(body.timeout),
+                    )  # fmt: skip
             except KafkaError as error:
                 answers = {name: _failed(error) for name in names}
         for name, topic_id in wanted:
@@ -163,6 +215,7 @@ class KafkaAdmin:
 
     # -- CreatePartitions -------------------------------------------------------------------------
     def create_partitions(self, request: kc.Request) -> kc.Data:
+        started_s = time.monotonic()
         body = request.body
         image = self.image()
         forwarded = cpb.CreatePartitionsRequest(validate_only=bool(body.validate_only))
@@ -185,6 +238,13 @@ class KafkaAdmin:
                 "throttle_time": 0,
                 "results": [{"name": t.name, **failed} for t in body.topics],
             }
+        counts = {t.name: t.count for t in body.topics}
+        grown = {t.name: counts[t.name] for t in answer.topics if not t.error_code}
+        if grown and not forwarded.validate_only:
+            self._until_shown(
+                lambda image: all(_partition_count(image, n) >= c for n, c in grown.items()),
+                started_s, kc.millis(body.timeout),
+            )  # fmt: skip
         return {
             "throttle_time": 0,
             "results": [
@@ -257,6 +317,43 @@ class KafkaAdmin:
             "topics": [{"name": name, "partitions": ps} for name, ps in by_topic.items()],
         }
 
+    # -- ElectLeaders (KIP-460) -------------------------------------------------------------------
+    def elect_leaders(self, request: kc.Request) -> kc.Data:
+        """Preferred (0) or unclean (1) elections by the controller. Null partitions elect
+        every partition and, as Kafka's controller, leave out those that need no election."""
+        body = request.body
+        election_type = kc.field(body, "election_type", ELECTION_PREFERRED)  # v0: preferred
+        asked = body.topic_partitions
+        wanted = [(t.topic, p) for t in asked or () for p in t.partitions]
+        answer: dict[str, Any] = {"throttle_time": 0, **_outcome(0, "")}
+        if election_type not in (ELECTION_PREFERRED, ELECTION_UNCLEAN):
+            refused = KafkaError(
+                ErrorCode.INVALID_REQUEST, f"election type {election_type} is not 0 or 1"
+            )
+            return {**answer, **_failed(refused), "replica_election_results": _elected(
+                [(topic, p, _failed(refused)) for topic, p in wanted]
+            )}  # fmt: skip
+        if asked is not None and not wanted:
+            return {**answer, "replica_election_results": []}
+        forwarded = cpb.ElectLeadersRequest(
+            election_type=cpb.UNCLEAN if election_type == ELECTION_UNCLEAN else cpb.PREFERRED,
+            partitions=[cpb.TopicPartition(topic=t, partition=p) for t, p in wanted],
+        )
+        try:
+            reply = self._forward("ElectLeaders", forwarded, kc.millis(body.timeout))
+        except KafkaError as error:
+            failed = _failed(error)
+            return {**answer, **failed, "replica_election_results": _elected(
+                [(topic, p, failed) for topic, p in wanted]
+            )}  # fmt: skip
+        not_needed = ErrorCode.ELECTION_NOT_NEEDED.code
+        outcomes = [
+            (s.topic, s.partition, _outcome(s.error_code, s.error_message))
+            for s in reply.partitions
+            if asked is not None or s.error_code != not_needed
+        ]
+        return {**answer, "replica_election_results": _elected(outcomes)}
+
     # -- UnregisterBroker -------------------------------------------------------------------------
     def unregister_broker(self, request: kc.Request) -> kc.Data:
         """Never forced: over the Kafka protocol a broker that still hosts replicas or is
@@ -299,15 +396,20 @@ class KafkaAdmin:
     # -- DescribeConfigs --------------------------------------------------------------------------
     def describe_configs(self, request: kc.Request) -> kc.Data:
         body = request.body
+        synonyms = bool(kc.field(body, "include_synonyms", False))
+        documented = bool(kc.field(body, "include_documentation", False))
         results: list[dict[str, Any]] = []
         asked: list[tuple[Any, cpb.ConfigResource]] = []
         for resource in body.resources:
+            if resource.resource_type == GROUP:
+                results.append(self.config_resources.describe_group(resource, synonyms))
+                continue
             resource_type = RESOURCE_TYPES.get(resource.resource_type)
             if resource_type is None:
                 unsupported = KafkaError(
                     ErrorCode.INVALID_REQUEST,
                     f"resource type {resource.resource_type} is not described (topics: 2, "
-                    "brokers: 4)",
+                    "brokers: 4, groups: 32)",
                 )
                 results.append(_described(resource, [], _failed(unsupported)))
                 continue
@@ -320,7 +422,9 @@ class KafkaAdmin:
             try:
                 answer = self._forward(
                     "DescribeConfigs",
-                    cpb.DescribeConfigsRequest(resources=[r for _, r in asked]),
+                    cpb.DescribeConfigsRequest(
+                        resources=[r for _, r in asked], broker_id=self.broker_id
+                    ),
                     int(FORWARD_DEADLINE_S * 1000),  # DescribeConfigs carries no timeout
                 )
                 described = list(answer.resources)
@@ -330,7 +434,7 @@ class KafkaAdmin:
             for (resource, _), found in zip(asked, described, strict=False):
                 keys = resource.configuration_keys
                 entries = [e for e in found.entries if keys is None or e.name in keys]
-                configs = [_config(e) for e in entries]
+                configs = [_config(e, synonyms, documented) for e in entries]
                 outcome = _outcome(found.error_code, found.error_message)
                 results.append(_described(resource, configs, outcome))
         return {"throttle_time": 0, "results": results}
@@ -342,7 +446,10 @@ class KafkaAdmin:
             "throttle_time": 0, "error_code": 0, "error_message": None,
             "endpoint_type": endpoint_type, "cluster_id": self.cluster_id,
             "controller_id": self.broker_id, "brokers": [],
-            "cluster_authorized_operations": -(2**31),
+            "cluster_authorized_operations": authz.authorized_operations(
+                self.access, authz.CLUSTER, CLUSTER_NAME,
+                bool(kc.field(request.body, "include_cluster_authorized_operations", False)),
+            ),
         }  # fmt: skip
         try:
             check_cluster(self.access, "DescribeCluster")
@@ -364,6 +471,25 @@ class KafkaAdmin:
         return out
 
 
+def _elected(outcomes: list[tuple[str, int, dict[str, Any]]]) -> list[dict[str, Any]]:
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for topic, partition, outcome in outcomes:
+        by_topic.setdefault(topic, []).append({"partition_id": partition, **outcome})
+    return [{"topic": topic, "partition_result": ps} for topic, ps in by_topic.items()]
+
+
+def _gone(image: MetadataImage, name: str, topic_id: bytes) -> bool:
+    """The deleted topic is no longer in ``image`` (a topic of the same name created since
+    has another id)."""
+    current = image.topic_ids.get(name)
+    return current is None or (len(topic_id) == 16 and current != uuid.UUID(bytes=topic_id))
+
+
+def _partition_count(image: MetadataImage, name: str) -> int:
+    topic = image.topic(name)
+    return 0 if topic is None else len(topic.partitions)
+
+
 def _described(resource: Any, configs: list[dict[str, Any]], outcome: dict[str, Any]) -> Any:
     return {
         **outcome,
@@ -373,8 +499,10 @@ def _described(resource: Any, configs: list[dict[str, Any]], outcome: dict[str, 
     }
 
 
-def _config(entry: cpb.ConfigEntry) -> dict[str, Any]:
-    """The controller names each value's source with Kafka's own ConfigSource numbers."""
+def _config(entry: cpb.ConfigEntry, synonyms: bool, documented: bool) -> dict[str, Any]:
+    """The controller names each value's source and synonyms with Kafka's own ConfigSource
+    numbers; the type and doc string are Kafka's (metadata_quorum.topic_config_defs). Every
+    config described here may be altered (read_only false) and none is a password."""
     return {
         "name": entry.name,
         "value": entry.value,
@@ -382,7 +510,9 @@ def _config(entry: cpb.ConfigEntry) -> dict[str, Any]:
         "is_default": entry.is_default,  # v0 only; later versions say it with config_source
         "config_source": entry.source,
         "is_sensitive": False,
-        "synonyms": [],
-        "config_type": 0,  # UNKNOWN: the controller's entries carry no type
-        "documentation": None,
+        "synonyms": [{"name": s.name, "value": s.value, "source": s.source} for s in entry.synonyms]
+        if synonyms
+        else [],
+        "config_type": int(config_type(entry.name)),
+        "documentation": documentation(entry.name) if documented else None,
     }

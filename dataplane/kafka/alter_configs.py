@@ -5,8 +5,9 @@ them to the metadata in one write: IncrementalAlterConfigs' operations (SET, DEL
 SUBTRACT) as they are, AlterConfigs as a replacement of each resource's whole dynamic config
 set (``replace``). The arithmetic and validation are the controller's
 (``metadata_quorum.configs.alter_dynamic_configs``); here only what Kafka's broker checks before
-it forwards (Kafka's ConfigAdminManager.preprocess): the resource type (TOPIC or BROKER; broker
-"" is the cluster-wide default), a resource named twice in one request, a null value to set.
+it forwards (Kafka's ConfigAdminManager.preprocess): the resource type (TOPIC, BROKER or GROUP;
+broker "" is the cluster-wide default), a resource named twice in one request, a null value to
+set.
 Each resource gets its own result, with Kafka's error code.
 """
 
@@ -21,7 +22,11 @@ from protos import metadata_pb2 as mpb
 from raftlog.errors import ErrorCode, KafkaError
 
 Forward = Callable[[str, Any, int], Any]  # (method, request, timeout_ms) -> the answer
-RESOURCE_TYPES = {2: mpb.CONFIG_RESOURCE_TOPIC, 4: mpb.CONFIG_RESOURCE_BROKER}
+RESOURCE_TYPES = {
+    2: mpb.CONFIG_RESOURCE_TOPIC,
+    4: mpb.CONFIG_RESOURCE_BROKER,
+    32: mpb.CONFIG_RESOURCE_GROUP,
+}
 OP_DELETE = 1  # Kafka's AlterConfigOp.OpType.DELETE
 ALTER_DEADLINE_MS = 30_000  # neither request carries a timeout
 
@@ -45,7 +50,7 @@ def _refusal(resource: Any, seen: set[tuple[int, str]], incremental: bool) -> Ka
         return KafkaError(
             ErrorCode.INVALID_REQUEST,
             f"resource type {resource.resource_type} cannot be altered here (topics: 2, "
-            "brokers: 4)",
+            "brokers: 4, groups: 32)",
         )
     for config in resource.configs:
         operation = config.config_operation if incremental else 0

@@ -43,6 +43,7 @@ Data = Mapping[str, Any]
 # The APIs this listener serves, with the versions it advertises (kio holds every version Kafka
 # 4.x defines; these are the ones whose fields the handlers fill, topic names not ids).
 API_PRODUCE, API_FETCH, API_LIST_OFFSETS, API_METADATA = 0, 1, 2, 3
+API_OFFSET_FOR_LEADER_EPOCH = 23
 API_OFFSET_COMMIT, API_OFFSET_FETCH, API_FIND_COORDINATOR = 8, 9, 10
 API_JOIN_GROUP, API_HEARTBEAT, API_LEAVE_GROUP, API_SYNC_GROUP = 11, 12, 13, 14
 API_DESCRIBE_GROUPS, API_LIST_GROUPS, API_DELETE_GROUPS = 15, 16, 42
@@ -51,6 +52,8 @@ API_CREATE_PARTITIONS, API_DESCRIBE_CLUSTER = 37, 60
 API_ALTER_PARTITION_REASSIGNMENTS, API_LIST_PARTITION_REASSIGNMENTS = 45, 46
 API_VERSIONS, API_INIT_PRODUCER_ID, API_CONSUMER_GROUP_HEARTBEAT = 18, 22, 68
 API_CONSUMER_GROUP_DESCRIBE = 69
+API_SHARE_FETCH, API_SHARE_ACKNOWLEDGE = 78, 79  # KIP-932 (dataplane/kafka/share.py)
+API_SHARE_GROUP_HEARTBEAT, API_SHARE_GROUP_DESCRIBE = 76, 77  # KIP-932 (kafka/groups.py)
 API_UNREGISTER_BROKER = 64
 API_ALTER_CONFIGS, API_INCREMENTAL_ALTER_CONFIGS = 33, 44
 API_ADD_RAFT_VOTER, API_REMOVE_RAFT_VOTER = 80, 81  # KIP-853
@@ -60,11 +63,19 @@ API_DESCRIBE_PRODUCERS, API_DESCRIBE_TRANSACTIONS, API_LIST_TRANSACTIONS = 61, 6
 API_DESCRIBE_ACLS, API_CREATE_ACLS, API_DELETE_ACLS = 29, 30, 31
 API_DESCRIBE_USER_SCRAM_CREDENTIALS, API_ALTER_USER_SCRAM_CREDENTIALS = 50, 51  # KIP-554
 API_SASL_HANDSHAKE, API_SASL_AUTHENTICATE = 17, 36
+API_ALTER_REPLICA_LOG_DIRS, API_DESCRIBE_LOG_DIRS = 34, 35
+API_ELECT_LEADERS, API_UPDATE_FEATURES = 43, 57
+API_DELETE_RECORDS, API_OFFSET_DELETE = 21, 47
+API_DESCRIBE_TOPIC_PARTITIONS = 75  # KIP-966
+API_DESCRIBE_QUORUM = 55  # dataplane/kafka/describe_quorum.py
+API_LIST_CONFIG_RESOURCES = 74  # Kafka 4.1 (dataplane/kafka/config_resources.py)
 SUPPORTED: dict[int, tuple[int, int]] = {
     API_PRODUCE: (3, 11),
     API_FETCH: (4, 12),
-    API_LIST_OFFSETS: (1, 8),
+    API_LIST_OFFSETS: (1, 10),  # v9: KIP-1005's sentinel; v10: KIP-1075's timeout (unused)
+    API_OFFSET_FOR_LEADER_EPOCH: (2, 4),  # KIP-320; Kafka 4 removed v0-1 (KIP-896)
     API_METADATA: (0, 12),
+    API_DESCRIBE_TOPIC_PARTITIONS: (0, 0),  # dataplane/kafka/describe_topic_partitions.py
     API_OFFSET_COMMIT: (2, 9),
     API_OFFSET_FETCH: (1, 9),
     API_FIND_COORDINATOR: (0, 4),
@@ -75,11 +86,15 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     API_DESCRIBE_GROUPS: (0, 5),
     API_LIST_GROUPS: (0, 5),
     API_DELETE_GROUPS: (0, 2),
-    API_VERSIONS: (0, 3),
+    API_OFFSET_DELETE: (0, 0),  # Kafka 4 serves v0 only
+    API_DELETE_RECORDS: (0, 2),
+    API_VERSIONS: (0, 4),  # v3: the feature levels (KIP-584); v4: those at level 0 listed too
+    API_DESCRIBE_QUORUM: (0, 2),
+    API_LIST_CONFIG_RESOURCES: (0, 1),  # v0 was ListClientMetricsResources (KIP-714)
     API_INIT_PRODUCER_ID: (0, 4),
-    API_CREATE_TOPICS: (0, 7),
-    API_DELETE_TOPICS: (0, 6),
-    API_DESCRIBE_CONFIGS: (0, 4),
+    API_CREATE_TOPICS: (2, 7),  # Kafka 4 removed v0-1 (KIP-896), as it did the ones below
+    API_DELETE_TOPICS: (1, 6),
+    API_DESCRIBE_CONFIGS: (1, 4),
     API_ALTER_CONFIGS: (0, 2),
     API_INCREMENTAL_ALTER_CONFIGS: (0, 1),
     API_CREATE_PARTITIONS: (0, 3),
@@ -91,6 +106,13 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     API_REMOVE_RAFT_VOTER: (0, 0),
     API_CONSUMER_GROUP_HEARTBEAT: (0, 1),
     API_CONSUMER_GROUP_DESCRIBE: (0, 1),
+    # share groups' membership: v1 is Kafka 4.1's (v0 was 4.0's early access, never served)
+    API_SHARE_GROUP_HEARTBEAT: (1, 1),
+    API_SHARE_GROUP_DESCRIBE: (1, 1),
+    # KIP-932's data path as of Kafka 4.1 (v0 was 4.0's early access; v2 adds KIP-1222's RENEW,
+    # which librdkafka does not send)
+    API_SHARE_FETCH: (1, 1),
+    API_SHARE_ACKNOWLEDGE: (1, 1),
     # Transactions as of KIP-98/447 and KIP-890 part 1 (transaction.version 1): the versions that
     # go with part 2 (an epoch bump per transaction: EndTxn v5, TxnOffsetCommit v5, ...) are not
     # advertised, so clients stay on the part-1 protocol.
@@ -114,6 +136,12 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     # SaslAuthenticate). SaslAuthenticate v1+ carries KIP-368's session lifetime.
     API_SASL_HANDSHAKE: (0, 1),
     API_SASL_AUTHENTICATE: (0, 2),
+    # the broker's one log directory (dataplane/kafka/log_dirs.py); Kafka 4 removed v0
+    API_DESCRIBE_LOG_DIRS: (1, 4),
+    API_ALTER_REPLICA_LOG_DIRS: (1, 2),
+    API_ELECT_LEADERS: (0, 2),
+    # v2 drops the per-feature results; clients use v1 where both sides have it
+    API_UPDATE_FEATURES: (0, 1),
 }
 
 

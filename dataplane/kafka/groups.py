@@ -19,18 +19,20 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from dataplane.broker import authorization as authz
-from dataplane.coordinator import assignor
+from dataplane.coordinator import assignor, share_assignor
 from dataplane.coordinator import classic_group as cg
 from dataplane.coordinator import consumer_protocol as cp
 from dataplane.coordinator import group_state as gs
+from dataplane.coordinator import share_group as sg
 from dataplane.coordinator.group_coordinator import GroupServicer
+from dataplane.coordinator.topic_partitions import TopicPartition
 from dataplane.kafka import codec as kc
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.security.acl import AclOperation
 from protos import group_pb2 as gpb
 from raftlog.errors import ErrorCode, KafkaError
 
-GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE = 0, 1  # FindCoordinator's key_type
+GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE, SHARE_KEY_TYPE = 0, 1, 2  # FindCoordinator's key_type
 OFFSET_COMMIT_KIP_848_VERSION = 9  # from v9 a commit may carry a KIP-848 member epoch
 CLASSIC_PROTOCOL_TYPE = "consumer"  # what a KIP-848 group is shown as in DescribeGroups
 
@@ -63,7 +65,10 @@ class KafkaGroups:
             kc.API_LIST_GROUPS: self.list_groups,
             kc.API_DESCRIBE_GROUPS: self.describe_groups,
             kc.API_DELETE_GROUPS: self.delete_groups,
+            kc.API_OFFSET_DELETE: self.offset_delete,
             kc.API_CONSUMER_GROUP_DESCRIBE: self.consumer_group_describe,
+            kc.API_SHARE_GROUP_HEARTBEAT: self.share_group_heartbeat,
+            kc.API_SHARE_GROUP_DESCRIBE: self.share_group_describe,
         }
 
     # -- FindCoordinator --------------------------------------------------------------------------
@@ -79,7 +84,7 @@ class KafkaGroups:
 
     def _coordinator(self, key: str, key_type: int) -> kc.Data:
         out: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1}
-        if key_type not in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE):
+        if key_type not in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE, SHARE_KEY_TYPE):
             return {**out, "error_code": ErrorCode.INVALID_REQUEST.code,
                     "error_message": f"unknown key type {key_type}"}  # fmt: skip
         answer = self.groups.FindCoordinator(
@@ -111,6 +116,11 @@ class KafkaGroups:
             client_id=request.client_id or "",
             server_assignor=body.server_assignor or "",
         )
+        instance_id = body.instance_id
+        if instance_id is not None:
+            if not instance_id:  # Kafka: "InstanceId can't be empty."
+                return _heartbeat_refused(ErrorCode.INVALID_REQUEST, "InstanceId can't be empty.")
+            heartbeat.instance_id = instance_id
         if body.subscribed_topic_names is not None:
             heartbeat.subscribed_topic_names.SetInParent()
             heartbeat.subscribed_topic_names.names.extend(body.subscribed_topic_names)
@@ -148,6 +158,7 @@ class KafkaGroups:
             group_id=body.group_id,
             member_id=body.member_id,
             member_epoch=body.generation_id_or_member_epoch,
+            group_instance_id=kc.field(body, "group_instance_id") or "",
             topics=[
                 gpb.OffsetCommitTopic(
                     name=topic.name,
@@ -255,6 +266,7 @@ class KafkaGroups:
             protocol_type=body.protocol_type,
             protocols=tuple((p.name, bytes(p.metadata)) for p in body.protocols),
             require_known_member_id=request.api_version >= JOIN_GROUP_KIP_394_VERSION,
+            skip_assignment_allowed=request.api_version >= JOIN_GROUP_SKIP_ASSIGNMENT_VERSION,
         )
         try:
             answer = self.coordinator.join_group(join)
@@ -268,7 +280,7 @@ class KafkaGroups:
             "protocol_type": answer.protocol_type,
             "protocol_name": answer.protocol_name or (None if nullable else ""),
             "leader": answer.leader,
-            "skip_assignment": False,
+            "skip_assignment": answer.skip_assignment,
             "member_id": answer.member_id,
             "members": [
                 {"member_id": m, "group_instance_id": instance, "metadata": metadata}
@@ -345,13 +357,13 @@ class KafkaGroups:
         states = {s.lower() for s in kc.field(body, "states_filter", ()) or ()}
         types = {t.lower() for t in kc.field(body, "types_filter", ()) or ()}
         groups = []
-        for group_id, state, group_type in self.coordinator.list_groups():
+        for group_id, state, group_type, protocol_type in self.coordinator.list_groups():
             if (states and state.lower() not in states) or (types and group_type not in types):
                 continue
             groups.append(
                 {
                     "group_id": group_id,
-                    "protocol_type": CLASSIC_PROTOCOL_TYPE,
+                    "protocol_type": protocol_type,
                     "group_state": state,
                     "group_type": group_type,
                 }
@@ -359,20 +371,34 @@ class KafkaGroups:
         return {"throttle_time": 0, "error_code": 0, "groups": groups}
 
     def describe_groups(self, request: kc.Request) -> kc.Data:
-        described = [self._describe_group(group_id) for group_id in request.body.groups]
+        asked = _operations_asked(request)
+        described = [
+            self._with_operations(self._describe_group(group_id), asked)
+            for group_id in request.body.groups
+        ]
         return {"throttle_time": 0, "groups": described}
+
+    def _with_operations(self, group: dict[str, Any], asked: bool) -> dict[str, Any]:
+        """A described group with what the session may do on it, if the client asked (v3+)."""
+        if asked and not group["error_code"]:
+            group["authorized_operations"] = authz.authorized_operations(
+                self.coordinator.access, authz.GROUP, group["group_id"]
+            )
+        return group
 
     def _describe_group(self, group_id: str) -> dict[str, Any]:
         out: dict[str, Any] = {
             "error_code": 0, "group_id": group_id, "group_state": "Dead", "protocol_type": "",
-            "protocol_data": "", "members": [], "authorized_operations": -(2**31),
+            "protocol_data": "", "members": [], "authorized_operations": authz.NOT_REQUESTED,
         }  # fmt: skip
         try:
             group = self.coordinator.describe_group(group_id)
         except KafkaError as error:
             return {**out, "error_code": error.error.code}
-        if group is None:
-            return out  # Kafka describes an unknown group as Dead, with no error (v0-v5)
+        if group is None or isinstance(group, sg.ShareGroup):
+            # Kafka describes an unknown group, or one of neither the classic nor the consumer
+            # protocol (a share group), as Dead, with no error (v0-v5)
+            return out
         if isinstance(group, cg.DescribedClassicGroup):
             members = [
                 {
@@ -404,6 +430,37 @@ class KafkaGroups:
             results.append({"group_id": group_id, "error_code": code})
         return {"throttle_time": 0, "results": results}
 
+    def offset_delete(self, request: kc.Request) -> kc.Data:
+        """OffsetDelete: the group's committed offsets of the named partitions (see
+        ``GroupShard.delete_offsets``); a group-level error answers every partition with it."""
+        body = request.body
+        answer = self.groups.OffsetDelete(
+            gpb.OffsetDeleteRequest(
+                group_id=body.group_id,
+                topics=[
+                    gpb.TopicPartitions(
+                        topic=t.name, partitions=[p.partition_index for p in t.partitions]
+                    )
+                    for t in body.topics
+                ],
+            ),
+            self.call(),
+        )
+        return {
+            "error_code": answer.error_code,
+            "throttle_time": 0,
+            "topics": [
+                {
+                    "name": t.name,
+                    "partitions": [
+                        {"partition_index": p.partition, "error_code": p.error_code}
+                        for p in t.partitions
+                    ],
+                }
+                for t in answer.topics
+            ],
+        }
+
     def consumer_group_describe(self, request: kc.Request) -> kc.Data:
         """ConsumerGroupDescribe (KIP-848): a consumer group's epochs, members, their
         subscriptions, assignments and targets, topics by id and name. A classic group or an
@@ -412,43 +469,30 @@ class KafkaGroups:
         image = self.image()
         return {
             "throttle_time": 0,
-            "groups": [self._consumer_group(g, image) for g in request.body.group_ids],
+            "groups": [
+                self._with_operations(self._consumer_group(g, image), _operations_asked(request))
+                for g in request.body.group_ids
+            ],
         }
 
     def _consumer_group(self, group_id: str, image: MetadataImage) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "error_code": 0, "error_message": None, "group_id": group_id, "group_state": "Dead",
-            "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "", "members": [],
-            "authorized_operations": -(2**31),
-        }  # fmt: skip
+        out = _described_group(group_id)
         try:
             group = self.coordinator.describe_group(group_id)
         except KafkaError as error:
-            return {**out, "error_code": error.error.code, "error_message": error.message}
+            return {**out, **_error(error)}
         if not isinstance(group, gs.Group) or (group.epoch == 0 and not group.members):
             missing = KafkaError(
                 ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id!r} is not a consumer group"
             )
-            return {**out, "error_code": missing.error.code, "error_message": missing.message}
+            return {**out, **_error(missing)}
         members = sorted(group.members.values(), key=lambda m: m.member_id)
         topics = {t for m in members for t, _ in m.assigned | m.pending_revocation}
         topics |= {t for m in members for t in m.subscribed_topic_names}
         topics |= {t for target in group.target.values() for t, _ in target}
-        if authz.denied_topics(self.coordinator.access, AclOperation.DESCRIBE, topics):
-            denied = "not authorized to DESCRIBE every topic of the group"
-            code = ErrorCode.TOPIC_AUTHORIZATION_FAILED.code
-            return {**out, "error_code": code, "error_message": denied}
-
-        def partitions(tps: Iterable[gs.TopicPartition]) -> dict[str, Any]:
-            by_topic: dict[str, list[int]] = {}
-            for topic, partition in tps:
-                by_topic.setdefault(topic, []).append(partition)
-            return {"topic_partitions": [
-                {"topic_id": image.topic_ids[t], "topic_name": t, "partitions": sorted(p)}
-                for t, p in sorted(by_topic.items())
-                if t in image.topic_ids
-            ]}  # fmt: skip
-
+        denied = self._topics_denied(topics)
+        if denied is not None:
+            return {**out, **denied}
         return {
             **out,
             "group_state": group.state,
@@ -460,20 +504,146 @@ class KafkaGroups:
             "members": [
                 {
                     "member_id": m.member_id,
-                    "instance_id": None,
+                    "instance_id": m.instance_id or None,
                     "rack_id": None,
                     "member_epoch": m.member_epoch,
                     "client_id": m.client_id,
                     "client_host": "",
                     "subscribed_topic_names": list(m.subscribed_topic_names),
                     "subscribed_topic_regex": m.subscribed_topic_regex or None,
-                    "assignment": partitions(m.assigned),
-                    "target_assignment": partitions(group.target.get(m.member_id, ())),
+                    "assignment": _by_topic_id(m.assigned, image),
+                    "target_assignment": _by_topic_id(group.target.get(m.member_id, ()), image),
                     "member_type": CONSUMER_MEMBER_TYPE,
                 }
                 for m in members
             ],
         }
+
+    def _topics_denied(self, topics: Iterable[str]) -> dict[str, Any] | None:
+        """Kafka 4's rule for describing a group: DESCRIBE on every topic its members subscribe
+        to or hold, else TOPIC_AUTHORIZATION_FAILED for the whole group."""
+        if not authz.denied_topics(self.coordinator.access, AclOperation.DESCRIBE, topics):
+            return None
+        return _error(
+            KafkaError(
+                ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                "not authorized to DESCRIBE every topic of the group",
+            )
+        )
+
+    # -- share groups (KIP-932) -------------------------------------------------------------------
+    def share_group_heartbeat(self, request: kc.Request) -> kc.Data:
+        """ShareGroupHeartbeat v1: the member names itself; the assignment (topics by id) is
+        sent when joining or when it changed, null otherwise, as Kafka."""
+        body = request.body
+        heartbeat = gpb.ShareGroupHeartbeatRequest(
+            group_id=body.group_id,
+            member_id=body.member_id,
+            member_epoch=body.member_epoch,
+            client_id=request.client_id or "",
+            client_host=request.client_host,
+        )
+        if body.rack_id is not None:
+            heartbeat.rack_id = body.rack_id
+        if body.subscribed_topic_names is not None:
+            heartbeat.subscribed_topic_names.SetInParent()
+            heartbeat.subscribed_topic_names.names.extend(body.subscribed_topic_names)
+        answer = self.groups.ShareGroupHeartbeat(heartbeat, self.call())
+        image = self.image()
+        assignment = None
+        if not answer.error_code and answer.has_assignment:
+            assignment = {"topic_partitions": [
+                {"topic_id": image.topic_ids[t.topic], "partitions": list(t.partitions)}
+                for t in answer.assignment.topics
+                if t.topic in image.topic_ids
+            ]}  # fmt: skip
+        return {
+            "throttle_time": 0,
+            "error_code": answer.error_code,
+            "error_message": answer.error_message or None,
+            "member_id": answer.member_id or None,
+            "member_epoch": answer.member_epoch,
+            "heartbeat_interval": answer.heartbeat_interval_ms,
+            "assignment": assignment,
+        }
+
+    def share_group_describe(self, request: kc.Request) -> kc.Data:
+        """ShareGroupDescribe: a share group's epochs, members, subscriptions and assignments
+        (topics by id and name). DESCRIBE on the group, and (Kafka 4) on every topic its members
+        subscribe to or hold, else TOPIC_AUTHORIZATION_FAILED; an unknown group, or one of
+        another type, is GROUP_ID_NOT_FOUND."""
+        image = self.image()
+        return {
+            "throttle_time": 0,
+            "groups": [
+                self._with_operations(self._share_group(g, image), _operations_asked(request))
+                for g in request.body.group_ids
+            ],
+        }
+
+    def _share_group(self, group_id: str, image: MetadataImage) -> dict[str, Any]:
+        out = _described_group(group_id)
+        try:
+            group = self.coordinator.describe_share_group(group_id)
+        except KafkaError as error:
+            return {**out, **_error(error)}
+        members = sorted(group.members.values(), key=lambda m: m.member_id)
+        topics = {t for m in members for t, _ in m.assigned}
+        topics |= {t for m in members for t in m.subscribed_topic_names}
+        denied = self._topics_denied(topics)
+        if denied is not None:
+            return {**out, **denied}
+        return {
+            **out,
+            "group_state": group.state,
+            "group_epoch": group.epoch,
+            "assignment_epoch": group.assignment_epoch,
+            "assignor_name": share_assignor.NAME,
+            "members": [
+                {
+                    "member_id": m.member_id,
+                    "rack_id": m.rack_id or None,
+                    "member_epoch": m.member_epoch,
+                    "client_id": m.client_id,
+                    "client_host": m.client_host,
+                    "subscribed_topic_names": list(m.subscribed_topic_names),
+                    "assignment": _by_topic_id(m.assigned, image),
+                }
+                for m in members
+            ],
+        }
+
+
+def _described_group(group_id: str) -> dict[str, Any]:
+    """ConsumerGroupDescribe's and ShareGroupDescribe's answer for a group not (yet) found."""
+    return {
+        "error_code": 0, "error_message": None, "group_id": group_id, "group_state": "Dead",
+        "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "", "members": [],
+        "authorized_operations": authz.NOT_REQUESTED,
+    }  # fmt: skip
+
+
+def _error(error: KafkaError) -> dict[str, Any]:
+    return {"error_code": error.error.code, "error_message": error.message}
+
+
+def _by_topic_id(tps: Iterable[TopicPartition], image: MetadataImage) -> dict[str, Any]:
+    """An assignment as Kafka's describe answers carry it: topic id, name, partitions."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in tps:
+        by_topic.setdefault(topic, []).append(partition)
+    return {"topic_partitions": [
+        {"topic_id": image.topic_ids[t], "topic_name": t, "partitions": sorted(p)}
+        for t, p in sorted(by_topic.items())
+        if t in image.topic_ids
+    ]}  # fmt: skip
+
+
+SHARE_PROTOCOL_TYPE = "share"  # Kafka's ShareGroup.PROTOCOL_TYPE, as ListGroups shows it
+
+
+def _operations_asked(request: kc.Request) -> bool:
+    return bool(kc.field(request.body, "include_authorized_operations", False))
 
 
 # ConsumerGroupDescribe v1's member_type (KIP-1099): a member speaking KIP-848's protocol
@@ -482,6 +652,14 @@ DEFAULT_ASSIGNOR = assignor.UNIFORM
 
 JOIN_GROUP_KIP_394_VERSION = 4  # from v4 a new member first gets its id (MEMBER_ID_REQUIRED)
 JOIN_GROUP_NULLABLE_PROTOCOL_VERSION = 7
+JOIN_GROUP_SKIP_ASSIGNMENT_VERSION = 9  # KIP-814: a static leader's rejoin skips assigning
+
+
+def _heartbeat_refused(error: ErrorCode, message: str) -> kc.Data:
+    return {
+        "throttle_time": 0, "error_code": error.code, "error_message": message,
+        "member_id": None, "member_epoch": 0, "heartbeat_interval": 0, "assignment": None,
+    }  # fmt: skip
 
 
 def _as_classic(group: gs.Group) -> dict[str, Any]:
@@ -490,7 +668,7 @@ def _as_classic(group: gs.Group) -> dict[str, Any]:
     members = [
         {
             "member_id": m.member_id,
-            "group_instance_id": None,
+            "group_instance_id": m.instance_id or None,
             "client_id": m.client_id,
             "client_host": "",
             "member_metadata": cp.encode_subscription(m.subscribed_topic_names),

@@ -11,12 +11,18 @@ Connections are served one request at a time, in order, as a Kafka broker does (
 pipeline; responses keep the order). A frame that is not a request closes its connection only;
 an API or version not served is answered UNSUPPORTED_VERSION for ApiVersions (in its v0 layout,
 KIP-511) and closes the connection otherwise, as Kafka's broker does. Served here: ApiVersions,
-Metadata, Produce, Fetch, ListOffsets, InitProducerId, and through dataplane/kafka/groups.py the
-GroupServicer's FindCoordinator, ConsumerGroupHeartbeat, OffsetCommit and OffsetFetch, through
-dataplane/kafka/transactions.py the transaction APIs, and through dataplane/kafka/admin.py the
-admin requests the controller answers (versions in `kafka_codec.SUPPORTED`).
-Fetch sessions (KIP-227) are not kept: every fetch is answered in full with session id 0, which
-clients take as "no session".
+Metadata, Produce, Fetch, ListOffsets, InitProducerId, DeleteRecords, and through
+dataplane/kafka/groups.py the GroupServicer's FindCoordinator, ConsumerGroupHeartbeat,
+OffsetCommit and OffsetFetch, through dataplane/kafka/share.py share groups' ShareFetch and
+ShareAcknowledge (KIP-932), through dataplane/kafka/transactions.py the transaction APIs,
+and through dataplane/kafka/admin.py the admin requests the controller answers (versions in
+`kafka_codec.SUPPORTED`); dataplane/kafka/log_dirs.py answers DescribeLogDirs and
+AlterReplicaLogDirs, dataplane/kafka/describe_topic_partitions.py DescribeTopicPartitions,
+dataplane/kafka/describe_quorum.py DescribeQuorum, dataplane/kafka/config_resources.py
+ListConfigResources (and groups' DescribeConfigs), and ApiVersions carries the feature levels
+(dataplane/kafka/features.py).
+Fetch (dataplane/kafka/fetch.py) keeps fetch sessions (KIP-227, `fetch_sessions.py`) and
+passes the consumer's rack on (KIP-392: follower fetching).
 
 Security (dataplane/kafka/sasl.py): on an SSL or SASL_SSL listener each connection's thread
 does its TLS handshake; on SASL_PLAINTEXT or SASL_SSL a `ConnectionAuthenticator` sees every
@@ -34,11 +40,21 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from dataplane.broker import authorization as authz
 from dataplane.broker.service import BrokerServicer
 from dataplane.coordinator.group_coordinator import GroupServicer
+from dataplane.coordinator.share_manager import SharePartitionManager
 from dataplane.kafka import codec as kc
 from dataplane.kafka.admin import KafkaAdmin
+from dataplane.kafka.auto_create import AutoCreateSettings, AutoTopicCreation, is_internal
+from dataplane.kafka.config_resources import KafkaConfigResources
+from dataplane.kafka.describe_quorum import KafkaDescribeQuorum
+from dataplane.kafka.describe_topic_partitions import KafkaDescribeTopicPartitions
+from dataplane.kafka.features import api_versions_features
+from dataplane.kafka.fetch import KafkaFetch
+from dataplane.kafka.fetch_sessions import CACHE_SLOTS_DEFAULT
 from dataplane.kafka.groups import KafkaGroups
+from dataplane.kafka.log_dirs import KafkaLogDirs
 from dataplane.kafka.sasl import (
     AUTHENTICATION_READ_TIMEOUT_S,
     PLAINTEXT,
@@ -56,17 +72,26 @@ from dataplane.kafka.sasl import (
     tls_accept,
 )
 from dataplane.kafka.security_admin import KafkaSecurityAdmin
+from dataplane.kafka.share import KafkaShare
 from dataplane.kafka.transactions import KafkaTransactions, TransactionServices
 from metadata_quorum.client import ControllerClient
+from metadata_quorum.group_configs import GroupRules
+from metadata_quorum.security.acl import CLUSTER_NAME, ResourceType
 from metadata_quorum.security.principal import ANONYMOUS, acting_as
 from metadata_quorum.security.scram import ScramCredential, ScramMechanism
 from protos import broker_pb2 as pb
 from raftlog.errors import ErrorCode
+from raftlog.log import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIERED_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+)
 
 log = logging.getLogger(__name__)
 LISTENER = "KAFKA"
 ACCEPT_BACKLOG = 128
-NO_AUTHORIZED_OPERATIONS = -(2**31)  # Kafka's "not requested" for authorized operations
 
 
 class _DropResponse(Exception):
@@ -100,6 +125,10 @@ class KafkaListener:
         transactions: TransactionServices | None = None,
         security: KafkaListenerSecurity | None = None,
         clock_ms: Callable[[], int] = lambda: time.monotonic_ns() // 1_000_000,
+        auto_create: AutoCreateSettings | None = None,
+        fetch_session_cache_slots: int = CACHE_SLOTS_DEFAULT,
+        share_manager: SharePartitionManager | None = None,
+        group_rules: GroupRules | None = None,
     ) -> None:
         self.servicer = servicer
         self.ready = ready
@@ -114,23 +143,54 @@ class KafkaListener:
         self._connections: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._stopped = threading.Event()
+        self._auto_create: AutoTopicCreation | None = None
+        # Fetch with its sessions (KIP-227), max.incremental.fetch.session.cache.slots of them
+        self.fetch = KafkaFetch(servicer, LISTENER, fetch_session_cache_slots, clock_ms)
         self._handlers: dict[int, Callable[[kc.Request], kc.Data | None]] = {
             kc.API_VERSIONS: self._api_versions,
             kc.API_METADATA: self._metadata,
             kc.API_PRODUCE: self._produce,
-            kc.API_FETCH: self._fetch,
+            kc.API_FETCH: self.fetch.handle,
             kc.API_LIST_OFFSETS: self._list_offsets,
             kc.API_INIT_PRODUCER_ID: self._init_producer_id,
+            kc.API_DELETE_RECORDS: self._delete_records,
+            kc.API_OFFSET_FOR_LEADER_EPOCH: self._offset_for_leader_epoch,
         }
+        log_dirs = KafkaLogDirs(servicer.replicas.log_dir, servicer.replicas.partitions,
+                                servicer.access)  # fmt: skip
+        self._handlers.update(log_dirs.handlers())
+        topic_partitions = KafkaDescribeTopicPartitions(
+            lambda described: servicer.Metadata(described, _Call()), is_internal,
+            lambda: list(servicer.replicas.image.topic_ids), uuid_of,
+        )  # fmt: skip
+        self._handlers.update(topic_partitions.handlers())
         group_apis = KafkaGroups(groups, lambda: servicer.replicas.image, LISTENER, _Call)
         self._handlers.update(group_apis.handlers())
+        if share_manager is not None:  # share groups' ShareFetch / ShareAcknowledge (KIP-932)
+            share_apis = KafkaShare(
+                share_manager, lambda: servicer.replicas.image, servicer.access, LISTENER,
+                clock_ms,
+            )  # fmt: skip
+            self._handlers.update(share_apis.handlers())
         if transactions is not None:
             txn_apis = KafkaTransactions(transactions, groups, servicer, _Call)
             self._handlers.update(txn_apis.handlers())
+        # ListConfigResources, and groups' DescribeConfigs with this broker's group defaults
+        config_resources = KafkaConfigResources(
+            lambda: servicer.replicas.image, group_rules or GroupRules(), servicer.access
+        )
+        self._handlers.update(config_resources.handlers())
         if controller is not None:
             admin = KafkaAdmin(
                 controller, lambda: servicer.replicas.image, servicer.broker_id,
                 servicer.cluster_id, LISTENER, servicer.access,
+                wait_for_image=servicer.replicas.wait_for_image,
+                config_resources=config_resources,
+            )  # fmt: skip
+            self._handlers.update(KafkaDescribeQuorum(controller, servicer.access).handlers())
+            self._auto_create = AutoTopicCreation(
+                auto_create or AutoCreateSettings(), controller, lambda: servicer.replicas.image,
+                servicer.replicas.wait_for_image, servicer.access,
             )  # fmt: skip
             self._handlers.update(admin.handlers())
             self._handlers.update(KafkaSecurityAdmin(controller, servicer.access).handlers())
@@ -284,7 +344,8 @@ class KafkaListener:
 
     # -- the APIs ---------------------------------------------------------------------------------
     def _api_versions(self, request: kc.Request) -> kc.Data:
-        return self._api_versions_data(ErrorCode.NONE)
+        features = api_versions_features(self.servicer.replicas.image, request.api_version)
+        return {**self._api_versions_data(ErrorCode.NONE), **features}
 
     def _api_versions_data(self, error: ErrorCode) -> kc.Data:
         return {
@@ -306,9 +367,18 @@ class KafkaListener:
             for t in topics or ()
         ]
         names = [name for name in names if name]
+        # v8+: the client may ask what it may do on each topic (and, v8-10, on the cluster)
+        topics_asked = bool(kc.field(request.body, "include_topic_authorized_operations", False))
+        cluster_asked = bool(kc.field(request.body, "include_cluster_authorized_operations", False))
         described = self.servicer.Metadata(
             pb.MetadataRequest(topics=names, all_topics=all_topics), _Call()
         )
+        if self._auto_create is not None and not all_topics:
+            self._auto_create.fill_in(
+                described,
+                bool(kc.field(request.body, "allow_auto_topic_creation", True)),
+                lambda created: self.servicer.Metadata(pb.MetadataRequest(topics=created), _Call()),
+            )
         brokers = []
         for broker in image.unfenced_brokers():
             endpoint = broker.endpoint(LISTENER)
@@ -323,9 +393,17 @@ class KafkaListener:
             "cluster_id": described.cluster_id,
             # Kafka clients cannot reach controllers: name this broker, which forwards (KIP-590).
             "controller_id": self.servicer.broker_id,
-            "topics": [_topic_metadata(topic) for topic in described.topics],
-            "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS,
+            "topics": [
+                _topic_metadata(topic, self._operations(authz.TOPIC, topic.name, topics_asked))
+                for topic in described.topics
+            ],
+            "cluster_authorized_operations": self._operations(
+                authz.CLUSTER, CLUSTER_NAME, cluster_asked
+            ),
         }
+
+    def _operations(self, resource_type: ResourceType, name: str, requested: bool) -> int:
+        return authz.authorized_operations(self.servicer.access, resource_type, name, requested)
 
     def _produce(self, request: kc.Request) -> kc.Data | None:
         body = request.body
@@ -353,47 +431,11 @@ class KafkaListener:
             "throttle_time": 0,
         }
 
-    def _fetch(self, request: kc.Request) -> kc.Data:
-        body = request.body
-        if kc.field(body, "session_id", 0) != 0:
-            return {"throttle_time": 0, "error_code": ErrorCode.FETCH_SESSION_ID_NOT_FOUND.code,
-                    "session_id": 0, "responses": []}  # fmt: skip
-        if kc.field(body, "replica_id", -1) >= 0:
-            raise kc.FrameError("followers fetch over gRPC, not the KAFKA listener")
-        fetched = self.servicer.Fetch(
-            pb.FetchRequest(
-                replica_id=-1,
-                max_wait_ms=kc.millis(body.max_wait),
-                min_bytes=body.min_bytes,
-                max_bytes=kc.field(body, "max_bytes", kc.MAX_FRAME_BYTES),
-                isolation_level=int(kc.field(body, "isolation_level", 0)),
-                topics=[
-                    pb.FetchTopic(
-                        name=topic.topic,
-                        partitions=[
-                            pb.FetchPartition(
-                                partition=p.partition,
-                                fetch_offset=p.fetch_offset,
-                                current_leader_epoch=kc.field(p, "current_leader_epoch", -1),
-                                partition_max_bytes=p.partition_max_bytes,
-                            )
-                            for p in topic.partitions
-                        ],
-                    )
-                    for topic in body.topics
-                ],
-            ),
-            _Call(),
-        )
-        return {
-            "throttle_time": 0,
-            "error_code": 0,
-            "session_id": 0,
-            "responses": _by_topic(fetched.topics, "topic", "partitions", _fetched),
-        }
-
     def _list_offsets(self, request: kc.Request) -> kc.Data:
-        body = request.body
+        """A partition whose timestamp is a sentinel its version does not know (or no sentinel
+        at all) is answered UNSUPPORTED_VERSION here, as Kafka's ReplicaManager does; the rest
+        go to the broker core."""
+        body, version = request.body, request.api_version
         listed = self.servicer.ListOffsets(
             pb.ListOffsetsRequest(
                 replica_id=body.replica_id,
@@ -408,6 +450,67 @@ class KafkaListener:
                                 current_leader_epoch=kc.field(p, "current_leader_epoch", -1),
                             )
                             for p in topic.partitions
+                            if list_offsets_timestamp_supported(p.timestamp, version)
+                        ],
+                    )
+                    for topic in body.topics
+                ],
+            ),
+            _Call(),
+        )
+        topics = _by_topic(listed.topics, "name", "partitions", _listed)
+        unsupported = ErrorCode.UNSUPPORTED_VERSION.code
+        for topic, answered in zip(body.topics, topics, strict=True):
+            answered["partitions"].extend([
+                {"partition_index": p.partition_index, "error_code": unsupported, "timestamp": -1,
+                 "offset": -1, "leader_epoch": -1}
+                for p in topic.partitions
+                if not list_offsets_timestamp_supported(p.timestamp, version)
+            ])  # fmt: skip
+        return {"throttle_time": 0, "topics": topics}
+
+    def _offset_for_leader_epoch(self, request: kc.Request) -> kc.Data:
+        """OffsetForLeaderEpoch: where each asked epoch ends in the leader's log, which a
+        consumer asks after a leader change to learn whether its position survived (KIP-320):
+        dataplane/broker/offset_for_leader_epoch.py. Raftlog's followers ask over gRPC."""
+        body = request.body
+        answer = self.servicer.OffsetForLeaderEpoch(
+            pb.OffsetForLeaderEpochRequest(
+                topics=[
+                    pb.OffsetForLeaderEpochTopic(
+                        name=topic.topic,
+                        partitions=[
+                            pb.OffsetForLeaderEpochPartition(
+                                partition=p.partition,
+                                current_leader_epoch=p.current_leader_epoch,
+                                leader_epoch=p.leader_epoch,
+                            )
+                            for p in topic.partitions
+                        ],
+                    )
+                    for topic in body.topics
+                ]
+            ),
+            _Call(),
+        )
+        return {
+            "throttle_time": 0,
+            "topics": _by_topic(answer.topics, "topic", "partitions", _epoch_end),
+        }
+
+    def _delete_records(self, request: kc.Request) -> kc.Data:
+        """DeleteRecords, sent by clients to each partition's leader (Kafka's AdminClient
+        groups the partitions by leader): see dataplane/broker/delete_records.py."""
+        body = request.body
+        answer = self.servicer.DeleteRecords(
+            pb.DeleteRecordsRequest(
+                timeout_ms=kc.millis(body.timeout),
+                topics=[
+                    pb.DeleteRecordsTopic(
+                        name=topic.name,
+                        partitions=[
+                            pb.DeleteRecordsPartition(partition=p.partition_index, offset=p.offset)
+                            for p in topic.partitions
                         ],
                     )
                     for topic in body.topics
@@ -417,7 +520,7 @@ class KafkaListener:
         )
         return {
             "throttle_time": 0,
-            "topics": _by_topic(listed.topics, "name", "partitions", _listed),
+            "topics": _by_topic(answer.topics, "name", "partitions", _trimmed),
         }
 
     def _init_producer_id(self, request: kc.Request) -> kc.Data:
@@ -448,6 +551,13 @@ def _by_topic(
     ]
 
 
+def _epoch_end(p: pb.OffsetForLeaderEpochPartitionResponse) -> kc.Data:
+    return {
+        "error_code": p.error_code, "partition": p.partition,
+        "leader_epoch": p.leader_epoch, "end_offset": p.end_offset,
+    }  # fmt: skip
+
+
 def _produced(p: pb.ProducePartitionResponse) -> kc.Data:
     return {
         "index": p.partition, "error_code": p.error_code, "base_offset": p.base_offset,
@@ -456,18 +566,27 @@ def _produced(p: pb.ProducePartitionResponse) -> kc.Data:
     }  # fmt: skip
 
 
-def _fetched(p: pb.FetchPartitionResponse) -> kc.Data:
-    return {
-        "partition_index": p.partition, "error_code": p.error_code,
-        "high_watermark": p.high_watermark,
-        "last_stable_offset": p.last_stable_offset,
-        "log_start_offset": p.log_start_offset,
-        "aborted_transactions": [
-            {"producer_id": a.producer_id, "first_offset": a.first_offset}
-            for a in p.aborted_transactions
-        ],
-        "preferred_read_replica": -1, "records": p.records,
-    }  # fmt: skip
+# The first ListOffsets version that knows each sentinel timestamp (Kafka's ReplicaManager
+# ``timestampMinSupportedVersion``): max timestamp (KIP-734), the local log start (KIP-405), the
+# last tiered offset (KIP-1005)
+LIST_OFFSETS_SENTINEL_MIN_VERSION = {
+    LATEST_TIMESTAMP: 1, EARLIEST_TIMESTAMP: 1, MAX_TIMESTAMP: 7, EARLIEST_LOCAL_TIMESTAMP: 8,
+    LATEST_TIERED_TIMESTAMP: 9,
+}  # fmt: skip
+
+
+def list_offsets_timestamp_supported(timestamp: int, version: int) -> bool:
+    """Whether ListOffsets ``version`` can look ``timestamp`` up: any time (>= 0), or a
+    sentinel that version defines."""
+    if timestamp >= 0:
+        return True
+    minimum = LIST_OFFSETS_SENTINEL_MIN_VERSION.get(timestamp)
+    return minimum is not None and version >= minimum
+
+
+def _trimmed(p: pb.DeleteRecordsPartitionResponse) -> kc.Data:
+    return {"partition_index": p.partition, "low_watermark": p.low_watermark,
+            "error_code": p.error_code}  # fmt: skip
 
 
 def _listed(p: pb.ListOffsetsPartitionResponse) -> kc.Data:
@@ -477,12 +596,12 @@ def _listed(p: pb.ListOffsetsPartitionResponse) -> kc.Data:
     }  # fmt: skip
 
 
-def _topic_metadata(topic: pb.TopicMetadata) -> kc.Data:
+def _topic_metadata(topic: pb.TopicMetadata, operations: int) -> kc.Data:
     return {
         "error_code": topic.error_code,
         "name": topic.name,
         "topic_id": uuid_of(topic.topic_id),
-        "is_internal": topic.name.startswith("__"),
+        "is_internal": is_internal(topic.name),
         "partitions": [
             {
                 "error_code": p.error_code,
@@ -495,7 +614,7 @@ def _topic_metadata(topic: pb.TopicMetadata) -> kc.Data:
             }
             for p in topic.partitions
         ],
-        "topic_authorized_operations": NO_AUTHORIZED_OPERATIONS,
+        "topic_authorized_operations": operations,
     }
 
 

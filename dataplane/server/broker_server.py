@@ -39,17 +39,30 @@ from dataplane.coordinator.group_coordinator import (
     GroupCoordinator,
     GroupServicer,
 )
+from dataplane.coordinator.share_coordinator import (
+    ShareCoordinator,
+    ShareCoordinatorConfig,
+    ShareCoordinatorServicer,
+)
+from dataplane.coordinator.share_grpc import GrpcShare
+from dataplane.coordinator.share_manager import (
+    CoordinatorPersister,
+    SharePartitionManager,
+    ShareSettings,
+)
 from dataplane.coordinator.transaction_coordinator import (
     TransactionConfig,
     TransactionCoordinator,
     TransactionServicer,
 )
-from dataplane.coordinator.transaction_markers import TransactionVerifier
+from dataplane.coordinator.transaction_markers import Channels, TransactionVerifier
+from dataplane.kafka.auto_create import AutoCreateSettings
 from dataplane.kafka.listener import LISTENER as KAFKA_LISTENER
 from dataplane.kafka.listener import KafkaListener
 from dataplane.kafka.sasl import KafkaListenerSecurity
 from metadata_quorum.client import ControllerClient
 from metadata_quorum.codec import record_from_proto, snapshot_from_proto
+from metadata_quorum.group_configs import GroupRules
 from metadata_quorum.image import MetadataDelta, MetadataImage, PartitionRegistration
 from metadata_quorum.security.authorization import AccessControl, AuthorizerSettings
 from metadata_quorum.security.channels import ClientSecurity
@@ -111,10 +124,22 @@ class BrokerSettings:
     fetcher: FetcherConfig
     groups: GroupConfig = field(default_factory=GroupConfig)
     transactions: TransactionConfig = field(default_factory=TransactionConfig)
+    # share groups (KIP-932): the share coordinator over __share_group_state, and the share
+    # partitions this broker leads
+    share_coordinator: ShareCoordinatorConfig = field(default_factory=ShareCoordinatorConfig)
+    share: ShareSettings = field(default_factory=ShareSettings)
+    # groups' configs (Kafka 4): this node's defaults, bounds and file-set keys, for
+    # DescribeConfigs of a group on the KAFKA listener (metadata_quorum/group_configs.py)
+    group_rules: GroupRules = field(default_factory=GroupRules)
     fault_produce_drop_response_every: int = 0  # chaos testing only: see ProduceResponseDropper
     kafka_listener: tuple[str, int] | None = None  # KAFKA://host:port: Kafka's binary protocol
+    replica_selector: str | None = None  # replica.selector.class (KIP-392)
+    fetch_session_cache_slots: int = 1000  # max.incremental.fetch.session.cache.slots
     # its TLS and SASL (listener.security.protocol.map, ssl.*, sasl.enabled.mechanisms, ...)
     kafka_security: KafkaListenerSecurity | None = None
+    # auto.create.topics.enable, num.partitions, default.replication.factor (Kafka clients'
+    # Metadata requests create missing topics: dataplane/kafka/auto_create.py)
+    auto_create: AutoCreateSettings = field(default_factory=AutoCreateSettings)
     # authorizer.class.name, super.users, allow.everyone.if.no.acl.found; None: no authorizer
     authorizer: AuthorizerSettings | None = None
     # the BROKER listener's TLS and authentication, given the credential lookup over this
@@ -182,13 +207,12 @@ class Broker:
             settings.broker_id, self.replicas, metrics, settings.cluster_id,
             settings.controller_addresses, self._enqueue_isr, self.allocate_producer_id,
             drop_produce_response_every=settings.fault_produce_drop_response_every,
-            access=self.access,
+            access=self.access, replica_selector=settings.replica_selector,
         )  # fmt: skip
         self.groups = GroupCoordinator(
             settings.broker_id, settings.groups, self.replicas, self._create_topic, clock_ms
         )
         self.groups.access = self.access
-        self.groups.security = settings.broker_client_security
         self.group_servicer = GroupServicer(self.groups)
         # WriteTxnMarkers to a __consumer_offsets partition goes through its group shard.
         self.servicer.marker_writers[OFFSETS_TOPIC] = self.groups.write_marker
@@ -210,6 +234,23 @@ class Broker:
         self.groups.verify_transaction = self.servicer.verify_transaction  # TxnOffsetCommit
         finder = self.transaction_servicer.find_coordinator
         self.group_servicer.find_transaction_coordinator = finder
+        self.share_coordinator = ShareCoordinator(
+            settings.broker_id, settings.share_coordinator, self.replicas, self._create_topic,
+            clock_ms,
+        )  # fmt: skip
+        self.share_servicer = ShareCoordinatorServicer(self.share_coordinator, self.access)
+        self.group_servicer.find_share_coordinator = self.share_coordinator.find_coordinator
+        self._share_channels = Channels(settings.broker_client_security)
+        persister = CoordinatorPersister(self.share_coordinator, self._share_channels)
+        self.share_manager = SharePartitionManager(
+            self.replicas, persister, settings.share, clock_ms
+        )
+        self.groups.delete_share_state = persister.delete  # DeleteGroups of a share group
+        share_door = GrpcShare(
+            self.share_manager, lambda: self.replicas.image, self.access, clock_ms
+        )
+        self.servicer.share_fetch = share_door.share_fetch  # BrokerService's ShareFetch
+        self.servicer.share_acknowledge = share_door.share_acknowledge
         self.server: grpc.Server | None = None
         # Set once the image holds this incarnation's registration: clients are served from then.
         self.serving = threading.Event()
@@ -224,6 +265,10 @@ class Broker:
                 controller=self.client,
                 transactions=self.transaction_servicer,
                 security=settings.kafka_security,
+                auto_create=settings.auto_create,
+                fetch_session_cache_slots=settings.fetch_session_cache_slots,
+                share_manager=self.share_manager,
+                group_rules=settings.group_rules,
             )
         )
         self.image = MetadataImage()
@@ -268,12 +313,15 @@ class Broker:
         self.server = serve(
             self.servicer, self.settings.address, self.group_servicer, ready=self.serving,
             transactions=self.transaction_servicer, security=security,
+            shares=self.share_servicer,
         )  # fmt: skip
         if self.kafka is not None:
             self.kafka.start()
         self.replicas.start()
         self.groups.start()
         self.transactions.start()
+        self.share_coordinator.start()
+        self.share_manager.start()
         for thread in self._threads:
             thread.start()
         log.info("broker %d serving on %s", self.settings.broker_id, self.settings.address)
@@ -420,6 +468,8 @@ class Broker:
         self.fetchers.reconcile(followed)
         self.groups.on_image(image)
         self.transactions.on_image()
+        self.share_coordinator.on_image()
+        self.share_manager.on_image()
         if caught_up and not self.serving.is_set():
             self.serving.set()
             log.info(
@@ -558,6 +608,9 @@ class Broker:
         if stream is not None:
             stream.cancel()
         self.fetchers.close()
+        self.share_manager.close()
+        self._share_channels.close()
+        self.share_coordinator.close()
         self.transactions.close()
         self.groups.close()
         if self.kafka is not None:

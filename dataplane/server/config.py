@@ -41,7 +41,10 @@ from pydantic import (
     model_validator,
 )
 
-from metadata_quorum.configs import BROKER_KEYS
+from dataplane.broker.replica_selector import RACK_AWARE_REPLICA_SELECTOR, REPLICA_SELECTORS
+from metadata_quorum.configs import BROKER_KEYS, validate_broker_log_configs
+from metadata_quorum.group_configs import BROKER_SYNONYMS as GROUP_BROKER_SYNONYMS
+from metadata_quorum.group_configs import GroupConfigBounds, GroupConfigs, GroupRules
 from metadata_quorum.security.authorization import STANDARD_AUTHORIZERS, AuthorizerSettings
 from metadata_quorum.security.channels import ClientSecurity
 from metadata_quorum.security.grpc_auth import CredentialLookup, GrpcAuthenticator, ServerSecurity
@@ -49,10 +52,16 @@ from metadata_quorum.security.node_cert import NODE_CERT_MECHANISM
 from metadata_quorum.security.principal import PrincipalMappingRules
 from metadata_quorum.security.tls import ClientAuth, TlsSettings
 from metadata_quorum.service import Voter
+from metadata_quorum.topic_config_defs import BROKER_SYNONYMS
 from raftlog.config import INT64_MAX, ConfigError, describe_validation_error
 
 ENV_PREFIX = "RAFTLOG_"
 ROLES = frozenset({"controller", "broker"})
+
+
+def _property(value: Any) -> str:
+    """A config file's value (TOML may type it) as Kafka's property string."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def parse_listeners(value: str) -> dict[str, tuple[str, int]]:
@@ -151,6 +160,12 @@ class NodeConfig(BaseModel):
     )
 
     broker_rack: str | None = Field(None, alias="broker.rack", min_length=1, max_length=255)
+    # KIP-392: which replica a consumer that sends its rack reads from (None: the leader)
+    replica_selector_class: str | None = Field(None, alias="replica.selector.class")
+    # KIP-227: fetch sessions the KAFKA listener keeps (0: none, every fetch is full)
+    max_incremental_fetch_session_cache_slots: int = Field(
+        1000, alias="max.incremental.fetch.session.cache.slots", ge=0, le=1_000_000
+    )
     replica_lag_time_max_ms: int = Field(
         30_000, alias="replica.lag.time.max.ms", ge=100, le=3_600_000
     )
@@ -164,6 +179,12 @@ class NodeConfig(BaseModel):
     log_retention_check_interval_ms: int = Field(
         300_000, alias="log.retention.check.interval.ms", ge=100, le=86_400_000
     )
+    # Auto-created topics (dataplane/kafka/auto_create.py): a Kafka client's Metadata request
+    # naming a missing topic creates it with these sizes (a cluster-wide value set through the
+    # controller wins over this file's); Kafka's names, defaults and bounds (short RF)
+    auto_create_topics_enable: bool = Field(True, alias="auto.create.topics.enable")
+    num_partitions: int = Field(1, alias="num.partitions", ge=1, le=100_000)
+    default_replication_factor: int = Field(1, alias="default.replication.factor", ge=1, le=32_767)
     # Dynamic broker configs given statically (Kafka's STATIC_BROKER_CONFIG): they apply from
     # start, below any value set through the controller (see metadata_quorum.configs). None:
     # not set here (Kafka's default, 2^63-1 bytes/s, is unthrottled).
@@ -179,6 +200,35 @@ class NodeConfig(BaseModel):
     log_cache_tail_bytes: int = Field(
         64 * 1024 * 1024, alias="log.cache.tail.bytes", ge=0, le=2**50
     )
+    # The topic configs' broker defaults this file sets (Kafka's synonyms: log.retention.hours,
+    # log.roll.ms, compression.type, ...; metadata_quorum.topic_config_defs), as strings: this
+    # broker applies them to its topics below any dynamic value (STATIC_BROKER_CONFIG) and
+    # registers them, so DescribeConfigs shows them. Given as top-level keys, gathered here.
+    topic_config_defaults: dict[str, str] = Field(
+        default_factory=dict, alias="topic.config.defaults"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gather_topic_config_defaults(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping) or not BROKER_SYNONYMS.keys() & data.keys():
+            return data
+        given = {k: v for k, v in data.items() if k not in BROKER_SYNONYMS}
+        gathered = {k: _property(v) for k, v in data.items() if k in BROKER_SYNONYMS}
+        return {**given, "topic.config.defaults": gathered}
+
+    @field_validator("topic_config_defaults")
+    @classmethod
+    def _valid_topic_config_defaults(cls, value: dict[str, str]) -> dict[str, str]:
+        unknown = sorted(set(value) - BROKER_SYNONYMS.keys())
+        if unknown:
+            raise ValueError(f"not a topic config default: {', '.join(unknown)}")
+        try:
+            validate_broker_log_configs(value)
+        except ConfigError as error:
+            raise ValueError(error.message) from error
+        return value
+
     # Fault injection for chaos tests, never for production: every Nth Produce request (acks 1
     # or all) is served in full and its response then never sent (0 = off). See
     # dataplane.broker.service.ProduceResponseDropper.
@@ -197,6 +247,14 @@ class NodeConfig(BaseModel):
     group_consumer_max_size: int = Field(
         2**31 - 1, alias="group.consumer.max.size", ge=1, le=2**31 - 1
     )
+    # share groups' membership (KIP-932, ShareGroupHeartbeat): Kafka's ShareGroupConfig bounds
+    group_share_session_timeout_ms: int = Field(
+        45_000, alias="group.share.session.timeout.ms", ge=100, le=3_600_000
+    )
+    group_share_heartbeat_interval_ms: int = Field(
+        5_000, alias="group.share.heartbeat.interval.ms", ge=10, le=3_600_000
+    )
+    group_share_max_size: int = Field(200, alias="group.share.max.size", ge=1, le=1000)
     # classic (JoinGroup/SyncGroup) groups: the member names its session timeout within these
     group_min_session_timeout_ms: int = Field(
         6_000, alias="group.min.session.timeout.ms", ge=1, le=3_600_000
@@ -208,6 +266,39 @@ class NodeConfig(BaseModel):
         3_000, alias="group.initial.rebalance.delay.ms", ge=0, le=600_000
     )
     group_max_size: int = Field(2**31 - 1, alias="group.max.size", ge=1, le=2**31 - 1)
+    # the bounds of groups' own timeouts (Kafka 4's group configs: consumer.session.timeout.ms,
+    # ...; metadata_quorum/group_configs.py), Kafka's defaults. The broker's own defaults above
+    # are not held to them (raftlog's test clusters run shorter sessions).
+    group_consumer_min_session_timeout_ms: int = Field(
+        45_000, alias="group.consumer.min.session.timeout.ms", ge=1, le=2**31 - 1
+    )
+    group_consumer_max_session_timeout_ms: int = Field(
+        60_000, alias="group.consumer.max.session.timeout.ms", ge=1, le=2**31 - 1
+    )
+    group_consumer_min_heartbeat_interval_ms: int = Field(
+        5_000, alias="group.consumer.min.heartbeat.interval.ms", ge=1, le=2**31 - 1
+    )
+    group_consumer_max_heartbeat_interval_ms: int = Field(
+        15_000, alias="group.consumer.max.heartbeat.interval.ms", ge=1, le=2**31 - 1
+    )
+    group_share_min_session_timeout_ms: int = Field(
+        45_000, alias="group.share.min.session.timeout.ms", ge=1, le=2**31 - 1
+    )
+    group_share_max_session_timeout_ms: int = Field(
+        60_000, alias="group.share.max.session.timeout.ms", ge=1, le=2**31 - 1
+    )
+    group_share_min_heartbeat_interval_ms: int = Field(
+        5_000, alias="group.share.min.heartbeat.interval.ms", ge=1, le=2**31 - 1
+    )
+    group_share_max_heartbeat_interval_ms: int = Field(
+        15_000, alias="group.share.max.heartbeat.interval.ms", ge=1, le=2**31 - 1
+    )
+    group_share_min_record_lock_duration_ms: int = Field(
+        15_000, alias="group.share.min.record.lock.duration.ms", ge=1000, le=2**31 - 1
+    )
+    group_share_max_record_lock_duration_ms: int = Field(
+        60_000, alias="group.share.max.record.lock.duration.ms", ge=1000, le=2**31 - 1
+    )
     offsets_topic_num_partitions: int = Field(
         50, alias="offsets.topic.num.partitions", ge=1, le=10_000
     )
@@ -256,6 +347,36 @@ class NodeConfig(BaseModel):
         3_600_000, alias="transaction.remove.expired.transaction.cleanup.interval.ms", ge=1,
         le=2**31 - 1,
     )  # fmt: skip
+    # share groups (KIP-932): the share partitions a leader serves (bounds as Kafka's
+    # ShareGroupConfig), and the share coordinator over __share_group_state
+    group_share_record_lock_duration_ms: int = Field(
+        30_000, alias="group.share.record.lock.duration.ms", ge=1_000, le=3_600_000
+    )
+    group_share_delivery_count_limit: int = Field(
+        5, alias="group.share.delivery.count.limit", ge=2, le=10
+    )
+    group_share_partition_max_record_locks: int = Field(
+        2_000, alias="group.share.partition.max.record.locks", ge=100, le=10_000
+    )
+    group_share_max_share_sessions: int = Field(
+        2_000, alias="group.share.max.share.sessions", ge=1, le=100_000
+    )
+    share_coordinator_state_topic_num_partitions: int = Field(
+        50, alias="share.coordinator.state.topic.num.partitions", ge=1, le=10_000
+    )
+    share_coordinator_state_topic_replication_factor: int = Field(
+        3, alias="share.coordinator.state.topic.replication.factor", ge=1, le=32_767
+    )
+    share_coordinator_state_topic_min_isr: int = Field(
+        2, alias="share.coordinator.state.topic.min.isr", ge=1, le=32_767
+    )
+    share_coordinator_state_topic_segment_bytes: int = Field(
+        100 * 1024 * 1024, alias="share.coordinator.state.topic.segment.bytes", ge=1024,
+        le=2**31 - 1,
+    )  # fmt: skip
+    share_coordinator_write_timeout_ms: int = Field(
+        5_000, alias="share.coordinator.write.timeout.ms", ge=1, le=600_000
+    )
 
     # -- security (docs/security.md) ---------------------------------------------------------
     # listener name -> PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL; a listener not named is
@@ -299,9 +420,18 @@ class NodeConfig(BaseModel):
     super_users: str = Field("", alias="super.users")
     allow_everyone_if_no_acl_found: bool = Field(False, alias="allow.everyone.if.no.acl.found")
     # Not a Kafka setting (KRaft's Raft rides the CONTROLLER listener): a file holding the
-    # shared secret that encrypts and authenticates the Raft transport between controllers
+    # shared secret that encrypts and authenticates the Raft transport between controllers,
+    # for quorums whose CONTROLLER listener has no TLS
     controller_quorum_raft_secret_file: Path | None = Field(
         None, alias="controller.quorum.raft.secret.file"
+    )
+    # Not a Kafka setting either: what protects that transport. "encryption": the secret above
+    # (plaintext without one); "tls": TLS 1.3 with mutual certificates, this node's
+    # ssl.keystore.location / ssl.truststore.location, peers that are nodes (super.users).
+    # Unset: as Kafka, the CONTROLLER listener's protocol decides (`raft_transport_security`).
+    # docs/security.md#raft-transport
+    controller_quorum_raft_transport_security: Literal["encryption", "tls"] | None = Field(
+        None, alias="controller.quorum.raft.transport.security"
     )
 
     @model_validator(mode="after")
@@ -325,6 +455,7 @@ class NodeConfig(BaseModel):
             raise ValueError(
                 f"listeners {tls} use TLS: ssl.truststore.location must name the CA's PEM file"
             )
+        self._raft_transport_settings()
         mechanisms = set(self.sasl_mechanisms)
         if not mechanisms or not mechanisms <= SASL_MECHANISMS:
             raise ValueError(
@@ -339,6 +470,47 @@ class NodeConfig(BaseModel):
             )
         AuthorizerSettings.parse(self.super_users, self.allow_everyone_if_no_acl_found)
         return self
+
+    def _raft_transport_settings(self) -> None:
+        if self.raft_transport_security != "tls" or "controller" not in self.process_roles:
+            return  # a broker-only node runs no Raft
+        given = self.controller_quorum_raft_transport_security
+        why = (
+            "controller.quorum.raft.transport.security=tls" if given == "tls"
+            else f"the CONTROLLER listener is {self.security_protocol('CONTROLLER')}, so the Raft "
+            "transport uses TLS"
+        )  # fmt: skip
+        if self.ssl_keystore_location is None or self.ssl_truststore_location is None:
+            raise ValueError(
+                f"{why}: ssl.keystore.location and ssl.truststore.location must name the node's "
+                "PEM keystore and the CA's PEM file"
+            )
+        if self.controller_quorum_raft_secret_file is not None:
+            raise ValueError(
+                f"{why}, not controller.quorum.raft.secret.file: remove the secret file (or set "
+                "controller.quorum.raft.transport.security=encryption to use it instead)"
+            )
+        authorizer = self.authorizer_settings
+        if authorizer is not None and not authorizer.super_users:
+            raise ValueError(
+                f"{why}: with an authorizer a Raft peer must be a super user, and super.users "
+                "names none: add the controllers' principals (User:node-1;...)"
+            )
+
+    @property
+    def raft_transport_security(self) -> Literal["plaintext", "encryption", "tls"]:
+        """What protects the Raft transport. As Kafka secures the quorum's traffic with the
+        CONTROLLER listener's protocol: TLS when that listener is SSL or SASL_SSL and the node
+        has a keystore and a truststore, unless controller.quorum.raft.transport.security says
+        otherwise; "encryption" is the secret file's (plaintext without one)."""
+        setting = self.controller_quorum_raft_transport_security
+        if setting is None:
+            tls_listener = self.security_protocol("CONTROLLER") in ("SSL", "SASL_SSL")
+            stores = self.ssl_keystore_location and self.ssl_truststore_location
+            setting = "tls" if tls_listener and stores else "encryption"
+        if setting == "encryption" and self.controller_quorum_raft_secret_file is None:
+            return "plaintext"
+        return setting
 
     @property
     def security_protocols(self) -> dict[str, str]:
@@ -439,6 +611,10 @@ class NodeConfig(BaseModel):
                 "group.consumer.heartbeat.interval.ms must be below "
                 "group.consumer.session.timeout.ms"
             )
+        if self.group_share_heartbeat_interval_ms >= self.group_share_session_timeout_ms:
+            raise ValueError(
+                "group.share.heartbeat.interval.ms must be below group.share.session.timeout.ms"
+            )
         return self
 
     @field_validator("process_roles", mode="before")
@@ -449,6 +625,13 @@ class NodeConfig(BaseModel):
         unknown = set(value) - ROLES
         if unknown:
             raise ValueError(f"unknown roles {sorted(unknown)}; use controller and/or broker")
+        return value
+
+    @field_validator("replica_selector_class")
+    @classmethod
+    def _check_replica_selector(cls, value: str | None) -> str | None:
+        if value is not None and value not in REPLICA_SELECTORS:
+            raise ValueError(f"unknown replica selector; use {RACK_AWARE_REPLICA_SELECTOR}")
         return value
 
     @field_validator("listeners")
@@ -489,7 +672,45 @@ class NodeConfig(BaseModel):
     def static_broker_configs(self) -> dict[str, str]:
         """The dynamic broker configs this file sets, as Kafka's property strings."""
         values = self.model_dump(by_alias=True)
-        return {key: str(values[key]) for key in BROKER_KEYS if values.get(key) is not None}
+        statics = {key: str(values[key]) for key in BROKER_KEYS if values.get(key) is not None}
+        return statics | self.topic_config_defaults
+
+    def group_rules(self) -> GroupRules:
+        """What group configs are validated and described with: this node's group
+        coordinator settings as the defaults, its bounds, and which of them its file sets."""
+        defaults = GroupConfigs(
+            consumer_session_timeout_ms=self.group_consumer_session_timeout_ms,
+            consumer_heartbeat_interval_ms=self.group_consumer_heartbeat_interval_ms,
+            share_session_timeout_ms=self.group_share_session_timeout_ms,
+            share_heartbeat_interval_ms=self.group_share_heartbeat_interval_ms,
+            share_record_lock_duration_ms=self.group_share_record_lock_duration_ms,
+        )
+        c = self
+        bounds = GroupConfigBounds(
+            consumer_session_timeout_ms=(
+                c.group_consumer_min_session_timeout_ms,
+                c.group_consumer_max_session_timeout_ms,
+            ),
+            consumer_heartbeat_interval_ms=(
+                c.group_consumer_min_heartbeat_interval_ms,
+                c.group_consumer_max_heartbeat_interval_ms,
+            ),
+            share_session_timeout_ms=(
+                c.group_share_min_session_timeout_ms,
+                c.group_share_max_session_timeout_ms,
+            ),
+            share_heartbeat_interval_ms=(
+                c.group_share_min_heartbeat_interval_ms,
+                c.group_share_max_heartbeat_interval_ms,
+            ),
+            share_record_lock_duration_ms=(
+                c.group_share_min_record_lock_duration_ms,
+                c.group_share_max_record_lock_duration_ms,
+            ),
+        )
+        fields = type(self).model_fields
+        set_keys = frozenset(fields[name].alias or name for name in self.model_fields_set)
+        return GroupRules(defaults, bounds, set_keys & frozenset(GROUP_BROKER_SYNONYMS.values()))
 
     @property
     def raft_port_offset(self) -> int:
@@ -587,7 +808,9 @@ class NodeConfig(BaseModel):
 
     def to_toml(self) -> str:
         lines = []
-        for key, raw in self.model_dump(by_alias=True).items():
+        values = self.model_dump(by_alias=True)
+        values |= values.pop("topic.config.defaults")  # top-level keys, as they were given
+        for key, raw in values.items():
             if raw is None:
                 continue
             value = ",".join(sorted(raw)) if isinstance(raw, frozenset) else raw

@@ -29,7 +29,11 @@ from dataplane.broker.metrics import ControllerGauge, NodeMetrics
 from dataplane.broker.replica_manager import ReplicaManagerConfig
 from dataplane.coordinator.classic_group import ClassicLimits
 from dataplane.coordinator.group_coordinator import GroupConfig
+from dataplane.coordinator.share_coordinator import ShareCoordinatorConfig
+from dataplane.coordinator.share_group import ShareLimits
+from dataplane.coordinator.share_manager import ShareSettings
 from dataplane.coordinator.transaction_coordinator import TransactionConfig
+from dataplane.kafka.auto_create import AutoCreateSettings
 from dataplane.kafka.sasl import KafkaListenerSecurity
 from dataplane.server.broker_server import Broker, BrokerSettings
 from dataplane.server.config import NodeConfig
@@ -43,6 +47,7 @@ from metadata_quorum.raft import (
     log_exists,
     read_raft_secret,
 )
+from metadata_quorum.raft_tls import RaftPeers, RaftTlsFiles
 from metadata_quorum.records import NO_LEADER
 from metadata_quorum.security.authorization import AccessControl
 from metadata_quorum.security.scram import ScramCredential, ScramMechanism
@@ -133,12 +138,30 @@ def joining_voters(config: NodeConfig, me: Voter, data_dir: Path) -> list[Voter]
 
 
 def raft_options(config: NodeConfig) -> RaftOptions:
-    """With controller.quorum.raft.secret.file, the Raft transport is encrypted and
-    authenticated with the file's secret: a controller without it can neither join nor vote."""
-    path = config.controller_quorum_raft_secret_file
-    if path is None:
-        return RaftOptions()
+    """What protects the Raft transport (`NodeConfig.raft_transport_security`). TLS (the
+    CONTROLLER listener's protocol is SSL or SASL_SSL, or
+    controller.quorum.raft.transport.security=tls): TLS 1.3 with the node's keystore and
+    truststore, both sides presenting a certificate of the truststore's CA that names their
+    Raft address's host, whose principal (ssl.principal.mapping.rules) is a super user when the
+    node runs an authorizer. "encryption" with controller.quorum.raft.secret.file: encrypted and
+    authenticated with the file's secret. Otherwise plaintext. docs/security.md#raft-transport."""
     try:
+        security = config.raft_transport_security
+        if security == "tls":
+            assert config.ssl_keystore_location and config.ssl_truststore_location  # validated
+            authorizer = config.authorizer_settings
+            peers = RaftPeers(
+                config.ssl_principal_mapping_rules,
+                authorizer.super_users if authorizer is not None else None,
+            )
+            files = RaftTlsFiles(
+                config.ssl_keystore_location, config.ssl_truststore_location,
+                config.ssl_key_password,
+            )  # fmt: skip
+            return RaftOptions(tls=files, tls_peers=peers)
+        path = config.controller_quorum_raft_secret_file
+        if security == "plaintext" or path is None:
+            return RaftOptions()
         return RaftOptions(secret=read_raft_secret(path))
     except ValueError as error:
         raise ConfigError(str(error)) from error
@@ -174,7 +197,11 @@ def start_controller(config: NodeConfig) -> ControllerRole:
     )
     access = AccessControl(lambda: state.image, config.authorizer_settings)
     servicer = ControllerServicer(
-        controller, config.cluster_id, access, config.node_client_security("CONTROLLER")
+        controller,
+        config.cluster_id,
+        access,
+        config.node_client_security("CONTROLLER"),
+        group_rules=config.group_rules(),
     )
 
     def credentials(user: str, mechanism: ScramMechanism) -> ScramCredential | None:
@@ -213,6 +240,8 @@ def start_broker(config: NodeConfig, metrics: NodeMetrics) -> Broker:
         host=host,
         port=port,
         rack=config.broker_rack,
+        replica_selector=config.replica_selector_class,
+        fetch_session_cache_slots=config.max_incremental_fetch_session_cache_slots,
         cluster_id=config.cluster_id,
         controller_addresses=config.controller_addresses,
         heartbeat_interval_ms=config.broker_heartbeat_interval_ms,
@@ -220,6 +249,11 @@ def start_broker(config: NodeConfig, metrics: NodeMetrics) -> Broker:
         fault_produce_drop_response_every=config.fault_produce_drop_response_every,
         kafka_listener=config.listener("KAFKA"),
         kafka_security=kafka_listener_security(config),
+        auto_create=AutoCreateSettings(
+            enabled=config.auto_create_topics_enable,
+            num_partitions=config.num_partitions,
+            default_replication_factor=config.default_replication_factor,
+        ),
         broker_security=config.server_security,
         controller_client_security=config.node_client_security("CONTROLLER"),
         broker_client_security=config.node_client_security("BROKER"),
@@ -252,6 +286,11 @@ def start_broker(config: NodeConfig, metrics: NodeMetrics) -> Broker:
                 initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
                 max_size=config.group_max_size,
             ),
+            share=ShareLimits(
+                session_timeout_ms=config.group_share_session_timeout_ms,
+                max_size=config.group_share_max_size,
+            ),
+            share_heartbeat_interval_ms=config.group_share_heartbeat_interval_ms,
         ),
         transactions=TransactionConfig(
             state_log_num_partitions=config.transaction_state_log_num_partitions,
@@ -267,6 +306,22 @@ def start_broker(config: NodeConfig, metrics: NodeMetrics) -> Broker:
                 config.transaction_remove_expired_transaction_cleanup_interval_ms
             ),
         ),
+        share_coordinator=ShareCoordinatorConfig(
+            state_topic_num_partitions=config.share_coordinator_state_topic_num_partitions,
+            state_topic_replication_factor=(
+                config.share_coordinator_state_topic_replication_factor
+            ),
+            state_topic_min_isr=config.share_coordinator_state_topic_min_isr,
+            state_topic_segment_bytes=config.share_coordinator_state_topic_segment_bytes,
+            write_timeout_ms=config.share_coordinator_write_timeout_ms,
+        ),
+        share=ShareSettings(
+            record_lock_duration_ms=config.group_share_record_lock_duration_ms,
+            delivery_count_limit=config.group_share_delivery_count_limit,
+            partition_max_record_locks=config.group_share_partition_max_record_locks,
+            max_share_sessions=config.group_share_max_share_sessions,
+        ),
+        group_rules=config.group_rules(),
     )
     broker = Broker(settings, Path(config.log_dirs), metrics)
     broker.start()
@@ -306,6 +361,8 @@ def run(config: NodeConfig) -> None:
     )
     if broker is not None:
         metrics.watch_replication_quotas(broker.quota_gauges)
+        if broker.kafka is not None:
+            metrics.watch_fetch_sessions(broker.kafka.fetch.gauge)
     metrics_listener = config.listener("METRICS")
     http = None
     if metrics_listener is not None:

@@ -26,6 +26,7 @@ from dataplane.tools.client_commands import (
     admin_client,
     kafka_errors,
     print_json,
+    topic_app,
 )
 from dataplane.tools.client_commands import register as register_client_commands
 from dataplane.tools.cluster_demo import main as cluster_demo
@@ -35,11 +36,13 @@ from dataplane.tools.command_config import (
     CommandConfigError,
     use_command_config,
 )
+from dataplane.tools.config_commands import configs_app
 from dataplane.tools.extras import EXTRAS, install_command, missing_extra_message, missing_modules
 from dataplane.tools.group_commands import group_app
 from dataplane.tools.local_cluster import LocalCluster, detached_launcher
 from dataplane.tools.partition_commands import partitions_app
 from dataplane.tools.quorum_commands import quorum_app
+from dataplane.tools.records_commands import topic_delete_records
 from dataplane.tools.security_commands import acl_app, user_app
 from dataplane.tools.storage_demo import run_demo
 from dataplane.tools.transaction_commands import transactions_app
@@ -62,7 +65,9 @@ app.add_typer(quorum_app, name="quorum")
 app.add_typer(transactions_app, name="transactions")
 app.add_typer(acl_app, name="acl")
 app.add_typer(user_app, name="user")
+app.add_typer(configs_app, name="configs")
 register_client_commands(app)
+topic_app.command("delete-records")(topic_delete_records)
 console = Console()
 
 
@@ -150,7 +155,7 @@ def cluster_up(
         typer.Option(
             "--secure/--plaintext",
             show_default=False,
-            help="a new cluster with TLS, SCRAM, ACLs and an encrypted Raft transport "
+            help="a new cluster with TLS (the Raft transport's too), SCRAM and ACLs "
             "(certificates and secrets under ROOT/secrets); default: as recorded, else plaintext",
         ),
     ] = None,

@@ -16,7 +16,7 @@ from importlib.util import find_spec
 EXTRAS: dict[str, tuple[str, ...]] = {
     "spark": ("pyspark", "pyarrow"),
     "connect": ("fastapi", "uvicorn", "httpx"),
-    "chaos": ("matplotlib", "numpy"),
+    "chaos": ("matplotlib", "numpy", "pyfuse3", "trio"),
 }
 
 

@@ -1,4 +1,5 @@
-"""``raftlog group``: list, describe, reset the offsets of and delete consumer groups.
+"""``raftlog group``: list, describe, reset the offsets of, delete the offsets of and delete
+consumer groups.
 
 Like Kafka's kafka-consumer-groups: ``describe`` shows per partition the committed offset, the
 log end offset (the high watermark), the lag and the owning member; with ``--isolation-level
@@ -36,7 +37,8 @@ from raftlog.errors import ErrorCode, KafkaError
 __all__ = ["group_app"]
 
 group_app = typer.Typer(
-    help="List, describe, reset offsets of and delete consumer groups.", no_args_is_help=True
+    help="List, describe, reset or delete offsets of and delete consumer groups.",
+    no_args_is_help=True,
 )
 
 
@@ -65,12 +67,17 @@ def _rows(
     committed: dict[TopicPartition, int],
     ends: dict[TopicPartition, int],
 ) -> list[dict[str, Any]]:
-    owners = {tp: m for m in description.members for tp in m.assignment}
+    # one row per partition and member holding it (a share group's members share partitions)
+    owners: dict[TopicPartition, list[Any]] = {}
+    for m in description.members:
+        for tp in m.assignment:
+            owners.setdefault(tp, []).append(m)
     rows = []
-    for tp in sorted(set(committed) | set(owners)):
+    partitions = sorted(set(committed) | set(owners))
+    pairs = [(tp, m) for tp in partitions for m in owners.get(tp) or [None]]
+    for tp, member in pairs:
         offset = committed.get(tp)
         end = ends.get(tp)
-        member = owners.get(tp)
         rows.append(
             {
                 "topic": tp.topic,
@@ -105,7 +112,11 @@ def group_describe(
     partition."""
     with kafka_errors(), admin_client(bootstrap) as admin:
         description = admin.describe_groups([group])[group]
-        committed = {tp: o.offset for tp, o in admin.list_group_offsets(group).items()}
+        committed = (
+            {}  # a share group commits no offsets: its progress is in __share_group_state
+            if description.group_type == "share"
+            else {tp: o.offset for tp, o in admin.list_group_offsets(group).items()}
+        )
         owned = {tp for m in description.members for tp in m.assignment}
         with Consumer(
             servers(bootstrap), isolation_level=isolation_level, security=command_security()
@@ -284,4 +295,41 @@ def group_delete(
             err_console.print(f"{group}: {error_line(error)}")
             failed = True
     if failed:
+        raise typer.Exit(1)
+
+
+@group_app.command("delete-offsets")
+def group_delete_offsets(
+    group: Annotated[str, typer.Argument(help="the group id")],
+    topic: Annotated[
+        list[str], typer.Option("--topic", help="NAME (every partition) or NAME:0,1, repeatable")
+    ],
+    bootstrap: BootstrapOption = DEFAULT_BOOTSTRAP,
+    as_json: JsonOption = False,
+) -> None:
+    """Delete a group's committed offsets of some partitions (Kafka's --delete-offsets): not
+    those of topics its members subscribe to (GROUP_SUBSCRIBED_TO_TOPIC)."""
+    with kafka_errors(), admin_client(bootstrap) as admin:
+        partitions: list[TopicPartition] = []
+        for spec in topic:
+            name, _, numbers = spec.partition(":")
+            if numbers:
+                partitions += [TopicPartition(name, int(n)) for n in numbers.split(",")]
+            else:
+                described = admin.describe_topics([name])[name]
+                partitions += [TopicPartition(name, p.partition) for p in described.partitions]
+        results = admin.delete_consumer_group_offsets(group, partitions)
+    ordered = sorted(results.items())
+    if as_json:
+        print_json([
+            {"topic": tp.topic, "partition": tp.partition,
+             "error": None if error is None else error_line(error)}
+            for tp, error in ordered
+        ])  # fmt: skip
+    for tp, error in ordered:
+        if error is None and not as_json:
+            console.print(f"Deleted the offset of {tp.topic}-{tp.partition} for group {group}.")
+        elif error is not None:
+            err_console.print(f"{tp.topic}-{tp.partition}: {error_line(error)}")
+    if any(error is not None for _, error in ordered):
         raise typer.Exit(1)

@@ -8,9 +8,10 @@ pids are in ``root/cluster.json`` so a later command finds and stops exactly tho
 beside the cluster's layout (addresses, port, which nodes vote, nodes added and removed since it
 started: ``add_node``, ``forget_node``), from which ``LocalCluster.from_state`` rebuilds it.
 
-``secure=True`` (``raftlog cluster up --secure``): TLS, SCRAM, ACLs and an encrypted Raft
-transport, with the certificates and secrets under ``root/secrets/`` (dataplane/tools/
-secure_cluster.py); the cluster's own commands talk to it with the admin's certificate.
+``secure=True`` (``raftlog cluster up --secure``): TLS, SCRAM, ACLs and a Raft transport under
+TLS between node certificates, with the certificates and secrets under ``root/secrets/``
+(dataplane/tools/secure_cluster.py); the cluster's own commands talk to it with the admin's
+certificate.
 
 Nodes die with the process that started them (`owned_launcher`, the default: tests, chaos,
 benchmarks, demos), except those of ``raftlog cluster up|restart`` (`detached_launcher`), which
@@ -92,6 +93,8 @@ LOCAL_DEFAULTS: dict[str, str | int] = {
     "replica.lag.time.max.ms": 10_000,
     "group.consumer.session.timeout.ms": 10_000,
     "group.consumer.heartbeat.interval.ms": 500,
+    "group.share.session.timeout.ms": 10_000,
+    "group.share.heartbeat.interval.ms": 500,
     # As Kafka's own development config: a local group rebalances at once, no 3 s gathering.
     "group.initial.rebalance.delay.ms": 0,
 }
@@ -152,10 +155,12 @@ class LocalCluster:
         roles: str = "controller,broker",
         controllers: int | None = None,
         secure: bool = False,
+        node_overrides: dict[int, dict[str, str | int]] | None = None,
     ) -> None:
         """``nodes`` processes on consecutive addresses from 127.0.0.``first_host``; the first
         ``controllers`` (default: all) run ``roles`` and vote in the metadata quorum, the rest
-        are brokers only."""
+        are brokers only. ``node_overrides``: settings of one node (by id) over ``overrides``
+        (``broker.rack``, say); not kept in cluster.json."""
         if not 1 <= nodes <= MAX_NODE_ID or not 2 <= first_host <= 254 - nodes:
             raise ValueError(f"nodes must be 1..{MAX_NODE_ID} on 127.0.0.2..254")
         if controllers is not None and not 1 <= controllers <= nodes:
@@ -166,6 +171,7 @@ class LocalCluster:
         self.removed: set[int] = set()  # node ids removed from the cluster, never reused
         self.port = port
         self.overrides = overrides or {}
+        self.node_overrides = node_overrides or {}
         self.launcher = launcher
         self.roles = roles
         self.controllers = nodes if controllers is None else controllers
@@ -256,11 +262,13 @@ class LocalCluster:
             **self._secure_settings(spec.node_id),
         }
         values.update(self.overrides)
+        values.update(self.node_overrides.get(spec.node_id, {}))
         return NodeConfig.parse(values)
 
     def _secure_settings(self, node_id: int) -> dict[str, object]:
-        """Nothing unless secure; then TLS, SCRAM, ACLs and the Raft secret (secure_cluster).
-        Every id a node of this cluster may have is a super user, so a node added later is."""
+        """Nothing unless secure; then TLS (the Raft transport's too), SCRAM and ACLs
+        (secure_cluster). Every id a node of this cluster may have is a super user, so a node
+        added later is one, and a Raft peer."""
         if not self.secure:
             return {}
         return self.secrets.node_settings(node_id, range(1, MAX_NODE_ID + 1))

@@ -3,10 +3,12 @@
 
 Under ``root/secrets/`` (every file mode 0600): a private CA (``raftlog-ca.crt`` is the
 truststore everyone loads), one PEM keystore per node (``node-<id>.pem``: CN=node-<id>, its
-127.0.0.N address as IP SAN), the admin's client keystore (``admin.pem``, CN=admin), the Raft
-transport's secret (``raft.secret``) and, once the cluster is up, ``client.properties``: the
-SCRAM user ``admin`` with its random password, for librdkafka, Java clients and
-``raftlog --command-config``.
+127.0.0.N address as IP SAN), the admin's client keystore (``admin.pem``, CN=admin) and, once the
+cluster is up, ``client.properties``: the SCRAM user ``admin`` with its random password, for
+librdkafka, Java clients and ``raftlog --command-config``. No Raft secret: the CONTROLLER
+listener is SASL_SSL, so the Raft transport between controllers is TLS with the nodes' keystores
+(`NodeConfig.raft_transport_security`), and a Raft peer must be a node: its certificate names
+its voter address's IP and maps to ``User:node-<id>``, a super user.
 
 Nodes: CONTROLLER, BROKER and KAFKA all SASL_SSL with client certificates requested: nodes and
 the admin's keystore authenticate by certificate (principal from the CN,
@@ -39,7 +41,6 @@ ADMIN_MECHANISM = "SCRAM-SHA-512"
 SECURITY_PROTOCOL_MAP = "CONTROLLER:SASL_SSL,BROKER:SASL_SSL,KAFKA:SASL_SSL,METRICS:SSL"
 PRINCIPAL_MAPPING_RULES = "RULE:^CN=([^,]+).*$/$1/,DEFAULT"
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
-SECRET_BYTES = 32
 PASSWORD_BYTES = 24
 
 
@@ -81,10 +82,6 @@ class ClusterSecrets:
         return self.directory / f"{ADMIN_USER}.pem"
 
     @property
-    def raft_secret(self) -> Path:
-        return self.directory / "raft.secret"
-
-    @property
     def client_properties(self) -> Path:
         return self.directory / "client.properties"
 
@@ -93,8 +90,9 @@ class ClusterSecrets:
         return self.directory / "admin.password.json"
 
     def ensure(self, nodes: Sequence[tuple[int, str]]) -> None:
-        """The CA, the admin's keystore, the Raft secret, and a keystore for each
-        ``(node id, host)``: made once, kept across restarts (a node added later gets its own)."""
+        """The CA, the admin's keystore, and a keystore for each ``(node id, host)`` (its IP
+        the SAN the Raft transport checks): made once, kept across restarts (a node added later
+        gets its own)."""
         if not self.directory.is_dir():
             # made 0700; an existing directory keeps its mode (the chaos harness lets its node
             # users search it: chaos/secure.py `share_secrets`)
@@ -108,8 +106,6 @@ class ClusterSecrets:
                 make_cert(ca, self.directory, f"node-{node_id}", ips=(host,))
         if not self.admin_keystore.exists():
             make_cert(ca, self.directory, ADMIN_USER, server=False)
-        if not self.raft_secret.exists():
-            _private(self.raft_secret, secrets.token_hex(SECRET_BYTES) + "\n")
 
     def node_settings(self, node_id: int, all_node_ids: Sequence[int]) -> dict[str, object]:
         """The node.toml settings that secure node ``node_id``."""
@@ -124,7 +120,6 @@ class ClusterSecrets:
             "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512",
             "authorizer.class.name": STANDARD_AUTHORIZER,
             "super.users": ";".join(super_users),
-            "controller.quorum.raft.secret.file": str(self.raft_secret),
         }
 
     def admin_certificate_security(self) -> ClientSecurity:

@@ -152,9 +152,10 @@ def grpc_peer_subject(context: grpc.ServicerContext) -> str | None:
     return subjects[0].decode() if subjects else None
 
 
-def socket_peer_subject(connection: ssl.SSLSocket) -> str | None:
-    """The verified client certificate's subject of a TLS socket, RFC 2253 with the most
-    specific name first (``CN=alice,OU=eng,O=acme``, as Java's X500Principal.getName())."""
+def socket_peer_subject(connection: ssl.SSLSocket | ssl.SSLObject) -> str | None:
+    """The verified peer certificate's subject of a TLS socket (or of the Raft transport's
+    SSLObject), RFC 2253 with the most specific name first (``CN=alice,OU=eng,O=acme``, as
+    Java's X500Principal.getName())."""
     certificate = connection.getpeercert()
     if not certificate:
         return None

@@ -39,6 +39,8 @@ def test_a_tiny_run_measures_every_figure(tmp_path: Path) -> None:
     for run in ("no_authorizer_ms", "authorizer_ms"):
         assert 0 < auth[run]["p50"] <= auth[run]["p99"]
     raft = figures["raft"]
-    for run in ("plaintext", "encrypted"):
+    for run in ("plaintext", "encrypted", "tls"):
         assert raft[run]["commits_per_s"] > 0 and raft[run]["commit_latency_p50_ms"] > 0
+    for row in raft["per_message_us"].values():
+        assert row["framing_us"] > 0 and row["secret_us"] > 0 and row["tls_us"] > 0
     print_report(Console(quiet=True), figures)

@@ -1,8 +1,9 @@
 """The CI chaos run against a secure cluster: ``raftlog chaos run --secure`` for 45 s, fixed
 seed, 3 nodes, the transactions workload (one transformer on raftlog's client, one on
 librdkafka), a node cut off, a partition reassignment, a controller added to the quorum (with
-a certificate of its own) and a transaction coordinator's node killed (it restarts, and every
-client authenticates again), and not one finding.
+a certificate of its own, the Raft transport being TLS between node certificates) and a
+transaction coordinator's node killed (it restarts, and every client authenticates again), and
+not one finding.
 
 The cluster runs TLS, SCRAM and the StandardAuthorizer on every listener (chaos/secure.py); the
 producers, the group members, the admin workload, the watchers and the transformers connect as
@@ -90,8 +91,13 @@ def test_a_chaos_run_against_a_secure_cluster_finds_nothing(
         )
         assert {protocols[n] for n in ("CONTROLLER", "BROKER", "KAFKA")} == {"SASL_SSL"}
         assert config["authorizer.class.name"].endswith("StandardAuthorizer"), config_path
+        assert "controller.quorum.raft.secret.file" not in config, config_path  # Raft over TLS
     # the workload user was refused nothing: no DENIED line for it in any node's audit log
     logs = [*work_dir.glob("node-*/node.log"), *work_dir.glob("spare-*/node.log")]
+    # every node, the spare controller too, was admitted as a Raft peer (its certificate's
+    # principal a super user): a refusal of one would be a line naming why
+    not_nodes = [p for p in logs if "is not a node: not in super.users" in p.read_text()]
+    assert not_nodes == [], not_nodes
     denied = [
         line
         for path in logs

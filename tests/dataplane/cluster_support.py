@@ -30,6 +30,7 @@ RANGES = {
     "isr": 91,
     "bad_input": 94,
     "cli": 97,
+    # also test_client_long_tail.py's and test_share_consumer.py's (the same xdist group, in turn)
     "client": 101,
     "page_cache": 104,
     "spark": 111,
@@ -39,10 +40,18 @@ RANGES = {
     "idempotence": 121,
     "groups": 124,
     "groups_failover": 127,
+    # tests/dataplane/broker/test_disk_full.py: 164-166; tests/metadata_quorum/
+    # test_quorum_disk_full.py's too (the same xdist group, in turn)
     "disk_full": 164,
-    "kafka": 171,
+    # test_protocol.py, test_kafka_admin_extras.py, test_kafka_quorum_and_group_configs.py
+    "kafka": 171,  # (one xdist group, one module after the other)
+    # also test_static_membership.py's, test_share_groups.py's and test_share_membership.py's
+    # (the same xdist group, in turn)
     "kafka_groups": 174,
-    "kafka_txn": 31,  # tests/dataplane/kafka/test_transactions_kafka.py: 31-33
+    "auto_create": 18,  # tests/dataplane/kafka/test_auto_create.py: 18-20
+    # tests/dataplane/kafka/test_transactions_kafka.py: 31-33; test_fetch_sessions.py's too (the
+    # same xdist group, in turn)
+    "kafka_txn": 31,
     "kafka_security": 27,  # tests/dataplane/kafka/test_kafka_security.py: 27-29 (SASL_SSL)
     "kafka_security_mtls": 41,  # the same module's one-node SSL (mTLS) cluster: 41
     "connect": 181,
@@ -59,8 +68,12 @@ RANGES = {
     "failover_fencing": 228,  # tests/dataplane/server/test_failover_fencing.py: 228-230
     "transactions": 204,  # tests/dataplane/coordinator/test_transactions_cluster.py: 204-206
     "transactions_failover": 207,  # .../coordinator/test_transactions_failover.py: 207-209
-    "transactions_broker": 201,  # tests/dataplane/broker/test_transactions_cluster.py: 201-203
-    "kafka_configs": 221,  # tests/dataplane/kafka/test_kafka_configs.py: 221-223
+    # tests/dataplane/broker/test_transactions_cluster.py: 201-203; test_delete_records.py, in
+    # turn with it (one xdist group): 201-202
+    "transactions_broker": 201,
+    # tests/dataplane/kafka/test_kafka_configs.py: 221-223; test_newcomer_clients.py's and
+    # test_kafkajs.py's too (the same xdist group, in turn)
+    "kafka_configs": 221,
     "txn_offsets": 214,  # tests/dataplane/coordinator/test_txn_offsets_cluster.py: 214-216
     "txn_client": 217,  # tests/dataplane/client/test_transactions_cluster.py: 217-219
     # tests/dataplane/server/test_bootstrap_servers.py: three nodes and a fourth, 242-245
@@ -86,6 +99,7 @@ RANGES = {
     # 127.0.0.131-133 and 137 (a membership fault's new controller) are tests/chaos/
     # test_chaos_run.py's and test_voter_changes.py's (one xdist group); 134-135 test_faults.py's
     # 127.0.0.47-49 are bench/txn_bench.py's (tests/bench/test_txn_bench.py runs it in miniature)
+    # 127.0.0.24 is tests/metadata_quorum/test_raft_power_loss.py's (one in-process voter)
     # 127.0.0.177-179 (and 180 for its port pick) are tests/chaos/test_chaos_transactions.py's
     # 127.0.0.198-200 and 210 (a membership fault's new controller) are tests/chaos/
     # test_chaos_secure.py's
@@ -100,14 +114,17 @@ def running_cluster(
     nodes: int = 3,
     controllers: int | None = None,
     secure: bool = False,
+    node_overrides: dict[int, dict[str, str | int]] | None = None,
 ) -> Iterator[LocalCluster]:
     """``nodes`` nodes on the module's range, the first ``controllers`` (default all) voting;
-    ``secure``: TLS, SCRAM, ACLs (``cluster.admin_security``, ``cluster.client_settings``)."""
+    ``secure``: TLS, SCRAM, ACLs (``cluster.admin_security``, ``cluster.client_settings``);
+    ``node_overrides``: one node's settings (by node id), e.g. its ``broker.rack``."""
     first_host = RANGES[name]
     hosts = [f"127.0.0.{first_host + n}" for n in range(nodes)]
     cluster = LocalCluster(
         root, nodes=nodes, first_host=first_host, port=pick_cluster_port(hosts),
         overrides=overrides or {}, controllers=controllers, secure=secure,
+        node_overrides=node_overrides,
     )  # fmt: skip
     try:
         cluster.up()

@@ -33,6 +33,7 @@ class FakePartition:
     batches: list[bytes] = field(default_factory=list)  # with offsets assigned
     log_end_offset: int = 0
     injected: list[ErrorCode] = field(default_factory=list)  # next produce answers, in order
+    max_message_bytes: int | None = None  # a larger batch is refused with MESSAGE_TOO_LARGE
     producers: ProducerStates = field(default_factory=ProducerStates)
 
 
@@ -60,6 +61,17 @@ class FakeCluster:
             state = self.topics[topic][partition]
             state.leader = leader
             state.leader_epoch += 1
+
+    def truncate(self, topic: str, partition: int, batches_kept: int) -> None:
+        """An unclean leader election: the log loses its batches after the first
+        ``batches_kept`` (a new leader's appends then reuse their offsets)."""
+        with self.lock:
+            state = self.topics[topic][partition]
+            del state.batches[batches_kept:]
+            state.log_end_offset = (
+                next(iter_batches(state.batches[-1]))[1].next_offset if state.batches else 0
+            )
+            state.producers = ProducerStates()
 
     def inject(self, topic: str, partition: int, *errors: ErrorCode) -> None:
         with self.lock:
@@ -122,6 +134,9 @@ class FakeBroker(pb_grpc.BrokerServiceServicer):
             state, error = self._partition(topic, part.partition)
             if error is ErrorCode.NONE and state is not None and state.injected:
                 error = state.injected.pop(0)
+            limit = None if state is None else state.max_message_bytes
+            if error is ErrorCode.NONE and limit is not None and len(part.records) > limit:
+                error = ErrorCode.MESSAGE_TOO_LARGE
         if error is not ErrorCode.NONE:
             return pb.ProducePartitionResponse(
                 partition=part.partition,
@@ -191,6 +206,39 @@ class FakeBroker(pb_grpc.BrokerServiceServicer):
             leader_epoch=state.leader_epoch,
         )
 
+    def OffsetForLeaderEpoch(
+        self, request: pb.OffsetForLeaderEpochRequest, context: grpc.ServicerContext
+    ) -> pb.OffsetForLeaderEpochResponse:
+        """As a leader's epoch cache answers (raftlog.epoch): the largest stored epoch <= the
+        one asked for, and where the next higher starts (the log end offset for the last)."""
+        response = pb.OffsetForLeaderEpochResponse()
+        with self.cluster.lock:
+            for topic in request.topics:
+                out = response.topics.add(name=topic.name)
+                for item in topic.partitions:
+                    result = out.partitions.add(
+                        partition=item.partition, leader_epoch=-1, end_offset=-1
+                    )
+                    state, error = self._partition(topic.name, item.partition)
+                    stale = state is not None and item.current_leader_epoch not in (
+                        -1, state.leader_epoch,
+                    )  # fmt: skip
+                    if error is ErrorCode.NONE and stale:
+                        error = ErrorCode.FENCED_LEADER_EPOCH
+                    if state is None or error is not ErrorCode.NONE:
+                        result.error_code = error.code
+                        continue
+                    starts: dict[int, int] = {}  # epoch -> its first offset
+                    for batch in state.batches:
+                        _, header = next(iter_batches(batch))
+                        starts.setdefault(header.partition_leader_epoch, header.base_offset)
+                    lower = [e for e in starts if e <= item.leader_epoch]
+                    higher = [starts[e] for e in starts if e > item.leader_epoch]
+                    if lower or higher:
+                        result.leader_epoch = max(lower) if lower else item.leader_epoch
+                        result.end_offset = min(higher) if higher else state.log_end_offset
+        return response
+
     def ListOffsets(
         self, request: pb.ListOffsetsRequest, context: grpc.ServicerContext
     ) -> pb.ListOffsetsResponse:
@@ -246,6 +294,24 @@ class FakeBroker(pb_grpc.BrokerServiceServicer):
         self, request: pb.DescribeProducersRequest, context: grpc.ServicerContext
     ) -> pb.DescribeProducersResponse:
         context.abort(grpc.StatusCode.UNIMPLEMENTED, "the fake broker keeps no producer state")
+        raise AssertionError("unreachable: abort raises")
+
+    def DeleteRecords(
+        self, request: pb.DeleteRecordsRequest, context: grpc.ServicerContext
+    ) -> pb.DeleteRecordsResponse:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "the fake broker keeps its log starts")
+        raise AssertionError("unreachable: abort raises")
+
+    def ShareFetch(
+        self, request: pb.ShareFetchRequest, context: grpc.ServicerContext
+    ) -> pb.ShareFetchResponse:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "the fake broker serves no share groups")
+        raise AssertionError("unreachable: abort raises")
+
+    def ShareAcknowledge(
+        self, request: pb.ShareAcknowledgeRequest, context: grpc.ServicerContext
+    ) -> pb.ShareAcknowledgeResponse:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "the fake broker serves no share groups")
         raise AssertionError("unreachable: abort raises")
 
     def Metadata(

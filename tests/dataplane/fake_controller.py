@@ -289,6 +289,12 @@ class FakeController(pb_grpc.ControllerServiceServicer):
         context.abort(grpc.StatusCode.UNIMPLEMENTED, "not faked")
         raise AssertionError("context.abort raises")
 
+    def UpdateFeatures(
+        self, request: pb.UpdateFeaturesRequest, context: grpc.ServicerContext
+    ) -> Any:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "not faked")
+        raise AssertionError("context.abort raises")
+
 
 @contextmanager
 def fake_controller(cluster: FakeCluster) -> Iterator[str]:

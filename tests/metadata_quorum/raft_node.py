@@ -10,10 +10,14 @@ reads one command per line on stdin and answers one JSON object per line on stdo
 ``quit``. Its logs go to stderr (a file, never a pipe).
 
 Benchmark (pipelined 1 KiB commits/s on a 3-process cluster, fsync on and off; or, with
-``--encryption``, fsync on with the Raft transport plaintext and encrypted; ``--json`` prints
-the figures as one JSON object, which bench/security_bench.py reads)::
+``--encryption``, fsync on with the Raft transport plaintext, encrypted with a secret
+(``--secret-file``) and under TLS (``--tls-keystore``/``--tls-truststore``, certificates of a
+fresh CA made in the run's temporary directory), the three interleaved ``--rounds`` times, each
+figure the median of its rounds with the spread beside it; ``--json`` prints the figures as one
+JSON object, which bench/security_bench.py reads)::
 
     .venv/bin/python -m tests.metadata_quorum.raft_node bench --count 20000
+    .venv/bin/python -m tests.metadata_quorum.raft_node bench --encryption --rounds 3 --count 5000
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import IO, Any
 
+from dataplane.tools.certificates import CertFiles, make_ca, make_cert
 from dataplane.tools.owned_process import popen_owned
 from metadata_quorum.raft import (
     MetadataLog,
@@ -45,6 +50,7 @@ from metadata_quorum.raft import (
     RaftOptions,
     read_raft_secret,
 )
+from metadata_quorum.raft_tls import RaftTlsFiles
 
 REPO = Path(__file__).resolve().parents[2]
 HOSTS = ("127.0.0.141", "127.0.0.142", "127.0.0.143")  # reserved for the raft tests
@@ -176,8 +182,11 @@ def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(message)s")
     machine = ListMachine()
     secret = read_raft_secret(Path(args.secret_file)) if args.secret_file else None
+    tls = None
+    if args.tls_keystore or args.tls_truststore:
+        tls = RaftTlsFiles(Path(args.tls_keystore), Path(args.tls_truststore))
     options = RaftOptions(
-        fsync=args.fsync, max_journal_entries=args.max_journal_entries, secret=secret
+        fsync=args.fsync, max_journal_entries=args.max_journal_entries, secret=secret, tls=tls
     )
     log = MetadataLog(
         args.self, args.voters.split(","), Path(args.data_dir), machine, options=options
@@ -217,6 +226,10 @@ class NodeProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self._buffer = b""
         self._stderr: IO[bytes] | None = None
+
+    def add_arguments(self, extra: list[str]) -> None:
+        """More ``serve`` arguments (this node's own, e.g. its certificate), before start."""
+        self._argv += extra
 
     def start(self) -> None:
         self._stderr = self.log_path.open("ab")
@@ -325,14 +338,31 @@ class Cluster:
             node.kill()
 
 
-def _bench_one(args: argparse.Namespace, fsync: bool, encrypted: bool) -> dict[str, Any]:
+def tls_arguments(ca_dir: Path, host: str, ca_name: str = "raftlog-ca") -> list[str]:
+    """``serve`` arguments for TLS with a certificate for ``host`` signed by the CA in
+    ``ca_dir`` (made there on first use)."""
+    ca_cert = ca_dir / f"{ca_name}.crt"
+    if ca_cert.exists():
+        ca = CertFiles(ca_cert, ca_dir / f"{ca_name}.key")
+    else:
+        ca = make_ca(ca_dir, ca_name)
+    keystore = make_cert(ca, ca_dir, f"raft-{host}", ips=(host,))
+    return ["--tls-keystore", str(keystore), "--tls-truststore", str(ca.truststore)]
+
+
+def _bench_one(args: argparse.Namespace, fsync: bool, transport: str) -> dict[str, Any]:
+    """One 3-process run; ``transport`` is plaintext, encrypted (a secret) or tls."""
     with tempfile.TemporaryDirectory(prefix="raft-bench-") as root:
         extra = [] if fsync else ["--no-fsync"]
-        if encrypted:
+        if transport == "encrypted":
             secret_file = Path(root) / "raft.secret"
             secret_file.write_text(os.urandom(32).hex())
             extra += ["--secret-file", str(secret_file)]
         cluster = Cluster(Path(root), extra, hosts=tuple(args.hosts.split(",")))
+        if transport == "tls":  # each node its own certificate, for its own address
+            for node in cluster.nodes.values():
+                host = node.address.rsplit(":", 1)[0]
+                node.add_arguments(tls_arguments(Path(root) / "tls", host))
         try:
             cluster.start()
             reply = cluster.leader().request(f"bench {args.count} {args.size}", 600.0)
@@ -342,25 +372,48 @@ def _bench_one(args: argparse.Namespace, fsync: bool, encrypted: bool) -> dict[s
     return reply
 
 
+_FIGURES = ("commits_per_s", "commit_latency_p50_ms", "commit_latency_p99_ms")
+
+
+def _median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each figure's median over the rounds, and its spread (min, max) when there are several."""
+    figures: dict[str, Any] = {}
+    for name, reply_key in zip(
+        _FIGURES, ("ops_per_s", "latency_p50_ms", "latency_p99_ms"), strict=True
+    ):
+        values = sorted(run[reply_key] for run in runs)
+        figures[name] = round(values[len(values) // 2], 3 if "ms" in name else 1)
+        if len(values) > 1:
+            figures[f"{name}_range"] = [round(values[0], 3), round(values[-1], 3)]
+    figures["rounds"] = len(runs)
+    return figures
+
+
 def bench(args: argparse.Namespace) -> int:
-    modes = [(True, False), (True, True)] if args.encryption else [(True, False), (False, False)]
-    figures = {}
-    for fsync, encrypted in modes:
-        reply = _bench_one(args, fsync, encrypted)
-        name = f"fsync={'on' if fsync else 'off'} encryption={'on' if encrypted else 'off'}"
-        figures["encrypted" if encrypted else "fsync" if fsync else "no_fsync"] = {
-            "commits_per_s": round(reply["ops_per_s"], 1),
-            "commit_latency_p50_ms": round(reply["latency_p50_ms"], 3),
-            "commit_latency_p99_ms": round(reply["latency_p99_ms"], 3),
-        }
-        if not args.json:
-            print(
-                f"{name}: {args.count} x {args.size} B pipelined in {reply['seconds']:.2f} s "
-                f"= {reply['ops_per_s']:,.0f} commits/s; one append at a time: "
-                f"p50 {reply['latency_p50_ms']:.1f} ms, p99 {reply['latency_p99_ms']:.1f} ms"
-            )
+    if args.encryption:  # interleaved, so that a busy spell hits every transport alike
+        modes = [("fsync", True, "plaintext"), ("encrypted", True, "encrypted"),
+                 ("tls", True, "tls")]  # fmt: skip
+    else:
+        modes = [("fsync", True, "plaintext"), ("no_fsync", False, "plaintext")]
+    runs: dict[str, list[dict[str, Any]]] = {key: [] for key, _, _ in modes}
+    for round_number in range(args.rounds):
+        for key, fsync, transport in modes:
+            reply = _bench_one(args, fsync, transport)
+            runs[key].append(reply)
+            if not args.json:
+                print(
+                    f"round {round_number + 1} fsync={'on' if fsync else 'off'} {transport}: "
+                    f"{args.count} x {args.size} B pipelined in {reply['seconds']:.2f} s "
+                    f"= {reply['ops_per_s']:,.0f} commits/s; one append at a time: "
+                    f"p50 {reply['latency_p50_ms']:.2f} ms, p99 {reply['latency_p99_ms']:.2f} ms",
+                    flush=True,
+                )
+    figures = {key: _median_of(replies) for key, replies in runs.items()}
     if args.json:
         print(json.dumps(figures))
+    else:
+        for key, values in figures.items():
+            print(f"{key}: {json.dumps(values)}")
     return 0
 
 
@@ -374,11 +427,14 @@ def main() -> int:
     node.add_argument("--max-journal-entries", type=int, default=5_000)
     node.add_argument("--no-fsync", dest="fsync", action="store_false")
     node.add_argument("--secret-file", default=None)
+    node.add_argument("--tls-keystore", default=None)  # with --tls-truststore: TLS 1.3, mTLS
+    node.add_argument("--tls-truststore", default=None)
     measure = commands.add_parser("bench")
     measure.add_argument("--count", type=int, default=20_000)
     measure.add_argument("--size", type=int, default=1024)
     measure.add_argument("--hosts", default=",".join(HOSTS))
     measure.add_argument("--encryption", action="store_true")
+    measure.add_argument("--rounds", type=int, default=1)
     measure.add_argument("--json", action="store_true")
     args = parser.parse_args()
     return serve(args) if args.command == "serve" else bench(args)

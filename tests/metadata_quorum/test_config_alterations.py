@@ -100,19 +100,21 @@ def test_describe_configs_names_each_source() -> None:
     image, _ = apply(image, [_topic_record(), ConfigRecord(TOPIC, "t", "segment.ms", "5000")])
     broker = pb.ConfigResource(resource_type=mpb.CONFIG_RESOURCE_BROKER, resource_name="2")
     described = {
-        e.name: (e.value, e.source, e.is_default) for e in _describe_configs(image, broker)
+        e.name: (e.value, e.source, e.is_default)
+        for e in _describe_configs(image, broker, None)
+        if e.name in (LEADER_RATE, FOLLOWER_RATE)
     }
     assert described == {
         FOLLOWER_RATE: ("100", pb.STATIC_BROKER_CONFIG, False),
         LEADER_RATE: ("7", pb.DYNAMIC_DEFAULT_BROKER_CONFIG, False),
     }
     topic = pb.ConfigResource(resource_type=mpb.CONFIG_RESOURCE_TOPIC, resource_name="t")
-    entries = {e.name: (e.value, e.source) for e in _describe_configs(image, topic)}
+    entries = {e.name: (e.value, e.source) for e in _describe_configs(image, topic, None)}
     assert entries["segment.ms"] == ("5000", pb.DYNAMIC_TOPIC_CONFIG)
     assert entries["retention.ms"] == ("1000", pb.DYNAMIC_DEFAULT_BROKER_CONFIG)
     assert entries["cleanup.policy"] == ("delete", pb.DEFAULT_CONFIG)
     cluster = pb.ConfigResource(resource_type=mpb.CONFIG_RESOURCE_BROKER, resource_name="")
-    entries = {e.name: (e.value, e.source) for e in _describe_configs(image, cluster)}
+    entries = {e.name: (e.value, e.source) for e in _describe_configs(image, cluster, None)}
     assert entries[LEADER_RATE] == ("7", pb.DYNAMIC_DEFAULT_BROKER_CONFIG)
     assert entries[FOLLOWER_RATE] == (UNTHROTTLED, pb.DEFAULT_CONFIG)  # not broker 2's file
 
@@ -251,3 +253,34 @@ def test_the_controller_writes_one_record_per_changed_key() -> None:
     unknown_op = _resource("t", pb.AlterableConfig(name="segment.ms", value="1", op=7))  # type: ignore[arg-type]
     error, _, records = _config_changes(image, unknown_op)
     assert (error, records) == (ErrorCode.INVALID_REQUEST, [])
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("1", "log.dirs"),
+        ("1", "node.id"),
+        ("", "security.inter.broker.protocol"),
+        ("", "log.retention.hours"),  # only the first synonym (log.retention.ms) is dynamic
+        ("1", "num.partitions"),  # raftlog's cluster-wide key: not per broker
+    ],
+)
+def test_a_read_only_broker_config_is_refused_as_kafka_does(name: str, key: str) -> None:
+    with pytest.raises(KafkaError) as raised:
+        alter({}, (SET, key, "1"), kind=BROKER, name=name)
+    assert raised.value.error is ErrorCode.INVALID_REQUEST
+    assert raised.value.message == f"Cannot update these configs dynamically: Set({key})"
+
+
+def test_read_only_keys_are_named_together_and_dynamic_ones_still_pass() -> None:
+    with pytest.raises(KafkaError) as raised:
+        alter({}, (SET, "node.id", "2"), (SET, "log.dirs", "/x"), (SET, LEADER_RATE, "1"),
+              kind=BROKER, name="1")  # fmt: skip
+    assert raised.value.message == "Cannot update these configs dynamically: Set(log.dirs, node.id)"
+    assert alter({}, (SET, "num.partitions", "3"), kind=BROKER, name="") == {"num.partitions": "3"}
+    assert alter({}, (SET, "log.retention.ms", "5"), kind=BROKER, name="1") == {
+        "log.retention.ms": "5"
+    }
+    # deleting is no update: a key nobody set is unknown, as before
+    with pytest.raises(ConfigError):
+        alter({}, (DELETE, "log.dirs", None), kind=BROKER, name="1")

@@ -45,6 +45,7 @@ from metadata_quorum.records import (
     ControllerVoter,
     CordonBroker,
     Endpoint,
+    FeatureLevelRecord,
     FenceBroker,
     LeaderChange,
     MetadataRecord,
@@ -109,6 +110,7 @@ def canonical(image: MetadataImage) -> tuple[Any, ...]:
         image.voters,
         sorted(image.acls),
         sorted((user, sorted(c.items())) for user, c in image.scram_credentials.items()),
+        sorted(image.features.items()),
     )
 
 
@@ -167,6 +169,7 @@ ANY_RECORD: dict[type, st.SearchStrategy[Any]] = {
     RemoveAccessControlEntryRecord: st.builds(RemoveAccessControlEntryRecord, ACL),
     UserScramCredentialRecord: st.builds(UserScramCredentialRecord, TEXT, CREDENTIAL),
     RemoveUserScramCredentialRecord: st.builds(RemoveUserScramCredentialRecord, TEXT, MECHANISM),
+    FeatureLevelRecord: st.builds(FeatureLevelRecord, TEXT, INT32),
 }
 
 
@@ -257,6 +260,7 @@ SMALL_RECORD = st.one_of(
     st.builds(RemoveAccessControlEntryRecord, st.sampled_from(SMALL_ACLS)),
     st.builds(UserScramCredentialRecord, st.sampled_from(["u", "v"]), st.sampled_from(CREDS)),
     st.builds(RemoveUserScramCredentialRecord, st.sampled_from(["u", "v"]), MECHANISM),
+    st.builds(FeatureLevelRecord, st.sampled_from(["group.version", "x"]), st.integers(-1, 2)),
 )
 HISTORY = st.lists(SMALL_RECORD, max_size=60)
 

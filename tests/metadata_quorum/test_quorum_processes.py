@@ -417,10 +417,16 @@ def test_admin_rpcs_end_to_end(cluster: LocalCluster) -> None:
         gone = client.checked("DescribeTopics", pb.DescribeTopicsRequest(names=["admin"]))
         assert gone.topics[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION.code
 
-        leader = cluster.spec(cluster.wait_for_leader())
-        quorum = client.describe_quorum(f"{leader.host}:{cluster.port}")  # match indexes live there
-        assert quorum.leader_id == leader.node_id
+        def described() -> pb.DescribeQuorumResponse | None:
+            """The leader's view once it knows every voter's match index (a leader elected
+            meanwhile learns them from its first round of appends)."""
+            leader = cluster.spec(cluster.wait_for_leader())
+            quorum = client.describe_quorum(f"{leader.host}:{cluster.port}")  # match indexes
+            if quorum.leader_id != leader.node_id or not all(v.lag >= 0 for v in quorum.voters):
+                return None
+            return quorum
+
+        quorum = wait_for(described, 30, "every voter's lag on the leader")
         assert quorum.has_quorum and len(quorum.voters) == 3
-        assert all(v.lag >= 0 for v in quorum.voters)
     finally:
         client.close()

@@ -80,11 +80,17 @@ def test_a_broker_takes_its_own_rate_over_the_cluster_default_over_kafkas() -> N
     assert (two.leader_replication_throttled_rate, two.follower_replication_throttled_rate) == (
         30, 2000,
     )  # fmt: skip
-    assert configs.describe_broker(image, 2) == [
+
+    def rates(described: list[configs.DescribedConfig]) -> list[tuple[object, ...]]:
+        """The throttle rates among a broker's described keys (the log.* defaults follow)."""
+        kept = [d for d in described if d.name in (FOLLOWER_RATE, LEADER_RATE)]
+        return [(d.name, d.value, d.is_default, d.source) for d in kept]
+
+    assert rates(configs.describe_broker(image, 2)) == [
         (FOLLOWER_RATE, "2000", False, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
         (LEADER_RATE, "30", False, ConfigSource.DYNAMIC_BROKER_CONFIG),
     ]
-    assert configs.describe_broker(MetadataImage(), 2) == [
+    assert rates(configs.describe_broker(MetadataImage(), 2)) == [
         (FOLLOWER_RATE, str(UNTHROTTLED), True, ConfigSource.DEFAULT_CONFIG),
         (LEADER_RATE, str(UNTHROTTLED), True, ConfigSource.DEFAULT_CONFIG),
     ]
@@ -133,7 +139,8 @@ def test_alter_configs_of_a_broker_resource() -> None:
     error, message, records = _config_changes(MetadataImage(), alter("4", LEADER_RATE, "-1"))
     assert (error, records) == (ErrorCode.INVALID_CONFIG, []) and LEADER_RATE in message
     error, message, _ = _config_changes(MetadataImage(), alter("4", "num.partitions", "2"))
-    assert error is ErrorCode.INVALID_CONFIG and "num.partitions" in message
+    # read-only in Kafka (only the cluster-wide default takes it here)
+    assert error is ErrorCode.INVALID_REQUEST and "num.partitions" in message
     error, _, records = _config_changes(MetadataImage(), alter("", LEADER_RATE, "7"))
     assert (error, records) == (ErrorCode.NONE, [broker("", LEADER_RATE, "7")])
 
@@ -141,5 +148,9 @@ def test_alter_configs_of_a_broker_resource() -> None:
 def test_describe_configs_of_a_broker_resource() -> None:
     image = image_with(broker("3", FOLLOWER_RATE, "99"))
     resource = pb.ConfigResource(resource_type=mpb.CONFIG_RESOURCE_BROKER, resource_name="3")
-    entries = {e.name: (e.value, e.is_default) for e in _describe_configs(image, resource)}
-    assert entries == {FOLLOWER_RATE: ("99", False), LEADER_RATE: (str(UNTHROTTLED), True)}
+    entries = {e.name: (e.value, e.is_default) for e in _describe_configs(image, resource, 3)}
+    assert {k: v for k, v in entries.items() if k in (FOLLOWER_RATE, LEADER_RATE)} == {
+        FOLLOWER_RATE: ("99", False),
+        LEADER_RATE: (str(UNTHROTTLED), True),
+    }
+    assert entries["log.retention.ms"] == ("604800000", True), "and the log.* defaults"

@@ -121,6 +121,39 @@ def test_dirty_ratio_and_compaction_lag_hold_cleaning_back(tmp_path: Path) -> No
     lagged.close()
 
 
+def test_max_compaction_lag_cleans_below_the_ratio_and_rolls_the_active_segment(
+    tmp_path: Path,
+) -> None:
+    """KIP-354: a record stays uncompacted max.compaction.lag.ms at most, whatever the dirty
+    ratio; the active segment (never cleaned) rolls by then."""
+    clock = ManualClock()
+    overrides = {"min.cleanable.dirty.ratio": 0.99, "max.compaction.lag.ms": 60_000}
+    log = open_log(tmp_path, clock, **overrides)
+    fill(log, rounds=3, keys=40)
+    assert log.compact() is not None, "all dirty: ratio 1.0"
+    fill(log, rounds=1, keys=20)
+    assert 0 < dirty_ratio(log)[0] < 0.99
+    assert log.compact() is None, "below the ratio and younger than the lag"
+    clock.advance(60_001)
+    result = log.compact()
+    assert result is not None and result.dirty_ratio < 0.99, "overdue: cleaned below the ratio"
+
+    rolled = open_log(tmp_path / "rolled", clock, **{"max.compaction.lag.ms": 5_000})
+    rolled.append(make_batch([b"a"], keys=[b"k"], timestamp_ms=clock()), leader_epoch=0)
+    clock.advance(5_001)
+    rolled.append(make_batch([b"b"], keys=[b"k"], timestamp_ms=clock()), leader_epoch=0)
+    assert len(rolled.segments()) == 2, "the first record left the active segment"
+    plain = Log(
+        tmp_path / "plain-0", LogConfig.parse({"max.compaction.lag.ms": 5_000}), clock=clock
+    )
+    plain.append(make_batch([b"a"], timestamp_ms=clock()), leader_epoch=0)
+    clock.advance(5_001)
+    plain.append(make_batch([b"b"], timestamp_ms=clock()), leader_epoch=0)
+    assert len(plain.segments()) == 1, "only a compacted log rolls by the lag"
+    for each in (log, rolled, plain):
+        each.close()
+
+
 def test_a_crash_before_the_swap_leaves_the_old_segments(tmp_path: Path) -> None:
     clock = ManualClock()
     log = open_log(tmp_path, clock)

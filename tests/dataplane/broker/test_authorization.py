@@ -14,7 +14,11 @@ from typing import Any
 
 import pytest
 
-from dataplane.broker.authorization import described_groups
+from dataplane.broker.authorization import (
+    SUPPORTED_OPERATIONS,
+    authorized_operations,
+    described_groups,
+)
 from dataplane.broker.metrics import NodeMetrics
 from dataplane.broker.partition import IsrChange
 from dataplane.broker.replica_manager import ReplicaManager, ReplicaManagerConfig
@@ -34,7 +38,7 @@ from metadata_quorum.security.acl import (
     PermissionType,
     ResourceType,
 )
-from metadata_quorum.security.authorization import AccessControl, AuthorizerSettings
+from metadata_quorum.security.authorization import ALLOW_ALL, AccessControl, AuthorizerSettings
 from metadata_quorum.security.principal import KafkaPrincipal, Session, acting_as
 from metadata_quorum.service import ControllerServicer
 from protos import broker_pb2 as pb
@@ -383,6 +387,7 @@ class Shard:
             group_ids=lambda: groups,
             group_state=lambda g: "Empty",
             group_type=lambda g: "classic",
+            protocol_type=lambda g: "",
         )
 
 
@@ -440,6 +445,20 @@ def test_consumer_group_heartbeat_needs_describe_on_each_subscribed_topic(
     assert passed.value.error is ErrorCode.NOT_COORDINATOR
 
 
+def test_authorized_operations_are_what_the_acls_allow(images: Images) -> None:
+    """Kafka's bit field: bit n for the operation with code n; READ implies DESCRIBE; every
+    supported operation without an authorizer; not computed unless asked."""
+    access = images.access()
+    images.current = with_acls(image(), acl(TOPIC_T, TOPIC, Op.READ))
+    with acting_as(BOB):
+        bits = authorized_operations(access, TOPIC_T, TOPIC)
+        assert bits == (1 << Op.READ) | (1 << Op.DESCRIBE)
+        assert authorized_operations(access, TOPIC_T, "other") == 0
+        assert authorized_operations(access, TOPIC_T, TOPIC, requested=False) == -(2**31)
+    cluster_ops = authorized_operations(ALLOW_ALL, CLUSTER_T, CLUSTER_NAME)
+    assert cluster_ops == sum(1 << op for op in SUPPORTED_OPERATIONS[CLUSTER_T])
+
+
 def test_list_groups_is_filtered(
     groups: GroupCoordinator, images: Images, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -447,8 +466,8 @@ def test_list_groups_is_filtered(
     monkeypatch.setattr(groups.runtime, "loaded_shards", lambda: shards)
     images.current = with_acls(image(), acl(GROUP_T, "team-", Op.DESCRIBE, pattern=PREFIXED))
     with acting_as(BOB):
-        assert [g for g, _, _ in groups.list_groups()] == ["team-a", "team-b"]
-    assert [g for g, _, _ in groups.list_groups()] == ["other", "team-a", "team-b"]  # the node
+        assert [g for g, *_ in groups.list_groups()] == ["team-a", "team-b"]
+    assert [g for g, *_ in groups.list_groups()] == ["other", "team-a", "team-b"]  # the node
 
 
 class ForwardedTo:

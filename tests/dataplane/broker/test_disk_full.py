@@ -21,6 +21,8 @@ from tests.dataplane.cluster_support import consume_values, create_topic, runnin
 
 pytestmark = [
     pytest.mark.timeout(300),
+    # 127.0.0.164-166: tests/metadata_quorum/test_quorum_disk_full.py's too, in turn
+    pytest.mark.xdist_group("disk_full"),
     pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root"),
 ]
 TOPIC = "events"

@@ -11,6 +11,7 @@ from dataplane.client._accumulator import (
     ProducerTimeoutError,
     RecordAccumulator,
     estimate_record_bytes,
+    halving_index,
 )
 from dataplane.client._types import TopicPartition
 
@@ -210,3 +211,67 @@ def test_idempotent_partitions_pipeline_and_retries_go_alone_in_first_sent_order
     assert acc.drain([TP0], 1 << 20) == [], "retries go one at a time"
     acc.complete(sent[0])
     assert acc.drain([TP0], 1 << 20) == [sent[1]]
+
+
+@pytest.mark.parametrize(
+    ("sizes", "cut"),
+    [
+        ([10, 10], 1),
+        ([10, 10, 10], 2),  # the first record that reaches half goes left
+        ([10, 10, 10, 10], 2),
+        ([100, 10, 10], 1),  # one large record: alone on the left
+        ([10, 10, 100], 2),  # ... or alone on the right
+        ([1, 1, 1, 1, 1, 1, 1, 100], 7),
+    ],
+)
+def test_a_split_cuts_a_batch_in_two_halves_by_bytes(sizes: list[int], cut: int) -> None:
+    assert halving_index(sizes) == cut
+
+
+def test_split_halves_take_the_batch_place_memory_and_send_order() -> None:
+    """KIP-126: the halves of a refused batch go before a later batch's retry, one at a time,
+    holding the refused batch's reservation until each completes."""
+    clock = FakeClock()
+    acc = RecordAccumulator(
+        batch_size=100_000, linger_ms=0, buffer_memory=1 << 20, clock=clock,
+        max_in_flight_per_partition=5,
+    )  # fmt: skip
+    values = [b"%d" % n * 20 for n in range(5)]
+    futures = [acc.append(TP0, record(v)).future for v in values]
+    [big] = acc.drain([TP0], 1 << 20)
+    later_future = acc.append(TP0, record(b"later")).future
+    [later] = acc.drain([TP0], 1 << 20)
+    used = acc.used_bytes
+    halves = acc.split(big)
+    assert [len(h.records) for h in halves] == [3, 2]
+    assert sum(h.reserved_bytes for h in halves) == big.reserved_bytes
+    acc.reenqueue_split(big, halves)
+    acc.reenqueue(later, backoff_s=0)  # e.g. OUT_OF_ORDER_SEQUENCE_NUMBER behind the big one
+    assert acc.used_bytes == used
+    sent = []
+    for _ in range(3):
+        [batch] = acc.drain([TP0], 1 << 20)
+        assert acc.drain([TP0], 1 << 20) == [], "halves and retries go alone"
+        sent.append(batch)
+        acc.complete(batch)
+        batch.result.succeed(base_offset=10 * len(sent), log_append_time_ms=-1)
+    assert sent == [*halves, later]
+    assert acc.used_bytes == 0 and not acc.has_incomplete()
+    assert [f.result(0).offset for f in futures if f is not None] == [10, 11, 12, 20, 21]
+    assert later_future is not None and later_future.result(0).offset == 30
+
+
+def test_unsent_split_halves_forget_their_payload_when_the_producer_id_is_given_up() -> None:
+    clock = FakeClock()
+    acc = make(clock, batch_size=100_000, linger_ms=0)
+    for value in (b"a" * 50, b"b" * 50):
+        acc.append(TP0, record(value))
+    [big] = acc.drain([TP0], 1 << 20)
+    halves = acc.split(big)
+    for half in halves:
+        half.payload, half.producer_id = b"built with producer id 7", 7
+    acc.reenqueue_split(big, halves)
+    [first] = acc.drain([TP0], 1 << 20)
+    acc.forget_unsent_payloads()
+    assert first.payload is not None, "sent: the broker may have it, the bytes stay"
+    assert halves[1].payload is None and halves[1].producer_id == -1

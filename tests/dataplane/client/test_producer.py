@@ -154,16 +154,62 @@ def test_record_too_large_fails_without_sending(cluster: FakeCluster) -> None:
     assert cluster.produce_requests == []
 
 
-def test_a_batch_the_topic_refuses_as_too_large_says_to_lower_batch_size(
-    cluster: FakeCluster,
-) -> None:
+def test_a_batch_refused_once_as_too_large_is_split_and_delivered(cluster: FakeCluster) -> None:
     cluster.inject("t", 0, ErrorCode.MESSAGE_TOO_LARGE)
     with Producer(bootstrap(cluster), linger_ms=200, batch_size=10_000, **FAST) as producer:
         futures = [producer.send("t", value=b"v%d" % n, partition=0) for n in range(3)]
+        producer.flush(timeout=10)
+        assert [f.result(0).offset for f in futures] == [0, 1, 2]
+    assert cluster.values("t", 0) == [b"v0", b"v1", b"v2"]
+    # refused whole, then the halves: two records, then one
+    assert len(cluster.produce_requests) == 3
+
+
+@pytest.mark.parametrize("idempotent", [True, False])
+def test_batches_above_max_message_bytes_are_split_until_they_fit(
+    cluster: FakeCluster, idempotent: bool
+) -> None:
+    """KIP-126: batch.size far above the topic's limit; every record lands once, in order,
+    with offsets and callbacks from the part it went to (the fake checks the sequences)."""
+    cluster.topics["t"][0].max_message_bytes = 700
+    acks: Any = "all" if idempotent else 1
+    done: list[int] = []
+    with Producer(
+        bootstrap(cluster), linger_ms=500, batch_size=100_000, acks=acks,
+        enable_idempotence=idempotent, **FAST,
+    ) as producer:  # fmt: skip
+        futures = [
+            producer.send(
+                "t", value=b"%03d" % n + b"x" * 97, partition=0,
+                callback=lambda meta, error: done.append(meta.offset if meta else -1),
+            )
+            for n in range(40)
+        ]  # fmt: skip
+        producer.flush(timeout=20)
+        assert [f.result(0).offset for f in futures] == list(range(40))
+    assert sorted(done) == list(range(40))
+    assert [v[:3] if v else b"" for v in cluster.values("t", 0)] == [b"%03d" % n for n in range(40)]
+    assert all(len(batch) <= 700 for batch in cluster.topics["t"][0].batches)
+
+
+def test_one_record_above_max_message_bytes_fails_and_the_others_land(
+    cluster: FakeCluster,
+) -> None:
+    cluster.topics["t"][0].max_message_bytes = 500
+    with Producer(bootstrap(cluster), linger_ms=500, batch_size=100_000, **FAST) as producer:
+        futures = [
+            producer.send("t", value=value, partition=0)
+            for value in (b"a" * 100, b"b" * 600, b"c" * 100)
+        ]
+        producer.flush(timeout=20)
         with pytest.raises(KafkaError) as info:
-            futures[0].result(timeout=10)
-    assert info.value.error is ErrorCode.MESSAGE_TOO_LARGE
-    assert "a batch of 3 records: set batch_size below" in info.value.message
+            futures[1].result(0)
+        assert info.value.error is ErrorCode.MESSAGE_TOO_LARGE
+        assert futures[0].result(0).offset == 0
+        # the failed record's sequence is a gap: the half after it goes with a new producer
+        # id (its payload, built with the old one, was never sent)
+        assert futures[2].result(0).offset == 1
+    assert cluster.values("t", 0) == [b"a" * 100, b"c" * 100]
 
 
 def test_acks_zero_completes_with_offset_minus_one(cluster: FakeCluster) -> None:

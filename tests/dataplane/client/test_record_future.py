@@ -119,3 +119,26 @@ def test_the_metadata_sizes_come_from_the_record() -> None:
     assert (metadata.serialized_key_size, metadata.serialized_value_size) == (-1, 5)
     assert metadata.serialized_header_size == len("trace") + 3 + len("é".encode())
     assert (metadata.offset, metadata.timestamp) == (3, 7)
+
+
+def test_a_split_batch_completes_when_its_parts_have_each_record_from_its_own() -> None:
+    """KIP-126: the parts land at unrelated offsets and may fail alone; a part may be split
+    again. Callbacks (per record and per batch) run once every part is settled."""
+    result = BatchResult(TP)
+    futures = futures_of(result, 5)
+    left, right = BatchResult(TP), BatchResult(TP)
+    result.split([(0, left), (3, right)])
+    right_left, right_right = BatchResult(TP), BatchResult(TP)
+    right.split([(0, right_left), (1, right_right)])
+    seen: list[BatchResult] = []
+    result.add_batch_callback(seen.append)
+    left.succeed(base_offset=100, log_append_time_ms=-1)
+    right_left.succeed(base_offset=200, log_append_time_ms=-1)
+    assert not result.done() and not futures[0].done() and seen == []
+    too_large = KafkaError(ErrorCode.MESSAGE_TOO_LARGE, "one record too large")
+    right_right.fail(too_large)
+    assert result.done() and seen == [result] and result.error is too_large
+    assert [f.result(0).offset for f in futures[:4]] == [100, 101, 102, 200]
+    assert futures[4].exception(0) is too_large
+    with pytest.raises(RuntimeError):
+        result.split([(0, BatchResult(TP))])

@@ -7,6 +7,7 @@ import itertools
 import pytest
 
 from dataplane.coordinator import group_state as gs
+from dataplane.coordinator.topic_partitions import to_topic_partitions
 from protos import group_pb2 as gpb
 from raftlog.errors import ErrorCode, KafkaError
 
@@ -45,7 +46,7 @@ def _hb(
     if regex is not None:
         request.subscribed_topic_regex = regex
     if owned is not None:
-        request.owned.topics.extend(gs.to_topic_partitions(owned))
+        request.owned.topics.extend(to_topic_partitions(owned))
     return shard.heartbeat(request, view, now_ms)
 
 

@@ -10,12 +10,14 @@ input gets Kafka's error codes and leaves the stored configs as they were."""
 
 from __future__ import annotations
 
+import time
 import urllib.request
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import KafkaException
+from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient as RdAdminClient
+from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigSource
 from confluent_kafka.admin._config import ConfigResource as RdConfigResource
 from kafka import KafkaAdminClient
@@ -27,6 +29,7 @@ from dataplane.client.admin import ConfigResource, ResourceType
 from dataplane.tools.local_cluster import LocalCluster, wait_for
 from protos import controller_pb2 as cpb
 from protos import metadata_pb2 as mpb
+from raftlog.batch import HEADER_SIZE, Compression, read_header
 from raftlog.errors import ErrorCode
 from tests.dataplane.cluster_support import create_topic, running_cluster
 
@@ -36,6 +39,7 @@ FOLLOWER_RATE = "follower.replication.throttled.rate"
 LEADER_REPLICAS = "leader.replication.throttled.replicas"
 STATIC_FOLLOWER_RATE = 4096  # every node's config file
 UNTHROTTLED = 2**63 - 1
+STATIC_ROLL_HOURS = 100  # every node's config file: segment.ms's default (a synonym, in hours)
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +47,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     with running_cluster(
         tmp_path_factory.mktemp("kafka-configs"),
         "kafka_configs",
-        overrides={FOLLOWER_RATE: STATIC_FOLLOWER_RATE},
+        overrides={FOLLOWER_RATE: STATIC_FOLLOWER_RATE, "log.roll.hours": STATIC_ROLL_HOURS},
     ) as running:
         yield running
 
@@ -297,3 +301,93 @@ def test_bad_input_gets_kafkas_codes_and_changes_nothing(
         "", ConfigSource.DEFAULT_CONFIG,
     )  # fmt: skip
     assert quota_rate(cluster, 1, "leader") == float("inf")
+
+
+# -- Kafka 4's topic configs: compression.type, LogAppendTime, synonyms -------------------------
+def _stored_codecs(cluster: LocalCluster, topic: str) -> set[int]:
+    """The codec of every batch of partition 0 in any replica's segment files."""
+    codecs = set()
+    for segment in cluster.root.glob(f"node-*/data/{topic}-0/*.log"):
+        data = segment.read_bytes()
+        position = 0
+        while position + HEADER_SIZE <= len(data):
+            header = read_header(data, position)
+            codecs.add(header.compression)
+            position += header.size_bytes
+    return codecs
+
+
+def test_compression_type_and_log_append_time_are_honoured(
+    cluster: LocalCluster, rd: RdAdminClient
+) -> None:
+    topic = "zstd-topic"
+    configs = {"compression.type": "zstd", "message.timestamp.type": "LogAppendTime"}
+    new = NewTopic(topic, num_partitions=1, replication_factor=1, config=configs)
+    rd.create_topics([new])[topic].result(timeout=30)
+    producer = Producer({
+        "bootstrap.servers": ",".join(cluster.kafka_bootstrap_servers),
+        "compression.type": "none", "linger.ms": 50,
+    })  # fmt: skip
+    for i in range(20):
+        producer.produce(topic, key=b"k%d" % i, value=b"value " * 40, timestamp=1_000)
+    assert producer.flush(30) == 0
+    wait_for("the batches on disk", lambda: _stored_codecs(cluster, topic) or None, timeout_s=30)
+    assert _stored_codecs(cluster, topic) == {Compression.ZSTD}
+    consumer = Consumer({
+        "bootstrap.servers": ",".join(cluster.kafka_bootstrap_servers),
+        "group.id": "zstd-reader", "auto.offset.reset": "earliest",
+    })  # fmt: skip
+    try:
+        consumer.subscribe([topic])
+        seen: list[tuple[int, int]] = []
+        deadline = time.monotonic() + 60
+        while len(seen) < 20 and time.monotonic() < deadline:
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None:
+                seen.append(message.timestamp())
+    finally:
+        consumer.close()
+    assert len(seen) == 20
+    assert all(kind == TIMESTAMP_LOG_APPEND_TIME and ts > 1_000 for kind, ts in seen)
+
+
+def test_describe_configs_shows_synonyms_of_each_source(
+    cluster: LocalCluster, rd: RdAdminClient
+) -> None:
+    topic = "synonyms-topic"
+    create_topic(cluster, topic, 1, 1)
+    rd_incremental(rd, "topic", topic, ConfigEntry("retention.ms", "123456",
+                   incremental_operation=AlterConfigOpType.SET))  # fmt: skip
+    resource = RdConfigResource("topic", topic)
+    entries = rd.describe_configs([resource])[resource].result(timeout=30)
+    segment_ms = entries["segment.ms"]
+    assert segment_ms.value == str(STATIC_ROLL_HOURS * 3_600_000)
+    assert ConfigSource(segment_ms.source) == ConfigSource.STATIC_BROKER_CONFIG
+    assert [(s.name, s.value, ConfigSource(s.source)) for s in segment_ms.synonyms.values()] == [
+        ("log.roll.hours", str(STATIC_ROLL_HOURS), ConfigSource.STATIC_BROKER_CONFIG),
+        ("log.roll.ms", "604800000", ConfigSource.DEFAULT_CONFIG),
+    ]
+    retention = entries["retention.ms"]
+    assert ConfigSource(retention.source) == ConfigSource.DYNAMIC_TOPIC_CONFIG
+    assert next(ConfigSource(s.source) for s in retention.synonyms.values()) == (
+        ConfigSource.DYNAMIC_TOPIC_CONFIG
+    )
+    assert entries["compression.type"].value == "producer"
+
+
+@pytest.mark.parametrize(
+    ("config", "named"),
+    [
+        ({"no.such.config": "1"}, "no.such.config"),
+        ({"compression.type": "brotli"}, "compression.type"),
+    ],
+)
+def test_create_topics_refuses_unknown_keys_and_bad_values(
+    rd: RdAdminClient, config: dict[str, str], named: str
+) -> None:
+    new = NewTopic("refused-topic", num_partitions=1, replication_factor=1, config=config)
+    with pytest.raises(KafkaException) as raised:
+        rd.create_topics([new])["refused-topic"].result(timeout=30)
+    error = raised.value.args[0]
+    assert ErrorCode.from_code(error.code()) is ErrorCode.INVALID_CONFIG
+    assert named in error.str()

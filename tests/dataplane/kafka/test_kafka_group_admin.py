@@ -7,6 +7,7 @@ group has members, as Kafka does); kafka-python's admin client deletes a classic
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer as RdConsumer
@@ -15,13 +16,17 @@ from confluent_kafka import (
     ConsumerGroupType,
     KafkaError,
     KafkaException,
+    TopicCollection,
 )
 from confluent_kafka import TopicPartition as RdTopicPartition
 from confluent_kafka.admin import AdminClient as RdAdmin
 from kafka import KafkaAdminClient
 
+from dataplane.kafka import codec as kc
 from dataplane.tools.local_cluster import LocalCluster, wait_for
+from raftlog.errors import ErrorCode
 from tests.dataplane.cluster_support import create_topic, running_cluster
+from tests.dataplane.kafka.raw_connection import RawKafkaConnection
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("kafka-groups-classic")]
 
@@ -121,3 +126,81 @@ def test_kafka_python_deletes_a_classic_group(cluster: LocalCluster) -> None:
         assert "admin-classic-group" not in {g[0] for g in admin.list_groups()}
     finally:
         admin.close()
+
+
+def test_librdkafka_reads_what_it_may_do_on_topics_the_cluster_and_groups(
+    cluster: LocalCluster,
+) -> None:
+    """Authorized operations (Metadata v8+, DescribeCluster, DescribeGroups v3+): with no
+    authorizer, every operation Kafka supports on each resource type."""
+    create_topic(cluster, "admin-ops", 1)
+    admin = RdAdmin({"bootstrap.servers": servers(cluster)})
+    topic = admin.describe_topics(
+        TopicCollection(["admin-ops"]), include_authorized_operations=True
+    )["admin-ops"].result(timeout=30)
+    assert {op.name for op in topic.authorized_operations} == {
+        "READ", "WRITE", "CREATE", "DESCRIBE", "DELETE", "ALTER", "DESCRIBE_CONFIGS",
+        "ALTER_CONFIGS",
+    }  # fmt: skip
+    described = admin.describe_cluster(include_authorized_operations=True).result(timeout=30)
+    assert {op.name for op in described.authorized_operations} == {
+        "CREATE", "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE",
+        "ALTER", "DESCRIBE",
+    }  # fmt: skip
+    consumer = member(cluster, "admin-ops-group", "admin-ops", "classic")
+    try:
+        wait_for("an assignment", lambda: assigned(consumer), 60)
+        group = admin.describe_consumer_groups(
+            ["admin-ops-group"], include_authorized_operations=True
+        )["admin-ops-group"].result(timeout=30)
+    finally:
+        consumer.close()
+    assert {op.name for op in group.authorized_operations} == {"READ", "DESCRIBE", "DELETE"}
+
+
+def test_a_group_only_offsets_name_is_a_simple_classic_group(cluster: LocalCluster) -> None:
+    """A consumer that assigns itself and commits makes a classic group with no protocol type
+    (Kafka's "simple consumer group"), listed under the classic type, not the consumer one."""
+    create_topic(cluster, "admin-simple", 1)
+    consumer = RdConsumer({"bootstrap.servers": servers(cluster), "group.id": "admin-simple-group"})
+    try:
+        consumer.assign([RdTopicPartition("admin-simple", 0, 0)])
+        consumer.commit(offsets=[RdTopicPartition("admin-simple", 0, 5)], asynchronous=False)
+    finally:
+        consumer.close()
+    admin = RdAdmin({"bootstrap.servers": servers(cluster)})
+
+    def listed(kind: ConsumerGroupType) -> set[str]:
+        found = admin.list_consumer_groups(types={kind}, request_timeout=30).result(timeout=30)
+        return {g.group_id for g in found.valid}
+
+    assert "admin-simple-group" in listed(ConsumerGroupType.CLASSIC)
+    assert "admin-simple-group" not in listed(ConsumerGroupType.CONSUMER)
+    (simple,) = [
+        g
+        for g in admin.list_consumer_groups(request_timeout=30).result(timeout=30).valid
+        if g.group_id == "admin-simple-group"
+    ]
+    assert simple.is_simple_consumer_group
+
+
+def test_find_coordinator_answers_share_partition_keys(cluster: LocalCluster) -> None:
+    """Key type 2 (KIP-932): a share-partition key "group:topicId:partition" names the share
+    coordinator that keeps its state in __share_group_state; a malformed key is INVALID_REQUEST."""
+    raw = RawKafkaConnection(cluster.kafka_bootstrap_servers[0])
+
+    def find() -> Any:
+        answer = raw.call(kc.API_FIND_COORDINATOR, 4, {
+            "key_type": 2, "coordinator_keys": ["queue:AAAAAAAAAAAAAAAAAAAAAQ:0", "queue:0"],
+        })  # fmt: skip
+        found = answer.coordinators[0]
+        # the first asks create __share_group_state: COORDINATOR_NOT_AVAILABLE, retriable
+        return None if found.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE.code else answer
+
+    try:
+        answer = wait_for("the share coordinator", find, 60)
+    finally:
+        raw.close()
+    found, malformed = answer.coordinators
+    assert found.error_code == 0 and found.node_id in {s.node_id for s in cluster.specs}
+    assert malformed.error_code == ErrorCode.INVALID_REQUEST.code

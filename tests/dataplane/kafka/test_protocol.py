@@ -392,7 +392,7 @@ def test_api_versions_of_an_unknown_version_answers_unsupported_version_in_v0(
     correlation_id, error_code, count = struct.unpack_from(">ihi", answer)
     assert (correlation_id, error_code) == (7, 35)  # UNSUPPORTED_VERSION
     keys = {struct.unpack_from(">hhh", answer, 10 + 6 * n) for n in range(count)}
-    assert (18, 0, 3) in keys and (0, 3, 11) in keys
+    assert (18, 0, 4) in keys and (0, 3, 11) in keys
 
 
 def test_a_malformed_frame_closes_only_its_connection(cluster: LocalCluster) -> None:

@@ -12,10 +12,13 @@ follow the metadata, fetch as a replica and join the Raft quorum, and is refused
   nor granted CLUSTER_ACTION: authenticated, then refused by the authorizer: RegisterBroker
   CLUSTER_AUTHORIZATION_FAILED, FetchMetadata PERMISSION_DENIED, a replica's Fetch
   TOPIC_AUTHORIZATION_FAILED on every partition, nothing read.
-- **The Raft transport**: a controller process with another ``controller.quorum.raft.secret.file``
-  (and mallory's certificate) that lists itself among the cluster's voters. Its connections do
-  not decrypt and are dropped (tests/metadata_quorum/test_raft_secret.py shows the quorum side in
-  detail): no vote of it is counted, no term moves, it never learns a leader.
+- **The Raft transport** (TLS in a secure cluster: its CONTROLLER listener is SASL_SSL): a
+  controller process that lists itself among the cluster's voters and dials them over TLS with
+  mallory's certificate (the cluster's CA, its own IP as SAN: only the principal gives it away),
+  with a certificate of another CA (CN=node-4), and speaking the secret's encryption instead.
+  Each voter refuses the connection before it is heard, saying why (not a node principal, an
+  untrusted certificate, not TLS): no vote of it is counted, no term moves, it never learns a
+  leader (tests/metadata_quorum/test_raft_tls.py shows the quorum side in detail).
 
 Every refusal is a line in the refusing node's log (``raftlog.audit``, or the Raft refusal), and
 the cluster is unaffected: the same leader and term, produce and consume keep working, and the
@@ -284,13 +287,11 @@ def test_metrics_refuse_a_certificate_from_another_ca(
 
 
 def _rogue_controller_config(
-    cluster: LocalCluster, keystore: Path, directory: Path
+    cluster: LocalCluster, keystore: Path, directory: Path, raft: dict[str, object]
 ) -> tuple[NodeConfig, int]:
     """Controller 4 on ROGUE_HOST: the cluster's voters plus itself, the cluster's TLS settings
-    with mallory's keystore, and its own Raft secret."""
+    (so its Raft transport is TLS too) with ``keystore``, and ``raft``'s settings over them."""
     port = pick_cluster_port([ROGUE_HOST])
-    secret = directory / "raft.secret"
-    secret.write_text("not-the-quorum-secret-" + uuid.uuid4().hex + "\n")
     values: dict[str, object] = {
         **LOCAL_DEFAULTS,
         **cluster.secrets.node_settings(ROGUE_ID, range(1, 10)),
@@ -300,7 +301,7 @@ def _rogue_controller_config(
         "listeners": f"CONTROLLER://{ROGUE_HOST}:{port}",
         "log.dirs": str(directory / "data"),
         "ssl.keystore.location": str(keystore),
-        "controller.quorum.raft.secret.file": str(secret),
+        **raft,
     }
     return NodeConfig.parse(values), port
 
@@ -309,21 +310,52 @@ def _raft_refusals(cluster: LocalCluster, node_id: int) -> int:
     return _log(cluster, node_id).count("refused a connection from ")
 
 
-def test_a_controller_without_the_raft_secret_gets_no_vote(
-    cluster: LocalCluster, rogue_keys: dict[str, Path], tmp_path: Path
+def _secret_instead(directory: Path) -> dict[str, object]:
+    secret = directory / "raft.secret"
+    secret.write_text("not-the-quorum-secret-" + uuid.uuid4().hex + "\n")
+    return {
+        "controller.quorum.raft.transport.security": "encryption",
+        "controller.quorum.raft.secret.file": str(secret),
+    }
+
+
+# the rogue's keystore (rogue_keys), its Raft settings, and the reason each voter logs
+ROGUE_CONTROLLERS = {
+    "mallory": ("mallory", None, r"User:mallory \(certificate CN=mallory\) is not a node"),
+    "another-ca": ("stranger", None, "CERTIFICATE_VERIFY_FAILED"),
+    "secret-not-tls": ("mallory", _secret_instead, "WRONG_VERSION_NUMBER"),
+}
+
+
+@pytest.mark.parametrize("rogue_kind", list(ROGUE_CONTROLLERS))
+def test_a_rogue_controller_gets_no_vote(
+    cluster: LocalCluster, rogue_keys: dict[str, Path], tmp_path: Path, rogue_kind: str
 ) -> None:
+    """mallory's certificate is the cluster CA's and names the rogue's IP, so the handshake
+    and the host check pass; its principal, User:mallory, is not a super user, which a Raft
+    peer must be. Another CA's certificate fails the handshake; the secret's encryption is not
+    TLS. Every voter logs the refusal with its reason; the quorum is as it was."""
+    key, raft_settings, reason = ROGUE_CONTROLLERS[rogue_kind]
     before = _quorum(cluster)
     assert before.leader_id in (1, 2, 3) and before.has_quorum
-    refusals = {n: _raft_refusals(cluster, n) for n in (1, 2, 3)}
-    config, port = _rogue_controller_config(cluster, rogue_keys["mallory"], tmp_path)
+    logged = {n: len(_log(cluster, n)) for n in (1, 2, 3)}
+    raft = raft_settings(tmp_path) if raft_settings is not None else {}
+    config, port = _rogue_controller_config(cluster, rogue_keys[key], tmp_path, raft)
     config_path = tmp_path / "node.toml"
     config_path.write_text(config.to_toml())
     argv = [sys.executable, "-m", "dataplane.tools.cli", "node", "--config", str(config_path)]
     rogue = owned_launcher(ROGUE_ID, argv, tmp_path / "node.log")
+
+    def refused_by(node_id: int) -> bool:
+        lines = _log(cluster, node_id)[logged[node_id] :].splitlines()
+        return any(
+            "refused a connection from" in line and re.search(reason, line) for line in lines
+        )
+
     try:
         wait_for(
-            "every voter logs the rogue's refused Raft connections",
-            lambda: all(_raft_refusals(cluster, n) > refusals[n] for n in (1, 2, 3)) or None,
+            f"every voter logs the rogue's refused Raft connections ({reason})",
+            lambda: all(refused_by(n) for n in (1, 2, 3)) or None,
             timeout_s=WAIT_S,
         )
         # it campaigns meanwhile (a voter of its own configuration); no one hears it
@@ -332,12 +364,13 @@ def test_a_controller_without_the_raft_secret_gets_no_vote(
         after = _quorum(cluster)
         assert (after.leader_id, after.term) == (before.leader_id, before.term)
         assert sorted(v.node_id for v in after.voters) == [1, 2, 3]
-        client = cluster.client()
-        try:
-            seen = client.describe_quorum(f"{ROGUE_HOST}:{port}")  # the rogue's own view
-        finally:
-            client.close()
-        assert seen.leader_id == -1 and not seen.has_quorum, seen
+        if key == "mallory":  # the admin trusts its CONTROLLER listener: the rogue's own view
+            client = cluster.client()
+            try:
+                seen = client.describe_quorum(f"{ROGUE_HOST}:{port}")
+            finally:
+                client.close()
+            assert seen.leader_id == -1 and not seen.has_quorum, seen
     finally:
         rogue.kill()
         rogue.wait(timeout=30)

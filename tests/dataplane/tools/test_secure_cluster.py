@@ -4,6 +4,7 @@ confluent-kafka through it, the CLI with ``--command-config``, and what a plaint
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import stat
 import uuid
@@ -12,13 +13,16 @@ from pathlib import Path
 
 import confluent_kafka
 import pytest
+from cryptography import x509
 from typer.testing import CliRunner
 
 from dataplane.client import AdminClient, Consumer, NewTopic, Producer
+from dataplane.server.node import raft_options
 from dataplane.tools.cli import _print_client_settings, app
 from dataplane.tools.cluster_status import cluster_status_rows
 from dataplane.tools.command_config import read_command_config
 from dataplane.tools.local_cluster import LocalCluster, wait_for
+from metadata_quorum.security.principal import KafkaPrincipal
 from raftlog.errors import KafkaError
 from tests.dataplane.cluster_support import running_cluster
 
@@ -44,7 +48,7 @@ def test_the_secrets_are_private_and_the_nodes_configured(cluster: LocalCluster)
     secrets = cluster.secrets
     for path in (
         secrets.ca.key, secrets.node_keystore(1), secrets.node_keystore(2),
-        secrets.admin_keystore, secrets.raft_secret, secrets.client_properties,
+        secrets.admin_keystore, secrets.client_properties,
     ):  # fmt: skip
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
     assert stat.S_IMODE(secrets.directory.stat().st_mode) == 0o700
@@ -57,8 +61,35 @@ def test_the_secrets_are_private_and_the_nodes_configured(cluster: LocalCluster)
     ]  # fmt: skip
     assert config.authorizer_settings is not None
     assert "User:node-2" in config.super_users and "User:admin" in config.super_users
-    assert config.controller_quorum_raft_secret_file == secrets.raft_secret
     assert json.loads(cluster.state_path.read_text())["secure"] is True
+
+
+def test_the_raft_transport_is_tls_between_node_certificates(cluster: LocalCluster) -> None:
+    """No Raft secret: the CONTROLLER listener is SASL_SSL, so the quorum (both nodes vote:
+    it formed) runs over TLS with the nodes' keystores, each naming its node's IP (what the
+    Raft transport checks a voter against), and admits only super users as peers."""
+    secrets = cluster.secrets
+    assert not (secrets.directory / "raft.secret").exists()
+    for node_id in (1, 2):
+        config = cluster.config(cluster.spec(node_id))
+        assert config.controller_quorum_raft_secret_file is None
+        assert config.raft_transport_security == "tls"
+        options = raft_options(config)
+        assert options.tls is not None and options.tls.keystore == secrets.node_keystore(node_id)
+        assert options.tls_peers.principals is not None
+        assert KafkaPrincipal.user(f"node-{node_id}") in options.tls_peers.principals
+        assert options.tls_peers.refusal(f"CN=node-{node_id}") is None
+        assert options.tls_peers.refusal("CN=mallory") is not None
+        leaf = x509.load_pem_x509_certificates(secrets.node_keystore(node_id).read_bytes())[0]
+        names = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        host = ipaddress.ip_address(cluster.spec(node_id).host)
+        assert host in names.get_values_for_type(x509.IPAddress)
+    client = cluster.client()
+    try:
+        quorum = client.describe_quorum()
+    finally:
+        client.close()
+    assert quorum.has_quorum and sorted(v.node_id for v in quorum.voters) == [1, 2]
 
 
 def test_client_properties_log_our_client_in_as_admin(cluster: LocalCluster) -> None:
@@ -160,13 +191,13 @@ def test_cluster_up_refuses_to_change_a_clusters_mode(cluster: LocalCluster) -> 
 
 
 def test_secrets_made_once_are_kept(tmp_path: Path) -> None:
-    """Pure: no nodes. A second ensure keeps the CA and the secret; a new node gets its own."""
+    """Pure: no nodes. A second ensure keeps the CA and the keystores; a new node gets its own."""
     local = LocalCluster(tmp_path / "c", nodes=2, first_host=189, secure=True)
     local.secrets.ensure([(1, "127.0.0.189")])
-    ca, secret = local.secrets.ca.cert.read_bytes(), local.secrets.raft_secret.read_bytes()
+    ca, node_1 = local.secrets.ca.cert.read_bytes(), local.secrets.node_keystore(1).read_bytes()
     local.secrets.ensure([(1, "127.0.0.189"), (2, "127.0.0.190")])
     assert local.secrets.ca.cert.read_bytes() == ca
-    assert local.secrets.raft_secret.read_bytes() == secret
+    assert local.secrets.node_keystore(1).read_bytes() == node_1
     assert local.secrets.node_keystore(2).exists()
     assert local.secrets.admin_password() == local.secrets.admin_password()
 

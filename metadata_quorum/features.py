@@ -1,0 +1,193 @@
+"""Finalized feature levels (KIP-584, KIP-778): what the cluster has switched on, as pure functions.
+
+Kafka's controller keeps each feature's finalized level in the metadata log (FeatureLevelRecord);
+brokers answer ApiVersions (v3+) from their image with the levels each node supports and the
+finalized ones, and UpdateFeatures changes them. raftlog does the same with these features, at
+the levels whose semantics it implements (docs/operations.md, "Feature levels"):
+
+- ``metadata.version`` 7 (3.3-IV3, the lowest Kafka 4 accepts) to 22 (4.0-IV0, the KIP-848
+  bootstrap). raftlog's own metadata records do not change with it; it is finalized so that
+  clients and tools see a Kafka 4 cluster. 23 (KIP-966's eligible leader replicas) and later
+  are not implemented, so not supported.
+- ``kraft.version`` 0 to 1: voters as records (KIP-853) are served. A downgrade is refused, as
+  Kafka refuses it.
+- ``group.version`` 0 to 1: 1 is KIP-848's consumer group protocol (ConsumerGroupHeartbeat).
+- ``transaction.version`` 0 to 1: transactions as KIP-890 part 1; part 2 (level 2, an epoch bump
+  per transaction) is not served, so 2 is not supported.
+
+Every node of a raftlog cluster runs the same code, so the supported ranges are this module's,
+checked by the controller for the whole cluster (Kafka checks each registered broker's ranges).
+The first active controller writes the bootstrap levels (Kafka writes them when the metadata log
+is formatted); ``generate_bootstrap_features`` also finalizes a feature an older image lacks.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from metadata_quorum.image import MetadataImage
+from metadata_quorum.records import FeatureLevelRecord
+from raftlog.errors import ErrorCode, KafkaError
+
+METADATA_VERSION = "metadata.version"
+KRAFT_VERSION = "kraft.version"
+GROUP_VERSION = "group.version"
+TRANSACTION_VERSION = "transaction.version"
+
+# feature -> (min, max) level this code implements
+SUPPORTED_FEATURES: Mapping[str, tuple[int, int]] = {
+    METADATA_VERSION: (7, 22),
+    KRAFT_VERSION: (0, 1),
+    GROUP_VERSION: (0, 1),
+    TRANSACTION_VERSION: (0, 1),
+}
+# the levels a new cluster starts at: the highest supported (Kafka 4's defaults for its latest
+# production metadata.version)
+BOOTSTRAP_FEATURES: Mapping[str, int] = {
+    name: high for name, (_, high) in SUPPORTED_FEATURES.items()
+}
+# (feature, level) -> the levels of other features it needs (Kafka's FeatureVersion dependencies
+# plus Features.validateVersion's rule: any level >= 1 needs metadata.version >= 4)
+DEPENDENCIES: Mapping[tuple[str, int], Mapping[str, int]] = {
+    (GROUP_VERSION, 1): {METADATA_VERSION: 22},
+}
+MINIMUM_METADATA_VERSION_FOR_FEATURES = 4  # 3.3-IV0, the first with FeatureLevelRecord
+# metadata.version levels whose metadata records differ from the level below (Kafka's
+# MetadataVersion.didMetadataChange): a downgrade across one of them might lose metadata
+METADATA_CHANGED_AT = frozenset({7, 8, 11, 13, 14, 15, 17})
+
+
+class UpgradeType(enum.IntEnum):
+    """UpdateFeatures v1's upgrade_type (v0: allow_downgrade false/true = UPGRADE/SAFE)."""
+
+    UNKNOWN = 0
+    UPGRADE = 1
+    SAFE_DOWNGRADE = 2
+    UNSAFE_DOWNGRADE = 3
+
+
+@dataclass(frozen=True)
+class FeatureUpdate:
+    feature: str
+    max_version_level: int
+    upgrade_type: UpgradeType = UpgradeType.UPGRADE
+
+
+@dataclass(frozen=True)
+class FeatureResult:
+    feature: str
+    error: ErrorCode = ErrorCode.NONE
+    message: str = ""
+
+
+def finalized_features(image: MetadataImage) -> dict[str, int]:
+    """The finalized levels, without the features at level 0 (Kafka lists only those above)."""
+    return {name: level for name, level in sorted(image.features.items()) if level > 0}
+
+
+def generate_bootstrap_features(image: MetadataImage) -> list[FeatureLevelRecord]:
+    """The bootstrap level of every supported feature the image has no level for yet."""
+    return [
+        FeatureLevelRecord(name, level)
+        for name, level in sorted(BOOTSTRAP_FEATURES.items())
+        if name not in image.features
+    ]
+
+
+def generate_update_features(
+    image: MetadataImage, updates: Sequence[FeatureUpdate], validate_only: bool
+) -> tuple[list[FeatureLevelRecord], list[FeatureResult]]:
+    """UpdateFeatures: every update is checked against the others; one refused update refuses
+    the whole request (Kafka's controller applies them atomically), and the others answer
+    with the same error. Nothing is written if ``validate_only``."""
+    names = [u.feature for u in updates]
+    proposed = dict(image.features)
+    proposed.update({u.feature: u.max_version_level for u in updates})
+    records: list[FeatureLevelRecord] = []
+    try:
+        for update in updates:
+            if names.count(update.feature) > 1:
+                raise KafkaError(
+                    ErrorCode.INVALID_REQUEST, f"feature {update.feature} is listed twice"
+                )
+            _check_update(image, update, proposed)
+            if image.features.get(update.feature, 0) != update.max_version_level:
+                records.append(FeatureLevelRecord(update.feature, update.max_version_level))
+    except KafkaError as error:
+        return [], [FeatureResult(u.feature, error.error, error.message) for u in updates]
+    return ([] if validate_only else records), [FeatureResult(u.feature) for u in updates]
+
+
+def _check_update(image: MetadataImage, update: FeatureUpdate, proposed: dict[str, int]) -> None:
+    name, level, kind = update.feature, update.max_version_level, update.upgrade_type
+    current = image.features.get(name, 0)
+    if kind not in (UpgradeType.UPGRADE, UpgradeType.SAFE_DOWNGRADE, UpgradeType.UNSAFE_DOWNGRADE):
+        raise _invalid(name, level, "The controller does not support the given upgrade type.")
+    if level < 0:
+        raise _invalid(name, level, "A feature version cannot be less than 0.")
+    low, high = SUPPORTED_FEATURES.get(name, (0, 0))
+    if not low <= level <= high:
+        reason = (
+            "does not support this feature."
+            if high == 0
+            else f"only supports versions {low}-{high}"
+        )
+        raise _invalid(name, level, f"The controller {reason}")
+    if level < current and kind is UpgradeType.UPGRADE:
+        raise _invalid(
+            name, level,
+            "Can't downgrade the version of this feature without setting the upgrade type to "
+            "either safe or unsafe downgrade.",
+        )  # fmt: skip
+    if level > current and kind is not UpgradeType.UPGRADE:
+        raise _invalid(name, level, "Can't downgrade to a newer version.")
+    if level < current:
+        _check_downgrade(name, level, current, kind)
+    problem = _dependency_problem(proposed)
+    if problem is not None:
+        raise _invalid(name, level, problem)
+
+
+def _check_downgrade(name: str, level: int, current: int, kind: UpgradeType) -> None:
+    if name == KRAFT_VERSION:
+        raise _invalid(name, level, "Downgrading kraft.version is not supported.")
+    if name != METADATA_VERSION:
+        return
+    if not any(level < changed <= current for changed in METADATA_CHANGED_AT):
+        return
+    if kind is UpgradeType.UNSAFE_DOWNGRADE:
+        raise _invalid(name, level, "Unsafe metadata downgrade is not supported in this version.")
+    raise _invalid(
+        name, level,
+        "Refusing to perform the requested downgrade because it might delete metadata "
+        "information.",
+    )  # fmt: skip
+
+
+def _dependency_problem(proposed: Mapping[str, int]) -> str | None:
+    """Why the proposed levels break a finalized level's dependencies (so a downgrade of
+    metadata.version under what group.version 1 needs is refused too), or None."""
+    metadata_version = proposed.get(METADATA_VERSION, 0)
+    for name, level in sorted(proposed.items()):
+        below_minimum = metadata_version < MINIMUM_METADATA_VERSION_FOR_FEATURES
+        if name != METADATA_VERSION and level >= 1 and below_minimum:
+            return (
+                f"{name} could not be set to {level} because it depends on "
+                f"metadata.version={MINIMUM_METADATA_VERSION_FOR_FEATURES} (3.3-IV0)"
+            )
+        for needed, needed_level in DEPENDENCIES.get((name, level), {}).items():
+            if proposed.get(needed, 0) < needed_level:
+                return (
+                    f"{name} could not be set to {level} because it depends on {needed} "
+                    f"level {needed_level}"
+                )
+    return None
+
+
+def _invalid(name: str, level: int, message: str) -> KafkaError:
+    return KafkaError(
+        ErrorCode.INVALID_UPDATE_VERSION,
+        f"Invalid update version {level} for feature {name}. {message}",
+    )

@@ -1,0 +1,271 @@
+"""The share partitions a broker leads (KIP-932's data path): a real partition on disk in a real
+replica manager (one broker, RF 1), the share coordinator replaced by an in-memory persister.
+Members acquire records from the log under locks, acknowledgements are written before they are
+answered (and undone if the write fails), an expired lock hands the records to the next fetch,
+a long poll wakes on an append, and a new leader loads what the last one wrote."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dataplane.broker.partition import IsrChange
+from dataplane.broker.replica_manager import ReplicaManager, ReplicaManagerConfig
+from dataplane.coordinator.share_coordinator import (
+    NO_START_OFFSET,
+    ShareKey,
+    ShareState,
+    ShareStateShard,
+)
+from dataplane.coordinator.share_manager import (
+    EARLIEST,
+    Fetched,
+    SharePartitionManager,
+    ShareSettings,
+    ShareTarget,
+)
+from dataplane.coordinator.share_partition import (
+    AckBatch,
+    AckType,
+    AcquiredRange,
+    RecordState,
+)
+from metadata_quorum.image import (
+    BrokerRegistration,
+    MetadataImage,
+    PartitionRegistration,
+    TopicImage,
+)
+from metadata_quorum.records import Endpoint
+from raftlog.errors import ErrorCode, KafkaError
+from raftlog.records import Record, encode_batch
+
+TOPIC = "orders"
+TOPIC_ID = uuid.uuid4()
+TARGET = ShareTarget(TOPIC, TOPIC_ID.bytes, 0)
+GROUP = "queue"
+LOCK_MS = 5_000
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_ms = 1_000_000
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+
+class MemoryPersister:
+    """The share coordinator's pure state, called in process; ``failing`` makes writes fail."""
+
+    def __init__(self) -> None:
+        self.shard = ShareStateShard()
+        self.writes = 0
+        self.failing: KafkaError | None = None
+
+    def read(self, share: ShareKey, leader_epoch: int) -> ShareState:
+        return self.shard.read(share, leader_epoch)
+
+    def write(self, share: ShareKey, state: ShareState) -> None:
+        if self.failing is not None:
+            raise self.failing
+        self.shard.write(share, state)
+        self.writes += 1
+
+    def stored(self) -> ShareState:
+        return self.shard.states[(GROUP, TOPIC_ID.bytes, 0)]
+
+
+def image(leader_epoch: int = 1) -> MetadataImage:
+    endpoint = (Endpoint("BROKER", "127.0.0.1", 9092),)
+    brokers = {1: BrokerRegistration(1, "i1", 1, endpoint, None, fenced=False)}
+    partitions = {0: PartitionRegistration((1,), (1,), 1, leader_epoch, leader_epoch)}
+    return MetadataImage(
+        offset=leader_epoch, brokers=brokers,
+        topics={TOPIC_ID: TopicImage(TOPIC, TOPIC_ID, partitions)}, topic_ids={TOPIC: TOPIC_ID},
+    )  # fmt: skip
+
+
+def no_isr_change(change: IsrChange) -> None:
+    raise AssertionError(f"no ISR change expected: {change}")
+
+
+def no_failure(directory: Path, error: OSError) -> None:
+    raise AssertionError(f"no log-dir failure expected: {directory}: {error}")
+
+
+@pytest.fixture
+def replicas(tmp_path: Path) -> Iterator[ReplicaManager]:
+    manager = ReplicaManager(
+        1, tmp_path, ReplicaManagerConfig(), lambda: 0, no_isr_change, no_failure
+    )
+    manager.apply_image(image(), caught_up=True)
+    yield manager
+    manager.close()
+
+
+def produce(replicas: ReplicaManager, *values: bytes) -> None:
+    """One batch of ``values``."""
+    batch = encode_batch([Record(-1, 0, None, v) for v in values])
+    replicas.get(TOPIC, 0).append_as_leader(batch, -1, 1)
+
+
+def manager_for(
+    replicas: ReplicaManager, persister: MemoryPersister, clock: Clock, reset: str = EARLIEST
+) -> SharePartitionManager:
+    settings = ShareSettings(
+        record_lock_duration_ms=LOCK_MS, delivery_count_limit=3, auto_offset_reset=reset
+    )
+    return SharePartitionManager(replicas, persister, settings, clock)
+
+
+def fetch(
+    manager: SharePartitionManager, member: str, max_records: int = 100, wait_ms: int = 0
+) -> Fetched:
+    (answer,) = manager.fetch(GROUP, member, [TARGET], max_records, 1 << 20, wait_ms)
+    assert answer.error is None, answer.error
+    return answer
+
+
+def ack(
+    manager: SharePartitionManager, member: str, first: int, last: int, kind: AckType
+) -> KafkaError | None:
+    (error,) = manager.acknowledge(GROUP, member, [(TARGET, [AckBatch(first, last, (kind,))])])
+    return error
+
+
+def test_members_share_a_partition_and_acknowledgements_are_written(
+    replicas: ReplicaManager,
+) -> None:
+    persister, clock = MemoryPersister(), Clock()
+    manager = manager_for(replicas, persister, clock)
+    produce(replicas, b"a", b"b", b"c")
+    produce(replicas, b"d", b"e")
+    first = fetch(manager, "m1", max_records=2)
+    # the whole first batch comes back; only 0-1 are acquired (2 stays for the next member)
+    assert first.acquired == [AcquiredRange(0, 1, 1)]
+    second = fetch(manager, "m2")
+    assert second.acquired == [AcquiredRange(2, 4, 1)]
+    assert len(second.records) > len(first.records)  # both batches hold an acquired record
+    assert fetch(manager, "m3").acquired == []  # everything is held
+    assert ack(manager, "m2", 2, 4, AckType.ACCEPT) is None
+    assert persister.stored().start_offset == 0  # 0-1 still held by m1
+    assert ack(manager, "m1", 0, 1, AckType.ACCEPT) is None
+    assert persister.stored().start_offset == 5
+    error = ack(manager, "m1", 0, 1, AckType.ACCEPT)  # acknowledged already
+    assert error is not None and error.error is ErrorCode.INVALID_RECORD_STATE
+
+
+def test_latest_starts_at_the_high_watermark_of_the_first_fetch(replicas: ReplicaManager) -> None:
+    persister = MemoryPersister()
+    manager = manager_for(replicas, persister, Clock(), reset="latest")
+    produce(replicas, b"old")
+    assert fetch(manager, "m1").acquired == []
+    assert persister.stored().start_offset == 1  # written at once: a failover keeps it
+    produce(replicas, b"new")
+    assert fetch(manager, "m1").acquired == [AcquiredRange(1, 1, 1)]
+
+
+def test_an_expired_lock_gives_the_records_to_the_next_fetch(replicas: ReplicaManager) -> None:
+    persister, clock = MemoryPersister(), Clock()
+    manager = manager_for(replicas, persister, clock)
+    produce(replicas, b"a", b"b")
+    assert fetch(manager, "dead").acquired == [AcquiredRange(0, 1, 1)]
+    assert fetch(manager, "alive").acquired == []
+    clock.now_ms += LOCK_MS
+    assert fetch(manager, "alive").acquired == [AcquiredRange(0, 1, 2)]
+    error = ack(manager, "dead", 0, 1, AckType.ACCEPT)
+    assert error is not None and error.error is ErrorCode.INVALID_RECORD_STATE
+
+
+def test_released_records_return_and_rejected_ones_never_do(replicas: ReplicaManager) -> None:
+    manager = manager_for(replicas, MemoryPersister(), Clock())
+    produce(replicas, b"a", b"b", b"c")
+    fetch(manager, "m1")
+    batches = [AckBatch(0, 2, (AckType.ACCEPT, AckType.RELEASE, AckType.REJECT))]
+    assert manager.acknowledge(GROUP, "m1", [(TARGET, batches)]) == [None]
+    assert fetch(manager, "m2").acquired == [AcquiredRange(1, 1, 2)]
+
+
+def test_a_failed_write_undoes_the_acknowledgement(replicas: ReplicaManager) -> None:
+    persister = MemoryPersister()
+    manager = manager_for(replicas, persister, Clock())
+    produce(replicas, b"a")
+    fetch(manager, "m1")
+    persister.failing = KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "down")
+    error = ack(manager, "m1", 0, 0, AckType.ACCEPT)
+    assert error is not None and error.error is ErrorCode.COORDINATOR_NOT_AVAILABLE
+    persister.failing = None
+    assert ack(manager, "m1", 0, 0, AckType.ACCEPT) is None  # still held by m1: it may retry
+
+
+def test_a_new_leader_loads_the_state_and_redelivers_what_was_in_flight(
+    replicas: ReplicaManager,
+) -> None:
+    persister, clock = MemoryPersister(), Clock()
+    old = manager_for(replicas, persister, clock)
+    produce(replicas, b"a", b"b", b"c", b"d")
+    fetch(old, "m1", max_records=2)
+    fetch(old, "m2", max_records=2)
+    assert ack(old, "m2", 2, 3, AckType.ACCEPT) is None  # written with 0-1 in flight
+    replicas.apply_image(image(leader_epoch=2), caught_up=True)
+    old.on_image()
+    assert old.loaded() == []  # the locks died with the old leadership
+    new = manager_for(replicas, persister, clock)
+    assert fetch(new, "m3").acquired == [AcquiredRange(0, 1, 2)]  # delivered once before
+    assert persister.stored().state_epoch == 2
+    error = ack(old, "m1", 0, 1, AckType.ACCEPT)  # the old manager reloads: m1 holds nothing
+    assert error is not None and error.error is ErrorCode.INVALID_RECORD_STATE
+    stale = ShareState(1, 2, 0, ())
+    with pytest.raises(KafkaError) as fenced:
+        persister.write((GROUP, TOPIC_ID.bytes, 0), stale)
+    assert fenced.value.error is ErrorCode.FENCED_STATE_EPOCH
+
+
+def test_the_delivery_limit_archives_a_record_released_too_often(replicas: ReplicaManager) -> None:
+    persister, clock = MemoryPersister(), Clock()
+    manager = manager_for(replicas, persister, clock)  # delivery.count.limit 3
+    produce(replicas, b"poison")
+    for attempt in range(1, 4):
+        assert fetch(manager, f"m{attempt}").acquired == [AcquiredRange(0, 0, attempt)]
+        assert ack(manager, f"m{attempt}", 0, 0, AckType.RELEASE) is None
+    assert fetch(manager, "m4").acquired == []
+    assert persister.stored().start_offset == 1  # archived
+
+
+def test_a_long_poll_wakes_on_an_append_and_on_a_release(replicas: ReplicaManager) -> None:
+    manager = manager_for(replicas, MemoryPersister(), Clock())
+    fetch(manager, "m1")  # loads the share partition
+    appender = threading.Timer(0.2, produce, (replicas, b"late"))
+    appender.start()
+    started = time.monotonic()
+    assert fetch(manager, "m1", wait_ms=10_000).acquired == [AcquiredRange(0, 0, 1)]
+    assert time.monotonic() - started < 5
+    releaser = threading.Timer(0.2, ack, (manager, "m1", 0, 0, AckType.RELEASE))
+    releaser.start()
+    assert fetch(manager, "m2", wait_ms=10_000).acquired == [AcquiredRange(0, 0, 2)]
+    appender.join()
+    releaser.join()
+
+
+def test_a_closed_session_releases_its_members_records(replicas: ReplicaManager) -> None:
+    persister = MemoryPersister()
+    manager = manager_for(replicas, persister, Clock())
+    produce(replicas, b"a", b"b")
+    fetch(manager, "m1")
+    manager.release_member(GROUP, "m1", [TARGET])
+    assert fetch(manager, "m2").acquired == [AcquiredRange(0, 1, 2)]
+    assert [b.state for b in persister.stored().batches] == [RecordState.AVAILABLE]
+
+
+def test_a_share_partition_not_led_here_is_refused(replicas: ReplicaManager) -> None:
+    manager = manager_for(replicas, MemoryPersister(), Clock())
+    (answer,) = manager.fetch(GROUP, "m1", [ShareTarget("nope", bytes(16), 0)], 10, 1 << 20, 0)
+    assert answer.error is not None
+    assert answer.error.error is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert NO_START_OFFSET == -1

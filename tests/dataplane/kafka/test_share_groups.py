@@ -1,0 +1,387 @@
+"""Share groups' data path (KIP-932) on a real 3-node cluster (127.0.0.174-176), driven with raw
+ShareFetch / ShareAcknowledge requests over Kafka's protocol (the project's codec, kio's
+schemas): three members share one partition, one dies holding locks and its records go to the
+others once the locks expire (``group.share.record.lock.duration.ms`` 3 s here), every record is
+acknowledged exactly once and rejected ones never come back, a record released
+``group.share.delivery.count.limit`` times (3 here) is archived, a closed session hands its
+records on at once, the session errors are Kafka's, and a failover of the partition's leader
+keeps what was acknowledged (``__share_group_state``) and redelivers what was in flight."""
+
+from __future__ import annotations
+
+import io
+import socket
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from confluent_kafka import AcknowledgeType, ShareConsumer
+from kio.serial import entity_reader, entity_writer
+
+from dataplane.client import AdminClient, Producer
+from dataplane.kafka import codec as kc
+from dataplane.tools.local_cluster import LocalCluster, wait_for
+from raftlog.batch import iter_batches
+from raftlog.errors import ErrorCode
+from raftlog.records import decode_batch
+from tests.dataplane.cluster_support import create_topic, running_cluster, wait_for_leaders
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("kafka-groups-classic")]
+LOCK_MS = 3_000
+DELIVERY_LIMIT = 3
+ACCEPT, RELEASE, REJECT = 1, 2, 3
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    overrides: dict[str, str | int] = {
+        "group.share.record.lock.duration.ms": LOCK_MS,
+        "group.share.delivery.count.limit": DELIVERY_LIMIT,
+        "share.coordinator.state.topic.num.partitions": 3,
+    }
+    with running_cluster(
+        tmp_path_factory.mktemp("share-groups"), "kafka_groups", overrides
+    ) as running:
+        yield running
+
+
+@dataclass
+class Delivery:
+    offset: int
+    value: bytes
+    delivery_count: int
+
+
+@dataclass
+class Member:
+    """One share consumer's session with a partition leader, in raw requests."""
+
+    address: str
+    group: str
+    member_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    epoch: int = 0
+    correlation_id: int = 0
+    connection: socket.socket | None = None
+
+    def call(self, api_key: int, data: dict[str, Any]) -> Any:
+        if self.connection is None:
+            host, port = self.address.rsplit(":", 1)
+            self.connection = socket.create_connection((host, int(port)), timeout=60)
+        self.correlation_id += 1
+        schema = kc.request_schema(api_key, 1)
+        header = kc.to_entity(schema.__header_schema__, {
+            "request_api_key": api_key, "request_api_version": 1,
+            "correlation_id": self.correlation_id, "client_id": "share-test",
+        })  # fmt: skip
+        buffer = io.BytesIO()
+        entity_writer(schema.__header_schema__)(buffer, header)
+        entity_writer(schema)(buffer, kc.to_entity(schema, data))
+        frame = buffer.getvalue()
+        self.connection.sendall(kc.SIZE.pack(len(frame)) + frame)
+        (size,) = kc.SIZE.unpack(self.connection.recv(kc.SIZE.size, socket.MSG_WAITALL))
+        answer = self.connection.recv(size, socket.MSG_WAITALL)
+        response = kc.response_schema(api_key, 1)
+        head, offset = entity_reader(response.__header_schema__)(answer, 0)
+        assert head.correlation_id == self.correlation_id
+        return entity_reader(response)(answer, offset)[0]
+
+    def fetch(
+        self,
+        topic_id: uuid.UUID,
+        acks: list[tuple[int, int, list[int]]] = (),  # type: ignore[assignment]
+        max_records: int = 5,
+        wait_ms: int = 500,
+        epoch: int | None = None,
+    ) -> Any:
+        answer = self.call(kc.API_SHARE_FETCH, {
+            "group_id": self.group, "member_id": self.member_id,
+            "share_session_epoch": self.epoch if epoch is None else epoch,
+            "max_wait": wait_ms, "min_bytes": 1, "max_bytes": 1 << 20,
+            "max_records": max_records, "batch_size": max_records,
+            "topics": [{"topic_id": topic_id, "partitions": [
+                {"partition_index": 0, "acknowledgement_batches": _batches(acks)}]}],
+            "forgotten_topics_data": [],
+        })  # fmt: skip
+        if answer.error_code == 0 and epoch is None:
+            self.epoch = 1 if self.epoch in (0, -1) else self.epoch + 1
+        return answer
+
+    def acknowledge(
+        self, topic_id: uuid.UUID, acks: list[tuple[int, int, list[int]]], epoch: int | None = None
+    ) -> Any:
+        answer = self.call(kc.API_SHARE_ACKNOWLEDGE, {
+            "group_id": self.group, "member_id": self.member_id,
+            "share_session_epoch": self.epoch if epoch is None else epoch,
+            "topics": [{"topic_id": topic_id, "partitions": [
+                {"partition_index": 0, "acknowledgement_batches": _batches(acks)}]}],
+        })  # fmt: skip
+        if answer.error_code == 0 and epoch is None:
+            self.epoch += 1
+        return answer
+
+    def close(self) -> None:
+        if self.connection is not None:
+            self.connection.close()
+            self.connection = None
+
+
+def _batches(acks: Any) -> list[dict[str, Any]]:
+    return [
+        {"first_offset": first, "last_offset": last, "acknowledge_types": types}
+        for first, last, types in acks
+    ]
+
+
+def deliveries(answer: Any) -> list[Delivery]:
+    """The acquired records of a ShareFetch answer (its batches may hold others too)."""
+    assert answer.error_code == 0, answer
+    out = []
+    for topic in answer.responses:
+        for p in topic.partitions:
+            assert p.error_code == 0, p
+            counts = {
+                offset: r.delivery_count
+                for r in p.acquired_records
+                for offset in range(r.first_offset, r.last_offset + 1)
+            }
+            data = bytes(p.records or b"")
+            for position, _ in iter_batches(data):
+                for record in decode_batch(data, position)[1]:
+                    if record.offset in counts:
+                        out.append(
+                            Delivery(record.offset, record.value or b"", counts[record.offset])
+                        )
+    return out
+
+
+def ack_errors(answer: Any, field_name: str = "acknowledge_error_code") -> list[int]:
+    return [getattr(p, field_name) for t in answer.responses for p in t.partitions]
+
+
+def queue_topic(cluster: LocalCluster, name: str) -> tuple[uuid.UUID, str]:
+    """A one-partition topic: its id and its leader's KAFKA address."""
+    leaders = create_topic(cluster, name, 1)
+    return topic_id(cluster, name), cluster.kafka_address(leaders[0].leader_id)
+
+
+def topic_id(cluster: LocalCluster, name: str) -> uuid.UUID:
+    admin = AdminClient(cluster.bootstrap_servers)
+    try:
+        return uuid.UUID(bytes=admin.describe_topics([name])[name].topic_id)
+    finally:
+        admin.close()
+
+
+def produce(cluster: LocalCluster, topic: str, values: list[bytes]) -> None:
+    with Producer(cluster.bootstrap_servers) as producer:
+        for value in values:
+            producer.send(topic, value=value, partition=0)
+        producer.flush()
+
+
+def test_three_members_share_a_partition_and_a_dead_members_records_go_to_the_others(
+    cluster: LocalCluster,
+) -> None:
+    tid, leader = queue_topic(cluster, "share-queue")
+    members = [Member(leader, "share-queue-group") for _ in range(3)]
+    for member in members:  # sessions open (the group starts at the log end: latest)
+        assert deliveries(member.fetch(tid, wait_ms=0)) == []
+    values = [f"job-{n}".encode() for n in range(30)]
+    produce(cluster, "share-queue", values)
+    dead, alive = members[0], members[1:]
+    held = wait_for("the dead member acquires records", lambda: deliveries(dead.fetch(tid)), 30)
+    accepted: dict[int, int] = {}  # offset -> acceptances
+    rejected: set[int] = set()
+    seen: list[Delivery] = []
+    pending: dict[int, list[tuple[int, int, list[int]]]] = {0: [], 1: []}
+
+    def round_of_fetches() -> bool:
+        for n, member in enumerate(alive):
+            answer = member.fetch(tid, pending[n])
+            assert set(ack_errors(answer)) <= {0}, answer
+            got = deliveries(answer)
+            for delivery in pending[n]:
+                first, last, types = delivery
+                for offset in range(first, last + 1):
+                    if types == [ACCEPT]:
+                        accepted[offset] = accepted.get(offset, 0) + 1
+                    else:
+                        rejected.add(offset)
+            pending[n] = []
+            for d in got:
+                assert d.offset not in rejected, f"rejected offset {d.offset} came back"
+                seen.append(d)
+                kind = REJECT if d.value.endswith(b"7") else ACCEPT
+                pending[n].append((d.offset, d.offset, [kind]))
+        return len(accepted) + len(rejected) == len(values)
+
+    wait_for("every record acknowledged by the live members", round_of_fetches, 60)
+    assert all(count == 1 for count in accepted.values()), accepted
+    assert rejected == {n for n in range(30) if values[n].endswith(b"7")}
+    redelivered = {d.offset: d.delivery_count for d in seen if d.offset in {h.offset for h in held}}
+    assert redelivered and set(redelivered.values()) == {2}  # after the dead member's locks
+    late = dead.acknowledge(tid, [(held[0].offset, held[0].offset, [ACCEPT])])
+    assert ack_errors(late, "error_code") == [ErrorCode.INVALID_RECORD_STATE.code]
+    for member in members:
+        member.close()
+
+
+def test_a_record_released_delivery_count_limit_times_is_archived(cluster: LocalCluster) -> None:
+    tid, leader = queue_topic(cluster, "share-poison")
+    member = Member(leader, "share-poison-group")
+    member.fetch(tid, wait_ms=0)
+    produce(cluster, "share-poison", [b"poison", b"fine"])
+    got = wait_for("the poison record", lambda: deliveries(member.fetch(tid, max_records=1)), 30)
+    counts = [got[0].delivery_count]
+    for _ in range(DELIVERY_LIMIT - 1):
+        (poison,) = got
+        got = deliveries(member.fetch(tid, [(poison.offset, poison.offset, [RELEASE])], 1))
+        counts.append(got[0].delivery_count)
+    assert counts == [1, 2, 3]
+    (poison,) = got
+    acks = [(poison.offset, poison.offset, [RELEASE])]
+    (fine,) = deliveries(member.fetch(tid, acks, 5))
+    assert fine.value == b"fine"  # the poison record is archived, never delivered again
+    assert deliveries(member.fetch(tid, [(fine.offset, fine.offset, [ACCEPT])], 5, 0)) == []
+    member.close()
+
+
+def test_session_errors_and_a_closed_session_hands_its_records_on(cluster: LocalCluster) -> None:
+    tid, leader = queue_topic(cluster, "share-sessions")
+    first, second = Member(leader, "share-sessions-group"), Member(leader, "share-sessions-group")
+    stranger = Member(leader, "share-sessions-group")
+    assert stranger.fetch(tid, epoch=5).error_code == ErrorCode.SHARE_SESSION_NOT_FOUND.code
+    opening_ack = stranger.acknowledge(tid, [(0, 0, [ACCEPT])], epoch=0)
+    assert opening_ack.error_code == ErrorCode.INVALID_SHARE_SESSION_EPOCH.code
+    first.fetch(tid, wait_ms=0)
+    second.fetch(tid, wait_ms=0)
+    assert first.fetch(tid, epoch=7).error_code == ErrorCode.INVALID_SHARE_SESSION_EPOCH.code
+    unknown = stranger.fetch(uuid.uuid4(), wait_ms=0)
+    assert ErrorCode.UNKNOWN_TOPIC_ID.code in [
+        p.error_code for t in unknown.responses for p in t.partitions
+    ]
+    produce(cluster, "share-sessions", [b"a", b"b"])
+    held = wait_for("records acquired", lambda: deliveries(first.fetch(tid, max_records=10)), 30)
+    assert [d.delivery_count for d in held] == [1, 1]
+    assert first.fetch(tid, epoch=-1).error_code == 0  # closes: its records are released now
+    again = wait_for("released records", lambda: deliveries(second.fetch(tid, max_records=10)), 5)
+    assert [(d.offset, d.delivery_count) for d in again] == [(d.offset, 2) for d in held]
+    for member in (first, second, stranger):
+        member.close()
+
+
+def rd_share_consumer(cluster: LocalCluster, group: str, topic: str) -> ShareConsumer:
+    consumer = ShareConsumer({
+        "bootstrap.servers": ",".join(cluster.kafka_bootstrap_servers), "group.id": group,
+        "share.acknowledgement.mode": "explicit",
+    })  # fmt: skip
+    consumer.subscribe([topic])
+    return consumer
+
+
+def test_librdkafka_share_consumers_share_a_partition_with_explicit_acknowledgements(
+    cluster: LocalCluster,
+) -> None:
+    create_topic(cluster, "share-rd", 1)
+    consumers = [rd_share_consumer(cluster, "share-rd-group", "share-rd") for _ in range(3)]
+    warm = Producer(cluster.bootstrap_servers)
+    try:
+        # The group starts at the log end once its share partition is first fetched: produce
+        # a warm-up record per round until one arrives, so the records below are all read.
+        def warmed_up() -> bool:
+            warm.send("share-rd", value=b"warm-up", partition=0)
+            warm.flush()
+            for consumer in consumers:
+                messages = consumer.poll(0.5)
+                for message in messages:
+                    assert message.error() is None, message.error()
+                    consumer.acknowledge(message, AcknowledgeType.ACCEPT)
+                if messages:
+                    consumer.commit_sync(10)
+                    return True
+            return False
+
+        wait_for("librdkafka share consumers reading", warmed_up, 60)
+        values = {f"rd-{n}".encode() for n in range(20)}
+        produce(cluster, "share-rd", sorted(values))
+        accepted: list[bytes] = []
+        rejected: list[bytes] = []
+
+        def drained() -> bool:
+            for consumer in consumers:
+                for message in consumer.poll(0.3):
+                    assert message.error() is None, message.error()
+                    value = message.value() or b""
+                    if value in rejected:
+                        raise AssertionError(f"rejected {value!r} was delivered again")
+                    kind = (
+                        AcknowledgeType.REJECT if value.endswith(b"7") else AcknowledgeType.ACCEPT
+                    )
+                    consumer.acknowledge(message, kind)
+                    if value in values:
+                        (rejected if kind == AcknowledgeType.REJECT else accepted).append(value)
+                consumer.commit_sync(10)
+            return set(accepted) | set(rejected) >= values
+
+        wait_for("every record acknowledged through librdkafka", drained, 90)
+        assert sorted(accepted) == sorted(v for v in values if not v.endswith(b"7"))
+        assert len(accepted) == len(set(accepted))
+        assert sorted(rejected) == sorted(v for v in values if v.endswith(b"7"))
+    finally:
+        warm.close()
+        for consumer in consumers:
+            consumer.close()
+
+
+def test_a_leader_failover_keeps_acknowledged_state_and_redelivers_what_was_in_flight(
+    cluster: LocalCluster,
+) -> None:
+    tid, leader_address = queue_topic(cluster, "share-failover")
+    member = Member(leader_address, "share-failover-group")
+    member.fetch(tid, wait_ms=0)
+    produce(cluster, "share-failover", [f"r{n}".encode() for n in range(10)])
+    got: list[Delivery] = []
+
+    def acquire_all() -> bool:
+        got.extend(deliveries(member.fetch(tid, max_records=10)))
+        return len(got) == 10
+
+    wait_for("ten records acquired", acquire_all, 30)
+    done = member.acknowledge(tid, [(0, 4, [ACCEPT])])
+    assert ack_errors(done, "error_code") == [0]
+    member.close()
+    old_leader = next(
+        s.node_id for s in cluster.specs if cluster.kafka_address(s.node_id) == leader_address
+    )
+    cluster.stop_node(old_leader, kill=True)
+    try:
+        leaders = wait_for(
+            "a new leader", lambda: _moved(cluster, "share-failover", old_leader), 60
+        )
+        successor = Member(cluster.kafka_address(leaders), "share-failover-group")
+        again: list[Delivery] = []
+
+        def redelivered() -> bool:
+            answer = successor.fetch(tid, max_records=10)
+            if answer.error_code == 0 and all(
+                p.error_code == 0 for t in answer.responses for p in t.partitions
+            ):
+                again.extend(deliveries(answer))
+            else:  # the coordinator of the state is moving too: the next fetch retries
+                successor.epoch = 0
+            return len(again) == 5
+
+        wait_for("the in-flight records redelivered by the new leader", redelivered, 60)
+        assert sorted((d.offset, d.delivery_count) for d in again) == [(n, 2) for n in range(5, 10)]
+        successor.close()
+    finally:
+        cluster.start_node(old_leader)
+        cluster.wait_for_brokers([old_leader], timeout_s=60)
+
+
+def _moved(cluster: LocalCluster, topic: str, old_leader: int) -> int | None:
+    leaders = wait_for_leaders(cluster, topic, 1)
+    leader = leaders[0].leader_id
+    return leader if leader != old_leader else None
