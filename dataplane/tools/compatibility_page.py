@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from kio import __version__ as KIO_VERSION
 from kio.schema.index import api_key_map, schema_name_map
@@ -24,8 +25,20 @@ from pydantic import BaseModel
 
 from dataplane.kafka.codec import SUPPORTED
 from dataplane.server.config import NodeConfig
-from metadata_quorum.configs import BrokerConfig, ClusterConfig, ReplicationConfig
-from metadata_quorum.topic_config_defs import DYNAMIC_BROKER_SYNONYMS, TOPIC_CONFIG_DEFS
+from dataplane.tools.kafka_broker_configs import BY_NAME as KAFKA_BY_NAME
+from dataplane.tools.kafka_broker_configs import KAFKA_BROKER_CONFIGS, KafkaBrokerConfig
+from metadata_quorum.configs import (
+    BROKER_KEYS,
+    CLUSTER_KEYS,
+    BrokerConfig,
+    ClusterConfig,
+    ReplicationConfig,
+)
+from metadata_quorum.topic_config_defs import (
+    BROKER_SYNONYMS,
+    DYNAMIC_BROKER_SYNONYMS,
+    TOPIC_CONFIG_DEFS,
+)
 from raftlog.config import INT64_MAX, LogConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -151,6 +164,173 @@ def node_rows() -> list[str]:
     return rows
 
 
+# -- Kafka's broker configs, each classified for raftlog -----------------------------------------
+# What raftlog takes is derived from the code (NodeConfig's aliases, the topic configs' broker
+# synonyms, the controller's cluster-wide keys); only the texts saying why not are written here.
+
+HONOURED = "honoured"
+RENAMED_CLASS = "honoured under another name"
+TOPIC_DEFAULT = "topic-config default"
+NO_EFFECT = "accepted, no effect"
+REFUSED = "not accepted"
+CLASSES = (HONOURED, RENAMED_CLASS, TOPIC_DEFAULT, NO_EFFECT, REFUSED)
+
+# Kafka's name -> the NodeConfig key that sets the same thing
+RENAMED: dict[str, str] = {"log.dir": "log.dirs"}
+
+# NodeConfig keys Kafka's broker has no config of that name for (a typo of a Kafka name fails
+# the check in `broker_config_classes` instead of passing as raftlog's own)
+RAFTLOG_ONLY: dict[str, str] = {
+    "cluster.id": "Kafka takes it from `kafka-storage format`'s meta.properties",
+    "controller.quorum.raft.port.offset": "the Raft transport's port beside CONTROLLER",
+    "controller.quorum.raft.secret.file": "protects the Raft transport (docs/security.md)",
+    "controller.quorum.raft.transport.security": "protects the Raft transport",
+    "controlled.shutdown.timeout.ms": "bounds a broker's controlled shutdown",
+    "fault.produce.drop.response.every": "fault injection for chaos tests",
+    "group.share.max.share.sessions": "share sessions kept (a later Kafka's name)",
+    "log.cache.tail.bytes": "page cache kept per partition",
+    "topic.config.defaults": "internal: the `log.*` keys a file sets, gathered",
+    "allow.everyone.if.no.acl.found": "StandardAuthorizer's own config (not in KafkaConfig)",
+    "super.users": "StandardAuthorizer's own config (not in KafkaConfig)",
+    **{
+        f"listener.name.{listener}.ssl.client.auth": "Kafka's per-listener prefix form"
+        for listener in ("controller", "broker", "kafka", "metrics")
+    },
+}
+
+_TIERED = "no tiered storage"
+_THREADS = "asyncio and gRPC: no thread pools to size"
+_SOCKETS = "the listeners are asyncio and gRPC servers; their limits are fixed"
+_SASL = "SASL mechanisms here: PLAIN and SCRAM; no Kerberos, no OAUTHBEARER, no JAAS"
+_QUORUM = "the metadata log is pysyncobj's Raft: its own timing and snapshots"
+_INTER = "nodes speak gRPC on the BROKER and CONTROLLER listeners"
+_METRICS = "metrics are served by the METRICS listener (Prometheus)"
+_ZK_ERA = "a ZooKeeper-era setting Kafka 4 ignores"
+_ONE_DIR = "one log directory per node"
+_DEADLINES = "calls between nodes are gRPC with fixed deadlines and retries"
+# why a Kafka config raftlog refuses at start: the first whose prefix it starts with (or, for a
+# part starting with a dot, that contains it) wins
+REFUSED_WHY: tuple[tuple[str, str], ...] = (
+    ("remote.", _TIERED), ("log.local.", _TIERED),
+    ("sasl.kerberos", _SASL), ("sasl.oauthbearer", _SASL), ("sasl.login", _SASL),
+    ("sasl.jaas", _SASL), ("sasl.client.callback", _SASL), ("sasl.server", _SASL),
+    ("sasl.mechanism.", "nodes authenticate to each other by certificate"),
+    ("ssl.keystore.password", "PEM files: the key's password is ssl.key.password"),
+    ("ssl.truststore.password", "PEM files: a truststore has no password"),
+    ("ssl.keystore.", "PEM files named by ssl.keystore.location"),
+    ("ssl.truststore.", "PEM files named by ssl.truststore.location"),
+    ("ssl.", "TLS is Python's ssl module with its defaults (TLS 1.2+)"),
+    ("security.providers", "no JCA providers"), ("principal.builder", "no pluggable classes"),
+    ("delegation.token", "delegation tokens: out of scope"),
+    ("metadata.", _QUORUM), ("controller.quorum.", _QUORUM),
+    ("inter.broker.", _INTER), ("security.inter.broker", _INTER),
+    ("controller.listener.names", "the CONTROLLER listener is named so"),
+    ("advertised.listeners", "each listener's address is the one it binds"),
+    ("early.start.listeners", "listeners start when the node is ready"),
+    ("num.", _THREADS), ("background.threads", _THREADS), ("group.coordinator.threads", _THREADS),
+    ("share.coordinator.threads", _THREADS), ("log.cleaner.threads", _THREADS),
+    ("socket.", _SOCKETS), ("queued.max.", _SOCKETS), ("max.connection", _SOCKETS),
+    ("connections.max.idle", _SOCKETS), ("connection.failed", _SOCKETS),
+    ("metric", _METRICS), ("kafka.metrics", _METRICS), ("telemetry", "no client telemetry"),
+    ("broker.id", "node.id names every node"), ("controlled.shutdown.", _ZK_ERA),
+    ("delete.topic.enable", "topics may always be deleted (with ACLs to restrict it)"),
+    ("log.cleaner.", "compaction runs per partition with fixed buffers"),
+    ("create.topic.policy", "no pluggable policies"),
+    ("alter.config.policy", "no pluggable policies"),
+    ("client.quota.callback", "no pluggable classes"),
+    ("quota.", "client quotas: not yet"), ("controller.quota.", "client quotas: not yet"),
+    ("replication.quota.", "the replication throttles' window is fixed"),
+    ("alter.log.dirs", _ONE_DIR), ("replica.alter.log.dirs", _ONE_DIR),
+    ("log.dir.failure", _ONE_DIR), ("metadata.log.dir", _ONE_DIR),
+    ("eligible.leader.replicas", "eligible leader replicas (KIP-966): not yet"),
+    (".purgatory.", "delayed requests wait on asyncio futures: no purgatory to purge"),
+    ("initial.broker.registration", _DEADLINES), ("controller.socket", _DEADLINES),
+    ("replica.socket.", _DEADLINES), ("request.timeout.ms", _DEADLINES),
+    ("replica.fetch.backoff", _DEADLINES),
+    ("", "not configurable here"),
+)  # fmt: skip
+
+
+class BrokerConfigClass(NamedTuple):
+    config: KafkaBrokerConfig
+    cls: str
+    note: str
+
+
+def node_keys() -> dict[str, str]:
+    """NodeConfig's keys (its aliases) -> field name."""
+    return {f.alias or name: name for name, f in NodeConfig.model_fields.items()}
+
+
+def _refused_why(name: str) -> str:
+    return next(
+        why for part, why in REFUSED_WHY
+        if name.startswith(part) or (part.startswith(".") and part in name)
+    )  # fmt: skip
+
+
+def classify(config: KafkaBrokerConfig) -> BrokerConfigClass:
+    name = config.name
+    if name in node_keys():
+        return BrokerConfigClass(config, HONOURED, "node config file")
+    if name in RENAMED:
+        return BrokerConfigClass(config, RENAMED_CLASS, f"as `{RENAMED[name]}`")
+    if name in BROKER_SYNONYMS:
+        topic = BROKER_SYNONYMS[name][0]
+        no_effect = TOPIC_CONFIG_DEFS[topic].no_effect
+        if no_effect is not None:
+            return BrokerConfigClass(config, NO_EFFECT, f"default of `{topic}`: {no_effect}")
+        return BrokerConfigClass(config, TOPIC_DEFAULT, f"default of `{topic}`")
+    if name in CLUSTER_KEYS | BROKER_KEYS:
+        return BrokerConfigClass(config, HONOURED, "set through the controller (AlterConfigs)")
+    return BrokerConfigClass(config, REFUSED, _refused_why(name))
+
+
+def broker_config_classes() -> list[BrokerConfigClass]:
+    """Every Kafka broker config classified; raises when a NodeConfig key is neither Kafka's
+    nor listed as raftlog's own, or the lists name keys that are not there."""
+    kafka, node = set(KAFKA_BY_NAME), set(node_keys())
+    unexplained = sorted(node - kafka - RAFTLOG_ONLY.keys())
+    if unexplained:
+        raise ValueError(
+            f"NodeConfig keys Kafka does not define, not in RAFTLOG_ONLY: {unexplained}"
+        )
+    stale = sorted((RAFTLOG_ONLY.keys() - node) | (RAFTLOG_ONLY.keys() & kafka))
+    stale += sorted((RENAMED.keys() - kafka) | (set(RENAMED.values()) - node))
+    if stale:
+        raise ValueError(f"RAFTLOG_ONLY / RENAMED name keys that are not so: {stale}")
+    return [classify(c) for c in KAFKA_BROKER_CONFIGS]
+
+
+def broker_config_heading() -> str:
+    counts = Counter(c.cls for c in broker_config_classes())
+    return ", ".join(f"{counts[c]} {c}" for c in CLASSES)
+
+
+def kafka_broker_config_rows() -> list[str]:
+    rows: list[str] = []
+    classes = broker_config_classes()
+    for area in sorted({c.config.area for c in classes}):
+        rows += [
+            "", f"### {area}", "",
+            "| Config | Type | Kafka default | Kafka updates | Here |",
+            "| --- | --- | --- | --- | --- |",
+        ]  # fmt: skip
+        for c in (c for c in classes if c.config.area == area):
+            k = c.config
+            default = k.default.replace("|", "\\|")
+            rows.append(
+                f"| `{k.name}` | {k.type} | {default} | {k.update_mode} | {c.cls}: {c.note} |"
+            )
+    return rows
+
+
+def raftlog_only_rows() -> list[str]:
+    rows = ["| Key | Why raftlog has it |", "| --- | --- |"]
+    rows += [f"| `{key}` | {why} |" for key, why in sorted(RAFTLOG_ONLY.items())]
+    return rows
+
+
 def render_page() -> str:
     served = len(SUPPORTED)
     out = [
@@ -195,6 +375,24 @@ def render_page() -> str:
         "Read from each node's properties file at start ([Operations](operations.md)).",
         "",
         *node_rows(),
+        "",
+        f"## Kafka's broker configs ({broker_config_heading()}) {{#kafka-broker-configs}}",
+        "",
+        "Every broker config Kafka 4 defines (dataplane/tools/kafka_broker_configs.py, from "
+        "Kafka's ConfigDefs), grouped by the Kafka class that defines it, with Kafka's default "
+        "and update mode (read-only: the properties file only; per-broker, cluster-wide: "
+        "AlterConfigs without a restart). *Here*: honoured (a node config key of that name, or "
+        "a setting the controller takes); honoured under another name; a topic-config default "
+        "(a `log.*` synonym a node file or AlterConfigs sets, [Topic configs](#topic-configs)); "
+        "accepted with no effect; or not accepted: a node config file naming it is refused at "
+        "start as an unknown key, and AlterConfigs refuses it.",
+        *kafka_broker_config_rows(),
+        "",
+        "### raftlog's own node configs {#raftlog-only-configs}",
+        "",
+        "Node config keys Kafka's broker has no config of that name for.",
+        "",
+        *raftlog_only_rows(),
     ]
     return "\n".join(out) + "\n"
 

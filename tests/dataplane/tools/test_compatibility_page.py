@@ -6,6 +6,9 @@ from kio.schema.index import api_key_map, schema_name_map
 
 from dataplane.kafka.codec import SUPPORTED
 from dataplane.tools import compatibility_page as page
+from dataplane.tools.kafka_broker_configs import BY_NAME as KAFKA_BY_NAME
+from metadata_quorum.configs import BROKER_KEYS, CLUSTER_KEYS, KAFKA_READ_ONLY_BROKER_CONFIGS
+from metadata_quorum.topic_config_defs import BROKER_SYNONYMS
 
 
 def test_committed_page_is_what_the_code_gives() -> None:
@@ -26,3 +29,23 @@ def test_every_advertised_version_is_one_kafka_defines() -> None:
 def test_a_reason_is_given_only_for_what_is_not_served() -> None:
     assert not set(page.NOT_SERVED) & set(SUPPORTED)
     assert set(page.NOT_SERVED) | set(SUPPORTED) == set(api_key_map)
+
+
+def test_every_node_config_key_is_kafkas_or_listed_as_raftlogs_own() -> None:
+    """A NodeConfig key Kafka does not define must be in RAFTLOG_ONLY, so a misspelt Kafka
+    name shows instead of passing as raftlog's own; the list names only such keys."""
+    node = set(page.node_keys())
+    assert node - set(KAFKA_BY_NAME) == set(page.RAFTLOG_ONLY)
+    assert set(page.RENAMED) <= set(KAFKA_BY_NAME) and set(page.RENAMED.values()) <= node
+
+
+def test_a_key_raftlog_takes_is_never_classed_as_refused() -> None:
+    classes = {c.config.name: c.cls for c in page.broker_config_classes()}
+    taken = set(page.node_keys()) | set(BROKER_SYNONYMS) | CLUSTER_KEYS | BROKER_KEYS
+    assert all(classes[name] != page.REFUSED for name in taken & set(classes))
+    assert all(classes[name] == page.REFUSED for name in set(classes) - taken - set(page.RENAMED))
+
+
+def test_the_read_only_broker_configs_the_controller_names_are_kafkas() -> None:
+    """AlterConfigs refuses these by Kafka's name: each must be one Kafka defines."""
+    assert not KAFKA_READ_ONLY_BROKER_CONFIGS - set(KAFKA_BY_NAME)
