@@ -12,7 +12,7 @@ DEB_NEEDS := iptables:iptables kcat:kcat perf:linux-perf fusermount3:fuse3 pkg-c
   /usr/include/fuse3/fuse_lowlevel.h:libfuse3-dev
 PYTEST_WORKERS ?= 2
 
-.PHONY: help venv debs deps lint docs test test-fast demo demo-storage pipeline bench chaos clean protos cluster-up cluster-down cluster-status
+.PHONY: help venv debs deps lint docs test test-fast fuzz demo demo-storage pipeline bench chaos soak clean protos cluster-up cluster-down cluster-status
 
 help:
 	@echo "make demo   - set up, start 3 nodes, produce with acks=all through a leader SIGKILL, verify, stop;"
@@ -23,7 +23,9 @@ help:
 	@echo "make lint   - ruff, mypy (strict on raftlog/, metadata_quorum/, spark/, connect/), import-linter"
 	@echo "make docs   - the manual (docs/, MkDocs) built strictly into .site/; regenerates docs/performance.md"
 	@echo "make bench  - benchmarks; figures in bench/results/latest.json and docs/performance.md"
+	@echo "make fuzz   - every fuzz target (tests/fuzz/) for FUZZ_SECONDS=600 each; crashes in .raftlog/fuzz"
 	@echo "make chaos  - 10-minute chaos run (3 nodes, NODES=5 for splits; every fault kind); report in .raftlog/chaos/report"
+	@echo "make soak   - SOAK_MINUTES (120) of mixed workload and faults on 3 nodes, sampled every 10 s; report in bench/results/soak/"
 	@echo "make cluster-up / cluster-down / cluster-status - the local 3-node cluster"
 
 $(STAMP): pyproject.toml | debs
@@ -105,13 +107,34 @@ bench: deps
 	$(BIN)/python -m bench.security_bench --out bench/results/latest.json
 	$(BIN)/python -m bench.performance_page
 
-# The 10-minute chaos run: SEED=N NODES=3|5 DURATION=10m override; needs root (node users, iptables).
-SEED     ?= 1
-NODES    ?= 3
-DURATION ?= 10m
+# The 10-minute chaos run: SEED=N NODES=3|5 DURATION=10m DURABILITY=default|fsync override; needs
+# root (node users, iptables, FUSE). With DURABILITY=fsync every node also loses power at once.
+SEED       ?= 1
+NODES      ?= 3
+DURATION   ?= 10m
+DURABILITY ?= default
+CHAOS_FAULTS = kill,pause,partition,controller-kill,leader-kill,disk-full,reassign,membership,power-loss$(if $(filter fsync,$(DURABILITY)),$(comma)power-loss-all)
+comma := ,
 chaos: deps
 	$(BIN)/raftlog chaos run --seed $(SEED) --duration $(DURATION) --nodes $(NODES) \
-	  --faults kill,pause,partition,controller-kill,leader-kill,disk-full,reassign,membership --report .raftlog/chaos/report
+	  --durability $(DURABILITY) --faults $(CHAOS_FAULTS) --report .raftlog/chaos/report
+
+# The soak run (issue 30): SOAK_MINUTES of produce, consume, group churn, topic churn, the Spark
+# job and a mirror on 3 nodes (127.0.0.67-69, the mirror's REST API on .70), a fault every few
+# minutes, every node's RSS, descriptors, threads, disk and metadata log sampled every 10 s and
+# judged (bench/soak_rules.py); report in bench/results/soak/<time>/. Needs root, as chaos does;
+# the Spark job needs a JVM (Debian's default-jre-headless when `java` is missing).
+SOAK_MINUTES ?= 120
+soak: DEB_NEEDS += java:default-jre-headless
+soak: deps
+	$(BIN)/python -m bench.soak --minutes $(SOAK_MINUTES) --seed $(SEED)
+
+# Coverage-guided fuzzing (tests/fuzz/, atheris): every target for FUZZ_SECONDS each; crashes and
+# the grown corpora are kept in FUZZ_OUT. `make test` runs each for its share of three minutes.
+FUZZ_SECONDS ?= 600
+FUZZ_OUT     ?= .raftlog/fuzz
+fuzz: deps
+	$(BIN)/python -m tests.fuzz.runner --seconds $(FUZZ_SECONDS) --out $(FUZZ_OUT)
 
 # Generated modules are committed; tests/protos checks that regenerating changes nothing.
 PROTO_SOURCES := $(wildcard protos/*.proto)

@@ -88,7 +88,9 @@ class Sizes:
     records: int  # produced, then consumed, per throughput run
     handshakes: int  # connections measured per kind
     latency_records: int  # one-at-a-time produces per authorizer run
-    raft_commits: int
+    raft_commits: int  # pipelined, per Raft run
+    raft_latency_samples: int | None = None  # one-at-a-time commits per Raft run; None: 200
+    transport_loop_s: float = raft_transport.LOOP_S  # each per-message timing's loop, at least
 
 
 FULL = Sizes(records=200_000, handshakes=200, latency_records=3_000, raft_commits=20_000)
@@ -388,6 +390,8 @@ def raft_encryption(sizes: Sizes) -> dict[str, Any]:
         sys.executable, "-m", "tests.metadata_quorum.raft_node", "bench", "--encryption",
         "--json", "--count", str(sizes.raft_commits), "--hosts", RAFT_HOSTS,
     ]  # fmt: skip
+    if sizes.raft_latency_samples is not None:
+        argv += ["--latency-samples", str(sizes.raft_latency_samples)]
     done = subprocess.run(
         argv, cwd=REPO_ROOT, capture_output=True, text=True, timeout=WAIT_S * 4, check=True,
         env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
@@ -395,7 +399,7 @@ def raft_encryption(sizes: Sizes) -> dict[str, Any]:
     figures: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     plain, encrypted, tls = figures["fsync"], figures["encrypted"], figures["tls"]
     with tempfile.TemporaryDirectory(prefix="raft-transport-") as directory:
-        per_message = raft_transport.measure(Path(directory))
+        per_message = raft_transport.measure(Path(directory), sizes.transport_loop_s)
     return {
         "plaintext": plain,
         "encrypted": encrypted,

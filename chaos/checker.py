@@ -67,7 +67,28 @@ Rules, by finding kind:
   differing image gives one finding naming both nodes and the first topic (and partition) that
   differs, or a topic only one of them holds.
 
+- ``crash-consistency``: each problem the check of a node's files found after the run
+  (``history.data_checks``, dataplane.tools.check_data: a batch with a bad CRC below the log end,
+  an index that does not match its segment, a checkpoint that does not parse).
+
 With the transactions workload, the ``txn-*`` rules of chaos/txn_checker.py apply as well.
+
+Power loss of every node with Kafka's default durability (``history.durability == "default"``
+and ``power-loss-all`` faults). Acknowledged records that no replica had fsynced are then lost by
+design (Kafka acknowledges once the ISR holds a record in memory), so these findings are
+*reported* (`Verdict.reported`, `Summary.power_loss_losses`), not failed:
+
+- the ``lost-write`` findings of a partition attributed to one cut (the first ``power-loss-all``
+  window ending at or after the write's time) when they form a *tail*: no acknowledged write of
+  that partition attributed to the same cut, at or above the lowest lost offset, survived. A
+  hole (a lost write below one that survived the same cut) stays a failure;
+- ``consumed-then-lost`` of a value lost that way, or of an indeterminate write (never
+  acknowledged), received before the end of a cut;
+- ``committed-backwards`` and ``skipped-after-commit`` at or after the start of a cut (the group's
+  committed offsets, in ``__consumer_offsets``, are under the same durability).
+
+With ``durability == "fsync"`` (every replica fsyncs before the acknowledgement) nothing is
+excused: a power-loss-all must lose no acknowledged record.
 
 At most `FINDINGS_PER_KIND_MAX` findings of one kind are listed; the rest are folded into one
 more finding of that kind saying how many were left out. The summary's counts stay exact.
@@ -89,10 +110,12 @@ from chaos.history import (
     Consumed,
     ControllerImage,
     FaultRecovery,
+    FaultWindow,
     FinalPartition,
     Finding,
     FindingKind,
     History,
+    PowerLossLoss,
     Summary,
     TopicImage,
     Verdict,
@@ -138,15 +161,24 @@ def check(history: History) -> Verdict:
         *_admin_resurrected_topics(history),
         *_metadata_findings(history.controllers),
         *check_transactions(history),  # the transactions workload's rules (chaos/txn_checker.py)
+        *_data_check_findings(history),
     ]
     attributed = [
         finding.model_copy(update={"faults": faults_at(history, finding.time_s)})
         for finding in findings
     ]
+    failing, reported, losses = split_power_losses(history, attributed)
+    summary = _summary(history, failing).model_copy(
+        update={
+            "lost_to_power_loss": sum(1 for f in reported if f.kind == "lost-write"),
+            "power_loss_losses": losses,
+        }
+    )
     return Verdict(
-        ok=not findings,
-        findings=_cap_per_kind(attributed, FINDINGS_PER_KIND_MAX),
-        summary=_summary(history, findings),
+        ok=not failing,
+        findings=_cap_per_kind(failing, FINDINGS_PER_KIND_MAX),
+        summary=summary,
+        reported=_cap_per_kind(reported, FINDINGS_PER_KIND_MAX),
     )
 
 
@@ -161,6 +193,100 @@ def faults_at(history: History, time_s: float | None) -> list[int]:
     if not ended:
         return []
     return [max(ended, key=lambda fault: (fault.end_s, fault.id)).id]
+
+
+# Power loss of every node with the default durability (see the module docstring)
+
+_FOLLOWS_FROM_LOSS = ("committed-backwards", "skipped-after-commit")
+
+
+def split_power_losses(
+    history: History, findings: Sequence[Finding]
+) -> tuple[list[Finding], list[Finding], list[PowerLossLoss]]:
+    """(failing findings, reported ones, what each power-loss-all took per partition)."""
+    cuts = sorted(
+        (f for f in history.faults if f.kind == "power-loss-all"), key=lambda f: f.start_s
+    )
+    if history.durability != "default" or not cuts:
+        return list(findings), [], []
+    writer_of = _writer_of(history.writes)
+    lost_by: dict[tuple[int, str, int], list[Write]] = defaultdict(list)
+    for finding in findings:
+        write = writer_of.get(finding.value or "") if finding.kind == "lost-write" else None
+        cut = _cut_after(cuts, _write_time(write)) if write is not None else None
+        if write is not None and cut is not None:
+            lost_by[(cut.id, write.topic, write.partition)].append(write)
+    excused: set[str] = set()
+    losses: list[PowerLossLoss] = []
+    for (cut_id, topic, partition), lost in sorted(lost_by.items()):
+        if _is_tail(history, cuts, cut_id, lost):
+            excused.update(w.value for w in lost)
+            offsets = [w.offset for w in lost if w.offset is not None]
+            losses.append(
+                PowerLossLoss(
+                    fault_id=cut_id, topic=topic, partition=partition, count=len(lost),
+                    first_offset=min(offsets, default=-1), last_offset=max(offsets, default=-1),
+                )
+            )  # fmt: skip
+    failing: list[Finding] = []
+    reported: list[Finding] = []
+    for finding in findings:
+        allowed = _follows_from_loss(finding, cuts, excused, writer_of)
+        (reported if allowed else failing).append(finding)
+    return failing, reported, losses
+
+
+def _cut_after(cuts: Sequence[FaultWindow], time_s: float) -> FaultWindow | None:
+    """The first power-loss-all that ends at or after `time_s` (the one that can lose a write
+    acknowledged then)."""
+    return next((cut for cut in cuts if cut.end_s >= time_s), None)
+
+
+def _is_tail(
+    history: History, cuts: Sequence[FaultWindow], cut_id: int, lost: Sequence[Write]
+) -> bool:
+    """Whether no acknowledged write of the partition attributed to the same cut, at or above
+    the lowest lost offset, survived it."""
+    first = min((w.offset for w in lost if w.offset is not None), default=None)
+    if first is None:
+        return False
+    topic, partition = lost[0].topic, lost[0].partition
+    lost_values = {w.value for w in lost}
+    for write in history.writes:
+        if not write.ok or (write.topic, write.partition) != (topic, partition):
+            continue
+        if write.offset is None or write.offset < first or write.value in lost_values:
+            continue
+        cut = _cut_after(cuts, _write_time(write))
+        if cut is not None and cut.id == cut_id:
+            return False  # a hole: it survived the cut that took a write below it
+    return True
+
+
+def _follows_from_loss(
+    finding: Finding,
+    cuts: Sequence[FaultWindow],
+    excused: set[str],
+    writer_of: dict[str, Write],
+) -> bool:
+    if finding.kind == "lost-write":
+        return finding.value in excused
+    if finding.kind == "consumed-then-lost" and finding.time_s is not None:
+        write = writer_of.get(finding.value or "")
+        indeterminate = write is not None and not write.ok
+        before_cut = _cut_after(cuts, finding.time_s) is not None
+        return before_cut and (finding.value in excused or indeterminate)
+    if finding.kind in _FOLLOWS_FROM_LOSS and finding.time_s is not None:
+        return any(cut.start_s <= finding.time_s for cut in cuts)
+    return False
+
+
+def _data_check_findings(history: History) -> list[Finding]:
+    return [
+        Finding(kind="crash-consistency", message=f"node {check.node_id}: {problem}")
+        for check in history.data_checks
+        for problem in check.problems
+    ]
 
 
 # Indexes and naming
@@ -736,6 +862,7 @@ def _summary(history: History, findings: Sequence[Finding]) -> Summary:
         commits_ok=sum(1 for commit in history.commits if commit.ok),
         admin_ops_ok=sum(1 for op in history.admin if op.ok),
         transactions=txn_summary(history),
+        durability=history.durability,
     )
 
 

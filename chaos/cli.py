@@ -41,10 +41,11 @@ def run_command(
         str,
         typer.Option(
             help="comma-separated: kill,pause,partition,controller-kill,leader-kill,disk-full,"
-            "reassign,membership; with --workload transactions also txn-coordinator-kill,"
-            "output-leader-kill,transformer-kill"
+            "reassign,membership,power-loss; also power-loss-all (every node at once); with "
+            "--workload transactions also txn-coordinator-kill,output-leader-kill,"
+            "transformer-kill"
         ),
-    ] = "kill,pause,partition,controller-kill,leader-kill,disk-full,reassign,membership",
+    ] = "kill,pause,partition,controller-kill,leader-kill,disk-full,reassign,membership,power-loss",
     nodes: Annotated[int, typer.Option(min=3, max=9, help="nodes in the cluster")] = 3,
     report: Annotated[Path, typer.Option(help="where report.json and report.html go")] = Path(
         ".raftlog/chaos/report"
@@ -85,6 +86,14 @@ def run_command(
             "default: ours,confluent with two or more transformers, else ours"
         ),
     ] = "",
+    durability: Annotated[
+        str,
+        typer.Option(
+            help="default: Kafka's (acks=all once the ISR has a record, fsync in the "
+            "background); fsync: every replica fsyncs before it counts towards the "
+            "acknowledgement (log.flush.interval.messages=1)"
+        ),
+    ] = "default",
     secure: Annotated[
         bool,
         typer.Option(
@@ -121,6 +130,8 @@ def run_command(
         clients.append(client)
     if workload not in ("plain", "transactions"):
         raise typer.BadParameter(f"unknown workload {workload!r}; known: plain, transactions")
+    if durability not in ("default", "fsync"):
+        raise typer.BadParameter(f"unknown durability {durability!r}; known: default, fsync")
     try:
         duration_s = parse_duration(duration)
         config = RunConfig(
@@ -139,6 +150,7 @@ def run_command(
             transformers=transformers,
             transformer_clients=tuple(clients),
             secure=secure,
+            durability="fsync" if durability == "fsync" else "default",
         )
     except ValueError as error:
         raise typer.BadParameter(str(error)) from error
@@ -162,9 +174,10 @@ def report_command(
 
 @chaos_app.command("sweep")
 def sweep_command() -> None:
-    """Remove the iptables rules and disks a crashed run left behind (its process is gone)."""
+    """Remove the iptables rules, disks and forgetful filesystems a crashed run left behind."""
     from chaos.disk import sweep_mounts  # noqa: PLC0415 - loaded when the command runs
     from chaos.network import stale_run_ids, sweep  # noqa: PLC0415 - loaded when the command runs
+    from chaos.power import sweep_mounts as sweep_forgetful_mounts  # noqa: PLC0415 - loaded when the command runs
 
     stale = stale_run_ids()
     for run_id in stale:
@@ -172,3 +185,8 @@ def sweep_command() -> None:
     console.print(f"removed the rules of {len(stale)} crashed run(s): {', '.join(stale) or '-'}")
     mounts = sweep_mounts()
     console.print(f"unmounted {len(mounts)} disk(s): {', '.join(map(str, mounts)) or '-'}")
+    forgetful = sweep_forgetful_mounts()
+    console.print(
+        f"unmounted {len(forgetful)} forgetful filesystem(s) whose process is gone: "
+        f"{', '.join(map(str, forgetful)) or '-'}"
+    )

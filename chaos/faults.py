@@ -1,6 +1,7 @@
 """Faults on real node processes: SIGKILL and restart, SIGSTOP/SIGCONT, iptables partitions,
-a full disk (chaos/disk.py), a partition reassignment started under the other faults, and a
-change of the controller quorum's voters (chaos/membership.py).
+a full disk (chaos/disk.py), a power cut of one node or of all (chaos/power.py), a partition
+reassignment started under the other faults, and a change of the controller quorum's voters
+(chaos/membership.py).
 
 `FaultInjector` owns every fault it starts until it is healed. Leaving its context — normally,
 on an exception, on Ctrl-C — resumes every paused process, removes every iptables rule (its
@@ -16,12 +17,14 @@ import os
 import signal
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Protocol, Self
 
 from chaos.disk import DiskFaults
+from chaos.history import PowerCut
 from chaos.network import NetworkFaults, NodeIdentity
+from chaos.power import PowerFaults, wait_exited
 from chaos.schedule import PlannedFault, split_sides
 
 log = logging.getLogger(__name__)
@@ -48,11 +51,13 @@ class ActiveFault:
     nodes: list[int]
     detail: str
     heal: Callable[[], None]
+    cuts: list[PowerCut] = field(default_factory=list)  # a power-loss fault's, per node
 
 
 class FaultInjector:
     """Injects and heals faults on `processes`, cutting the network through `network` and
-    filling disks through `disks` (when the run's nodes have their own)."""
+    filling disks through `disks` (when the run's nodes have their own) and cutting their power
+    through `power` (when their data is on forgetful filesystems)."""
 
     def __init__(
         self,
@@ -60,11 +65,13 @@ class FaultInjector:
         identities: dict[int, NodeIdentity],
         network: NetworkFaults,
         disks: DiskFaults | None = None,
+        power: PowerFaults | None = None,
     ) -> None:
         self._processes = processes
         self._identities = identities
         self._network = network
         self._disks = disks
+        self._power = power
         self._paused: dict[int, int] = {}  # node id -> pid stopped with SIGSTOP
         self._lock = threading.Lock()
 
@@ -138,6 +145,31 @@ class FaultInjector:
 
         return heal
 
+    def cut_power(self, node_ids: list[int], fault: PlannedFault) -> tuple[list[PowerCut], str]:
+        """SIGKILL the nodes by pid, wait until every one is gone, then cut the power of each
+        one's disk (`fault.cut_mode`; a torn cut tears with `fault.cut_seed` plus the node id);
+        (what each cut dropped, description). Heal by starting the nodes again."""
+        if self._power is None:
+            raise ValueError("power-loss needs the run's nodes on forgetful filesystems")
+        pids = [pid for node_id in node_ids if (pid := self._processes.pid(node_id)) is not None]
+        for pid in pids:
+            _signal_if_alive(pid, signal.SIGKILL)
+        wait_exited(pids)
+        cuts = [
+            self._power.cut(node_id, fault.cut_seed + node_id, fault.cut_mode)
+            for node_id in node_ids
+        ]
+        dropped = ", ".join(
+            f"{c.node_id}: {c.dropped_names} names dropped, {c.reverted_files} files reverted"
+            + (f", {len(c.torn)} torn" if c.torn else "")
+            for c in cuts
+        )
+        return cuts, f"power cut ({fault.cut_mode}) {node_ids}: {dropped}"
+
+    def _start_all(self, node_ids: list[int]) -> None:
+        for node_id in node_ids:
+            self._processes.start(node_id)
+
     def heal_network(self) -> None:
         self._network.heal()
 
@@ -177,6 +209,10 @@ class FaultInjector:
         if kind == "disk-full":
             node = nodes[fault.node % len(nodes)]
             return ActiveFault(fault, [node], f"fill the disk of {node}", self.fill_disk(node))
+        if kind in ("power-loss", "power-loss-all"):
+            hit = nodes if kind == "power-loss-all" else [nodes[fault.node % len(nodes)]]
+            cuts, detail = self.cut_power(hit, fault)
+            return ActiveFault(fault, hit, detail, lambda: self._start_all(hit), cuts)
         if kind == "kill":
             node = nodes[fault.node % len(nodes)]
         elif kind == "controller-kill":

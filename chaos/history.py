@@ -15,6 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from chaos.lazyfs import CutMode
 from chaos.txn_history import Transaction, TxnFinal, TxnSummary
 
 FaultKind = Literal[
@@ -26,6 +27,8 @@ FaultKind = Literal[
     "disk-full",
     "reassign",
     "membership",
+    "power-loss",
+    "power-loss-all",
     # the transactions workload's own (chaos/transactions.py)
     "txn-coordinator-kill",
     "output-leader-kill",
@@ -40,7 +43,15 @@ FAULT_KINDS: tuple[FaultKind, ...] = (
     "disk-full",
     "reassign",
     "membership",
+    "power-loss",
 )
+# Every node loses power at once (a rack, a data centre): opt-in, as with Kafka's default
+# durability it may lose the last acknowledged writes (the checker reports that loss, it does not
+# fail the run for it; see chaos/checker.py and `Durability`).
+CORRELATED_FAULT_KINDS: tuple[FaultKind, ...] = ("power-loss-all",)
+# The kinds that cut power: each node's data directory is then a forgetful filesystem
+# (chaos/power.py, chaos/lazyfs).
+POWER_FAULT_KINDS: tuple[FaultKind, ...] = ("power-loss", "power-loss-all")
 # Kinds that need the transactions workload (``--workload transactions``): SIGKILL the leader of
 # a transformer's transaction coordinator (its ``__transaction_state`` partition), the leader of
 # an output partition, a transformer process.
@@ -49,7 +60,13 @@ TXN_FAULT_KINDS: tuple[FaultKind, ...] = (
     "output-leader-kill",
     "transformer-kill",
 )
-ALL_FAULT_KINDS: tuple[FaultKind, ...] = (*FAULT_KINDS, *TXN_FAULT_KINDS)
+ALL_FAULT_KINDS: tuple[FaultKind, ...] = (*FAULT_KINDS, *CORRELATED_FAULT_KINDS, *TXN_FAULT_KINDS)
+# How the cluster makes an acknowledged record durable (docs/chaos.md, "Durability modes"):
+# "default" is Kafka's (acks=all: in the ISR's logs, fsync in the background); "fsync" sets the
+# broker default log.flush.interval.messages=1 (each topic's flush.messages), so every replica
+# fsyncs an append before it counts towards the high watermark.
+Durability = Literal["default", "fsync"]
+DURABILITIES: tuple[Durability, ...] = ("default", "fsync")
 
 
 class _Model(BaseModel):
@@ -121,6 +138,20 @@ class AdminOp(_Model):
     error: str = ""
 
 
+class PowerCut(_Model):
+    """What one node's forgetful filesystem dropped at a power cut (chaos.lazyfs.CutReport):
+    ``mode`` "all" drops every unsynced byte, "torn" keeps a seeded, sector-aligned prefix of each
+    file's last unsynced write (``torn``: path -> bytes kept of it)."""
+
+    node_id: int
+    mode: CutMode
+    seed: int
+    files: int  # files that survived
+    dropped_names: int  # names (files, directories) created or renamed since their dir's fsync
+    reverted_files: int  # surviving files whose content went back to their last fsync
+    torn: dict[str, int] = Field(default_factory=dict)
+
+
 class FaultWindow(_Model):
     """One injected fault: from `start_s` (injected) to `end_s` (healed: restarted, resumed,
     rules removed). `nodes` are the node ids it hit; for a partition, `detail` names the
@@ -135,6 +166,7 @@ class FaultWindow(_Model):
     # When the fault took hold, if later than its injection: a disk-full's node halts at its
     # first write that needs a new page. Recovery is measured from here.
     effect_s: float | None = None
+    cuts: list[PowerCut] = Field(default_factory=list)  # a power-loss fault's, one per node
 
 
 class MetadataSample(_Model):
@@ -202,6 +234,14 @@ class ControllerImage(_Model):
     topics: list[TopicImage] | None
 
 
+class DataCheck(_Model):
+    """The crash-consistency check of one node's data directory after the run
+    (dataplane.tools.check_data): every problem it found (none: consistent)."""
+
+    node_id: int
+    problems: list[str] = Field(default_factory=list)
+
+
 class History(_Model):
     """Everything a run recorded. `workload_s` is when the workloads stopped; `end_s` when
     the final state had been read."""
@@ -231,6 +271,8 @@ class History(_Model):
     workload: Literal["plain", "transactions"] = "plain"
     transactions: list[Transaction] = Field(default_factory=list)
     txn_final: TxnFinal | None = None
+    durability: Durability = "default"
+    data_checks: list[DataCheck] = Field(default_factory=list)
 
 
 FindingKind = Literal[
@@ -247,6 +289,7 @@ FindingKind = Literal[
     "admin-lost-topic",  # an acknowledged create whose topic is gone (never deleted)
     "admin-resurrected-topic",  # an acknowledged delete whose topic still exists
     "metadata-divergence",  # controllers' images differ after recovery
+    "crash-consistency",  # a node's files after the run: a bad batch, index or checkpoint
     "harness",  # the run itself could not complete a step (the verdict cannot be clean)
     # the transactions workload (chaos/txn_checker.py)
     "txn-missing",  # an input record no visible output record carries
@@ -282,6 +325,19 @@ class FaultRecovery(_Model):
     recovery_s: float | None  # None: some partition never acknowledged a write again
 
 
+class PowerLossLoss(_Model):
+    """What one power-loss-all took from one partition with Kafka's default durability: the
+    acknowledged records fsynced on no replica when every node lost power (a tail of the
+    partition's records acknowledged before the cut)."""
+
+    fault_id: int
+    topic: str
+    partition: int
+    count: int
+    first_offset: int
+    last_offset: int
+
+
 class Summary(_Model):
     """The figures of a run: counts, availability and recovery per fault."""
 
@@ -297,9 +353,17 @@ class Summary(_Model):
     commits_ok: int
     admin_ops_ok: int
     transactions: TxnSummary | None = None  # with the transactions workload
+    durability: Durability = "default"
+    # acknowledged writes a power-loss-all took with the default durability (reported, not
+    # failed: Kafka's default trades them for speed), by fault and partition
+    lost_to_power_loss: int = 0
+    power_loss_losses: list[PowerLossLoss] = Field(default_factory=list)
 
 
 class Verdict(_Model):
     ok: bool
     findings: list[Finding]
     summary: Summary
+    # What the checker found and the run's durability mode allows (lost writes, and what follows
+    # from them, after a power-loss-all with the default durability): shown, not failed.
+    reported: list[Finding] = Field(default_factory=list)

@@ -65,6 +65,8 @@ KIND_COLOURS: dict[str, str] = {  # by fault kind; a kind without its own colour
     "disk-full": "#17becf",
     "reassign": "#bcbd22",
     "membership": "#2ca02c",
+    "power-loss": "#000000",
+    "power-loss-all": "#5254a3",
     "txn-coordinator-kill": "#393b79",
     "output-leader-kill": "#843c39",
     "transformer-kill": "#637939",
@@ -129,6 +131,12 @@ def _figure_rows(summary: Summary) -> list[tuple[str, str]]:
         ("indeterminate writes", f"{summary.indeterminate_writes:,}"),
         ("lost writes", f"{summary.lost_writes:,}"),
         ("duplicated values", f"{summary.duplicated_values:,}"),
+        ("durability", summary.durability),
+        *(
+            [("lost to power-loss-all (reported)", f"{summary.lost_to_power_loss:,}")]
+            if summary.power_loss_losses
+            else []
+        ),
         ("availability", f"{summary.availability * 100:.1f}%"),
         ("consumed records", f"{summary.consumed_records:,}"),
         ("commits ok", f"{summary.commits_ok:,}"),
@@ -172,6 +180,16 @@ def _fault_kind_rows(summary: Summary) -> list[tuple[str, int, str, str, str]]:
     return rows
 
 
+def power_loss_rows(summary: Summary) -> list[tuple[int, str, int, str]]:
+    """What each power-loss-all took with the default durability: (fault id, partition,
+    acknowledged records lost, their offsets)."""
+    return [
+        (loss.fault_id, f"{loss.topic}-{loss.partition}", loss.count,
+         f"{loss.first_offset}-{loss.last_offset}")
+        for loss in summary.power_loss_losses
+    ]  # fmt: skip
+
+
 def _finding_kind_rows(findings: Sequence[Finding]) -> list[tuple[str, int, str]]:
     """Per finding kind, in order of first appearance: count and the first message."""
     counts: dict[str, int] = {}
@@ -211,6 +229,16 @@ def print_summary(history: History, verdict: Verdict, console: Console) -> None:
         for kind, count, message in _finding_kind_rows(verdict.findings):
             table.add_row(kind, str(count), message)
         console.print(table)
+    if verdict.summary.power_loss_losses:
+        losses = Table(
+            title="lost to power-loss-all (durability default: reported, not failed)",
+            caption="acknowledged records no replica had fsynced when every node lost power",
+        )
+        for column in ("fault", "partition", "records", "offsets"):
+            losses.add_column(column, justify="left" if column == "partition" else "right")
+        for fault_id, partition, count, offsets in power_loss_rows(verdict.summary):
+            losses.add_row(str(fault_id), partition, str(count), offsets)
+        console.print(losses)
 
 
 # -- series ------------------------------------------------------------------------------------
@@ -553,6 +581,7 @@ def _facts_html(history: History) -> str:
         ("topic", history.topic),
         ("partitions", history.partitions),
         ("consumer group", history.group),
+        ("durability", history.durability),
     ]
     return _table(("fact", "value"), facts)
 
@@ -590,6 +619,24 @@ def _findings_html(findings: Sequence[Finding]) -> str:
     hidden = len(findings) - FINDINGS_SHOWN_MAX
     more = f'<p class="muted">{hidden:,} more findings are in report.json.</p>\n'
     return by_kind + "<h3>All findings</h3>\n" + table + (more if hidden > 0 else "")
+
+
+def _power_loss_html(verdict: Verdict) -> str:
+    """What power-loss-all took with the default durability, and the findings that follow
+    from it (reported, not failed); nothing when there are none."""
+    if not verdict.reported and not verdict.summary.power_loss_losses:
+        return ""
+    columns = ("fault", "partition", "records", "offsets")
+    losses = _table(columns, power_loss_rows(verdict.summary), {"fault", "records"}, "none")
+    body = (
+        '<p class="muted">With Kafka\'s default durability an acknowledged record is in the '
+        "ISR's memory, fsynced later: when every node loses power at once the records no "
+        "replica had fsynced are lost. Reported, not failed.</p>\n"
+        + losses
+        + "<h3>Findings that follow from it</h3>\n"
+        + _findings_html(verdict.reported)
+    )
+    return _section("Lost to power-loss-all", body)
 
 
 def _problems_html(problems: Sequence[str]) -> str:
@@ -668,6 +715,7 @@ def _render_html(history: History, verdict: Verdict) -> str:
             _section("Figures", _table(("figure", "value"), _figure_rows(summary), {"value"})),
             _section("Faults", _faults_html(history, summary)),
             _section("Findings", _findings_html(verdict.findings)),
+            _power_loss_html(verdict),
             _problems_html(history.problems),
             _section("Plots", _plots_html(history)),
             _section("Final partitions", _final_html(history)),

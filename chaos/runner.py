@@ -3,7 +3,9 @@
 1. Start a cluster of combined nodes on 127.0.0.F.. (F = `first_host`), each node process as
    its own system user so iptables can cut it off (chaos/network.py), inside the run's
    `NetworkFaults` chain; with disk-full faults, each node's data on its own size-limited
-   disk (chaos/disk.py).
+   disk (chaos/disk.py); with power-loss faults, each node's data directory (logs and metadata
+   journal) on its own forgetful filesystem (chaos/power.py), over that disk when both. With
+   ``durability="fsync"`` every node runs with ``log.flush.interval.messages=1``.
 2. Create the workload topic (RF = min(3, nodes), ``min.insync.replicas`` = 2) and start the
    workloads (chaos/workloads.py): producers, a consumer group, an admin workload, samplers.
 3. Inject the faults of the seed's schedule (chaos/schedule.py) one at a time, healing each;
@@ -12,7 +14,8 @@
 4. Stop the producers, let the cluster recover (every partition led, its ISR complete), let the
    group consume to the end, and read the final state: every partition's records from its
    leader, the topic list, every controller's image; then stop the nodes (SIGTERM, by pid) and
-   read every replica's batches from its segment files.
+   read every replica's batches from its segment files and check each node's files for crash
+   consistency (dataplane.tools.check_data).
 5. Check the history (chaos/checker.py), write report.json + report.html (chaos/report.py).
 
 With ``secure=True`` (``--secure``) the cluster runs TLS, SCRAM and ACLs, the workloads and the
@@ -26,8 +29,8 @@ producers stop they drain the input, stop, and the output is read both ways (and
 nodes are stopped, its batches and markers from the disk).
 
 Whatever happens — an error, Ctrl-C, SIGTERM — every paused node is resumed, every iptables rule
-removed, every node process stopped by its pid and every disk unmounted before `run` returns or
-raises.
+removed, every node process stopped by its pid and every disk and forgetful filesystem unmounted
+(its FUSE process stopped by pid) before `run` returns or raises.
 """
 
 from __future__ import annotations
@@ -52,9 +55,12 @@ from chaos.checker import check
 from chaos.disk import DiskFaults
 from chaos.faults import FaultInjector
 from chaos.history import (
+    POWER_FAULT_KINDS,
     TXN_FAULT_KINDS,
     BatchEntry,
     ControllerImage,
+    DataCheck,
+    Durability,
     FaultKind,
     FaultWindow,
     FinalPartition,
@@ -74,6 +80,7 @@ from chaos.network import (
     prepare_runtime,
     spawn,
 )
+from chaos.power import PowerFaults
 from chaos.report import write_report
 from chaos.schedule import PlannedFault, plan, reassign_target
 from chaos.secure import RunSecurity, WorkloadResources, share_secrets
@@ -91,6 +98,7 @@ from chaos.workloads import (
 )
 from dataplane.client import AdminClient, Consumer, NewTopic, TopicPartition
 from dataplane.client.admin import PartitionDescription
+from dataplane.tools.check_data import check_node_dir
 from dataplane.tools.local_cluster import LocalCluster, pick_cluster_port, wait_for
 from metadata_quorum.client import ControllerClient
 from metadata_quorum.security.channels import ClientSecurity
@@ -109,7 +117,17 @@ CATCH_UP_TIMEOUT_S = 60.0
 FLUSH_TIMEOUT_S = 60.0
 KILLS = ("kill", "controller-kill", "leader-kill")
 # faults during which the node hit may be down
-DOWN_EXPECTED = (*KILLS, "disk-full", "txn-coordinator-kill", "output-leader-kill")
+DOWN_EXPECTED = (
+    *KILLS,
+    *POWER_FAULT_KINDS,
+    "disk-full",
+    "txn-coordinator-kill",
+    "output-leader-kill",
+)
+# The fsync-on-ack durability: every replica fsyncs each append before it counts towards the
+# high watermark (the leader before it counts itself, a follower before its next fetch reports
+# the offset); Kafka's flush.messages=1, set as the broker default for every topic.
+FSYNC_OVERRIDES: dict[str, str | int] = {"log.flush.interval.messages": 1}
 
 
 @dataclass(frozen=True)
@@ -142,6 +160,9 @@ class RunConfig:
     # TLS, SCRAM and ACLs; the workloads as a least-privileged user (chaos/secure.py)
     secure: bool = False
     admin_topic_prefix: str = "chaos-admin"  # the admin workload's topics: <prefix>-<serial>
+    # how an acknowledged record is made durable: Kafka's default, or fsync on every replica
+    # before the acknowledgement (FSYNC_OVERRIDES); docs/chaos.md "Durability modes"
+    durability: Durability = "default"
 
     def __post_init__(self) -> None:
         if not 3 <= self.nodes <= 9:
@@ -208,7 +229,11 @@ class _Cluster:
             nodes=config.nodes,
             first_host=config.first_host,
             port=pick_cluster_port(hosts),
-            overrides=config.overrides,
+            overrides=(
+                {**FSYNC_OVERRIDES, **config.overrides}
+                if config.durability == "fsync"
+                else config.overrides
+            ),
             launcher=self._launch,
             secure=config.secure,
         )
@@ -273,6 +298,7 @@ class Run:
         self.txn: TxnWorkload | None = None  # with the transactions workload
         self.txn_final: TxnFinal | None = None
         self.security: RunSecurity | None = None  # with a secure cluster
+        self.data_checks: list[DataCheck] = []
 
     @property
     def harness_security(self) -> ClientSecurity | None:
@@ -299,13 +325,10 @@ class Run:
         )
         with contextlib.ExitStack() as stack:
             network = stack.enter_context(NetworkFaults(list(identities.values())))
-            disks = None
-            if "disk-full" in config.faults:
-                disks = stack.enter_context(DiskFaults(network.run_id, config.disk_bytes))
-                for spec in cluster.local.specs:
-                    identity = identities[spec.node_id]
-                    disks.mount(spec.node_id, spec.directory / "data", identity.uid, identity.gid)
-            injector = stack.enter_context(FaultInjector(cluster, identities, network, disks))
+            disks, power = self._mount_disks(stack, network.run_id, cluster)
+            injector = stack.enter_context(
+                FaultInjector(cluster, identities, network, disks, power)
+            )
             try:
                 cluster.local.up(timeout_s=60)
                 if "membership" in config.faults:
@@ -318,10 +341,41 @@ class Run:
                 for spec in cluster.local.specs:
                     cluster.local.stop_node(spec.node_id, kill=True)
             self._read_replicas(cluster.local)  # before the disks go
+            self._check_data(cluster.local)
             if self.txn is not None and self.txn_final is not None:
                 dirs = {spec.node_id: spec.directory / "data" for spec in cluster.local.specs}
                 self.txn_final = self.txn.with_batches(self.txn_final, dirs)
         return self._history()
+
+    def _mount_disks(
+        self, stack: contextlib.ExitStack, run_id: str, cluster: _Cluster
+    ) -> tuple[DiskFaults | None, PowerFaults | None]:
+        """Each node's data directory on its own disk (disk-full) and/or forgetful filesystem
+        (power-loss); with both, the forgetful filesystem's backing directory is the disk."""
+        config = self.config
+        disks = power = None
+        if "disk-full" in config.faults:
+            disks = stack.enter_context(DiskFaults(run_id, config.disk_bytes))
+        if any(kind in POWER_FAULT_KINDS for kind in config.faults):
+            power = stack.enter_context(PowerFaults())
+        for spec in cluster.local.specs:
+            identity = cluster.identities[spec.node_id]
+            data = spec.directory / "data"
+            backing = config.work_dir / "forgetful" / f"node-{spec.node_id}"
+            if disks is not None:
+                disks.mount(
+                    spec.node_id, data if power is None else backing, identity.uid, identity.gid
+                )
+            if power is not None:
+                power.mount(spec.node_id, data, backing, identity.uid, identity.gid)
+        return disks, power
+
+    def _check_data(self, local: LocalCluster) -> None:
+        """The crash-consistency check of every node's files, the nodes stopped: no bad batch
+        below a log's end, indexes that match their segments, checkpoints that parse."""
+        for spec in local.specs:
+            report = check_node_dir(spec.directory / "data")
+            self.data_checks.append(DataCheck(node_id=spec.node_id, problems=list(report.problems)))
 
     def _voter_changes(self, local: LocalCluster) -> VoterChanges:
         host = self.config.new_controller_host
@@ -494,10 +548,21 @@ class Run:
                 log.warning("leader of partition %d: %s", partition, error)
                 return -1
 
+        # A fault that acts through the admin API waits for an active controller first: after a
+        # power-loss-all (or a controller's disk-full) the quorum may still be electing, as a
+        # heal waits for one (HEAL_TIMEOUT_S; a timeout is a problem, as before).
         def mover(fault: PlannedFault) -> tuple[list[int], str, Callable[[], None]]:
+            cluster.local.wait_for_leader(timeout_s=HEAL_TIMEOUT_S)
             return self._move(control, injector.node_ids, fault)
 
-        voters = None if self.voter_changes is None else self.voter_changes.inject
+        changes = self.voter_changes
+
+        def change_voters(fault: PlannedFault) -> tuple[list[int], str, Callable[[], None]]:
+            assert changes is not None
+            cluster.local.wait_for_leader(timeout_s=HEAL_TIMEOUT_S)
+            return changes.inject(fault)
+
+        voters = None if changes is None else change_voters
         txn = self.txn
         victim = None if txn is None else functools.partial(txn.victim, control)
         transformers = None if txn is None else txn.kill_transformer
@@ -542,6 +607,7 @@ class Run:
                     end_s=end,
                     detail=active.detail,
                     effect_s=min((at for at, _ in halted.values()), default=None),
+                    cuts=active.cuts,
                 )
             )
 
@@ -716,6 +782,8 @@ class Run:
             workload=config.workload,
             transactions=[] if self.txn is None else self.txn.transactions(),
             txn_final=self.txn_final,
+            durability=config.durability,
+            data_checks=self.data_checks,
         )
 
 

@@ -15,7 +15,8 @@ picks the transformer a transformer-kill or a txn-coordinator-kill aims at (modu
 count). Only a controller-kill's victim is whoever is the active controller when it fires (and
 a txn-coordinator-kill's whoever leads the transformer's coordinator), and a reassign's
 target depends on the partition's replicas then (`reassign_target`).
-A membership fault's `change` is drawn here: "add" a controller, or "remove" the voter at
+A power-loss fault's cut mode ("all" or "torn") and the seed its cut tears with are drawn here
+too. A membership fault's `change` is drawn here: "add" a controller, or "remove" the voter at
 position `node` among the live ones, only where the voters left are at least `VOTERS_MIN`.
 """
 
@@ -26,7 +27,8 @@ import random
 from dataclasses import dataclass
 from typing import Literal
 
-from chaos.history import FaultKind
+from chaos.history import POWER_FAULT_KINDS, FaultKind
+from chaos.lazyfs import CutMode
 
 PartitionShape = Literal["isolate", "split", "one-way"]
 MembershipChange = Literal["add", "remove"]
@@ -42,6 +44,11 @@ LENGTH_S: dict[FaultKind, tuple[float, float]] = {
     "reassign": (4.0, 8.0),
     # an add includes starting the new controller and its catch-up: 2-3 s idle, 6-12 s loaded
     "membership": (8.0, 14.0),
+    # SIGKILL, the cut (the forgetful filesystem drops what was not fsynced and mounts again:
+    # a Python FUSE process starting, 1-3 s on a busy machine) are done at injection; the heal
+    # starts the node(s), which recover their logs from what survived
+    "power-loss": (3.0, 8.0),
+    "power-loss-all": (4.0, 8.0),
     # the transactions workload's: a coordinator's or an output leader's node down, a transformer
     # process down (its heal starts the next incarnation)
     "txn-coordinator-kill": (3.0, 6.0),
@@ -65,6 +72,10 @@ class PlannedFault:
     shape: PartitionShape = "isolate"
     partition: int = 0  # workload partition of a leader-kill
     change: MembershipChange = "add"  # what a membership fault does to the voters
+    # a power-loss fault's cut: drop every unsynced byte ("all"), or keep a torn prefix of each
+    # file's last unsynced write ("torn"), drawn with `cut_seed`
+    cut_mode: CutMode = "all"
+    cut_seed: int = 0
 
     @property
     def end_s(self) -> float:
@@ -113,6 +124,11 @@ def plan(
         change: MembershipChange = "add"
         if kind == "membership" and nodes - 1 >= VOTERS_MIN:
             change = rng.choice(["add", "remove"])
+        cut_mode: CutMode = "all"
+        cut_seed = 0
+        if kind in POWER_FAULT_KINDS:  # drawn only here: other kinds' schedules stay as they were
+            cut_mode = rng.choice(["all", "torn"])
+            cut_seed = rng.randrange(1 << 31)
         faults.append(
             PlannedFault(
                 id=len(faults) + 1,
@@ -124,6 +140,8 @@ def plan(
                 shape=shape,
                 partition=rng.randrange(partitions),
                 change=change,
+                cut_mode=cut_mode,
+                cut_seed=cut_seed,
             )
         )
         now = at + length

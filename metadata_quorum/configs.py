@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from metadata_quorum import client_metrics_configs as client_metrics
+from metadata_quorum import connection_configs as cc
 from metadata_quorum.group_configs import GROUP_KEYS, KAFKA_GROUP_RULES, GroupRules
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.records import ConfigResourceType
@@ -38,7 +40,10 @@ THROTTLED_REPLICAS_MAX_CHARS = 1_000_000
 LEADER_THROTTLED_REPLICAS = "leader.replication.throttled.replicas"
 FOLLOWER_THROTTLED_REPLICAS = "follower.replication.throttled.replicas"
 # Kafka's configs of type LIST among raftlog's: the ones APPEND and SUBTRACT apply to
-LIST_KEYS = frozenset({"cleanup.policy", LEADER_THROTTLED_REPLICAS, FOLLOWER_THROTTLED_REPLICAS})
+LIST_KEYS = frozenset(
+    {"cleanup.policy", LEADER_THROTTLED_REPLICAS, FOLLOWER_THROTTLED_REPLICAS}
+    | client_metrics.LIST_KEYS
+)
 
 
 class ConfigSource(IntEnum):
@@ -154,6 +159,29 @@ class BrokerConfig(BaseModel):
     follower_replication_throttled_rate: int = Field(
         INT64_MAX, alias="follower.replication.throttled.rate", ge=0, le=INT64_MAX
     )
+    # Kafka's connection limits (SocketServerConfigs), applied by the KAFKA listener
+    # (dataplane/kafka/connection_limits.py): connections in all, from one address, and the
+    # per-address exceptions ("host:count,...")
+    max_connections: int = Field(
+        cc.MAX_CONNECTIONS_DEFAULT, alias="max.connections", ge=0, le=cc.INT32_MAX
+    )
+    max_connections_per_ip: int = Field(
+        cc.MAX_CONNECTIONS_PER_IP_DEFAULT, alias="max.connections.per.ip", ge=0, le=cc.INT32_MAX
+    )
+    max_connections_per_ip_overrides: str = Field(
+        "", alias="max.connections.per.ip.overrides", max_length=cc.PER_IP_OVERRIDES_MAX_CHARS
+    )
+
+    @field_validator("max_connections_per_ip_overrides")
+    @classmethod
+    def _per_ip_overrides(cls, value: str) -> str:
+        cc.parse_per_ip_overrides(value)
+        return value
+
+    @model_validator(mode="after")
+    def _per_ip_zero_needs_overrides(self) -> BrokerConfig:
+        cc.check_per_ip_limits(self.max_connections_per_ip, self.max_connections_per_ip_overrides)
+        return self
 
 
 class ClusterConfig(BaseModel):
@@ -181,7 +209,7 @@ BROKER_KEYS = _aliases(BrokerConfig)
 TOPIC_KEYS = LOG_KEYS | REPLICATION_KEYS
 
 
-# Kafka 4 broker configs whose update mode is read-only (not in Kafka's
+# Kafka 4.1 broker configs whose update mode is read-only (not in Kafka's
 # DynamicBrokerConfig.AllDynamicConfigs): only a node's config file sets them, and
 # AlterConfigs on a broker refuses them by name. Every broker synonym of a topic config but
 # the first is among them (Kafka's DynamicLogConfig takes only ``log.retention.ms``, not
@@ -196,7 +224,7 @@ KAFKA_READ_ONLY_BROKER_CONFIGS = frozenset(
         "broker.session.timeout.ms", "initial.broker.registration.timeout.ms",
         "auto.create.topics.enable", "authorizer.class.name", "delete.topic.enable",
         "num.partitions", "default.replication.factor", "auto.leader.rebalance.enable",
-        "leader.imbalance.per.broker.percentage", "leader.imbalance.check.interval.seconds",
+        "leader.imbalance.check.interval.seconds", "advertised.listeners",
         "log.retention.check.interval.ms", "group.initial.rebalance.delay.ms",
         "group.min.session.timeout.ms", "group.max.session.timeout.ms", "group.max.size",
         "offsets.topic.num.partitions", "offsets.topic.replication.factor",
@@ -317,6 +345,8 @@ def known_keys(kind: ConfigResourceType, name: str) -> frozenset[str]:
         return TOPIC_KEYS
     if kind is ConfigResourceType.GROUP:
         return GROUP_KEYS
+    if kind is ConfigResourceType.CLIENT_METRICS:
+        return client_metrics.CLIENT_METRICS_KEYS
     if name:
         return BROKER_KEYS | DYNAMIC_BROKER_SYNONYMS
     return TOPIC_KEYS | CLUSTER_KEYS | BROKER_KEYS | DYNAMIC_BROKER_SYNONYMS
@@ -332,6 +362,8 @@ def validate_dynamic_configs(
         validate_topic_configs(values)
     elif kind is ConfigResourceType.GROUP:
         group_rules.validate(values)
+    elif kind is ConfigResourceType.CLIENT_METRICS:
+        client_metrics.validate_client_metrics_configs(name, values)
     elif name:
         validate_broker_configs(values)
     else:
@@ -386,6 +418,8 @@ def alter_dynamic_configs(
             name, [key for op, key, _ in ops if op is not AlterOp.DELETE]
         )
     unknown = sorted(set(keys) - known_keys(kind, name))
+    if unknown and kind is ConfigResourceType.CLIENT_METRICS:  # Kafka's INVALID_REQUEST
+        client_metrics.validate_client_metrics_configs(name, dict.fromkeys(unknown, ""))
     if unknown:
         what = {ConfigResourceType.TOPIC: "topic", ConfigResourceType.GROUP: "group"}.get(
             kind, "broker" if name else "cluster"

@@ -30,7 +30,7 @@ from metadata_quorum.cluster import (
 )
 from metadata_quorum.codec import decode_batch, decode_snapshot, encode_batch, encode_snapshot
 from metadata_quorum.configs import cluster_config
-from metadata_quorum.features import generate_bootstrap_features
+from metadata_quorum.features import check_voter_change_supported, generate_bootstrap_features
 from metadata_quorum.image import MetadataDelta, MetadataImage, Rejected
 from metadata_quorum.raft import MembershipChangeError, MetadataLogError, QuorumStatus
 from metadata_quorum.records import ControllerVoter, LeaderChange, MetadataRecord
@@ -76,10 +76,20 @@ class MetadataState:
             maxlen=history_max
         )
         self._listeners: list[Callable[[MetadataImage], None]] = []
+        self._closed = False  # the node is stopping: followers' waits end at once
 
     @property
     def image(self) -> MetadataImage:
         return self._image
+
+    def close(self) -> None:
+        """End every follower's wait in `updates_since` now. A FetchMetadata stream blocked
+        there holds a thread of the server's pool until its max wait passes, and the process
+        cannot exit before (the interpreter joins the pool's threads): seconds per stopping
+        node."""
+        with self._lock:
+            self._closed = True
+            self._lock.notify_all()
 
     def add_listener(self, listener: Callable[[MetadataImage], None]) -> None:
         self._listeners.append(listener)
@@ -124,7 +134,9 @@ class MetadataState:
         image when the history no longer reaches back that far. Returns (image or None, records,
         high offset)."""
         with self._lock:
-            self._lock.wait_for(lambda: self._image.offset >= from_offset, timeout=wait_s)
+            self._lock.wait_for(
+                lambda: self._closed or self._image.offset >= from_offset, timeout=wait_s
+            )
             high = self._image.offset
             if from_offset > high:
                 return None, [], high
@@ -323,6 +335,7 @@ class QuorumController:
         configuration; the voters after the change."""
         with self._membership:
             self._require_active()
+            self._require_kraft_version("adding")
             self._reconcile()
             record = generate_add_voter(self.voters(), new, self._live_raft())
             self.write(lambda image: ([record], None))
@@ -336,6 +349,7 @@ class QuorumController:
         answers NOT_CONTROLLER, and the client retries on the new active controller."""
         with self._membership:
             self._require_active()
+            self._require_kraft_version("removing")
             self._reconcile()
             leaving, _ = generate_remove_voter(self.voters(), node_id, self._live_raft())
             if leaving.raft_address == self.log.status().self_address:
@@ -349,6 +363,17 @@ class QuorumController:
     def _require_active(self) -> None:
         if not self.is_active:
             raise NotControllerError(self.active_controller_id())
+
+    def _require_kraft_version(self, change: str) -> None:
+        """kraft.version 1 or UNSUPPORTED_VERSION (KIP-853). A new cluster's bootstrap levels
+        (kraft.version 1) are written first, so a change asked for right after the first
+        election is not refused for a level the cluster is about to have."""
+        self.write(lambda image: (generate_bootstrap_features(image), None))
+        with self._write_lock:
+            image = self._speculative
+        if image is None:
+            raise NotControllerError(self._leader_id_of(self.log.leader()))
+        check_voter_change_supported(image, change)
 
     def _live_raft(self) -> list[str]:
         return [v.address for v in self.log.status().voters if v.connected]

@@ -3,17 +3,29 @@
 Kafka's controller keeps each feature's finalized level in the metadata log (FeatureLevelRecord);
 brokers answer ApiVersions (v3+) from their image with the levels each node supports and the
 finalized ones, and UpdateFeatures changes them. raftlog does the same with these features, at
-the levels whose semantics it implements (docs/operations.md, "Feature levels"):
+the levels whose semantics it implements, and enforces each as Kafka does (docs/operations.md,
+"Feature levels"):
 
 - ``metadata.version`` 7 (3.3-IV3, the lowest Kafka 4 accepts) to 22 (4.0-IV0, the KIP-848
   bootstrap). raftlog's own metadata records do not change with it; it is finalized so that
   clients and tools see a Kafka 4 cluster. 23 (KIP-966's eligible leader replicas) and later
   are not implemented, so not supported.
-- ``kraft.version`` 0 to 1: voters as records (KIP-853) are served. A downgrade is refused, as
-  Kafka refuses it.
-- ``group.version`` 0 to 1: 1 is KIP-848's consumer group protocol (ConsumerGroupHeartbeat).
-- ``transaction.version`` 0 to 1: transactions as KIP-890 part 1; part 2 (level 2, an epoch bump
-  per transaction) is not served, so 2 is not supported.
+- ``kraft.version`` 0 to 1: 1 is KIP-853's controller membership (AddRaftVoter and
+  RemoveRaftVoter are refused at 0, as Kafka's AddVoterHandler refuses them); it needs
+  metadata.version 21 (3.9-IV0). A downgrade is refused, as Kafka refuses it.
+- ``group.version`` 0 to 1: 1 is KIP-848's consumer group protocol; at 0 the brokers neither
+  advertise nor serve ConsumerGroupHeartbeat and ConsumerGroupDescribe (Kafka's
+  ``isConsumerGroupProtocolEnabled``).
+- ``transaction.version`` 0 to 1: transactions as KIP-890 part 1. Level 1 is Kafka's flexible
+  transaction log records, which gates no API; part 2 (level 2: an epoch bump per transaction,
+  Produce v12, AddPartitionsToTxn v5, EndTxn v5) is not served, so 2 is not supported.
+- ``share.version`` 0 to 1: 1 is KIP-932's share groups; at 0 their APIs are neither advertised
+  nor served (Kafka's ``isShareGroupProtocolEnabled``). Kafka ties level 1 to a 4.1
+  metadata.version raftlog does not claim (its share-partition state is a topic, not metadata
+  records), so here it depends on no metadata.version beyond every feature's minimum.
+
+Kafka 4's ``eligible.leader.replicas.version`` and ``streams.version`` are not claimed: raftlog
+implements neither ELR nor KIP-1071's streams groups.
 
 Every node of a raftlog cluster runs the same code, so the supported ranges are this module's,
 checked by the controller for the whole cluster (Kafka checks each registered broker's ranges).
@@ -35,6 +47,7 @@ METADATA_VERSION = "metadata.version"
 KRAFT_VERSION = "kraft.version"
 GROUP_VERSION = "group.version"
 TRANSACTION_VERSION = "transaction.version"
+SHARE_VERSION = "share.version"
 
 # feature -> (min, max) level this code implements
 SUPPORTED_FEATURES: Mapping[str, tuple[int, int]] = {
@@ -42,18 +55,25 @@ SUPPORTED_FEATURES: Mapping[str, tuple[int, int]] = {
     KRAFT_VERSION: (0, 1),
     GROUP_VERSION: (0, 1),
     TRANSACTION_VERSION: (0, 1),
+    SHARE_VERSION: (0, 1),
 }
-# the levels a new cluster starts at: the highest supported (Kafka 4's defaults for its latest
-# production metadata.version)
+# the levels a new cluster starts at: the highest supported, so a new cluster serves everything
+# raftlog implements (Kafka 4's defaults for its latest production metadata.version, and share
+# groups on: Kafka 4.1 formats share.version 0 only because its share groups are a preview there)
 BOOTSTRAP_FEATURES: Mapping[str, int] = {
     name: high for name, (_, high) in SUPPORTED_FEATURES.items()
 }
-# (feature, level) -> the levels of other features it needs (Kafka's FeatureVersion dependencies
-# plus Features.validateVersion's rule: any level >= 1 needs metadata.version >= 4)
+# (feature, level) -> the levels of other features it needs (Kafka's FeatureVersion dependencies:
+# KRaftVersion 1 needs 3.9-IV0; GroupVersion and TransactionVersion need none) plus
+# Feature.validateVersion's rule: any level >= 1 needs metadata.version >= MINIMUM_VERSION
 DEPENDENCIES: Mapping[tuple[str, int], Mapping[str, int]] = {
-    (GROUP_VERSION, 1): {METADATA_VERSION: 22},
+    (KRAFT_VERSION, 1): {METADATA_VERSION: 21},
 }
-MINIMUM_METADATA_VERSION_FOR_FEATURES = 4  # 3.3-IV0, the first with FeatureLevelRecord
+# what a feature level switches on, as (feature, level, what): Kafka's
+# GroupVersion.isConsumerRebalanceProtocolSupported and ShareVersion.supportsShareGroups
+CONSUMER_GROUP_PROTOCOL = (GROUP_VERSION, 1, "the consumer group protocol (KIP-848)")
+SHARE_GROUPS = (SHARE_VERSION, 1, "share groups (KIP-932)")
+MINIMUM_METADATA_VERSION_FOR_FEATURES = 7  # Kafka 4's MetadataVersion.MINIMUM_VERSION, 3.3-IV3
 # metadata.version levels whose metadata records differ from the level below (Kafka's
 # MetadataVersion.didMetadataChange): a downgrade across one of them might lose metadata
 METADATA_CHANGED_AT = frozenset({7, 8, 11, 13, 14, 15, 17})
@@ -85,6 +105,39 @@ class FeatureResult:
 def finalized_features(image: MetadataImage) -> dict[str, int]:
     """The finalized levels, without the features at level 0 (Kafka lists only those above)."""
     return {name: level for name, level in sorted(image.features.items()) if level > 0}
+
+
+def feature_level(image: MetadataImage, name: str) -> int:
+    """A feature's finalized level; one not finalized (yet) is at 0, as Kafka's brokers read
+    ``finalizedFeatures.getOrDefault(name, 0)``."""
+    return image.features.get(name, 0)
+
+
+def disabled_reason(image: MetadataImage, name: str, level: int, what: str) -> str | None:
+    """Why ``what``, which ``name`` at ``level`` switches on, is off, or None if it is on."""
+    current = feature_level(image, name)
+    if current >= level:
+        return None
+    return f"{what} is not enabled: {name} is {current} (it needs {level})"
+
+
+def check_enabled(image: MetadataImage, name: str, level: int, what: str) -> None:
+    """UNSUPPORTED_VERSION, Kafka's answer to an API whose feature is off, unless it is on."""
+    reason = disabled_reason(image, name, level, what)
+    if reason is not None:
+        raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, reason)
+
+
+def check_voter_change_supported(image: MetadataImage, change: str) -> None:
+    """AddRaftVoter / RemoveRaftVoter need kraft.version 1 (KIP-853); below it they are
+    refused with Kafka's error and message. ``change`` is "adding" or "removing"."""
+    level = feature_level(image, KRAFT_VERSION)
+    if level < 1:
+        raise KafkaError(
+            ErrorCode.UNSUPPORTED_VERSION,
+            f"Cluster doesn't support {change} voter because the {KRAFT_VERSION} feature is "
+            f"{level}",
+        )
 
 
 def generate_bootstrap_features(image: MetadataImage) -> list[FeatureLevelRecord]:
@@ -167,15 +220,17 @@ def _check_downgrade(name: str, level: int, current: int, kind: UpgradeType) -> 
 
 
 def _dependency_problem(proposed: Mapping[str, int]) -> str | None:
-    """Why the proposed levels break a finalized level's dependencies (so a downgrade of
-    metadata.version under what group.version 1 needs is refused too), or None."""
+    """Why the proposed levels break a finalized level's dependencies, or None. The whole
+    proposed set is checked, so a metadata.version downgrade under what kraft.version 1 needs is
+    refused too (Kafka checks only the features being updated; raftlog never finalizes a set
+    whose dependencies do not hold)."""
     metadata_version = proposed.get(METADATA_VERSION, 0)
     for name, level in sorted(proposed.items()):
         below_minimum = metadata_version < MINIMUM_METADATA_VERSION_FOR_FEATURES
         if name != METADATA_VERSION and level >= 1 and below_minimum:
             return (
                 f"{name} could not be set to {level} because it depends on "
-                f"metadata.version={MINIMUM_METADATA_VERSION_FOR_FEATURES} (3.3-IV0)"
+                f"metadata.version={MINIMUM_METADATA_VERSION_FOR_FEATURES} (3.3-IV3)"
             )
         for needed, needed_level in DEPENDENCIES.get((name, level), {}).items():
             if proposed.get(needed, 0) < needed_level:

@@ -3,11 +3,13 @@ broker's group coordinator settings, stored as ConfigRecords in the metadata log
 
 Kafka's ``GroupConfig`` names and validators: ``consumer.session.timeout.ms`` and
 ``consumer.heartbeat.interval.ms`` (KIP-848 consumer groups), ``share.session.timeout.ms``,
-``share.heartbeat.interval.ms``, ``share.record.lock.duration.ms`` and
-``share.auto.offset.reset`` (share groups, KIP-932). A group without an override of a key
-takes the broker's value of its synonym (``group.consumer.session.timeout.ms``, ...).
-``streams.*`` (KIP-1071) is not listed: raftlog has no streams groups; ``share.isolation.level``
-neither: share fetches read up to the high watermark only (read_uncommitted).
+``share.heartbeat.interval.ms``, ``share.record.lock.duration.ms``, ``share.auto.offset.reset``
+and ``share.isolation.level`` (share groups, KIP-932; the last Kafka 4.1's: ``read_committed``
+share fetches read up to the last stable offset and never deliver aborted transactions'
+records). A group without an override of a key takes the broker's value of its synonym
+(``group.consumer.session.timeout.ms``, ...); the two share strings have none (Kafka's
+defaults ``latest`` and ``read_uncommitted``). ``streams.*`` (KIP-1071) is not listed: raftlog
+has no streams groups.
 
 Validation (Kafka's ``GroupConfig.validate``): each value parses as its type and is at least
 Kafka's floor (1 ms; 1000 ms for the lock duration), each timeout lies within the broker's
@@ -37,6 +39,8 @@ SHARE_SESSION_TIMEOUT_MS = "share.session.timeout.ms"
 SHARE_HEARTBEAT_INTERVAL_MS = "share.heartbeat.interval.ms"
 SHARE_RECORD_LOCK_DURATION_MS = "share.record.lock.duration.ms"
 SHARE_AUTO_OFFSET_RESET = "share.auto.offset.reset"
+SHARE_ISOLATION_LEVEL = "share.isolation.level"
+READ_UNCOMMITTED, READ_COMMITTED = "read_uncommitted", "read_committed"
 EARLIEST, LATEST, BY_DURATION = "earliest", "latest", "by_duration:"
 INT32_MAX = 2**31 - 1
 
@@ -57,7 +61,7 @@ _INT_KEYS: dict[str, tuple[str, str, int]] = {
         "share_record_lock_duration_ms", "group.share.record.lock.duration.ms", 1000
     ),
 }  # fmt: skip
-GROUP_KEYS = frozenset(_INT_KEYS) | {SHARE_AUTO_OFFSET_RESET}
+GROUP_KEYS = frozenset(_INT_KEYS) | {SHARE_AUTO_OFFSET_RESET, SHARE_ISOLATION_LEVEL}
 BROKER_SYNONYMS: dict[str, str] = {key: broker for key, (_, broker, _) in _INT_KEYS.items()}
 # the (min, max) broker configs that bound each timeout (Kafka's GroupCoordinatorConfig and
 # ShareGroupConfig names)
@@ -81,11 +85,13 @@ class GroupConfigs:
     share_heartbeat_interval_ms: int = 5_000
     share_record_lock_duration_ms: int = 30_000
     share_auto_offset_reset: str = LATEST
+    share_isolation_level: str = READ_UNCOMMITTED
 
     def values(self) -> dict[str, str]:
         """Every group config key with its value, as DescribeConfigs shows it."""
         out = {key: str(getattr(self, field)) for key, (field, _, _) in _INT_KEYS.items()}
         out[SHARE_AUTO_OFFSET_RESET] = self.share_auto_offset_reset
+        out[SHARE_ISOLATION_LEVEL] = self.share_isolation_level
         return out
 
     def with_overrides(self, overrides: Mapping[str, str]) -> GroupConfigs:
@@ -97,6 +103,8 @@ class GroupConfigs:
                 changes[_INT_KEYS[key][0]] = int(value)
             elif key == SHARE_AUTO_OFFSET_RESET:
                 changes["share_auto_offset_reset"] = value.strip().lower()
+            elif key == SHARE_ISOLATION_LEVEL:
+                changes["share_isolation_level"] = value.strip()
         return dataclasses.replace(self, **changes) if changes else self
 
 
@@ -152,6 +160,16 @@ def _reset_value(value: str) -> str:
     )
 
 
+def _isolation_value(value: str) -> str:
+    """Kafka's ``ConfigDef.ValidString.in`` (case-sensitive, as Kafka's)."""
+    if value.strip() in (READ_COMMITTED, READ_UNCOMMITTED):
+        return value.strip()
+    raise ConfigError(
+        f"{SHARE_ISOLATION_LEVEL}: Invalid value {value} for configuration "
+        f"{SHARE_ISOLATION_LEVEL}: String must be one of: {READ_COMMITTED}, {READ_UNCOMMITTED}"
+    )
+
+
 def validate_group_configs(
     overrides: Mapping[str, str], defaults: GroupConfigs, bounds: GroupConfigBounds
 ) -> None:
@@ -164,6 +182,9 @@ def validate_group_configs(
     for key, value in sorted(overrides.items()):
         if key == SHARE_AUTO_OFFSET_RESET:
             _reset_value(value)
+            continue
+        if key == SHARE_ISOLATION_LEVEL:
+            _isolation_value(value)
             continue
         parsed = _int_value(key, value)
         low, high = getattr(bounds, _INT_KEYS[key][0])

@@ -152,6 +152,7 @@ _BIND_RETRY_S = 0.1
 _BIND_ATTEMPTS = 20
 _NOTIFIER_POLL_S = 0.05
 _JOIN_TIMEOUT_S = 5.0
+_CLOSE_TIMEOUT_S = 30.0  # for the tick thread's last tick (an fsync on a slow disk) and close
 _TICK_TASKS_MAX = 16
 _LOG_MESSAGES = frozenset({"append_entries", "next_node_idx"})
 _META_MESSAGES = _LOG_MESSAGES | {"request_vote", "response_vote"}
@@ -436,15 +437,13 @@ def _journal_record(data: bytes, offset: int, end: int, prev: tuple[int, int] | 
     return stop
 
 
-def _repair_journal(path: Path, fsync: bool) -> None:
-    """Cut the journal at its first torn or out-of-sequence record. Only a record written after
-    the last journal sync can be damaged, and such a record was never acknowledged."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return
+def scan_journal(data: bytes, origin: str) -> tuple[int, int, int]:
+    """(whole records, the end of the last one, the header's declared end) of a journal's
+    bytes: the records are read up to the first torn or out-of-sequence one. RaftStorageError
+    if it is not a pysyncobj journal. Also the crash-consistency checker's view of the file
+    (dataplane/tools/check_data.py)."""
     if len(data) < _JOURNAL_HEADER_BYTES or not data.startswith(_JOURNAL_MAGIC):
-        raise RaftStorageError(f"{path} is not a pysyncobj journal")
+        raise RaftStorageError(f"{origin} is not a pysyncobj journal")
     (declared_end,) = struct.unpack_from("<I", data, _JOURNAL_END_POS)
     end = min(declared_end, len(data))
     offset, prev, records = _JOURNAL_HEADER_BYTES, None, 0
@@ -454,6 +453,23 @@ def _repair_journal(path: Path, fsync: bool) -> None:
             break
         prev = cast(tuple[int, int], struct.unpack_from("<QQ", data, offset + 4))
         offset, records = stop, records + 1
+    return records, offset, declared_end
+
+
+def snapshot_last_index(blob: bytes, origin: str) -> int:
+    """The last Raft index a snapshot file covers; RaftStorageError unless it decodes (CRC,
+    header, lengths). For the crash-consistency checker (dataplane/tools/check_data.py)."""
+    return _decode_snapshot(blob, origin).last[1]
+
+
+def _repair_journal(path: Path, fsync: bool) -> None:
+    """Cut the journal at its first torn or out-of-sequence record. Only a record written after
+    the last journal sync can be damaged, and such a record was never acknowledged."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return
+    records, offset, declared_end = scan_journal(data, str(path))
     if offset == declared_end:
         return
     logger.warning(
@@ -830,6 +846,9 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
         # pysyncobj stops ticking once the thread that built it ends; tie it to the interpreter.
         self._SyncObj__mainThread = threading.main_thread()
         self.tick_thread = cast(threading.Thread, self._SyncObj__thread)
+        journal = self._SyncObj__raftLog
+        if isinstance(journal, RaftJournal):  # it syncs meta rewrites until told otherwise
+            journal.sync_meta = options.fsync
         # Membership changes only through MetadataLog (the controller mirrors them in its
         # metadata), never through pysyncobj's unauthenticated admin messages on the Raft port.
         transport = self._SyncObj__transport
@@ -1139,6 +1158,7 @@ class MetadataLog:
         self._tokens = itertools.count()
         self._membership_token: int | None = None  # a membership change proposed, unresolved
         self._closed = False
+        self._close_done = threading.Event()
         self._stop = threading.Event()
         self._wake = threading.Event()
         if not data_dir.exists():
@@ -1355,22 +1375,46 @@ class MetadataLog:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
-        """Stop pysyncobj's threads and close the journal; pending appends fail. Idempotent."""
+        """Stop pysyncobj's threads and close the journal; pending appends fail. Returns once
+        the journal is closed (fdatasynced) and the directory unlocked, so another log may open
+        it at once. pysyncobj closes the journal on its tick thread after the tick under way,
+        and not at all if that thread ended first (its transport never came up, the main
+        thread ended): then it is closed here. A tick thread still running after
+        ``_CLOSE_TIMEOUT_S`` is logged and the directory stays locked (the journal may still be
+        written). Called on the tick thread (a future's callback), it cannot wait for itself:
+        pysyncobj closes the journal when that tick returns. Idempotent: a second caller waits
+        for the first one's close, with the same deadline."""
         with self._lock:
-            if self._closed:
-                return
+            closing = not self._closed
             self._closed = True
+        if not closing:
+            if not self._close_done.wait(timeout=_CLOSE_TIMEOUT_S):
+                logger.error("%s: the first close did not finish", self.self_address)
+            return
+        try:
+            self._close()
+        finally:
+            self._close_done.set()
+
+    def _close(self) -> None:
         self._stop.set()
         self._wake.set()
         current = threading.current_thread()
         if current is not self._notifier:
             self._notifier.join(timeout=_JOIN_TIMEOUT_S)
-        self._node.destroy()
-        if current is not self._node.tick_thread:
-            self._node.tick_thread.join(timeout=_JOIN_TIMEOUT_S)
-            if self._node.tick_thread.is_alive():
-                logger.error("%s: the Raft tick thread did not stop", self.self_address)
+        node = self._node
+        node.destroy()
         self._fail_pending(LogClosedError("the log was closed"))
+        if current is not node.tick_thread:
+            node.tick_thread.join(timeout=_CLOSE_TIMEOUT_S)
+            if node.tick_thread.is_alive():
+                logger.error(
+                    "%s: the Raft tick thread did not stop within %.0f s; the directory stays "
+                    "locked", self.self_address, _CLOSE_TIMEOUT_S,
+                )  # fmt: skip
+                return
+            if not getattr(node._SyncObj__raftLog, "closed", True):
+                node._doDestroy()  # the thread ended without pysyncobj's destroy
         os.close(self._lock_fd)
 
     def _fail_pending(self, error: MetadataLogError) -> None:

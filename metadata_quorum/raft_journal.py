@@ -21,6 +21,15 @@ The format is pysyncobj's (its journal.py), so journals written by either read i
 temporary and renamed (`raftlog.checkpoint.write_atomically`, which removes a temporary a full
 disk left half-written). pysyncobj reads it with pickle too; the file is this node's own.
 
+The meta file is rewritten about once a second while the commit index moves, and every rewrite
+carries the term and vote too. With ``sync_meta`` (RaftOptions.fsync) the temporary is fsynced
+before its rename, so whichever name a power cut leaves holds a whole file: a rename of
+unsynced data could otherwise survive as an empty file and lose the term and vote. The
+directory is not fsynced per rewrite: losing the rename of a commit-index update only leaves
+the previous, whole file; a new term or vote is made durable (file and directory) by
+`metadata_quorum.raft` before any message that relies on it leaves. Nothing is written in a
+second in which nothing changed.
+
 This module imports nothing from pysyncobj: `metadata_quorum.raft` installs `RaftJournal` as
 pysyncobj's journal (its ``createJournal``).
 """
@@ -53,6 +62,22 @@ _META_PICKLE_PROTOCOL = 2  # pysyncobj's
 _FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 Entry = tuple[bytes, int, int]  # pysyncobj's log entry: (command, index, term)
+
+
+def read_meta(path: Path) -> dict[str, Any]:
+    """The meta file's dict (term, vote, commit index); empty if there is none. ValueError if
+    it does not unpickle to a dict (this node's own file: pickle, as pysyncobj reads it)."""
+    try:
+        blob = path.read_bytes()
+    except FileNotFoundError:
+        return {}
+    try:
+        meta = pickle.loads(blob) if blob else {}
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError) as error:
+        raise ValueError(f"{path} does not unpickle: {error}") from error
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path} holds a {type(meta).__name__}, not a dict")
+    return dict(meta)
 
 
 class JournalWriteError(OSError):
@@ -156,6 +181,8 @@ class RaftJournal:
         self._allocated = len(data)
         self._meta: dict[str, Any] = self._load_meta()
         self._meta_saved = True
+        self.sync_meta = True  # fsync a meta file's data before its rename (see the module doc)
+        self._closed = False
 
     # -- entries -----------------------------------------------------------------------------
     def add(self, command: Any, idx: int, term: int) -> None:
@@ -249,10 +276,17 @@ class RaftJournal:
     def flush(self) -> None:
         os.fdatasync(self._fd)
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def _destroy(self) -> None:
-        """Close (pysyncobj's last step when a node stops). The sync here is a courtesy: what
-        was acknowledged was synced before (with fsync on), so a failure is reported, not
-        raised into pysyncobj's stopping thread."""
+        """Close (pysyncobj's last step when a node stops); again: nothing. The sync here is a
+        courtesy: what was acknowledged was synced before (with fsync on), so a failure is
+        reported, not raised into pysyncobj's stopping thread."""
+        if self._closed:
+            return
+        self._closed = True
         try:
             os.fdatasync(self._fd)
         except OSError as error:
@@ -263,23 +297,20 @@ class RaftJournal:
     # -- meta (term, vote, commit index) ----------------------------------------------------
     def _load_meta(self) -> dict[str, Any]:
         try:
-            blob = self._meta_path.read_bytes()
-        except FileNotFoundError:
+            return read_meta(self._meta_path)
+        except ValueError as error:
+            logger.warning("%s: term and vote start empty, as pysyncobj's journal does",
+                           error)  # fmt: skip
             return {}
-        try:
-            meta = pickle.loads(blob) if blob else {}  # this node's own file
-        except (pickle.UnpicklingError, EOFError, ValueError) as error:
-            logger.warning("%s is unreadable (%s): term and vote start empty, as pysyncobj's "
-                           "journal does", self._meta_path, error)  # fmt: skip
-            return {}
-        return dict(meta) if isinstance(meta, dict) else {}
 
     def store_meta(self) -> None:
-        """Write the meta file (a temporary, renamed); raises JournalWriteError, the meta
-        then stays unsaved and is written again by the next call or timer."""
+        """Write the meta file (a temporary, with ``sync_meta`` fsynced, then renamed; the
+        directory is fsynced by the caller when the term or vote changed); raises
+        JournalWriteError, the meta then stays unsaved and is written again by the next call
+        or timer."""
         blob = pickle.dumps(self._meta, protocol=_META_PICKLE_PROTOCOL)
         try:
-            write_atomically(self._meta_path, blob, durable=False)  # fsynced before it is used
+            write_atomically(self._meta_path, blob, durable=False, sync_data=self.sync_meta)
         except OSError as error:
             raise JournalWriteError(error.errno, f"{self._meta_path}: {error.strerror}") from error
         self._meta_saved = True

@@ -122,6 +122,7 @@ class ConfigResourceType(enum.IntEnum):
 
     TOPIC = 2
     BROKER = 4
+    CLIENT_METRICS = 16  # KIP-714 subscriptions (metadata_quorum/client_metrics_configs.py)
     GROUP = 32  # Kafka 4's group configs (metadata_quorum/group_configs.py)
 
 

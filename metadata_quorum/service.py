@@ -766,6 +766,8 @@ def _resource(resource: pb.ConfigResource) -> tuple[ConfigResourceType, str]:
         name = str(int(name))  # "007" is broker 7's
     if kind is ConfigResourceType.GROUP and not name:
         raise KafkaError(ErrorCode.INVALID_REQUEST, "a group resource needs the group id")
+    if kind is ConfigResourceType.CLIENT_METRICS and not name:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Subscription name can't be empty")
     return kind, name
 
 
@@ -814,6 +816,11 @@ def _describe_configs(
     kind, name = _resource(resource)
     if kind is ConfigResourceType.GROUP:
         return group_config_entries(group_rules.describe(image.configs.get((kind, name), {})))
+    if kind is ConfigResourceType.CLIENT_METRICS:  # Kafka's: only what the subscription sets
+        return [
+            pb.ConfigEntry(name=key, value=value, source=pb.CLIENT_METRICS_CONFIG)
+            for key, value in sorted(image.configs.get((kind, name), {}).items())
+        ]
     if kind is ConfigResourceType.TOPIC:
         if image.topic(name) is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name}")

@@ -81,8 +81,7 @@ TOPIC_CONFIG_DEFS: dict[str, TopicConfigDef] = {
                        (Synonym("log.cleaner.delete.retention.ms"),)),
         TopicConfigDef("file.delete.delay.ms", _T.LONG,
                        "wait before a deleted segment's files are removed",
-                       (_log("segment.delete.delay.ms"),),
-                       "deleted segments are removed once no reader holds them"),
+                       (_log("segment.delete.delay.ms"),)),
         TopicConfigDef("flush.messages", _T.LONG, "fsync after this many records",
                        (_log("flush.interval.messages"),)),
         TopicConfigDef("flush.ms", _T.LONG, "fsync when the last one is this old",
@@ -127,7 +126,7 @@ TOPIC_CONFIG_DEFS: dict[str, TopicConfigDef] = {
                        "in-sync replicas an acks=all produce needs",
                        (Synonym("min.insync.replicas"),)),
         TopicConfigDef("preallocate", _T.BOOLEAN, "preallocate segment files",
-                       (_log("preallocate"),), "segments grow by appends"),
+                       (_log("preallocate"),)),
         TopicConfigDef("producer.id.expiration.ms", _T.LONG,
                        "idle time after which a producer id's state is dropped",
                        (Synonym("producer.id.expiration.ms"),)),
@@ -155,6 +154,16 @@ TOPIC_CONFIG_DEFS: dict[str, TopicConfigDef] = {
                        (Synonym("unclean.leader.election.enable"),)),
     )
 }  # fmt: skip
+
+# the topic configs above that Kafka 4.1 does not define, each with why raftlog takes it; the
+# rest are Kafka 4.1's (its released documentation, generated/topic_config.html)
+NOT_KAFKA_TOPIC_CONFIGS: dict[str, str] = {
+    "flush.on.ack": "raftlog's own",
+    "message.downconversion.enable": "removed by Kafka 4.0; still taken so that topics "
+    "created with it stay valid",
+    "producer.id.expiration.ms": "raftlog's own: Kafka's broker config, here also per topic",
+}
+KAFKA_TOPIC_CONFIGS = frozenset(TOPIC_CONFIG_DEFS) - NOT_KAFKA_TOPIC_CONFIGS.keys()
 
 # broker config -> (topic config, ms per unit); every synonym a node config file may set
 BROKER_SYNONYMS: dict[str, tuple[str, int]] = {
@@ -207,6 +216,11 @@ OTHER_CONFIG_TYPES: dict[str, ConfigType] = {
     "share.heartbeat.interval.ms": ConfigType.INT,
     "share.record.lock.duration.ms": ConfigType.INT,
     "share.auto.offset.reset": ConfigType.STRING,
+    # client metrics subscriptions (metadata_quorum/client_metrics_configs.py)
+    "metrics": ConfigType.LIST,
+    "interval.ms": ConfigType.INT,
+    "match": ConfigType.LIST,
+    "share.isolation.level": ConfigType.STRING,
 }
 
 

@@ -70,6 +70,8 @@ class _ConfigSourceEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ConfigSo
     DYNAMIC_DEFAULT_BROKER_CONFIG: _ConfigSource.ValueType  # 3
     STATIC_BROKER_CONFIG: _ConfigSource.ValueType  # 4
     DEFAULT_CONFIG: _ConfigSource.ValueType  # 5
+    CLIENT_METRICS_CONFIG: _ConfigSource.ValueType  # 7
+    """a client metrics subscription's own value (KIP-714)"""
     GROUP_CONFIG: _ConfigSource.ValueType  # 8
     """a group's own override (Kafka 4's group configs)"""
 
@@ -82,6 +84,8 @@ DYNAMIC_BROKER_CONFIG: ConfigSource.ValueType  # 2
 DYNAMIC_DEFAULT_BROKER_CONFIG: ConfigSource.ValueType  # 3
 STATIC_BROKER_CONFIG: ConfigSource.ValueType  # 4
 DEFAULT_CONFIG: ConfigSource.ValueType  # 5
+CLIENT_METRICS_CONFIG: ConfigSource.ValueType  # 7
+"""a client metrics subscription's own value (KIP-714)"""
 GROUP_CONFIG: ConfigSource.ValueType  # 8
 """a group's own override (Kafka 4's group configs)"""
 Global___ConfigSource: _TypeAlias = ConfigSource  # noqa: Y015

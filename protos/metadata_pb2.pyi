@@ -34,6 +34,8 @@ class _ConfigResourceTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Co
     CONFIG_RESOURCE_UNKNOWN: _ConfigResourceType.ValueType  # 0
     CONFIG_RESOURCE_TOPIC: _ConfigResourceType.ValueType  # 2
     CONFIG_RESOURCE_BROKER: _ConfigResourceType.ValueType  # 4
+    CONFIG_RESOURCE_CLIENT_METRICS: _ConfigResourceType.ValueType  # 16
+    """KIP-714 subscriptions (resource name: the subscription)"""
     CONFIG_RESOURCE_GROUP: _ConfigResourceType.ValueType  # 32
     """Kafka 4's group configs (resource name: the group id)"""
 
@@ -42,6 +44,8 @@ class ConfigResourceType(_ConfigResourceType, metaclass=_ConfigResourceTypeEnumT
 CONFIG_RESOURCE_UNKNOWN: ConfigResourceType.ValueType  # 0
 CONFIG_RESOURCE_TOPIC: ConfigResourceType.ValueType  # 2
 CONFIG_RESOURCE_BROKER: ConfigResourceType.ValueType  # 4
+CONFIG_RESOURCE_CLIENT_METRICS: ConfigResourceType.ValueType  # 16
+"""KIP-714 subscriptions (resource name: the subscription)"""
 CONFIG_RESOURCE_GROUP: ConfigResourceType.ValueType  # 32
 """Kafka 4's group configs (resource name: the group id)"""
 Global___ConfigResourceType: _TypeAlias = ConfigResourceType  # noqa: Y015

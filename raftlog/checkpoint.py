@@ -14,10 +14,14 @@ CHECKPOINT_VERSION = 0
 MAX_CHECKPOINT_ENTRIES = 1_000_000
 
 
-def write_atomically(path: Path, data: bytes, *, durable: bool = True) -> None:
+def write_atomically(
+    path: Path, data: bytes, *, durable: bool = True, sync_data: bool = False
+) -> None:
     """Write a temporary, rename it over ``path``. ``durable``: fsync the file before the rename
     and the directory after; without, a crash may leave the file empty or torn (for a file that
     is a cache and checked when read, whose fsync the caller does later: ``fsync_path``).
+    ``sync_data`` alone: the file's data is fsynced before the rename, the directory is not, so
+    a crash leaves either the old file or the new one, each whole (the Raft meta file).
 
     A failed write (ENOSPC on a full disk, EIO) raises with ``path`` untouched and the
     temporary removed, so a full disk keeps the previous file and gets no half-written one."""
@@ -28,7 +32,7 @@ def write_atomically(path: Path, data: bytes, *, durable: bool = True) -> None:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
-            if durable:
+            if durable or sync_data:
                 os.fsync(fd)
         finally:
             os.close(fd)

@@ -32,7 +32,8 @@ stays whole, so a rebuilt producer state also has the coordinator epoch of its l
 when such a producer expires, and removes what was kept for it.
 
 Crash safety: a group is written to ``.cleaned`` files and fsynced, renamed to ``.swap`` (the log
-last: its rename is the commit point), the replaced segments are deleted, and the ``.swap`` files
+last: its rename is the commit point), the replaced segments are renamed ``.deleted`` (their
+files removed after ``file.delete.delay.ms``), and the ``.swap`` files
 renamed into place (the log first). :func:`complete_interrupted_swaps` finishes or discards this on
 start; a ``.txnindex.swap`` without its ``.log.swap`` is committed if the ``.log.cleaned`` is gone
 (the log was renamed into place first), discarded if not (the swap was never committed).
@@ -433,6 +434,8 @@ def _clean_group(log: Log, group: list[LogSegment], cleaning: _Pass) -> LogSegme
         dest.delete()  # Kafka's deleteIfExists on an aborted cleaning: the old segments stay
         raise
     _swap_in(log.directory, dest, group)
+    for replaced in log.delete_later(group):
+        replaced.delete()
     new = log.new_segment(base_offset)
     new.load()
     return new
@@ -590,7 +593,7 @@ def _swap_in(directory: Path, cleaned: LogSegment, replaced: list[LogSegment]) -
         os.replace(path, _with_suffix(path, CLEANED_SUFFIX, SWAP_SUFFIX))
     fsync_path(directory)
     for segment in replaced:
-        segment.delete()
+        segment.mark_deleted()  # out of the way; its files go after file.delete.delay.ms
     fsync_path(directory)
     for path in paths:
         os.replace(

@@ -63,10 +63,9 @@ class LogConfig(BaseModel):
     flush_messages: int = Field(INT64_MAX, alias="flush.messages", ge=1, le=INT64_MAX)
     flush_ms: int = Field(INT64_MAX, alias="flush.ms", ge=0, le=INT64_MAX)
     flush_on_ack: bool = Field(False, alias="flush.on.ack")
-    # Accepted, no effect: a deleted segment's files are renamed to *.deleted and removed as soon
-    # as no reader holds them (Kafka waits this long before the removal)
+    # A deleted segment's files are renamed *.deleted, removed this long after (Log.delete_later)
     file_delete_delay_ms: int = Field(60_000, alias="file.delete.delay.ms", ge=0, le=INT64_MAX)
-    # Accepted, no effect: segments grow by appends (the offset index is preallocated anyway)
+    # A new active segment's file is given segment.bytes of blocks at once, trimmed on roll/close
     preallocate: bool = Field(False, alias="preallocate")
     compression_type: CompressionType = Field("producer", alias="compression.type")
     compression_gzip_level: int = Field(

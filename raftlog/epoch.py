@@ -40,6 +40,17 @@ class LeaderEpochCache:
                 self._entries.append(EpochEntry(epoch, base_offset))
         self._flush()
 
+    def rebuild_from(self, start_offset: int, batches: Iterable[tuple[int, int]]) -> None:
+        """Replace the entries from ``start_offset`` on with those of (partition leader epoch,
+        base offset) of the batches from there, oldest first, in one durable write. After an
+        unclean start the recovered batches are the truth: the checkpoint, fsynced on every
+        change, may describe batches a power cut took back (a follower's truncation undone)."""
+        self._entries = [entry for entry in self._entries if entry.start_offset < start_offset]
+        for epoch, base_offset in batches:
+            if epoch > self.latest_epoch:
+                self._entries.append(EpochEntry(epoch, base_offset))
+        self._flush()
+
     @property
     def entries(self) -> tuple[EpochEntry, ...]:
         return tuple(self._entries)

@@ -90,6 +90,9 @@ LATEST_TIERED_TIMESTAMP = -5
 # a large max_bytes over tiny segments stops here, and the reader asks again (Kafka reads from
 # one segment a time)
 READ_SEGMENTS_MAX = 16
+# Segments waiting out file.delete.delay.ms, per log: past this many the oldest is deleted at
+# once (a tiny segment.bytes under heavy retention must not pile up files without bound)
+PENDING_DELETES_MAX = 1024
 
 
 _P = ParamSpec("_P")
@@ -241,6 +244,9 @@ class Log:
         self._cache_release_failures = 0  # release_page_cache warns of the first one only
         self._segments: list[LogSegment] = []
         self._base_offsets: list[int] = []
+        # (due ms, segment) of segments removed from the log, renamed *.deleted and closed,
+        # whose files go after file.delete.delay.ms (delete_due_segment_files)
+        self._pending_deletes: list[tuple[int, LogSegment]] = []
         if not self.directory.exists():
             # A new partition: its name is durable before anything in it can be flushed (a
             # power cut would otherwise take the directory, and every fsynced byte under it)
@@ -309,13 +315,15 @@ class Log:
         if not self._segments:
             self._add_segment(checkpointed_start)
         self._log_start_offset = max(self._segments[0].base_offset, checkpointed_start)
-        self.active.on_become_active()
+        self.active.on_become_active(self._preallocate_bytes)
         if self._rebuild_epochs:
             self.epochs.rebuild(
                 (header.partition_leader_epoch, header.base_offset)
                 for segment in self._segments
                 for _, header in segment.iter_headers(0)
             )
+        else:
+            self._rebuild_recovered_epochs(recovered)
         self.epochs.truncate_from_end(self.log_end_offset)
         self.epochs.truncate_from_start(self._log_start_offset)
         cleaner.truncate_checkpoint(self, self.log_end_offset)
@@ -328,6 +336,26 @@ class Log:
         return RecoveryReport(
             clean, tuple(recovered), tuple(deleted), tuple(self._notes), duration_ms
         )
+
+    def _rebuild_recovered_epochs(self, recovered: list[RecoveryResult]) -> None:
+        """The epochs of the recovered segments at the log's end come from their batches, not
+        from the checkpoint (Kafka's LogLoader likewise cuts the cache to the recovered log and
+        takes the epochs from its batches). The checkpoint is fsynced on every change while a
+        truncation lowers the recovery point durably, so a truncation a power cut undid lies in
+        a recovered segment; a segment recovered for a missing index alone, below segments
+        that were not, keeps its entries (it was flushed: its batches are the checkpoint's)."""
+        by_base = {result.base_offset: result for result in recovered}
+        tail: list[RecoveryResult] = []
+        for segment in reversed(self._segments):
+            result = by_base.get(segment.base_offset)
+            if result is None:
+                break
+            tail.append(result)
+        if tail:
+            tail.reverse()
+            self.epochs.rebuild_from(
+                tail[0].base_offset, (start for result in tail for start in result.epoch_starts)
+            )
 
     def _open_segments(self, clean: bool) -> tuple[list[RecoveryResult], list[int]]:
         base_offsets = sorted(
@@ -357,13 +385,14 @@ class Log:
         return [self.new_segment(base_offset) for base_offset in base_offsets]
 
     def _load_segment(self, segment: LogSegment, *, recover: bool) -> RecoveryResult | None:
+        preallocated = self._config.preallocate
         if not recover and not segment.indexes_were_missing:
             try:
-                segment.load()
+                segment.load(preallocated=preallocated)
                 return None
             except CorruptIndexError:
                 pass  # an index is only a cache of the log: rebuild it by recovery
-        return segment.recover()
+        return segment.recover(preallocated=preallocated)
 
     def new_segment(self, base_offset: int) -> LogSegment:
         return LogSegment(
@@ -631,6 +660,12 @@ class Log:
             waited_ms = self.clock() - segment.created_ms
         return waited_ms > policy.segment_ms
 
+    @property
+    def _preallocate_bytes(self) -> int:
+        """What a new active segment's file is preallocated to: segment.bytes with
+        ``preallocate``, else nothing."""
+        return self._policy.segment_bytes if self._config.preallocate else 0
+
     @_io_failures
     def roll(self, base_offset: int | None = None) -> LogSegment:
         """Start a new active segment (at the log end offset unless told otherwise)."""
@@ -643,7 +678,7 @@ class Log:
             else:
                 self.active.on_roll()
             segment = self._add_segment(base_offset)
-            segment.on_become_active()
+            segment.on_become_active(self._preallocate_bytes)
             return segment
 
     # -- flushing ----------------------------------------------------------------------------
@@ -846,7 +881,12 @@ class Log:
     @_io_failures
     def truncate_to(self, offset: int) -> int:
         """Remove every batch holding offsets >= ``offset`` (a follower's divergence repair);
-        return the new log end offset. Below the log start this empties the log."""
+        return the new log end offset. Below the log start this empties the log.
+
+        The truncation is durable before anything else is written: the leader-epoch checkpoint
+        and the epochs appended next are fsynced at once, and a power cut that brought the cut
+        batches back under them would hand their offsets to the wrong epoch (issue 30 §1). One
+        fsync of the segment, and of the directory if whole segments went: divergence is rare."""
         with self._lock:
             if offset < self._log_start_offset:
                 self.truncate_fully_and_start_at(offset)
@@ -857,10 +897,14 @@ class Log:
             if keep == 0:
                 self.truncate_fully_and_start_at(offset)
                 return offset
+            removed = keep < len(self._segments)
             self._delete_segments(keep, len(self._segments))
             self.active.truncate_to(offset)
+            self.active.flush()
+            if removed:
+                fsync_path(self.directory)
             cleaner.truncate_checkpoint(self, self.log_end_offset)
-            self.active.on_become_active()
+            self.active.on_become_active(self._preallocate_bytes)
             self.epochs.truncate_from_end(self.log_end_offset)
             self.recovery_point = min(self.recovery_point, self.log_end_offset)
             self._set_recovery_point(self.recovery_point)
@@ -871,15 +915,55 @@ class Log:
         """Drop everything; the log restarts empty at ``offset`` (log start = log end)."""
         with self._lock:
             self._delete_segments(0, len(self._segments))
-            self._add_segment(offset).on_become_active()
+            self._add_segment(offset).on_become_active(self._preallocate_bytes)
+            fsync_path(self.directory)  # the old names gone, the new one there: see truncate_to
             self.epochs.clear()
             cleaner.truncate_checkpoint(self, offset)
             self._set_log_start_offset(offset)
             self._set_recovery_point(offset)
 
     def _delete_segments(self, start: int, stop: int) -> None:
-        for segment in self._detach_segments(start, stop):
+        for segment in self.delete_later(self._detach_segments(start, stop)):
             segment.delete()
+
+    def delete_later(self, segments: list[LogSegment]) -> list[LogSegment]:
+        """Segments taken out of the log, their files renamed ``*.deleted``: kept, closed, for
+        ``file.delete.delay.ms`` (Kafka's asynchronous segment deletion), then deleted by
+        :meth:`delete_due_segment_files`. A fetch already reading one keeps its own descriptor
+        either way. Returns the segments to delete now: all of them without a delay, else any
+        pushed out by ``PENDING_DELETES_MAX``. Under the log's lock."""
+        delay_ms = self._config.file_delete_delay_ms
+        if delay_ms <= 0:
+            return segments
+        due_ms = self.clock() + delay_ms
+        for segment in segments:
+            segment.close()  # cheap: the file is still linked, its blocks stay
+            self._pending_deletes.append((due_ms, segment))
+        overflow = len(self._pending_deletes) - PENDING_DELETES_MAX
+        if overflow <= 0:
+            return []
+        now = [segment for _, segment in self._pending_deletes[:overflow]]
+        del self._pending_deletes[:overflow]
+        return now
+
+    def delete_due_segment_files(self, now_ms: int | None = None) -> int:
+        """Delete the files of segments whose ``file.delete.delay.ms`` has passed (the owner
+        calls this every tick); returns how many segments. The unlinks, which free the blocks,
+        run outside the log's lock."""
+        if not self._pending_deletes:  # read without the lock: a tick later is soon enough
+            return 0
+        with self._lock:
+            now_ms = self.clock() if now_ms is None else now_ms
+            due = [segment for at_ms, segment in self._pending_deletes if at_ms <= now_ms]
+            self._pending_deletes = [e for e in self._pending_deletes if e[0] > now_ms]
+        for segment in due:
+            segment.delete()
+        return len(due)
+
+    @property
+    def pending_deletes(self) -> int:
+        """Segments renamed ``*.deleted`` whose files wait for ``file.delete.delay.ms``."""
+        return len(self._pending_deletes)
 
     def _detach_segments(self, start: int, stop: int) -> list[LogSegment]:
         """Take segments out of the log, their files renamed to ``*.deleted``; the caller
@@ -937,7 +1021,7 @@ class Log:
                 return 0
             if plan.roll_first:
                 self.roll()
-            doomed = self._detach_segments(0, plan.delete_count)
+            doomed = self.delete_later(self._detach_segments(0, plan.delete_count))
             self._set_log_start_offset(max(self._log_start_offset, self._segments[0].base_offset))
         # Closing a deleted file frees its blocks, which on a discard-mounted disk took ~0.3 s
         # for 512 MiB here: not under the lock, where every append of the partition waits
@@ -1033,15 +1117,21 @@ class Log:
                 segment.close()
             self._segments = []
             self._base_offsets = []
+            # no fetch outlives the log: the deleted segments' files go now, not at next load
+            for _, deleted in self._pending_deletes:
+                deleted.delete()
+            self._pending_deletes = []
             write_atomically(self.directory / CLEAN_SHUTDOWN_MARKER, b"")
 
     def abandon(self) -> None:
-        """Close the files without flushing or marking a clean shutdown: what a crash leaves."""
+        """Close the files without flushing or marking a clean shutdown: what a crash leaves
+        (preallocated files untrimmed, ``*.deleted`` files left for the next load)."""
         with self._lock:
             for segment in self._segments:
-                segment.close()
+                segment.close(trim_log=False)
             self._segments = []
             self._base_offsets = []
+            self._pending_deletes = []
 
 
 def _check_client_transactional(attributes: int, producer_id: int) -> None:

@@ -6,6 +6,14 @@ offset index gets an entry (batch last offset → position) whenever ``index.int
 have been written since the last one, the time index (largest timestamp so far → its offset)
 at the same points and on roll. Recovery re-reads the whole file, checks every batch's CRC,
 truncates at the first torn or corrupt batch, and rebuilds both indexes from what is left.
+
+With ``preallocate`` (Kafka's topic config) a new active segment's file is given
+``segment.bytes`` of blocks at once (``posix_fallocate``): appends then fill space the file
+already has. ``size_bytes`` is always the logical size, the end of the last batch; the file is
+cut back to it on roll and close (as Kafka trims), and after a crash the zeros past the last
+batch are preallocated space, not a torn batch: loading and recovery cut them without
+reporting data dropped (``RecoveryResult.preallocated_bytes``) while the log has
+``preallocate``; without it zeros there are a torn write, cut and counted dropped.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from raftlog.batch import HEADER_SIZE, BatchHeader, check_header, compute_crc, read_header
-from raftlog.errors import CorruptRecordError
+from raftlog.errors import CorruptRecordError, KafkaError
 from raftlog.index import CorruptIndexError, OffsetIndex, TimeIndex
 from raftlog.txn import TXN_INDEX_SUFFIX, TransactionIndex
 
@@ -51,6 +59,10 @@ class RecoveryResult:
     valid_batches: int
     dropped_bytes: int
     reason: str | None  # why the tail was dropped, None if nothing was
+    preallocated_bytes: int = 0  # a zero tail cut (preallocated space a crash left untrimmed)
+    # (partition leader epoch, base offset) of each batch whose epoch is above every earlier
+    # one's in the segment: what the leader-epoch cache is rebuilt from (Log._load)
+    epoch_starts: tuple[tuple[int, int], ...] = ()
 
 
 class LogSegment:
@@ -120,9 +132,11 @@ class LogSegment:
             )
 
     # -- loading ---------------------------------------------------------------------------
-    def load(self) -> None:
+    def load(self, *, preallocated: bool = False) -> None:
         """Take the indexes on trust after checking them (CorruptIndexError if they are bad),
-        then find the segment's end by scanning headers after the last offset-index entry."""
+        then find the segment's end by scanning headers after the last offset-index entry.
+        ``preallocated`` (the log's ``preallocate``): zeros after the last batch are space a
+        crash left untrimmed, cut here."""
         self.offset_index.check(self.size_bytes)
         last_offset, position = self.offset_index.lookup(2**63 - 1)
         if position == 0:
@@ -130,6 +144,7 @@ class LogSegment:
         time_entry = self.time_index.last_entry()
         if time_entry is not None:
             self.max_timestamp, self.offset_of_max_timestamp = time_entry
+        end = position
         try:
             for scanned_position, header in self.iter_headers(position):
                 if scanned_position == position and position and header.last_offset != last_offset:
@@ -139,8 +154,10 @@ class LogSegment:
                     )
                 last_offset = header.last_offset
                 self._observe_timestamp(header.max_timestamp, header.last_offset)
+                end = scanned_position + header.size_bytes
         except CorruptRecordError as error:
-            raise CorruptIndexError(f"{self.log_path}: {error.message}") from error
+            if not (preallocated and self._cut_zero_tail(end)):
+                raise CorruptIndexError(f"{self.log_path}: {error.message}") from error
         self.next_offset = last_offset + 1
         self.time_index.check(self.next_offset)
         self._load_rolling_timestamp()
@@ -149,14 +166,18 @@ class LogSegment:
         if self.size_bytes >= HEADER_SIZE:
             self.rolling_timestamp = read_header(os.pread(self._fd, HEADER_SIZE, 0)).max_timestamp
 
-    def recover(self) -> RecoveryResult:
+    def recover(self, *, preallocated: bool = False) -> RecoveryResult:
         """Rescan every batch (framing, CRC, offsets increasing), truncate at the first bad one,
-        rebuild both indexes. Never raises for bad data: it reports what it dropped."""
+        rebuild both indexes. Never raises for bad data: it reports what it dropped.
+        ``preallocated`` (the log's ``preallocate``): a tail of zeros after the last batch is
+        preallocated space, cut without counting it dropped (zeros are never a batch: a batch
+        length of 0 is below the minimum). Without it zeros are a torn write, as any bytes."""
         self.offset_index.reset()
         self.time_index.reset()
         self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset
         self._bytes_since_index_entry = 0
         next_offset, valid_bytes, valid_batches, reason = self.base_offset, 0, 0, None
+        epoch_starts: list[tuple[int, int]] = []
         try:
             for position, header in self.iter_headers(0, verify_crc=True):
                 if header.base_offset < next_offset or (
@@ -172,17 +193,43 @@ class LogSegment:
                 next_offset = header.next_offset
                 valid_bytes = position + header.size_bytes
                 valid_batches += 1
+                if header.partition_leader_epoch > (epoch_starts[-1][0] if epoch_starts else -1):
+                    epoch_starts.append((header.partition_leader_epoch, header.base_offset))
         except CorruptRecordError as error:
             reason = error.message
+        zero_tail = self.size_bytes - valid_bytes
+        if reason is not None and preallocated and self._cut_zero_tail(valid_bytes):
+            reason = None  # preallocated space, not a torn batch: nothing was dropped
+        else:
+            zero_tail = 0
         dropped = self.size_bytes - valid_bytes
         if dropped:
-            os.ftruncate(self._fd, valid_bytes)
-            os.lseek(self._fd, valid_bytes, os.SEEK_SET)
-            self.size_bytes = valid_bytes
+            self._cut(valid_bytes)
         self.next_offset = next_offset
         self.txn_index.truncate_to(next_offset)  # aborts whose marker was cut off go with it
         self._load_rolling_timestamp()
-        return RecoveryResult(self.base_offset, valid_bytes, valid_batches, dropped, reason)
+        return RecoveryResult(
+            self.base_offset, valid_bytes, valid_batches, dropped, reason, zero_tail,
+            tuple(epoch_starts),
+        )  # fmt: skip
+
+    def _cut(self, size_bytes: int) -> None:
+        os.ftruncate(self._fd, size_bytes)
+        os.lseek(self._fd, size_bytes, os.SEEK_SET)
+        self.size_bytes = size_bytes
+        self._cache_floor = min(self._cache_floor, size_bytes)
+
+    def _cut_zero_tail(self, position: int) -> bool:
+        """If every byte from ``position`` to the file's end is zero (preallocated space a
+        crash left: no batch starts with a zero length), cut the file there; whether it did."""
+        end = self.size_bytes
+        zeros = bytes(SCAN_CHUNK_BYTES)
+        for start in range(position, end, SCAN_CHUNK_BYTES):
+            chunk = os.pread(self._fd, min(SCAN_CHUNK_BYTES, end - start), start)
+            if not chunk or chunk != zeros[: len(chunk)]:
+                return False
+        self._cut(position)
+        return True
 
     # -- scanning --------------------------------------------------------------------------
     def iter_headers(
@@ -204,7 +251,12 @@ class LogSegment:
             if len(buf) - relative < HEADER_SIZE:
                 raise CorruptRecordError(f"torn batch header at position {position}")
             header = read_header(buf, relative)
-            check_header(header, end - position)
+            try:
+                check_header(header, end - position)
+            except CorruptRecordError:
+                raise
+            except KafkaError as error:  # a bad codec id or count: as corrupt as a bad length
+                raise CorruptRecordError(f"{error.message} at position {position}") from error
             if verify_crc:
                 if len(buf) - relative < header.size_bytes:
                     size = max(chunk_bytes, header.size_bytes)
@@ -406,10 +458,26 @@ class LogSegment:
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
         self.offset_index.trim()
         self.time_index.trim()
+        self.trim()
 
-    def on_become_active(self) -> None:
+    def on_become_active(self, preallocate_bytes: int = 0) -> None:
+        """Appends go here next: indexes at their full length, and with ``preallocate_bytes``
+        (``preallocate``: segment.bytes) an empty file given that many bytes of blocks, as
+        Kafka preallocates only a new segment's file. A disk that cannot hold them fails the
+        roll (ENOSPC), the file left empty."""
         self.offset_index.preallocate()
         self.time_index.preallocate()
+        if preallocate_bytes > 0 and self.size_bytes == 0:
+            try:
+                os.posix_fallocate(self._fd, 0, preallocate_bytes)
+            except OSError:
+                os.ftruncate(self._fd, 0)
+                raise
+
+    def trim(self) -> None:
+        """Cut preallocated space past the last batch (on roll and close)."""
+        if os.fstat(self._fd).st_size > self.size_bytes:
+            os.ftruncate(self._fd, self.size_bytes)
 
     def flush(self) -> None:
         os.fsync(self._fd)
@@ -417,24 +485,30 @@ class LogSegment:
         self.time_index.flush()
         self.txn_index.flush()
 
-    def close(self) -> None:
+    def close(self, *, trim_log: bool = True) -> None:
+        """Trim the files to their contents and close them; again: nothing. Without
+        ``trim_log`` the log file keeps its preallocated space (``Log.abandon``: a crash)."""
+        if self._fd < 0:
+            return
         self.offset_index.trim()
         self.time_index.trim()
+        if trim_log:
+            self.trim()
         self.offset_index.close()
         self.time_index.close()
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        os.close(self._fd)
+        self._fd = -1
 
     def delete(self) -> None:
+        """Close and unlink the files (a reader's own descriptor keeps reading them)."""
         self.close()
         for path in self.paths():
             path.unlink(missing_ok=True)
 
     def mark_deleted(self) -> None:
         """Rename the files to ``*.deleted`` (Kafka's way): gone from the log's directory at once,
-        their blocks freed by :meth:`delete` later, outside the log's lock. A log that opens
-        deletes any ``*.deleted`` file a crash left."""
+        their blocks freed by :meth:`delete` later (``file.delete.delay.ms``, and outside the
+        log's lock). A log that opens deletes any ``*.deleted`` file a crash left."""
         for path in self.paths():
             try:
                 os.rename(path, path.with_name(path.name + DELETED_SUFFIX))

@@ -27,6 +27,7 @@ from metadata_quorum.security.channels import ClientSecurity, open_channel
 from protos import RECONNECT_OPTIONS
 from protos import broker_pb2 as pb
 from protos.wire import FetchAnswer, Records, each_partition, fetch_method
+from raftlog.batch import OFFSET_LENGTH_EPOCH, OFFSET_LENGTH_EPOCH_SIZE
 from raftlog.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
@@ -227,7 +228,7 @@ def apply_fetched(
     if error is ErrorCode.NONE:
         if item.HasField("diverging_epoch"):
             truncate_diverged(partition, leader_epoch, item.diverging_epoch)
-        else:
+        elif not truncate_overlapped(partition, leader_epoch, records):
             partition.append_as_follower(
                 records, item.high_watermark, leader_epoch, item.log_start_offset
             )
@@ -257,6 +258,24 @@ def truncate_diverged(
     end = partition.truncate_to(min(diverging.end_offset, own_end), leader_epoch)
     log.info("%s: diverged from the leader at epoch %d: truncated to %d", partition.name,
              diverging.epoch, end)  # fmt: skip
+
+
+def truncate_overlapped(partition: Partition, leader_epoch: int, records: Records) -> bool:
+    """A leader batch that starts below our log end is a divergence the epoch check missed
+    (our last epoch names batches the leader never had: issue 30 §1): the leader is right, so
+    truncate to that batch's base offset. Whether the records must wait for the next fetch: the
+    truncation took whole batches down below that base (ours were laid out differently), and
+    appending there would leave a gap; the next fetch, from the new log end, fills it."""
+    if len(records) < OFFSET_LENGTH_EPOCH_SIZE:
+        return False
+    base_offset = int(OFFSET_LENGTH_EPOCH.unpack_from(records, 0)[0])
+    log_end = partition.log.log_end_offset
+    if base_offset >= log_end:
+        return False
+    end = partition.truncate_to(base_offset, leader_epoch)
+    log.warning("%s: the leader's batch at %d starts below our log end %d: diverged, "
+                "truncated to %d", partition.name, base_offset, log_end, end)  # fmt: skip
+    return end != base_offset
 
 
 class FetcherManager:

@@ -313,6 +313,7 @@ class ReplicaManager:
             for partition in partitions:
                 partition.log.maybe_flush()
                 partition.sync_snapshots()
+                partition.log.delete_due_segment_files()  # file.delete.delay.ms passed
             if now_ms >= due["hw"]:
                 due["hw"] = now_ms + HW_CHECKPOINT_INTERVAL_MS
                 self.checkpoint(partitions)

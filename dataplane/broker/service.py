@@ -979,20 +979,26 @@ def serve(
     transactions: tpb_grpc.TransactionCoordinatorServiceServicer | None = None,
     security: ServerSecurity | None = None,
     shares: spb_grpc.ShareCoordinatorServiceServicer | None = None,
+    limit_options: Sequence[tuple[str, int]] = (),
 ) -> grpc.Server:
     """The broker's gRPC server; with ``ready``, calls are refused until it is set; with
-    `security`, the BROKER listener's TLS and authentication (None: plaintext, as the node)."""
+    `security`, the BROKER listener's TLS and authentication (None: plaintext, as the node);
+    `limit_options`: gRPC options that replace the defaults below (Kafka's limits, set by
+    dataplane.server.broker_server.grpc_limits)."""
     interceptors: list[grpc.ServerInterceptor] = [] if security is None else security.interceptors()
     if ready is not None:
         interceptors.append(ServeWhenReady(ready, servicer.broker_id))
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="broker-rpc"),
         interceptors=interceptors,
-        options=[
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.so_reuseport", 0),
-        ],
+        options=list(
+            {
+                "grpc.max_receive_message_length": MAX_MESSAGE_BYTES,
+                "grpc.max_send_message_length": MAX_MESSAGE_BYTES,
+                "grpc.so_reuseport": 0,
+                **dict(limit_options),
+            }.items()
+        ),
     )
     _add_broker_service(servicer, server)
     if groups is not None:

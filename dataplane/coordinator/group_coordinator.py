@@ -45,6 +45,7 @@ from dataplane.coordinator.classic_group import ClassicLimits
 from dataplane.coordinator.classic_rpc import ClassicGroupRpcs
 from dataplane.coordinator.runtime import CoordinatorRuntime, InternalTopic, Shard
 from dataplane.coordinator.topic_partitions import to_topic_partitions
+from metadata_quorum.features import CONSUMER_GROUP_PROTOCOL, SHARE_GROUPS, check_enabled
 from metadata_quorum.group_configs import GroupConfigs
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.records import ConfigResourceType
@@ -203,6 +204,9 @@ class GroupCoordinator:
         return cached[1]
 
     def heartbeat(self, request: gpb.ConsumerGroupHeartbeatRequest) -> gs.HeartbeatResult:
+        """ConsumerGroupHeartbeat (KIP-848): UNSUPPORTED_VERSION while group.version is 0, as
+        Kafka's broker answers; READ on the group, DESCRIBE on every subscribed topic."""
+        check_enabled(self.replicas.image, *CONSUMER_GROUP_PROTOCOL)
         authz.check_group(self.access, request.group_id)
         if request.HasField("subscribed_topic_names"):
             # Kafka 4: a member may not subscribe to (and so learn of) topics it may not
@@ -219,7 +223,9 @@ class GroupCoordinator:
 
     def share_heartbeat(self, request: gpb.ShareGroupHeartbeatRequest) -> sg.ShareHeartbeatResult:
         """ShareGroupHeartbeat (KIP-932): READ on the group, and (Kafka 4) DESCRIBE on every
-        subscribed topic, else the whole heartbeat is TOPIC_AUTHORIZATION_FAILED."""
+        subscribed topic, else the whole heartbeat is TOPIC_AUTHORIZATION_FAILED.
+        UNSUPPORTED_VERSION while share.version is 0."""
+        check_enabled(self.replicas.image, *SHARE_GROUPS)
         authz.check_group(self.access, request.group_id)
         if request.HasField("subscribed_topic_names"):
             names = request.subscribed_topic_names.names

@@ -5,8 +5,10 @@ A *share partition* is one topic partition as one share group reads it; what sur
 leader is a snapshot (:meth:`~dataplane.coordinator.share_partition.SharePartition.snapshot`):
 the share-partition start offset and the state and delivery count of the in-flight records.
 Partition leaders (:mod:`dataplane.coordinator.share_manager`) read it when they first serve
-the share partition and write it back after each change that matters; the coordinator keeps,
-per key, the last value written (the topic is compacted, a value is the whole state).
+the share partition and write what changed after each change that matters; the coordinator
+stores each write as an update record over the share partition's last snapshot, and a new
+snapshot every ``share.coordinator.snapshot.update.records.per.snapshot`` updates
+(:class:`ShareStateShard`), so a write costs what it changed, not the whole state.
 
 The key of a share partition is Kafka's ``"group:topicId:partition"`` (the topic id as Kafka
 prints a ``Uuid``); its coordinator is the leader of partition ``hash(key) mod N`` of
@@ -28,7 +30,7 @@ from __future__ import annotations
 import base64
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dataplane.broker import authorization as authz
@@ -41,6 +43,7 @@ from dataplane.coordinator.runtime import (
     InternalTopic,
     Shard,
 )
+from dataplane.coordinator.share_batches import merged
 from dataplane.coordinator.share_partition import RecordState, StateBatch
 from metadata_quorum.security.authorization import ALLOW_ALL, AccessControl
 from protos import share_pb2 as spb
@@ -63,11 +66,14 @@ class ShareCoordinatorConfig:
         100 * 1024 * 1024
     )  # share.coordinator.state.topic.segment.bytes
     write_timeout_ms: int = 5_000  # share.coordinator.write.timeout.ms
+    # share.coordinator.snapshot.update.records.per.snapshot
+    snapshot_update_records_per_snapshot: int = 500
 
 
 @dataclass(frozen=True)
 class ShareState:
-    """The stored state of one share partition."""
+    """The stored state of one share partition; as a write, the leader's start offset and the
+    batches that changed since its last write (laid over the stored state)."""
 
     state_epoch: int
     leader_epoch: int
@@ -121,10 +127,12 @@ def batches_from_proto(batches: Iterable[spb.StateBatch]) -> tuple[StateBatch, .
     return tuple(out)
 
 
-def encode(state: ShareState) -> bytes:
+def encode(state: ShareState, snapshot_epoch: int = 0) -> bytes:
+    """A ShareSnapshotValue: the whole state."""
     return spb.ShareSnapshotValue(
         state_epoch=state.state_epoch, leader_epoch=state.leader_epoch,
         start_offset=state.start_offset, state_batches=batches_to_proto(state.batches),
+        snapshot_epoch=snapshot_epoch,
     ).SerializeToString()  # fmt: skip
 
 
@@ -137,24 +145,79 @@ def decode(value: bytes) -> ShareState:
 
 
 ShareKey = tuple[str, bytes, int]  # (group id, topic id, partition)
+SNAPSHOT = 0  # the update number of a share partition's snapshot key
+
+
+@dataclass
+class _Stored:
+    """A share partition at its coordinator: its last snapshot and the updates written since
+    (start offset, changed batches), in order; the epochs as the latest record left them."""
+
+    snapshot: ShareState
+    snapshot_epoch: int
+    leader_epoch: int
+    updates: list[tuple[int, tuple[StateBatch, ...]]] = field(default_factory=list)
+
+    def state(self) -> ShareState:
+        """The state: the updates laid over the snapshot. O(window + updates)."""
+        base = self.snapshot
+        start, batches = merged(base.start_offset, base.batches, self.updates)
+        return ShareState(base.state_epoch, self.leader_epoch, start, batches)
 
 
 class ShareStateShard:
     """The share partitions of one ``__share_group_state`` partition: pure, records in,
-    records out (a :class:`~dataplane.coordinator.runtime.ShardState`)."""
+    records out (a :class:`~dataplane.coordinator.runtime.ShardState`).
 
-    def __init__(self) -> None:
-        self.states: dict[ShareKey, ShareState] = {}
+    **Snapshots and updates** (Kafka's ``ShareCoordinatorShard``). A write carries the changes
+    since the leader's last one; it is stored as a ShareUpdate record (key update number n, the
+    n-th since the snapshot), or as a new ShareSnapshot of the whole state once
+    ``updates_per_snapshot`` updates follow the last one
+    (``share.coordinator.snapshot.update.records.per.snapshot``; 0: every write a snapshot). A
+    write thus costs what it changed, plus the whole state once every that many writes. A read
+    (a leader loading) writes a snapshot with the state epoch bumped. Replay: a snapshot
+    replaces the share partition's state; an update is kept when it is the next one of the
+    current snapshot (its snapshot epoch, its number), and ignored otherwise (an update before
+    the latest snapshot that compaction kept: the snapshot replaces it). Records written before
+    updates existed (snapshots with no number) read as snapshots."""
+
+    def __init__(self, updates_per_snapshot: int = 500) -> None:
+        self.updates_per_snapshot = updates_per_snapshot
+        self._stored: dict[ShareKey, _Stored] = {}
+        self._numbers: dict[ShareKey, int] = {}  # the highest update number in the log
         self._emitted: list[CoordinatorRecord] = []
+
+    @property
+    def states(self) -> dict[ShareKey, ShareState]:
+        """Every share partition's state (each O(window): for observation and tests)."""
+        return {share: stored.state() for share, stored in self._stored.items()}
 
     # -- ShardState ------------------------------------------------------------------------------
     def replay(self, key: bytes, value: bytes | None) -> None:
         parsed = spb.ShareSnapshotKey.FromString(key)
         share = (parsed.group_id, parsed.topic_id, parsed.partition)
-        if value is None:
-            self.states.pop(share, None)
+        number = parsed.update_number
+        if number != SNAPSHOT:
+            self._numbers[share] = max(self._numbers.get(share, 0), number)
+            if value is not None:
+                self._replay_update(share, number, spb.ShareUpdateValue.FromString(value))
+        elif value is None:
+            self._stored.pop(share, None)
         else:
-            self.states[share] = decode(value)
+            snapshot_epoch = spb.ShareSnapshotValue.FromString(value).snapshot_epoch
+            state = decode(value)
+            self._stored[share] = _Stored(state, snapshot_epoch, state.leader_epoch)
+
+    def _replay_update(self, share: ShareKey, number: int, value: spb.ShareUpdateValue) -> None:
+        stored = self._stored.get(share)
+        if (
+            stored is None
+            or stored.snapshot_epoch != value.snapshot_epoch
+            or len(stored.updates) + 1 != number
+        ):
+            return  # not an update of the current snapshot: one a later snapshot replaced
+        stored.updates.append((value.start_offset, batches_from_proto(value.state_batches)))
+        stored.leader_epoch = max(stored.leader_epoch, value.leader_epoch)
 
     def take_emitted(self) -> list[CoordinatorRecord]:
         emitted, self._emitted = self._emitted, []
@@ -172,29 +235,31 @@ class ShareStateShard:
     def abandon(self, error: ErrorCode, message: str) -> None:
         """Nothing is held back."""
 
-    def _emit(self, share: ShareKey, state: ShareState | None) -> None:
-        key = key_bytes(*share)
-        value = None if state is None else encode(state)
+    def _emit(self, key: bytes, value: bytes | None) -> None:
         self.replay(key, value)
         self._emitted.append((key, value))
 
+    def _emit_snapshot(self, share: ShareKey, state: ShareState, snapshot_epoch: int) -> None:
+        self._emit(key_bytes(*share), encode(state, snapshot_epoch))
+
     # -- requests --------------------------------------------------------------------------------
     def read(self, share: ShareKey, leader_epoch: int) -> ShareState:
-        """A leader loads the share partition: its state with the state epoch bumped."""
-        current = self.states.get(share)
-        if current is None:
-            current = ShareState(0, -1, NO_START_OFFSET)
+        """A leader loads the share partition: its state with the state epoch bumped (written
+        as a snapshot)."""
+        stored = self._stored.get(share)
+        current = ShareState(0, -1, NO_START_OFFSET) if stored is None else stored.state()
         _check_leader_epoch(share, current, leader_epoch)
         bumped = ShareState(
             current.state_epoch + 1, max(leader_epoch, current.leader_epoch),
             current.start_offset, current.batches,
         )  # fmt: skip
-        self._emit(share, bumped)
+        self._emit_snapshot(share, bumped, 0 if stored is None else stored.snapshot_epoch + 1)
         return bumped
 
     def write(self, share: ShareKey, written: ShareState) -> None:
-        current = self.states.get(share)
-        if current is None:
+        """A leader's new start offset and changed state batches, merged over the state."""
+        stored = self._stored.get(share)
+        if stored is None:
             # Every leader reads (which stores the state) before it writes: no state means it
             # was deleted since (DeleteGroups of its share group); a leader still holding it in
             # memory must not bring it back, it loads it again (and starts afresh).
@@ -202,6 +267,7 @@ class ShareStateShard:
                 ErrorCode.FENCED_STATE_EPOCH,
                 f"the state of {_name(share)} was deleted (its share group was deleted)",
             )
+        current = ShareState(stored.snapshot.state_epoch, stored.leader_epoch, NO_START_OFFSET)
         if written.state_epoch < current.state_epoch:
             raise KafkaError(
                 ErrorCode.FENCED_STATE_EPOCH,
@@ -211,11 +277,36 @@ class ShareStateShard:
         _check_leader_epoch(share, current, written.leader_epoch)
         if written.start_offset < 0:
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"start offset {written.start_offset}")
-        self._emit(share, written)
+        if len(stored.updates) >= self.updates_per_snapshot:
+            base = stored.snapshot
+            start, batches = merged(
+                base.start_offset, base.batches,
+                [*stored.updates, (written.start_offset, written.batches)],
+            )  # fmt: skip
+            state = ShareState(base.state_epoch, written.leader_epoch, start, batches)
+            self._emit_snapshot(share, state, stored.snapshot_epoch + 1)
+            return
+        number = len(stored.updates) + 1
+        key = spb.ShareSnapshotKey(
+            group_id=share[0], topic_id=share[1], partition=share[2], update_number=number
+        )
+        value = spb.ShareUpdateValue(
+            snapshot_epoch=stored.snapshot_epoch, leader_epoch=written.leader_epoch,
+            start_offset=written.start_offset, state_batches=batches_to_proto(written.batches),
+        )  # fmt: skip
+        self._emit(key.SerializeToString(), value.SerializeToString())
 
     def delete(self, share: ShareKey) -> None:
-        if share in self.states:
-            self._emit(share, None)
+        """Tombstones for the share partition's snapshot and every update key it used."""
+        if share not in self._stored:
+            return
+        self._emit(key_bytes(*share), None)
+        for number in range(1, self._numbers.pop(share, 0) + 1):
+            key = spb.ShareSnapshotKey(
+                group_id=share[0], topic_id=share[1], partition=share[2], update_number=number
+            )
+            self._emit(key.SerializeToString(), None)
+        self._numbers.pop(share, None)
 
 
 def _check_leader_epoch(share: ShareKey, current: ShareState, leader_epoch: int) -> None:
@@ -254,9 +345,10 @@ class ShareCoordinator:
             },
             config_prefix="share.coordinator.state.topic",
         )
+        updates = config.snapshot_update_records_per_snapshot
         self.runtime: CoordinatorRuntime[ShareStateShard] = CoordinatorRuntime(
-            broker_id, topic, replicas, ShareStateShard, create_topic, clock_ms,
-            config.write_timeout_ms,
+            broker_id, topic, replicas, lambda: ShareStateShard(updates), create_topic,
+            clock_ms, config.write_timeout_ms,
         )  # fmt: skip
 
     def start(self) -> None:

@@ -56,7 +56,9 @@ class GrpcShare:
         )  # fmt: skip
         if error is not None:
             return pb.ShareFetchResponse(error_code=error.error.code, error_message=error.message)
-        response = pb.ShareFetchResponse(acquisition_lock_timeout_ms=self.requests.lock_duration_ms)
+        response = pb.ShareFetchResponse(
+            acquisition_lock_timeout_ms=self.requests.lock_duration_ms(request.group_id)
+        )
         topics: dict[str, pb.ShareFetchTopicResponse] = {}
         names = self.requests.names()
         for item in named.values():

@@ -7,7 +7,11 @@ as the partition's leader: its state is read from the share coordinator
 partition no leader served before starts at the group's ``share.auto.offset.reset`` (its group
 config, else the broker's setting): the high watermark (``latest``, the default), the log start
 (``earliest``) or the first record at most the duration old (``by_duration:PT1H``; the high
-watermark if there is none), written at once, so a failover later does not move it. Each
+watermark if there is none), written at once, so a failover later does not move it. This is
+Kafka 4.1's rule: its group coordinator initializes an assigned share partition at start offset
+-1 and the leader resolves the reset when it first loads it (``SharePartition``'s
+``startOffsetDuringInitialization``), so a change of the group's config applies to share
+partitions not loaded yet and never moves a loaded one. Each
 acquisition locks records for the group's ``share.record.lock.duration.ms``, read anew at
 every fetch, so a changed group config applies to the next records acquired. Loads are one at
 a time per share partition; they happen outside the manager's lock.
@@ -18,23 +22,27 @@ holders' acknowledgements then get INVALID_RECORD_STATE), and the next leader lo
 that was last written, where acquired records are available again with their delivery counted.
 
 **Reading.** A fetch reads the log from :meth:`SharePartition.fetch_offset` through the
-partition's consumer read (up to the high watermark, read_uncommitted as Kafka 4.0's share
-groups read: records of open and aborted transactions are delivered too; Kafka 4.1's
-``share.isolation.level`` is not served), skips control batches, acquires the records of the
-data batches and answers the whole batches that hold an acquired record, with the acquired
-ranges. A fetch with nothing to acquire waits (``max_wait_ms``) for appends to the partitions,
+partition's consumer read at the group's ``share.isolation.level`` (read anew at every fetch):
+``read_uncommitted`` (the default) up to the high watermark, records of open and aborted
+transactions delivered too; ``read_committed`` up to the last stable offset, the data batches
+of aborted transactions archived, never acquired (:mod:`share_isolation`). It skips control
+batches, acquires the records of the data batches and answers the whole batches that hold an
+acquired record, with the acquired ranges. A fetch with nothing to acquire waits
+(``max_wait_ms``) for appends to the partitions (past the last stable offset, read_committed),
 a lock expiry or a release, and answers as soon as any record is acquired.
 
 **Writing.** Acknowledgements (and the releases of a closing share session) are applied and
 then written to the share coordinator, one write per share partition per request, before they
-are answered; a write that fails undoes them in memory and the partition answers the error. A
-fetch writes only when it moved the start offset. Lock expiry runs on a timer thread and
-writes what it released.
+are answered; a write that fails undoes them in memory (the records they touched, as they
+were) and the partition answers the error. A write carries only what changed since the last
+one that succeeded (:meth:`SharePartition.delta`): an acknowledgement costs what it
+acknowledges, not the window. A fetch writes only when it moved the start offset (the
+deliveries it counted go with the next write). Lock expiry runs on a timer thread and writes
+what it released.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 import threading
 import time
@@ -44,7 +52,13 @@ from typing import Protocol, TypeVar
 
 import grpc
 
-from dataplane.broker.partition import READ_UNCOMMITTED, NotLeader, Partition, Role
+from dataplane.broker.partition import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    NotLeader,
+    Partition,
+    Role,
+)
 from dataplane.broker.replica_manager import ReplicaManager
 from dataplane.coordinator.share_coordinator import (
     NO_START_OFFSET,
@@ -55,6 +69,7 @@ from dataplane.coordinator.share_coordinator import (
     batches_to_proto,
     share_key,
 )
+from dataplane.coordinator.share_isolation import aborted_batches
 from dataplane.coordinator.share_partition import (
     AckBatch,
     AckType,
@@ -63,6 +78,7 @@ from dataplane.coordinator.share_partition import (
 )
 from dataplane.coordinator.share_sessions import ShareSessionCache
 from dataplane.coordinator.transaction_markers import Channels
+from metadata_quorum.group_configs import READ_COMMITTED as READ_COMMITTED_NAME
 from metadata_quorum.group_configs import GroupConfigs, reset_duration_ms
 from metadata_quorum.records import ConfigResourceType
 from protos import share_pb2 as spb
@@ -219,6 +235,7 @@ class _Entry:
     state_epoch: int
     lock: threading.Lock = field(default_factory=threading.Lock)
     written_start: int = -1  # the start offset last written
+    read_committed: bool = False  # the group's share.isolation.level at the last fetch
 
 
 @dataclass(frozen=True)
@@ -362,9 +379,10 @@ class SharePartitionManager:
         return partition.high_watermark
 
     def _persist(self, key: ShareKey, entry: _Entry) -> None:
-        """Under the entry's lock: write its snapshot (raises what the write raised; a fenced
-        write drops the share partition)."""
-        start, batches = entry.share.snapshot()
+        """Under the entry's lock: write what changed since its last write, the start offset
+        and the changed records' states (raises what the write raised, and the changes stay
+        to be written; a fenced write drops the share partition)."""
+        start, batches = entry.share.delta()
         state = ShareState(entry.state_epoch, entry.leader_epoch, start, tuple(batches))
         try:
             self.persister.write(key, state)
@@ -374,6 +392,7 @@ class SharePartitionManager:
                     if self._entries.get(key) is entry:
                         del self._entries[key]
             raise
+        entry.share.delta_written()
         entry.written_start = start
 
     # -- fetching ------------------------------------------------------------------------------
@@ -413,8 +432,9 @@ class SharePartitionManager:
             try:
                 entry = self._entry(group_id, target)
                 answer.leader_id, answer.leader_epoch = self.replicas.broker_id, entry.leader_epoch
-                lock_ms = self.group_configs(group_id).share_record_lock_duration_ms
-                entry.share.lock_duration_ms = lock_ms
+                configs = self.group_configs(group_id)
+                entry.share.lock_duration_ms = configs.share_record_lock_duration_ms
+                entry.read_committed = configs.share_isolation_level == READ_COMMITTED_NAME
                 if max_records <= 0 or remaining <= 0:
                     continue
                 key = (group_id, target.topic_id, target.partition)
@@ -440,14 +460,21 @@ class SharePartitionManager:
         share.expire_locks(self.clock_ms())
         share.log_start_moved(partition.log.log_start_offset)
         if not share.window_full():
+            isolation = READ_COMMITTED if entry.read_committed else READ_UNCOMMITTED
             read = partition.read_for_consumer(
                 share.fetch_offset(), min(max_bytes, READ_BYTES_MAX), entry.leader_epoch, True,
-                READ_UNCOMMITTED,
+                isolation,
             )  # fmt: skip
+            # aborted transactions' batches (read_committed only): archived in the window, and
+            # not handed to acquire, which archives the ones past it as the gaps they are
+            skipped = set(aborted_batches(read.records, read.aborted))
+            share.archive_available(
+                o for first, last in skipped for o in range(first, min(last + 1, share.end_offset))
+            )
             batches = [
                 (position, header.size_bytes, header.base_offset, header.last_offset)
                 for position, header in iter_batches(read.records)
-                if not header.is_control
+                if not header.is_control and (header.base_offset, header.last_offset) not in skipped
             ]
             offsets = (o for _, _, first, last in batches for o in range(first, last + 1))
             answer.acquired = share.acquire(member_id, offsets, self.clock_ms(), max_records)
@@ -491,7 +518,10 @@ class SharePartitionManager:
             share = entry.share
             if share.window_full():
                 return False
-            return share.fetch_offset() < entry.partition.high_watermark
+            partition = entry.partition
+            if entry.read_committed:  # records up to the last stable offset only
+                return share.fetch_offset() < partition.last_stable_offset
+            return share.fetch_offset() < partition.high_watermark
 
     def _released(self) -> None:
         """Records became available: wake the fetches waiting for some."""
@@ -513,12 +543,11 @@ class SharePartitionManager:
                 entry = self._entry(group_id, target)
                 key = (group_id, target.topic_id, target.partition)
                 with entry.lock:
-                    before = copy.deepcopy(entry.share)
-                    entry.share.acknowledge(member_id, batches)
+                    undo = entry.share.acknowledge(member_id, batches)
                     try:
                         self._persist(key, entry)
                     except KafkaError:
-                        entry.share = before
+                        entry.share.undo(undo)
                         raise
                 released = released or any(
                     kind is not AckType.ACCEPT for b in batches for kind in b.types

@@ -20,13 +20,31 @@ What survives a failover is :meth:`SharePartition.snapshot`: the start offset an
 delivery count of each offset in the window that is not plain AVAILABLE-never-delivered; acquired
 records are written AVAILABLE (locks do not survive their holder's broker), with their delivery
 counted, as Kafka's share coordinator stores them.
+
+**Indexes.** Every fetch asks where to read (the first AVAILABLE offset), whether the window is
+full and which locks have expired. A window holds up to ``max_in_flight`` records (thousands),
+so these are not scans: two heaps kept beside the records answer them, the offsets made
+AVAILABLE and the (lock deadline, offset) of each acquisition. Their entries are checked
+against the record when they reach the top (an entry whose record has moved on since is
+dropped then), and a heap grown past twice the window is rebuilt from the records, so both stay
+bounded. A fetch costs O(log window) for them, whatever is in flight.
+
+**Writes are deltas.** Each change of a record's stored state (its state as written, its
+delivery count) marks its offset dirty; :meth:`SharePartition.delta` is what to write next: the
+start offset and the runs of the dirty offsets in the window, O(changed) rather than
+O(window), as Kafka's leader writes only the changed state batches (WriteShareGroupState). The
+share coordinator keeps them as updates over its last snapshot. An acknowledgement is applied
+to the live records and answers an :class:`Undo` (each record it touched as it was, first
+touch only), so a write that fails puts the records back at the cost of what it changed, not a
+copy of the window.
 """
 
 from __future__ import annotations
 
 import enum
+import heapq
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from raftlog.errors import ErrorCode, KafkaError
 
@@ -56,6 +74,16 @@ class _InFlight:
     delivery_count: int = 0
     member_id: str = ""
     lock_deadline_ms: int = 0
+
+
+@dataclass(frozen=True)
+class Undo:
+    """How to take an acknowledgement back (:meth:`SharePartition.undo`): the window's bounds
+    before it and each record it touched as it was (None: there was none)."""
+
+    start_offset: int
+    end_offset: int
+    records: dict[int, _InFlight | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -114,18 +142,33 @@ class SharePartition:
         self.delivery_count_limit = delivery_count_limit
         self.max_in_flight = max_in_flight
         self._records: dict[int, _InFlight] = {}  # offsets start_offset <= o < end_offset
+        # the indexes (see the module docstring): every AVAILABLE record's offset is in
+        # _available, every ACQUIRED record's (lock deadline, offset) in _locks; stale entries
+        # are dropped when they reach the top
+        self._available: list[int] = []
+        self._locks: list[tuple[int, int]] = []
+        # offsets whose stored state (state as written, delivery count) changed since the last
+        # write (see :meth:`delta`); some may have left the window since
+        self._dirty: set[int] = set()
+        # while an acknowledgement applies: each record it touched, as it was (first touch)
+        self._journal: dict[int, _InFlight | None] | None = None
 
     # -- reading -------------------------------------------------------------------------------
     def fetch_offset(self) -> int:
         """Where the next read of the log should start: the first released record, else the
         end of the window."""
-        available = [o for o, r in self._records.items() if r.state is RecordState.AVAILABLE]
-        return min(available, default=self.end_offset)
+        available = self._available
+        while available:
+            record = self._records.get(available[0])
+            if record is not None and record.state is RecordState.AVAILABLE:
+                return available[0]
+            heapq.heappop(available)
+        return self.end_offset
 
     def window_full(self) -> bool:
-        return self.end_offset - self.start_offset >= self.max_in_flight and not any(
-            r.state is RecordState.AVAILABLE for r in self._records.values()
-        )
+        """Nothing can be acquired: the window is at its limit and holds nothing available."""
+        full = self.end_offset - self.start_offset >= self.max_in_flight
+        return full and self.fetch_offset() == self.end_offset
 
     def acquire(
         self, member_id: str, offsets: Iterable[int], now_ms: int, max_records: int
@@ -150,31 +193,53 @@ class SharePartition:
                     break
                 for gap in range(self.end_offset, offset):  # no record at these offsets
                     self._records[gap] = _InFlight(RecordState.ARCHIVED)
+                    self._dirty.add(gap)
                 record = self._records[offset] = _InFlight(RecordState.AVAILABLE)
                 self.end_offset = offset + 1
+            self._dirty.add(offset)
             record.state = RecordState.ACQUIRED
             record.delivery_count += 1
             record.member_id = member_id
             record.lock_deadline_ms = deadline
+            self._push_lock(deadline, offset)
             taken.append((offset, record.delivery_count))
         self._advance()
         return _ranges(taken)
 
+    def archive_available(self, offsets: Iterable[int]) -> int:
+        """Records never to be delivered (a read_committed group's aborted transactions):
+        those AVAILABLE in the window are archived; how many. Ones past the window are archived
+        as gaps when a read passes them (they are not handed to :meth:`acquire`)."""
+        archived = 0
+        for offset in offsets:
+            record = self._records.get(offset)
+            if record is not None and record.state is RecordState.AVAILABLE:
+                self._dirty.add(offset)
+                record.state = RecordState.ARCHIVED
+                archived += 1
+        self._advance()
+        return archived
+
     def archive_gaps(self, next_offset: int) -> None:
-        """The log holds no record from the window's end up to ``next_offset`` (control
-        batches, e.g. transaction markers, at the log's tail): archive those offsets, as
-        :meth:`acquire` does with the gaps it passes, so reads move past them."""
-        if next_offset <= self.end_offset or next_offset - self.start_offset > self.max_in_flight:
+        """The log holds no record to deliver from the window's end up to ``next_offset``
+        (control batches, e.g. transaction markers, or a read_committed group's aborted
+        batches, at the tail of a read): archive those offsets, as :meth:`acquire` does with
+        the gaps it passes, so reads move past them; as many as the window has room for (the
+        rest when acknowledgements move its start)."""
+        next_offset = min(next_offset, self.start_offset + self.max_in_flight)  # as far as fits
+        if next_offset <= self.end_offset:
             return
         for gap in range(self.end_offset, next_offset):
             self._records[gap] = _InFlight(RecordState.ARCHIVED)
+            self._dirty.add(gap)
         self.end_offset = next_offset
         self._advance()
 
     # -- acknowledging -------------------------------------------------------------------------
-    def acknowledge(self, member_id: str, batches: Sequence[AckBatch]) -> None:
+    def acknowledge(self, member_id: str, batches: Sequence[AckBatch]) -> Undo:
         """Apply a member's acknowledgements, all or none: INVALID_RECORD_STATE when an offset
-        is not acquired by this member (never fetched, acknowledged already, lock expired)."""
+        is not acquired by this member (never fetched, acknowledged already, lock expired).
+        Answers how to take them back (:meth:`undo`) should their write fail."""
         changes: dict[int, AckType] = {}
         for batch in batches:
             if batch.last_offset < batch.first_offset or not batch.types:
@@ -199,49 +264,77 @@ class SharePartition:
                 if record.member_id != member_id:
                     raise invalid_state(f"offset {offset} is held by another member")
                 changes[offset] = kind
-        for offset, kind in changes.items():
-            record = self._records.get(offset)
-            if record is None:
-                if self.start_offset <= offset < self.end_offset:
-                    self._records[offset] = _InFlight(RecordState.ARCHIVED)
+        undo = Undo(self.start_offset, self.end_offset)
+        self._journal = undo.records
+        try:
+            for offset, kind in changes.items():
+                self._apply(offset, kind)
+            self._advance()
+        finally:
+            self._journal = None
+        return undo
+
+    def _apply(self, offset: int, kind: AckType) -> None:
+        record = self._records.get(offset)
+        if record is None:
+            if self.start_offset <= offset < self.end_offset:
+                self._touch(offset)
+                self._records[offset] = _InFlight(RecordState.ARCHIVED)
+            return
+        if kind is AckType.RELEASE:
+            self._release(offset, record)
+            return
+        self._touch(offset)
+        record.member_id = ""
+        record.state = RecordState.ACKNOWLEDGED if kind is AckType.ACCEPT else RecordState.ARCHIVED
+
+    def undo(self, undo: Undo) -> None:
+        """Take an acknowledgement back (its write failed): the records it touched as they
+        were, the window's bounds as they were; O(records touched). The offsets stay dirty (a
+        later write of their state as it is again is harmless)."""
+        for offset, before in undo.records.items():
+            if before is None:
+                self._records.pop(offset, None)
                 continue
-            if kind is AckType.ACCEPT:
-                record.state, record.member_id = RecordState.ACKNOWLEDGED, ""
-            elif kind is AckType.RELEASE:
-                self._release(record)
-            else:  # REJECT, GAP
-                record.state, record.member_id = RecordState.ARCHIVED, ""
-        self._advance()
+            self._records[offset] = before
+            if before.state is RecordState.AVAILABLE:
+                heapq.heappush(self._available, offset)
+            elif before.state is RecordState.ACQUIRED:
+                self._push_lock(before.lock_deadline_ms, offset)
+        self.start_offset, self.end_offset = undo.start_offset, undo.end_offset
 
     def release_member(self, member_id: str) -> int:
         """A member left (or its session ended): every record it holds is released; how many."""
         held = [
-            r
-            for r in self._records.values()
+            (o, r)
+            for o, r in self._records.items()
             if r.state is RecordState.ACQUIRED and r.member_id == member_id
         ]
-        for record in held:
-            self._release(record)
+        for offset, record in held:
+            self._release(offset, record)
         self._advance()
         return len(held)
 
     def expire_locks(self, now_ms: int) -> int:
-        """Release the records whose lock has passed; how many."""
-        expired = [
-            r
-            for r in self._records.values()
-            if r.state is RecordState.ACQUIRED and r.lock_deadline_ms <= now_ms
-        ]
-        for record in expired:
-            self._release(record)
-        self._advance()
-        return len(expired)
+        """Release the records whose lock has passed; how many. O(log window) per lock."""
+        expired = 0
+        locks = self._locks
+        while locks and locks[0][0] <= now_ms:
+            deadline, offset = heapq.heappop(locks)
+            record = self._records.get(offset)
+            if self._holds_lock(record, deadline):
+                assert record is not None
+                self._release(offset, record)
+                expired += 1
+        if expired:
+            self._advance()
+        return expired
 
     def next_lock_deadline_ms(self) -> int | None:
-        deadlines = [
-            r.lock_deadline_ms for r in self._records.values() if r.state is RecordState.ACQUIRED
-        ]
-        return min(deadlines, default=None)
+        locks = self._locks
+        while locks and not self._holds_lock(self._records.get(locks[0][1]), locks[0][0]):
+            heapq.heappop(locks)
+        return locks[0][0] if locks else None
 
     def log_start_moved(self, log_start_offset: int) -> None:
         """Records below the log's start are gone (retention, DeleteRecords): archive them."""
@@ -280,24 +373,95 @@ class SharePartition:
                 runs.append(StateBatch(offset, offset, state, record.delivery_count))
         return self.start_offset, runs
 
+    def delta(self) -> tuple[int, list[StateBatch]]:
+        """What to write next (:meth:`snapshot` minus what was written): the start offset and
+        the runs of the records changed since the last :meth:`delta_written`, acquired ones as
+        AVAILABLE with their deliveries counted. O(changed)."""
+        start, end = self.start_offset, self.end_offset
+        self._dirty = {o for o in self._dirty if o >= start}  # gone below the start: dropped
+        runs: list[StateBatch] = []
+        for offset in sorted(o for o in self._dirty if o < end):
+            state, count = _stored(self._records[offset])
+            last = runs[-1] if runs else None
+            if (
+                last is not None
+                and last.last_offset == offset - 1
+                and (last.state, last.delivery_count) == (state, count)
+            ):
+                runs[-1] = StateBatch(last.first_offset, offset, state, count)
+            else:
+                runs.append(StateBatch(offset, offset, state, count))
+        return start, runs
+
+    def delta_written(self) -> None:
+        """The last :meth:`delta` is durable: nothing is dirty."""
+        self._dirty = set()
+
     def restore(self, start_offset: int, batches: Iterable[StateBatch]) -> None:
         """Load a snapshot (on becoming the partition's leader)."""
         self.start_offset = self.end_offset = start_offset
         self._records = {}
+        self._dirty = set()
         for batch in batches:
             for offset in range(max(batch.first_offset, start_offset), batch.last_offset + 1):
                 self._records[offset] = _InFlight(batch.state, batch.delivery_count)
                 self.end_offset = max(self.end_offset, offset + 1)
         for offset in range(start_offset, self.end_offset):  # holes: never delivered
             self._records.setdefault(offset, _InFlight(RecordState.AVAILABLE))
+        self._rebuild_indexes()
         self._advance()
 
     # -- internals -----------------------------------------------------------------------------
-    def _release(self, record: _InFlight) -> None:
+    def _touch(self, offset: int) -> None:
+        """Before a record's change: its offset is dirty, and an acknowledgement applying
+        keeps the record as it was (first touch)."""
+        self._dirty.add(offset)
+        journal = self._journal
+        if journal is not None and offset not in journal:
+            record = self._records.get(offset)
+            journal[offset] = None if record is None else replace(record)
+
+    def _release(self, offset: int, record: _InFlight) -> None:
+        self._touch(offset)
         limit_reached = record.delivery_count >= self.delivery_count_limit
         record.state = RecordState.ARCHIVED if limit_reached else RecordState.AVAILABLE
         record.member_id = ""
         record.lock_deadline_ms = 0
+        if not limit_reached:
+            heapq.heappush(self._available, offset)
+            if len(self._available) > 2 * self.max_in_flight + 64:
+                self._rebuild_available()
+
+    def _push_lock(self, deadline_ms: int, offset: int) -> None:
+        heapq.heappush(self._locks, (deadline_ms, offset))
+        if len(self._locks) > 2 * self.max_in_flight + 64:
+            self._rebuild_locks()
+
+    @staticmethod
+    def _holds_lock(record: _InFlight | None, deadline_ms: int) -> bool:
+        """Whether a lock entry still stands for its record (not acknowledged, released or
+        acquired anew since)."""
+        return (
+            record is not None
+            and record.state is RecordState.ACQUIRED
+            and record.lock_deadline_ms == deadline_ms
+        )
+
+    def _rebuild_indexes(self) -> None:
+        """The heaps from the records alone (after a restore; or one grown stale past twice
+        the window): O(window), rare."""
+        self._rebuild_available()
+        self._rebuild_locks()
+
+    def _rebuild_available(self) -> None:
+        items = self._records.items()
+        self._available = [o for o, r in items if r.state is RecordState.AVAILABLE]
+        heapq.heapify(self._available)
+
+    def _rebuild_locks(self) -> None:
+        items = self._records.items()
+        self._locks = [(r.lock_deadline_ms, o) for o, r in items if r.state is RecordState.ACQUIRED]
+        heapq.heapify(self._locks)
 
     def _advance(self) -> None:
         """Move the start past acknowledged and archived records."""
@@ -306,8 +470,17 @@ class SharePartition:
             record = self._records.get(self.start_offset)
             if record is None or record.state not in done:
                 break
+            journal = self._journal
+            if journal is not None and self.start_offset not in journal:
+                journal[self.start_offset] = replace(record)
             del self._records[self.start_offset]
             self.start_offset += 1
+
+
+def _stored(record: _InFlight) -> tuple[RecordState, int]:
+    """A record's state as written: locks do not survive their holder's broker."""
+    state = RecordState.AVAILABLE if record.state is RecordState.ACQUIRED else record.state
+    return state, record.delivery_count
 
 
 def _ranges(taken: list[tuple[int, int]]) -> list[AcquiredRange]:

@@ -17,7 +17,8 @@ is answered alone (top-level), nothing read or acknowledged. Then:
 
 ShareAcknowledge applies its acknowledgements; with epoch -1 it then closes the session and
 releases the member's other records. A session that ends (closed, replaced by the member's new
-one, evicted) releases its member's records; the share partitions no session fetches any more
+one, evicted, or its Kafka connection closed: :meth:`ShareRequests.connection_closed`)
+releases its member's records; the share partitions no session fetches any more
 are unloaded (:meth:`SharePartitionManager.unload`).
 
 Authorization is Kafka's: READ on the group (else the whole request is refused with
@@ -94,9 +95,12 @@ class ShareRequests:
         self.access = access
         self.clock_ms = clock_ms
 
-    @property
-    def lock_duration_ms(self) -> int:
-        return self.manager.settings.record_lock_duration_ms
+    def lock_duration_ms(self, group_id: str) -> int:
+        """ShareFetch's ``AcquisitionLockTimeoutMs``: the group's
+        ``share.record.lock.duration.ms`` (its override, else the broker's
+        ``group.share.record.lock.duration.ms``), the lock each fetch of the group applies to
+        the records it acquires (Kafka's ``ShareFetchUtils.recordLockDurationMsOrDefault``)."""
+        return self.manager.group_configs(group_id).share_record_lock_duration_ms
 
     def fetch(
         self,
@@ -106,9 +110,11 @@ class ShareRequests:
         named: Named,
         forgotten: Iterable[PartitionId],
         limits: FetchLimits,
+        connection_id: str = "",
     ) -> KafkaError | None:
         """ShareFetch: fills ``named`` (adding the session's other partitions fetched); the
-        request's top-level error, if any (then nothing was done)."""
+        request's top-level error, if any (then nothing was done). A session it opens belongs
+        to ``connection_id`` (the Kafka listener's connection; "" for gRPC)."""
         has_acks = any(p.acks for p in named.values())
         sessions, manager = self.manager.sessions, self.manager
         try:
@@ -119,7 +125,9 @@ class ShareRequests:
                         raise KafkaError(
                             ErrorCode.INVALID_REQUEST, "a ShareFetch opening a session acknowledges"
                         )
-                    session, ended = sessions.open(group_id, member_id, named, self.clock_ms())
+                    session, ended = sessions.open(
+                        group_id, member_id, named, self.clock_ms(), connection_id
+                    )
                 elif epoch == FINAL_EPOCH:
                     session, ended = sessions.close(group_id, member_id), []
                 else:
@@ -164,6 +172,17 @@ class ShareRequests:
         if epoch == FINAL_EPOCH:
             self._release(session, names)
         return None
+
+    def connection_closed(self, connection_id: str) -> int:
+        """A Kafka connection closed: the share sessions it opened end and their members'
+        records are released now (Kafka's connection-disconnect listener); how many sessions."""
+        with self.manager.sessions_lock:
+            ended = self.manager.sessions.remove_connection(connection_id)
+        if ended:
+            names = self.names()
+            for session in ended:
+                self._release(session, names)
+        return len(ended)
 
     # -- what the doors read ---------------------------------------------------------------------
     def names(self) -> dict[bytes, str]:

@@ -12,6 +12,11 @@ session the cache does not hold gets SHARE_SESSION_NOT_FOUND, one with another e
 INVALID_SHARE_SESSION_EPOCH. ShareAcknowledge cannot open a session (epoch 0:
 INVALID_SHARE_SESSION_EPOCH).
 
+A session opened on a Kafka connection belongs to it: when the connection closes (the client
+died, its socket dropped) the session ends and its member's records are released at once
+(Kafka's ``SharePartitionManager`` connection-disconnect listener and
+``ShareSessionCache.removeConnection``), not at the expiry of their locks.
+
 The cache holds at most ``max_sessions`` (``group.share.max.share.sessions``): a new session
 when it is full evicts the least recently used session idle for ``evict_idle_ms``, else gets
 SHARE_SESSION_LIMIT_REACHED.
@@ -43,6 +48,7 @@ class ShareSession:
     epoch: int  # the epoch the next request must carry
     last_used_ms: int
     partitions: dict[PartitionId, None] = field(default_factory=dict)  # ordered set
+    connection_id: str = ""  # the connection that opened it ("": none, e.g. gRPC)
 
     @property
     def key(self) -> SessionKey:
@@ -63,10 +69,16 @@ class ShareSessionCache:
         return self._sessions.get((group_id, member_id))
 
     def open(
-        self, group_id: str, member_id: str, partitions: Iterable[PartitionId], now_ms: int
+        self,
+        group_id: str,
+        member_id: str,
+        partitions: Iterable[PartitionId],
+        now_ms: int,
+        connection_id: str = "",
     ) -> tuple[ShareSession, list[ShareSession]]:
-        """ShareFetch epoch 0: a new session; and the sessions it ends (the member's earlier
-        one, an evicted idle one), whose records the caller releases."""
+        """ShareFetch epoch 0: a new session (bound to ``connection_id``, if any); and the
+        sessions it ends (the member's earlier one, an evicted idle one), whose records the
+        caller releases."""
         ended: list[ShareSession] = []
         earlier = self._sessions.pop((group_id, member_id), None)
         if earlier is not None:
@@ -80,7 +92,9 @@ class ShareSessionCache:
                     "(group.share.max.share.sessions)",
                 )
             ended.append(self._sessions.pop(oldest.key))
-        session = ShareSession(group_id, member_id, next_epoch(INITIAL_EPOCH), now_ms)
+        session = ShareSession(
+            group_id, member_id, next_epoch(INITIAL_EPOCH), now_ms, connection_id=connection_id
+        )
         session.partitions.update(dict.fromkeys(partitions))
         self._sessions[session.key] = session
         return session, ended
@@ -115,6 +129,17 @@ class ShareSessionCache:
         session = self._existing(group_id, member_id)
         del self._sessions[session.key]
         return session
+
+    def remove_connection(self, connection_id: str) -> list[ShareSession]:
+        """A connection closed: the sessions it opened are removed (the caller releases their
+        members' records). A member that opened a new session on another connection since
+        keeps it (the new one is bound to the new connection)."""
+        if not connection_id:
+            return []
+        gone = [s for s in self._sessions.values() if s.connection_id == connection_id]
+        for session in gone:
+            del self._sessions[session.key]
+        return gone
 
     def covers(self, group_id: str, partition: PartitionId) -> bool:
         """Whether a session of the group fetches ``partition`` (else its share partition may

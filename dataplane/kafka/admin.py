@@ -9,7 +9,10 @@ follows the active controller; the controller validates, commits the records and
 Kafka's error codes, which are passed on per topic or resource. DescribeCluster is answered from
 the broker's metadata image, with the brokers' KAFKA endpoints. Kafka clients cannot reach
 controllers, so wherever the protocol names "the controller" (Metadata, DescribeCluster) this
-broker names itself, as Kafka's brokers name a live broker: it forwards.
+broker names itself, as Kafka's brokers name a live broker: it forwards. DescribeConfigs of
+a topic is forwarded too; of a group, a broker (this one, or "" for the cluster-wide values),
+its loggers (BROKER_LOGGER) or a client metrics subscription it is answered here, from this
+broker's image and node config, as Kafka's broker answers it (dataplane/kafka/config_resources.py).
 """
 
 from __future__ import annotations
@@ -26,7 +29,13 @@ from dataplane.kafka.alter_configs import (
     alter_configs,
     incremental_alter_configs,
 )
-from dataplane.kafka.config_resources import GROUP, KafkaConfigResources
+from dataplane.kafka.config_resources import (
+    BROKER,
+    BROKER_LOGGER,
+    CLIENT_METRICS,
+    GROUP,
+    KafkaConfigResources,
+)
 from dataplane.kafka.features import update_features
 from metadata_quorum.client import ControllerClient
 from metadata_quorum.image import MetadataImage
@@ -71,7 +80,8 @@ class KafkaAdmin:
         config_resources: KafkaConfigResources | None = None,
     ) -> None:
         self.controller = controller
-        # groups' DescribeConfigs, answered by this broker (dataplane/kafka/config_resources.py)
+        # DescribeConfigs of groups, brokers, loggers and client metrics, answered by this
+        # broker, and its loggers' IncrementalAlterConfigs (dataplane/kafka/config_resources.py)
         self.config_resources = config_resources or KafkaConfigResources(image, access=access)
         # CreateTopics, DeleteTopics and CreatePartitions are answered once this broker's
         # image shows their change (None: at once)
@@ -91,7 +101,9 @@ class KafkaAdmin:
             kc.API_CREATE_PARTITIONS: self.create_partitions,
             kc.API_DESCRIBE_CONFIGS: self.describe_configs,
             kc.API_ALTER_CONFIGS: lambda r: alter_configs(self._forward, r),
-            kc.API_INCREMENTAL_ALTER_CONFIGS: lambda r: incremental_alter_configs(self._forward, r),
+            kc.API_INCREMENTAL_ALTER_CONFIGS: lambda r: incremental_alter_configs(
+                self._forward, r, self.config_resources.alter_loggers
+            ),
             kc.API_DESCRIBE_CLUSTER: self.describe_cluster,
             kc.API_ALTER_PARTITION_REASSIGNMENTS: self.alter_partition_reassignments,
             kc.API_LIST_PARTITION_REASSIGNMENTS: self.list_partition_reassignments,
@@ -404,12 +416,17 @@ class KafkaAdmin:
             if resource.resource_type == GROUP:
                 results.append(self.config_resources.describe_group(resource, synonyms))
                 continue
+            if resource.resource_type in (BROKER, BROKER_LOGGER, CLIENT_METRICS):
+                described_here = self.config_resources.describe_local(
+                    resource, synonyms, documented
+                )
+                results.append(described_here)
+                continue
             resource_type = RESOURCE_TYPES.get(resource.resource_type)
             if resource_type is None:
                 unsupported = KafkaError(
                     ErrorCode.INVALID_REQUEST,
-                    f"resource type {resource.resource_type} is not described (topics: 2, "
-                    "brokers: 4, groups: 32)",
+                    f"Unsupported resource type: {resource.resource_type}",
                 )
                 results.append(_described(resource, [], _failed(unsupported)))
                 continue

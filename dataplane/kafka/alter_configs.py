@@ -5,9 +5,12 @@ them to the metadata in one write: IncrementalAlterConfigs' operations (SET, DEL
 SUBTRACT) as they are, AlterConfigs as a replacement of each resource's whole dynamic config
 set (``replace``). The arithmetic and validation are the controller's
 (``metadata_quorum.configs.alter_dynamic_configs``); here only what Kafka's broker checks before
-it forwards (Kafka's ConfigAdminManager.preprocess): the resource type (TOPIC, BROKER or GROUP;
-broker "" is the cluster-wide default), a resource named twice in one request, a null value to
-set.
+it forwards (Kafka's ConfigAdminManager.preprocess): the resource type (TOPIC, BROKER,
+CLIENT_METRICS or GROUP; broker "" is the cluster-wide default), a resource named twice in one
+request, a null value to set. BROKER_LOGGER (type 8) is this broker's own and never forwarded:
+IncrementalAlterConfigs sets its log levels here (``local``: dataplane/kafka/broker_loggers.py,
+not persisted, as Kafka's), and legacy AlterConfigs refuses it as Kafka's broker does
+("Unknown resource type 8").
 Each resource gets its own result, with Kafka's error code.
 """
 
@@ -22,11 +25,15 @@ from protos import metadata_pb2 as mpb
 from raftlog.errors import ErrorCode, KafkaError
 
 Forward = Callable[[str, Any, int], Any]  # (method, request, timeout_ms) -> the answer
+# a resource this broker alters itself: (the Kafka resource, validate_only) -> its error or None
+Local = Callable[[Any, bool], KafkaError | None]
 RESOURCE_TYPES = {
     2: mpb.CONFIG_RESOURCE_TOPIC,
     4: mpb.CONFIG_RESOURCE_BROKER,
+    16: mpb.CONFIG_RESOURCE_CLIENT_METRICS,
     32: mpb.CONFIG_RESOURCE_GROUP,
 }
+BROKER_LOGGER = 8
 OP_DELETE = 1  # Kafka's AlterConfigOp.OpType.DELETE
 ALTER_DEADLINE_MS = 30_000  # neither request carries a timeout
 
@@ -40,17 +47,20 @@ def _result(resource: Any, code: int, message: str | None) -> dict[str, Any]:
     }
 
 
-def _refusal(resource: Any, seen: set[tuple[int, str]], incremental: bool) -> KafkaError | None:
-    """Why the broker answers ``resource`` itself instead of forwarding it, if it does."""
+def _refusal(
+    resource: Any, seen: set[tuple[int, str]], incremental: bool, loggers: bool
+) -> KafkaError | None:
+    """Why the broker answers ``resource`` itself instead of forwarding it, if it does
+    (``loggers``: it alters its BROKER_LOGGER resource itself)."""
     key = (resource.resource_type, resource.resource_name)
     if key in seen:
         return KafkaError(ErrorCode.INVALID_REQUEST, "Each resource must appear at most once.")
     seen.add(key)
+    if resource.resource_type == BROKER_LOGGER and incremental and loggers:
+        return None
     if resource.resource_type not in RESOURCE_TYPES:
         return KafkaError(
-            ErrorCode.INVALID_REQUEST,
-            f"resource type {resource.resource_type} cannot be altered here (topics: 2, "
-            "brokers: 4, groups: 32)",
+            ErrorCode.INVALID_REQUEST, f"Unknown resource type {resource.resource_type}"
         )
     for config in resource.configs:
         operation = config.config_operation if incremental else 0
@@ -78,14 +88,20 @@ def _forwarded(resource: Any, incremental: bool) -> cpb.AlterConfigsResource:
     )
 
 
-def _alter(forward: Forward, request: kc.Request, incremental: bool) -> kc.Data:
+def _alter(
+    forward: Forward, request: kc.Request, incremental: bool, local: Local | None = None
+) -> kc.Data:
     body = request.body
     results: list[dict[str, Any] | None] = []
     asked: list[tuple[int, Any]] = []  # (index in results, the Kafka resource)
     seen: set[tuple[int, str]] = set()
     for resource in body.resources:
-        refused = _refusal(resource, seen, incremental)
-        if refused is not None:
+        refused = _refusal(resource, seen, incremental, local is not None)
+        if refused is None and resource.resource_type == BROKER_LOGGER and local is not None:
+            failed = local(resource, bool(body.validate_only))
+            code, message = (failed.error.code, failed.message) if failed else (0, None)
+            results.append(_result(resource, code, message))
+        elif refused is not None:
             results.append(_result(resource, refused.error.code, refused.message))
         else:
             asked.append((len(results), resource))
@@ -119,6 +135,9 @@ def alter_configs(forward: Forward, request: kc.Request) -> kc.Data:
     return _alter(forward, request, incremental=False)
 
 
-def incremental_alter_configs(forward: Forward, request: kc.Request) -> kc.Data:
-    """IncrementalAlterConfigs: SET, DELETE, APPEND, SUBTRACT per key."""
-    return _alter(forward, request, incremental=True)
+def incremental_alter_configs(
+    forward: Forward, request: kc.Request, local: Local | None = None
+) -> kc.Data:
+    """IncrementalAlterConfigs: SET, DELETE, APPEND, SUBTRACT per key; BROKER_LOGGER resources
+    by ``local`` (refused without it)."""
+    return _alter(forward, request, incremental=True, local=local)

@@ -34,6 +34,8 @@ from kio.schema.errors import ErrorCode as KioErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.static.protocol import Entity
 
+from dataplane.kafka.length_walker import LengthError, request_walker
+
 log = logging.getLogger(__name__)
 SIZE = struct.Struct(">i")
 API_KEY_VERSION = struct.Struct(">hh")
@@ -167,13 +169,16 @@ class Request:
     client_id: str | None
     body: Any  # the version's kio request entity
     client_host: str = ""  # "/address" of the peer, as Kafka names it (set by the listener)
+    # the connection it came on (Kafka's RequestContext.connectionId, set by the listener): a
+    # share session ends with the connection that opened it
+    connection_id: str = ""
 
 
-def parse_request(frame: bytes, client_host: str = "") -> Request:
+def parse_request(frame: bytes, client_host: str = "", connection_id: str = "") -> Request:
     """A request frame (without its size) into its header and body (``client_host``: the
-    peer, as the listener names it); raises UnsupportedVersion
-    for an API or version not served (the header is still read, for the correlation id), and
-    FrameError for bytes that do not parse."""
+    peer, ``connection_id``: its connection, as the listener names them); raises
+    UnsupportedVersion for an API or version not served (the header is still read, for the
+    correlation id), and FrameError for bytes that do not parse."""
     if len(frame) < 8:
         raise FrameError(f"a request frame of {len(frame)} bytes has no header")
     api_key, api_version = API_KEY_VERSION.unpack_from(frame)
@@ -183,10 +188,18 @@ def parse_request(frame: bytes, client_host: str = "") -> Request:
         raise UnsupportedVersion(api_key, api_version, correlation_id)
     schema = request_schema(api_key, api_version)
     try:
+        # kio's native reader reserves whatever an array claims before reading it (an abort,
+        # not an exception, when that is 264 GB): every length is checked against the frame
+        # first (dataplane/kafka/length_walker.py, issue 30)
+        request_walker(schema)(frame)
+    except LengthError as error:
+        raise FrameError(f"api key {api_key} v{api_version}: {error}") from error
+    try:
         header, offset = entity_reader(schema.__header_schema__)(frame, 0)
         body, size = entity_reader(schema)(frame, offset)
     except Exception as error:  # kio's native readers raise several kinds on bad bytes
         raise FrameError(f"api key {api_key} v{api_version}: {error}") from error
+    _check_nulls(schema, body, f"api key {api_key} v{api_version}")
     if offset + size != len(frame):
         # Kafka reads a request's fields and ignores what follows; librdkafka 2.x sends three
         # such bytes after an all-topics Metadata v12 (its admin client's list_topics).
@@ -194,7 +207,42 @@ def parse_request(frame: bytes, client_host: str = "") -> Request:
             "api key %d v%d: %d bytes after the request body ignored", api_key, api_version,
             len(frame) - offset - size,
         )  # fmt: skip
-    return Request(api_key, api_version, correlation_id, header.client_id, body, client_host)
+    return Request(
+        api_key, api_version, correlation_id, header.client_id, body, client_host, connection_id
+    )
+
+
+@functools.cache
+def _nested(schema: type) -> tuple[tuple[str, bool, bool, Any], ...]:
+    """The fields of `schema` that are arrays or structs: (name, nullable, is an array, the
+    struct class of it or of its elements, None for an array of primitives)."""
+    nested: list[tuple[str, bool, bool, Any]] = []
+    for name, hint, _ in _fields(schema):
+        args = typing.get_args(hint)
+        nullable = type(None) in args
+        kind = next(a for a in args if a is not type(None)) if nullable else hint
+        is_array = typing.get_origin(kind) is tuple
+        element = typing.get_args(kind)[0] if is_array else kind
+        inner = element if dataclasses.is_dataclass(element) else None
+        if is_array or inner is not None:
+            nested.append((name, nullable, is_array, inner))
+    return tuple(nested)
+
+
+def _check_nulls(schema: type, entity: Any, where: str) -> None:
+    """Refuse a null array where the version's schema has a non-nullable one, as Kafka's
+    generated readers do ("non-nullable field ... was serialized as null"): kio reads a -1
+    length as None whatever the field, and a handler iterating it would fail (issue 30,
+    found by tests/fuzz/fuzz_kafka_request.py)."""
+    for name, nullable, is_array, inner in _nested(schema):
+        value = getattr(entity, name)
+        if value is None:
+            if is_array and not nullable:
+                raise FrameError(f"{where}: non-nullable field {name} was serialized as null")
+            continue
+        if inner is not None:
+            for item in value if is_array else (value,):
+                _check_nulls(inner, item, where)
 
 
 @functools.cache

@@ -19,7 +19,10 @@ limit and a cursor, as Kafka's ``DescribeTopicPartitionsRequestHandler`` and
   INVALID_REQUEST for every named topic.
 
 The topics' partitions come from the broker core's Metadata (`BrokerServicer.Metadata`), which
-also authorizes DESCRIBE on each topic.
+also authorizes DESCRIBE on each topic. With ``include_topic_authorized_operations`` each topic
+described carries what the caller may do on it (``topic_authorized_operations``, Kafka's bit
+field, as Metadata v8+ fills it); a topic refused TOPIC_AUTHORIZATION_FAILED, and every topic of
+a request that does not ask, carries Kafka's "not computed" value.
 """
 
 from __future__ import annotations
@@ -116,8 +119,11 @@ class KafkaDescribeTopicPartitions:
         internal: Callable[[str], bool],
         topic_names: Callable[[], Sequence[str]],
         uuid_of: Callable[[bytes], Any],
+        operations: Callable[[str], int] | None = None,
     ) -> None:
         self._metadata = metadata
+        # a topic name -> the caller's authorized operations on it (None: not computed)
+        self._operations = operations
         self._internal = internal
         self._topic_names = topic_names
         self._uuid_of = uuid_of
@@ -128,6 +134,7 @@ class KafkaDescribeTopicPartitions:
     def describe(self, request: kc.Request) -> kc.Data:
         body = request.body
         requested = [t.name for t in body.topics]
+        with_operations = bool(kc.field(body, "include_topic_authorized_operations", False))
         raw = body.cursor
         cursor = None if raw is None else Cursor(raw.topic_name, int(raw.partition_index))
         try:
@@ -142,18 +149,29 @@ class KafkaDescribeTopicPartitions:
         next_cursor = answer.next_cursor
         return {
             "throttle_time": 0,
-            "topics": [self._topic(topic, partitions) for topic, partitions in answer.topics],
+            "topics": [
+                self._topic(topic, partitions, with_operations)
+                for topic, partitions in answer.topics
+            ],
             "next_cursor": None if next_cursor is None else {
                 "topic_name": next_cursor.topic_name,
                 "partition_index": next_cursor.partition_index,
             },
         }  # fmt: skip
 
-    def _topic(self, topic: pb.TopicMetadata, partitions: list[pb.PartitionMetadata]) -> kc.Data:
+    def _topic(
+        self,
+        topic: pb.TopicMetadata,
+        partitions: list[pb.PartitionMetadata],
+        with_operations: bool = False,
+    ) -> kc.Data:
         found = bool(partitions) or topic.error_code in (
             ErrorCode.NONE.code, ErrorCode.LEADER_NOT_AVAILABLE.code,
         )  # fmt: skip
         denied = topic.error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED.code
+        operations = NO_AUTHORIZED_OPERATIONS
+        if with_operations and not denied and self._operations is not None:
+            operations = self._operations(topic.name)
         return {
             # a topic without leaders yet is described (its partitions say so), as Kafka does
             "error_code": ErrorCode.NONE.code if found else topic.error_code,
@@ -174,5 +192,5 @@ class KafkaDescribeTopicPartitions:
                 }
                 for p in partitions
             ],
-            "topic_authorized_operations": NO_AUTHORIZED_OPERATIONS,
+            "topic_authorized_operations": operations,
         }

@@ -8,7 +8,10 @@ producer ids), and the answer is written back in the version the client asked fo
 points clients at every live broker's KAFKA endpoint (brokers register it with the controller).
 
 Connections are served one request at a time, in order, as a Kafka broker does (a client may
-pipeline; responses keep the order). A frame that is not a request closes its connection only;
+pipeline; responses keep the order; nothing is read ahead of the request being served). Kafka's
+limits bound what clients can hold: socket.request.max.bytes, queued.max.requests,
+max.connections, max.connections.per.ip(.overrides) and connections.max.idle.ms
+(dataplane/kafka/connection_limits.py). A frame that is not a request closes its connection only;
 an API or version not served is answered UNSUPPORTED_VERSION for ApiVersions (in its v0 layout,
 KIP-511) and closes the connection otherwise, as Kafka's broker does. Served here: ApiVersions,
 Metadata, Produce, Fetch, ListOffsets, InitProducerId, DeleteRecords, and through
@@ -32,7 +35,9 @@ request first. Each request is served inside ``acting_as(session)``, the connect
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
+import math
 import socket
 import threading
 import time
@@ -48,9 +53,16 @@ from dataplane.kafka import codec as kc
 from dataplane.kafka.admin import KafkaAdmin
 from dataplane.kafka.auto_create import AutoCreateSettings, AutoTopicCreation, is_internal
 from dataplane.kafka.config_resources import KafkaConfigResources
+from dataplane.kafka.connection_limits import (
+    Admission,
+    ConnectionLimits,
+    ConnectionQuotas,
+    ListenerLimits,
+    RequestPermits,
+)
 from dataplane.kafka.describe_quorum import KafkaDescribeQuorum
 from dataplane.kafka.describe_topic_partitions import KafkaDescribeTopicPartitions
-from dataplane.kafka.features import api_versions_features
+from dataplane.kafka.features import api_versions_features, disabled_apis, feature_refusal
 from dataplane.kafka.fetch import KafkaFetch
 from dataplane.kafka.fetch_sessions import CACHE_SLOTS_DEFAULT
 from dataplane.kafka.groups import KafkaGroups
@@ -74,6 +86,7 @@ from dataplane.kafka.sasl import (
 from dataplane.kafka.security_admin import KafkaSecurityAdmin
 from dataplane.kafka.share import KafkaShare
 from dataplane.kafka.transactions import KafkaTransactions, TransactionServices
+from metadata_quorum.broker_describe import NodeConfigView
 from metadata_quorum.client import ControllerClient
 from metadata_quorum.group_configs import GroupRules
 from metadata_quorum.security.acl import CLUSTER_NAME, ResourceType
@@ -96,6 +109,25 @@ ACCEPT_BACKLOG = 128
 
 class _DropResponse(Exception):
     """Fault injection (fault.produce.drop.response.every) lost this answer: close instead."""
+
+
+class _RequestFailed(Exception):
+    """A request whose handling raised what no handler should (a bug): logged once with its
+    traceback and the request's API, and its connection closed; the broker serves on."""
+
+    def __init__(self, frame: bytes, cause: Exception) -> None:
+        head = frame[:8].ljust(8, b"\0")
+        api_key, api_version = kc.API_KEY_VERSION.unpack_from(head)
+        (correlation_id,) = kc.SIZE.unpack_from(head, 4)
+        super().__init__(
+            f"unexpected error serving api key {api_key} v{api_version} (correlation id "
+            f"{correlation_id}): {type(cause).__name__}: {cause}"
+        )
+        self.cause = cause
+
+
+# Served by the connection's authenticator (dataplane/kafka/sasl.py), not by a handler.
+AUTHENTICATION_APIS = frozenset((kc.API_SASL_HANDSHAKE, kc.API_SASL_AUTHENTICATE))
 
 
 class _Call:
@@ -129,6 +161,10 @@ class KafkaListener:
         fetch_session_cache_slots: int = CACHE_SLOTS_DEFAULT,
         share_manager: SharePartitionManager | None = None,
         group_rules: GroupRules | None = None,
+        # this node's config file, for DescribeConfigs of this broker (None: every default)
+        node_configs: NodeConfigView | None = None,
+        limits: ListenerLimits | None = None,
+        connection_limits: Callable[[], ConnectionLimits] = ConnectionLimits,
     ) -> None:
         self.servicer = servicer
         self.ready = ready
@@ -143,7 +179,14 @@ class KafkaListener:
         self._connections: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._stopped = threading.Event()
+        # socket.request.max.bytes, queued.max.requests, connections.max.idle.ms (static) and
+        # max.connections(.per.ip) (dynamic): dataplane/kafka/connection_limits.py
+        self.limits = limits or ListenerLimits()
+        self.quotas = ConnectionQuotas(connection_limits)
+        self.requests = RequestPermits(self.limits.queued_max_requests)
         self._auto_create: AutoTopicCreation | None = None
+        self._share: KafkaShare | None = None
+        self._connection_index = itertools.count()
         # Fetch with its sessions (KIP-227), max.incremental.fetch.session.cache.slots of them
         self.fetch = KafkaFetch(servicer, LISTENER, fetch_session_cache_slots, clock_ms)
         self._handlers: dict[int, Callable[[kc.Request], kc.Data | None]] = {
@@ -162,6 +205,7 @@ class KafkaListener:
         topic_partitions = KafkaDescribeTopicPartitions(
             lambda described: servicer.Metadata(described, _Call()), is_internal,
             lambda: list(servicer.replicas.image.topic_ids), uuid_of,
+            lambda name: self._operations(authz.TOPIC, name, True),
         )  # fmt: skip
         self._handlers.update(topic_partitions.handlers())
         group_apis = KafkaGroups(groups, lambda: servicer.replicas.image, LISTENER, _Call)
@@ -172,13 +216,16 @@ class KafkaListener:
                 clock_ms,
             )  # fmt: skip
             self._handlers.update(share_apis.handlers())
+            self._share = share_apis  # told when a connection closes (its share sessions end)
         if transactions is not None:
             txn_apis = KafkaTransactions(transactions, groups, servicer, _Call)
             self._handlers.update(txn_apis.handlers())
-        # ListConfigResources, and groups' DescribeConfigs with this broker's group defaults
+        # ListConfigResources, and the DescribeConfigs this broker answers itself: groups (with
+        # its group defaults), itself (its node config), its loggers, client metrics
         config_resources = KafkaConfigResources(
-            lambda: servicer.replicas.image, group_rules or GroupRules(), servicer.access
-        )
+            lambda: servicer.replicas.image, group_rules or GroupRules(), servicer.access,
+            servicer.broker_id, node_configs,
+        )  # fmt: skip
         self._handlers.update(config_resources.handlers())
         if controller is not None:
             admin = KafkaAdmin(
@@ -227,6 +274,8 @@ class KafkaListener:
                 log.debug("Kafka connection from %s refused: still catching up", peer)
                 _close(connection)
                 continue
+            if not self._admit(connection, peer[0]):
+                continue
             connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with self._lock:
                 self._connections.add(connection)
@@ -234,30 +283,74 @@ class KafkaListener:
                 target=self._serve, args=(connection, peer), name="kafka-conn", daemon=True
             ).start()
 
+    def _admit(self, connection: socket.socket, host: str) -> bool:
+        """Whether the connection counts within max.connections.per.ip (else it is closed at
+        once); waits while the listener has max.connections open."""
+        verdict = self.quotas.inc(host, self._stopped)
+        if verdict is Admission.ADMIT:
+            return True
+        if verdict is Admission.REFUSE:
+            log.info(
+                "Rejected connection from %s, address already has the configured maximum of "
+                "%d connections", host, self.quotas.limit_for(host),
+            )  # fmt: skip
+        _close(connection)
+        return False
+
     def _serve(self, connection: socket.socket, peer: Any) -> None:
+        connection_id = self._connection_id(peer)
         try:
             connection, auth = self._authenticator(connection, peer[0])
             while not self._stopped.is_set():
-                # until authenticated, a client that stalls is closed (Kafka's idle timeout)
-                timeout_s = None if auth.authenticated else AUTHENTICATION_READ_TIMEOUT_S
+                # connections.max.idle.ms: a client that sends nothing, or stalls inside a
+                # request (slowloris), is closed; until authenticated, sooner
+                timeout_s = self.limits.idle_timeout_s
+                if not auth.authenticated:
+                    timeout_s = min(timeout_s or math.inf, AUTHENTICATION_READ_TIMEOUT_S)
                 if connection.gettimeout() != timeout_s:
                     connection.settimeout(timeout_s)
-                frame = _read_frame(connection)
+                frame = _read_frame(connection, self.limits.socket_request_max_bytes)
                 if frame is None:
                     return
-                answer = self.handle(frame, f"/{peer[0]}", auth)
+                answer = self._serve_request(frame, f"/{peer[0]}", auth, connection_id)
                 if answer is not None:
                     connection.sendall(answer)
         except ClosingAnswer as closing:
             with contextlib.suppress(OSError):
                 connection.sendall(closing.answer)
             log.info("Kafka connection from %s closed: %s", peer, closing)
+        except _RequestFailed as failed:
+            log.error("Kafka connection from %s closed: %s", peer, failed, exc_info=failed.cause)
         except (OSError, kc.FrameError, _DropResponse) as error:
             log.info("Kafka connection from %s closed: %s", peer, error)
         finally:
             with self._lock:
                 self._connections.discard(connection)
             _close(connection)
+            self.quotas.dec(peer[0])
+            if self._share is not None:  # its share sessions end, their records go back now
+                self._share.connection_closed(connection_id)
+
+    def _connection_id(self, peer: Any) -> str:
+        """Kafka's connection id: local address-peer address-index (unique per listener)."""
+        host, port = self.address
+        return f"{host}:{port}-{peer[0]}:{peer[1]}-{next(self._connection_index)}"
+
+    def _serve_request(
+        self, frame: bytes, client_host: str, auth: ConnectionAuthenticator, connection_id: str
+    ) -> bytes | None:
+        """One request, served once queued.max.requests leaves room (while the connection
+        waits it reads nothing more: back-pressure)."""
+        if not self.requests.acquire(self._stopped):
+            raise OSError("the listener stopped")
+        try:
+            return self.handle(frame, client_host, auth, connection_id)
+        except (OSError, kc.FrameError, _DropResponse):  # FrameError: ClosingAnswer too
+            raise
+        except Exception as error:  # a handler's bug: this connection closes, not the broker
+            raise _RequestFailed(frame, error) from error
+        finally:
+            self.requests.release()
 
     def _authenticator(
         self, connection: socket.socket, host: str
@@ -290,7 +383,11 @@ class KafkaListener:
         )
 
     def handle(
-        self, frame: bytes, client_host: str = "", auth: ConnectionAuthenticator | None = None
+        self,
+        frame: bytes,
+        client_host: str = "",
+        auth: ConnectionAuthenticator | None = None,
+        connection_id: str = "",
     ) -> bytes | None:
         """The response frame to one request frame (None: acks=0 produce, no answer), served
         as `auth`'s session (default: an ANONYMOUS PLAINTEXT connection). Raises FrameError
@@ -298,7 +395,7 @@ class KafkaListener:
         if auth is not None and auth.expects_raw_token:
             return self._raw_token(frame, auth)
         try:
-            request = kc.parse_request(frame, client_host)
+            request = kc.parse_request(frame, client_host, connection_id)
         except kc.UnsupportedVersion as unsupported:
             if unsupported.api_key != kc.API_VERSIONS:
                 raise
@@ -310,12 +407,35 @@ class KafkaListener:
         if not isinstance(step, Serve):
             return self._sasl_answer(request, step)
         with acting_as(auth.session):
-            data = self._handlers[request.api_key](request)
+            # an API the finalized feature levels switch off is refused (kafka/features.py)
+            refused = feature_refusal(self.servicer.replicas.image, request)
+            data = refused if refused is not None else self._handler(request)(request)
+        # Kafka's request logger's line, at DEBUG: the BROKER_LOGGER resource turns it on
+        log.debug(
+            "Completed request: api key %d v%d, correlation id %d, client %s from %s as %s",
+            request.api_key, request.api_version, request.correlation_id, request.client_id,
+            client_host, auth.session.principal,
+        )  # fmt: skip
         if data is None:
             return None
         return kc.encode_response(
             request.api_key, request.api_version, request.correlation_id, data
         )
+
+    def _handler(self, request: kc.Request) -> Callable[[kc.Request], kc.Data | None]:
+        """The API's handler. One this listener was built without (the admin APIs need the
+        controller) is not advertised, and a request for it closes the connection, as Kafka's
+        broker does for an API it has not enabled."""
+        handler = self._handlers.get(request.api_key)
+        if handler is None:
+            raise kc.FrameError(
+                f"Received request api key {request.api_key} with version "
+                f"{request.api_version} which is not enabled"
+            )
+        return handler
+
+    def _enabled(self, api_key: int) -> bool:
+        return api_key in self._handlers or api_key in AUTHENTICATION_APIS
 
     def _raw_token(self, frame: bytes, auth: ConnectionAuthenticator) -> bytes:
         """After SaslHandshake v0 the frame is a bare SASL token, and so is the reply."""
@@ -348,11 +468,14 @@ class KafkaListener:
         return {**self._api_versions_data(ErrorCode.NONE), **features}
 
     def _api_versions_data(self, error: ErrorCode) -> kc.Data:
+        """The APIs served, but those the finalized feature levels switch off."""
+        disabled = disabled_apis(self.servicer.replicas.image)
         return {
             "error_code": error.code,
             "api_keys": [
                 {"api_key": key, "min_version": low, "max_version": high}
                 for key, (low, high) in sorted(kc.SUPPORTED.items())
+                if key not in disabled and self._enabled(key)
             ],
             "throttle_time": 0,
         }
@@ -637,14 +760,19 @@ def _read_exactly(connection: socket.socket, size: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def _read_frame(connection: socket.socket) -> bytes | None:
-    """The next request frame, None when the client closed the connection between frames."""
+def _read_frame(connection: socket.socket, max_bytes: int = kc.MAX_FRAME_BYTES) -> bytes | None:
+    """The next request frame, None when the client closed the connection between frames. A
+    size above ``max_bytes`` (socket.request.max.bytes) closes the connection before anything
+    is read or allocated for it (Kafka's InvalidReceiveException)."""
     head = _read_exactly(connection, kc.SIZE.size)
     if head is None:
         return None
     (size,) = kc.SIZE.unpack(head)
-    if not 0 < size <= kc.MAX_FRAME_BYTES:
-        raise kc.FrameError(f"frame size {size} outside 1..{kc.MAX_FRAME_BYTES}")
+    if not 0 < size <= max_bytes:
+        raise kc.FrameError(
+            f"Invalid receive (size = {size} larger than {max_bytes}: socket.request.max.bytes)"
+            if size > max_bytes else f"Invalid receive (size = {size})"
+        )  # fmt: skip
     frame = _read_exactly(connection, size)
     if frame is None:
         raise kc.FrameError("the connection closed inside a frame")

@@ -57,11 +57,17 @@ class KafkaShare:
         )
         error = self.requests.fetch(
             body.group_id or "", body.member_id or "", body.share_session_epoch, named,
-            forgotten, limits,
+            forgotten, limits, request.connection_id,
         )  # fmt: skip
         if error is not None:
             return _fetch_answer(error, 0, [], [])
-        return _fetch_answer(None, self.requests.lock_duration_ms, *self._topics(named, fetch=True))
+        lock_ms = self.requests.lock_duration_ms(body.group_id or "")
+        return _fetch_answer(None, lock_ms, *self._topics(named, fetch=True))
+
+    def connection_closed(self, connection_id: str) -> None:
+        """The listener's connection closed: the share sessions it opened end, their records
+        go to the other members at once."""
+        self.requests.connection_closed(connection_id)
 
     def share_acknowledge(self, request: kc.Request) -> kc.Data:
         body = request.body

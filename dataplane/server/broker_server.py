@@ -57,9 +57,11 @@ from dataplane.coordinator.transaction_coordinator import (
 )
 from dataplane.coordinator.transaction_markers import Channels, TransactionVerifier
 from dataplane.kafka.auto_create import AutoCreateSettings
+from dataplane.kafka.connection_limits import DynamicConnectionLimits, ListenerLimits
 from dataplane.kafka.listener import LISTENER as KAFKA_LISTENER
 from dataplane.kafka.listener import KafkaListener
 from dataplane.kafka.sasl import KafkaListenerSecurity
+from metadata_quorum.broker_describe import NodeConfigView
 from metadata_quorum.client import ControllerClient
 from metadata_quorum.codec import record_from_proto, snapshot_from_proto
 from metadata_quorum.group_configs import GroupRules
@@ -131,12 +133,18 @@ class BrokerSettings:
     # groups' configs (Kafka 4): this node's defaults, bounds and file-set keys, for
     # DescribeConfigs of a group on the KAFKA listener (metadata_quorum/group_configs.py)
     group_rules: GroupRules = field(default_factory=GroupRules)
+    # this node's config file as DescribeConfigs of this broker lists it (Kafka's KafkaConfig;
+    # metadata_quorum/broker_describe.py)
+    node_configs: NodeConfigView = field(default_factory=NodeConfigView)
     fault_produce_drop_response_every: int = 0  # chaos testing only: see ProduceResponseDropper
     kafka_listener: tuple[str, int] | None = None  # KAFKA://host:port: Kafka's binary protocol
     replica_selector: str | None = None  # replica.selector.class (KIP-392)
     fetch_session_cache_slots: int = 1000  # max.incremental.fetch.session.cache.slots
     # its TLS and SASL (listener.security.protocol.map, ssl.*, sasl.enabled.mechanisms, ...)
     kafka_security: KafkaListenerSecurity | None = None
+    # socket.request.max.bytes, queued.max.requests, connections.max.idle.ms: the KAFKA
+    # listener's, and the gRPC BROKER listener's where gRPC has the same limit (`grpc_limits`)
+    kafka_limits: ListenerLimits = field(default_factory=ListenerLimits)
     # auto.create.topics.enable, num.partitions, default.replication.factor (Kafka clients'
     # Metadata requests create missing topics: dataplane/kafka/auto_create.py)
     auto_create: AutoCreateSettings = field(default_factory=AutoCreateSettings)
@@ -152,6 +160,31 @@ class BrokerSettings:
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
+
+
+GRPC_INT_MAX = 2**31 - 1
+
+
+def grpc_limits(settings: BrokerSettings) -> list[tuple[str, int]]:
+    """Kafka's limits as the BROKER listener's gRPC server options, where gRPC has one:
+    socket.request.max.bytes bounds a message received, queued.max.requests the streams one
+    connection has open at once (HTTP/2 flow control makes the client wait for more),
+    connections.max.idle.ms closes a connection with no call for that long (GOAWAY: clients
+    reconnect when they next call), and max.connections, when the node config file sets it, the
+    connections gRPC accepts (fixed at start: gRPC cannot change it while serving; the per-IP
+    limits have no gRPC counterpart)."""
+    limits = settings.kafka_limits
+    options = [
+        ("grpc.max_receive_message_length", limits.socket_request_max_bytes),
+        ("grpc.max_concurrent_streams", min(limits.queued_max_requests, GRPC_INT_MAX)),
+    ]
+    if limits.connections_max_idle_ms >= 0:
+        idle_ms = min(max(limits.connections_max_idle_ms, 1), GRPC_INT_MAX)
+        options.append(("grpc.max_connection_idle_ms", idle_ms))
+    max_connections = dict(settings.replica.static_broker_configs).get("max.connections")
+    if max_connections is not None:
+        options.append(("grpc.max_allowed_incoming_connections", int(max_connections)))
+    return options
 
 
 def wall_clock_ms() -> int:
@@ -269,6 +302,13 @@ class Broker:
                 fetch_session_cache_slots=settings.fetch_session_cache_slots,
                 share_manager=self.share_manager,
                 group_rules=settings.group_rules,
+                node_configs=settings.node_configs,
+                limits=settings.kafka_limits,
+                connection_limits=DynamicConnectionLimits(
+                    lambda: self.replicas.image,
+                    settings.broker_id,
+                    dict(settings.replica.static_broker_configs),
+                ),
             )
         )
         self.image = MetadataImage()
@@ -313,7 +353,7 @@ class Broker:
         self.server = serve(
             self.servicer, self.settings.address, self.group_servicer, ready=self.serving,
             transactions=self.transaction_servicer, security=security,
-            shares=self.share_servicer,
+            shares=self.share_servicer, limit_options=grpc_limits(self.settings),
         )  # fmt: skip
         if self.kafka is not None:
             self.kafka.start()

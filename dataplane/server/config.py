@@ -42,7 +42,18 @@ from pydantic import (
 )
 
 from dataplane.broker.replica_selector import RACK_AWARE_REPLICA_SELECTOR, REPLICA_SELECTORS
+from dataplane.kafka.connection_limits import (
+    CONNECTIONS_MAX_IDLE_MS_DEFAULT,
+    QUEUED_MAX_REQUESTS_DEFAULT,
+    SOCKET_REQUEST_MAX_BYTES_DEFAULT,
+    ListenerLimits,
+)
 from metadata_quorum.configs import BROKER_KEYS, validate_broker_log_configs
+from metadata_quorum.connection_configs import (
+    PER_IP_OVERRIDES_MAX_CHARS,
+    check_per_ip_limits,
+    parse_per_ip_overrides,
+)
 from metadata_quorum.group_configs import BROKER_SYNONYMS as GROUP_BROKER_SYNONYMS
 from metadata_quorum.group_configs import GroupConfigBounds, GroupConfigs, GroupRules
 from metadata_quorum.security.authorization import STANDARD_AUTHORIZERS, AuthorizerSettings
@@ -194,6 +205,41 @@ class NodeConfig(BaseModel):
     follower_replication_throttled_rate: int | None = Field(
         None, alias="follower.replication.throttled.rate", ge=0, le=INT64_MAX
     )
+    # Kafka's connection limits, dynamic too (None: not set here; Kafka's default, 2^31-1, is
+    # unlimited), and the KAFKA listener's static ones: dataplane/kafka/connection_limits.py
+    max_connections: int | None = Field(None, alias="max.connections", ge=0, le=2**31 - 1)
+    max_connections_per_ip: int | None = Field(
+        None, alias="max.connections.per.ip", ge=0, le=2**31 - 1
+    )
+    max_connections_per_ip_overrides: str | None = Field(
+        None, alias="max.connections.per.ip.overrides", max_length=PER_IP_OVERRIDES_MAX_CHARS
+    )
+    socket_request_max_bytes: int = Field(
+        SOCKET_REQUEST_MAX_BYTES_DEFAULT, alias="socket.request.max.bytes", ge=1, le=2**31 - 1
+    )
+    queued_max_requests: int = Field(
+        QUEUED_MAX_REQUESTS_DEFAULT, alias="queued.max.requests", ge=1, le=2**31 - 1
+    )
+    connections_max_idle_ms: int = Field(
+        CONNECTIONS_MAX_IDLE_MS_DEFAULT, alias="connections.max.idle.ms", ge=-1, le=INT64_MAX
+    )
+
+    @model_validator(mode="after")
+    def _connection_limits(self) -> NodeConfig:
+        """max.connections.per.ip.overrides as Kafka reads it; a per-IP limit of 0 needs it."""
+        overrides = self.max_connections_per_ip_overrides or ""
+        parse_per_ip_overrides(overrides)
+        if self.max_connections_per_ip is not None:
+            check_per_ip_limits(self.max_connections_per_ip, overrides)
+        return self
+
+    @property
+    def listener_limits(self) -> ListenerLimits:
+        """The KAFKA listener's static limits."""
+        return ListenerLimits(
+            self.socket_request_max_bytes, self.queued_max_requests, self.connections_max_idle_ms
+        )
+
     # Not a Kafka setting: the bytes at the end of each partition's log kept in the page cache;
     # older ones are written back and dropped from it (raftlog.log.Log.release_page_cache).
     # 0 leaves the page cache to the kernel, as Kafka does.
@@ -294,10 +340,10 @@ class NodeConfig(BaseModel):
         15_000, alias="group.share.max.heartbeat.interval.ms", ge=1, le=2**31 - 1
     )
     group_share_min_record_lock_duration_ms: int = Field(
-        15_000, alias="group.share.min.record.lock.duration.ms", ge=1000, le=2**31 - 1
+        15_000, alias="group.share.min.record.lock.duration.ms", ge=1_000, le=30_000
     )
     group_share_max_record_lock_duration_ms: int = Field(
-        60_000, alias="group.share.max.record.lock.duration.ms", ge=1000, le=2**31 - 1
+        60_000, alias="group.share.max.record.lock.duration.ms", ge=30_000, le=3_600_000
     )
     offsets_topic_num_partitions: int = Field(
         50, alias="offsets.topic.num.partitions", ge=1, le=10_000
@@ -376,6 +422,10 @@ class NodeConfig(BaseModel):
     )  # fmt: skip
     share_coordinator_write_timeout_ms: int = Field(
         5_000, alias="share.coordinator.write.timeout.ms", ge=1, le=600_000
+    )
+    # updates written between two snapshots of a share partition's state (0: only snapshots)
+    share_coordinator_snapshot_update_records_per_snapshot: int = Field(
+        500, alias="share.coordinator.snapshot.update.records.per.snapshot", ge=0, le=100_000
     )
 
     # -- security (docs/security.md) ---------------------------------------------------------

@@ -37,6 +37,7 @@ from dataplane.kafka.auto_create import AutoCreateSettings
 from dataplane.kafka.sasl import KafkaListenerSecurity
 from dataplane.server.broker_server import Broker, BrokerSettings
 from dataplane.server.config import NodeConfig
+from dataplane.server.node_config_view import node_config_view
 from metadata_quorum.client import ControllerClient
 from metadata_quorum.codec import voter_from_proto
 from metadata_quorum.controller import MetadataState, QuorumController
@@ -95,6 +96,7 @@ class ControllerRole:
 
     def stop(self) -> None:
         self.servicer.stop_streams = True
+        self.state.close()  # FetchMetadata streams end now, not after their max wait
         self.server.stop(grace=SHUTDOWN_GRACE_S).wait(SHUTDOWN_GRACE_S)
         self.controller.close()
         self.metadata_log.close()
@@ -249,6 +251,7 @@ def start_broker(config: NodeConfig, metrics: NodeMetrics) -> Broker:
         fault_produce_drop_response_every=config.fault_produce_drop_response_every,
         kafka_listener=config.listener("KAFKA"),
         kafka_security=kafka_listener_security(config),
+        kafka_limits=config.listener_limits,
         auto_create=AutoCreateSettings(
             enabled=config.auto_create_topics_enable,
             num_partitions=config.num_partitions,
@@ -314,6 +317,9 @@ def start_broker(config: NodeConfig, metrics: NodeMetrics) -> Broker:
             state_topic_min_isr=config.share_coordinator_state_topic_min_isr,
             state_topic_segment_bytes=config.share_coordinator_state_topic_segment_bytes,
             write_timeout_ms=config.share_coordinator_write_timeout_ms,
+            snapshot_update_records_per_snapshot=(
+                config.share_coordinator_snapshot_update_records_per_snapshot
+            ),
         ),
         share=ShareSettings(
             record_lock_duration_ms=config.group_share_record_lock_duration_ms,
@@ -322,6 +328,7 @@ def start_broker(config: NodeConfig, metrics: NodeMetrics) -> Broker:
             max_share_sessions=config.group_share_max_share_sessions,
         ),
         group_rules=config.group_rules(),
+        node_configs=node_config_view(config),
     )
     broker = Broker(settings, Path(config.log_dirs), metrics)
     broker.start()

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":  # a node or a command of its own (``python -m dataplane.tools.cli``)
+    # kio's types import hypothesis when it is installed (a development venv) for strategies
+    # no node uses: a third of every node's and command's start-up CPU. Not in a process that
+    # imports this module by name (a test session, which needs hypothesis).
+    sys.modules["hypothesis"] = None  # type: ignore[assignment]
+
 import json
 import logging
-import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Annotated
@@ -19,6 +26,7 @@ from dataplane.client import TopicPartition
 from dataplane.server.config import NodeConfig
 from dataplane.server.node import run
 from dataplane.tools.broker_membership import decommission, rebalance_leaders
+from dataplane.tools.check_data import check_node_dir, format_report
 from dataplane.tools.client_commands import (
     DEFAULT_BOOTSTRAP,
     BootstrapOption,
@@ -489,6 +497,20 @@ def _transaction_column(data: bytes, position: int, header: BatchHeader) -> str:
         return f"control: {error.message}"
     verb = "COMMIT" if marker.commit else "ABORT"
     return f"{verb} marker (coordinator epoch {marker.coordinator_epoch})"
+
+
+@app.command("check-data")
+def check_data(
+    data_dir: Annotated[
+        Path, typer.Argument(exists=True, file_okay=False, help="a stopped node's log.dirs")
+    ],
+) -> None:
+    """Check a stopped node's files (CRCs below the log end, indexes, checkpoints, the metadata
+    journal); exit 1 with each problem printed, like kafka-dump-log --verify for a node."""
+    report = check_node_dir(data_dir)
+    print(format_report(report, data_dir))
+    if not report.ok:
+        raise typer.Exit(1)
 
 
 PLUGIN_GROUP = "raftlog.cli"

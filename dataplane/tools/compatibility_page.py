@@ -26,7 +26,11 @@ from pydantic import BaseModel
 from dataplane.kafka.codec import SUPPORTED
 from dataplane.server.config import NodeConfig
 from dataplane.tools.kafka_broker_configs import BY_NAME as KAFKA_BY_NAME
-from dataplane.tools.kafka_broker_configs import KAFKA_BROKER_CONFIGS, KafkaBrokerConfig
+from dataplane.tools.kafka_broker_configs import (
+    KAFKA_BROKER_CONFIGS,
+    KAFKA_RELEASE,
+    KafkaBrokerConfig,
+)
 from metadata_quorum.configs import (
     BROKER_KEYS,
     CLUSTER_KEYS,
@@ -37,6 +41,7 @@ from metadata_quorum.configs import (
 from metadata_quorum.topic_config_defs import (
     BROKER_SYNONYMS,
     DYNAMIC_BROKER_SYNONYMS,
+    NOT_KAFKA_TOPIC_CONFIGS,
     TOPIC_CONFIG_DEFS,
 )
 from raftlog.config import INT64_MAX, LogConfig
@@ -51,6 +56,11 @@ API_NAMES = {"sasl_handshake": "SaslHandshake", "k_raft_version_record": "KRaftV
 # the check below fails until a reason or the API is added)
 INTER_NODE = "between Kafka's own nodes; raftlog's nodes speak gRPC to each other"
 SHARE_GROUPS = "share groups (KIP-932): not yet"
+# as a Kafka broker whose metrics reporters include none implementing ClientTelemetry
+_TELEMETRY = (
+    "client telemetry (KIP-714): no metrics reporter implements ClientTelemetry, so, as Kafka, "
+    "not advertised and clients push none (subscriptions are stored: CLIENT_METRICS configs)"
+)
 NOT_SERVED: dict[int, str] = {
     38: "delegation tokens: out of scope",
     39: "delegation tokens: out of scope",
@@ -68,8 +78,8 @@ NOT_SERVED: dict[int, str] = {
     63: INTER_NODE,
     67: INTER_NODE,
     70: INTER_NODE,
-    71: "client telemetry (KIP-714): not advertised, so clients send none",
-    72: "client telemetry (KIP-714): not advertised, so clients send none",
+    71: _TELEMETRY,
+    72: _TELEMETRY,
     73: INTER_NODE,
     82: INTER_NODE,
     83: INTER_NODE,
@@ -151,6 +161,8 @@ def topic_config_rows() -> list[str]:
     for name, spec in sorted(TOPIC_CONFIG_DEFS.items()):
         synonyms = ", ".join(f"`{s.name}`" for s in spec.synonyms) or "—"
         here = "honoured" if spec.no_effect is None else f"accepted, no effect: {spec.no_effect}"
+        if name in NOT_KAFKA_TOPIC_CONFIGS:
+            here += f" (not a Kafka {KAFKA_RELEASE} topic config: {NOT_KAFKA_TOPIC_CONFIGS[name]})"
         default = _default(defaults[name])
         rows.append(f"| `{name}` | {spec.type.name} | {default} | {synonyms} | {here} |")
     return rows
@@ -187,7 +199,6 @@ RAFTLOG_ONLY: dict[str, str] = {
     "controller.quorum.raft.transport.security": "protects the Raft transport",
     "controlled.shutdown.timeout.ms": "bounds a broker's controlled shutdown",
     "fault.produce.drop.response.every": "fault injection for chaos tests",
-    "group.share.max.share.sessions": "share sessions kept (a later Kafka's name)",
     "log.cache.tail.bytes": "page cache kept per partition",
     "topic.config.defaults": "internal: the `log.*` keys a file sets, gathered",
     "allow.everyone.if.no.acl.found": "StandardAuthorizer's own config (not in KafkaConfig)",
@@ -200,7 +211,7 @@ RAFTLOG_ONLY: dict[str, str] = {
 
 _TIERED = "no tiered storage"
 _THREADS = "asyncio and gRPC: no thread pools to size"
-_SOCKETS = "the listeners are asyncio and gRPC servers; their limits are fixed"
+_SOCKETS = "not among the listeners' limits (docs/operations.md#connection-limits)"
 _SASL = "SASL mechanisms here: PLAIN and SCRAM; no Kerberos, no OAUTHBEARER, no JAAS"
 _QUORUM = "the metadata log is pysyncobj's Raft: its own timing and snapshots"
 _INTER = "nodes speak gRPC on the BROKER and CONTROLLER listeners"
@@ -242,7 +253,7 @@ REFUSED_WHY: tuple[tuple[str, str], ...] = (
     ("replication.quota.", "the replication throttles' window is fixed"),
     ("alter.log.dirs", _ONE_DIR), ("replica.alter.log.dirs", _ONE_DIR),
     ("log.dir.failure", _ONE_DIR), ("metadata.log.dir", _ONE_DIR),
-    ("eligible.leader.replicas", "eligible leader replicas (KIP-966): not yet"),
+    ("group.streams.", "streams groups (KIP-1071): not yet"),
     (".purgatory.", "delayed requests wait on asyncio futures: no purgatory to purge"),
     ("initial.broker.registration", _DEADLINES), ("controller.socket", _DEADLINES),
     ("replica.socket.", _DEADLINES), ("request.timeout.ms", _DEADLINES),
@@ -272,7 +283,9 @@ def _refused_why(name: str) -> str:
 def classify(config: KafkaBrokerConfig) -> BrokerConfigClass:
     name = config.name
     if name in node_keys():
-        return BrokerConfigClass(config, HONOURED, "node config file")
+        dynamic = name in BROKER_KEYS  # also a dynamic broker config, as in Kafka
+        where = "node config file" + (", and through the controller (AlterConfigs)" * dynamic)
+        return BrokerConfigClass(config, HONOURED, where)
     if name in RENAMED:
         return BrokerConfigClass(config, RENAMED_CLASS, f"as `{RENAMED[name]}`")
     if name in BROKER_SYNONYMS:
@@ -341,18 +354,24 @@ def render_page() -> str:
         "What a Kafka client meets on raftlog's KAFKA listener ([The Kafka protocol]"
         "(kafka-protocol.md)), and which config keys raftlog takes. Generated from the code "
         f"that decides: kio {KIO_VERSION}'s copy of Kafka's message definitions and the "
-        "listener's supported versions; the config models that validate each key.",
+        "listener's supported versions; the config models that validate each key. The lists "
+        f"of Kafka's topic, group and broker configs are Kafka {KAFKA_RELEASE}'s, from its "
+        "released documentation.",
         "",
         f"## API keys ({served} served) {{#apis}}",
         "",
         "A client asks ApiVersions first and uses only what is advertised; an API or version "
-        "not served closes the connection (ApiVersions itself answers UNSUPPORTED_VERSION).",
+        "not served closes the connection (ApiVersions itself answers UNSUPPORTED_VERSION). "
+        "*Kafka defines* is kio's copy of Kafka's message definitions, taken from Kafka's "
+        f"development branch after {KAFKA_RELEASE}: for some APIs its newest version is later "
+        f"than Kafka {KAFKA_RELEASE}'s.",
         "",
         *api_rows(),
         "",
         "## Topic configs {#topic-configs}",
         "",
-        "Kafka 4's topic config set, per topic (CreateTopics, AlterConfigs, "
+        f"Kafka {KAFKA_RELEASE}'s topic config set (from its released documentation), per "
+        "topic (CreateTopics, AlterConfigs, "
         "IncrementalAlterConfigs, `raftlog topic create --config`); each one's default for a "
         "broker or the cluster is set by its broker synonyms ([Every topic config]"
         "(storage.md#topic-configs) explains the precedence). Any other key is refused with "
@@ -378,8 +397,10 @@ def render_page() -> str:
         "",
         f"## Kafka's broker configs ({broker_config_heading()}) {{#kafka-broker-configs}}",
         "",
-        "Every broker config Kafka 4 defines (dataplane/tools/kafka_broker_configs.py, from "
-        "Kafka's ConfigDefs), grouped by the Kafka class that defines it, with Kafka's default "
+        f"Every broker config Kafka {KAFKA_RELEASE} defines, from its released documentation "
+        "(metadata_quorum/kafka_broker_configs.py), with the three dynamic-only broker quotas "
+        "it leaves out of that list, grouped by the Kafka class that defines it, with Kafka's "
+        "default "
         "and update mode (read-only: the properties file only; per-broker, cluster-wide: "
         "AlterConfigs without a restart). *Here*: honoured (a node config key of that name, or "
         "a setting the controller takes); honoured under another name; a topic-config default "

@@ -1,5 +1,7 @@
 """The short chaos run of CI: ``raftlog chaos run`` for 90 s, fixed seed, 3 nodes, every fault
-kind, and not one finding.
+kind (`FAULT_KINDS`: ``power-loss`` too, so each node's data is on a forgetful filesystem) in
+the fsync durability mode, and not one finding, the crash-consistency check of every node's
+files included.
 
 The run is the real command in its own process: it starts its own cluster on 127.0.0.131-133
 and a membership fault's new controller on 127.0.0.137 as node users (the addresses reserved
@@ -83,6 +85,11 @@ def chaos_run(tmp_path: Path) -> Iterator[tuple[subprocess.CompletedProcess[str]
     args = [
         "--seed", str(SEED), "--duration", "90s", "--faults", ",".join(FAULT_KINDS),
         "--nodes", "3", "--first-host", "131", "--spare-host", "137",
+        # fsync before acknowledging: in Kafka's default mode a power cut of an ISR shrunk to
+        # its leader alone loses what that leader acknowledged (Kafka closes that with KIP-966,
+        # which raftlog does not have yet: docs/chaos.md, "Durability modes"); the other chaos
+        # runs (secure, transactions) keep the default mode under kills
+        "--durability", "fsync",
     ]  # fmt: skip
     with running_chaos(args, tmp_path, RUN_TIMEOUT_S) as run:
         yield run

@@ -25,6 +25,7 @@ from chaos.history import (
     CommittedObservation,
     Consumed,
     ControllerImage,
+    DataCheck,
     FaultKind,
     FaultWindow,
     FinalPartition,
@@ -890,3 +891,82 @@ def test_acknowledged_consecutive_writes_all_read_back_check_clean(
     assert verdict.findings == []
     assert verdict.ok
     assert verdict.summary.acknowledged_writes == sum(map(len, gaps_s))
+
+
+# Power loss of every node: reported with Kafka's default durability, failed with fsync
+
+
+def power_loss_all_run() -> tuple[Run, int]:
+    """a0, a1 survive; a2, a3 (acknowledged before the cut) are on no disk; after the cut b0 is
+    stored at a2's offset, which the group had received and committed past."""
+    run = Run(partitions=1)
+    run.ack("a0", at=1.0)
+    run.ack("a1", at=1.5)
+    run.ack("a2", at=2.0, stored=False, acked_offset=2)
+    run.ack("a3", at=2.5, stored=False, acked_offset=3)
+    run.consumed.append(
+        Consumed(member="m1", topic=TOPIC, partition=0, offset=2, value="a2", time_s=3.0)
+    )
+    run.commit(0, 4, at=3.5)
+    cut = run.fault(5.0, 6.0, kind="power-loss-all")
+    run.observe(0, 2, at=7.0)  # the committed offsets were under the same durability
+    run.ack("b0", at=8.0)
+    run.consume(0, [0, 1], at=8.5)
+    return run, cut
+
+
+def test_a_tail_lost_to_power_loss_all_is_reported_with_the_default_durability() -> None:
+    run, cut = power_loss_all_run()
+    verdict = check(run.history())
+    assert verdict.ok, verdict.findings
+    assert verdict.summary.lost_writes == 0
+    assert verdict.summary.lost_to_power_loss == 2
+    (loss,) = verdict.summary.power_loss_losses
+    assert (loss.fault_id, loss.partition, loss.count) == (cut, 0, 2)
+    assert (loss.first_offset, loss.last_offset) == (2, 3)
+    assert Counter(f.kind for f in verdict.reported) == {
+        "lost-write": 2, "consumed-then-lost": 1, "committed-backwards": 1,
+    }  # fmt: skip
+
+
+def test_the_same_loss_fails_with_the_fsync_durability() -> None:
+    run, _ = power_loss_all_run()
+    verdict = check(run.history().model_copy(update={"durability": "fsync"}))
+    assert not verdict.ok
+    assert verdict.summary.lost_writes == 2 and verdict.summary.durability == "fsync"
+    assert verdict.reported == [] and verdict.summary.power_loss_losses == []
+
+
+def test_a_hole_below_a_surviving_write_fails_even_with_the_default_durability() -> None:
+    run = Run(partitions=1)
+    run.ack("a0", at=1.0)
+    run.ack("a1", at=1.5, stored=False, acked_offset=1)
+    run.ack("a2", at=2.0, acked_offset=2)
+    run.store("a2", offset=2)  # survived the cut that took a1 below it
+    run.logs[0] = {0: "a0", 2: "a2"}
+    run.fault(5.0, 6.0, kind="power-loss-all")
+    verdict = check(run.history())
+    assert [f.kind for f in verdict.findings] == ["lost-write"]
+    assert verdict.summary.power_loss_losses == []
+
+
+def test_a_loss_without_a_later_power_loss_all_fails() -> None:
+    run = Run(partitions=1)
+    run.fault(1.0, 2.0, kind="power-loss-all")
+    run.fault(3.0, 4.0, kind="power-loss")  # one node: the others hold what it lost
+    run.ack("a0", at=3.5, stored=False)
+    verdict = check(run.history())
+    assert [f.kind for f in verdict.findings] == ["lost-write"]
+
+
+def test_each_problem_of_a_nodes_files_is_a_crash_consistency_finding() -> None:
+    run = Run(partitions=1)
+    run.ack("a0")
+    checks = [
+        DataCheck(node_id=1, problems=[]),
+        DataCheck(node_id=2, problems=["events-0/00000000000000000000.log@0: bad CRC"]),
+    ]
+    verdict = check(run.history().model_copy(update={"data_checks": checks}))
+    assert [(f.kind, f.message) for f in verdict.findings] == [
+        ("crash-consistency", "node 2: events-0/00000000000000000000.log@0: bad CRC")
+    ]

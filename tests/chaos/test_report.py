@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 
 from chaos.history import (
-    FAULT_KINDS,
+    ALL_FAULT_KINDS,
     BatchEntry,
     Commit,
     CommittedObservation,
@@ -22,6 +22,7 @@ from chaos.history import (
     Finding,
     History,
     MetadataSample,
+    PowerLossLoss,
     ReplicaLog,
     Summary,
     Verdict,
@@ -335,6 +336,28 @@ def test_leader_changes_per_partition() -> None:
 
 
 def test_every_fault_kind_has_its_own_colour() -> None:
-    colours = [KIND_COLOURS.get(kind) for kind in FAULT_KINDS]
+    colours = [KIND_COLOURS.get(kind) for kind in ALL_FAULT_KINDS]
     assert None not in colours
     assert len(set(colours)) == len(colours)
+
+
+def test_what_power_loss_all_lost_is_shown_beside_a_pass(tmp_path: Path) -> None:
+    history = _empty_history().model_copy(update={"durability": "default"})
+    losses = [
+        PowerLossLoss(fault_id=3, topic=TOPIC, partition=1, count=12, first_offset=40,
+                      last_offset=51),
+    ]  # fmt: skip
+    reported = [Finding(kind="lost-write", message="write 'v-40' acknowledged at 40", faults=[3])]
+    summary = _summary(history, []).model_copy(
+        update={"lost_to_power_loss": 12, "power_loss_losses": losses}
+    )
+    verdict = Verdict(ok=True, findings=[], summary=summary, reported=reported)
+    console = Console(record=True, width=120)
+    print_summary(history, verdict, console)
+    text = console.export_text()
+    assert text.splitlines()[0].startswith("PASS")
+    assert re.search(r"lost to power-loss-all \(reported\)\s+│\s+12\b", text)
+    assert re.search(r"3\s+│\s+chaos-events-1\s+│\s+12\s+│\s+40-51", text)
+    page = write_report(history, verdict, tmp_path).read_text(encoding="utf-8")
+    assert "Lost to power-loss-all" in page and "40-51" in page and "v-40" in page
+    assert load_report(tmp_path) == (history, verdict)

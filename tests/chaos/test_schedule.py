@@ -92,3 +92,21 @@ def test_a_membership_fault_removes_a_voter_only_where_enough_are_left() -> None
         changes = {f.change for f in plan(7, 1200, ["membership"], nodes, 6)}
         assert changes == ({"add"} if nodes - 1 < VOTERS_MIN else {"add", "remove"}), nodes
     assert {f.change for f in plan(7, 1200, ["kill"], 5, 6)} == {"add"}  # not drawn
+
+
+def test_a_power_loss_fault_draws_its_cut_and_other_kinds_draw_none() -> None:
+    faults = plan(11, 1200, ["power-loss", "power-loss-all", "kill"], 3, 6)
+    power = [f for f in faults if f.kind in ("power-loss", "power-loss-all")]
+    assert {f.cut_mode for f in power} == {"all", "torn"}
+    assert len({f.cut_seed for f in power}) == len(power)
+    assert {(f.cut_mode, f.cut_seed) for f in faults if f.kind == "kill"} == {("all", 0)}
+    assert plan(11, 1200, ["power-loss", "kill"], 3, 6) == plan(
+        11, 1200, ["power-loss", "kill"], 3, 6
+    )
+
+
+def test_a_run_without_power_loss_keeps_the_schedule_it_had() -> None:
+    # the cut is drawn only for power-loss kinds: seeds of other runs replay as before
+    assert [(f.kind, f.at_s, f.node) for f in plan(5, 120, ["kill", "pause"], 3, 6)][:3] == [
+        ("kill", 9.6, 2), ("pause", 21.254, 0), ("kill", 30.999, 0),
+    ]  # fmt: skip

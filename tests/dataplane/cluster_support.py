@@ -43,7 +43,8 @@ RANGES = {
     # tests/dataplane/broker/test_disk_full.py: 164-166; tests/metadata_quorum/
     # test_quorum_disk_full.py's too (the same xdist group, in turn)
     "disk_full": 164,
-    # test_protocol.py, test_kafka_admin_extras.py, test_kafka_quorum_and_group_configs.py
+    # test_protocol.py, test_kafka_admin_extras.py, test_kafka_quorum_and_group_configs.py,
+    # test_feature_levels.py (one node, 171)
     "kafka": 171,  # (one xdist group, one module after the other)
     # also test_static_membership.py's, test_share_groups.py's and test_share_membership.py's
     # (the same xdist group, in turn)
@@ -91,13 +92,21 @@ RANGES = {
     # tests/dataplane/server/test_secure_grpc.py: 6-8 (9 and 10 are tests/metadata_quorum/
     # security/test_node_cert.py's and test_grpc_auth.py's in-process servers)
     "secure_grpc": 6,
+    # tests/dataplane/kafka/test_connection_limits_cluster.py: one node, 141; its flooding
+    # clients bind 142 and 143 as their source addresses. 141-145 are the raft tests' too
+    # (tests/metadata_quorum/raft_node.py HOSTS): it joins their xdist group "raft", in turn
+    "limits": 141,
     "secure_cluster": 189,  # tests/dataplane/tools/test_secure_cluster.py: two nodes, 189-190
     "spark_secure": 160,  # tests/spark/test_spark_secure.py: two nodes, 160-161
+    # tests/bench/test_soak.py: 67-69, the mirror's REST API on 70 (make soak's own addresses:
+    # a soak run and the suite do not run at once)
+    "soak": 67,
     # 127.0.0.251-254 are tests/metadata_quorum/test_raft_secret.py's (three voters, an outsider)
     # and bench/security_bench.py's (benchmarks run alone; 189-190 are its too)
     # 127.0.0.236-241 are tests/metadata_quorum/test_controller_membership.py's
     # 127.0.0.131-133 and 137 (a membership fault's new controller) are tests/chaos/
-    # test_chaos_run.py's and test_voter_changes.py's (one xdist group); 134-135 test_faults.py's
+    # test_chaos_run.py's, test_voter_changes.py's and test_power_loss_fault.py's (one xdist
+    # group); 134-135 test_faults.py's
     # 127.0.0.47-49 are bench/txn_bench.py's (tests/bench/test_txn_bench.py runs it in miniature)
     # 127.0.0.24 is tests/metadata_quorum/test_raft_power_loss.py's (one in-process voter)
     # 127.0.0.177-179 (and 180 for its port pick) are tests/chaos/test_chaos_transactions.py's

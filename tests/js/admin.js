@@ -107,6 +107,7 @@ main(async () => {
       name: broker.resources[0].resourceName,
       entries: broker.resources[0].configEntries.length,
       logRetentionMs: configValue(broker, 'log.retention.ms'),
+      logRetentionHours: configValue(broker, 'log.retention.hours'),
     }
 
     await admin.createPartitions({ topicPartitions: [{ topic: TOPIC, count: 3 }], timeout: 30000 })

@@ -5,7 +5,8 @@ Child (started by `NodeProcess`)::
     python -m tests.metadata_quorum.raft_node serve --self A --voters A,B,C --data-dir D
 
 reads one command per line on stdin and answers one JSON object per line on stdout:
-``append <text>``, ``append_many <count> <prefix>`` (pipelined), ``bench <count> <bytes>``,
+``append <text>``, ``append_many <count> <prefix>`` (pipelined),
+``bench <count> <bytes> [<latency samples>]``,
 ``state``, ``status``, ``compact``, ``add_voter <address>``, ``remove_voter <address>``,
 ``quit``. Its logs go to stderr (a file, never a pipe).
 
@@ -43,6 +44,7 @@ from typing import IO, Any
 
 from dataplane.tools.certificates import CertFiles, make_ca, make_cert
 from dataplane.tools.owned_process import popen_owned
+from metadata_quorum import raft
 from metadata_quorum.raft import (
     MetadataLog,
     MetadataLogError,
@@ -149,8 +151,9 @@ def _handle(log: MetadataLog, machine: ListMachine, words: list[str]) -> dict[st
         if command == "bench":
             machine.keep_payloads = False
             payload = os.urandom(int(args[1]))
+            samples = int(args[2]) if len(args) > 2 else LATENCY_SAMPLES
             count, seconds = _pipelined(log, (payload for _ in range(int(args[0]))))
-            latencies = sorted(_pipelined(log, [payload])[1] for _ in range(LATENCY_SAMPLES))
+            latencies = sorted(_pipelined(log, [payload])[1] for _ in range(samples))
             return {
                 "ok": True, "count": count, "seconds": seconds, "ops_per_s": count / seconds,
                 "latency_p50_ms": latencies[len(latencies) // 2] * 1e3,
@@ -180,6 +183,8 @@ def _handle(log: MetadataLog, machine: ListMachine, words: list[str]) -> dict[st
 
 def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(message)s")
+    if args.refusal_log_interval_s is not None:  # tests of refusals: a new line per phase sooner
+        raft._REFUSAL_LOG_INTERVAL_S = args.refusal_log_interval_s
     machine = ListMachine()
     secret = read_raft_secret(Path(args.secret_file)) if args.secret_file else None
     tls = None
@@ -365,7 +370,8 @@ def _bench_one(args: argparse.Namespace, fsync: bool, transport: str) -> dict[st
                 node.add_arguments(tls_arguments(Path(root) / "tls", host))
         try:
             cluster.start()
-            reply = cluster.leader().request(f"bench {args.count} {args.size}", 600.0)
+            command = f"bench {args.count} {args.size} {args.latency_samples}"
+            reply = cluster.leader().request(command, 600.0)
         finally:
             cluster.kill_all()
     assert reply["ok"], reply
@@ -429,9 +435,11 @@ def main() -> int:
     node.add_argument("--secret-file", default=None)
     node.add_argument("--tls-keystore", default=None)  # with --tls-truststore: TLS 1.3, mTLS
     node.add_argument("--tls-truststore", default=None)
+    node.add_argument("--refusal-log-interval-s", type=float, default=None)  # default: 10 s
     measure = commands.add_parser("bench")
     measure.add_argument("--count", type=int, default=20_000)
     measure.add_argument("--size", type=int, default=1024)
+    measure.add_argument("--latency-samples", type=int, default=LATENCY_SAMPLES)  # one at a time
     measure.add_argument("--hosts", default=",".join(HOSTS))
     measure.add_argument("--encryption", action="store_true")
     measure.add_argument("--rounds", type=int, default=1)

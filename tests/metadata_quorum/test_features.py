@@ -11,8 +11,13 @@ import pytest
 
 from metadata_quorum.features import (
     BOOTSTRAP_FEATURES,
+    CONSUMER_GROUP_PROTOCOL,
     FeatureUpdate,
     UpgradeType,
+    check_enabled,
+    check_voter_change_supported,
+    disabled_reason,
+    feature_level,
     finalized_features,
     generate_bootstrap_features,
     generate_update_features,
@@ -20,7 +25,7 @@ from metadata_quorum.features import (
 from metadata_quorum.image import MetadataImage, apply, from_records, to_records
 from metadata_quorum.records import FeatureLevelRecord, PartitionRecord, TopicRecord
 from metadata_quorum.replication import generate_create_partitions, generate_delete_topics
-from raftlog.errors import ErrorCode
+from raftlog.errors import ErrorCode, KafkaError
 
 UPGRADE, SAFE, UNSAFE = (
     UpgradeType.UPGRADE,
@@ -39,7 +44,7 @@ def test_bootstrap_writes_every_supported_feature_once() -> None:
     image = bootstrapped()
     assert image.features == {
         "group.version": 1, "kraft.version": 1, "metadata.version": 22,
-        "transaction.version": 1,
+        "share.version": 1, "transaction.version": 1,
     }  # fmt: skip
     assert image.features == dict(BOOTSTRAP_FEATURES)
     assert generate_bootstrap_features(image) == []  # written once
@@ -48,7 +53,7 @@ def test_bootstrap_writes_every_supported_feature_once() -> None:
     older = MetadataImage(features={"metadata.version": 22})
     assert generate_bootstrap_features(older) == [
         FeatureLevelRecord(name, BOOTSTRAP_FEATURES[name])
-        for name in ("group.version", "kraft.version", "transaction.version")
+        for name in ("group.version", "kraft.version", "share.version", "transaction.version")
     ]
     assert generate_bootstrap_features(lowered) == []
 
@@ -80,13 +85,15 @@ def update(
         (("group.version", 1, UpgradeType.UNKNOWN), "does not support the given upgrade type"),
         (("metadata.version", 23, UPGRADE), "only supports versions 7-22"),
         (("metadata.version", 6, SAFE), "only supports versions 7-22"),
-        (("share.version", 1, UPGRADE), "does not support this feature"),
+        (("share.version", 2, UPGRADE), "only supports versions 0-1"),
+        (("eligible.leader.replicas.version", 1, UPGRADE), "does not support this feature"),
+        (("streams.version", 1, UPGRADE), "does not support this feature"),
         (("group.version", -1, SAFE), "cannot be less than 0"),
         (("kraft.version", 0, SAFE), "Downgrading kraft.version is not supported"),
         (("metadata.version", 16, SAFE), "might delete metadata information"),
         (("metadata.version", 16, UNSAFE), "Unsafe metadata downgrade is not supported"),
-        (("metadata.version", 21, SAFE), "group.version could not be set to 1 because it "
-                                         "depends on metadata.version level 22"),
+        (("metadata.version", 20, SAFE), "kraft.version could not be set to 1 because it "
+                                         "depends on metadata.version level 21"),
     ],
 )  # fmt: skip
 def test_refused_updates_are_invalid_update_version(
@@ -122,16 +129,77 @@ def test_updates_are_all_or_nothing_and_validate_only_writes_nothing() -> None:
     assert records == [FeatureLevelRecord("transaction.version", 0)]  # group.version unchanged
 
 
-def test_metadata_version_downgrades_across_no_metadata_change_and_group_version_with_it() -> None:
+def test_metadata_version_downgrades_across_no_metadata_change() -> None:
     image = bootstrapped()
-    # 22 -> 18 crosses no level whose records changed (Kafka's didMetadataChange), but
-    # group.version 1 needs 22: both in one request
-    records, results = update(image, ("metadata.version", 18, SAFE), ("group.version", 0, SAFE))
+    # 22 -> 21 crosses no level whose records changed (Kafka's didMetadataChange); group.version
+    # 1 depends on no metadata.version (Kafka's GroupVersion), kraft.version 1 on 21
+    records, results = update(image, ("metadata.version", 21, SAFE))
+    assert {e for _, e, _ in results} == {ErrorCode.NONE}
+    assert records == [FeatureLevelRecord("metadata.version", 21)]
+
+
+def test_a_feature_is_checked_against_the_levels_proposed_with_it() -> None:
+    """Kafka's Feature.validateVersion: the dependencies hold in the proposed levels, so an
+    upgrade of kraft.version needs metadata.version 21 already or in the same request."""
+    low, _ = apply(bootstrapped(), [
+        FeatureLevelRecord("metadata.version", 20), FeatureLevelRecord("kraft.version", 0),
+    ])  # fmt: skip
+    _, results = update(low, ("kraft.version", 1, UPGRADE))
+    assert (
+        "kraft.version could not be set to 1 because it depends on metadata.version level 21"
+        in (results[0][2])
+    )
+    records, results = update(low, ("kraft.version", 1, UPGRADE), ("metadata.version", 21, UPGRADE))
     assert {e for _, e, _ in results} == {ErrorCode.NONE}
     assert records == [
-        FeatureLevelRecord("metadata.version", 18),
-        FeatureLevelRecord("group.version", 0),
+        FeatureLevelRecord("kraft.version", 1), FeatureLevelRecord("metadata.version", 21),
+    ]  # fmt: skip
+
+
+def test_group_and_share_versions_go_down_and_up_again() -> None:
+    image = bootstrapped()
+    records, results = update(image, ("group.version", 0, SAFE), ("share.version", 0, SAFE))
+    assert {e for _, e, _ in results} == {ErrorCode.NONE}
+    low, _ = apply(image, records)
+    assert feature_level(low, "group.version") == feature_level(low, "share.version") == 0
+    assert "share.version" not in finalized_features(low)
+    records, _ = update(low, ("group.version", 1, UPGRADE), ("share.version", 1, UPGRADE))
+    assert records == [
+        FeatureLevelRecord("group.version", 1),
+        FeatureLevelRecord("share.version", 1),
     ]
+
+
+@pytest.mark.parametrize(
+    ("features", "enabled"),
+    [({}, False), ({"group.version": 0}, False), ({"group.version": 1}, True)],
+)
+def test_check_enabled_is_unsupported_version_below_the_level(
+    features: dict[str, int], enabled: bool
+) -> None:
+    image = MetadataImage(features=features)
+    reason = disabled_reason(image, *CONSUMER_GROUP_PROTOCOL)
+    if enabled:
+        assert reason is None
+        check_enabled(image, *CONSUMER_GROUP_PROTOCOL)
+        return
+    assert reason == (
+        "the consumer group protocol (KIP-848) is not enabled: group.version is 0 (it needs 1)"
+    )
+    with pytest.raises(KafkaError) as refused:
+        check_enabled(image, *CONSUMER_GROUP_PROTOCOL)
+    assert refused.value.error is ErrorCode.UNSUPPORTED_VERSION
+
+
+def test_voter_changes_need_kraft_version_1() -> None:
+    check_voter_change_supported(bootstrapped(), "adding")
+    for features in ({}, {"kraft.version": 0}):
+        with pytest.raises(KafkaError) as refused:
+            check_voter_change_supported(MetadataImage(features=features), "removing")
+        assert refused.value.error is ErrorCode.UNSUPPORTED_VERSION
+        assert refused.value.message == (
+            "Cluster doesn't support removing voter because the kraft.version feature is 0"
+        )
 
 
 # -- internal topics -----------------------------------------------------------------------

@@ -42,6 +42,10 @@ DEFAULTS, BOUNDS = GroupConfigs(), GroupConfigBounds()
         ({"share.record.lock.duration.ms": "10000"}, "group.share.min.record.lock.duration.ms"),
         ({"share.auto.offset.reset": "none"}, "earliest, latest or by_duration"),
         ({"share.auto.offset.reset": "by_duration:-PT1H"}, "earliest, latest or by_duration"),
+        ({"share.isolation.level": "read_committed"}, None),
+        ({"share.isolation.level": "read_uncommitted"}, None),
+        ({"share.isolation.level": "READ_COMMITTED"}, "one of: read_committed, read_uncommitted"),
+        ({"share.isolation.level": "hello"}, "one of: read_committed, read_uncommitted"),
     ],
 )
 def test_validation_follows_kafkas_group_config(overrides: dict[str, str], message: str) -> None:
@@ -86,6 +90,12 @@ def test_overrides_lay_over_the_brokers_defaults() -> None:
         "6000", "static", "group.consumer.session.timeout.ms",
     )  # fmt: skip
     assert rows["share.session.timeout.ms"].origin == "default"
+    isolation = rows["share.isolation.level"]  # Kafka 4.1's, no broker synonym
+    assert (isolation.value, isolation.origin, isolation.synonym) == (
+        "read_uncommitted", "default", None,
+    )  # fmt: skip
+    committed = defaults.with_overrides({"share.isolation.level": "read_committed"})
+    assert committed.share_isolation_level == "read_committed"
 
 
 def test_the_controller_alters_a_group_with_its_rules() -> None:

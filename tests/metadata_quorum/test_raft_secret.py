@@ -22,6 +22,8 @@ from tests.metadata_quorum.raft_node import Cluster, NodeProcess, free_port
 HOSTS = ("127.0.0.251", "127.0.0.252", "127.0.0.253")  # reserved for this module
 OUTSIDER_HOST = "127.0.0.254"
 WAIT_S = 60.0
+# the voters log a refused host once a second (not every 10 s): each phase waits for a new line
+REFUSAL_LOG_EVERY_SECOND = ["--refusal-log-interval-s", "1.0"]
 
 
 def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
@@ -42,7 +44,8 @@ def _secret(path: Path, text: str) -> Path:
 def quorum(tmp_path: Path) -> Iterator[tuple[Cluster, str]]:
     secret = _secret(tmp_path / "raft.secret", "the-quorum-secret-0123456789")
     outsider = f"{OUTSIDER_HOST}:{free_port(OUTSIDER_HOST)}"
-    cluster = Cluster(tmp_path, ["--secret-file", str(secret)], hosts=HOSTS, others=(outsider,))
+    voter_args = ["--secret-file", str(secret), *REFUSAL_LOG_EVERY_SECOND]
+    cluster = Cluster(tmp_path, voter_args, hosts=HOSTS, others=(outsider,))
     try:
         cluster.start()
         yield cluster, outsider

@@ -27,7 +27,13 @@ from metadata_quorum.raft_tls import RaftPeers, RaftTlsFiles
 from metadata_quorum.security.principal import KafkaPrincipal
 from raftlog.config import ConfigError
 from tests.metadata_quorum.raft_node import Cluster, NodeProcess, free_port, tls_arguments
-from tests.metadata_quorum.test_raft_secret import WAIT_S, _refusals, _status, wait_until
+from tests.metadata_quorum.test_raft_secret import (
+    REFUSAL_LOG_EVERY_SECOND,
+    WAIT_S,
+    _refusals,
+    _status,
+    wait_until,
+)
 
 HOSTS = ("127.0.0.251", "127.0.0.252", "127.0.0.253")  # test_raft_secret.py's range
 OUTSIDER_HOST = "127.0.0.254"
@@ -36,7 +42,7 @@ OUTSIDER_HOST = "127.0.0.254"
 @pytest.fixture
 def quorum(tmp_path: Path) -> Iterator[tuple[Cluster, str]]:
     outsider = f"{OUTSIDER_HOST}:{free_port(OUTSIDER_HOST)}"
-    cluster = Cluster(tmp_path, [], hosts=HOSTS, others=(outsider,))
+    cluster = Cluster(tmp_path, REFUSAL_LOG_EVERY_SECOND, hosts=HOSTS, others=(outsider,))
     for node in cluster.nodes.values():
         node.add_arguments(tls_arguments(tmp_path / "ca", node.address.rsplit(":", 1)[0]))
     try:

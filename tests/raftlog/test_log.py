@@ -415,8 +415,9 @@ def test_retention_frees_the_blocks_outside_the_lock(
 ) -> None:
     """Retention renames the segments to ``*.deleted`` under the lock and deletes them after
     it: closing a deleted file frees its blocks, ~0.3 s for 512 MiB on this discard-mounted
-    disk, and an append must not wait for that."""
-    log = open_log(tmp_path, **{"segment.bytes": 2048, "retention.bytes": 1})
+    disk, and an append must not wait for that (file.delete.delay.ms=0: at once)."""
+    config = {"segment.bytes": 2048, "retention.bytes": 1, "file.delete.delay.ms": 0}
+    log = open_log(tmp_path, **config)
     for _ in range(6):
         log.append(make_batch(values_of(4, size=200)), leader_epoch=0)
     real_delete = LogSegment.delete

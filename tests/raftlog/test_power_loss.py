@@ -92,10 +92,11 @@ def _transaction(log: Log, model: Model, *, commit: bool) -> None:
     records = [Record(-1, BASE_TIMESTAMP_MS, None, f"txn-{log.log_end_offset}".encode())]
     batch = encode_batch(records, producer_id=PID, producer_epoch=0, base_sequence=0,
                          is_transactional=True)  # fmt: skip
-    first = log.append(batch, leader_epoch=1).first_offset
+    epoch = max(1, log.epochs.latest_epoch)  # a leader's epoch never goes back
+    first = log.append(batch, leader_epoch=epoch).first_offset
     model.records[first] = (None, records[0].value or b"")
     marker = encode_marker(PID, 0, commit=commit, coordinator_epoch=1, timestamp_ms=0)
-    end = log.append(marker, leader_epoch=1).last_offset
+    end = log.append(marker, leader_epoch=epoch).last_offset
     if not commit:
         aborted = AbortedTxn(PID, first, end, end + 1)
         log.append_aborted(aborted)
@@ -160,6 +161,44 @@ def compact_workload(directory: Path, model: Model) -> None:
     log.close()
 
 
+def _append_as_follower(log: Log, model: Model, count: int, epoch: int) -> None:
+    """A leader's batch of ``count`` records at the log end in ``epoch``, copied as is."""
+    base = log.log_end_offset
+    records = [
+        Record(
+            -1, BASE_TIMESTAMP_MS + base + n, None, f"e{epoch}-{base + n}".encode().ljust(120, b".")
+        )
+        for n in range(count)
+    ]
+    log.append_as_follower(encode_batch(records, base_offset=base, partition_leader_epoch=epoch))
+    for n, record in enumerate(records):
+        assert record.value is not None
+        model.records[base + n] = (record.key, record.value)
+
+
+def follower_truncation_workload(directory: Path, model: Model) -> None:
+    """Issue 30 §1: a follower appends epoch-6 batches over a few segments and flushes; the
+    leader of epoch 7 tells it it diverged, it truncates (whole segments and part of one) and
+    appends epoch-7 batches, whose epoch is checkpointed at once; more appends, a flush, a
+    clean close. Once ``truncate_to`` returned, the cut epoch-6 records must never come back."""
+    log = Log(directory, _config(), topic_id=TOPIC_ID, clock=ManualClock())
+    for _ in range(12):
+        _append_as_follower(log, model, 3, epoch=6)
+    log.flush()
+    model.promise(log)
+    assert len(log.segments()) > 2, "the truncation removes whole segments"
+    truncate_at = log.segments()[1].base_offset + 3
+    log.truncate_to(truncate_at)
+    for offset in [offset for offset in model.records if offset >= truncate_at]:
+        del model.records[offset]  # durable now: they must not come back
+    model.flushed_offset = min(model.flushed_offset, truncate_at)
+    for _ in range(3):
+        _append_as_follower(log, model, 2, epoch=7)
+    log.flush()
+    model.promise(log)
+    log.close()
+
+
 # -- the checks ------------------------------------------------------------------------------
 def check_recovered(directory: Path, model: Model, *, compacted: bool) -> None:
     """Reopen the log on what survived and hold it to the module's invariants."""
@@ -179,6 +218,7 @@ def check_recovered(directory: Path, model: Model, *, compacted: bool) -> None:
             _check_latest_per_key(seen, model)
         _check_indexes(log)
         _check_aborts(log, model)
+        _check_epochs(log)
     finally:
         log.close()
     _check_snapshots(directory, model)
@@ -218,6 +258,24 @@ def _check_batches(log: Log, model: Model, *, compacted: bool) -> set[int]:
                 seen.add(header.base_offset)
             expected = offset = header.next_offset
     return seen
+
+
+def _check_epochs(log: Log) -> None:
+    """The leader-epoch cache agrees with the batches: each batch's partition leader epoch is
+    the epoch the cache gives its offsets (a follower fetching with a wrong last epoch would
+    keep batches the leader never had: issue 30 §1)."""
+    first = log.epochs.entries[0].start_offset if log.epochs.entries else None
+    for segment in log.segments():
+        for _, header in segment.iter_headers(0):
+            if first is None or header.last_offset < first:
+                continue
+            assert log.epochs.epoch_for_offset(header.last_offset) == (
+                header.partition_leader_epoch
+            ), (
+                f"batch {header.base_offset}..{header.last_offset} has epoch "
+                f"{header.partition_leader_epoch}, the checkpoint says "
+                f"{log.epochs.epoch_for_offset(header.last_offset)} ({log.epochs.entries})"
+            )
 
 
 def _check_latest_per_key(seen: set[int], model: Model) -> None:
@@ -271,6 +329,7 @@ def _check_snapshots(directory: Path, model: Model) -> None:
 WORKLOADS: dict[str, tuple[Workload, bool]] = {
     "delete": (delete_policy_workload, False),
     "compact": (compact_workload, True),
+    "follower-truncation": (follower_truncation_workload, False),
 }
 
 
@@ -281,7 +340,7 @@ def _reference_trace(tmp_path: Path, workload: Workload) -> list[FsyncEvent]:
         return fs.fsync_trace()
 
 
-def _points(trace: list[FsyncEvent], seed: int) -> list[int]:
+def _points(trace: list[FsyncEvent], seed: int, name: str) -> list[int]:
     """Every crash point (``RAFTLOG_POWER_LOSS_ALL=1``), or a seeded sample: the first and the
     last, some just before a segment's fsync (appends in flight: what a torn cut tears), some
     anywhere. Crash point k: the power goes at the (k+1)-th durability point, ``trace[k]``."""
@@ -292,7 +351,20 @@ def _points(trace: list[FsyncEvent], seed: int) -> list[int]:
     share = (POWER_LOSS_SAMPLE - 2) // 2
     sample = {0, len(trace), *rng.sample(before_segment_fsync, share)}
     sample.update(rng.sample(range(1, len(trace)), POWER_LOSS_SAMPLE - len(sample)))
+    if name == "follower-truncation":
+        sample.update(_truncation_points(trace))
     return sorted(sample)
+
+
+def _truncation_points(trace: list[FsyncEvent]) -> set[int]:
+    """The follower truncation's own crash points: as it fsyncs the truncated segment, and
+    just after the epoch-7 checkpoint is durable while no later flush has run (issue 30 §1:
+    the truncation undone under that checkpoint)."""
+    last_epochs = max(
+        k for k, event in enumerate(trace) if event.path.endswith("leader-epoch-checkpoint.tmp")
+    )
+    truncation = [k for k in range(last_epochs - 8, last_epochs) if trace[k].path.endswith(".log")]
+    return {last_epochs + 2, *truncation}
 
 
 def crash_at(
@@ -325,7 +397,7 @@ def test_every_crash_point_recovers(tmp_path: Path, name: str) -> None:
     failures: list[str] = []
     torn_files = 0
     for mode in MODES:
-        for point in _points(trace, seed=len(name)):
+        for point in _points(trace, seed=len(name), name=name):
             cut, failure = crash_at(tmp_path, workload, point, mode, compacted)
             torn_files += len(cut.torn)
             if failure is not None:

@@ -10,7 +10,7 @@ import pytest
 from raftlog.batch import HEADER_SIZE, read_header
 from raftlog.config import LogConfig
 from raftlog.log import Log
-from raftlog.records import iter_records
+from raftlog.records import Record, encode_batch, iter_records
 from tests.raftlog.batches import make_batch, values_of
 
 CONFIG = LogConfig.parse({"segment.bytes": 8192, "index.interval.bytes": 1024})
@@ -109,6 +109,7 @@ def test_deleted_index_is_rebuilt(tmp_path: Path, clean: bool) -> None:
     rebuilt = next(s for s in log.segments() if s.log_path == victim)
     assert rebuilt.offset_index.entries == entries_before
     assert rebuilt.time_index.entries > 0
+    assert [tuple(e) for e in log.epochs.entries] == [(0, 0), (1, 50), (2, 100), (3, 150)]
     log.close()
 
 
@@ -149,3 +150,50 @@ def test_recovery_of_an_untouched_crash_keeps_everything(tmp_path: Path) -> None
     assert offsets(log) == list(range(BATCHES * PER_BATCH))
     assert log.recovery_point == log.log_end_offset
     log.close()
+
+
+def follower_batch(base_offset: int, epoch: int, tag: str) -> bytes:
+    """A leader's batch as a follower copies it: its offsets and epoch set."""
+    records = [Record(-1, 1_000 + n, None, f"{tag}-{n}".encode()) for n in range(PER_BATCH)]
+    return encode_batch(records, base_offset=base_offset, partition_leader_epoch=epoch)
+
+
+def test_an_unclean_start_takes_the_epochs_from_the_batches_not_the_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """Issue 30 §1: a follower's truncation that a power cut undid brings epoch-6 batches back
+    at offsets the (durable) checkpoint gives to epoch 7. The batches win: the follower then
+    fetches with last epoch 6 and the leader tells it where it diverged."""
+    directory = tmp_path / "t-0"
+    log = Log(directory, CONFIG)
+    for n in range(12):
+        log.append(make_batch(values_of(PER_BATCH, size=150, tag=f"e5-{n}-")), leader_epoch=5)
+    log.flush()  # below the truncation, flushed: these segments are not recovered
+    assert len(log.segments()) > 1
+    for n in range(4):
+        log.append(make_batch(values_of(PER_BATCH, tag=f"e6-{n}-")), leader_epoch=6)
+    log.flush()
+    active = log.active.log_path
+    flushed = active.read_bytes()  # what a power cut brings back of the active segment
+    truncate_at = log.log_end_offset - 2 * PER_BATCH
+    log.truncate_to(truncate_at)
+    for n in range(3):
+        log.append_as_follower(follower_batch(log.log_end_offset, 7, f"e7-{n}"))
+    assert log.epochs.epoch_for_offset(truncate_at) == 7
+    log.abandon()
+    active.write_bytes(flushed)  # the truncation and the epoch-7 appends are lost; not the
+    # checkpoint, which says epoch 7 starts at truncate_at
+
+    reopened = Log(directory, CONFIG)
+    assert not reopened.recovery.clean_shutdown
+    assert reopened.log_end_offset == truncate_at + 2 * PER_BATCH
+    assert reopened.epochs.epoch_for_offset(truncate_at) == 6
+    assert [tuple(e) for e in reopened.epochs.entries] == [(5, 0), (6, 12 * PER_BATCH)]
+    assert len(reopened.recovery.recovered) < len(reopened.segments())
+    # the follower's next fetch: last epoch 6 at its log end, which the leader knows ends at
+    # truncate_at (its epoch 7 starts there): the follower truncates there again
+    assert reopened.epochs.latest_epoch == 6
+    reopened.close()
+    again = Log(directory, CONFIG)
+    assert [tuple(e) for e in again.epochs.entries] == [(5, 0), (6, 12 * PER_BATCH)], "durable"
+    again.close()

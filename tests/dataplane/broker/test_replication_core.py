@@ -19,7 +19,7 @@ from metadata_quorum.image import PartitionRegistration
 from protos import broker_pb2 as pb
 from raftlog.errors import ErrorCode, KafkaError
 from raftlog.log import Log
-from raftlog.records import encode_batch, iter_records
+from raftlog.records import Record, encode_batch, iter_records
 
 TOPIC_ID = uuid.UUID(int=7)
 
@@ -312,3 +312,33 @@ def test_a_leader_whose_isr_change_completed_a_move_away_keeps_waiting_on_the_ne
         assert fetch_round(follower, leader) is ErrorCode.NONE  # 2 copies it; 3 leads now
     assert leader.high_watermark == 2
     assert leader.acks_all_outcome(info.last_offset + 1, epoch, 1) is None
+
+
+def test_a_leader_batch_below_the_follower_log_end_truncates_there(tmp_path: Path) -> None:
+    """Issue 30 §1, the fetcher's side: a follower whose epoch checkpoint lies (a power cut
+    undid its truncation) fetches with a last epoch the leader finds no divergence for; the
+    leader's batch then starts below the follower's log end. The follower truncates there and
+    fetches again, instead of refusing the append forever."""
+    clock = Clock()
+    a, b = replica(tmp_path, 1, clock), replica(tmp_path, 2, clock)
+    a.make_leader(registration(1, 0, (1, 2)))
+    b.make_follower(registration(1, 0, (1, 2)))
+    a.append_as_leader(batch(b"committed"), acks=-1, min_insync_replicas=1)
+    assert fetch_round(b, a) is ErrorCode.NONE
+    # b's stale epoch-0 batch at 1..2, the leader never had it; b's checkpoint gives 1.. to
+    # epoch 1, as the durable checkpoint did over the resurrected batch
+    stale = [Record(-1, 1_000_000, None, value) for value in (b"stale-1", b"stale-2")]
+    b.log.append_as_follower(encode_batch(stale, base_offset=1, partition_leader_epoch=0))
+    b.log.epochs.assign(1, 1)
+    a.make_leader(registration(1, 1, (1, 2)))
+    a.append_as_leader(batch(b"new-1"), acks=1, min_insync_replicas=1)
+    a.append_as_leader(batch(b"new-2", b"new-3"), acks=1, min_insync_replicas=1)
+    b.make_follower(registration(1, 1, (1, 2)))
+    # b fetches at 3 with last epoch 1: the leader's batch there starts at 2
+    assert fetch_round(b, a) is ErrorCode.NONE
+    assert b.log.log_end_offset == 1, "the stale batch went whole; the next fetch fills from 1"
+    for _ in range(3):
+        assert fetch_round(b, a) is ErrorCode.NONE
+    assert values(b) == values(a) == [b"committed", b"new-1", b"new-2", b"new-3"]
+    assert a.log.read(0, 1 << 24) == b.log.read(0, 1 << 24), "replicas are byte-identical"
+    assert b.log.epochs.entries == a.log.epochs.entries

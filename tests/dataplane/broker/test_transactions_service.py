@@ -16,6 +16,7 @@ from dataplane.broker.metrics import NodeMetrics
 from dataplane.broker.partition import IsrChange
 from dataplane.broker.replica_manager import ReplicaManager, ReplicaManagerConfig
 from dataplane.broker.service import BrokerServicer, _add_broker_service, _Handlers
+from metadata_quorum.features import BOOTSTRAP_FEATURES
 from metadata_quorum.image import MetadataImage, PartitionRegistration, TopicImage
 from protos import broker_pb2 as pb
 from raftlog.errors import ErrorCode
@@ -37,6 +38,7 @@ def image() -> MetadataImage:
         offset=10,
         topics={TOPIC_ID: TopicImage(TOPIC, TOPIC_ID, partitions)},
         topic_ids={TOPIC: TOPIC_ID},
+        features=dict(BOOTSTRAP_FEATURES),  # a new cluster's levels: KIP-848, share groups on
     )
 
 

@@ -6,6 +6,7 @@ a long poll wakes on an append, and a new leader loads what the last one wrote."
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import uuid
@@ -35,13 +36,15 @@ from dataplane.coordinator.share_partition import (
     AcquiredRange,
     RecordState,
 )
+from dataplane.coordinator.share_requests import FetchLimits, Named, ShareItem, ShareRequests
 from metadata_quorum.image import (
     BrokerRegistration,
     MetadataImage,
     PartitionRegistration,
     TopicImage,
 )
-from metadata_quorum.records import Endpoint
+from metadata_quorum.records import ConfigResourceType, Endpoint
+from metadata_quorum.security.authorization import ALLOW_ALL
 from raftlog.errors import ErrorCode, KafkaError
 from raftlog.records import Record, encode_batch
 
@@ -269,3 +272,83 @@ def test_a_share_partition_not_led_here_is_refused(replicas: ReplicaManager) -> 
     assert answer.error is not None
     assert answer.error.error is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     assert NO_START_OFFSET == -1
+
+
+def test_a_closed_connection_releases_its_sessions_records_at_once(
+    replicas: ReplicaManager,
+) -> None:
+    """Kafka's connection-disconnect listener: the member's socket closes, its share session
+    ends and the records it held go to the next fetch, long before their locks expire."""
+    manager = manager_for(replicas, MemoryPersister(), Clock())
+    requests = ShareRequests(manager, lambda: replicas.image, ALLOW_ALL, Clock())
+    limits = FetchLimits(max_records=10)
+    pid = (TOPIC_ID.bytes, 0)
+    produce(replicas, b"a", b"b")
+    named: Named = {pid: ShareItem(*pid)}
+    assert requests.fetch(GROUP, "m1", 0, named, [], limits, connection_id="conn-1") is None
+    fetched = named[pid].fetched
+    assert fetched is not None and fetched.acquired == [AcquiredRange(0, 1, 1)]
+    assert requests.connection_closed("conn-2") == 0  # another connection: nothing ends
+    assert fetch(manager, "m2").acquired == []
+    assert requests.connection_closed("conn-1") == 1
+    assert manager.sessions.get(GROUP, "m1") is None
+    assert fetch(manager, "m2").acquired == [AcquiredRange(0, 1, 2)]  # the clock never moved
+
+
+def set_group_configs(replicas: ReplicaManager, group: str, values: dict[str, str]) -> None:
+    """The group's overrides (IncrementalAlterConfigs' ConfigRecords) in the broker's image."""
+    configs = {**replicas.image.configs, (ConfigResourceType.GROUP, group): values}
+    replicas.apply_image(dataclasses.replace(replicas.image, configs=configs), caught_up=True)
+
+
+def txn_batch(producer_id: int, *values: bytes) -> bytes:
+    return encode_batch(
+        [Record(-1, 0, None, v) for v in values], producer_id=producer_id, producer_epoch=0,
+        base_sequence=0, is_transactional=True,
+    )  # fmt: skip
+
+
+def test_the_start_is_resolved_when_the_share_partition_first_loads(
+    replicas: ReplicaManager,
+) -> None:
+    """Kafka 4.1: the group coordinator initializes a share partition at start offset -1 when it
+    first assigns it; the leader resolves share.auto.offset.reset when it first loads it (its
+    first ShareFetch), with the group's config of that moment; later changes do not move it."""
+    persister = MemoryPersister()
+    manager = manager_for(replicas, persister, Clock(), reset="latest")
+    produce(replicas, b"before-the-group")
+    set_group_configs(replicas, GROUP, {"share.auto.offset.reset": "earliest"})
+    assert fetch(manager, "m1").acquired == [AcquiredRange(0, 0, 1)]  # changed before the load
+    set_group_configs(replicas, GROUP, {"share.auto.offset.reset": "latest"})
+    produce(replicas, b"after")
+    assert fetch(manager, "m1").acquired == [AcquiredRange(1, 1, 1)]  # loaded: it stays
+    assert persister.stored().start_offset == 0
+
+
+def test_read_committed_never_delivers_aborted_records_nor_open_transactions(
+    replicas: ReplicaManager,
+) -> None:
+    """share.isolation.level=read_committed: reads stop at the last stable offset, aborted
+    transactions' records are archived (the start moves past them), committed ones and plain
+    ones are delivered; read_uncommitted (another group, the default) gets every record."""
+    manager = manager_for(replicas, MemoryPersister(), Clock())
+    partition = replicas.get(TOPIC, 0)
+    produce(replicas, b"plain")  # 0
+    partition.append_as_leader(txn_batch(7, b"aborted-1", b"aborted-2"), -1, 1)  # 1-2
+    partition.append_as_leader(txn_batch(8, b"committed"), -1, 1)  # 3
+    partition.append_marker(7, 0, commit=False, coordinator_epoch=1)  # 4
+    partition.append_marker(8, 0, commit=True, coordinator_epoch=1)  # 5
+    partition.append_as_leader(txn_batch(9, b"open"), -1, 1)  # 6, its transaction open
+    produce(replicas, b"after-the-open-one")  # 7
+    set_group_configs(replicas, GROUP, {"share.isolation.level": "read_committed"})
+    got = fetch(manager, "m1")
+    assert got.acquired == [AcquiredRange(0, 0, 1), AcquiredRange(3, 3, 1)]
+    assert fetch(manager, "m1", wait_ms=200).acquired == []  # 6 waits for its transaction
+    assert ack(manager, "m1", 0, 0, AckType.ACCEPT) is None
+    assert ack(manager, "m1", 3, 3, AckType.ACCEPT) is None
+    share = manager._entries[(GROUP, TOPIC_ID.bytes, 0)].share
+    assert share.start_offset == 6  # aborted 1-2 and the markers 4-5 archived
+    partition.append_marker(9, 0, commit=True, coordinator_epoch=1)  # 8
+    assert fetch(manager, "m1").acquired == [AcquiredRange(6, 7, 1)]
+    (everything,) = manager.fetch("uncommitted", "m2", [TARGET], 100, 1 << 20, 0)
+    assert everything.acquired == [AcquiredRange(0, 3, 1), AcquiredRange(6, 7, 1)]

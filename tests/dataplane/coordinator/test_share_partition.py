@@ -207,6 +207,19 @@ class Members(RuleBasedStateMachine):
         self.finished |= {o for o in offsets if self.deliveries[o] >= self.LIMIT}
 
     @invariant()
+    def the_indexes_answer_as_a_scan_would(self) -> None:
+        share = self.share
+        window = range(share.start_offset, share.end_offset)
+        available = [
+            o for o in window if (share.state_of(o) or (None,))[0] is RecordState.AVAILABLE
+        ]
+        assert share.fetch_offset() == min(available, default=share.end_offset)
+        deadlines = [d for held in self.held.values() for d in held.values()]
+        assert share.next_lock_deadline_ms() == min(deadlines, default=None)
+        full = len(window) >= 16 and not available
+        assert share.window_full() == full
+
+    @invariant()
     def start_only_moves_forward(self) -> None:
         assert self.share.start_offset >= self.last_start
         assert self.share.in_flight() <= 16
@@ -227,3 +240,30 @@ def test_offsets_without_records_at_the_logs_tail_are_archived() -> None:
     assert share.start_offset == 4
     share.archive_gaps(3)  # behind the window's end: nothing to do
     assert share.end_offset == 4
+
+
+def test_the_indexes_stay_bounded_by_the_window_however_often_records_cycle() -> None:
+    """fetch_offset and lock expiry read heaps, not the window: a record released and acquired
+    again many times leaves stale entries, and those are dropped or rebuilt, never hoarded."""
+    share = partition(limit=10**6, window=100)
+    share.acquire("a", range(0, 100), 0, max_records=100)
+    for cycle in range(1, 50):
+        share.release_member("a")
+        assert share.fetch_offset() == 0
+        share.acquire("a", range(0, 100), cycle, max_records=100)
+        assert share.next_lock_deadline_ms() == cycle + LOCK_MS
+    assert len(share._available) <= 2 * 100 + 64 and len(share._locks) <= 2 * 100 + 64
+    assert share.expire_locks(10**9) == 100 and share.fetch_offset() == 0
+
+
+def test_archive_available_skips_records_for_good() -> None:
+    """A read_committed group's aborted records in the window are archived, never acquired."""
+    share = partition()
+    share.acquire("a", range(0, 4), 0, max_records=10)
+    share.acknowledge("a", [ack(0, 3, AckType.RELEASE)])
+    assert share.archive_available([1, 2, 9]) == 2
+    assert share.fetch_offset() == 0
+    got = share.acquire("b", range(0, 4), 0, max_records=10)
+    assert got == [AcquiredRange(0, 0, 2), AcquiredRange(3, 3, 2)]
+    share.acknowledge("b", [ack(0, 0, AckType.ACCEPT), ack(3, 3, AckType.ACCEPT)])
+    assert share.start_offset == 4

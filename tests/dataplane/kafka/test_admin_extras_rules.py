@@ -97,7 +97,8 @@ def test_api_versions_features_by_version() -> None:
     ]  # transaction.version 0 is not listed
     v4 = api_versions_features(image, 4)
     assert [f["name"] for f in v4["supported_features"]] == [
-        "group.version", "kraft.version", "metadata.version", "transaction.version",
+        "group.version", "kraft.version", "metadata.version", "share.version",
+        "transaction.version",
     ]  # fmt: skip
     assert api_versions_features(MetadataImage(offset=3), 3)["finalized_features_epoch"] == -1
     # the whole answer encodes in every served version

@@ -120,8 +120,13 @@ def test_what_the_broker_refuses_itself_is_not_forwarded() -> None:
 
 def test_no_controller_fails_every_forwarded_resource() -> None:
     controller = FakeController(down=True)
-    resources = [resource(2, "t", ("retention.ms", "5", 0)), resource(16, "m", ("x", "1", 0))]
+    resources = [
+        resource(2, "t", ("retention.ms", "5", 0)),
+        resource(16, "m", ("interval.ms", "1000", 0)),  # CLIENT_METRICS: the controller's
+        resource(8, "1", ("root", "DEBUG", 0)),  # BROKER_LOGGER: legacy AlterConfigs refuses it
+    ]
     data = alter_configs(controller, request(33, 2, resources, False))
     assert answered(33, 2, data) == [
-        ("t", ErrorCode.NOT_CONTROLLER.code), ("m", ErrorCode.INVALID_REQUEST.code),
+        ("t", ErrorCode.NOT_CONTROLLER.code), ("m", ErrorCode.NOT_CONTROLLER.code),
+        ("1", ErrorCode.INVALID_REQUEST.code),
     ]  # fmt: skip

@@ -40,17 +40,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         yield running
 
 
-@pytest.fixture(scope="module")
-def kp_admin(cluster: LocalCluster) -> Iterator[KafkaAdminClient]:
-    admin = KafkaAdminClient(
-        bootstrap_servers=cluster.kafka_bootstrap_servers, request_timeout_ms=30_000
-    )
-    try:
-        yield admin
-    finally:
-        admin.close()
-
-
 def rd_admin(cluster: LocalCluster) -> RdAdminClient:
     return RdAdminClient({"bootstrap.servers": ",".join(cluster.kafka_bootstrap_servers)})
 
@@ -210,7 +199,7 @@ def test_internal_topics_are_neither_deleted_nor_grown(
 
 # -- feature levels ---------------------------------------------------------------------------
 FINALIZED = {"metadata.version": 22, "kraft.version": 1, "group.version": 1,
-             "transaction.version": 1}  # fmt: skip
+             "share.version": 1, "transaction.version": 1}  # fmt: skip
 
 
 def finalized(admin: KafkaAdminClient) -> dict[str, int]:
@@ -248,9 +237,9 @@ def test_update_features_downgrades_and_upgrades_with_kafkas_rules(
     assert "without setting the upgrade type" in refused(kp_admin, {"transaction.version": 0})
     assert "only supports versions 0-1" in refused(kp_admin, {"transaction.version": 2})
     assert "only supports versions 7-22" in refused(kp_admin, {"metadata.version": 23})
-    # group.version 1 needs metadata.version 22
-    downgrade = {"metadata.version": ("SAFE_DOWNGRADE", 21)}
-    assert "depends on metadata.version level 22" in refused(kp_admin, downgrade)
+    # kraft.version 1 needs metadata.version 21 (3.9-IV0)
+    downgrade = {"metadata.version": ("SAFE_DOWNGRADE", 20)}
+    assert "depends on metadata.version level 21" in refused(kp_admin, downgrade)
     kraft = {"kraft.version": ("SAFE_DOWNGRADE", 0)}
     assert "Downgrading kraft.version is not supported" in refused(kp_admin, kraft)
     checked = kp_admin.update_features(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 import urllib.request
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, KafkaException, Producer
@@ -21,6 +22,7 @@ from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigSource
 from confluent_kafka.admin._config import ConfigResource as RdConfigResource
 from kafka import KafkaAdminClient
+from kafka.admin import AlterConfigOp as KpAlterConfigOp
 from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import ConfigResourceType as KpResourceType
 
@@ -32,6 +34,7 @@ from protos import metadata_pb2 as mpb
 from raftlog.batch import HEADER_SIZE, Compression, read_header
 from raftlog.errors import ErrorCode
 from tests.dataplane.cluster_support import create_topic, running_cluster
+from tests.dataplane.kafka.raw_connection import RawKafkaConnection
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("kafka-configs")]
 LEADER_RATE = "leader.replication.throttled.rate"
@@ -391,3 +394,157 @@ def test_create_topics_refuses_unknown_keys_and_bad_values(
     error = raised.value.args[0]
     assert ErrorCode.from_code(error.code()) is ErrorCode.INVALID_CONFIG
     assert named in error.str()
+
+
+# -- a broker's every config, its loggers, client metrics subscriptions -------------------------
+def test_a_broker_describes_every_config_it_has(
+    cluster: LocalCluster, kp: KafkaAdminClient, rd: RdAdminClient
+) -> None:
+    described = kp.describe_configs(
+        [KpConfigResource(KpResourceType.BROKER, "1")], include_synonyms=True, config_filter="all"
+    )["broker"]["1"]
+    assert len(described) > 100  # every node config key, log.* synonym and dynamic key
+    node_id = described["node.id"]
+    assert (node_id["value"], node_id["config_source"], node_id["read_only"]) == (
+        "1", "STATIC_BROKER_CONFIG", True,
+    )  # fmt: skip
+    assert described["log.roll.hours"]["value"] == str(STATIC_ROLL_HOURS)
+    assert (described["log.roll.ms"]["value"], described["log.roll.ms"]["config_source"]) == (
+        None, "DEFAULT_CONFIG",
+    )  # fmt: skip
+    rate = described[FOLLOWER_RATE]
+    assert (rate["read_only"], rate["config_type"]) == (False, "LONG")
+    assert [(s["name"], s["value"], s["source"]) for s in rate["synonyms"]] == [
+        (FOLLOWER_RATE, str(STATIC_FOLLOWER_RATE), "STATIC_BROKER_CONFIG"),
+        (FOLLOWER_RATE, str(UNTHROTTLED), "DEFAULT_CONFIG"),
+    ]
+    retention = described["log.retention.hours"]  # set by no file: Kafka's default
+    assert (retention["value"], retention["config_source"]) == ("168", "DEFAULT_CONFIG")
+    # librdkafka sends a broker's resource to that broker
+    resource = RdConfigResource("broker", "2")
+    entries = rd.describe_configs([resource])[resource].result(timeout=30)
+    assert entries["node.id"].value == "2" and entries["node.id"].is_read_only
+    assert ConfigSource(entries["log.dirs"].source) == ConfigSource.STATIC_BROKER_CONFIG
+
+
+def test_the_default_broker_lists_only_cluster_wide_values_and_another_id_is_refused(
+    cluster: LocalCluster, kp: KafkaAdminClient
+) -> None:
+    with AdminClient(cluster.bootstrap_servers) as admin:
+        admin.alter_configs(ConfigResource(ResourceType.BROKER, ""), {FOLLOWER_RATE: "8192"})
+        try:
+            connection = RawKafkaConnection(cluster.kafka_bootstrap_servers[0])
+            try:
+                answer = connection.call(32, 4, {  # DescribeConfigs
+                    "resources": [
+                        {"resource_type": 4, "resource_name": "", "configuration_keys": None},
+                        {"resource_type": 4, "resource_name": "2", "configuration_keys": None},
+                    ],
+                    "include_synonyms": True, "include_documentation": False,
+                })  # fmt: skip
+            finally:
+                connection.close()
+        finally:
+            admin.alter_configs(ConfigResource(ResourceType.BROKER, ""), {FOLLOWER_RATE: None})
+    default, other = answer.results
+    assert default.error_code == 0 and default.configs
+    assert {c.config_source for c in default.configs} == {3}  # DYNAMIC_DEFAULT_BROKER_CONFIG
+    assert (FOLLOWER_RATE, "8192") in {(c.name, c.value) for c in default.configs}
+    assert ErrorCode.from_code(other.error_code) is ErrorCode.INVALID_REQUEST
+    assert other.error_message == "Unexpected broker id, expected 1 or empty string, but received 2"
+
+
+def _logger_levels(kp: KafkaAdminClient, broker: str) -> dict[str, str]:
+    described = kp.describe_configs(
+        [KpConfigResource(KpResourceType.BROKER_LOGGER, broker)], config_filter="all"
+    )["broker_logger"][broker]
+    assert {e["config_source"] for e in described.values()} == {"DYNAMIC_BROKER_LOGGER_CONFIG"}
+    return {name: entry["value"] for name, entry in described.items()}
+
+
+def _alter_loggers(kp: KafkaAdminClient, configs: dict[str, Any], incremental: bool = True) -> str:
+    resource = KpConfigResource(KpResourceType.BROKER_LOGGER, "1", configs)
+    answer = kp.alter_configs([resource], raise_on_unknown=False, incremental=incremental)
+    return str(answer["broker_logger"]["1"])
+
+
+def test_broker_logger_levels_change_at_run_time(
+    cluster: LocalCluster, kp: KafkaAdminClient
+) -> None:
+    listener = "dataplane.kafka.listener"
+    levels = _logger_levels(kp, "1")
+    assert levels["root"] == "INFO" and levels[listener] == "INFO"
+    log_path = next(spec.log_path for spec in cluster.specs if spec.node_id == 1)
+    line = "Completed request: api key 32"  # the listener's DEBUG line of a DescribeConfigs
+    assert line not in log_path.read_text()
+    assert _alter_loggers(kp, {listener: (KpAlterConfigOp.SET, "DEBUG")}) == "OK"
+    assert _logger_levels(kp, "1")[listener] == "DEBUG"
+    assert _logger_levels(kp, "2")[listener] == "INFO"  # only broker 1's changed
+    wait_for(
+        "the listener's debug line in node 1's log",
+        lambda: (_logger_levels(kp, "1") and line in log_path.read_text()) or None,
+    )
+    assert _alter_loggers(kp, {listener: (KpAlterConfigOp.DELETE, None)}) == "OK"
+    assert _logger_levels(kp, "1")[listener] == "INFO"  # the root's again
+    refusals: dict[str, list[dict[str, Any]]] = {
+        "InvalidConfigurationError": [
+            {listener: (KpAlterConfigOp.SET, "LOUD")},
+            {"no.such.logger": (KpAlterConfigOp.SET, "DEBUG")},
+        ],
+        "InvalidRequestError": [
+            {"root": (KpAlterConfigOp.DELETE, None)}, {listener: (KpAlterConfigOp.APPEND, "X")},
+        ],
+    }  # fmt: skip
+    for error, alterations in refusals.items():
+        for alteration in alterations:
+            assert f"] {error}:" in _alter_loggers(kp, alteration), alteration
+    legacy = _alter_loggers(kp, {listener: "DEBUG"}, incremental=False)
+    assert "Unknown resource type 8" in legacy
+    assert _logger_levels(kp, "1")[listener] == "INFO"
+
+
+def _subscription(kp: KafkaAdminClient, name: str) -> dict[str, str]:
+    described = kp.describe_configs(
+        [KpConfigResource(KpResourceType.CLIENT_METRICS, name)], config_filter="all"
+    )["client_metrics"][name]
+    assert {e["config_source"] for e in described.values()} <= {"DYNAMIC_CLIENT_METRICS_CONFIG"}
+    return {key: entry["value"] for key, entry in described.items()}
+
+
+def test_client_metrics_subscriptions_are_stored_listed_and_deleted(kp: KafkaAdminClient) -> None:
+    name = "producers-latency"
+    wanted = {
+        "metrics": "org.apache.kafka.producer.partition.queue.,org.apache.kafka.producer.node",
+        "interval.ms": "1000",
+        "match": "client_software_name=confluent-kafka-python,client_id=app-.*",
+    }
+    resource = KpConfigResource(KpResourceType.CLIENT_METRICS, name, wanted)
+    answer = kp.alter_configs([resource], raise_on_unknown=False, incremental=True)
+    assert answer["client_metrics"][name] == "OK"
+    wait_for("the subscription", lambda: _subscription(kp, name) == wanted or None)
+    assert name in kp.list_config_resources([KpResourceType.CLIENT_METRICS]).get(
+        "client_metrics", []
+    )
+    bad = {
+        "interval.ms": ("50", "InvalidRequestError"),
+        "no.such.key": ("1", "InvalidRequestError"),
+        "match": ("client_colour=red", "InvalidConfigurationError"),
+    }
+    for key, (value, error) in bad.items():
+        refused = KpConfigResource(KpResourceType.CLIENT_METRICS, name, {key: value})
+        result = kp.alter_configs([refused], raise_on_unknown=False, incremental=True)
+        assert f"] {error}:" in result["client_metrics"][name], (key, result)
+    assert _subscription(kp, name) == wanted  # nothing changed
+    emptied = KpConfigResource(
+        KpResourceType.CLIENT_METRICS, name, dict.fromkeys(wanted, (KpAlterConfigOp.DELETE, None))
+    )
+    assert (
+        kp.alter_configs([emptied], raise_on_unknown=False, incremental=True)["client_metrics"][
+            name
+        ]
+        == "OK"
+    )
+    wait_for("the subscription gone", lambda: not _subscription(kp, name) or None)
+    assert name not in kp.list_config_resources([KpResourceType.CLIENT_METRICS]).get(
+        "client_metrics", []
+    )

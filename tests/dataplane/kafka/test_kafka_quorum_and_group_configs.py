@@ -44,17 +44,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         yield running
 
 
-@pytest.fixture(scope="module")
-def kp_admin(cluster: LocalCluster) -> Iterator[KafkaAdminClient]:
-    admin = KafkaAdminClient(
-        bootstrap_servers=cluster.kafka_bootstrap_servers, request_timeout_ms=30_000
-    )
-    try:
-        yield admin
-    finally:
-        admin.close()
-
-
 def rd_admin(cluster: LocalCluster) -> RdAdminClient:
     return RdAdminClient({"bootstrap.servers": ",".join(cluster.kafka_bootstrap_servers)})
 

@@ -272,17 +272,21 @@ def test_plain_with_the_right_password_is_accepted(sasl_cluster: LocalCluster, p
 def test_kafka_python_with_a_wrong_password_gets_an_authentication_error(
     sasl_cluster: LocalCluster, pki: Pki
 ) -> None:
+    # kafka-python 3 retries a failed authentication until bootstrap_timeout_ms (30 s by
+    # default), then raises KafkaTimeoutError; the audit line shows the broker refused it
     with pytest.raises(kafka_errors.KafkaError):  # an authentication failure or no brokers
         producer = KafkaProducer(
             bootstrap_servers=sasl_cluster.kafka_bootstrap_servers[:1],
             security_protocol="SASL_SSL", ssl_cafile=str(pki.ca.cert),
             sasl_mechanism="SCRAM-SHA-512", sasl_plain_username="alice",
-            sasl_plain_password="wrong", max_block_ms=10_000,
+            sasl_plain_password="wrong", max_block_ms=10_000, bootstrap_timeout_ms=10_000,
         )  # fmt: skip
         try:
             producer.send("refused", b"x").get(timeout=20)
         finally:
             producer.close()
+    audited, log_path = "mechanism=SCRAM-SHA-512 user='alice'", sasl_cluster.specs[0].log_path
+    wait_for(f"the audit line {audited}", lambda: audited in log_path.read_text())
     assert_serves_a_good_client(sasl_cluster)
 
 

@@ -3,9 +3,18 @@ which sentinel timestamps, and DescribeTopicPartitions' topic choice and paging.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
-from dataplane.kafka.describe_topic_partitions import Cursor, page, topics_to_describe
+from dataplane.kafka import codec as kc
+from dataplane.kafka.describe_topic_partitions import (
+    NO_AUTHORIZED_OPERATIONS,
+    Cursor,
+    KafkaDescribeTopicPartitions,
+    page,
+    topics_to_describe,
+)
 from dataplane.kafka.listener import list_offsets_timestamp_supported
 from protos import broker_pb2 as pb
 from raftlog.errors import ErrorCode, KafkaError
@@ -68,3 +77,30 @@ def test_topics_in_error_cost_nothing_and_are_left_out_of_all_topics() -> None:
     assert named.next_cursor == Cursor("c", 1)
     every = page(described, None, 10, all_topics=True)
     assert shown(every.topics) == ["a:0,1", "c:0,1"]
+
+
+def test_describe_topic_partitions_fills_authorized_operations_when_asked() -> None:
+    refused = ErrorCode.TOPIC_AUTHORIZATION_FAILED.code
+    metadata = pb.MetadataResponse(topics=[
+        pb.TopicMetadata(name="mine", topic_id=bytes(range(16)),
+                         partitions=[pb.PartitionMetadata(partition=0, leader_id=1)]),
+        pb.TopicMetadata(name="theirs", error_code=refused),
+    ])  # fmt: skip
+    handler = KafkaDescribeTopicPartitions(
+        lambda _: metadata, lambda _: False, lambda: ["mine", "theirs"], lambda raw: raw,
+        lambda name: {"mine": 0b1000}[name],
+    )  # fmt: skip
+
+    def described(asked: bool) -> dict[str, int]:
+        body = SimpleNamespace(
+            topics=[SimpleNamespace(name="mine"), SimpleNamespace(name="theirs")], cursor=None,
+            response_partition_limit=2000, include_topic_authorized_operations=asked,
+        )  # fmt: skip
+        answer = handler.describe(kc.Request(75, 0, 1, "test", body))
+        return {t["name"]: t["topic_authorized_operations"] for t in answer["topics"]}
+
+    assert described(True) == {"mine": 0b1000, "theirs": NO_AUTHORIZED_OPERATIONS}
+    assert described(False) == {
+        "mine": NO_AUTHORIZED_OPERATIONS,
+        "theirs": NO_AUTHORIZED_OPERATIONS,
+    }

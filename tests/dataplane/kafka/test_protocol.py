@@ -132,19 +132,24 @@ def test_grpc_writes_read_by_librdkafka_and_kafka_python(cluster: LocalCluster) 
 
     consumer = KafkaConsumer(
         bootstrap_servers=kafka_servers(cluster), group_id=None, enable_auto_commit=False,
-        consumer_timeout_ms=5000,
     )  # fmt: skip
+    got: list[Row] = []
     try:
         tps = [KpTopicPartition("grpc-events", p) for p in range(2)]
         consumer.assign(tps)
         consumer.seek_to_beginning(*tps)
-        assert consumer.end_offsets(tps) == {
-            tp: max(o for p, o, _, _ in written if p == tp.partition) + 1 for tp in tps
-        }
-        read = sorted((m.partition, m.offset, m.key, m.value) for m in consumer)
+        ends = consumer.end_offsets(tps)
+        assert ends == {tp: max(o for p, o, _, _ in written if p == tp.partition) + 1 for tp in tps}
+
+        def read_to_the_ends() -> bool:  # not until a consumer_timeout_ms of silence
+            for records in consumer.poll(timeout_ms=500).values():
+                got.extend((m.partition, m.offset, m.key, m.value) for m in records)
+            return all(consumer.position(tp) >= ends[tp] for tp in tps)
+
+        wait_for("kafka-python read grpc-events to its end offsets", read_to_the_ends, 60)
     finally:
         consumer.close()
-    assert read == written
+    assert sorted(got) == written
 
 
 def test_kafka_python_producer_acks_all(cluster: LocalCluster) -> None:

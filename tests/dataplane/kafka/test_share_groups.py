@@ -4,23 +4,36 @@ schemas): three members share one partition, one dies holding locks and its reco
 others once the locks expire (``group.share.record.lock.duration.ms`` 3 s here), every record is
 acknowledged exactly once and rejected ones never come back, a record released
 ``group.share.delivery.count.limit`` times (3 here) is archived, a closed session hands its
-records on at once, the session errors are Kafka's, and a failover of the partition's leader
-keeps what was acknowledged (``__share_group_state``) and redelivers what was in flight."""
+records on at once and so does a dropped connection, the session errors are Kafka's, a
+read_committed group (``share.isolation.level``) never gets aborted transactions' records, and
+a failover of the partition's leader keeps what was acknowledged (``__share_group_state``) and
+redelivers what was in flight, so does a failover of the share coordinator after many
+acknowledgements (each written as an update record, a snapshot every
+``share.coordinator.snapshot.update.records.per.snapshot``: 8 here), and ShareFetch answers the
+group's ``share.record.lock.duration.ms`` as its acquisition lock timeout."""
 
 from __future__ import annotations
 
 import io
 import socket
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from confluent_kafka import AcknowledgeType, ShareConsumer
+from confluent_kafka import Producer as RdProducer
+from confluent_kafka.admin import AdminClient as RdAdminClient
+from confluent_kafka.admin import ResourceType  # type: ignore[attr-defined]
+from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
 from kio.serial import entity_reader, entity_writer
 
 from dataplane.client import AdminClient, Producer
+from dataplane.coordinator.group_state import partition_for
+from dataplane.coordinator.share_coordinator import SHARE_STATE_TOPIC, share_key
 from dataplane.kafka import codec as kc
 from dataplane.tools.local_cluster import LocalCluster, wait_for
 from raftlog.batch import iter_batches
@@ -31,6 +44,8 @@ from tests.dataplane.cluster_support import create_topic, running_cluster, wait_
 pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("kafka-groups-classic")]
 LOCK_MS = 3_000
 DELIVERY_LIMIT = 3
+SNAPSHOT_EVERY = 8
+STATE_PARTITIONS = 3
 ACCEPT, RELEASE, REJECT = 1, 2, 3
 
 
@@ -40,6 +55,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         "group.share.record.lock.duration.ms": LOCK_MS,
         "group.share.delivery.count.limit": DELIVERY_LIMIT,
         "share.coordinator.state.topic.num.partitions": 3,
+        "share.coordinator.snapshot.update.records.per.snapshot": SNAPSHOT_EVERY,
     }
     with running_cluster(
         tmp_path_factory.mktemp("share-groups"), "kafka_groups", overrides
@@ -381,7 +397,188 @@ def test_a_leader_failover_keeps_acknowledged_state_and_redelivers_what_was_in_f
         cluster.wait_for_brokers([old_leader], timeout_s=60)
 
 
-def _moved(cluster: LocalCluster, topic: str, old_leader: int) -> int | None:
-    leaders = wait_for_leaders(cluster, topic, 1)
-    leader = leaders[0].leader_id
-    return leader if leader != old_leader else None
+def test_a_share_coordinator_failover_after_many_acknowledgements_keeps_every_one(
+    cluster: LocalCluster,
+) -> None:
+    """Forty records acknowledged one request at a time (each write an update record over the
+    last snapshot), then the share coordinator of the share partition is killed: its successor
+    loads snapshot + updates from ``__share_group_state``, and the share partition loaded again
+    from it redelivers exactly the records released or in flight, never one acknowledged or
+    rejected."""
+    topic, group = "share-coord-failover", "share-coord-failover-group"
+    tid, leader_address = queue_topic(cluster, topic)
+    member = Member(leader_address, group)
+    member.fetch(tid, wait_ms=0)
+    produce(cluster, topic, [f"r{n}".encode() for n in range(40)])
+    got: list[Delivery] = []
+
+    def acquire_all() -> bool:
+        got.extend(deliveries(member.fetch(tid, max_records=40)))
+        return len(got) == 40
+
+    wait_for("forty records acquired", acquire_all, 30)
+    released, in_flight = {10, 20}, {5, 37, 38, 39}
+    for offset in reversed(range(40)):  # the start stays at 5: the window keeps every state
+        if offset in in_flight:
+            continue
+        kind = RELEASE if offset in released else REJECT if offset % 3 == 0 else ACCEPT
+        done = member.acknowledge(tid, [(offset, offset, [kind])])
+        assert ack_errors(done, "error_code") == [0], done
+    key = share_key(group, tid.bytes, 0)
+    states = wait_for_leaders(cluster, SHARE_STATE_TOPIC, STATE_PARTITIONS)
+    coordinator = states[partition_for(key, STATE_PARTITIONS)].leader_id
+    cluster.stop_node(coordinator, kill=True)
+    try:
+        member.close()  # its session ends: the share partition is loaded again from the state
+        wait_for(
+            "a new share coordinator",
+            lambda: _moved(cluster, SHARE_STATE_TOPIC, coordinator, STATE_PARTITIONS),
+            60,
+        )
+        leader = wait_for("the partition led", lambda: _moved(cluster, topic, coordinator), 60)
+        successor = Member(cluster.kafka_address(leader), group)
+        again: list[Delivery] = []
+
+        def redelivered() -> bool:
+            answer = successor.fetch(tid, max_records=40)
+            if answer.error_code == 0 and all(
+                p.error_code == 0 for t in answer.responses for p in t.partitions
+            ):
+                again.extend(deliveries(answer))
+            else:  # the state is still loading somewhere: the next fetch retries
+                successor.epoch = 0
+            return len(again) >= 6
+
+        wait_for("the released and in-flight records redelivered", redelivered, 60)
+        expected = sorted(released | in_flight)
+        assert sorted((d.offset, d.delivery_count) for d in again) == [(o, 2) for o in expected]
+        assert deliveries(successor.fetch(tid, max_records=40, wait_ms=500)) == []
+        successor.close()
+    finally:
+        cluster.start_node(coordinator)
+        cluster.wait_for_brokers([coordinator], timeout_s=60)
+
+
+def test_share_fetch_answers_the_groups_record_lock_duration(cluster: LocalCluster) -> None:
+    """ShareFetch's AcquisitionLockTimeoutMs is the group's share.record.lock.duration.ms when
+    it has one (Kafka's ``recordLockDurationMsOrDefault``), else the broker's
+    group.share.record.lock.duration.ms: the lock the fetch applied (that the group's lock is
+    the one applied: test_a_dropped_connection_hands_its_records_on_at_once)."""
+    group = "share-lock-answer-group"
+    set_group_configs(cluster, group, {"share.record.lock.duration.ms": "45000"})
+    tid, leader = queue_topic(cluster, "share-lock-answer")
+    plain = Member(leader, "share-lock-plain-group")
+
+    def answered_lock_ms() -> int:
+        member = Member(leader, group)  # a new session each time
+        try:
+            answer = member.fetch(tid, wait_ms=0)
+            assert answer.error_code == 0, answer
+            return lock_ms(answer)
+        finally:
+            member.close()
+
+    try:  # the group's config reaches the leader with its metadata
+        wait_for("the group's lock duration answered", lambda: answered_lock_ms() == 45_000, 30)
+        assert lock_ms(plain.fetch(tid, wait_ms=0)) == LOCK_MS
+    finally:
+        plain.close()
+
+
+def lock_ms(answer: Any) -> int:
+    """ShareFetch's AcquisitionLockTimeoutMs (kio reads it as a timedelta)."""
+    return int(answer.acquisition_lock_timeout // timedelta(milliseconds=1))
+
+
+def _moved(cluster: LocalCluster, topic: str, old_leader: int, partitions: int = 1) -> int | None:
+    """The leader of the topic's partition 0 once no partition is led by ``old_leader``."""
+    leaders = wait_for_leaders(cluster, topic, partitions)
+    if any(p.leader_id == old_leader for p in leaders.values()):
+        return None
+    return leaders[0].leader_id
+
+
+def set_group_configs(cluster: LocalCluster, group: str, values: dict[str, str]) -> None:
+    """IncrementalAlterConfigs of a GROUP resource through librdkafka's AdminClient."""
+    resource = ConfigResource(
+        ResourceType.GROUP, group,
+        incremental_configs=[
+            ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+            for k, v in values.items()
+        ],
+    )  # fmt: skip
+    admin = RdAdminClient({"bootstrap.servers": ",".join(cluster.kafka_bootstrap_servers)})
+    admin.incremental_alter_configs([resource])[resource].result(30)
+
+
+def test_a_dropped_connection_hands_its_records_on_at_once(cluster: LocalCluster) -> None:
+    """Kafka's connection-disconnect listener: a member's socket closes without closing its
+    share session (the process died), and another member gets its records at once, with their
+    delivery counted, long before their locks (60 s for this group) would expire."""
+    group = "share-disconnect-group"
+    set_group_configs(cluster, group, {"share.record.lock.duration.ms": "60000"})
+    tid, leader = queue_topic(cluster, "share-disconnect")
+    dying, other = Member(leader, group), Member(leader, group)
+    dying.fetch(tid, wait_ms=0)
+    other.fetch(tid, wait_ms=0)
+    produce(cluster, "share-disconnect", [b"a", b"b", b"c"])
+    held = wait_for("records acquired", lambda: deliveries(dying.fetch(tid, max_records=10)), 30)
+    # a long poll past the broker's 3 s lock: the group's 60 s lock holds them
+    assert deliveries(other.fetch(tid, wait_ms=LOCK_MS + 1_000)) == []
+    dropped_at = time.monotonic()
+    dying.close()  # no ShareFetch with epoch -1: the connection just goes
+    again = wait_for(
+        "the records handed on",
+        lambda: deliveries(other.fetch(tid, max_records=10, wait_ms=1000)),
+        30,
+    )
+    assert time.monotonic() - dropped_at < 30  # well inside the 60 s lock
+    assert [(d.offset, d.delivery_count) for d in again] == [(d.offset, 2) for d in held]
+    other.close()
+
+
+def test_read_committed_share_group_skips_aborted_transactions(cluster: LocalCluster) -> None:
+    """share.isolation.level=read_committed (Kafka 4.1's group config): librdkafka's share
+    consumer gets the committed transaction's records and the plain ones, never the aborted
+    ones; a read_uncommitted group (the default) gets them all."""
+    topic = "share-isolation"
+    create_topic(cluster, topic, 1)
+    committed_group, uncommitted_group = "share-committed-group", "share-uncommitted-group"
+    for group, level in ((committed_group, "read_committed"), (uncommitted_group, None)):
+        configs = {"share.auto.offset.reset": "earliest"}
+        if level is not None:
+            configs["share.isolation.level"] = level
+        set_group_configs(cluster, group, configs)
+    bootstrap = ",".join(cluster.kafka_bootstrap_servers)
+    producer = RdProducer({"bootstrap.servers": bootstrap, "transactional.id": "share-iso-txn"})
+    producer.init_transactions(30)
+    for values, commit in (([b"kept-1", b"kept-2"], True), ([b"aborted-1", b"aborted-2"], False)):
+        producer.begin_transaction()
+        for value in values:
+            producer.produce(topic, value=value, partition=0)
+        producer.flush(30)
+        (producer.commit_transaction if commit else producer.abort_transaction)(30)
+    plain = RdProducer({"bootstrap.servers": bootstrap})
+    plain.produce(topic, value=b"plain", partition=0)
+    assert plain.flush(30) == 0
+
+    def consumed(group: str, expected: int) -> set[bytes]:
+        consumer = rd_share_consumer(cluster, group, topic)
+        seen: set[bytes] = set()
+        try:
+            deadline = time.monotonic() + 45
+            while len(seen) < expected and time.monotonic() < deadline:
+                for message in consumer.poll(0.5):
+                    assert message.error() is None, message.error()
+                    seen.add(message.value() or b"")
+                    consumer.acknowledge(message, AcknowledgeType.ACCEPT)
+                consumer.commit_sync(10)
+            for message in consumer.poll(1.0):  # nothing more comes
+                seen.add(message.value() or b"")
+        finally:
+            consumer.close()
+        return seen
+
+    assert consumed(committed_group, 3) == {b"kept-1", b"kept-2", b"plain"}
+    everything = {b"kept-1", b"kept-2", b"aborted-1", b"aborted-2", b"plain"}
+    assert consumed(uncommitted_group, 5) == everything

@@ -53,3 +53,18 @@ def test_a_full_cache_evicts_an_idle_session_or_refuses() -> None:
 
 def test_epochs_wrap_to_one_never_to_zero_or_minus_one() -> None:
     assert [next_epoch(e) for e in (0, 1, EPOCH_MAX, -1)] == [1, 2, 1, 1]
+
+
+def test_a_closed_connection_ends_the_sessions_it_opened_only() -> None:
+    """Kafka's ShareSessionCache.removeConnection: the sessions a connection opened end with it;
+    a member that reopened its session on another connection keeps the new one."""
+    cache = ShareSessionCache(10, evict_idle_ms=60_000)
+    gone, _ = cache.open("g", "a", [(T, 0)], 0, connection_id="c1")
+    moved, _ = cache.open("g", "b", [(T, 0)], 0, connection_id="c1")
+    kept, _ = cache.open("g", "c", [(T, 0)], 0, connection_id="c2")
+    reopened, _ = cache.open("g", "b", [(T, 0)], 1, connection_id="c3")  # b reconnected
+    assert cache.remove_connection("c1") == [gone]
+    assert cache.get("g", "a") is None
+    assert cache.get("g", "b") is reopened and cache.get("g", "c") is kept
+    assert cache.remove_connection("c1") == [] and cache.remove_connection("") == []
+    assert moved is not reopened and len(cache) == 2

@@ -8,7 +8,12 @@ from dataplane.kafka.codec import SUPPORTED
 from dataplane.tools import compatibility_page as page
 from dataplane.tools.kafka_broker_configs import BY_NAME as KAFKA_BY_NAME
 from metadata_quorum.configs import BROKER_KEYS, CLUSTER_KEYS, KAFKA_READ_ONLY_BROKER_CONFIGS
-from metadata_quorum.topic_config_defs import BROKER_SYNONYMS
+from metadata_quorum.kafka_broker_configs import KAFKA_RELEASE
+from metadata_quorum.topic_config_defs import (
+    BROKER_SYNONYMS,
+    KAFKA_TOPIC_CONFIGS,
+    NOT_KAFKA_TOPIC_CONFIGS,
+)
 
 
 def test_committed_page_is_what_the_code_gives() -> None:
@@ -49,3 +54,18 @@ def test_a_key_raftlog_takes_is_never_classed_as_refused() -> None:
 def test_the_read_only_broker_configs_the_controller_names_are_kafkas() -> None:
     """AlterConfigs refuses these by Kafka's name: each must be one Kafka defines."""
     assert not KAFKA_READ_ONLY_BROKER_CONFIGS - set(KAFKA_BY_NAME)
+
+
+def test_the_page_names_the_kafka_release_its_config_lists_come_from() -> None:
+    assert f"Kafka {KAFKA_RELEASE}'s, from its released documentation" in page.render_page()
+
+
+def test_a_topic_config_kafka_does_not_define_is_marked_so() -> None:
+    """Kafka 4.1 defines 33 topic configs; raftlog's others say why they are taken."""
+    marked = {
+        row.split("`")[1]
+        for row in page.topic_config_rows()
+        if f"not a Kafka {KAFKA_RELEASE} topic config" in row
+    }
+    assert marked == set(NOT_KAFKA_TOPIC_CONFIGS)
+    assert len(KAFKA_TOPIC_CONFIGS) == 33 and not marked & KAFKA_TOPIC_CONFIGS
