@@ -22,6 +22,7 @@ import dataclasses
 import errno
 import json
 import os
+import signal
 import socket
 import stat
 import sys
@@ -361,11 +362,23 @@ async def _serve_control(operations: ForgetfulOperations, control: trio.SocketSt
     pyfuse3.terminate()
 
 
+async def _stop_on_signal(operations: ForgetfulOperations) -> None:
+    """SIGTERM or SIGINT (a sweep, a ``pkill``, the session ending) unmounts on the way out, as
+    the owner's going does: a FUSE process that just died would leave a mount whose every
+    access fails with ENOTCONN."""
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for _ in signals:
+            operations.owner_gone = True
+            pyfuse3.terminate()
+            return
+
+
 async def _run(operations: ForgetfulOperations, control_fd: int) -> None:
     control = trio.SocketStream(trio.socket.from_stdlib_socket(socket.socket(fileno=control_fd)))
     await control.send_all(b'{"ready": true}\n')
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_serve_control, operations, control)
+        nursery.start_soon(_stop_on_signal, operations)
         await pyfuse3.main()
         nursery.cancel_scope.cancel()  # unmounted by fusermount3 -u: stop listening
 

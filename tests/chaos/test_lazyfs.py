@@ -7,6 +7,7 @@ import errno
 import mmap
 import os
 import shutil
+import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from chaos.lazyfs import STAGING_DIR, ForgetfulFS, FsyncEvent, available
+from dataplane.tools.local_cluster import wait_for
 
 pytestmark = pytest.mark.skipif(available() is not None, reason=f"no FUSE: {available()}")
 
@@ -175,6 +177,16 @@ def test_a_clean_unmount_keeps_everything_and_leaves_no_staging(tmp_path: Path) 
         os.kill(pid, 0)  # stopped by its pid
     assert sorted(os.listdir(backing)) == ["d"] and STAGING_DIR not in os.listdir(backing)
     assert (backing / "d" / "f").read_bytes() == b"unsynced"
+
+
+def test_a_terminated_filesystem_process_unmounts(tmp_path: Path) -> None:
+    fs = ForgetfulFS(tmp_path / "backing", tmp_path / "mount")
+    with fs:
+        write(fs.mountpoint / "f", b"unsynced", sync=False)
+        assert fs.pid is not None
+        os.kill(fs.pid, signal.SIGTERM)  # not its owner's doing: a pkill, a sweep
+        wait_for("the mount to go", lambda: not os.path.ismount(fs.mountpoint))
+        assert os.listdir(fs.mountpoint) == []  # the empty directory, not ENOTCONN
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
