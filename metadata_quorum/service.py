@@ -316,15 +316,14 @@ class ControllerServicer(SecurityRpcs, pb_grpc.ControllerServiceServicer):
 
     @authorize_rpc("AlterPartition")
     def AlterPartition(self, request: pb.AlterPartitionRequest, context: Any) -> Any:
-        items = [
-            IsrRequest(
-                _topic_id(i.topic_id), i.partition, i.leader_epoch, tuple(i.new_isr),
-                i.partition_epoch,
-            )
-            for i in request.partitions
-        ]  # fmt: skip
-
         def body() -> pb.AlterPartitionResponse:
+            items = [  # a malformed topic id is the answer's error (UNKNOWN_TOPIC_ID)
+                IsrRequest(
+                    _topic_id(i.topic_id), i.partition, i.leader_epoch, tuple(i.new_isr),
+                    i.partition_epoch,
+                )
+                for i in request.partitions
+            ]  # fmt: skip
             out, _ = self.controller.write(
                 lambda image: _split(
                     generate_alter_partition(image, request.broker_id, request.broker_epoch, items)

@@ -74,7 +74,9 @@ def fuzz_one(data: bytes) -> None:
     head, _, body = data[2:].partition(b"\0")
     route = ROUTES[data[1] % len(ROUTES)]
     name = head.decode("utf-8", "replace")
-    path = "/" + quote(name, safe="/") if route is None else route.format(quote(name, safe=""))
+    # a free path: httpx, the test client, refuses to send one that starts with "//"
+    free = "/" + quote(name.lstrip("/"), safe="/")
+    path = free if route is None else route.format(quote(name, safe=""))
     response = client.request(
         METHODS[data[0] % len(METHODS)], path, content=body,
         headers={"content-type": "application/json"},

@@ -430,20 +430,25 @@ def test_a_broker_describes_every_config_it_has(
 def test_the_default_broker_lists_only_cluster_wide_values_and_another_id_is_refused(
     cluster: LocalCluster, kp: KafkaAdminClient
 ) -> None:
+    def describe() -> Any:
+        connection = RawKafkaConnection(cluster.kafka_bootstrap_servers[0])
+        try:
+            answer = connection.call(32, 4, {  # DescribeConfigs
+                "resources": [
+                    {"resource_type": 4, "resource_name": "", "configuration_keys": None},
+                    {"resource_type": 4, "resource_name": "2", "configuration_keys": None},
+                ],
+                "include_synonyms": True, "include_documentation": False,
+            })  # fmt: skip
+        finally:
+            connection.close()
+        # the broker answers from its metadata image, which takes the change a moment later
+        return answer if answer.results[0].configs else None
+
     with AdminClient(cluster.bootstrap_servers) as admin:
         admin.alter_configs(ConfigResource(ResourceType.BROKER, ""), {FOLLOWER_RATE: "8192"})
         try:
-            connection = RawKafkaConnection(cluster.kafka_bootstrap_servers[0])
-            try:
-                answer = connection.call(32, 4, {  # DescribeConfigs
-                    "resources": [
-                        {"resource_type": 4, "resource_name": "", "configuration_keys": None},
-                        {"resource_type": 4, "resource_name": "2", "configuration_keys": None},
-                    ],
-                    "include_synonyms": True, "include_documentation": False,
-                })  # fmt: skip
-            finally:
-                connection.close()
+            answer = wait_for("the cluster-wide value on broker 1", describe)
         finally:
             admin.alter_configs(ConfigResource(ResourceType.BROKER, ""), {FOLLOWER_RATE: None})
     default, other = answer.results
