@@ -17,13 +17,14 @@ and appended to; a torn tail entry (a crash mid-write) is cut at load.
 from __future__ import annotations
 
 import enum
+import heapq
 import os
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from raftlog.batch import read_header
+from raftlog.batch import HEADER_SIZE, BatchHeader, read_header
 from raftlog.checkpoint import write_atomically
 from raftlog.errors import CorruptRecordError, InvalidRecordError
 from raftlog.records import Buffer, Record, decode_batch, encode_batch
@@ -183,3 +184,41 @@ def aborted_in(indexes: Iterable[TransactionIndex], start: int, end: int) -> lis
     first offset (what a read_committed fetch returns)."""
     found = {e for index in indexes for e in index.collect(start, end)}
     return sorted(found, key=lambda e: (e.first_offset, e.last_offset))
+
+
+def aborted_data_batches(
+    records: Buffer, aborted: Iterable[tuple[int, int]]
+) -> Iterator[tuple[int, BatchHeader]]:
+    """(position, header) of each data batch of ``records`` (whole batches in offset order, as a
+    read returns them) that belongs to an aborted transaction; ``aborted``: (first offset,
+    producer id) of each, as a read_committed fetch lists them. Kafka's consumer rule
+    (``CompletedFetch``), shared by raftlog's read_committed consumer and share groups: walking
+    in offset order, a producer enters the *aborting* set when its aborted transaction's first
+    offset is reached, its transactional data batches are aborted while it is in the set, and
+    its abort marker takes it out again, so its later transactions are read. Headers only, no
+    CRC check: the batches were checked when they were stored."""
+    pending = sorted(aborted)  # a sorted list is a heap already
+    if not pending:
+        return
+    aborting: set[int] = set()
+    position = 0
+    while len(records) - position >= HEADER_SIZE:
+        header = read_header(records, position)
+        if header.producer_id >= 0:
+            while pending and pending[0][0] <= header.last_offset:
+                aborting.add(heapq.heappop(pending)[1])
+            if header.is_control:
+                if _is_abort_marker(records, position):
+                    aborting.discard(header.producer_id)
+            elif header.is_transactional and header.producer_id in aborting:
+                yield position, header
+        position += header.size_bytes
+
+
+def _is_abort_marker(records: Buffer, position: int) -> bool:
+    """Whether the control batch at ``position`` is an abort marker (a control record of
+    another type is no marker: Kafka ignores unknown control types)."""
+    try:
+        return not read_marker(records, position).commit
+    except InvalidRecordError:
+        return False

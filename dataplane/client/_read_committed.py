@@ -11,49 +11,24 @@ skips them at either isolation level).
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterable
 
-from raftlog.batch import HEADER_SIZE, read_header
-from raftlog.errors import InvalidRecordError
-from raftlog.txn import read_marker
+from raftlog.txn import aborted_data_batches
 
 __all__ = ["drop_aborted"]
-
-
-def _is_abort_marker(data: bytes, position: int) -> bool:
-    """Whether the control batch at ``position`` is an abort marker. A control record of
-    another type is no marker: Kafka's consumer ignores unknown control types too."""
-    try:
-        return not read_marker(data, position).commit
-    except InvalidRecordError:
-        return False
 
 
 def drop_aborted(data: bytes, aborted: Iterable[tuple[int, int]]) -> bytes:
     """``data`` (whole RecordBatch v2 batches in offset order) without the batches of aborted
     transactions; ``aborted``: (producer id, first offset) from the fetch response. Returns
     ``data`` itself when nothing is dropped."""
-    pending = sorted((first_offset, producer_id) for producer_id, first_offset in aborted)
-    if not pending:
-        return data  # a sorted list is a heap already
-    aborting: set[int] = set()
     kept: list[bytes] = []
-    start = position = 0
-    while len(data) - position >= HEADER_SIZE:
-        header = read_header(data, position)
-        end = position + header.size_bytes
-        if header.producer_id >= 0:
-            while pending and pending[0][0] <= header.last_offset:
-                aborting.add(heapq.heappop(pending)[1])
-            if header.is_control:
-                if _is_abort_marker(data, position):
-                    aborting.discard(header.producer_id)
-            elif header.is_transactional and header.producer_id in aborting:
-                kept.append(data[start:position])  # the run of kept batches before this one
-                start = end
-        position = end
+    start = 0
+    pairs = ((first_offset, producer_id) for producer_id, first_offset in aborted)
+    for position, header in aborted_data_batches(data, pairs):
+        kept.append(data[start:position])  # the run of kept batches before this one
+        start = position + header.size_bytes
     if start == 0:
         return data
-    kept.append(data[start:position])
+    kept.append(data[start:])
     return b"".join(kept)

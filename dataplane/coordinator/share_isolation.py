@@ -18,12 +18,9 @@ high watermark and every data batch is delivered, aborted or not.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterable
 
-from raftlog.batch import iter_batches
-from raftlog.errors import InvalidRecordError
-from raftlog.txn import AbortedTxn, read_marker
+from raftlog.txn import AbortedTxn, aborted_data_batches
 
 
 def aborted_batches(
@@ -31,28 +28,8 @@ def aborted_batches(
 ) -> list[tuple[int, int]]:
     """(first offset, last offset) of each data batch of ``records`` (whole batches in offset
     order, as a read returns them) that belongs to one of the ``aborted`` transactions."""
-    pending = sorted((txn.first_offset, txn.producer_id) for txn in aborted)
-    if not pending:
-        return []
-    aborting: set[int] = set()
-    out: list[tuple[int, int]] = []
-    for position, header in iter_batches(records):
-        if header.producer_id < 0:
-            continue
-        while pending and pending[0][0] <= header.last_offset:
-            aborting.add(heapq.heappop(pending)[1])
-        if header.is_control:
-            if _is_abort_marker(records, position):
-                aborting.discard(header.producer_id)
-        elif header.is_transactional and header.producer_id in aborting:
-            out.append((header.base_offset, header.last_offset))
-    return out
-
-
-def _is_abort_marker(records: bytes | memoryview, position: int) -> bool:
-    """Whether the control batch at ``position`` is an abort marker (a control record of
-    another type is no marker: Kafka ignores unknown control types)."""
-    try:
-        return not read_marker(records, position).commit
-    except InvalidRecordError:
-        return False
+    pairs = ((txn.first_offset, txn.producer_id) for txn in aborted)
+    return [
+        (header.base_offset, header.last_offset)
+        for _, header in aborted_data_batches(records, pairs)
+    ]
