@@ -22,9 +22,11 @@ from metadata_quorum.security.acl import AclOperation, PatternType, PermissionTy
 from protos import controller_pb2 as cpb
 from protos import metadata_pb2 as mpb
 from tests.dataplane.cluster_support import running_cluster
+from tests.dataplane.kafka.raw_connection import RawKafkaConnection
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("kafka-authorization")]
 OPEN, GUARDED = "open-topic", "read-only-topic"
+TOPIC_AUTHORIZATION_FAILED = 29
 
 
 @pytest.fixture(scope="module")
@@ -65,14 +67,24 @@ def test_anonymous_may_read_but_not_write_a_guarded_topic(cluster: LocalCluster)
         answer = controller.checked("CreateAcls", cpb.CreateAclsRequest(creations=[read_only]))
         assert [r.error_code for r in answer.results] == [0]
 
-        def refused() -> bool | None:
+        def guarded_here() -> bool:
+            """The broker's authorizer has the ACL: the topic now has ACLs, none of which lets
+            ANONYMOUS DESCRIBE_CONFIGS (READ implies DESCRIBE only). A probe that stores nothing,
+            unlike a produce that would land while the ACL is still on its way."""
+            connection = RawKafkaConnection(servers[0])
             try:
-                send(producer, GUARDED, b"after the ACL")
-            except TopicAuthorizationFailedError:
-                return True
-            return None
+                answer = connection.call(32, 4, {  # DescribeConfigs
+                    "resources": [{"resource_type": 2, "resource_name": GUARDED,
+                                   "configuration_keys": None}],
+                    "include_synonyms": False, "include_documentation": False,
+                })  # fmt: skip
+            finally:
+                connection.close()
+            return bool(answer.results[0].error_code == TOPIC_AUTHORIZATION_FAILED)
 
-        wait_for("the broker to refuse ANONYMOUS's writes", refused, timeout_s=60)
+        wait_for("the broker to take the ACL", guarded_here, timeout_s=60)
+        with pytest.raises(TopicAuthorizationFailedError):
+            send(producer, GUARDED, b"after the ACL")
         send(producer, OPEN, b"no ACL names this topic")  # still open
     finally:
         producer.close()
