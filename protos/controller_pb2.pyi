@@ -148,9 +148,12 @@ class RegisterBrokerRequest(_message.Message):
     ENDPOINTS_FIELD_NUMBER: _builtins.int
     RACK_FIELD_NUMBER: _builtins.int
     STATIC_CONFIGS_FIELD_NUMBER: _builtins.int
+    PREVIOUS_BROKER_EPOCH_FIELD_NUMBER: _builtins.int
     broker_id: _builtins.int
     incarnation_id: _builtins.str
     rack: _builtins.str
+    previous_broker_epoch: _builtins.int
+    """KIP-966: the epoch in the clean-shutdown marker of every log dir; unset = -1 (unclean)"""
     @_builtins.property
     def endpoints(self) -> _containers.RepeatedCompositeFieldContainer[_metadata_pb2.Endpoint]: ...
     @_builtins.property
@@ -165,12 +168,15 @@ class RegisterBrokerRequest(_message.Message):
         endpoints: _abc.Iterable[_metadata_pb2.Endpoint] | None = ...,
         rack: _builtins.str = ...,
         static_configs: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        previous_broker_epoch: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_previous_broker_epoch", b"_previous_broker_epoch", "previous_broker_epoch", b"previous_broker_epoch"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_id", b"broker_id", "endpoints", b"endpoints", "incarnation_id", b"incarnation_id", "rack", b"rack", "static_configs", b"static_configs"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_previous_broker_epoch", b"_previous_broker_epoch", "broker_id", b"broker_id", "endpoints", b"endpoints", "incarnation_id", b"incarnation_id", "previous_broker_epoch", b"previous_broker_epoch", "rack", b"rack", "static_configs", b"static_configs"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__previous_broker_epoch: _TypeAlias = _typing.Literal["previous_broker_epoch"]  # noqa: Y015
+    _WhichOneofArgType__previous_broker_epoch: _TypeAlias = _typing.Literal["_previous_broker_epoch", b"_previous_broker_epoch"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__previous_broker_epoch) -> _WhichOneofReturnType__previous_broker_epoch | None: ...
 
 Global___RegisterBrokerRequest: _TypeAlias = RegisterBrokerRequest  # noqa: Y015
 
