@@ -359,9 +359,12 @@ def _with_isr(
 
 
 def _elr_partition(current: PartitionRegistration, min_isr: int) -> ElrPartition:
+    """With Kafka's effective min ISR: never more than the replicas (``getTopicEffectiveMinIsr``),
+    so a topic whose min.insync.replicas exceeds its replication factor still clears its ELR."""
     return ElrPartition(
-        current.replicas, current.isr, current.elr, current.last_known_elr, current.leader, min_isr
-    )
+        current.replicas, current.isr, current.elr, current.last_known_elr, current.leader,
+        min(min_isr, len(current.replicas)),
+    )  # fmt: skip
 
 
 def elect_partition(

@@ -738,6 +738,8 @@ def _partition_state(
         replicas=list(reg.replicas),
         adding_replicas=list(reg.adding_replicas),
         removing_replicas=list(reg.removing_replicas),
+        eligible_leader_replicas=list(reg.elr),
+        last_known_elr=list(reg.last_known_elr),
     )
 
 
