@@ -33,6 +33,7 @@ from dataplane.client.admin import PartitionDescription
 from dataplane.tools.check_data import check_node_dir
 from dataplane.tools.local_cluster import LocalCluster, pick_cluster_port, wait_for
 from raftlog.clean_shutdown import CLEAN_SHUTDOWN_FILE
+from raftlog.errors import KafkaError
 
 pytestmark = [
     pytest.mark.slow,
@@ -44,6 +45,7 @@ pytestmark = [
 FIRST_HOST = 131
 TOPIC = "elr"
 RECORDS = 200
+NO_STATE = (-2, (), (), ())
 
 
 def produce(bootstrap: list[str], count: int) -> dict[str, int]:
@@ -71,6 +73,21 @@ def read_all(bootstrap: list[str]) -> dict[int, str]:
 
         wait_for("every record of the partition", done, 60)
     return stored
+
+
+def connect(local: LocalCluster) -> AdminClient:
+    """An admin client, once some broker serves (the nodes are starting)."""
+    clients: list[AdminClient] = []
+
+    def connected() -> bool:
+        try:
+            clients.append(AdminClient(local.bootstrap_servers, request_timeout_ms=10_000))
+        except KafkaError:
+            return False
+        return True
+
+    wait_for("a broker serving", connected, 90)
+    return clients[0]
 
 
 def registered_previous_epoch(local: LocalCluster, node_id: int) -> int:
@@ -124,12 +141,14 @@ def test_the_last_isr_member_losing_power_is_not_elected_and_nothing_is_lost(
         admin = None
         local.start_node(3)
         local.start_node(1)  # a quorum (1, 3) again; both restarted uncleanly
-        admin = AdminClient(local.bootstrap_servers, request_timeout_ms=10_000)
-        control = admin
+        admin = control = connect(local)
         offline = (-1, (), (2,), (3,))
 
         def state() -> tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-            p = partition()
+            try:
+                p = partition()
+            except KafkaError:  # a broker still catching up with the metadata
+                return NO_STATE
             return p.leader, p.isr, p.elr, p.last_known_elr
 
         wait_for(f"offline with ELR [2], last known ELR [3]: {offline}",
