@@ -87,8 +87,17 @@ design (Kafka acknowledges once the ISR holds a record in memory), so these find
 - ``committed-backwards`` and ``skipped-after-commit`` at or after the start of a cut (the group's
   committed offsets, in ``__consumer_offsets``, are under the same durability).
 
+KIP-966 (eligible leader replicas) keeps a partition offline rather than elect a replica that
+restarted without a clean shutdown (it may have lost its unflushed tail). When no eligible
+replica is left, the runner elects a leader uncleanly once the workload is over, as an operator
+would, and records it (``history.unclean_elections``). With the default durability, the
+``lost-write`` findings of such a partition acknowledged before its election that form a tail
+(as above) are reported (`Summary.lost_to_unclean_election`), with the ``consumed-then-lost`` of
+their values and the partition's ``committed-backwards`` and ``skipped-after-commit`` from the
+election on. A loss without an unclean election, or a hole, still fails.
+
 With ``durability == "fsync"`` (every replica fsyncs before the acknowledgement) nothing is
-excused: a power-loss-all must lose no acknowledged record.
+excused: a power-loss-all must lose no acknowledged record, nor an unclean election.
 
 At most `FINDINGS_PER_KIND_MAX` findings of one kind are listed; the rest are folded into one
 more finding of that kind saying how many were left out. The summary's counts stay exact.
@@ -168,12 +177,17 @@ def check(history: History) -> Verdict:
         for finding in findings
     ]
     failing, reported, losses = split_power_losses(history, attributed)
+    lost_values = {f.value for f in attributed if f.kind == "lost-write" and f.value}
+    failing, unclean_reported = split_unclean_election_losses(history, failing, lost_values)
     summary = _summary(history, failing).model_copy(
         update={
             "lost_to_power_loss": sum(1 for f in reported if f.kind == "lost-write"),
             "power_loss_losses": losses,
+            "unclean_elections": len(history.unclean_elections),
+            "lost_to_unclean_election": sum(1 for f in unclean_reported if f.kind == "lost-write"),
         }
     )
+    reported = [*reported, *unclean_reported]
     return Verdict(
         ok=not failing,
         findings=_cap_per_kind(failing, FINDINGS_PER_KIND_MAX),
@@ -279,6 +293,72 @@ def _follows_from_loss(
     if finding.kind in _FOLLOWS_FROM_LOSS and finding.time_s is not None:
         return any(cut.start_s <= finding.time_s for cut in cuts)
     return False
+
+
+# Unclean elections after KIP-966 left a partition offline (see the module docstring)
+
+
+def split_unclean_election_losses(
+    history: History, findings: Sequence[Finding], lost_values: set[str]
+) -> tuple[list[Finding], list[Finding]]:
+    """(failing findings, reported ones): with the default durability, the ``lost-write``
+    findings of a partition the harness elected uncleanly, acknowledged before that election,
+    when they form a tail (no write of the partition acknowledged before the election, at or
+    above the lowest lost offset, survived: ``lost_values`` are every lost write's value), and
+    what follows from them. Anything else still fails; with ``fsync`` everything does."""
+    if history.durability != "default" or not history.unclean_elections:
+        return list(findings), []
+    elected_at: dict[PartitionKey, float] = {}
+    for election in history.unclean_elections:
+        key = (election.topic, election.partition)
+        elected_at[key] = min(elected_at.get(key, election.time_s), election.time_s)
+    writer_of = _writer_of(history.writes)
+    lost_by: dict[PartitionKey, list[Write]] = defaultdict(list)
+    for finding in findings:
+        write = writer_of.get(finding.value or "") if finding.kind == "lost-write" else None
+        if write is None:
+            continue
+        at = elected_at.get((write.topic, write.partition))
+        if at is not None and _write_time(write) <= at:
+            lost_by[(write.topic, write.partition)].append(write)
+    excused = {
+        write.value
+        for key, lost in lost_by.items()
+        if _tail_before(history, key, elected_at[key], lost, lost_values)
+        for write in lost
+    }
+    failing: list[Finding] = []
+    reported: list[Finding] = []
+    for finding in findings:
+        key = (finding.topic or "", finding.partition if finding.partition is not None else -1)
+        at = elected_at.get(key)
+        allowed = finding.value in excused if finding.kind == "lost-write" else (
+            at is not None and finding.time_s is not None and (
+                (finding.kind == "consumed-then-lost" and finding.value in excused)
+                or (finding.kind in _FOLLOWS_FROM_LOSS and finding.time_s >= at)
+            )
+        )  # fmt: skip
+        (reported if allowed else failing).append(finding)
+    return failing, reported
+
+
+def _tail_before(
+    history: History,
+    key: PartitionKey,
+    elected_s: float,
+    lost: Sequence[Write],
+    lost_values: set[str],
+) -> bool:
+    first = min((w.offset for w in lost if w.offset is not None), default=None)
+    if first is None:
+        return False
+    for write in history.writes:
+        if not write.ok or (write.topic, write.partition) != key or write.offset is None:
+            continue
+        survived = write.offset >= first and write.value not in lost_values
+        if survived and _write_time(write) <= elected_s:
+            return False  # a hole: it survived, a write below it did not
+    return True
 
 
 def _data_check_findings(history: History) -> list[Finding]:

@@ -169,6 +169,18 @@ class FaultWindow(_Model):
     cuts: list[PowerCut] = Field(default_factory=list)  # a power-loss fault's, one per node
 
 
+class UncleanElection(_Model):
+    """A partition KIP-966 left offline (no leader, ISR and ELR empty: every replica that held
+    its committed records restarted without a clean shutdown) that the harness brought back
+    after the workload, as an operator does: ElectLeaders UNCLEAN at `time_s`. Acknowledged
+    records only the lost replicas held are gone (the checker reports them with the default
+    durability)."""
+
+    topic: str
+    partition: int
+    time_s: float
+
+
 class MetadataSample(_Model):
     """One partition's leadership as the cluster described it at `time_s`."""
 
@@ -273,6 +285,7 @@ class History(_Model):
     txn_final: TxnFinal | None = None
     durability: Durability = "default"
     data_checks: list[DataCheck] = Field(default_factory=list)
+    unclean_elections: list[UncleanElection] = Field(default_factory=list)
 
 
 FindingKind = Literal[
@@ -358,6 +371,10 @@ class Summary(_Model):
     # failed: Kafka's default trades them for speed), by fault and partition
     lost_to_power_loss: int = 0
     power_loss_losses: list[PowerLossLoss] = Field(default_factory=list)
+    # partitions KIP-966 left offline until the harness elected a leader uncleanly, and the
+    # acknowledged writes that election lost (reported, not failed, with the default durability)
+    unclean_elections: int = 0
+    lost_to_unclean_election: int = 0
 
 
 class Verdict(_Model):

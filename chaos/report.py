@@ -137,6 +137,14 @@ def _figure_rows(summary: Summary) -> list[tuple[str, str]]:
             if summary.power_loss_losses
             else []
         ),
+        *(
+            [
+                ("unclean elections (KIP-966 offline)", f"{summary.unclean_elections:,}"),
+                ("lost to unclean elections (reported)", f"{summary.lost_to_unclean_election:,}"),
+            ]
+            if summary.unclean_elections
+            else []
+        ),
         ("availability", f"{summary.availability * 100:.1f}%"),
         ("consumed records", f"{summary.consumed_records:,}"),
         ("commits ok", f"{summary.commits_ok:,}"),

@@ -68,6 +68,7 @@ from chaos.history import (
     PartitionImage,
     ReplicaLog,
     TopicImage,
+    UncleanElection,
     Verdict,
 )
 from chaos.membership import VoterChanges
@@ -299,6 +300,7 @@ class Run:
         self.txn_final: TxnFinal | None = None
         self.security: RunSecurity | None = None  # with a secure cluster
         self.data_checks: list[DataCheck] = []
+        self.unclean_elections: list[UncleanElection] = []
 
     @property
     def harness_security(self) -> ClientSecurity | None:
@@ -643,6 +645,7 @@ class Run:
         def recovered() -> bool:
             self._watch_nodes()
             try:
+                self._elect_offline(control)
                 partitions = self._describe(control)
             except CLIENT_ERRORS:  # the controllers are still electing: not yet
                 return False
@@ -652,6 +655,14 @@ class Run:
             wait_for("every partition led, with a complete ISR", recovered, RECOVERY_TIMEOUT_S)
         except TimeoutError as error:
             self._problem(f"the cluster did not recover after healing: {error}")
+
+    def _elect_offline(self, control: AdminClient) -> None:
+        for election in elect_offline_partitions(control, self.recorder.now()):
+            self.unclean_elections.append(election)
+            self.say(
+                f"[{election.time_s:7.1f} s] {election.topic}-{election.partition}: offline "
+                "with no eligible leader (KIP-966); elected uncleanly"
+            )
 
     def _wait_for_group(self, members: list[GroupMember], bootstrap: list[str]) -> None:
         tps = [TopicPartition(self.config.topic, p) for p in range(self.config.partitions)]
@@ -784,7 +795,28 @@ class Run:
             txn_final=self.txn_final,
             durability=config.durability,
             data_checks=self.data_checks,
+            unclean_elections=self.unclean_elections,
         )
+
+
+def elect_offline_partitions(control: AdminClient, now_s: float) -> list[UncleanElection]:
+    """What an operator does once the faults are over: every partition of any topic that
+    KIP-966 left offline (no leader, ISR and ELR empty: no replica can be elected without
+    losing acknowledged records) gets an unclean election. The ones elected; a partition with
+    no usable replica yet (still restarting) is left for the next poll."""
+    offline = [
+        (name, p.partition)
+        for name, topic in sorted(control.describe_topics(None).items())
+        for p in topic.partitions
+        if p.leader < 0 and not p.isr and not p.elr
+    ]
+    if not offline:
+        return []
+    return [
+        UncleanElection(topic=tp.topic, partition=tp.partition, time_s=now_s)
+        for tp, error in sorted(control.elect_leaders("unclean", offline).items())
+        if error is None
+    ]
 
 
 def _reassign(control: AdminClient, tp: tuple[str, int], target: tuple[int, ...]) -> None:

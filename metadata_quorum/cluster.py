@@ -12,10 +12,12 @@ broker a fresh session, which a combined node's death pays twice). Time is a num
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from metadata_quorum import configs
+from metadata_quorum.features import elr_enabled
 from metadata_quorum.image import PRODUCER_ID_BLOCK_SIZE, MetadataImage
 from metadata_quorum.records import (
     BrokerRegistrationChange,
@@ -30,6 +32,8 @@ from metadata_quorum.records import (
 )
 from metadata_quorum.replication import generate_leadership_changes
 from raftlog.errors import ErrorCode, KafkaError
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -84,11 +88,19 @@ def generate_register_broker(
     endpoints: tuple[Endpoint, ...],
     rack: str | None,
     static_configs: Mapping[str, str] | None = None,
+    previous_broker_epoch: int = -1,
 ) -> list[MetadataRecord]:
     """Records for a (re)registration; empty when this incarnation is already registered
     (a retried request). A different incarnation is refused while the old one's session lives.
     ``static_configs`` (the dynamic broker configs the broker's config file sets) are validated
-    as a broker's own overrides are: INVALID_CONFIG names a bad one."""
+    as a broker's own overrides are: INVALID_CONFIG names a bad one.
+
+    KIP-966: a new incarnation shut down cleanly only if ``previous_broker_epoch`` (from the
+    clean-shutdown marker its log dirs hold, -1 without one) is the registered broker epoch
+    (Kafka's ``ClusterControlManager.registerBroker``). Otherwise, with
+    eligible.leader.replicas.version 1, it may have lost its unflushed tail: it leaves every
+    ISR and ELR and cannot be elected until it has caught up (Kafka's
+    ``handleBrokerUncleanShutdown``). A clean one is handled as a fence: ISR only."""
     if broker_id < 0:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"broker id {broker_id} must be >= 0")
     if not endpoints:
@@ -111,9 +123,27 @@ def generate_register_broker(
     ]
     # The new incarnation starts fenced: move leadership and ISR membership off the old one.
     usable = image.usable_broker_ids() - {broker_id}
-    records.extend(generate_leadership_changes(image, usable, {broker_id}))
+    unclean = current is not None and not clean_shutdown(
+        current.broker_epoch, previous_broker_epoch
+    )
+    changes = generate_leadership_changes(
+        image, usable, {broker_id}, unclean_shutdown={broker_id} if unclean else ()
+    )
+    if unclean and elr_enabled(image):
+        _log.info(
+            "broker %d registered after an unclean shutdown (previous epoch %d, registered %d): "
+            "removed from the ISR/ELR of %d partitions",
+            broker_id, previous_broker_epoch, current.broker_epoch if current else -1, len(changes),
+        )  # fmt: skip
+    records.extend(changes)
     sessions.touch(broker_id, now_ms)
     return records
+
+
+def clean_shutdown(registered_epoch: int, previous_broker_epoch: int) -> bool:
+    """The new incarnation proves the old one shut down cleanly (Kafka: ``storedBrokerEpoch ==
+    request.previousBrokerEpoch()``; -1, no marker, never matches a registered epoch)."""
+    return previous_broker_epoch >= 0 and previous_broker_epoch == registered_epoch
 
 
 def _check_epoch(image: MetadataImage, broker_id: int, broker_epoch: int) -> None:
@@ -245,7 +275,8 @@ def generate_unregister_broker(
                 "shutdown), or force",
             )
     usable = image.usable_broker_ids() - {broker_id}
-    records = generate_leadership_changes(image, usable, {broker_id})
+    # it leaves every ISR and ELR (Kafka's handleBrokerUnregistered)
+    records = generate_leadership_changes(image, usable, {broker_id}, unclean_shutdown={broker_id})
     records.append(UnregisterBroker(broker_id, broker.broker_epoch))
     return records
 

@@ -283,6 +283,8 @@ def _partition_to_proto(record: PartitionRecord) -> pb.PartitionRecord:
         partition_epoch=record.partition_epoch,
         adding_replicas=list(record.adding_replicas),
         removing_replicas=list(record.removing_replicas),
+        eligible_leader_replicas=list(record.elr),
+        last_known_elr=list(record.last_known_elr),
     )
 
 
@@ -298,10 +300,17 @@ def _partition_change_to_proto(record: PartitionChange) -> pb.PartitionChangeRec
     if record.isr is not None:
         message.isr.values.extend(record.isr)
         message.isr.SetInParent()
-    for name in ("replicas", "adding_replicas", "removing_replicas"):
+    fields = (
+        ("replicas", "replicas"),
+        ("adding_replicas", "adding_replicas"),
+        ("removing_replicas", "removing_replicas"),
+        ("elr", "eligible_leader_replicas"),
+        ("last_known_elr", "last_known_elr"),
+    )
+    for name, proto_name in fields:
         values: tuple[int, ...] | None = getattr(record, name)
         if values is not None:
-            field = getattr(message, name)
+            field = getattr(message, proto_name)
             field.values.extend(values)
             field.SetInParent()
     return message
@@ -324,6 +333,8 @@ def _from_partition(m: pb.PartitionRecord) -> MetadataRecord:
         m.partition_epoch,
         tuple(m.adding_replicas),
         tuple(m.removing_replicas),
+        tuple(m.eligible_leader_replicas),
+        tuple(m.last_known_elr),
     )
 
 
@@ -341,6 +352,12 @@ def _from_partition_change(m: pb.PartitionChangeRecord) -> MetadataRecord:
         removing_replicas=(
             tuple(m.removing_replicas.values) if m.HasField("removing_replicas") else None
         ),
+        elr=(
+            tuple(m.eligible_leader_replicas.values)
+            if m.HasField("eligible_leader_replicas")
+            else None
+        ),
+        last_known_elr=(tuple(m.last_known_elr.values) if m.HasField("last_known_elr") else None),
     )
 
 

@@ -6,10 +6,9 @@ finalized ones, and UpdateFeatures changes them. raftlog does the same with thes
 the levels whose semantics it implements, and enforces each as Kafka does (docs/operations.md,
 "Feature levels"):
 
-- ``metadata.version`` 7 (3.3-IV3, the lowest Kafka 4 accepts) to 22 (4.0-IV0, the KIP-848
-  bootstrap). raftlog's own metadata records do not change with it; it is finalized so that
-  clients and tools see a Kafka 4 cluster. 23 (KIP-966's eligible leader replicas) and later
-  are not implemented, so not supported.
+- ``metadata.version`` 7 (3.3-IV3, the lowest Kafka 4 accepts) to 23 (4.0-IV1, whose partition
+  records carry KIP-966's eligible leader replicas). raftlog's own metadata records do not
+  change with it below 23; it is finalized so that clients and tools see a Kafka 4 cluster.
 - ``kraft.version`` 0 to 1: 1 is KIP-853's controller membership (AddRaftVoter and
   RemoveRaftVoter are refused at 0, as Kafka's AddVoterHandler refuses them); it needs
   metadata.version 21 (3.9-IV0). A downgrade is refused, as Kafka refuses it.
@@ -24,8 +23,15 @@ the levels whose semantics it implements, and enforces each as Kafka does (docs/
   metadata.version raftlog does not claim (its share-partition state is a topic, not metadata
   records), so here it depends on no metadata.version beyond every feature's minimum.
 
-Kafka 4's ``eligible.leader.replicas.version`` and ``streams.version`` are not claimed: raftlog
-implements neither ELR nor KIP-1071's streams groups.
+- ``eligible.leader.replicas.version`` 0 to 1: 1 is KIP-966's eligible leader replicas
+  (metadata_quorum/placement.py ``elect``): an ISR may become empty, the replicas that left it
+  under min.insync.replicas stay eligible to lead, a broker that restarts without a clean
+  shutdown leaves every ISR and ELR, and leaders hold the high watermark under min ISR. It needs
+  metadata.version 23 (Kafka's ELRV_1 needs 4.0-IV1) and is on in new clusters, as in Kafka 4.1.
+  A downgrade to 0 clears every partition's ELR (``generate_update_features``' records).
+
+Kafka 4's ``streams.version`` is not claimed: raftlog does not implement KIP-1071's streams
+groups.
 
 Every node of a raftlog cluster runs the same code, so the supported ranges are this module's,
 checked by the controller for the whole cluster (Kafka checks each registered broker's ranges).
@@ -36,11 +42,11 @@ is formatted); ``generate_bootstrap_features`` also finalizes a feature an older
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from metadata_quorum.image import MetadataImage
-from metadata_quorum.records import FeatureLevelRecord
+from metadata_quorum.records import FeatureLevelRecord, MetadataRecord, PartitionChange
 from raftlog.errors import ErrorCode, KafkaError
 
 METADATA_VERSION = "metadata.version"
@@ -48,14 +54,16 @@ KRAFT_VERSION = "kraft.version"
 GROUP_VERSION = "group.version"
 TRANSACTION_VERSION = "transaction.version"
 SHARE_VERSION = "share.version"
+ELIGIBLE_LEADER_REPLICAS_VERSION = "eligible.leader.replicas.version"
 
 # feature -> (min, max) level this code implements
 SUPPORTED_FEATURES: Mapping[str, tuple[int, int]] = {
-    METADATA_VERSION: (7, 22),
+    METADATA_VERSION: (7, 23),
     KRAFT_VERSION: (0, 1),
     GROUP_VERSION: (0, 1),
     TRANSACTION_VERSION: (0, 1),
     SHARE_VERSION: (0, 1),
+    ELIGIBLE_LEADER_REPLICAS_VERSION: (0, 1),
 }
 # the levels a new cluster starts at: the highest supported, so a new cluster serves everything
 # raftlog implements (Kafka 4's defaults for its latest production metadata.version, and share
@@ -68,6 +76,7 @@ BOOTSTRAP_FEATURES: Mapping[str, int] = {
 # Feature.validateVersion's rule: any level >= 1 needs metadata.version >= MINIMUM_VERSION
 DEPENDENCIES: Mapping[tuple[str, int], Mapping[str, int]] = {
     (KRAFT_VERSION, 1): {METADATA_VERSION: 21},
+    (ELIGIBLE_LEADER_REPLICAS_VERSION, 1): {METADATA_VERSION: 23},
 }
 # what a feature level switches on, as (feature, level, what): Kafka's
 # GroupVersion.isConsumerRebalanceProtocolSupported and ShareVersion.supportsShareGroups
@@ -76,7 +85,7 @@ SHARE_GROUPS = (SHARE_VERSION, 1, "share groups (KIP-932)")
 MINIMUM_METADATA_VERSION_FOR_FEATURES = 7  # Kafka 4's MetadataVersion.MINIMUM_VERSION, 3.3-IV3
 # metadata.version levels whose metadata records differ from the level below (Kafka's
 # MetadataVersion.didMetadataChange): a downgrade across one of them might lose metadata
-METADATA_CHANGED_AT = frozenset({7, 8, 11, 13, 14, 15, 17})
+METADATA_CHANGED_AT = frozenset({7, 8, 11, 13, 14, 15, 17, 23})
 
 
 class UpgradeType(enum.IntEnum):
@@ -128,6 +137,11 @@ def check_enabled(image: MetadataImage, name: str, level: int, what: str) -> Non
         raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, reason)
 
 
+def elr_enabled(image: MetadataImage) -> bool:
+    """KIP-966's rules apply (Kafka's ``FeatureControlManager.isElrFeatureEnabled``)."""
+    return feature_level(image, ELIGIBLE_LEADER_REPLICAS_VERSION) >= 1
+
+
 def check_voter_change_supported(image: MetadataImage, change: str) -> None:
     """AddRaftVoter / RemoveRaftVoter need kraft.version 1 (KIP-853); below it they are
     refused with Kafka's error and message. ``change`` is "adding" or "removing"."""
@@ -151,14 +165,16 @@ def generate_bootstrap_features(image: MetadataImage) -> list[FeatureLevelRecord
 
 def generate_update_features(
     image: MetadataImage, updates: Sequence[FeatureUpdate], validate_only: bool
-) -> tuple[list[FeatureLevelRecord], list[FeatureResult]]:
+) -> tuple[list[MetadataRecord], list[FeatureResult]]:
     """UpdateFeatures: every update is checked against the others; one refused update refuses
     the whole request (Kafka's controller applies them atomically), and the others answer
-    with the same error. Nothing is written if ``validate_only``."""
+    with the same error. Nothing is written if ``validate_only``. Turning
+    eligible.leader.replicas.version off also clears every partition's ELR and last known
+    ELR, so no replica stays eligible under rules that no longer maintain it."""
     names = [u.feature for u in updates]
     proposed = dict(image.features)
     proposed.update({u.feature: u.max_version_level for u in updates})
-    records: list[FeatureLevelRecord] = []
+    records: list[MetadataRecord] = []
     try:
         for update in updates:
             if names.count(update.feature) > 1:
@@ -170,7 +186,29 @@ def generate_update_features(
                 records.append(FeatureLevelRecord(update.feature, update.max_version_level))
     except KafkaError as error:
         return [], [FeatureResult(u.feature, error.error, error.message) for u in updates]
+    if (
+        proposed.get(ELIGIBLE_LEADER_REPLICAS_VERSION, 0)
+        < 1
+        <= feature_level(image, ELIGIBLE_LEADER_REPLICAS_VERSION)
+    ):
+        records.extend(generate_clear_elrs(image))
     return ([] if validate_only else records), [FeatureResult(u.feature) for u in updates]
+
+
+def generate_clear_elrs(
+    image: MetadataImage, topics: Collection[str] | None = None
+) -> list[MetadataRecord]:
+    """Changes that empty the ELR and last known ELR of every partition of ``topics`` (None:
+    all) that has one: when eligible.leader.replicas.version goes to 0, and when a topic's
+    min.insync.replicas (or the cluster default) changes, since its ELR was chosen against the
+    old minimum (Kafka 4.0, KAFKA-16540)."""
+    return [
+        PartitionChange(topic.topic_id, p, current.partition_epoch, elr=(), last_known_elr=())
+        for topic in sorted(image.topics.values(), key=lambda t: t.name)
+        if topics is None or topic.name in topics
+        for p, current in sorted(topic.partitions.items())
+        if current.elr or current.last_known_elr
+    ]
 
 
 def _check_update(image: MetadataImage, update: FeatureUpdate, proposed: dict[str, int]) -> None:

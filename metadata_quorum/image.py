@@ -72,7 +72,16 @@ class PartitionRegistration:
     by the ones leaving: ``adding_replicas`` are in the target and not in the original set,
     ``removing_replicas`` in the original set and not in the target; both are subsets of
     ``replicas`` and disjoint. The reassignment completes when every target replica is in the
-    ISR."""
+    ISR.
+
+    KIP-966 (eligible.leader.replicas.version 1): while the ISR is smaller than the topic's
+    min.insync.replicas, ``elr`` (eligible leader replicas) holds the replicas that left the ISR
+    but still hold every committed record (the leader's high watermark does not advance under
+    min ISR, so none was committed without them); one may lead when the ISR is empty.
+    ``last_known_elr`` is the rest of the replicas that were in the ISR or ELR since the ISR
+    dropped below min ISR (a replica that restarted uncleanly lands there): reported to
+    operators, never elected automatically. Invariants: ``elr`` and ``last_known_elr`` are
+    distinct subsets of ``replicas``, disjoint from each other and from the ISR."""
 
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
@@ -81,6 +90,8 @@ class PartitionRegistration:
     partition_epoch: int
     adding_replicas: tuple[int, ...] = ()
     removing_replicas: tuple[int, ...] = ()
+    elr: tuple[int, ...] = ()
+    last_known_elr: tuple[int, ...] = ()
 
     @property
     def preferred_leader(self) -> int:
@@ -337,12 +348,12 @@ class MetadataDelta:
         problem = _check_partition(
             record.replicas, record.isr, record.leader, record.adding_replicas,
             record.removing_replicas,
-        )  # fmt: skip
+        ) or _check_elr(record.replicas, record.isr, record.elr, record.last_known_elr)  # fmt: skip
         if problem:
             return problem
         partitions[record.partition_id] = PartitionRegistration(
             record.replicas, record.isr, record.leader, record.leader_epoch, record.partition_epoch,
-            record.adding_replicas, record.removing_replicas,
+            record.adding_replicas, record.removing_replicas, record.elr, record.last_known_elr,
         )  # fmt: skip
         self._count_preferred(record.replicas[0], 1)
         return None
@@ -376,16 +387,24 @@ class MetadataDelta:
             current.removing_replicas if record.removing_replicas is None
             else record.removing_replicas
         )  # fmt: skip
-        problem = _check_partition(replicas, isr, leader, adding, removing)
+        elr = current.elr if record.elr is None else record.elr
+        last_known_elr = (
+            current.last_known_elr if record.last_known_elr is None else record.last_known_elr
+        )
+        problem = _check_partition(replicas, isr, leader, adding, removing) or _check_elr(
+            replicas, isr, elr, last_known_elr
+        )
         if problem:
             return problem
         if replicas[0] != current.replicas[0]:
             self._count_preferred(current.replicas[0], -1)
             self._count_preferred(replicas[0], 1)
+        # an ELR-only change bumps the partition epoch, not the leader epoch (as in Kafka)
         leader_epoch = current.leader_epoch + (1 if leader != current.leader else 0)
         partitions[record.partition_id] = PartitionRegistration(
-            replicas, isr, leader, leader_epoch, current.partition_epoch + 1, adding, removing
-        )
+            replicas, isr, leader, leader_epoch, current.partition_epoch + 1, adding, removing,
+            elr, last_known_elr,
+        )  # fmt: skip
         return None
 
     def _remove_topic(self, record: RemoveTopic) -> str | None:
@@ -527,6 +546,23 @@ def _check_partition(
     return None
 
 
+def _check_elr(
+    replicas: tuple[int, ...],
+    isr: tuple[int, ...],
+    elr: tuple[int, ...],
+    last_known_elr: tuple[int, ...],
+) -> str | None:
+    for name, members in (("ELR", elr), ("last known ELR", last_known_elr)):
+        if len(set(members)) != len(members) or not set(members) <= set(replicas):
+            return f"{name} {list(members)} must be a distinct subset of replicas {list(replicas)}"
+    if set(elr) & set(isr) or set(last_known_elr) & (set(isr) | set(elr)):
+        return (
+            f"ISR {list(isr)}, ELR {list(elr)} and last known ELR {list(last_known_elr)} must "
+            "be disjoint"
+        )
+    return None
+
+
 def apply(
     image: MetadataImage, records: Iterable[MetadataRecord]
 ) -> tuple[MetadataImage, list[Rejected]]:
@@ -559,6 +595,8 @@ def to_records(image: MetadataImage) -> tuple[list[BrokerRegistration], list[Met
                     p.partition_epoch,
                     p.adding_replicas,
                     p.removing_replicas,
+                    p.elr,
+                    p.last_known_elr,
                 )
             )
     for (resource_type, name), values in sorted(image.configs.items()):

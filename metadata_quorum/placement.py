@@ -134,11 +134,14 @@ def check_assignment(
 
 @dataclass(frozen=True)
 class Election:
-    """The outcome of choosing a leader: the new leader (or -1) and the new ISR."""
+    """The outcome of choosing a leader: the new leader (or -1), the new ISR, and with KIP-966
+    the new eligible leader replicas and last known ELR (always empty without it)."""
 
     leader: int
     isr: tuple[int, ...]
     unclean: bool = False
+    elr: tuple[int, ...] = ()
+    last_known_elr: tuple[int, ...] = ()
 
 
 def elect(
@@ -173,3 +176,73 @@ def _shrink(isr: Sequence[int], usable: Collection[int]) -> tuple[int, ...]:
     if kept:
         return kept
     return tuple(isr[-1:]) if isr else ()
+
+
+@dataclass(frozen=True)
+class ElrPartition:
+    """What :func:`elect_with_elr` needs of a partition and its topic."""
+
+    replicas: Sequence[int]
+    isr: Sequence[int]
+    elr: Sequence[int]
+    last_known_elr: Sequence[int]
+    leader: int
+    min_isr: int
+
+
+def elect_with_elr(
+    partition: ElrPartition,
+    usable: Collection[int],
+    unclean_allowed: bool,
+    unclean_shutdown: Collection[int] = (),
+    prefer_replica_order: bool = False,
+) -> Election:
+    """KIP-966's election (Kafka's ``PartitionChangeBuilder`` with ELR enabled). The ISR keeps
+    its usable members, without any broker in ``unclean_shutdown`` (one that registered again
+    without proof of a clean shutdown may have lost its unflushed tail), and may become empty:
+    no keep-last. While it is below the topic's min ISR, the replicas that left it stay eligible
+    (ELR), since the leader's high watermark does not advance under min ISR and so they hold
+    every committed record; at min ISR the ELR and last known ELR are cleared. The leader is
+    the current one if it stays in the ISR (unless ``prefer_replica_order``), else the first
+    ISR member in replica order; only when the ISR is empty, the first usable ELR member, which
+    becomes the ISR alone. Else an unclean election (if allowed) picks the first usable replica
+    and clears the ELR; else the partition is offline (-1) until an eligible replica returns.
+    The last known ELR is never elected: a replica that restarted uncleanly lands there."""
+    replicas, unclean = partition.replicas, set(unclean_shutdown)
+    isr = tuple(b for b in partition.isr if b in usable and b not in unclean)
+    elr, last_known = eligible_replicas(partition, isr, unclean)
+    if not prefer_replica_order and partition.leader in isr:
+        return Election(partition.leader, isr, elr=elr, last_known_elr=last_known)
+    for broker in replicas:
+        if broker in isr:
+            return Election(broker, isr, elr=elr, last_known_elr=last_known)
+    if not isr:
+        for broker in replicas:
+            if broker in elr and broker in usable:
+                rest = tuple(b for b in elr if b != broker)
+                return Election(broker, (broker,), elr=rest, last_known_elr=last_known)
+    if unclean_allowed:
+        for broker in replicas:
+            if broker in usable:
+                return Election(broker, (broker,), unclean=True)
+    return Election(NO_LEADER, isr, elr=elr, last_known_elr=last_known)
+
+
+def eligible_replicas(
+    partition: ElrPartition, isr: tuple[int, ...], unclean: Collection[int]
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(ELR, last known ELR) for the target ``isr`` (Kafka's ``maybePopulateTargetElr``):
+    the ELR is the old ELR and old ISR, less the new ISR and the unclean brokers; the last known
+    ELR is the old last known ELR, old ELR and old ISR, less the new ISR and ELR. Both are
+    empty once the ISR reaches min ISR. Replica order, replicas only."""
+    if len(isr) >= partition.min_isr:
+        return (), ()
+    candidates = set(partition.elr) | set(partition.isr)
+    elr = tuple(
+        b for b in partition.replicas if b in candidates and b not in isr and b not in unclean
+    )
+    known = candidates | set(partition.last_known_elr)
+    last_known = tuple(
+        b for b in partition.replicas if b in known and b not in isr and b not in elr
+    )
+    return elr, last_known

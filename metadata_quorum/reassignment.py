@@ -31,6 +31,7 @@ from metadata_quorum.replication import (
     ItemResult,
     check_not_cordoned,
     complete_reassignment,
+    eligible_within,
     partition_change,
 )
 from raftlog.errors import ErrorCode, KafkaError
@@ -149,8 +150,9 @@ def reassign(
     if leader not in isr:  # it was being added and the new target drops it
         leader = elect(replicas, isr, NO_LEADER, usable, unclean_allowed=False).leader
     moving = PartitionRegistration(
-        replicas, isr, leader, current.leader_epoch, current.partition_epoch, adding, removing
-    )
+        replicas, isr, leader, current.leader_epoch, current.partition_epoch, adding, removing,
+        *eligible_within(current, replicas),
+    )  # fmt: skip
     finished = complete_reassignment(moving, usable)
     if finished is not None:
         moving = finished
@@ -178,8 +180,9 @@ def cancel(
         election = elect(replicas, isr, NO_LEADER, usable, unclean_allowed=False)
         leader, isr = election.leader, election.isr or isr
     reverted = PartitionRegistration(
-        replicas, isr, leader, current.leader_epoch, current.partition_epoch
-    )
+        replicas, isr, leader, current.leader_epoch, current.partition_epoch, (), (),
+        *eligible_within(current, replicas),
+    )  # fmt: skip
     return partition_change(topic_id, partition_id, current, reverted)
 
 

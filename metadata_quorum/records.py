@@ -96,6 +96,9 @@ class PartitionRecord:
     partition_epoch: int = 0
     adding_replicas: tuple[int, ...] = ()  # a reassignment in progress (KIP-455), see image.py
     removing_replicas: tuple[int, ...] = ()
+    # KIP-966 (eligible.leader.replicas.version 1): see image.PartitionRegistration
+    elr: tuple[int, ...] = ()
+    last_known_elr: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,8 @@ class PartitionChange:
     replicas: tuple[int, ...] | None = None
     adding_replicas: tuple[int, ...] | None = None
     removing_replicas: tuple[int, ...] | None = None
+    elr: tuple[int, ...] | None = None
+    last_known_elr: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)

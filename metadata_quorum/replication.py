@@ -19,11 +19,16 @@ from metadata_quorum.configs import (
     replication_config,
     validate_topic_configs,
 )
+from metadata_quorum.features import elr_enabled
 from metadata_quorum.image import MetadataImage, PartitionRegistration, TopicImage
 from metadata_quorum.placement import (
     BrokerSlot,
+    Election,
+    ElrPartition,
     check_assignment,
     elect,
+    elect_with_elr,
+    eligible_replicas,
     place_replicas,
 )
 from metadata_quorum.records import (
@@ -326,12 +331,9 @@ def generate_alter_partition(
             )
             continue
         if current.isr != item.new_isr:
-            out.records.append(
-                PartitionChange(
-                    item.topic_id, item.partition, current.partition_epoch, isr=item.new_isr
-                )
-            )
-            current = _advanced(current, replace(current, isr=item.new_isr))
+            wanted = _with_isr(image, name, current, item.new_isr)
+            out.records.append(partition_change(item.topic_id, item.partition, current, wanted))
+            current = _advanced(current, wanted)
             finished = complete_reassignment(current, usable)
             if finished is not None:
                 out.records.append(
@@ -342,6 +344,56 @@ def generate_alter_partition(
             ItemResult(name, topic_id=item.topic_id, partition=item.partition, state=current)
         )
     return out
+
+
+def _with_isr(
+    image: MetadataImage, name: str, current: PartitionRegistration, isr: tuple[int, ...]
+) -> PartitionRegistration:
+    """``current`` with the leader's new ISR; with KIP-966, a shrink below min ISR moves the
+    leavers into the ELR, and reaching min ISR clears it (a member that rejoins leaves it)."""
+    if not elr_enabled(image):
+        return replace(current, isr=isr)
+    min_isr = replication_config(image, name).min_insync_replicas
+    elr, last_known = eligible_replicas(_elr_partition(current, min_isr), isr, ())
+    return replace(current, isr=isr, elr=elr, last_known_elr=last_known)
+
+
+def _elr_partition(current: PartitionRegistration, min_isr: int) -> ElrPartition:
+    """With Kafka's effective min ISR: never more than the replicas (``getTopicEffectiveMinIsr``),
+    so a topic whose min.insync.replicas exceeds its replication factor still clears its ELR."""
+    return ElrPartition(
+        current.replicas, current.isr, current.elr, current.last_known_elr, current.leader,
+        min(min_isr, len(current.replicas)),
+    )  # fmt: skip
+
+
+def elect_partition(
+    image: MetadataImage,
+    current: PartitionRegistration,
+    usable: Collection[int],
+    *,
+    min_isr: int,
+    unclean_allowed: bool,
+    unclean_shutdown: Collection[int] = (),
+) -> Election:
+    """The election of ``current`` under the finalized rules: KIP-966's when
+    eligible.leader.replicas.version is 1, else the keep-last ISR (its ELR left as it is)."""
+    if elr_enabled(image):
+        return elect_with_elr(
+            _elr_partition(current, min_isr), usable, unclean_allowed, unclean_shutdown
+        )
+    election = elect(current.replicas, current.isr, current.leader, usable, unclean_allowed)
+    return replace(election, elr=current.elr, last_known_elr=current.last_known_elr)
+
+
+def _elected(current: PartitionRegistration, election: Election) -> PartitionRegistration:
+    return replace(
+        current,
+        leader=election.leader,
+        isr=election.isr,
+        elr=election.elr,
+        last_known_elr=election.last_known_elr,
+    )
 
 
 def _check_isr_request(
@@ -401,7 +453,19 @@ def complete_reassignment(
         leader = next((b for b in target if b in usable), NO_LEADER)
         if leader == NO_LEADER and current.leader != NO_LEADER:
             return None  # no target replica can lead yet: the current leader stays
-    return PartitionRegistration(target, isr, leader, current.leader_epoch, current.partition_epoch)
+    return PartitionRegistration(
+        target, isr, leader, current.leader_epoch, current.partition_epoch, (), (),
+        *eligible_within(current, target),
+    )  # fmt: skip
+
+
+def eligible_within(
+    current: PartitionRegistration, replicas: Collection[int]
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The partition's (ELR, last known ELR) without the replicas that leave it (KIP-966: a
+    replica a reassignment removes is no longer eligible)."""
+    elr = tuple(b for b in current.elr if b in replicas)
+    return elr, tuple(b for b in current.last_known_elr if b in replicas)
 
 
 def partition_change(
@@ -424,6 +488,8 @@ def partition_change(
         replicas=wanted.replicas if differs("replicas") else None,
         adding_replicas=wanted.adding_replicas if differs("adding_replicas") else None,
         removing_replicas=wanted.removing_replicas if differs("removing_replicas") else None,
+        elr=wanted.elr if differs("elr") else None,
+        last_known_elr=wanted.last_known_elr if differs("last_known_elr") else None,
     )
 
 
@@ -475,66 +541,68 @@ def generate_elect_leaders(
             )  # fmt: skip
             continue
         if unclean:
-            error, change = _unclean(current, usable)
+            error, elected = _unclean(image, name, current, usable)
         else:
-            error, change = _preferred(current, usable)
+            error, elected = _preferred(current, usable)
         result = ItemResult(name, error, "", topic.topic_id, partition=p, state=current)
-        if change is not None:
-            out.records.append(
-                PartitionChange(
-                    topic.topic_id, p, current.partition_epoch, leader=change[0], isr=change[1]
-                )
-            )
+        if elected is not None:
+            change = partition_change(topic.topic_id, p, current, elected)
+            # the ISR is written even when unchanged, as it always was
+            out.records.append(replace(change, isr=elected.isr))
         out.results.append(result)
     return out
 
 
 def _preferred(
     current: PartitionRegistration, usable: Collection[int]
-) -> tuple[ErrorCode, tuple[int, tuple[int, ...]] | None]:
+) -> tuple[ErrorCode, PartitionRegistration | None]:
     preferred = current.preferred_leader
     if current.leader == preferred:
         return ErrorCode.ELECTION_NOT_NEEDED, None
     if preferred not in usable or preferred not in current.isr:
         return ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE, None
-    return ErrorCode.NONE, (preferred, current.isr)
+    return ErrorCode.NONE, replace(current, leader=preferred)
 
 
 def _unclean(
-    current: PartitionRegistration, usable: Collection[int]
-) -> tuple[ErrorCode, tuple[int, tuple[int, ...]] | None]:
+    image: MetadataImage, name: str, current: PartitionRegistration, usable: Collection[int]
+) -> tuple[ErrorCode, PartitionRegistration | None]:
+    """UNCLEAN: an ISR member, then (KIP-966, ISR empty) an ELR member, else any usable replica,
+    which alone becomes the ISR and clears the ELR and last known ELR."""
     if current.leader != NO_LEADER:
         return ErrorCode.ELECTION_NOT_NEEDED, None
-    election = elect(current.replicas, current.isr, NO_LEADER, usable, unclean_allowed=True)
+    min_isr = replication_config(image, name).min_insync_replicas
+    election = elect_partition(image, current, usable, min_isr=min_isr, unclean_allowed=True)
     if election.leader == NO_LEADER:
         return ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, None
-    return ErrorCode.NONE, (election.leader, election.isr)
+    return ErrorCode.NONE, _elected(current, election)
 
 
 def generate_leadership_changes(
-    image: MetadataImage, usable: Collection[int], affected: Collection[int]
+    image: MetadataImage,
+    usable: Collection[int],
+    affected: Collection[int],
+    *,
+    unclean_shutdown: Collection[int] = (),
 ) -> list[MetadataRecord]:
     """Re-elect every partition that has a replica in ``affected`` brokers, given that exactly
     ``usable`` brokers may lead or stay in the ISR: the changes after a broker is fenced, starts
-    a controlled shutdown, or comes back (unfenced)."""
+    a controlled shutdown, or comes back (unfenced). ``unclean_shutdown`` brokers (KIP-966: a
+    new incarnation without proof of a clean shutdown) also leave every ELR."""
     records: list[MetadataRecord] = []
     for topic in image.topics.values():
-        unclean = replication_config(image, topic.name).unclean_leader_election_enable
+        config = replication_config(image, topic.name)
         for p, current in sorted(topic.partitions.items()):
             if not set(current.replicas) & set(affected):
                 continue
-            election = elect(current.replicas, current.isr, current.leader, usable, unclean)
-            if (election.leader, election.isr) == (current.leader, current.isr):
-                continue
-            records.append(
-                PartitionChange(
-                    topic.topic_id,
-                    p,
-                    current.partition_epoch,
-                    leader=election.leader if election.leader != current.leader else None,
-                    isr=election.isr if election.isr != current.isr else None,
-                )
-            )
+            election = elect_partition(
+                image, current, usable, min_isr=config.min_insync_replicas,
+                unclean_allowed=config.unclean_leader_election_enable,
+                unclean_shutdown=unclean_shutdown,
+            )  # fmt: skip
+            wanted = _elected(current, election)
+            if wanted != current:
+                records.append(partition_change(topic.topic_id, p, current, wanted))
     return records
 
 

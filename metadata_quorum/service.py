@@ -33,7 +33,12 @@ from metadata_quorum.codec import (
     voter_to_proto,
 )
 from metadata_quorum.controller import NotControllerError, QuorumController
-from metadata_quorum.features import FeatureUpdate, UpgradeType, generate_update_features
+from metadata_quorum.features import (
+    FeatureUpdate,
+    UpgradeType,
+    generate_clear_elrs,
+    generate_update_features,
+)
 from metadata_quorum.group_configs import KAFKA_GROUP_RULES, GroupConfigRow, GroupRules
 from metadata_quorum.image import MetadataImage, PartitionRegistration
 from metadata_quorum.raft import QuorumStatus
@@ -71,6 +76,8 @@ from raftlog.errors import ErrorCode, KafkaError
 R = TypeVar("R")
 log = logging.getLogger(__name__)
 FETCH_METADATA_MAX_RECORDS = 5000
+# a change of it clears the affected partitions' ELR (KIP-966, metadata_quorum.features)
+MIN_INSYNC_REPLICAS = "min.insync.replicas"
 # DescribeQuorum on a standby controller is forwarded to the active one, once: a request
 # carrying this gRPC metadata key (value: the forwarding node's id) is answered where it lands.
 FORWARDED_METADATA_KEY = "raftlog-forwarded-by"
@@ -146,6 +153,11 @@ class ControllerServicer(SecurityRpcs, pb_grpc.ControllerServiceServicer):
                     endpoints,
                     request.rack or None,
                     request.static_configs,
+                    previous_broker_epoch=(
+                        request.previous_broker_epoch
+                        if request.HasField("previous_broker_epoch")
+                        else -1
+                    ),
                 )
                 current = image.brokers.get(request.broker_id)
                 return records, current.broker_epoch if current and not records else -1
@@ -725,6 +737,8 @@ def _partition_state(
         replicas=list(reg.replicas),
         adding_replicas=list(reg.adding_replicas),
         removing_replicas=list(reg.removing_replicas),
+        eligible_leader_replicas=list(reg.elr),
+        last_known_elr=list(reg.last_known_elr),
     )
 
 
@@ -801,6 +815,11 @@ def _config_changes(
         for key in sorted(current.keys() | new.keys())
         if current.get(key) != new.get(key)
     ]
+    if current.get(MIN_INSYNC_REPLICAS) != new.get(MIN_INSYNC_REPLICAS):
+        if kind is ConfigResourceType.TOPIC:
+            records += generate_clear_elrs(image, {name})
+        elif kind is ConfigResourceType.BROKER:
+            records += generate_clear_elrs(image)
     return ErrorCode.NONE, "", records
 
 

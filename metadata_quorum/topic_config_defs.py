@@ -123,7 +123,8 @@ TOPIC_CONFIG_DEFS: dict[str, TopicConfigDef] = {
                        "shortest a record stays uncompacted",
                        (Synonym("log.cleaner.min.compaction.lag.ms"),)),
         TopicConfigDef("min.insync.replicas", _T.INT,
-                       "in-sync replicas an acks=all produce needs",
+                       "in-sync replicas an acks=all produce needs; below it the high "
+                       "watermark holds and leavers stay eligible leaders (KIP-966)",
                        (Synonym("min.insync.replicas"),)),
         TopicConfigDef("preallocate", _T.BOOLEAN, "preallocate segment files",
                        (_log("preallocate"),)),

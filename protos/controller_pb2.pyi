@@ -148,9 +148,12 @@ class RegisterBrokerRequest(_message.Message):
     ENDPOINTS_FIELD_NUMBER: _builtins.int
     RACK_FIELD_NUMBER: _builtins.int
     STATIC_CONFIGS_FIELD_NUMBER: _builtins.int
+    PREVIOUS_BROKER_EPOCH_FIELD_NUMBER: _builtins.int
     broker_id: _builtins.int
     incarnation_id: _builtins.str
     rack: _builtins.str
+    previous_broker_epoch: _builtins.int
+    """KIP-966: the epoch in the clean-shutdown marker of every log dir; unset = -1 (unclean)"""
     @_builtins.property
     def endpoints(self) -> _containers.RepeatedCompositeFieldContainer[_metadata_pb2.Endpoint]: ...
     @_builtins.property
@@ -165,12 +168,15 @@ class RegisterBrokerRequest(_message.Message):
         endpoints: _abc.Iterable[_metadata_pb2.Endpoint] | None = ...,
         rack: _builtins.str = ...,
         static_configs: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        previous_broker_epoch: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_previous_broker_epoch", b"_previous_broker_epoch", "previous_broker_epoch", b"previous_broker_epoch"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_id", b"broker_id", "endpoints", b"endpoints", "incarnation_id", b"incarnation_id", "rack", b"rack", "static_configs", b"static_configs"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_previous_broker_epoch", b"_previous_broker_epoch", "broker_id", b"broker_id", "endpoints", b"endpoints", "incarnation_id", b"incarnation_id", "previous_broker_epoch", b"previous_broker_epoch", "rack", b"rack", "static_configs", b"static_configs"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__previous_broker_epoch: _TypeAlias = _typing.Literal["previous_broker_epoch"]  # noqa: Y015
+    _WhichOneofArgType__previous_broker_epoch: _TypeAlias = _typing.Literal["_previous_broker_epoch", b"_previous_broker_epoch"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__previous_broker_epoch) -> _WhichOneofReturnType__previous_broker_epoch | None: ...
 
 Global___RegisterBrokerRequest: _TypeAlias = RegisterBrokerRequest  # noqa: Y015
 
@@ -605,6 +611,8 @@ class PartitionState(_message.Message):
     TOPIC_FIELD_NUMBER: _builtins.int
     ADDING_REPLICAS_FIELD_NUMBER: _builtins.int
     REMOVING_REPLICAS_FIELD_NUMBER: _builtins.int
+    ELIGIBLE_LEADER_REPLICAS_FIELD_NUMBER: _builtins.int
+    LAST_KNOWN_ELR_FIELD_NUMBER: _builtins.int
     topic_id: _builtins.bytes
     partition: _builtins.int
     leader: _builtins.int
@@ -623,6 +631,12 @@ class PartitionState(_message.Message):
 
     @_builtins.property
     def removing_replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def eligible_leader_replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """KIP-966"""
+
+    @_builtins.property
+    def last_known_elr(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     def __init__(
         self,
         *,
@@ -638,10 +652,12 @@ class PartitionState(_message.Message):
         topic: _builtins.str = ...,
         adding_replicas: _abc.Iterable[_builtins.int] | None = ...,
         removing_replicas: _abc.Iterable[_builtins.int] | None = ...,
+        eligible_leader_replicas: _abc.Iterable[_builtins.int] | None = ...,
+        last_known_elr: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["adding_replicas", b"adding_replicas", "error_code", b"error_code", "error_message", b"error_message", "isr", b"isr", "leader", b"leader", "leader_epoch", b"leader_epoch", "partition", b"partition", "partition_epoch", b"partition_epoch", "removing_replicas", b"removing_replicas", "replicas", b"replicas", "topic", b"topic", "topic_id", b"topic_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adding_replicas", b"adding_replicas", "eligible_leader_replicas", b"eligible_leader_replicas", "error_code", b"error_code", "error_message", b"error_message", "isr", b"isr", "last_known_elr", b"last_known_elr", "leader", b"leader", "leader_epoch", b"leader_epoch", "partition", b"partition", "partition_epoch", b"partition_epoch", "removing_replicas", b"removing_replicas", "replicas", b"replicas", "topic", b"topic", "topic_id", b"topic_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -313,6 +313,8 @@ class PartitionRecord(_message.Message):
     PARTITION_EPOCH_FIELD_NUMBER: _builtins.int
     ADDING_REPLICAS_FIELD_NUMBER: _builtins.int
     REMOVING_REPLICAS_FIELD_NUMBER: _builtins.int
+    ELIGIBLE_LEADER_REPLICAS_FIELD_NUMBER: _builtins.int
+    LAST_KNOWN_ELR_FIELD_NUMBER: _builtins.int
     version: _builtins.int
     topic_id: _builtins.bytes
     partition_id: _builtins.int
@@ -330,6 +332,14 @@ class PartitionRecord(_message.Message):
 
     @_builtins.property
     def removing_replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def eligible_leader_replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """KIP-966: replicas outside the ISR that hold every committed record (the ISR shrank below
+        min.insync.replicas), and the last ELR members Kafka reports once the ISR and ELR emptied
+        """
+
+    @_builtins.property
+    def last_known_elr(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     def __init__(
         self,
         *,
@@ -343,10 +353,12 @@ class PartitionRecord(_message.Message):
         partition_epoch: _builtins.int = ...,
         adding_replicas: _abc.Iterable[_builtins.int] | None = ...,
         removing_replicas: _abc.Iterable[_builtins.int] | None = ...,
+        eligible_leader_replicas: _abc.Iterable[_builtins.int] | None = ...,
+        last_known_elr: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["adding_replicas", b"adding_replicas", "isr", b"isr", "leader", b"leader", "leader_epoch", b"leader_epoch", "partition_epoch", b"partition_epoch", "partition_id", b"partition_id", "removing_replicas", b"removing_replicas", "replicas", b"replicas", "topic_id", b"topic_id", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adding_replicas", b"adding_replicas", "eligible_leader_replicas", b"eligible_leader_replicas", "isr", b"isr", "last_known_elr", b"last_known_elr", "leader", b"leader", "leader_epoch", b"leader_epoch", "partition_epoch", b"partition_epoch", "partition_id", b"partition_id", "removing_replicas", b"removing_replicas", "replicas", b"replicas", "topic_id", b"topic_id", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -389,6 +401,8 @@ class PartitionChangeRecord(_message.Message):
     REPLICAS_FIELD_NUMBER: _builtins.int
     ADDING_REPLICAS_FIELD_NUMBER: _builtins.int
     REMOVING_REPLICAS_FIELD_NUMBER: _builtins.int
+    ELIGIBLE_LEADER_REPLICAS_FIELD_NUMBER: _builtins.int
+    LAST_KNOWN_ELR_FIELD_NUMBER: _builtins.int
     version: _builtins.int
     topic_id: _builtins.bytes
     partition_id: _builtins.int
@@ -410,6 +424,14 @@ class PartitionChangeRecord(_message.Message):
     def removing_replicas(self) -> Global___Int32List:
         """unset = unchanged"""
 
+    @_builtins.property
+    def eligible_leader_replicas(self) -> Global___Int32List:
+        """unset = unchanged (KIP-966)"""
+
+    @_builtins.property
+    def last_known_elr(self) -> Global___Int32List:
+        """unset = unchanged (KIP-966)"""
+
     def __init__(
         self,
         *,
@@ -422,10 +444,12 @@ class PartitionChangeRecord(_message.Message):
         replicas: Global___Int32List | None = ...,
         adding_replicas: Global___Int32List | None = ...,
         removing_replicas: Global___Int32List | None = ...,
+        eligible_leader_replicas: Global___Int32List | None = ...,
+        last_known_elr: Global___Int32List | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_leader", b"_leader", "adding_replicas", b"adding_replicas", "isr", b"isr", "leader", b"leader", "removing_replicas", b"removing_replicas", "replicas", b"replicas"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_leader", b"_leader", "adding_replicas", b"adding_replicas", "eligible_leader_replicas", b"eligible_leader_replicas", "isr", b"isr", "last_known_elr", b"last_known_elr", "leader", b"leader", "removing_replicas", b"removing_replicas", "replicas", b"replicas"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_leader", b"_leader", "adding_replicas", b"adding_replicas", "expected_partition_epoch", b"expected_partition_epoch", "isr", b"isr", "leader", b"leader", "partition_id", b"partition_id", "removing_replicas", b"removing_replicas", "replicas", b"replicas", "topic_id", b"topic_id", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_leader", b"_leader", "adding_replicas", b"adding_replicas", "eligible_leader_replicas", b"eligible_leader_replicas", "expected_partition_epoch", b"expected_partition_epoch", "isr", b"isr", "last_known_elr", b"last_known_elr", "leader", b"leader", "partition_id", b"partition_id", "removing_replicas", b"removing_replicas", "replicas", b"replicas", "topic_id", b"topic_id", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__leader: _TypeAlias = _typing.Literal["leader"]  # noqa: Y015
     _WhichOneofArgType__leader: _TypeAlias = _typing.Literal["_leader", b"_leader"]  # noqa: Y015

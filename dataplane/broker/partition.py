@@ -190,6 +190,9 @@ class Partition:
         # replica throttled on the leader's side (its fetchers' catch-up) or the follower's?
         self.leader_throttled = False
         self.follower_throttled = False
+        # set by the replica manager from the topic's min.insync.replicas: the high watermark
+        # does not advance while the ISR is smaller (KIP-966)
+        self.min_insync_replicas = 1
         self._isr_retry_at_ms = 0  # after a refused ISR change, wait before proposing again
         self.high_watermark = min(self._read_hw_checkpoint(), log.log_end_offset)
         self._checkpointed_hw = self.high_watermark
@@ -529,8 +532,18 @@ class Partition:
             return self.isr
         return tuple(sorted(set(self.isr) | set(self.pending_isr)))
 
+    def _under_min_isr(self) -> bool:
+        """Kafka's ``isUnderMinIsr``: the committed ISR is smaller than min.insync.replicas, or
+        than the replica count when that is smaller (``effectiveMinIsr``)."""
+        return len(self.isr) < min(self.min_insync_replicas, len(self.replicas))
+
     def _maybe_advance_hw(self) -> None:
-        if self.role is not Role.LEADER:
+        """Kafka's ``maybeIncrementLeaderHW``, which since 3.7 (KIP-966) leaves the high
+        watermark where it is while the partition is under min ISR: every replica that left
+        the ISR since then (the ELR) still holds every committed record, so one can be elected
+        without losing any. Appends with acks=1 or 0 still go to the log; they are committed,
+        and visible to consumers, once the ISR is back at min ISR."""
+        if self.role is not Role.LEADER or self._under_min_isr():
             return
         new_hw = rs.high_watermark(
             self.high_watermark,

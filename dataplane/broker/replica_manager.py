@@ -178,6 +178,7 @@ class ReplicaManager:
                 partition = self._open(topic, partition_id, topic_id, settings[topic].log_config)
             elif partition.log.config != settings[topic].log_config:
                 partition.log.config = settings[topic].log_config
+            partition.min_insync_replicas = settings[topic].min_insync_replicas
             partition.leader_throttled = settings[topic].leader_throttled.covers(
                 partition_id, self.broker_id
             )

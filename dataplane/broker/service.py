@@ -839,6 +839,8 @@ def _describe_topic(image: MetadataImage, name: str, out: pb.TopicMetadata) -> N
             replicas=reg.replicas,
             isr=reg.isr,
             offline_replicas=[b for b in reg.replicas if b not in live],
+            eligible_leader_replicas=reg.elr,
+            last_known_elr=reg.last_known_elr,
         )
 
 

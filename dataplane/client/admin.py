@@ -124,6 +124,8 @@ class PartitionDescription:
     isr: tuple[int, ...]
     adding_replicas: tuple[int, ...] = ()  # a reassignment in progress
     removing_replicas: tuple[int, ...] = ()
+    elr: tuple[int, ...] = ()  # KIP-966's eligible leader replicas
+    last_known_elr: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -321,6 +323,8 @@ def _partition(state: pb.PartitionState) -> PartitionDescription:
         isr=tuple(state.isr),
         adding_replicas=tuple(state.adding_replicas),
         removing_replicas=tuple(state.removing_replicas),
+        elr=tuple(state.eligible_leader_replicas),
+        last_known_elr=tuple(state.last_known_elr),
     )
 
 

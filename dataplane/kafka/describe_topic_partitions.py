@@ -3,8 +3,8 @@
 Kafka 4's Java AdminClient describes topics with it (falling back to Metadata only against older
 brokers) and kafka-python 3's ``describe_topic_partitions`` sends it. It answers what Metadata
 does for each partition (leader, leader epoch, replicas, ISR, offline replicas) plus KIP-966's
-eligible leader replicas (none here: raftlog elects from the ISR only, so both ELR lists are
-empty, as on a Kafka cluster without ``eligible.leader.replicas.version``), paged by a partition
+eligible leader replicas and last known ELR from the metadata image (both empty while the ISR
+is at min ISR, and always with ``eligible.leader.replicas.version`` 0), paged by a partition
 limit and a cursor, as Kafka's ``DescribeTopicPartitionsRequestHandler`` and
 ``KRaftMetadataCache.getTopicMetadataForDescribeTopicResponse``:
 
@@ -186,8 +186,8 @@ class KafkaDescribeTopicPartitions:
                     "leader_epoch": p.leader_epoch,
                     "replica_nodes": list(p.replicas),
                     "isr_nodes": list(p.isr),
-                    "eligible_leader_replicas": [],
-                    "last_known_elr": [],
+                    "eligible_leader_replicas": list(p.eligible_leader_replicas),
+                    "last_known_elr": list(p.last_known_elr),
                     "offline_replicas": list(p.offline_replicas),
                 }
                 for p in partitions

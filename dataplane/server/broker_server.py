@@ -73,6 +73,7 @@ from metadata_quorum.security.scram import ScramCredential, ScramMechanism
 from protos import broker_pb2 as pb
 from protos import controller_pb2 as cpb
 from protos import metadata_pb2 as mpb
+from raftlog.clean_shutdown import take_clean_shutdown_epoch, write_clean_shutdown_epoch
 from raftlog.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
@@ -225,6 +226,10 @@ class Broker:
         self._isr_queue: queue.Queue[tuple[IsrChange, Partition | None]] = queue.Queue(
             maxsize=ALTER_PARTITION_QUEUE_MAX
         )
+        # KIP-966: the last incarnation's clean-shutdown proof, removed before any log opens
+        # (a crash of this incarnation must not leave it behind); sent at registration
+        self.log_dir, self.previous_broker_epoch = log_dir, take_clean_shutdown_epoch(log_dir)
+        self._log_dir_offline = False
         self.replicas = ReplicaManager(
             settings.broker_id, log_dir, settings.replica, clock_ms, self._enqueue_isr,
             self._log_dir_failed, on_cache_released=metrics.page_cache_released.inc,
@@ -327,6 +332,7 @@ class Broker:
         controlled shutdown, no flush, no clean-shutdown marker: what memory holds no longer
         matches the files, so recovery at the next start decides what the log is. The
         controller sees the session end and moves leaderships to the other replicas."""
+        self._log_dir_offline = True
         log.critical(
             "broker %d: log directory %s failed (%s): it is the only log directory, so the "
             "broker halts (status %d); repair it (a full disk: free space) and start the node "
@@ -421,10 +427,15 @@ class Broker:
             rack=self.settings.rack or "",
             static_configs=dict(self.settings.replica.static_broker_configs),
         )
+        if self.previous_broker_epoch >= 0:
+            request.previous_broker_epoch = self.previous_broker_epoch
         response = self.client.checked("RegisterBroker", request)
         self.broker_epoch = response.broker_epoch
         self._transition_to(BrokerState.RECOVERY)
-        log.info("broker %d registered at epoch %d", self.settings.broker_id, self.broker_epoch)
+        log.info(
+            "broker %d registered at epoch %d (previous broker epoch %d)",
+            self.settings.broker_id, self.broker_epoch, self.previous_broker_epoch,
+        )  # fmt: skip
 
     def _heartbeat(self) -> None:
         want_shutdown = self.state is BrokerState.PENDING_CONTROLLED_SHUTDOWN
@@ -662,6 +673,19 @@ class Broker:
                 thread.join(timeout=5.0)
         self.replicas.close()
         self.client.close()
+        self._mark_clean_shutdown()
+
+    def _mark_clean_shutdown(self) -> None:
+        """Every log is flushed and closed: leave the proof for the next start (Kafka's
+        ``LogManager.shutdown(brokerEpoch)``), unless the log directory failed or this
+        incarnation never registered (no epoch to prove)."""
+        if self._log_dir_offline or self.broker_epoch < 0:
+            return
+        write_clean_shutdown_epoch(self.log_dir, self.broker_epoch)
+        log.info(
+            "broker %d: clean shutdown marker written (broker epoch %d)",
+            self.settings.broker_id, self.broker_epoch,
+        )  # fmt: skip
 
     # -- observation ---------------------------------------------------------------------------
     def partition_gauges(self) -> list[PartitionGauge]:

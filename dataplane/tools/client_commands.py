@@ -229,6 +229,8 @@ def description_json(topic: TopicDescription) -> dict[str, Any]:
                 "leader_epoch": p.leader_epoch,
                 "replicas": list(p.replicas),
                 "isr": list(p.isr),
+                "elr": list(p.elr),
+                "last_known_elr": list(p.last_known_elr),
             }
             for p in topic.partitions
         ],
@@ -247,7 +249,8 @@ def print_description(topic: TopicDescription) -> None:
         markup=False,
         highlight=False,
     )
-    table = Table("partition", "leader", "leader epoch", "replicas", "isr")
+    table = Table("partition", "leader", "leader epoch", "replicas", "isr", "elr",
+                  "last known elr")  # fmt: skip
     for p in topic.partitions:
         table.add_row(
             str(p.partition),
@@ -255,6 +258,8 @@ def print_description(topic: TopicDescription) -> None:
             str(p.leader_epoch),
             ",".join(map(str, p.replicas)),
             ",".join(map(str, p.isr)),
+            ",".join(map(str, p.elr)),
+            ",".join(map(str, p.last_known_elr)),
         )
     console.print(table)
 
@@ -265,7 +270,8 @@ def topic_describe(
     bootstrap: BootstrapOption = DEFAULT_BOOTSTRAP,
     as_json: JsonOption = False,
 ) -> None:
-    """Partitions (leader, leader epoch, replicas, ISR) and config overrides of topics."""
+    """Partitions (leader, leader epoch, replicas, ISR, KIP-966's ELR and last known ELR) and
+    config overrides of topics."""
     with kafka_errors(), admin_client(bootstrap) as admin:
         described = admin.describe_topics(names or None)
     ordered = [described[name] for name in sorted(described)]

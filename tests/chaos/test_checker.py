@@ -35,6 +35,7 @@ from chaos.history import (
     PartitionImage,
     ReplicaLog,
     TopicImage,
+    UncleanElection,
     Write,
 )
 
@@ -970,3 +971,56 @@ def test_each_problem_of_a_nodes_files_is_a_crash_consistency_finding() -> None:
     assert [(f.kind, f.message) for f in verdict.findings] == [
         ("crash-consistency", "node 2: events-0/00000000000000000000.log@0: bad CRC")
     ]
+
+
+# KIP-966 left a partition offline; the harness elected a leader uncleanly after the workload
+
+
+def unclean_election_run() -> Run:
+    """a0, a1 survive on the replica elected uncleanly at 12 s; a2, a3 were acknowledged before,
+    on replicas that restarted uncleanly (power cuts, one at a time: no power-loss-all)."""
+    run = Run(partitions=1)
+    run.ack("a0", at=1.0)
+    run.ack("a1", at=1.5)
+    run.ack("a2", at=2.0, stored=False, acked_offset=2)
+    run.ack("a3", at=2.5, stored=False, acked_offset=3)
+    run.consumed.append(
+        Consumed(member="m1", topic=TOPIC, partition=0, offset=2, value="a2", time_s=3.0)
+    )
+    run.fault(5.0, 6.0, kind="power-loss")
+    return run
+
+
+def elected(history: History, at: float = 12.0) -> History:
+    elections = [UncleanElection(topic=TOPIC, partition=0, time_s=at)]
+    return history.model_copy(update={"unclean_elections": elections})
+
+
+def test_a_tail_lost_to_an_unclean_election_is_reported_with_the_default_durability() -> None:
+    verdict = check(elected(unclean_election_run().history()))
+    assert verdict.ok, verdict.findings
+    assert verdict.summary.lost_writes == 0
+    assert (verdict.summary.unclean_elections, verdict.summary.lost_to_unclean_election) == (1, 2)
+    assert Counter(f.kind for f in verdict.reported) == {
+        "lost-write": 2, "consumed-then-lost": 1,
+    }  # fmt: skip
+
+
+def test_without_the_election_or_with_fsync_the_same_loss_fails() -> None:
+    history = unclean_election_run().history()
+    assert check(history).summary.lost_writes == 2, "lost with no unclean election: fails"
+    fsync = check(elected(history).model_copy(update={"durability": "fsync"}))
+    assert not fsync.ok and fsync.summary.lost_writes == 2 and fsync.reported == []
+
+
+def test_a_hole_or_a_write_after_the_election_is_not_excused() -> None:
+    run = Run(partitions=1)
+    run.ack("a0", at=1.0)
+    run.ack("a1", at=1.5, stored=False, acked_offset=1)
+    run.ack("a2", at=2.0, acked_offset=2)
+    run.store("a2", offset=2)  # survived while a1 below it did not: a hole
+    run.logs[0] = {0: "a0", 2: "a2"}
+    verdict = check(elected(run.history()))
+    assert [f.kind for f in verdict.findings] == ["lost-write"]
+    late = unclean_election_run()
+    assert not check(elected(late.history(), at=2.2)).ok, "a3 was acknowledged after it"

@@ -1,5 +1,6 @@
 """A reassign fault's heal: it waits for a fenced broker of the original assignment (one an
-earlier fault restarted, still catching up) instead of failing once; other refusals fail it."""
+earlier fault restarted, still catching up) instead of failing once; other refusals fail it.
+And the final recovery's unclean election of partitions KIP-966 left offline."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 from chaos import runner
 from dataplane.client import TopicPartition
+from dataplane.client.admin import PartitionDescription, TopicDescription
 from raftlog.errors import ErrorCode, KafkaError
 
 TP = ("events", 5)
@@ -44,3 +46,36 @@ def test_other_refusals_fail_the_heal() -> None:
     with pytest.raises(KafkaError, match="no ALTER"):
         runner._move_back(control, TP, (3, 2, 1))  # type: ignore[arg-type]
     assert control.moves == [(3, 2, 1)]
+
+
+class Offline:
+    """An admin client over one topic whose partition 0 KIP-966 left offline, 1 has an eligible
+    leader replica (it will lead when it returns) and 2 is led."""
+
+    def __init__(self, answer: KafkaError | None) -> None:
+        self.answer = answer
+        self.asked: list[list[tuple[str, int]]] = []
+
+    def describe_topics(self, names: None) -> dict[str, TopicDescription]:
+        partitions = (
+            PartitionDescription(0, -1, 3, (1, 2, 3), (), last_known_elr=(1, 3)),
+            PartitionDescription(1, -1, 3, (1, 2, 3), (), elr=(2,)),
+            PartitionDescription(2, 1, 3, (1, 2, 3), (1,)),
+        )
+        return {"events": TopicDescription("events", bytes(16), partitions, {})}
+
+    def elect_leaders(
+        self, kind: str, partitions: list[tuple[str, int]]
+    ) -> dict[TopicPartition, KafkaError | None]:
+        assert kind == "unclean"
+        self.asked.append(partitions)
+        return {TopicPartition(*tp): self.answer for tp in partitions}
+
+
+def test_only_a_partition_with_no_eligible_replica_is_elected_uncleanly() -> None:
+    control = Offline(None)
+    (election,) = runner.elect_offline_partitions(control, 42.0)  # type: ignore[arg-type]
+    assert (election.topic, election.partition, election.time_s) == ("events", 0, 42.0)
+    assert control.asked == [[("events", 0)]]
+    waiting = Offline(KafkaError(ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, "none usable"))
+    assert runner.elect_offline_partitions(waiting, 43.0) == []  # type: ignore[arg-type]

@@ -105,8 +105,8 @@ RANGES = {
     # and bench/security_bench.py's (benchmarks run alone; 189-190 are its too)
     # 127.0.0.236-241 are tests/metadata_quorum/test_controller_membership.py's
     # 127.0.0.131-133 and 137 (a membership fault's new controller) are tests/chaos/
-    # test_chaos_run.py's, test_voter_changes.py's and test_power_loss_fault.py's (one xdist
-    # group); 134-135 test_faults.py's
+    # test_chaos_run.py's, test_voter_changes.py's, test_power_loss_fault.py's and
+    # test_elr_power_loss.py's (one xdist group); 134-135 test_faults.py's
     # 127.0.0.47-49 are bench/txn_bench.py's (tests/bench/test_txn_bench.py runs it in miniature)
     # 127.0.0.24 is tests/metadata_quorum/test_raft_power_loss.py's (one in-process voter)
     # 127.0.0.177-179 (and 180 for its port pick) are tests/chaos/test_chaos_transactions.py's

@@ -23,7 +23,12 @@ from metadata_quorum.features import (
     generate_update_features,
 )
 from metadata_quorum.image import MetadataImage, apply, from_records, to_records
-from metadata_quorum.records import FeatureLevelRecord, PartitionRecord, TopicRecord
+from metadata_quorum.records import (
+    FeatureLevelRecord,
+    MetadataRecord,
+    PartitionRecord,
+    TopicRecord,
+)
 from metadata_quorum.replication import generate_create_partitions, generate_delete_topics
 from raftlog.errors import ErrorCode, KafkaError
 
@@ -40,11 +45,21 @@ def bootstrapped() -> MetadataImage:
     return image
 
 
+def before_elr() -> MetadataImage:
+    """A cluster at metadata.version 22 (4.0-IV0) without eligible leader replicas."""
+    image, rejected = apply(bootstrapped(), [
+        FeatureLevelRecord("eligible.leader.replicas.version", 0),
+        FeatureLevelRecord("metadata.version", 22),
+    ])  # fmt: skip
+    assert rejected == []
+    return image
+
+
 def test_bootstrap_writes_every_supported_feature_once() -> None:
     image = bootstrapped()
     assert image.features == {
-        "group.version": 1, "kraft.version": 1, "metadata.version": 22,
-        "share.version": 1, "transaction.version": 1,
+        "eligible.leader.replicas.version": 1, "group.version": 1, "kraft.version": 1,
+        "metadata.version": 23, "share.version": 1, "transaction.version": 1,
     }  # fmt: skip
     assert image.features == dict(BOOTSTRAP_FEATURES)
     assert generate_bootstrap_features(image) == []  # written once
@@ -53,7 +68,8 @@ def test_bootstrap_writes_every_supported_feature_once() -> None:
     older = MetadataImage(features={"metadata.version": 22})
     assert generate_bootstrap_features(older) == [
         FeatureLevelRecord(name, BOOTSTRAP_FEATURES[name])
-        for name in ("group.version", "kraft.version", "share.version", "transaction.version")
+        for name in sorted(BOOTSTRAP_FEATURES)
+        if name != "metadata.version"
     ]
     assert generate_bootstrap_features(lowered) == []
 
@@ -70,7 +86,7 @@ def test_level_zero_is_not_listed_and_snapshots_keep_the_levels() -> None:
 
 def update(
     image: MetadataImage, *updates: tuple[str, int, UpgradeType], validate_only: bool = False
-) -> tuple[list[FeatureLevelRecord], list[tuple[str, ErrorCode, str]]]:
+) -> tuple[list[MetadataRecord], list[tuple[str, ErrorCode, str]]]:
     records, results = generate_update_features(
         image, [FeatureUpdate(*u) for u in updates], validate_only
     )
@@ -83,10 +99,11 @@ def update(
         (("transaction.version", 0, UPGRADE), "without setting the upgrade type"),
         (("transaction.version", 2, UPGRADE), "only supports versions 0-1"),
         (("group.version", 1, UpgradeType.UNKNOWN), "does not support the given upgrade type"),
-        (("metadata.version", 23, UPGRADE), "only supports versions 7-22"),
-        (("metadata.version", 6, SAFE), "only supports versions 7-22"),
+        (("metadata.version", 24, UPGRADE), "only supports versions 7-23"),
+        (("metadata.version", 6, SAFE), "only supports versions 7-23"),
         (("share.version", 2, UPGRADE), "only supports versions 0-1"),
-        (("eligible.leader.replicas.version", 1, UPGRADE), "does not support this feature"),
+        (("eligible.leader.replicas.version", 2, UPGRADE), "only supports versions 0-1"),
+        (("metadata.version", 22, SAFE), "might delete metadata information"),
         (("streams.version", 1, UPGRADE), "does not support this feature"),
         (("group.version", -1, SAFE), "cannot be less than 0"),
         (("kraft.version", 0, SAFE), "Downgrading kraft.version is not supported"),
@@ -94,12 +111,17 @@ def update(
         (("metadata.version", 16, UNSAFE), "Unsafe metadata downgrade is not supported"),
         (("metadata.version", 20, SAFE), "kraft.version could not be set to 1 because it "
                                          "depends on metadata.version level 21"),
+        (("eligible.leader.replicas.version", 1, UPGRADE), "could not be set to 1 because it "
+                                         "depends on metadata.version level 23"),
     ],
 )  # fmt: skip
 def test_refused_updates_are_invalid_update_version(
     change: tuple[str, int, UpgradeType], reason: str
 ) -> None:
-    records, results = update(bootstrapped(), change)
+    # from a cluster at 22 without ELR, but the downgrade from 23 (its partition records carry
+    # the ELR, so Kafka's didMetadataChange refuses it)
+    base = bootstrapped() if change == ("metadata.version", 22, SAFE) else before_elr()
+    records, results = update(base, change)
     assert records == []
     ((feature, error, message),) = results
     assert feature == change[0] and error is ErrorCode.INVALID_UPDATE_VERSION
@@ -130,7 +152,7 @@ def test_updates_are_all_or_nothing_and_validate_only_writes_nothing() -> None:
 
 
 def test_metadata_version_downgrades_across_no_metadata_change() -> None:
-    image = bootstrapped()
+    image = before_elr()
     # 22 -> 21 crosses no level whose records changed (Kafka's didMetadataChange); group.version
     # 1 depends on no metadata.version (Kafka's GroupVersion), kraft.version 1 on 21
     records, results = update(image, ("metadata.version", 21, SAFE))
@@ -141,7 +163,7 @@ def test_metadata_version_downgrades_across_no_metadata_change() -> None:
 def test_a_feature_is_checked_against_the_levels_proposed_with_it() -> None:
     """Kafka's Feature.validateVersion: the dependencies hold in the proposed levels, so an
     upgrade of kraft.version needs metadata.version 21 already or in the same request."""
-    low, _ = apply(bootstrapped(), [
+    low, _ = apply(before_elr(), [
         FeatureLevelRecord("metadata.version", 20), FeatureLevelRecord("kraft.version", 0),
     ])  # fmt: skip
     _, results = update(low, ("kraft.version", 1, UPGRADE))

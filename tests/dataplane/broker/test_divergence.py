@@ -1,6 +1,10 @@
 """Divergence with real processes: records a leader appended with acks=1 but never replicated
 are truncated from it when it returns after a SIGKILL, and every replica ends byte-identical
-below the high watermark."""
+below the high watermark.
+
+Every replica is SIGKILLed here, so with KIP-966 (eligible.leader.replicas.version 1, the
+bootstrap level) none restarts cleanly and none is eligible: the partition stays offline until
+an unclean election, which the test asks for as an operator would."""
 
 from __future__ import annotations
 
@@ -8,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from dataplane.tools.local_cluster import wait_for
+from dataplane.tools.local_cluster import LocalCluster, wait_for
+from protos import controller_pb2 as cpb
+from raftlog.errors import KafkaError
 from raftlog.log import Log
 from tests.dataplane.cluster_support import (
     create_topic,
@@ -21,6 +27,20 @@ from tests.dataplane.cluster_support import (
 )
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("dataplane-divergence")]
+
+
+def elect_uncleanly(cluster: LocalCluster) -> None:
+    """ElectLeaders UNCLEAN for div-0; a refusal (no live replica yet) is tried again later."""
+    client = cluster.client()
+    try:
+        request = cpb.ElectLeadersRequest(
+            election_type=cpb.UNCLEAN, partitions=[cpb.TopicPartition(topic="div", partition=0)]
+        )
+        client.call("ElectLeaders", request, deadline_s=5.0)
+    except KafkaError:  # no active controller yet: the next poll asks again
+        return
+    finally:
+        client.close()
 
 
 def test_unreplicated_acks_1_records_are_truncated_when_the_old_leader_returns(
@@ -55,6 +75,8 @@ def test_unreplicated_acks_1_records_are_truncated_when_the_old_leader_returns(
             if described is None or not described.partitions:
                 return None
             leader = described.partitions[0].leader_id
+            if leader < 0:
+                elect_uncleanly(cluster)
             return leader if leader in followers else None
 
         leader = wait_for("a new leader", new_leader, timeout_s=60)

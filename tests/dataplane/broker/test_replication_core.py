@@ -342,3 +342,21 @@ def test_a_leader_batch_below_the_follower_log_end_truncates_there(tmp_path: Pat
     assert values(b) == values(a) == [b"committed", b"new-1", b"new-2", b"new-3"]
     assert a.log.read(0, 1 << 24) == b.log.read(0, 1 << 24), "replicas are byte-identical"
     assert b.log.epochs.entries == a.log.epochs.entries
+
+
+def test_the_high_watermark_waits_while_the_isr_is_under_min_isr(tmp_path: Path) -> None:
+    """KIP-966 (Kafka's maybeIncrementLeaderHW since 3.7): an acks=1 append under min ISR is
+    in the log but not committed until the ISR is back at min ISR, so a replica that left the
+    ISR (an eligible leader replica) holds every committed record."""
+    clock = Clock()
+    a = replica(tmp_path, 1, clock)
+    a.min_insync_replicas = 2
+    a.make_leader(registration(1, 0, (1,)))
+    a.append_as_leader(batch(b"x"), acks=1, min_insync_replicas=2)
+    assert (a.log.log_end_offset, a.high_watermark) == (1, 0)
+    a.min_insync_replicas = 3  # above the replica count: the effective min ISR is 2
+    a.make_leader(PartitionRegistration((1, 2), (1, 2), 1, 0, 1))
+    assert a.high_watermark == 0, "2 has not fetched the record yet"
+    a.min_insync_replicas = 1
+    a.make_leader(PartitionRegistration((1, 2), (1,), 1, 0, 2))
+    assert a.high_watermark == 1, "at min ISR, the leader alone commits"

@@ -88,7 +88,7 @@ def test_api_versions_features_by_version() -> None:
     })  # fmt: skip
     v3 = api_versions_features(image, 3)
     assert v3["supported_features"] == [  # KAFKA-17492: below v4, no feature whose minimum is 0
-        {"name": "metadata.version", "min_version": 7, "max_version": 22}
+        {"name": "metadata.version", "min_version": 7, "max_version": 23}
     ]
     assert v3["finalized_features_epoch"] == 41
     assert v3["finalized_features"] == [
@@ -97,8 +97,8 @@ def test_api_versions_features_by_version() -> None:
     ]  # transaction.version 0 is not listed
     v4 = api_versions_features(image, 4)
     assert [f["name"] for f in v4["supported_features"]] == [
-        "group.version", "kraft.version", "metadata.version", "share.version",
-        "transaction.version",
+        "eligible.leader.replicas.version", "group.version", "kraft.version", "metadata.version",
+        "share.version", "transaction.version",
     ]  # fmt: skip
     assert api_versions_features(MetadataImage(offset=3), 3)["finalized_features_epoch"] == -1
     # the whole answer encodes in every served version

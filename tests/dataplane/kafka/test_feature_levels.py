@@ -27,8 +27,9 @@ SHARE_APIS = {
     kc.API_SHARE_GROUP_HEARTBEAT, kc.API_SHARE_GROUP_DESCRIBE, kc.API_SHARE_FETCH,
     kc.API_SHARE_ACKNOWLEDGE,
 }  # fmt: skip
-BOOTSTRAP = {"metadata.version": 22, "kraft.version": 1, "group.version": 1,
-             "share.version": 1, "transaction.version": 1}  # fmt: skip
+BOOTSTRAP = {"metadata.version": 23, "kraft.version": 1, "group.version": 1,
+             "share.version": 1, "transaction.version": 1,
+             "eligible.leader.replicas.version": 1}  # fmt: skip
 
 
 @pytest.fixture(scope="module")

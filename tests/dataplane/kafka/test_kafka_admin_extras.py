@@ -198,8 +198,9 @@ def test_internal_topics_are_neither_deleted_nor_grown(
 
 
 # -- feature levels ---------------------------------------------------------------------------
-FINALIZED = {"metadata.version": 22, "kraft.version": 1, "group.version": 1,
-             "share.version": 1, "transaction.version": 1}  # fmt: skip
+FINALIZED = {"metadata.version": 23, "kraft.version": 1, "group.version": 1,
+             "share.version": 1, "transaction.version": 1,
+             "eligible.leader.replicas.version": 1}  # fmt: skip
 
 
 def finalized(admin: KafkaAdminClient) -> dict[str, int]:
@@ -217,7 +218,8 @@ def test_api_versions_report_the_finalized_features(
 ) -> None:
     wait_for("the bootstrap levels", lambda: finalized(kp_admin) == FINALIZED, 60)
     described = kp_admin.describe_features()
-    assert described["metadata.version"]["supported"] == (7, 22)
+    assert described["metadata.version"]["supported"] == (7, 23)
+    assert described["eligible.leader.replicas.version"]["supported"] == (0, 1)
     assert described["metadata.version"]["finalized_epoch"] >= 0
 
 
@@ -236,10 +238,10 @@ def test_update_features_downgrades_and_upgrades_with_kafkas_rules(
     wait_for("the bootstrap levels", lambda: finalized(kp_admin) == FINALIZED, 60)
     assert "without setting the upgrade type" in refused(kp_admin, {"transaction.version": 0})
     assert "only supports versions 0-1" in refused(kp_admin, {"transaction.version": 2})
-    assert "only supports versions 7-22" in refused(kp_admin, {"metadata.version": 23})
-    # kraft.version 1 needs metadata.version 21 (3.9-IV0)
-    downgrade = {"metadata.version": ("SAFE_DOWNGRADE", 20)}
-    assert "depends on metadata.version level 21" in refused(kp_admin, downgrade)
+    assert "only supports versions 7-23" in refused(kp_admin, {"metadata.version": 24})
+    # 23's partition records carry KIP-966's ELR: Kafka's didMetadataChange refuses going below
+    downgrade = {"metadata.version": ("SAFE_DOWNGRADE", 22)}
+    assert "might delete metadata information" in refused(kp_admin, downgrade)
     kraft = {"kraft.version": ("SAFE_DOWNGRADE", 0)}
     assert "Downgrading kraft.version is not supported" in refused(kp_admin, kraft)
     checked = kp_admin.update_features(

@@ -3,6 +3,7 @@ which sentinel timestamps, and DescribeTopicPartitions' topic choice and paging.
 
 from __future__ import annotations
 
+import uuid
 from types import SimpleNamespace
 
 import pytest
@@ -104,3 +105,25 @@ def test_describe_topic_partitions_fills_authorized_operations_when_asked() -> N
         "mine": NO_AUTHORIZED_OPERATIONS,
         "theirs": NO_AUTHORIZED_OPERATIONS,
     }
+
+
+def test_describe_topic_partitions_reports_the_eligible_leader_replicas() -> None:
+    """KIP-966's fields come from the image (through the broker core's Metadata) and encode."""
+    metadata = pb.MetadataResponse(topics=[
+        pb.TopicMetadata(name="events", topic_id=bytes(range(16)), partitions=[
+            pb.PartitionMetadata(partition=0, leader_id=-1, replicas=[1, 2, 3],
+                                 eligible_leader_replicas=[2], last_known_elr=[1, 3]),
+        ]),
+    ])  # fmt: skip
+    handler = KafkaDescribeTopicPartitions(
+        lambda _: metadata, lambda _: False, lambda: ["events"],
+        lambda raw: uuid.UUID(bytes=raw), lambda _: 0,
+    )  # fmt: skip
+    body = SimpleNamespace(
+        topics=[SimpleNamespace(name="events")], cursor=None, response_partition_limit=10,
+        include_topic_authorized_operations=False,
+    )  # fmt: skip
+    answer = handler.describe(kc.Request(75, 0, 1, "test", body))
+    (partition,) = answer["topics"][0]["partitions"]
+    assert (partition["eligible_leader_replicas"], partition["last_known_elr"]) == ([2], [1, 3])
+    kc.encode_response(75, 0, 1, answer)
