@@ -32,6 +32,7 @@ from chaos.disk import mounts_of
 from chaos.history import PowerCut
 from chaos.lazyfs import CutMode, ForgetfulFS, available
 from dataplane.client._closing import Closing
+from raftlog.clean_shutdown import SAME_BOOT_FILE
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +74,13 @@ class PowerFaults(Closing):
 
     def cut(self, node_id: int, seed: int, mode: CutMode) -> PowerCut:
         """Cut the power of the node's disk: drop what was not durable (the node must be dead:
-        `wait_exited`), then mount it again, as a reboot finds it."""
-        report = self._mounts[node_id].cut_power(seed, mode)
+        `wait_exited`), then mount it again, as a reboot finds it. A reboot also starts a new
+        boot, which this machine cannot: the broker's same-boot note (raftlog.clean_shutdown)
+        is removed instead, so its next start proves nothing it does not have, as after a
+        real power cut."""
+        fs = self._mounts[node_id]
+        report = fs.cut_power(seed, mode)
+        (fs.mountpoint / SAME_BOOT_FILE).unlink(missing_ok=True)
         return PowerCut(
             node_id=node_id,
             mode=mode,

@@ -94,8 +94,10 @@ from chaos.workloads import (
     CommittedWatcher,
     GroupMember,
     MetadataSampler,
+    OfflineElector,
     ProducerWorkload,
     Recorder,
+    elect_offline_partitions,
 )
 from dataplane.client import AdminClient, Consumer, NewTopic, TopicPartition
 from dataplane.client.admin import PartitionDescription
@@ -426,6 +428,7 @@ class Run:
                     workload_admin, config.admin_topic_prefix, min(2, self.rf), rec, stop_rest
                 ),
                 MetadataSampler(workload_admin, config.topic, rec, stop_rest),
+                OfflineElector(workload_admin, rec, stop_rest, self._elected_uncleanly),
             ]
             threads = [*producers, *members, *others]
             try:
@@ -658,11 +661,14 @@ class Run:
 
     def _elect_offline(self, control: AdminClient) -> None:
         for election in elect_offline_partitions(control, self.recorder.now()):
-            self.unclean_elections.append(election)
-            self.say(
-                f"[{election.time_s:7.1f} s] {election.topic}-{election.partition}: offline "
-                "with no eligible leader (KIP-966); elected uncleanly"
-            )
+            self._elected_uncleanly(election)
+
+    def _elected_uncleanly(self, election: UncleanElection) -> None:
+        self.unclean_elections.append(election)
+        self.say(
+            f"[{election.time_s:7.1f} s] {election.topic}-{election.partition}: offline "
+            "with no eligible leader (KIP-966); elected uncleanly"
+        )
 
     def _wait_for_group(self, members: list[GroupMember], bootstrap: list[str]) -> None:
         tps = [TopicPartition(self.config.topic, p) for p in range(self.config.partitions)]
@@ -797,26 +803,6 @@ class Run:
             data_checks=self.data_checks,
             unclean_elections=self.unclean_elections,
         )
-
-
-def elect_offline_partitions(control: AdminClient, now_s: float) -> list[UncleanElection]:
-    """What an operator does once the faults are over: every partition of any topic that
-    KIP-966 left offline (no leader, ISR and ELR empty: no replica can be elected without
-    losing acknowledged records) gets an unclean election. The ones elected; a partition with
-    no usable replica yet (still restarting) is left for the next poll."""
-    offline = [
-        (name, p.partition)
-        for name, topic in sorted(control.describe_topics(None).items())
-        for p in topic.partitions
-        if p.leader < 0 and not p.isr and not p.elr
-    ]
-    if not offline:
-        return []
-    return [
-        UncleanElection(topic=tp.topic, partition=tp.partition, time_s=now_s)
-        for tp, error in sorted(control.elect_leaders("unclean", offline).items())
-        if error is None
-    ]
 
 
 def _reassign(control: AdminClient, tp: tuple[str, int], target: tuple[int, ...]) -> None:

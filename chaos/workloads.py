@@ -33,6 +33,7 @@ from chaos.history import (
     CommittedObservation,
     Consumed,
     MetadataSample,
+    UncleanElection,
     Write,
 )
 from dataplane.client import AdminClient, Consumer, NewTopic, Producer, TopicPartition
@@ -447,3 +448,52 @@ class MetadataSampler(_Worker):
                     for p in described.partitions
                 ),
             )
+
+
+class OfflineElector(_Worker):
+    """The operator on call: every `every_s`, :func:`elect_offline_partitions`, each election
+    handed to `on_elected`. Waiting longer brings no such partition back (its replicas stay in
+    the last known ELR, which is never elected), so the run's availability and its reported
+    losses are what a watched cluster would have, not what one left alone until the end has."""
+
+    def __init__(
+        self,
+        admin: AdminClient,
+        recorder: Recorder,
+        stop: threading.Event,
+        on_elected: Callable[[UncleanElection], None],
+        every_s: float = 5.0,
+    ) -> None:
+        super().__init__("offline-elector", recorder, stop)
+        self.admin, self.on_elected, self.every_s = admin, on_elected, every_s
+
+    def work(self) -> None:
+        while not self.stop.wait(self.every_s):
+            try:
+                elected = elect_offline_partitions(self.admin, self.recorder.now())
+            except CLIENT_ERRORS as error:
+                log.info("offline elector: %s", error)
+                continue
+            for election in elected:
+                self.on_elected(election)
+
+
+def elect_offline_partitions(control: AdminClient, now_s: float) -> list[UncleanElection]:
+    """What an operator does when KIP-966 leaves a partition offline for good (no leader, ISR
+    and ELR empty: every replica that held its committed records restarted without proof that
+    it lost nothing, and none can be elected without losing acknowledged records): an unclean
+    election, for every such partition of any topic. The ones elected; a partition with no
+    usable replica yet (still restarting) is left for the next poll."""
+    offline = [
+        (name, p.partition)
+        for name, topic in sorted(control.describe_topics(None).items())
+        for p in topic.partitions
+        if p.leader < 0 and not p.isr and not p.elr
+    ]
+    if not offline:
+        return []
+    return [
+        UncleanElection(topic=tp.topic, partition=tp.partition, time_s=now_s)
+        for tp, error in sorted(control.elect_leaders("unclean", offline).items())
+        if error is None
+    ]

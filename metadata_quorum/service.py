@@ -36,6 +36,7 @@ from metadata_quorum.controller import NotControllerError, QuorumController
 from metadata_quorum.features import (
     FeatureUpdate,
     UpgradeType,
+    elr_enabled,
     generate_clear_elrs,
     generate_update_features,
 )
@@ -808,6 +809,7 @@ def _config_changes(
         new = configs.alter_dynamic_configs(
             kind, name, current, ops, replace=replace, group_rules=group_rules
         )
+        _check_min_isr_under_elr(image, kind, name, current, new)
     except KafkaError as error:
         return error.error, error.message, []
     records: list[MetadataRecord] = [
@@ -821,6 +823,32 @@ def _config_changes(
         elif kind is ConfigResourceType.BROKER:
             records += generate_clear_elrs(image)
     return ErrorCode.NONE, "", records
+
+
+def _check_min_isr_under_elr(
+    image: MetadataImage,
+    kind: ConfigResourceType,
+    name: str,
+    current: dict[str, str],
+    new: dict[str, str],
+) -> None:
+    """With eligible leader replicas on, min.insync.replicas is a topic's or the cluster's,
+    never one broker's, and the cluster's may be changed but not removed (Kafka 4.1's
+    ``ConfigurationControlManager``): an ELR is chosen against one minimum per topic."""
+    if kind is not ConfigResourceType.BROKER or not elr_enabled(image):
+        return
+    if current.get(MIN_INSYNC_REPLICAS) == new.get(MIN_INSYNC_REPLICAS):
+        return
+    if name:
+        raise KafkaError(
+            ErrorCode.INVALID_CONFIG,
+            "Broker-level min.insync.replicas cannot be altered while ELR is enabled.",
+        )
+    if MIN_INSYNC_REPLICAS not in new:
+        raise KafkaError(
+            ErrorCode.INVALID_CONFIG,
+            "Cluster-level min.insync.replicas cannot be removed while ELR is enabled.",
+        )
 
 
 def _describe_configs(

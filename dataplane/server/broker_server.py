@@ -73,7 +73,13 @@ from metadata_quorum.security.scram import ScramCredential, ScramMechanism
 from protos import broker_pb2 as pb
 from protos import controller_pb2 as cpb
 from protos import metadata_pb2 as mpb
-from raftlog.clean_shutdown import take_clean_shutdown_epoch, write_clean_shutdown_epoch
+from raftlog.clean_shutdown import (
+    boot_id,
+    forget_same_boot,
+    note_same_boot,
+    take_previous_incarnation,
+    write_clean_shutdown_epoch,
+)
 from raftlog.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
@@ -226,9 +232,11 @@ class Broker:
         self._isr_queue: queue.Queue[tuple[IsrChange, Partition | None]] = queue.Queue(
             maxsize=ALTER_PARTITION_QUEUE_MAX
         )
-        # KIP-966: the last incarnation's clean-shutdown proof, removed before any log opens
-        # (a crash of this incarnation must not leave it behind); sent at registration
-        self.log_dir, self.previous_broker_epoch = log_dir, take_clean_shutdown_epoch(log_dir)
+        # KIP-966: the last incarnation's proof of a clean shutdown (removed before any log
+        # opens: a crash of this incarnation must not leave it behind), or that it died on this
+        # boot (its page cache kept everything it wrote); sent at registration
+        self.log_dir, self.boot_id = log_dir, boot_id()
+        self.previous = take_previous_incarnation(log_dir, self.boot_id)
         self._log_dir_offline = False
         self.replicas = ReplicaManager(
             settings.broker_id, log_dir, settings.replica, clock_ms, self._enqueue_isr,
@@ -333,6 +341,7 @@ class Broker:
         matches the files, so recovery at the next start decides what the log is. The
         controller sees the session end and moves leaderships to the other replicas."""
         self._log_dir_offline = True
+        forget_same_boot(self.log_dir)  # an I/O error may have cost the page cache its pages
         log.critical(
             "broker %d: log directory %s failed (%s): it is the only log directory, so the "
             "broker halts (status %d); repair it (a full disk: free space) and start the node "
@@ -427,14 +436,16 @@ class Broker:
             rack=self.settings.rack or "",
             static_configs=dict(self.settings.replica.static_broker_configs),
         )
-        if self.previous_broker_epoch >= 0:
-            request.previous_broker_epoch = self.previous_broker_epoch
+        if self.previous.broker_epoch >= 0:
+            request.previous_broker_epoch = self.previous.broker_epoch
         response = self.client.checked("RegisterBroker", request)
         self.broker_epoch = response.broker_epoch
+        note_same_boot(self.log_dir, self.broker_epoch, self.boot_id)
         self._transition_to(BrokerState.RECOVERY)
         log.info(
-            "broker %d registered at epoch %d (previous broker epoch %d)",
-            self.settings.broker_id, self.broker_epoch, self.previous_broker_epoch,
+            "broker %d registered at epoch %d (previous broker epoch %d, proof: %s)",
+            self.settings.broker_id, self.broker_epoch, self.previous.broker_epoch,
+            self.previous.proof,
         )  # fmt: skip
 
     def _heartbeat(self) -> None:

@@ -4,11 +4,13 @@ The power-loss chaos run (seed 1, default durability) lost 34,980 acknowledged r
 a partition's ISR shrank to one replica, that replica lost power, restarted with an empty log,
 was still the whole ISR and was elected; the others truncated to it. Here, with Kafka's default
 durability and eligible leader replicas on (the bootstrap level): node 1 is SIGKILLed (the ISR
-goes to 3, 2), node 2 stops cleanly (controlled shutdown: the ISR is 3 alone, below
-min.insync.replicas 2, so 2 becomes an eligible leader replica and writes its clean-shutdown
-marker), then node 3 loses power with nothing fsynced. Nodes 3 and 1 come back first: both
-restarted uncleanly, so 3 leaves the ISR for the last known ELR and the partition stays offline
-(a real client's DescribeTopicPartitions shows it), until node 2 returns cleanly and is elected.
+goes to 3, 2), node 2 stops (the ISR is 3 alone, below min.insync.replicas 2, so 2 becomes an
+eligible leader replica), then node 3 loses power with nothing fsynced. Nodes 3 and 1 come back
+first: 3 lost power, so it proves nothing and leaves the ISR for the last known ELR, and 1 was
+never eligible, so the partition stays offline (a real client's DescribeTopicPartitions shows
+it), until node 2 returns and is elected. Node 2 stops either with a controlled shutdown (its
+proof is Kafka's clean-shutdown marker) or by SIGKILL (raftlog's same-boot note: Kafka would
+keep this partition offline for good).
 Every acknowledged record is then at its offset, and every node's files pass the
 crash-consistency check.
 
@@ -90,18 +92,21 @@ def connect(local: LocalCluster) -> AdminClient:
     return clients[0]
 
 
-def registered_previous_epoch(local: LocalCluster, node_id: int) -> int:
-    """The previous broker epoch the node's latest registration sent (its log line)."""
+def registered_previous(local: LocalCluster, node_id: int) -> tuple[int, str]:
+    """The previous broker epoch the node's latest registration sent and its proof (the log
+    line)."""
     found = re.findall(
-        r"registered at epoch \d+ \(previous broker epoch (-?\d+)\)",
+        r"registered at epoch \d+ \(previous broker epoch (-?\d+), proof: ([a-z ]+)\)",
         local.spec(node_id).log_path.read_text(errors="replace"),
     )
     assert found, f"node {node_id} never registered"
-    return int(found[-1])
+    epoch, proof = found[-1]
+    return int(epoch), proof
 
 
+@pytest.mark.parametrize("how_2_stops", ["controlled shutdown", "SIGKILL"])
 def test_the_last_isr_member_losing_power_is_not_elected_and_nothing_is_lost(
-    tmp_path: Path,
+    tmp_path: Path, how_2_stops: str
 ) -> None:
     hosts = [f"127.0.0.{FIRST_HOST + n}" for n in range(3)]
     local = LocalCluster(
@@ -128,8 +133,11 @@ def test_the_last_isr_member_losing_power_is_not_elected_and_nothing_is_lost(
 
         local.stop_node(1, kill=True)
         wait_for("1 out of the ISR", lambda: partition().isr == (3, 2), 60)
-        local.stop_node(2)  # SIGTERM: a controlled shutdown, the marker written
-        assert (local.spec(2).directory / "data" / CLEAN_SHUTDOWN_FILE).exists()
+        # SIGTERM: a controlled shutdown, the marker written; SIGKILL: nothing but the note
+        # that it ran on this boot (its page cache kept every record it wrote)
+        local.stop_node(2, kill=how_2_stops == "SIGKILL")
+        marker = local.spec(2).directory / "data" / CLEAN_SHUTDOWN_FILE
+        assert marker.exists() is (how_2_stops == "controlled shutdown")
         pid = local.pid(3)
         assert pid is not None
         local.stop_node(3, kill=True)
@@ -153,7 +161,8 @@ def test_the_last_isr_member_losing_power_is_not_elected_and_nothing_is_lost(
 
         wait_for(f"offline with ELR [2], last known ELR [3]: {offline}",
                  lambda: state() == offline, 90)  # fmt: skip
-        assert registered_previous_epoch(local, 3) == -1
+        assert registered_previous(local, 3) == (-1, "none"), "the power cut left no proof"
+        assert registered_previous(local, 1)[1] == "same boot", "a SIGKILL loses no page"
         kp = KafkaAdminClient(bootstrap_servers=local.kafka_bootstrap_servers)
         try:
             (described,) = kp.describe_topic_partitions([TOPIC])["topics"][0]["partitions"]
@@ -165,7 +174,9 @@ def test_the_last_isr_member_losing_power_is_not_elected_and_nothing_is_lost(
 
         local.start_node(2)
         wait_for("2 elected from the ELR", lambda: partition().leader == 2, 90)
-        assert registered_previous_epoch(local, 2) >= 0, "a clean shutdown's proof"
+        epoch, proof = registered_previous(local, 2)
+        assert epoch >= 0
+        assert proof == ("clean shutdown" if how_2_stops == "controlled shutdown" else "same boot")
         wait_for("every replica back in the ISR",
                  lambda: sorted(partition().isr) == [1, 2, 3], 120)  # fmt: skip
         assert (partition().elr, partition().last_known_elr) == ((), ())

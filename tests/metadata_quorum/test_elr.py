@@ -44,6 +44,7 @@ from metadata_quorum.replication import (
 from metadata_quorum.service import _config_changes
 from protos import controller_pb2 as pb
 from protos import metadata_pb2
+from raftlog.errors import ErrorCode
 
 TOPIC = "chaos-events"
 
@@ -259,12 +260,12 @@ def test_unregistering_a_broker_drops_it_from_the_elr() -> None:
     assert c.state() == (3, (3,), (), (1,))
 
 
-def _min_isr_change(name: str, value: str) -> pb.AlterConfigsResource:
+def _min_isr_change(
+    name: str, value: str, kind: int = metadata_pb2.CONFIG_RESOURCE_TOPIC, op: int = pb.SET
+) -> pb.AlterConfigsResource:
     return pb.AlterConfigsResource(
-        resource=pb.ConfigResource(
-            resource_type=metadata_pb2.CONFIG_RESOURCE_TOPIC, resource_name=name
-        ),
-        configs=[pb.AlterableConfig(name="min.insync.replicas", value=value, op=pb.SET)],
+        resource=pb.ConfigResource(resource_type=kind, resource_name=name),
+        configs=[pb.AlterableConfig(name="min.insync.replicas", value=value, op=op)],
     )
 
 
@@ -278,6 +279,26 @@ def test_a_min_isr_change_clears_the_elr() -> None:
     c.apply(records)
     assert c.state() == (3, (3,), (), ())
     assert c.image.configs[(ConfigResourceType.TOPIC, TOPIC)]["min.insync.replicas"] == "1"
+
+
+def test_min_isr_is_a_topics_or_the_clusters_while_elr_is_on() -> None:
+    """Kafka 4.1's ConfigurationControlManager: one broker's min.insync.replicas may not be
+    set, the cluster's may be changed (clearing every ELR) but not removed."""
+    c = cluster()
+    c.expire(2)
+    c.expire(1)
+    broker = metadata_pb2.CONFIG_RESOURCE_BROKER
+    error, message, records = _config_changes(c.image, _min_isr_change("1", "1", broker))
+    assert (error, records) == (ErrorCode.INVALID_CONFIG, [])
+    assert message == "Broker-level min.insync.replicas cannot be altered while ELR is enabled."
+    error, _, records = _config_changes(c.image, _min_isr_change("", "2", broker))
+    assert error.code == 0
+    c.apply(records)
+    assert c.state() == (3, (3,), (), ()), "the cluster default changed: every ELR cleared"
+    removal = _min_isr_change("", "", broker, op=pb.DELETE)
+    error, message, records = _config_changes(c.image, removal)
+    assert (error, records) == (ErrorCode.INVALID_CONFIG, [])
+    assert message == "Cluster-level min.insync.replicas cannot be removed while ELR is enabled."
 
 
 def test_turning_the_feature_off_clears_every_elr() -> None:

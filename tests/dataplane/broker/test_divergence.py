@@ -2,9 +2,11 @@
 are truncated from it when it returns after a SIGKILL, and every replica ends byte-identical
 below the high watermark.
 
-Every replica is SIGKILLed here, so with KIP-966 (eligible.leader.replicas.version 1, the
-bootstrap level) none restarts cleanly and none is eligible: the partition stays offline until
-an unclean election, which the test asks for as an operator would."""
+With KIP-966 (eligible.leader.replicas.version 1, the bootstrap level) the followers are not
+eligible to lead: they left the ISR when they registered again while it still held the leader,
+at min.insync.replicas 1, so the leader alone could have committed records they lack. The
+partition stays offline (the leader, the only eligible replica, is down) until an unclean
+election, which the test asks for as an operator would; Kafka 4.1 does the same."""
 
 from __future__ import annotations
 
