@@ -524,6 +524,12 @@ class Broker:
         # Caught up with the quorum once the image holds this broker's own registration: every
         # record committed before it is in. (The controller serving the stream may itself lag.)
         caught_up = 0 <= self.broker_epoch <= image.offset
+        if not caught_up and not self.serving.is_set():
+            # Kafka's initial catch-up: nothing is published before the image is current. The
+            # images on the way are history: one from before a reassignment that moved this
+            # broker off a partition and back would delete the log it holds now (and with it
+            # the records its place in the ISR or ELR promises).
+            return
         me = image.brokers.get(self.settings.broker_id)
         may_lead = me is not None and me.incarnation_id == self.incarnation_id and not me.fenced
         followed = self.replicas.apply_image(image, caught_up=caught_up, may_lead=may_lead)

@@ -1,0 +1,88 @@
+"""A starting broker publishes no metadata image before it has caught up (Kafka's initial
+catch-up, dataplane/server/broker_server.py ``Broker._apply_update``).
+
+Found by a 10-minute chaos run: a combined node restarted, its broker followed its own
+controller while that was still replaying its journal, and applied the history image by image.
+In it, a reassignment had once moved the broker off a partition and back; applying that image
+deleted the partition's log, and the broker, still in the partition's ELR, was elected with an
+empty log (18,709 acknowledged records gone). The images on the way must reach the replica
+manager only once the image holds this incarnation's registration.
+
+The broker's collaborators are recording stand-ins here; what a replica manager does with an
+image is tested on real logs elsewhere (tests/dataplane/broker/)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from dataplane.server.broker_server import Broker
+from metadata_quorum.codec import record_to_proto
+from metadata_quorum.image import MetadataImage
+from metadata_quorum.records import FeatureLevelRecord
+from protos import controller_pb2 as cpb
+
+REGISTERED_AT = 5  # the offset of this incarnation's RegisterBroker record: its broker epoch
+
+
+class Recorder:
+    """Any method call is recorded with the image offset it was given, if any."""
+
+    def __init__(self, calls: list[tuple[str, int]], name: str) -> None:
+        self.calls, self.name = calls, name
+
+    def __getattr__(self, method: str) -> Any:
+        def record(*args: Any, **kwargs: Any) -> Any:
+            image = next((a for a in args if isinstance(a, MetadataImage)), None)
+            self.calls.append((f"{self.name}.{method}", -1 if image is None else image.offset))
+            return {}
+
+        return record
+
+
+def starting_broker(calls: list[tuple[str, int]]) -> Broker:
+    broker = Broker.__new__(Broker)  # only what _apply_update touches
+    broker.image = MetadataImage()
+    broker.broker_epoch = REGISTERED_AT
+    broker.serving = threading.Event()
+    broker.incarnation_id = b"\x01" * 16  # type: ignore[assignment]
+    broker.settings = type("Settings", (), {"broker_id": 1})()
+    for name in ("client", "replicas", "fetchers", "groups", "transactions",
+                 "share_coordinator", "share_manager"):  # fmt: skip
+        setattr(broker, name, Recorder(calls, name))
+    return broker
+
+
+def update(first: int, last: int) -> cpb.MetadataUpdate:
+    return cpb.MetadataUpdate(
+        records=[
+            cpb.OffsetRecord(offset=o, record=record_to_proto(FeatureLevelRecord("f", o)))
+            for o in range(first, last + 1)
+        ],
+        high_offset=last,
+    )
+
+
+def test_history_reaches_no_replica_until_the_image_holds_the_registration() -> None:
+    calls: list[tuple[str, int]] = []
+    broker = starting_broker(calls)
+    broker._apply_update(update(0, 2))
+    broker._apply_update(update(3, 4))
+    assert broker.image.offset == 4, "the image itself keeps up"
+    assert not calls, "an image from before the registration was published"
+    assert not broker.serving.is_set()
+    broker._apply_update(update(5, 6))
+    assert ("replicas.apply_image", 6) in calls
+    assert [c for c in calls if c[0] == "replicas.apply_image"] == [("replicas.apply_image", 6)]
+    assert broker.serving.is_set()
+    broker._apply_update(update(7, 7))  # from now on every update is published
+    assert ("replicas.apply_image", 7) in calls
+
+
+def test_a_serving_broker_that_registers_again_keeps_publishing() -> None:
+    calls: list[tuple[str, int]] = []
+    broker = starting_broker(calls)
+    broker._apply_update(update(0, 5))
+    broker.broker_epoch = 50  # registered again at a later offset: it serves on, as before
+    broker._apply_update(update(6, 6))
+    assert ("replicas.apply_image", 6) in calls
