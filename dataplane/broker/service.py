@@ -45,15 +45,27 @@ from dataplane.broker.partition import (
 from dataplane.broker.producer_state import SENTINEL, VerificationGuard
 from dataplane.broker.replica_manager import ReplicaManager
 from dataplane.broker.replica_selector import ReplicaView, preferred_read_replica
+from metadata_quorum.grpc_errors import abort
+from metadata_quorum.grpc_standard import (
+    DEFAULT_KEEPALIVE,
+    Keepalive,
+    NodeHealth,
+    RichErrors,
+    add_standard_services,
+    is_standard_method,
+)
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.replication import INTERNAL_TOPICS, validate_topic_name
 from metadata_quorum.security.acl import AclOperation
 from metadata_quorum.security.authorization import ALLOW_ALL, AccessControl
-from metadata_quorum.security.grpc_auth import ServerSecurity
+from metadata_quorum.security.grpc_auth import AUTHENTICATION_SERVICE, ServerSecurity
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc as pb_grpc
+from protos import group_pb2 as gpb
 from protos import group_pb2_grpc as gpb_grpc
+from protos import share_pb2 as spb
 from protos import share_pb2_grpc as spb_grpc
+from protos import transaction_pb2 as tpb
 from protos import transaction_pb2_grpc as tpb_grpc
 from protos import wire
 from protos.wire import FetchAnswer, Records
@@ -909,7 +921,12 @@ class ServeWhenReady(grpc.ServerInterceptor):  # type: ignore[misc]
 
     def intercept_service(self, continuation: Any, details: Any) -> Any:
         handler = continuation(details)
-        if handler is None or self.ready.is_set() or handler.unary_unary is None:
+        if (
+            handler is None
+            or self.ready.is_set()
+            or handler.unary_unary is None
+            or is_standard_method(details.method)  # health tells NOT_SERVING meanwhile
+        ):
             return handler
         return grpc.unary_unary_rpc_method_handler(
             self._refuse,
@@ -918,7 +935,9 @@ class ServeWhenReady(grpc.ServerInterceptor):  # type: ignore[misc]
         )
 
     def _refuse(self, request: Any, context: Any) -> None:
-        context.abort(grpc.StatusCode.UNAVAILABLE, self.message)
+        # NETWORK_EXCEPTION: what a Kafka client meets at a broker not yet accepting
+        # connections; retriable, and UNAVAILABLE as before
+        abort(context, KafkaError(ErrorCode.NETWORK_EXCEPTION, self.message))
 
 
 class _Handlers:
@@ -980,12 +999,17 @@ def serve(
     security: ServerSecurity | None = None,
     shares: spb_grpc.ShareCoordinatorServiceServicer | None = None,
     limit_options: Sequence[tuple[str, int]] = (),
+    health: NodeHealth | None = None,
+    keepalive: Keepalive = DEFAULT_KEEPALIVE,
 ) -> grpc.Server:
     """The broker's gRPC server; with ``ready``, calls are refused until it is set; with
     `security`, the BROKER listener's TLS and authentication (None: plaintext, as the node);
     `limit_options`: gRPC options that replace the defaults below (Kafka's limits, set by
-    dataplane.server.broker_server.grpc_limits)."""
-    interceptors: list[grpc.ServerInterceptor] = [] if security is None else security.interceptors()
+    dataplane.server.broker_server.grpc_limits). It serves reflection and ``health`` (the
+    broker's: None, one that says SERVING from the start) over every service it serves."""
+    interceptors: list[grpc.ServerInterceptor] = [RichErrors()]
+    if security is not None:
+        interceptors += security.interceptors()
     if ready is not None:
         interceptors.append(ServeWhenReady(ready, servicer.broker_id))
     server = grpc.server(
@@ -996,21 +1020,31 @@ def serve(
                 "grpc.max_receive_message_length": MAX_MESSAGE_BYTES,
                 "grpc.max_send_message_length": MAX_MESSAGE_BYTES,
                 "grpc.so_reuseport": 0,
+                **dict(keepalive.options()),
                 **dict(limit_options),
             }.items()
         ),
     )
     _add_broker_service(servicer, server)
+    services = [pb.DESCRIPTOR.services_by_name["BrokerService"].full_name]
     if groups is not None:
         gpb_grpc.add_GroupCoordinatorServiceServicer_to_server(groups, server)
+        services.append(gpb.DESCRIPTOR.services_by_name["GroupCoordinatorService"].full_name)
     if transactions is not None:
         tpb_grpc.add_TransactionCoordinatorServiceServicer_to_server(transactions, server)
+        services.append(tpb.DESCRIPTOR.services_by_name["TransactionCoordinatorService"].full_name)
     if shares is not None:
         spb_grpc.add_ShareCoordinatorServiceServicer_to_server(shares, server)
+        services.append(spb.DESCRIPTOR.services_by_name["ShareCoordinatorService"].full_name)
+    if health is None:
+        health = NodeHealth()
+        health.set_serving(True)
     if security is None:
         port = server.add_insecure_port(address)
     else:
         port = security.add_port(server, address)
+        services.append(AUTHENTICATION_SERVICE)
+    add_standard_services(server, services, health)
     if port == 0:
         raise OSError(f"cannot listen on {address}")
     server.start()
