@@ -89,6 +89,7 @@ class NodeHealth:
         self._lock = threading.Lock()
         self._services = ["", *services]
         self._serving: bool | None = None
+        self._shut_down = False
         self.set_serving(False)
 
     def add_services(self, services: Sequence[str]) -> None:
@@ -101,7 +102,7 @@ class NodeHealth:
     def set_serving(self, serving: bool) -> None:
         """Idempotent: a Watch sees a status only when it changes."""
         with self._lock:
-            if serving is self._serving:
+            if serving is self._serving or self._shut_down:
                 return
             self._serving = serving
             for name in self._services:
@@ -112,9 +113,9 @@ class NodeHealth:
         return bool(self._serving)
 
     def shut_down(self) -> None:
+        self.set_serving(False)
         with self._lock:
-            self._serving = False
-            self.servicer.enter_graceful_shutdown()
+            self._shut_down = True
 
 
 def add_standard_services(server: grpc.Server, services: Sequence[str], node: NodeHealth) -> None:
