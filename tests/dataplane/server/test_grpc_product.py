@@ -142,7 +142,7 @@ def test_health_follows_a_broker_stopped_restarted_and_caught_up(cluster: LocalC
     assert _check(controller, CONTROLLER_SERVICES[0].full_name) == SERVING
     with pytest.raises(grpc.RpcError) as unknown:
         _check(broker, "no.such.Service")
-    assert unknown.value.code() is grpc.StatusCode.NOT_FOUND  # type: ignore[attr-defined]
+    assert unknown.value.code() is grpc.StatusCode.NOT_FOUND
 
     stopping = Watcher(broker)
     try:
@@ -227,7 +227,7 @@ def test_a_produce_past_its_deadline_is_deadline_exceeded_and_its_retry_is_store
             stub(address).Produce(request, timeout=1.0)
     finally:
         cluster.signal_node(follower, signal.SIGCONT)
-    assert late.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED  # type: ignore[attr-defined]
+    assert late.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
     retried = stub(address).Produce(request, timeout=30).topics[0].partitions[0]
     assert retried.error_code == 0, retried.error_message
     assert retried.base_offset == 0, "the retry got the first append's offset"
@@ -260,9 +260,9 @@ def test_a_client_pinging_too_often_is_sent_away_and_a_calm_one_is_served(
     finally:
         pinging.close()
     error = sent_away.value
-    print(f"after {after_s:.1f} s: {error.code()} {error.details()}")  # type: ignore[attr-defined]
-    assert error.code() is grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
-    assert "too many pings" in error.details().lower()  # type: ignore[attr-defined]
+    print(f"after {after_s:.1f} s: {error.code()} {error.details()}")
+    assert error.code() is grpc.StatusCode.UNAVAILABLE
+    assert "too many pings" in error.details().lower()
     assert after_s < 25, "closed by the server, not ended by the call's deadline"
     assert _check(broker) == SERVING, "a calm client is served"
 
@@ -289,7 +289,7 @@ def test_bad_input_gets_clear_status_codes_and_nothing_is_stored_twice(
         # bytes that are no ProduceRequest: INVALID_ARGUMENT, INVALID_REQUEST
         with pytest.raises(grpc.RpcError) as garbled:
             call(b"\x0a\xff\xff\xff\x0f", timeout=10)
-        assert garbled.value.code() is grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+        assert garbled.value.code() is grpc.StatusCode.INVALID_ARGUMENT
         assert kafka_error_of(garbled.value) is ErrorCode.INVALID_REQUEST
         # no topic, no partition, no records, no acks: nothing to do, an empty answer
         empty = stub(address).Produce(pb.ProduceRequest(acks=-1, timeout_ms=1000), timeout=10)
@@ -312,7 +312,7 @@ def test_bad_input_gets_clear_status_codes_and_nothing_is_stored_twice(
         huge = pb.MetadataRequest(topics=["x" * 1000] * (REQUEST_MAX_BYTES // 1000 + 10))
         with pytest.raises(grpc.RpcError) as too_big:
             stub(address).Metadata(huge, timeout=30)
-        assert too_big.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED  # type: ignore[attr-defined]
+        assert too_big.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
         # a deadline of 1 ms: DEADLINE_EXCEEDED; what arrived in time is stored, and once
         late = pb.ProduceRequest(
             acks=-1, timeout_ms=10_000,
@@ -322,7 +322,7 @@ def test_bad_input_gets_clear_status_codes_and_nothing_is_stored_twice(
         )  # fmt: skip
         with pytest.raises(grpc.RpcError) as hurried:
             stub(address).Produce(late, timeout=0.001)
-        assert hurried.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED  # type: ignore[attr-defined]
+        assert hurried.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
     finally:
         raw.close()
     after = produce(address, "bad-grpc", 0, values_batch([b"still-serving"]))
