@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from metadata_quorum.grpc_errors import kafka_error_of
 from metadata_quorum.security.channels import ClientSecurity, open_channel
 from protos import RECONNECT_OPTIONS
 from protos import controller_pb2 as pb
@@ -140,12 +141,19 @@ class ControllerClient:
         raise KafkaError(ErrorCode.NOT_CONTROLLER, f"{method}: {last_error}")
 
     def _try(self, method: str, request: Any, address: str, deadline: float) -> Any:
-        """The response, or a string saying why this address did not answer."""
+        """The response, or a string saying why this address did not answer. A call the
+        controller refused with a Kafka error that is not retriable (its trailers:
+        metadata_quorum.grpc_errors; an authorization or authentication failure) raises it:
+        asking the other controllers would only be refused again."""
         timeout = max(0.05, min(self.rpc_timeout_s, deadline - time.monotonic()))
         rpc: Callable[..., Any] = getattr(self.stub(address), method)
         try:
             return rpc(request, timeout=timeout)
         except grpc.RpcError as error:
+            refused = kafka_error_of(error)
+            if refused is not None and not refused.retriable:
+                details = error.details() if isinstance(error, grpc.Call) else str(error)
+                raise KafkaError(refused, f"{method} at {address}: {details}") from error
             code = error.code() if hasattr(error, "code") else None
             return f"{address}: {code}"
 

@@ -192,6 +192,8 @@ class QuorumController:
         self._stop = threading.Event()
         self._next_rebalance_ms = 0
         self._thread = threading.Thread(target=self._run, name=f"controller-{node_id}", daemon=True)
+        # told every tick whether this controller serves: see `in_serving_quorum`
+        self.on_serving: Callable[[bool], None] | None = None
 
     def start(self) -> None:
         self._thread.start()
@@ -278,8 +280,20 @@ class QuorumController:
                 self._speculative = self.state.image
 
     # -- leadership and timers ---------------------------------------------------------------
+    def in_serving_quorum(self) -> bool:
+        """What the CONTROLLER listener's health service says: SERVING while this node is a
+        voter connected to a majority of the voters (itself included) and the quorum has a
+        leader: its reads are current and its writes reach the active controller (here, or
+        by its NOT_CONTROLLER hint). An observer, a node cut off from the majority, or a quorum
+        in an election is NOT_SERVING."""
+        status = self.log.status()
+        voter = any(v.address == status.self_address for v in status.voters)
+        return voter and status.has_quorum and status.leader is not None
+
     def _run(self) -> None:
         while not self._stop.wait(0.05):
+            if self.on_serving is not None:
+                self.on_serving(self.in_serving_quorum())
             try:
                 self._tick()
             except KafkaError as error:

@@ -41,6 +41,14 @@ from metadata_quorum.features import (
     generate_update_features,
 )
 from metadata_quorum.group_configs import KAFKA_GROUP_RULES, GroupConfigRow, GroupRules
+from metadata_quorum.grpc_errors import abort
+from metadata_quorum.grpc_standard import (
+    DEFAULT_KEEPALIVE,
+    Keepalive,
+    NodeHealth,
+    RichErrors,
+    add_standard_services,
+)
 from metadata_quorum.image import MetadataImage, PartitionRegistration
 from metadata_quorum.raft import QuorumStatus
 from metadata_quorum.reassignment import (
@@ -68,7 +76,7 @@ from metadata_quorum.replication import (
 from metadata_quorum.request_authorization import authorize_rpc, check_cluster
 from metadata_quorum.security.authorization import ALLOW_ALL, AccessControl
 from metadata_quorum.security.channels import ClientSecurity, open_channel
-from metadata_quorum.security.grpc_auth import ServerSecurity
+from metadata_quorum.security.grpc_auth import AUTHENTICATION_SERVICE, ServerSecurity
 from metadata_quorum.security_service import SecurityRpcs
 from protos import controller_pb2 as pb
 from protos import controller_pb2_grpc as pb_grpc
@@ -624,7 +632,7 @@ class ControllerServicer(SecurityRpcs, pb_grpc.ControllerServiceServicer):
         except KafkaError as error:
             if context is None:
                 raise
-            context.abort(grpc.StatusCode.PERMISSION_DENIED, error.message)
+            abort(context, error)
         next_offset = max(0, request.from_offset)
         wait_s = (request.max_wait_ms or 30_000) / 1000
         while not self.stop_streams and (context is None or context.is_active()):
@@ -921,19 +929,33 @@ def serve(
     address: str,
     max_workers: int = 32,
     security: ServerSecurity | None = None,
+    health: NodeHealth | None = None,
+    keepalive: Keepalive = DEFAULT_KEEPALIVE,
 ) -> grpc.Server:
     """Start a gRPC server for ControllerService on ``address`` (host:port); with `security`,
-    the CONTROLLER listener's TLS and authentication (None: plaintext, every call as the node)."""
+    the CONTROLLER listener's TLS and authentication (None: plaintext, every call as the node).
+    It serves reflection and ``health`` (the controller's: None, one that says SERVING from the
+    start) over ControllerService (and Authentication, with `security`)."""
 
+    interceptors: list[grpc.ServerInterceptor] = [RichErrors()]
+    if security is not None:
+        interceptors += security.interceptors()
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="ctl"),
-        interceptors=[] if security is None else security.interceptors(),
+        interceptors=interceptors,
+        options=keepalive.options(),
     )
     pb_grpc.add_ControllerServiceServicer_to_server(servicer, server)
+    services = [pb.DESCRIPTOR.services_by_name["ControllerService"].full_name]
+    if health is None:
+        health = NodeHealth()
+        health.set_serving(True)
     if security is None:
         port = server.add_insecure_port(address)
     else:
         port = security.add_port(server, address)
+        services.append(AUTHENTICATION_SERVICE)
+    add_standard_services(server, services, health)
     if port == 0:
         raise OSError(f"cannot listen on {address}")
     server.start()

@@ -218,6 +218,12 @@ class Partition:
         with self._lock:
             self._waiters.pop(event, None)
 
+    @property
+    def waiter_count(self) -> int:
+        """Long polls and acks=all produces waiting on this partition now."""
+        with self._lock:
+            return len(self._waiters)
+
     def _wake(self, everyone: bool = True, appended: bool = False) -> None:
         """Wake the waiters; after an append or a high watermark move (``everyone`` False) not
         the acks=all produces still short of it (with five in flight, each append and each

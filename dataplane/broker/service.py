@@ -45,15 +45,27 @@ from dataplane.broker.partition import (
 from dataplane.broker.producer_state import SENTINEL, VerificationGuard
 from dataplane.broker.replica_manager import ReplicaManager
 from dataplane.broker.replica_selector import ReplicaView, preferred_read_replica
+from metadata_quorum.grpc_errors import abort
+from metadata_quorum.grpc_standard import (
+    DEFAULT_KEEPALIVE,
+    Keepalive,
+    NodeHealth,
+    RichErrors,
+    add_standard_services,
+    is_standard_method,
+)
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.replication import INTERNAL_TOPICS, validate_topic_name
 from metadata_quorum.security.acl import AclOperation
 from metadata_quorum.security.authorization import ALLOW_ALL, AccessControl
-from metadata_quorum.security.grpc_auth import ServerSecurity
+from metadata_quorum.security.grpc_auth import AUTHENTICATION_SERVICE, ServerSecurity
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc as pb_grpc
+from protos import group_pb2 as gpb
 from protos import group_pb2_grpc as gpb_grpc
+from protos import share_pb2 as spb
 from protos import share_pb2_grpc as spb_grpc
+from protos import transaction_pb2 as tpb
 from protos import transaction_pb2_grpc as tpb_grpc
 from protos import wire
 from protos.wire import FetchAnswer, Records
@@ -94,6 +106,19 @@ TransactionVerifier = Callable[[str, int, int, str, int], ErrorCode]
 MarkerWriter = Callable[[int, int, int, bool, int], None]
 
 
+DEADLINE_PASSED_ON_ARRIVAL = "the call's deadline passed before the broker read it: none appended"
+DEADLINE_PASSED_REPLICATING = (
+    "the call's deadline passed before the ISR replicated the batch; it stays appended: retry "
+    "it with the same producer id, epoch and sequence to learn its offsets"
+)
+
+
+def _call_deadline(context: Any) -> float | None:
+    """The gRPC call's deadline on the monotonic clock; None: the client set none."""
+    remaining_s = context.time_remaining()
+    return None if remaining_s is None else time.monotonic() + remaining_s
+
+
 def _error(message: Any, error: KafkaError) -> None:
     message.error_code = error.error.code
     message.error_message = error.message
@@ -107,17 +132,23 @@ def wait_until(
     deadline: float,
     done: Callable[[], bool],
     high_watermarks: Sequence[int] | None = None,
+    context: Any = None,
 ) -> None:
     """Wait until ``done()`` or the deadline, woken by any of ``partitions``: by any change,
     or with ``high_watermarks`` (one per partition) by one of role, epoch or ISR and once the
-    high watermark reaches its mark (``ON_APPEND``: on appends; see ``Partition.add_waiter``)."""
+    high watermark reaches its mark (``ON_APPEND``: on appends; see ``Partition.add_waiter``).
+    With the call's gRPC ``context``, also when the call ends (cancelled by the client, its
+    deadline passed, the connection lost): nobody waits for the answer, so the waiter leaves
+    the partitions at once instead of at ``deadline``."""
     event = threading.Event()
     for n, partition in enumerate(partitions):
         partition.add_waiter(event, None if high_watermarks is None else high_watermarks[n])
+    if context is not None:
+        context.add_callback(event.set)  # False: it has ended already, is_active says so
     try:
         while not done():
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 or (context is not None and not context.is_active()):
                 return
             event.wait(remaining)
             event.clear()
@@ -234,12 +265,22 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
         context: Any,
         *,
         sequence_wait_s: float = SEQUENCE_WAIT_S,
+        grpc_deadline: bool = False,
     ) -> pb.ProduceResponse:
         """``request``'s partitions' records are ``records``, in message order (from the wire:
         views of the received bytes, see ``protos.wire``). An idempotent batch that overtook
         an earlier one of its producer waits for it up to ``sequence_wait_s`` (gRPC serves a
-        client's concurrent requests in any order: see ``dataplane.broker.partition``)."""
+        client's concurrent requests in any order: see ``dataplane.broker.partition``).
+
+        ``grpc_deadline``: ``context`` is a gRPC call's, whose deadline bounds the request: one
+        that arrives past it is refused before anything is appended, and acks=all stops
+        waiting when it passes (or the client cancels) and ends DEADLINE_EXCEEDED. What was
+        appended stays: the producer's retry of the same batch (same producer id, epoch and
+        sequence) is answered with its first offsets, not stored again."""
         started = time.perf_counter()
+        call_deadline = _call_deadline(context) if grpc_deadline else None
+        if call_deadline is not None and call_deadline <= time.monotonic():
+            abort(context, KafkaError(ErrorCode.REQUEST_TIMED_OUT, DEADLINE_PASSED_ON_ARRIVAL))
         if not request.transactional_id and any(map(_is_transactional, records)):
             return _refuse_all(
                 request,
@@ -275,7 +316,16 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
                     self.metrics.request_errors.labels("produce", error.error.name).inc()
         if waiting:
             timeout_ms = min(max(request.timeout_ms, 0), PRODUCE_TIMEOUT_MS_MAX)
-            self._await_replication(waiting, time.monotonic() + timeout_ms / 1000)
+            deadline = time.monotonic() + timeout_ms / 1000
+            if call_deadline is not None and call_deadline < deadline:
+                pending = self._await_replication(waiting, call_deadline, context)
+                if pending:
+                    abort(
+                        context,
+                        KafkaError(ErrorCode.REQUEST_TIMED_OUT, DEADLINE_PASSED_REPLICATING),
+                    )
+            else:
+                self._await_replication(waiting, deadline, context if grpc_deadline else None)
         self.metrics.request_latency.labels("produce").observe(time.perf_counter() - started)
         if request.acks == 0:
             return pb.ProduceResponse()
@@ -348,7 +398,10 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
         self,
         waiting: list[tuple[Partition, int, int, int, Any]],
         deadline: float,
-    ) -> None:
+        context: Any = None,
+    ) -> int:
+        """Wait for acks=all; the number of partitions still waiting at the deadline (or when
+        the gRPC call of ``context`` ended), each answered REQUEST_TIMED_OUT."""
         pending = list(waiting)
 
         def done() -> bool:
@@ -368,19 +421,24 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
                     pending.remove(entry)
             return not pending
 
-        wait_until([entry[0] for entry in waiting], deadline, done, [entry[1] for entry in waiting])
+        partitions = [entry[0] for entry in waiting]
+        wait_until(partitions, deadline, done, [entry[1] for entry in waiting], context)
         for _partition, _required, _epoch, _min_isr, result in pending:
             result.error_code = ErrorCode.REQUEST_TIMED_OUT.code
             result.error_message = "the ISR did not replicate the batch within timeout_ms"
+        return len(pending)
 
     # -- Fetch ---------------------------------------------------------------------------------
     def Fetch(self, request: pb.FetchRequest, context: Any) -> pb.FetchResponse:
         """The response with its records inside (in-process callers: the Kafka listener)."""
         return self.fetch(request).message()
 
-    def fetch(self, request: pb.FetchRequest, listener: str = BROKER_LISTENER) -> FetchAnswer:
+    def fetch(
+        self, request: pb.FetchRequest, listener: str = BROKER_LISTENER, context: Any = None
+    ) -> FetchAnswer:
         """``listener``: the one the client came through (a preferred read replica must have
-        an endpoint there, KIP-392)."""
+        an endpoint there, KIP-392); ``context``: the gRPC call's, whose end (a cancel, a
+        passed deadline) ends the long poll at once (`wait_until`)."""
         started = time.perf_counter()
         max_wait_ms = min(max(request.max_wait_ms, 0), MAX_WAIT_MS_MAX)
         deadline = time.monotonic() + max_wait_ms / 1000
@@ -401,7 +459,7 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
             marks = [ON_APPEND] * len(hosted) if request.replica_id >= 0 else None
             if request.replica_id >= 0:
                 deadline = min(deadline, self._quota_deadline(request.replica_id, hosted))
-            wait_until(hosted, deadline, done, marks)
+            wait_until(hosted, deadline, done, marks, context)
         kind = "fetch_follower" if request.replica_id >= 0 else "fetch_consumer"
         self.metrics.request_latency.labels(kind).observe(time.perf_counter() - started)
         return answer
@@ -911,7 +969,12 @@ class ServeWhenReady(grpc.ServerInterceptor):  # type: ignore[misc]
 
     def intercept_service(self, continuation: Any, details: Any) -> Any:
         handler = continuation(details)
-        if handler is None or self.ready.is_set() or handler.unary_unary is None:
+        if (
+            handler is None
+            or self.ready.is_set()
+            or handler.unary_unary is None
+            or is_standard_method(details.method)  # health tells NOT_SERVING meanwhile
+        ):
             return handler
         return grpc.unary_unary_rpc_method_handler(
             self._refuse,
@@ -920,7 +983,9 @@ class ServeWhenReady(grpc.ServerInterceptor):  # type: ignore[misc]
         )
 
     def _refuse(self, request: Any, context: Any) -> None:
-        context.abort(grpc.StatusCode.UNAVAILABLE, self.message)
+        # NETWORK_EXCEPTION: what a Kafka client meets at a broker not yet accepting
+        # connections; retriable, and UNAVAILABLE as before
+        abort(context, KafkaError(ErrorCode.NETWORK_EXCEPTION, self.message))
 
 
 class _Handlers:
@@ -947,10 +1012,10 @@ def _add_broker_service(servicer: BrokerServicer, server: grpc.Server) -> None:
     handlers = collected.handlers
 
     def produce(arrived: tuple[pb.ProduceRequest, list[memoryview]], context: Any) -> Any:
-        return servicer.produce(arrived[0], arrived[1], context)
+        return servicer.produce(arrived[0], arrived[1], context, grpc_deadline=True)
 
     def fetch(request: pb.FetchRequest, context: Any) -> FetchAnswer:
-        return servicer.fetch(request)
+        return servicer.fetch(request, context=context)
 
     handlers["Produce"] = grpc.unary_unary_rpc_method_handler(
         produce,
@@ -982,12 +1047,17 @@ def serve(
     security: ServerSecurity | None = None,
     shares: spb_grpc.ShareCoordinatorServiceServicer | None = None,
     limit_options: Sequence[tuple[str, int]] = (),
+    health: NodeHealth | None = None,
+    keepalive: Keepalive = DEFAULT_KEEPALIVE,
 ) -> grpc.Server:
     """The broker's gRPC server; with ``ready``, calls are refused until it is set; with
     `security`, the BROKER listener's TLS and authentication (None: plaintext, as the node);
     `limit_options`: gRPC options that replace the defaults below (Kafka's limits, set by
-    dataplane.server.broker_server.grpc_limits)."""
-    interceptors: list[grpc.ServerInterceptor] = [] if security is None else security.interceptors()
+    dataplane.server.broker_server.grpc_limits). It serves reflection and ``health`` (the
+    broker's: None, one that says SERVING from the start) over every service it serves."""
+    interceptors: list[grpc.ServerInterceptor] = [RichErrors()]
+    if security is not None:
+        interceptors += security.interceptors()
     if ready is not None:
         interceptors.append(ServeWhenReady(ready, servicer.broker_id))
     server = grpc.server(
@@ -998,21 +1068,31 @@ def serve(
                 "grpc.max_receive_message_length": MAX_MESSAGE_BYTES,
                 "grpc.max_send_message_length": MAX_MESSAGE_BYTES,
                 "grpc.so_reuseport": 0,
+                **dict(keepalive.options()),
                 **dict(limit_options),
             }.items()
         ),
     )
     _add_broker_service(servicer, server)
+    services = [pb.DESCRIPTOR.services_by_name["BrokerService"].full_name]
     if groups is not None:
         gpb_grpc.add_GroupCoordinatorServiceServicer_to_server(groups, server)
+        services.append(gpb.DESCRIPTOR.services_by_name["GroupCoordinatorService"].full_name)
     if transactions is not None:
         tpb_grpc.add_TransactionCoordinatorServiceServicer_to_server(transactions, server)
+        services.append(tpb.DESCRIPTOR.services_by_name["TransactionCoordinatorService"].full_name)
     if shares is not None:
         spb_grpc.add_ShareCoordinatorServiceServicer_to_server(shares, server)
+        services.append(spb.DESCRIPTOR.services_by_name["ShareCoordinatorService"].full_name)
+    if health is None:
+        health = NodeHealth()
+        health.set_serving(True)
     if security is None:
         port = server.add_insecure_port(address)
     else:
         port = security.add_port(server, address)
+        services.append(AUTHENTICATION_SERVICE)
+    add_standard_services(server, services, health)
     if port == 0:
         raise OSError(f"cannot listen on {address}")
     server.start()

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from metadata_quorum.grpc_errors import kafka_error_of
 from metadata_quorum.security.channels import ClientSecurity, open_channel
 from protos import RECONNECT_OPTIONS, wire
 from protos import broker_pb2 as pb
@@ -150,9 +151,14 @@ def parse_addresses(servers: str | Sequence[str]) -> list[str]:
 
 
 def rpc_error_code(error: grpc.RpcError) -> ErrorCode:
-    """The Kafka error a failed gRPC call stands for. UNAVAILABLE (no connection, broker
-    down) and CANCELLED/ABORTED are NETWORK_EXCEPTION, DEADLINE_EXCEEDED is REQUEST_TIMED_OUT
-    (both retriable); anything else means the broker refused the request itself."""
+    """The Kafka error a failed gRPC call stands for: the one the server put in its trailers
+    (metadata_quorum.grpc_errors), else from the status code gRPC itself ended the call with:
+    UNAVAILABLE (no connection, broker down) and CANCELLED/ABORTED are NETWORK_EXCEPTION,
+    DEADLINE_EXCEEDED is REQUEST_TIMED_OUT (both retriable); anything else means the broker
+    refused the request itself."""
+    carried = kafka_error_of(error)
+    if carried is not None:
+        return carried
     code = error.code() if isinstance(error, grpc.Call) else None
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.ABORTED):
         return ErrorCode.NETWORK_EXCEPTION

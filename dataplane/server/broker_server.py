@@ -65,6 +65,7 @@ from metadata_quorum.broker_describe import NodeConfigView
 from metadata_quorum.client import ControllerClient
 from metadata_quorum.codec import record_from_proto, snapshot_from_proto
 from metadata_quorum.group_configs import GroupRules
+from metadata_quorum.grpc_standard import Keepalive, NodeHealth
 from metadata_quorum.image import MetadataDelta, MetadataImage, PartitionRegistration
 from metadata_quorum.security.authorization import AccessControl, AuthorizerSettings
 from metadata_quorum.security.channels import ClientSecurity
@@ -163,6 +164,7 @@ class BrokerSettings:
     # how this broker reaches the controllers and the other brokers (None: plaintext)
     controller_client_security: ClientSecurity | None = None
     broker_client_security: ClientSecurity | None = None
+    keepalive: Keepalive = field(default_factory=Keepalive)  # grpc.keepalive.* of the listener
 
     @property
     def address(self) -> str:
@@ -300,6 +302,9 @@ class Broker:
         self.server: grpc.Server | None = None
         # Set once the image holds this incarnation's registration: clients are served from then.
         self.serving = threading.Event()
+        # grpc.health.v1 of the BROKER listener: SERVING while RUNNING (registered, unfenced)
+        # and caught up with the metadata (`_update_health`)
+        self.health = NodeHealth()
         self.kafka = (
             None
             if settings.kafka_listener is None
@@ -359,6 +364,17 @@ class Broker:
                 raise AssertionError(f"illegal broker transition {self.state} -> {state}")
             log.info("broker %d: %s -> %s", self.settings.broker_id, self.state.value, state.value)
             self.state = state
+            self._update_health()
+
+    def _update_health(self) -> None:
+        """The health service says SERVING exactly while the broker serves clients as a member
+        of the cluster: RUNNING (registered and unfenced) with its image caught up; fenced,
+        registering, catching up or shutting down it says NOT_SERVING, and once the broker
+        stops, NOT_SERVING for good."""
+        if self.state is BrokerState.SHUTTING_DOWN:
+            self.health.shut_down()
+            return
+        self.health.set_serving(self.state is BrokerState.RUNNING and self.serving.is_set())
 
     def start(self) -> None:
         self._transition_to(BrokerState.STARTING)
@@ -369,6 +385,7 @@ class Broker:
             self.servicer, self.settings.address, self.group_servicer, ready=self.serving,
             transactions=self.transaction_servicer, security=security,
             shares=self.share_servicer, limit_options=grpc_limits(self.settings),
+            health=self.health, keepalive=self.settings.keepalive,
         )  # fmt: skip
         if self.kafka is not None:
             self.kafka.start()
@@ -540,6 +557,8 @@ class Broker:
         self.share_manager.on_image()
         if caught_up and not self.serving.is_set():
             self.serving.set()
+            with self._state_lock:
+                self._update_health()
             log.info(
                 "broker %d: caught up with the metadata at offset %d; serving clients",
                 self.settings.broker_id, image.offset,

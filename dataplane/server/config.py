@@ -56,6 +56,7 @@ from metadata_quorum.connection_configs import (
 )
 from metadata_quorum.group_configs import BROKER_SYNONYMS as GROUP_BROKER_SYNONYMS
 from metadata_quorum.group_configs import GroupConfigBounds, GroupConfigs, GroupRules
+from metadata_quorum.grpc_standard import Keepalive
 from metadata_quorum.security.authorization import STANDARD_AUTHORIZERS, AuthorizerSettings
 from metadata_quorum.security.channels import ClientSecurity
 from metadata_quorum.security.grpc_auth import CredentialLookup, GrpcAuthenticator, ServerSecurity
@@ -232,6 +233,32 @@ class NodeConfig(BaseModel):
         if self.max_connections_per_ip is not None:
             check_per_ip_limits(self.max_connections_per_ip, overrides)
         return self
+
+    # gRPC keepalive of the BROKER and CONTROLLER listeners (not Kafka settings: gRPC's own
+    # options, dotted; metadata_quorum.grpc_standard.Keepalive, docs/api.md)
+    grpc_keepalive_time_ms: int = Field(
+        60_000, alias="grpc.keepalive.time.ms", ge=1_000, le=7_200_000
+    )
+    grpc_keepalive_timeout_ms: int = Field(
+        20_000, alias="grpc.keepalive.timeout.ms", ge=1_000, le=600_000
+    )
+    grpc_http2_min_ping_interval_without_data_ms: int = Field(
+        10_000, alias="grpc.http2.min.ping.interval.without.data.ms", ge=1_000, le=7_200_000
+    )
+    grpc_keepalive_permit_without_calls: bool = Field(
+        True, alias="grpc.keepalive.permit.without.calls"
+    )
+    grpc_http2_max_ping_strikes: int = Field(2, alias="grpc.http2.max.ping.strikes", ge=0, le=100)
+
+    @property
+    def keepalive(self) -> Keepalive:
+        return Keepalive(
+            time_ms=self.grpc_keepalive_time_ms,
+            timeout_ms=self.grpc_keepalive_timeout_ms,
+            min_ping_interval_without_data_ms=self.grpc_http2_min_ping_interval_without_data_ms,
+            permit_without_calls=self.grpc_keepalive_permit_without_calls,
+            max_ping_strikes=self.grpc_http2_max_ping_strikes,
+        )
 
     @property
     def listener_limits(self) -> ListenerLimits:

@@ -41,6 +41,7 @@ from dataplane.server.node_config_view import node_config_view
 from metadata_quorum.client import ControllerClient
 from metadata_quorum.codec import voter_from_proto
 from metadata_quorum.controller import MetadataState, QuorumController
+from metadata_quorum.grpc_standard import NodeHealth
 from metadata_quorum.raft import (
     MetadataLog,
     RaftOptions,
@@ -72,6 +73,7 @@ class ControllerRole:
     controller: QuorumController
     servicer: ControllerServicer
     server: grpc.Server
+    health: NodeHealth
 
     def resign(self) -> None:
         """A node that stops hands the quorum's leadership over first, as Kafka's resigning
@@ -95,6 +97,7 @@ class ControllerRole:
             )
 
     def stop(self) -> None:
+        self.health.shut_down()  # probes see NOT_SERVING for the grace period
         self.servicer.stop_streams = True
         self.state.close()  # FetchMetadata streams end now, not after their max wait
         self.server.stop(grace=SHUTDOWN_GRACE_S).wait(SHUTDOWN_GRACE_S)
@@ -211,10 +214,14 @@ def start_controller(config: NodeConfig) -> ControllerRole:
 
     # CONTROLLER's TLS and authentication
     security = config.server_security("CONTROLLER", credentials)
-    server = serve(servicer, me.address, security=security)
+    health = NodeHealth()
+    server = serve(
+        servicer, me.address, security=security, health=health, keepalive=config.keepalive
+    )
+    controller.on_serving = health.set_serving
     controller.start()
     log.info("controller %d serving on %s (raft %s)", me.node_id, me.address, me.raft_address)
-    return ControllerRole(state, metadata_log, controller, servicer, server)
+    return ControllerRole(state, metadata_log, controller, servicer, server, health)
 
 
 def kafka_listener_security(config: NodeConfig) -> KafkaListenerSecurity:
@@ -252,6 +259,7 @@ def start_broker(config: NodeConfig, metrics: NodeMetrics) -> Broker:
         kafka_listener=config.listener("KAFKA"),
         kafka_security=kafka_listener_security(config),
         kafka_limits=config.listener_limits,
+        keepalive=config.keepalive,
         auto_create=AutoCreateSettings(
             enabled=config.auto_create_topics_enable,
             num_partitions=config.num_partitions,

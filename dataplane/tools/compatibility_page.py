@@ -200,6 +200,16 @@ RAFTLOG_ONLY: dict[str, str] = {
     "controlled.shutdown.timeout.ms": "bounds a broker's controlled shutdown",
     "fault.produce.drop.response.every": "fault injection for chaos tests",
     "log.cache.tail.bytes": "page cache kept per partition",
+    **{
+        key: "gRPC keepalive of the BROKER and CONTROLLER listeners (docs/api.md)"
+        for key in (
+            "grpc.keepalive.time.ms",
+            "grpc.keepalive.timeout.ms",
+            "grpc.http2.min.ping.interval.without.data.ms",
+            "grpc.http2.max.ping.strikes",
+            "grpc.keepalive.permit.without.calls",
+        )
+    },
     "topic.config.defaults": "internal: the `log.*` keys a file sets, gathered",
     "allow.everyone.if.no.acl.found": "StandardAuthorizer's own config (not in KafkaConfig)",
     "super.users": "StandardAuthorizer's own config (not in KafkaConfig)",

@@ -29,6 +29,8 @@ from typing import Any
 import grpc
 from cryptography import x509
 
+from metadata_quorum.grpc_errors import abort
+from metadata_quorum.grpc_standard import is_standard_method
 from metadata_quorum.security import node_cert
 from metadata_quorum.security.channels import SESSION_TOKEN_KEY
 from metadata_quorum.security.node_cert import NODE_CERT_MECHANISM
@@ -54,7 +56,8 @@ from raftlog.errors import ErrorCode, KafkaError
 
 audit = logging.getLogger("raftlog.audit")
 
-AUTH_SERVICE_PREFIX = "/raftlog.auth.Authentication/"
+AUTHENTICATION_SERVICE = apb.DESCRIPTOR.services_by_name["Authentication"].full_name
+AUTH_SERVICE_PREFIX = f"/{AUTHENTICATION_SERVICE}/"
 DEFAULT_SESSION_LIFETIME_MS = 3_600_000  # when connections.max.reauth.ms is 0
 MAX_EXCHANGES = 1024  # SCRAM exchanges between their first and final message
 EXCHANGE_TIMEOUT_S = 30.0  # an exchange whose final message does not come is dropped
@@ -305,7 +308,7 @@ class GrpcAuthenticator:
             "AUTHENTICATION FAILED user=%s host=%s listener=%s reason=%s",
             who, host, self.listener, reason,
         )  # fmt: skip
-        context.abort(grpc.StatusCode.UNAUTHENTICATED, reason)
+        abort(context, KafkaError(ErrorCode.SASL_AUTHENTICATION_FAILED, reason))
 
 
 _UNSUPPORTED = ErrorCode.UNSUPPORTED_SASL_MECHANISM
@@ -335,14 +338,20 @@ class _AuthenticationServicer(apb_grpc.AuthenticationServicer):
 
 class _SessionInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
     """Runs every call but the Authentication service's inside ``acting_as(session)``.
-    `intercept_service` sees no context, so it wraps the handler's behaviour instead."""
+    `intercept_service` sees no context, so it wraps the handler's behaviour instead. Health
+    and reflection pass unauthenticated (metadata_quorum.grpc_standard: a probe has no
+    credentials) and unwrapped (Watch must stay a non-blocking handler)."""
 
     def __init__(self, authenticator: GrpcAuthenticator) -> None:
         self._authenticator = authenticator
 
     def intercept_service(self, continuation: Any, details: Any) -> Any:
         handler = continuation(details)
-        if handler is None or details.method.startswith(AUTH_SERVICE_PREFIX):
+        if (
+            handler is None
+            or details.method.startswith(AUTH_SERVICE_PREFIX)
+            or is_standard_method(details.method)
+        ):
             return handler
         session_of = self._authenticator.session
         serialization = {

@@ -101,6 +101,12 @@ RANGES = {
     # tests/bench/test_soak.py: 67-69, the mirror's REST API on 70 (make soak's own addresses:
     # a soak run and the suite do not run at once)
     "soak": 67,
+    # tests/dataplane/server/test_grpc_product.py: 171-172 (a controller+broker and a broker),
+    # 173 tests/metadata_quorum/test_grpc_errors.py's and that module's in-process servers.
+    # The brief of issue 31 gave 171-179, which "kafka" (171-173), "kafka_groups" (174-176)
+    # and tests/chaos/test_chaos_transactions.py (177-180) also use: distinct ports keep them
+    # apart (pick_cluster_port), but they are not a range of their own
+    "grpc_product": 171,
     # 127.0.0.251-254 are tests/metadata_quorum/test_raft_secret.py's (three voters, an outsider)
     # and bench/security_bench.py's (benchmarks run alone; 189-190 are its too)
     # 127.0.0.236-241 are tests/metadata_quorum/test_controller_membership.py's

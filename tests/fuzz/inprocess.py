@@ -49,6 +49,9 @@ class FakeContext:
     def abort(self, code: Any, details: str) -> None:
         raise Aborted(f"{code}: {details}")
 
+    def abort_with_status(self, status: Any) -> None:
+        raise Aborted(f"{status.code}: {status.details}")
+
     def time_remaining(self) -> float:
         return 1.0
 
