@@ -25,8 +25,10 @@ if _version_not_supported:
     )
 
 
-class AuthenticationStub:
-    """Missing associated documentation comment in .proto file."""
+class AuthenticationServiceStub:
+    """The SASL exchange over gRPC. Both RPCs answer errors in error_code; the call itself fails only
+    with UNAVAILABLE (listener shutting down) or INVALID_ARGUMENT (an undecodable message).
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -35,34 +37,39 @@ class AuthenticationStub:
             channel: A grpc.Channel.
         """
         self.SaslHandshake = channel.unary_unary(
-                '/raftlog.auth.Authentication/SaslHandshake',
+                '/raftlog.auth.v1.AuthenticationService/SaslHandshake',
                 request_serializer=protos_dot_auth__pb2.SaslHandshakeRequest.SerializeToString,
                 response_deserializer=protos_dot_auth__pb2.SaslHandshakeResponse.FromString,
                 _registered_method=True)
         self.SaslAuthenticate = channel.unary_unary(
-                '/raftlog.auth.Authentication/SaslAuthenticate',
+                '/raftlog.auth.v1.AuthenticationService/SaslAuthenticate',
                 request_serializer=protos_dot_auth__pb2.SaslAuthenticateRequest.SerializeToString,
                 response_deserializer=protos_dot_auth__pb2.SaslAuthenticateResponse.FromString,
                 _registered_method=True)
 
 
-class AuthenticationServicer:
-    """Missing associated documentation comment in .proto file."""
+class AuthenticationServiceServicer:
+    """The SASL exchange over gRPC. Both RPCs answer errors in error_code; the call itself fails only
+    with UNAVAILABLE (listener shutting down) or INVALID_ARGUMENT (an undecodable message).
+    """
 
     def SaslHandshake(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's SaslHandshake (API key 17): choose the mechanism. Errors: UNSUPPORTED_SASL_MECHANISM.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def SaslAuthenticate(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's SaslAuthenticate (API key 36): one round of the exchange; the last round answers the
+        session token. Errors: SASL_AUTHENTICATION_FAILED, ILLEGAL_SASL_STATE.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
 
-def add_AuthenticationServicer_to_server(servicer, server):
+def add_AuthenticationServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'SaslHandshake': grpc.unary_unary_rpc_method_handler(
                     servicer.SaslHandshake,
@@ -76,14 +83,16 @@ def add_AuthenticationServicer_to_server(servicer, server):
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
-            'raftlog.auth.Authentication', rpc_method_handlers)
+            'raftlog.auth.v1.AuthenticationService', rpc_method_handlers)
     server.add_generic_rpc_handlers((generic_handler,))
-    server.add_registered_method_handlers('raftlog.auth.Authentication', rpc_method_handlers)
+    server.add_registered_method_handlers('raftlog.auth.v1.AuthenticationService', rpc_method_handlers)
 
 
  # This class is part of an EXPERIMENTAL API.
-class Authentication:
-    """Missing associated documentation comment in .proto file."""
+class AuthenticationService:
+    """The SASL exchange over gRPC. Both RPCs answer errors in error_code; the call itself fails only
+    with UNAVAILABLE (listener shutting down) or INVALID_ARGUMENT (an undecodable message).
+    """
 
     @staticmethod
     def SaslHandshake(request,
@@ -99,7 +108,7 @@ class Authentication:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.auth.Authentication/SaslHandshake',
+            '/raftlog.auth.v1.AuthenticationService/SaslHandshake',
             protos_dot_auth__pb2.SaslHandshakeRequest.SerializeToString,
             protos_dot_auth__pb2.SaslHandshakeResponse.FromString,
             options,
@@ -126,7 +135,7 @@ class Authentication:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.auth.Authentication/SaslAuthenticate',
+            '/raftlog.auth.v1.AuthenticationService/SaslAuthenticate',
             protos_dot_auth__pb2.SaslAuthenticateRequest.SerializeToString,
             protos_dot_auth__pb2.SaslAuthenticateResponse.FromString,
             options,

@@ -26,7 +26,11 @@ if _version_not_supported:
 
 
 class BrokerServiceStub:
-    """Missing associated documentation comment in .proto file."""
+    """BrokerService: the data plane of one broker. Partition requests go to the partition's leader
+    (BrokerService.Metadata or the controller names it); another broker answers
+    NOT_LEADER_OR_FOLLOWER (6) with the leader it knows in leader_id. A principal without the
+    topic's ACL gets TOPIC_AUTHORIZATION_FAILED (29).
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -35,127 +39,163 @@ class BrokerServiceStub:
             channel: A grpc.Channel.
         """
         self.Produce = channel.unary_unary(
-                '/raftlog.broker.BrokerService/Produce',
+                '/raftlog.broker.v1.BrokerService/Produce',
                 request_serializer=protos_dot_broker__pb2.ProduceRequest.SerializeToString,
                 response_deserializer=protos_dot_broker__pb2.ProduceResponse.FromString,
                 _registered_method=True)
         self.Fetch = channel.unary_unary(
-                '/raftlog.broker.BrokerService/Fetch',
+                '/raftlog.broker.v1.BrokerService/Fetch',
                 request_serializer=protos_dot_broker__pb2.FetchRequest.SerializeToString,
                 response_deserializer=protos_dot_broker__pb2.FetchResponse.FromString,
                 _registered_method=True)
         self.ListOffsets = channel.unary_unary(
-                '/raftlog.broker.BrokerService/ListOffsets',
+                '/raftlog.broker.v1.BrokerService/ListOffsets',
                 request_serializer=protos_dot_broker__pb2.ListOffsetsRequest.SerializeToString,
                 response_deserializer=protos_dot_broker__pb2.ListOffsetsResponse.FromString,
                 _registered_method=True)
         self.Metadata = channel.unary_unary(
-                '/raftlog.broker.BrokerService/Metadata',
+                '/raftlog.broker.v1.BrokerService/Metadata',
                 request_serializer=protos_dot_broker__pb2.MetadataRequest.SerializeToString,
                 response_deserializer=protos_dot_broker__pb2.MetadataResponse.FromString,
                 _registered_method=True)
         self.InitProducerId = channel.unary_unary(
-                '/raftlog.broker.BrokerService/InitProducerId',
+                '/raftlog.broker.v1.BrokerService/InitProducerId',
                 request_serializer=protos_dot_broker__pb2.InitProducerIdRequest.SerializeToString,
                 response_deserializer=protos_dot_broker__pb2.InitProducerIdResponse.FromString,
                 _registered_method=True)
         self.WriteTxnMarkers = channel.unary_unary(
-                '/raftlog.broker.BrokerService/WriteTxnMarkers',
+                '/raftlog.broker.v1.BrokerService/WriteTxnMarkers',
                 request_serializer=protos_dot_broker__pb2.WriteTxnMarkersRequest.SerializeToString,
                 response_deserializer=protos_dot_broker__pb2.WriteTxnMarkersResponse.FromString,
                 _registered_method=True)
         self.DescribeProducers = channel.unary_unary(
-                '/raftlog.broker.BrokerService/DescribeProducers',
+                '/raftlog.broker.v1.BrokerService/DescribeProducers',
                 request_serializer=protos_dot_broker__pb2.DescribeProducersRequest.SerializeToString,
                 response_deserializer=protos_dot_broker__pb2.DescribeProducersResponse.FromString,
                 _registered_method=True)
         self.DeleteRecords = channel.unary_unary(
-                '/raftlog.broker.BrokerService/DeleteRecords',
+                '/raftlog.broker.v1.BrokerService/DeleteRecords',
                 request_serializer=protos_dot_broker__pb2.DeleteRecordsRequest.SerializeToString,
                 response_deserializer=protos_dot_broker__pb2.DeleteRecordsResponse.FromString,
                 _registered_method=True)
         self.OffsetForLeaderEpoch = channel.unary_unary(
-                '/raftlog.broker.BrokerService/OffsetForLeaderEpoch',
+                '/raftlog.broker.v1.BrokerService/OffsetForLeaderEpoch',
                 request_serializer=protos_dot_broker__pb2.OffsetForLeaderEpochRequest.SerializeToString,
                 response_deserializer=protos_dot_broker__pb2.OffsetForLeaderEpochResponse.FromString,
                 _registered_method=True)
         self.ShareFetch = channel.unary_unary(
-                '/raftlog.broker.BrokerService/ShareFetch',
+                '/raftlog.broker.v1.BrokerService/ShareFetch',
                 request_serializer=protos_dot_broker__pb2.ShareFetchRequest.SerializeToString,
                 response_deserializer=protos_dot_broker__pb2.ShareFetchResponse.FromString,
                 _registered_method=True)
         self.ShareAcknowledge = channel.unary_unary(
-                '/raftlog.broker.BrokerService/ShareAcknowledge',
+                '/raftlog.broker.v1.BrokerService/ShareAcknowledge',
                 request_serializer=protos_dot_broker__pb2.ShareAcknowledgeRequest.SerializeToString,
                 response_deserializer=protos_dot_broker__pb2.ShareAcknowledgeResponse.FromString,
                 _registered_method=True)
 
 
 class BrokerServiceServicer:
-    """Missing associated documentation comment in .proto file."""
+    """BrokerService: the data plane of one broker. Partition requests go to the partition's leader
+    (BrokerService.Metadata or the controller names it); another broker answers
+    NOT_LEADER_OR_FOLLOWER (6) with the leader it knows in leader_id. A principal without the
+    topic's ACL gets TOPIC_AUTHORIZATION_FAILED (29).
+    """
 
     def Produce(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's Produce (API key 0): append record batches. Errors per partition:
+        NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, NOT_ENOUGH_REPLICAS,
+        NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT, CORRUPT_MESSAGE, MESSAGE_TOO_LARGE,
+        INVALID_TIMESTAMP, OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH,
+        INVALID_REQUIRED_ACKS, TOPIC_AUTHORIZATION_FAILED.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Fetch(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's Fetch (API key 1): read batches, waiting up to max_wait_ms for min_bytes. Errors per
+        partition: NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE,
+        FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, TOPIC_AUTHORIZATION_FAILED; request-level:
+        STALE_BROKER_EPOCH (followers).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListOffsets(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's ListOffsets (API key 2): offsets by time, earliest or latest. Errors per partition:
+        NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, FENCED_LEADER_EPOCH,
+        OFFSET_NOT_AVAILABLE.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Metadata(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's Metadata (API key 3): brokers, topics, partitions and their leaders. Errors per
+        topic: UNKNOWN_TOPIC_OR_PARTITION, TOPIC_AUTHORIZATION_FAILED.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def InitProducerId(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's InitProducerId (API key 22): a producer id and epoch for an idempotent or (sent to
+        the transaction coordinator) transactional producer. Errors: NOT_COORDINATOR,
+        COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTIONS, INVALID_PRODUCER_EPOCH,
+        TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def WriteTxnMarkers(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's WriteTxnMarkers (API key 27): the transaction coordinator writes COMMIT/ABORT
+        markers at partition leaders. Errors per partition: NOT_LEADER_OR_FOLLOWER,
+        TRANSACTION_COORDINATOR_FENCED, CLUSTER_AUTHORIZATION_FAILED.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def DescribeProducers(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's DescribeProducers (API key 61, KIP-664): producer states at partition leaders.
+        Errors per partition: NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def DeleteRecords(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's DeleteRecords (API key 21): move log start offsets forward. Errors per partition:
+        NOT_LEADER_OR_FOLLOWER, OFFSET_OUT_OF_RANGE, REQUEST_TIMED_OUT, POLICY_VIOLATION.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def OffsetForLeaderEpoch(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's OffsetForLeaderEpoch (API key 23): where an epoch ends, to detect a truncated log.
+        Errors per partition: NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ShareFetch(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's ShareFetch (API key 78, KIP-932): acquire records for a share group member (and
+        acknowledge earlier ones). Errors: INVALID_SHARE_SESSION_EPOCH, SHARE_SESSION_NOT_FOUND,
+        per partition NOT_LEADER_OR_FOLLOWER, INVALID_RECORD_STATE.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ShareAcknowledge(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's ShareAcknowledge (API key 79): accept, release or reject acquired records. Errors:
+        INVALID_SHARE_SESSION_EPOCH, SHARE_SESSION_NOT_FOUND, per partition INVALID_RECORD_STATE.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -220,14 +260,18 @@ def add_BrokerServiceServicer_to_server(servicer, server):
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
-            'raftlog.broker.BrokerService', rpc_method_handlers)
+            'raftlog.broker.v1.BrokerService', rpc_method_handlers)
     server.add_generic_rpc_handlers((generic_handler,))
-    server.add_registered_method_handlers('raftlog.broker.BrokerService', rpc_method_handlers)
+    server.add_registered_method_handlers('raftlog.broker.v1.BrokerService', rpc_method_handlers)
 
 
  # This class is part of an EXPERIMENTAL API.
 class BrokerService:
-    """Missing associated documentation comment in .proto file."""
+    """BrokerService: the data plane of one broker. Partition requests go to the partition's leader
+    (BrokerService.Metadata or the controller names it); another broker answers
+    NOT_LEADER_OR_FOLLOWER (6) with the leader it knows in leader_id. A principal without the
+    topic's ACL gets TOPIC_AUTHORIZATION_FAILED (29).
+    """
 
     @staticmethod
     def Produce(request,
@@ -243,7 +287,7 @@ class BrokerService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.broker.BrokerService/Produce',
+            '/raftlog.broker.v1.BrokerService/Produce',
             protos_dot_broker__pb2.ProduceRequest.SerializeToString,
             protos_dot_broker__pb2.ProduceResponse.FromString,
             options,
@@ -270,7 +314,7 @@ class BrokerService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.broker.BrokerService/Fetch',
+            '/raftlog.broker.v1.BrokerService/Fetch',
             protos_dot_broker__pb2.FetchRequest.SerializeToString,
             protos_dot_broker__pb2.FetchResponse.FromString,
             options,
@@ -297,7 +341,7 @@ class BrokerService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.broker.BrokerService/ListOffsets',
+            '/raftlog.broker.v1.BrokerService/ListOffsets',
             protos_dot_broker__pb2.ListOffsetsRequest.SerializeToString,
             protos_dot_broker__pb2.ListOffsetsResponse.FromString,
             options,
@@ -324,7 +368,7 @@ class BrokerService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.broker.BrokerService/Metadata',
+            '/raftlog.broker.v1.BrokerService/Metadata',
             protos_dot_broker__pb2.MetadataRequest.SerializeToString,
             protos_dot_broker__pb2.MetadataResponse.FromString,
             options,
@@ -351,7 +395,7 @@ class BrokerService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.broker.BrokerService/InitProducerId',
+            '/raftlog.broker.v1.BrokerService/InitProducerId',
             protos_dot_broker__pb2.InitProducerIdRequest.SerializeToString,
             protos_dot_broker__pb2.InitProducerIdResponse.FromString,
             options,
@@ -378,7 +422,7 @@ class BrokerService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.broker.BrokerService/WriteTxnMarkers',
+            '/raftlog.broker.v1.BrokerService/WriteTxnMarkers',
             protos_dot_broker__pb2.WriteTxnMarkersRequest.SerializeToString,
             protos_dot_broker__pb2.WriteTxnMarkersResponse.FromString,
             options,
@@ -405,7 +449,7 @@ class BrokerService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.broker.BrokerService/DescribeProducers',
+            '/raftlog.broker.v1.BrokerService/DescribeProducers',
             protos_dot_broker__pb2.DescribeProducersRequest.SerializeToString,
             protos_dot_broker__pb2.DescribeProducersResponse.FromString,
             options,
@@ -432,7 +476,7 @@ class BrokerService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.broker.BrokerService/DeleteRecords',
+            '/raftlog.broker.v1.BrokerService/DeleteRecords',
             protos_dot_broker__pb2.DeleteRecordsRequest.SerializeToString,
             protos_dot_broker__pb2.DeleteRecordsResponse.FromString,
             options,
@@ -459,7 +503,7 @@ class BrokerService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.broker.BrokerService/OffsetForLeaderEpoch',
+            '/raftlog.broker.v1.BrokerService/OffsetForLeaderEpoch',
             protos_dot_broker__pb2.OffsetForLeaderEpochRequest.SerializeToString,
             protos_dot_broker__pb2.OffsetForLeaderEpochResponse.FromString,
             options,
@@ -486,7 +530,7 @@ class BrokerService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.broker.BrokerService/ShareFetch',
+            '/raftlog.broker.v1.BrokerService/ShareFetch',
             protos_dot_broker__pb2.ShareFetchRequest.SerializeToString,
             protos_dot_broker__pb2.ShareFetchResponse.FromString,
             options,
@@ -513,7 +557,7 @@ class BrokerService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.broker.BrokerService/ShareAcknowledge',
+            '/raftlog.broker.v1.BrokerService/ShareAcknowledge',
             protos_dot_broker__pb2.ShareAcknowledgeRequest.SerializeToString,
             protos_dot_broker__pb2.ShareAcknowledgeResponse.FromString,
             options,

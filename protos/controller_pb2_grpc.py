@@ -26,7 +26,11 @@ if _version_not_supported:
 
 
 class ControllerServiceStub:
-    """Missing associated documentation comment in .proto file."""
+    """ControllerService: the cluster's metadata. Every RPC answers NOT_CONTROLLER (41) in status
+    from a controller that is not active (for writes) and CLUSTER_AUTHORIZATION_FAILED (31) or
+    TOPIC_AUTHORIZATION_FAILED (29) to a principal without the ACL; other errors are listed per
+    RPC.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -35,292 +39,346 @@ class ControllerServiceStub:
             channel: A grpc.Channel.
         """
         self.RegisterBroker = channel.unary_unary(
-                '/raftlog.controller.ControllerService/RegisterBroker',
+                '/raftlog.controller.v1.ControllerService/RegisterBroker',
                 request_serializer=protos_dot_controller__pb2.RegisterBrokerRequest.SerializeToString,
                 response_deserializer=protos_dot_controller__pb2.RegisterBrokerResponse.FromString,
                 _registered_method=True)
         self.BrokerHeartbeat = channel.unary_unary(
-                '/raftlog.controller.ControllerService/BrokerHeartbeat',
+                '/raftlog.controller.v1.ControllerService/BrokerHeartbeat',
                 request_serializer=protos_dot_controller__pb2.BrokerHeartbeatRequest.SerializeToString,
                 response_deserializer=protos_dot_controller__pb2.BrokerHeartbeatResponse.FromString,
                 _registered_method=True)
         self.UnregisterBroker = channel.unary_unary(
-                '/raftlog.controller.ControllerService/UnregisterBroker',
+                '/raftlog.controller.v1.ControllerService/UnregisterBroker',
                 request_serializer=protos_dot_controller__pb2.UnregisterBrokerRequest.SerializeToString,
                 response_deserializer=protos_dot_controller__pb2.UnregisterBrokerResponse.FromString,
                 _registered_method=True)
         self.CordonBroker = channel.unary_unary(
-                '/raftlog.controller.ControllerService/CordonBroker',
+                '/raftlog.controller.v1.ControllerService/CordonBroker',
                 request_serializer=protos_dot_controller__pb2.CordonBrokerRequest.SerializeToString,
                 response_deserializer=protos_dot_controller__pb2.CordonBrokerResponse.FromString,
                 _registered_method=True)
         self.CreateTopics = channel.unary_unary(
-                '/raftlog.controller.ControllerService/CreateTopics',
+                '/raftlog.controller.v1.ControllerService/CreateTopics',
                 request_serializer=protos_dot_controller__pb2.CreateTopicsRequest.SerializeToString,
                 response_deserializer=protos_dot_controller__pb2.CreateTopicsResponse.FromString,
                 _registered_method=True)
         self.DeleteTopics = channel.unary_unary(
-                '/raftlog.controller.ControllerService/DeleteTopics',
+                '/raftlog.controller.v1.ControllerService/DeleteTopics',
                 request_serializer=protos_dot_controller__pb2.DeleteTopicsRequest.SerializeToString,
                 response_deserializer=protos_dot_controller__pb2.DeleteTopicsResponse.FromString,
                 _registered_method=True)
         self.CreatePartitions = channel.unary_unary(
-                '/raftlog.controller.ControllerService/CreatePartitions',
+                '/raftlog.controller.v1.ControllerService/CreatePartitions',
                 request_serializer=protos_dot_controller__pb2.CreatePartitionsRequest.SerializeToString,
                 response_deserializer=protos_dot_controller__pb2.CreatePartitionsResponse.FromString,
                 _registered_method=True)
         self.AlterPartition = channel.unary_unary(
-                '/raftlog.controller.ControllerService/AlterPartition',
+                '/raftlog.controller.v1.ControllerService/AlterPartition',
                 request_serializer=protos_dot_controller__pb2.AlterPartitionRequest.SerializeToString,
                 response_deserializer=protos_dot_controller__pb2.AlterPartitionResponse.FromString,
                 _registered_method=True)
         self.ElectLeaders = channel.unary_unary(
-                '/raftlog.controller.ControllerService/ElectLeaders',
+                '/raftlog.controller.v1.ControllerService/ElectLeaders',
                 request_serializer=protos_dot_controller__pb2.ElectLeadersRequest.SerializeToString,
                 response_deserializer=protos_dot_controller__pb2.ElectLeadersResponse.FromString,
                 _registered_method=True)
         self.AlterPartitionReassignments = channel.unary_unary(
-                '/raftlog.controller.ControllerService/AlterPartitionReassignments',
+                '/raftlog.controller.v1.ControllerService/AlterPartitionReassignments',
                 request_serializer=protos_dot_controller__pb2.AlterPartitionReassignmentsRequest.SerializeToString,
                 response_deserializer=protos_dot_controller__pb2.AlterPartitionReassignmentsResponse.FromString,
                 _registered_method=True)
         self.ListPartitionReassignments = channel.unary_unary(
-                '/raftlog.controller.ControllerService/ListPartitionReassignments',
+                '/raftlog.controller.v1.ControllerService/ListPartitionReassignments',
                 request_serializer=protos_dot_controller__pb2.ListPartitionReassignmentsRequest.SerializeToString,
                 response_deserializer=protos_dot_controller__pb2.ListPartitionReassignmentsResponse.FromString,
                 _registered_method=True)
         self.AlterConfigs = channel.unary_unary(
-                '/raftlog.controller.ControllerService/AlterConfigs',
+                '/raftlog.controller.v1.ControllerService/AlterConfigs',
                 request_serializer=protos_dot_controller__pb2.AlterConfigsRequest.SerializeToString,
                 response_deserializer=protos_dot_controller__pb2.AlterConfigsResponse.FromString,
                 _registered_method=True)
         self.DescribeConfigs = channel.unary_unary(
-                '/raftlog.controller.ControllerService/DescribeConfigs',
+                '/raftlog.controller.v1.ControllerService/DescribeConfigs',
                 request_serializer=protos_dot_controller__pb2.DescribeConfigsRequest.SerializeToString,
                 response_deserializer=protos_dot_controller__pb2.DescribeConfigsResponse.FromString,
                 _registered_method=True)
         self.AllocateProducerIds = channel.unary_unary(
-                '/raftlog.controller.ControllerService/AllocateProducerIds',
+                '/raftlog.controller.v1.ControllerService/AllocateProducerIds',
                 request_serializer=protos_dot_controller__pb2.AllocateProducerIdsRequest.SerializeToString,
                 response_deserializer=protos_dot_controller__pb2.AllocateProducerIdsResponse.FromString,
                 _registered_method=True)
         self.DescribeCluster = channel.unary_unary(
-                '/raftlog.controller.ControllerService/DescribeCluster',
+                '/raftlog.controller.v1.ControllerService/DescribeCluster',
                 request_serializer=protos_dot_controller__pb2.DescribeClusterRequest.SerializeToString,
                 response_deserializer=protos_dot_controller__pb2.DescribeClusterResponse.FromString,
                 _registered_method=True)
         self.DescribeTopics = channel.unary_unary(
-                '/raftlog.controller.ControllerService/DescribeTopics',
+                '/raftlog.controller.v1.ControllerService/DescribeTopics',
                 request_serializer=protos_dot_controller__pb2.DescribeTopicsRequest.SerializeToString,
                 response_deserializer=protos_dot_controller__pb2.DescribeTopicsResponse.FromString,
                 _registered_method=True)
         self.DescribeQuorum = channel.unary_unary(
-                '/raftlog.controller.ControllerService/DescribeQuorum',
+                '/raftlog.controller.v1.ControllerService/DescribeQuorum',
                 request_serializer=protos_dot_controller__pb2.DescribeQuorumRequest.SerializeToString,
                 response_deserializer=protos_dot_controller__pb2.DescribeQuorumResponse.FromString,
                 _registered_method=True)
         self.AddRaftVoter = channel.unary_unary(
-                '/raftlog.controller.ControllerService/AddRaftVoter',
+                '/raftlog.controller.v1.ControllerService/AddRaftVoter',
                 request_serializer=protos_dot_controller__pb2.AddRaftVoterRequest.SerializeToString,
                 response_deserializer=protos_dot_controller__pb2.RaftVoterResponse.FromString,
                 _registered_method=True)
         self.RemoveRaftVoter = channel.unary_unary(
-                '/raftlog.controller.ControllerService/RemoveRaftVoter',
+                '/raftlog.controller.v1.ControllerService/RemoveRaftVoter',
                 request_serializer=protos_dot_controller__pb2.RemoveRaftVoterRequest.SerializeToString,
                 response_deserializer=protos_dot_controller__pb2.RaftVoterResponse.FromString,
                 _registered_method=True)
         self.FetchMetadata = channel.unary_stream(
-                '/raftlog.controller.ControllerService/FetchMetadata',
+                '/raftlog.controller.v1.ControllerService/FetchMetadata',
                 request_serializer=protos_dot_controller__pb2.FetchMetadataRequest.SerializeToString,
                 response_deserializer=protos_dot_controller__pb2.MetadataUpdate.FromString,
                 _registered_method=True)
         self.CreateAcls = channel.unary_unary(
-                '/raftlog.controller.ControllerService/CreateAcls',
+                '/raftlog.controller.v1.ControllerService/CreateAcls',
                 request_serializer=protos_dot_controller__pb2.CreateAclsRequest.SerializeToString,
                 response_deserializer=protos_dot_controller__pb2.CreateAclsResponse.FromString,
                 _registered_method=True)
         self.DeleteAcls = channel.unary_unary(
-                '/raftlog.controller.ControllerService/DeleteAcls',
+                '/raftlog.controller.v1.ControllerService/DeleteAcls',
                 request_serializer=protos_dot_controller__pb2.DeleteAclsRequest.SerializeToString,
                 response_deserializer=protos_dot_controller__pb2.DeleteAclsResponse.FromString,
                 _registered_method=True)
         self.DescribeAcls = channel.unary_unary(
-                '/raftlog.controller.ControllerService/DescribeAcls',
+                '/raftlog.controller.v1.ControllerService/DescribeAcls',
                 request_serializer=protos_dot_controller__pb2.DescribeAclsRequest.SerializeToString,
                 response_deserializer=protos_dot_controller__pb2.DescribeAclsResponse.FromString,
                 _registered_method=True)
         self.AlterUserScramCredentials = channel.unary_unary(
-                '/raftlog.controller.ControllerService/AlterUserScramCredentials',
+                '/raftlog.controller.v1.ControllerService/AlterUserScramCredentials',
                 request_serializer=protos_dot_controller__pb2.AlterUserScramCredentialsRequest.SerializeToString,
                 response_deserializer=protos_dot_controller__pb2.AlterUserScramCredentialsResponse.FromString,
                 _registered_method=True)
         self.DescribeUserScramCredentials = channel.unary_unary(
-                '/raftlog.controller.ControllerService/DescribeUserScramCredentials',
+                '/raftlog.controller.v1.ControllerService/DescribeUserScramCredentials',
                 request_serializer=protos_dot_controller__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
                 response_deserializer=protos_dot_controller__pb2.DescribeUserScramCredentialsResponse.FromString,
                 _registered_method=True)
         self.UpdateFeatures = channel.unary_unary(
-                '/raftlog.controller.ControllerService/UpdateFeatures',
+                '/raftlog.controller.v1.ControllerService/UpdateFeatures',
                 request_serializer=protos_dot_controller__pb2.UpdateFeaturesRequest.SerializeToString,
                 response_deserializer=protos_dot_controller__pb2.UpdateFeaturesResponse.FromString,
                 _registered_method=True)
 
 
 class ControllerServiceServicer:
-    """Missing associated documentation comment in .proto file."""
+    """ControllerService: the cluster's metadata. Every RPC answers NOT_CONTROLLER (41) in status
+    from a controller that is not active (for writes) and CLUSTER_AUTHORIZATION_FAILED (31) or
+    TOPIC_AUTHORIZATION_FAILED (29) to a principal without the ACL; other errors are listed per
+    RPC.
+    """
 
     def RegisterBroker(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's BrokerRegistration (API key 62): a broker process joins, fenced. Errors:
+        DUPLICATE_BROKER_REGISTRATION, INCONSISTENT_CLUSTER_ID.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def BrokerHeartbeat(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's BrokerHeartbeat (API key 63): liveness, unfencing once caught up, controlled
+        shutdown. Errors: STALE_BROKER_EPOCH.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def UnregisterBroker(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's UnregisterBroker (API key 64). Errors: BROKER_ID_NOT_REGISTERED, INVALID_REQUEST.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def CordonBroker(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Cordon or uncordon a broker (raftlog's). Errors: BROKER_ID_NOT_REGISTERED.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def CreateTopics(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's CreateTopics (API key 19). Errors per topic: TOPIC_ALREADY_EXISTS,
+        INVALID_TOPIC_EXCEPTION, INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR, INVALID_CONFIG.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def DeleteTopics(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's DeleteTopics (API key 20). Errors per topic: UNKNOWN_TOPIC_OR_PARTITION.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def CreatePartitions(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's CreatePartitions (API key 37): grow topics. Errors per topic: INVALID_PARTITIONS,
+        UNKNOWN_TOPIC_OR_PARTITION, INVALID_REPLICA_ASSIGNMENT.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def AlterPartition(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's AlterPartition (API key 56): a leader changes its ISR, compare-and-set on the
+        partition epoch. Errors: STALE_BROKER_EPOCH, per partition INVALID_UPDATE_VERSION,
+        FENCED_LEADER_EPOCH, INELIGIBLE_REPLICA, UNKNOWN_TOPIC_ID.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ElectLeaders(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's ElectLeaders (API key 43): preferred or unclean leader election. Errors per
+        partition: ELECTION_NOT_NEEDED, PREFERRED_LEADER_NOT_AVAILABLE,
+        ELIGIBLE_LEADERS_NOT_AVAILABLE.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def AlterPartitionReassignments(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's AlterPartitionReassignments (API key 45, KIP-455). Errors per partition:
+        INVALID_REPLICA_ASSIGNMENT, NO_REASSIGNMENT_IN_PROGRESS, UNKNOWN_TOPIC_OR_PARTITION.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListPartitionReassignments(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's ListPartitionReassignments (API key 46).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def AlterConfigs(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's IncrementalAlterConfigs (API key 44) or, with `replace`, AlterConfigs (33). Errors
+        per resource: INVALID_CONFIG, UNKNOWN_TOPIC_OR_PARTITION, INVALID_REQUEST.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def DescribeConfigs(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's DescribeConfigs (API key 32). Errors per resource: UNKNOWN_TOPIC_OR_PARTITION.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def AllocateProducerIds(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's AllocateProducerIds (API key 67): a block of producer ids for a broker. Errors:
+        STALE_BROKER_EPOCH.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def DescribeCluster(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's DescribeCluster (API key 60): brokers, the active controller, the voters.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def DescribeTopics(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Topics and partitions from the controller's image (Kafka's DescribeTopicPartitions, 75).
+        Errors per topic: UNKNOWN_TOPIC_OR_PARTITION.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def DescribeQuorum(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's DescribeQuorum (API key 55): the Raft leader, voters and observers.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def AddRaftVoter(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
+        buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
+        Kafka's AddRaftVoter (API key 80, KIP-853). Errors: DUPLICATE_VOTER,
+        INCONSISTENT_CLUSTER_ID.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def RemoveRaftVoter(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
+        buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
+        Kafka's RemoveRaftVoter (API key 81, KIP-853). Errors: VOTER_NOT_FOUND,
+        INCONSISTENT_CLUSTER_ID.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def FetchMetadata(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
+        Follow the metadata log (brokers; served by any controller from its own image): a server
+        stream of MetadataUpdate, a whole snapshot first when the caller is too far behind, then
+        records as they commit, until max_wait_ms passes with none. A principal without
+        CLUSTER_ACTION on the cluster gets the gRPC status PERMISSION_DENIED.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def CreateAcls(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's CreateAcls (API key 30). Errors: SECURITY_DISABLED, per ACL INVALID_REQUEST.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def DeleteAcls(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's DeleteAcls (API key 31). Errors: SECURITY_DISABLED.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def DescribeAcls(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's DescribeAcls (API key 29). Errors: SECURITY_DISABLED.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def AlterUserScramCredentials(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's AlterUserScramCredentials (API key 51, KIP-554). Errors per user:
+        RESOURCE_NOT_FOUND, UNSUPPORTED_SASL_MECHANISM, UNACCEPTABLE_CREDENTIAL.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def DescribeUserScramCredentials(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's DescribeUserScramCredentials (API key 50). Errors per user: RESOURCE_NOT_FOUND.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def UpdateFeatures(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's UpdateFeatures (API key 57, KIP-584): finalized feature levels, all or nothing.
+        Errors per feature: INVALID_UPDATE_VERSION, FEATURE_UPDATE_FAILED.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -460,14 +518,18 @@ def add_ControllerServiceServicer_to_server(servicer, server):
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
-            'raftlog.controller.ControllerService', rpc_method_handlers)
+            'raftlog.controller.v1.ControllerService', rpc_method_handlers)
     server.add_generic_rpc_handlers((generic_handler,))
-    server.add_registered_method_handlers('raftlog.controller.ControllerService', rpc_method_handlers)
+    server.add_registered_method_handlers('raftlog.controller.v1.ControllerService', rpc_method_handlers)
 
 
  # This class is part of an EXPERIMENTAL API.
 class ControllerService:
-    """Missing associated documentation comment in .proto file."""
+    """ControllerService: the cluster's metadata. Every RPC answers NOT_CONTROLLER (41) in status
+    from a controller that is not active (for writes) and CLUSTER_AUTHORIZATION_FAILED (31) or
+    TOPIC_AUTHORIZATION_FAILED (29) to a principal without the ACL; other errors are listed per
+    RPC.
+    """
 
     @staticmethod
     def RegisterBroker(request,
@@ -483,7 +545,7 @@ class ControllerService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.controller.ControllerService/RegisterBroker',
+            '/raftlog.controller.v1.ControllerService/RegisterBroker',
             protos_dot_controller__pb2.RegisterBrokerRequest.SerializeToString,
             protos_dot_controller__pb2.RegisterBrokerResponse.FromString,
             options,
@@ -510,7 +572,7 @@ class ControllerService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.controller.ControllerService/BrokerHeartbeat',
+            '/raftlog.controller.v1.ControllerService/BrokerHeartbeat',
             protos_dot_controller__pb2.BrokerHeartbeatRequest.SerializeToString,
             protos_dot_controller__pb2.BrokerHeartbeatResponse.FromString,
             options,
@@ -537,7 +599,7 @@ class ControllerService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.controller.ControllerService/UnregisterBroker',
+            '/raftlog.controller.v1.ControllerService/UnregisterBroker',
             protos_dot_controller__pb2.UnregisterBrokerRequest.SerializeToString,
             protos_dot_controller__pb2.UnregisterBrokerResponse.FromString,
             options,
@@ -564,7 +626,7 @@ class ControllerService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.controller.ControllerService/CordonBroker',
+            '/raftlog.controller.v1.ControllerService/CordonBroker',
             protos_dot_controller__pb2.CordonBrokerRequest.SerializeToString,
             protos_dot_controller__pb2.CordonBrokerResponse.FromString,
             options,
@@ -591,7 +653,7 @@ class ControllerService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.controller.ControllerService/CreateTopics',
+            '/raftlog.controller.v1.ControllerService/CreateTopics',
             protos_dot_controller__pb2.CreateTopicsRequest.SerializeToString,
             protos_dot_controller__pb2.CreateTopicsResponse.FromString,
             options,
@@ -618,7 +680,7 @@ class ControllerService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.controller.ControllerService/DeleteTopics',
+            '/raftlog.controller.v1.ControllerService/DeleteTopics',
             protos_dot_controller__pb2.DeleteTopicsRequest.SerializeToString,
             protos_dot_controller__pb2.DeleteTopicsResponse.FromString,
             options,
@@ -645,7 +707,7 @@ class ControllerService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.controller.ControllerService/CreatePartitions',
+            '/raftlog.controller.v1.ControllerService/CreatePartitions',
             protos_dot_controller__pb2.CreatePartitionsRequest.SerializeToString,
             protos_dot_controller__pb2.CreatePartitionsResponse.FromString,
             options,
@@ -672,7 +734,7 @@ class ControllerService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.controller.ControllerService/AlterPartition',
+            '/raftlog.controller.v1.ControllerService/AlterPartition',
             protos_dot_controller__pb2.AlterPartitionRequest.SerializeToString,
             protos_dot_controller__pb2.AlterPartitionResponse.FromString,
             options,
@@ -699,7 +761,7 @@ class ControllerService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.controller.ControllerService/ElectLeaders',
+            '/raftlog.controller.v1.ControllerService/ElectLeaders',
             protos_dot_controller__pb2.ElectLeadersRequest.SerializeToString,
             protos_dot_controller__pb2.ElectLeadersResponse.FromString,
             options,
@@ -726,7 +788,7 @@ class ControllerService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.controller.ControllerService/AlterPartitionReassignments',
+            '/raftlog.controller.v1.ControllerService/AlterPartitionReassignments',
             protos_dot_controller__pb2.AlterPartitionReassignmentsRequest.SerializeToString,
             protos_dot_controller__pb2.AlterPartitionReassignmentsResponse.FromString,
             options,
@@ -753,7 +815,7 @@ class ControllerService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.controller.ControllerService/ListPartitionReassignments',
+            '/raftlog.controller.v1.ControllerService/ListPartitionReassignments',
             protos_dot_controller__pb2.ListPartitionReassignmentsRequest.SerializeToString,
             protos_dot_controller__pb2.ListPartitionReassignmentsResponse.FromString,
             options,
@@ -780,7 +842,7 @@ class ControllerService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.controller.ControllerService/AlterConfigs',
+            '/raftlog.controller.v1.ControllerService/AlterConfigs',
             protos_dot_controller__pb2.AlterConfigsRequest.SerializeToString,
             protos_dot_controller__pb2.AlterConfigsResponse.FromString,
             options,
@@ -807,7 +869,7 @@ class ControllerService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.controller.ControllerService/DescribeConfigs',
+            '/raftlog.controller.v1.ControllerService/DescribeConfigs',
             protos_dot_controller__pb2.DescribeConfigsRequest.SerializeToString,
             protos_dot_controller__pb2.DescribeConfigsResponse.FromString,
             options,
@@ -834,7 +896,7 @@ class ControllerService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.controller.ControllerService/AllocateProducerIds',
+            '/raftlog.controller.v1.ControllerService/AllocateProducerIds',
             protos_dot_controller__pb2.AllocateProducerIdsRequest.SerializeToString,
             protos_dot_controller__pb2.AllocateProducerIdsResponse.FromString,
             options,
@@ -861,7 +923,7 @@ class ControllerService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.controller.ControllerService/DescribeCluster',
+            '/raftlog.controller.v1.ControllerService/DescribeCluster',
             protos_dot_controller__pb2.DescribeClusterRequest.SerializeToString,
             protos_dot_controller__pb2.DescribeClusterResponse.FromString,
             options,
@@ -888,7 +950,7 @@ class ControllerService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.controller.ControllerService/DescribeTopics',
+            '/raftlog.controller.v1.ControllerService/DescribeTopics',
             protos_dot_controller__pb2.DescribeTopicsRequest.SerializeToString,
             protos_dot_controller__pb2.DescribeTopicsResponse.FromString,
             options,
@@ -915,7 +977,7 @@ class ControllerService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.controller.ControllerService/DescribeQuorum',
+            '/raftlog.controller.v1.ControllerService/DescribeQuorum',
             protos_dot_controller__pb2.DescribeQuorumRequest.SerializeToString,
             protos_dot_controller__pb2.DescribeQuorumResponse.FromString,
             options,
@@ -942,7 +1004,7 @@ class ControllerService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.controller.ControllerService/AddRaftVoter',
+            '/raftlog.controller.v1.ControllerService/AddRaftVoter',
             protos_dot_controller__pb2.AddRaftVoterRequest.SerializeToString,
             protos_dot_controller__pb2.RaftVoterResponse.FromString,
             options,
@@ -969,7 +1031,7 @@ class ControllerService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.controller.ControllerService/RemoveRaftVoter',
+            '/raftlog.controller.v1.ControllerService/RemoveRaftVoter',
             protos_dot_controller__pb2.RemoveRaftVoterRequest.SerializeToString,
             protos_dot_controller__pb2.RaftVoterResponse.FromString,
             options,
@@ -996,7 +1058,7 @@ class ControllerService:
         return grpc.experimental.unary_stream(
             request,
             target,
-            '/raftlog.controller.ControllerService/FetchMetadata',
+            '/raftlog.controller.v1.ControllerService/FetchMetadata',
             protos_dot_controller__pb2.FetchMetadataRequest.SerializeToString,
             protos_dot_controller__pb2.MetadataUpdate.FromString,
             options,
@@ -1023,7 +1085,7 @@ class ControllerService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.controller.ControllerService/CreateAcls',
+            '/raftlog.controller.v1.ControllerService/CreateAcls',
             protos_dot_controller__pb2.CreateAclsRequest.SerializeToString,
             protos_dot_controller__pb2.CreateAclsResponse.FromString,
             options,
@@ -1050,7 +1112,7 @@ class ControllerService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.controller.ControllerService/DeleteAcls',
+            '/raftlog.controller.v1.ControllerService/DeleteAcls',
             protos_dot_controller__pb2.DeleteAclsRequest.SerializeToString,
             protos_dot_controller__pb2.DeleteAclsResponse.FromString,
             options,
@@ -1077,7 +1139,7 @@ class ControllerService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.controller.ControllerService/DescribeAcls',
+            '/raftlog.controller.v1.ControllerService/DescribeAcls',
             protos_dot_controller__pb2.DescribeAclsRequest.SerializeToString,
             protos_dot_controller__pb2.DescribeAclsResponse.FromString,
             options,
@@ -1104,7 +1166,7 @@ class ControllerService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.controller.ControllerService/AlterUserScramCredentials',
+            '/raftlog.controller.v1.ControllerService/AlterUserScramCredentials',
             protos_dot_controller__pb2.AlterUserScramCredentialsRequest.SerializeToString,
             protos_dot_controller__pb2.AlterUserScramCredentialsResponse.FromString,
             options,
@@ -1131,7 +1193,7 @@ class ControllerService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.controller.ControllerService/DescribeUserScramCredentials',
+            '/raftlog.controller.v1.ControllerService/DescribeUserScramCredentials',
             protos_dot_controller__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
             protos_dot_controller__pb2.DescribeUserScramCredentialsResponse.FromString,
             options,
@@ -1158,7 +1220,7 @@ class ControllerService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.controller.ControllerService/UpdateFeatures',
+            '/raftlog.controller.v1.ControllerService/UpdateFeatures',
             protos_dot_controller__pb2.UpdateFeaturesRequest.SerializeToString,
             protos_dot_controller__pb2.UpdateFeaturesResponse.FromString,
             options,

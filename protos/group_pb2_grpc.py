@@ -26,7 +26,12 @@ if _version_not_supported:
 
 
 class GroupCoordinatorServiceStub:
-    """Missing associated documentation comment in .proto file."""
+    """GroupCoordinatorService: consumer, classic and share groups. Every RPC but FindCoordinator,
+    ListGroups and DescribeGroups's per-group answers goes to the group's coordinator; another
+    broker answers NOT_COORDINATOR (16), one still loading the partition answers
+    COORDINATOR_LOAD_IN_PROGRESS (14): find the coordinator again and retry. A principal without
+    the group's ACL gets GROUP_AUTHORIZATION_FAILED (30).
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -35,171 +40,210 @@ class GroupCoordinatorServiceStub:
             channel: A grpc.Channel.
         """
         self.FindCoordinator = channel.unary_unary(
-                '/raftlog.group.GroupCoordinatorService/FindCoordinator',
+                '/raftlog.group.v1.GroupCoordinatorService/FindCoordinator',
                 request_serializer=protos_dot_group__pb2.FindCoordinatorRequest.SerializeToString,
                 response_deserializer=protos_dot_group__pb2.FindCoordinatorResponse.FromString,
                 _registered_method=True)
         self.ConsumerGroupHeartbeat = channel.unary_unary(
-                '/raftlog.group.GroupCoordinatorService/ConsumerGroupHeartbeat',
+                '/raftlog.group.v1.GroupCoordinatorService/ConsumerGroupHeartbeat',
                 request_serializer=protos_dot_group__pb2.ConsumerGroupHeartbeatRequest.SerializeToString,
                 response_deserializer=protos_dot_group__pb2.ConsumerGroupHeartbeatResponse.FromString,
                 _registered_method=True)
         self.OffsetCommit = channel.unary_unary(
-                '/raftlog.group.GroupCoordinatorService/OffsetCommit',
+                '/raftlog.group.v1.GroupCoordinatorService/OffsetCommit',
                 request_serializer=protos_dot_group__pb2.OffsetCommitRequest.SerializeToString,
                 response_deserializer=protos_dot_group__pb2.OffsetCommitResponse.FromString,
                 _registered_method=True)
         self.OffsetFetch = channel.unary_unary(
-                '/raftlog.group.GroupCoordinatorService/OffsetFetch',
+                '/raftlog.group.v1.GroupCoordinatorService/OffsetFetch',
                 request_serializer=protos_dot_group__pb2.OffsetFetchRequest.SerializeToString,
                 response_deserializer=protos_dot_group__pb2.OffsetFetchResponse.FromString,
                 _registered_method=True)
         self.TxnOffsetCommit = channel.unary_unary(
-                '/raftlog.group.GroupCoordinatorService/TxnOffsetCommit',
+                '/raftlog.group.v1.GroupCoordinatorService/TxnOffsetCommit',
                 request_serializer=protos_dot_group__pb2.TxnOffsetCommitRequest.SerializeToString,
                 response_deserializer=protos_dot_group__pb2.OffsetCommitResponse.FromString,
                 _registered_method=True)
         self.ListGroups = channel.unary_unary(
-                '/raftlog.group.GroupCoordinatorService/ListGroups',
+                '/raftlog.group.v1.GroupCoordinatorService/ListGroups',
                 request_serializer=protos_dot_group__pb2.ListGroupsRequest.SerializeToString,
                 response_deserializer=protos_dot_group__pb2.ListGroupsResponse.FromString,
                 _registered_method=True)
         self.DescribeGroups = channel.unary_unary(
-                '/raftlog.group.GroupCoordinatorService/DescribeGroups',
+                '/raftlog.group.v1.GroupCoordinatorService/DescribeGroups',
                 request_serializer=protos_dot_group__pb2.DescribeGroupsRequest.SerializeToString,
                 response_deserializer=protos_dot_group__pb2.DescribeGroupsResponse.FromString,
                 _registered_method=True)
         self.DeleteGroups = channel.unary_unary(
-                '/raftlog.group.GroupCoordinatorService/DeleteGroups',
+                '/raftlog.group.v1.GroupCoordinatorService/DeleteGroups',
                 request_serializer=protos_dot_group__pb2.DeleteGroupsRequest.SerializeToString,
                 response_deserializer=protos_dot_group__pb2.DeleteGroupsResponse.FromString,
                 _registered_method=True)
         self.JoinGroup = channel.unary_unary(
-                '/raftlog.group.GroupCoordinatorService/JoinGroup',
+                '/raftlog.group.v1.GroupCoordinatorService/JoinGroup',
                 request_serializer=protos_dot_group__pb2.JoinGroupRequest.SerializeToString,
                 response_deserializer=protos_dot_group__pb2.JoinGroupResponse.FromString,
                 _registered_method=True)
         self.SyncGroup = channel.unary_unary(
-                '/raftlog.group.GroupCoordinatorService/SyncGroup',
+                '/raftlog.group.v1.GroupCoordinatorService/SyncGroup',
                 request_serializer=protos_dot_group__pb2.SyncGroupRequest.SerializeToString,
                 response_deserializer=protos_dot_group__pb2.SyncGroupResponse.FromString,
                 _registered_method=True)
         self.Heartbeat = channel.unary_unary(
-                '/raftlog.group.GroupCoordinatorService/Heartbeat',
+                '/raftlog.group.v1.GroupCoordinatorService/Heartbeat',
                 request_serializer=protos_dot_group__pb2.HeartbeatRequest.SerializeToString,
                 response_deserializer=protos_dot_group__pb2.HeartbeatResponse.FromString,
                 _registered_method=True)
         self.LeaveGroup = channel.unary_unary(
-                '/raftlog.group.GroupCoordinatorService/LeaveGroup',
+                '/raftlog.group.v1.GroupCoordinatorService/LeaveGroup',
                 request_serializer=protos_dot_group__pb2.LeaveGroupRequest.SerializeToString,
                 response_deserializer=protos_dot_group__pb2.LeaveGroupResponse.FromString,
                 _registered_method=True)
         self.OffsetDelete = channel.unary_unary(
-                '/raftlog.group.GroupCoordinatorService/OffsetDelete',
+                '/raftlog.group.v1.GroupCoordinatorService/OffsetDelete',
                 request_serializer=protos_dot_group__pb2.OffsetDeleteRequest.SerializeToString,
                 response_deserializer=protos_dot_group__pb2.OffsetDeleteResponse.FromString,
                 _registered_method=True)
         self.ShareGroupHeartbeat = channel.unary_unary(
-                '/raftlog.group.GroupCoordinatorService/ShareGroupHeartbeat',
+                '/raftlog.group.v1.GroupCoordinatorService/ShareGroupHeartbeat',
                 request_serializer=protos_dot_group__pb2.ShareGroupHeartbeatRequest.SerializeToString,
                 response_deserializer=protos_dot_group__pb2.ShareGroupHeartbeatResponse.FromString,
                 _registered_method=True)
         self.ShareGroupDescribe = channel.unary_unary(
-                '/raftlog.group.GroupCoordinatorService/ShareGroupDescribe',
+                '/raftlog.group.v1.GroupCoordinatorService/ShareGroupDescribe',
                 request_serializer=protos_dot_group__pb2.ShareGroupDescribeRequest.SerializeToString,
                 response_deserializer=protos_dot_group__pb2.ShareGroupDescribeResponse.FromString,
                 _registered_method=True)
 
 
 class GroupCoordinatorServiceServicer:
-    """Missing associated documentation comment in .proto file."""
+    """GroupCoordinatorService: consumer, classic and share groups. Every RPC but FindCoordinator,
+    ListGroups and DescribeGroups's per-group answers goes to the group's coordinator; another
+    broker answers NOT_COORDINATOR (16), one still loading the partition answers
+    COORDINATOR_LOAD_IN_PROGRESS (14): find the coordinator again and retry. A principal without
+    the group's ACL gets GROUP_AUTHORIZATION_FAILED (30).
+    """
 
     def FindCoordinator(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's FindCoordinator (API key 10): which broker coordinates each group or transactional
+        id. Errors per key: COORDINATOR_NOT_AVAILABLE (retry), *_AUTHORIZATION_FAILED.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ConsumerGroupHeartbeat(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's ConsumerGroupHeartbeat (API key 68, KIP-848): join, stay, leave, and receive the
+        assignment. Errors: UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH, UNRELEASED_INSTANCE_ID,
+        GROUP_MAX_SIZE_REACHED, INVALID_REQUEST, NOT_COORDINATOR.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def OffsetCommit(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
+        Kafka's OffsetCommit (API key 8). Errors: STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID,
+        ILLEGAL_GENERATION, OFFSET_METADATA_TOO_LARGE, TOPIC_AUTHORIZATION_FAILED, NOT_COORDINATOR.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def OffsetFetch(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's OffsetFetch (API key 9). Errors: UNSTABLE_OFFSET_COMMIT (with require_stable),
+        NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def TxnOffsetCommit(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
+        buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
+        Kafka's TxnOffsetCommit (API key 28): offsets held until the transaction ends; answered as
+        OffsetCommit (Kafka's TxnOffsetCommitResponse has the same shape). Errors:
+        INVALID_PRODUCER_EPOCH, PRODUCER_FENCED, ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
+        NOT_COORDINATOR.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListGroups(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's ListGroups (API key 16): the groups this broker coordinates.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def DescribeGroups(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's ConsumerGroupDescribe (69) / DescribeGroups (15). Errors per group:
+        GROUP_ID_NOT_FOUND, NOT_COORDINATOR.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def DeleteGroups(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's DeleteGroups (API key 42): delete empty groups and their offsets. Errors per group:
+        NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND, NOT_COORDINATOR.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def JoinGroup(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's JoinGroup (API key 11), classic protocol. Errors: MEMBER_ID_REQUIRED,
+        UNKNOWN_MEMBER_ID, INCONSISTENT_GROUP_PROTOCOL, GROUP_MAX_SIZE_REACHED, NOT_COORDINATOR.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def SyncGroup(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's SyncGroup (API key 14). Errors: REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION,
+        UNKNOWN_MEMBER_ID, NOT_COORDINATOR.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Heartbeat(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's Heartbeat (API key 12). Errors: REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION,
+        UNKNOWN_MEMBER_ID, NOT_COORDINATOR.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def LeaveGroup(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's LeaveGroup (API key 13). Errors per member: UNKNOWN_MEMBER_ID.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def OffsetDelete(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's OffsetDelete (API key 47). Errors: GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, per
+        partition GROUP_SUBSCRIBED_TO_TOPIC.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ShareGroupHeartbeat(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's ShareGroupHeartbeat (API key 76, KIP-932). Errors: UNKNOWN_MEMBER_ID,
+        FENCED_MEMBER_EPOCH, GROUP_MAX_SIZE_REACHED, INVALID_REQUEST, NOT_COORDINATOR.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ShareGroupDescribe(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's ShareGroupDescribe (API key 77). Errors per group: GROUP_ID_NOT_FOUND,
+        NOT_COORDINATOR.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -284,14 +328,19 @@ def add_GroupCoordinatorServiceServicer_to_server(servicer, server):
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
-            'raftlog.group.GroupCoordinatorService', rpc_method_handlers)
+            'raftlog.group.v1.GroupCoordinatorService', rpc_method_handlers)
     server.add_generic_rpc_handlers((generic_handler,))
-    server.add_registered_method_handlers('raftlog.group.GroupCoordinatorService', rpc_method_handlers)
+    server.add_registered_method_handlers('raftlog.group.v1.GroupCoordinatorService', rpc_method_handlers)
 
 
  # This class is part of an EXPERIMENTAL API.
 class GroupCoordinatorService:
-    """Missing associated documentation comment in .proto file."""
+    """GroupCoordinatorService: consumer, classic and share groups. Every RPC but FindCoordinator,
+    ListGroups and DescribeGroups's per-group answers goes to the group's coordinator; another
+    broker answers NOT_COORDINATOR (16), one still loading the partition answers
+    COORDINATOR_LOAD_IN_PROGRESS (14): find the coordinator again and retry. A principal without
+    the group's ACL gets GROUP_AUTHORIZATION_FAILED (30).
+    """
 
     @staticmethod
     def FindCoordinator(request,
@@ -307,7 +356,7 @@ class GroupCoordinatorService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.group.GroupCoordinatorService/FindCoordinator',
+            '/raftlog.group.v1.GroupCoordinatorService/FindCoordinator',
             protos_dot_group__pb2.FindCoordinatorRequest.SerializeToString,
             protos_dot_group__pb2.FindCoordinatorResponse.FromString,
             options,
@@ -334,7 +383,7 @@ class GroupCoordinatorService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.group.GroupCoordinatorService/ConsumerGroupHeartbeat',
+            '/raftlog.group.v1.GroupCoordinatorService/ConsumerGroupHeartbeat',
             protos_dot_group__pb2.ConsumerGroupHeartbeatRequest.SerializeToString,
             protos_dot_group__pb2.ConsumerGroupHeartbeatResponse.FromString,
             options,
@@ -361,7 +410,7 @@ class GroupCoordinatorService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.group.GroupCoordinatorService/OffsetCommit',
+            '/raftlog.group.v1.GroupCoordinatorService/OffsetCommit',
             protos_dot_group__pb2.OffsetCommitRequest.SerializeToString,
             protos_dot_group__pb2.OffsetCommitResponse.FromString,
             options,
@@ -388,7 +437,7 @@ class GroupCoordinatorService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.group.GroupCoordinatorService/OffsetFetch',
+            '/raftlog.group.v1.GroupCoordinatorService/OffsetFetch',
             protos_dot_group__pb2.OffsetFetchRequest.SerializeToString,
             protos_dot_group__pb2.OffsetFetchResponse.FromString,
             options,
@@ -415,7 +464,7 @@ class GroupCoordinatorService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.group.GroupCoordinatorService/TxnOffsetCommit',
+            '/raftlog.group.v1.GroupCoordinatorService/TxnOffsetCommit',
             protos_dot_group__pb2.TxnOffsetCommitRequest.SerializeToString,
             protos_dot_group__pb2.OffsetCommitResponse.FromString,
             options,
@@ -442,7 +491,7 @@ class GroupCoordinatorService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.group.GroupCoordinatorService/ListGroups',
+            '/raftlog.group.v1.GroupCoordinatorService/ListGroups',
             protos_dot_group__pb2.ListGroupsRequest.SerializeToString,
             protos_dot_group__pb2.ListGroupsResponse.FromString,
             options,
@@ -469,7 +518,7 @@ class GroupCoordinatorService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.group.GroupCoordinatorService/DescribeGroups',
+            '/raftlog.group.v1.GroupCoordinatorService/DescribeGroups',
             protos_dot_group__pb2.DescribeGroupsRequest.SerializeToString,
             protos_dot_group__pb2.DescribeGroupsResponse.FromString,
             options,
@@ -496,7 +545,7 @@ class GroupCoordinatorService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.group.GroupCoordinatorService/DeleteGroups',
+            '/raftlog.group.v1.GroupCoordinatorService/DeleteGroups',
             protos_dot_group__pb2.DeleteGroupsRequest.SerializeToString,
             protos_dot_group__pb2.DeleteGroupsResponse.FromString,
             options,
@@ -523,7 +572,7 @@ class GroupCoordinatorService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.group.GroupCoordinatorService/JoinGroup',
+            '/raftlog.group.v1.GroupCoordinatorService/JoinGroup',
             protos_dot_group__pb2.JoinGroupRequest.SerializeToString,
             protos_dot_group__pb2.JoinGroupResponse.FromString,
             options,
@@ -550,7 +599,7 @@ class GroupCoordinatorService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.group.GroupCoordinatorService/SyncGroup',
+            '/raftlog.group.v1.GroupCoordinatorService/SyncGroup',
             protos_dot_group__pb2.SyncGroupRequest.SerializeToString,
             protos_dot_group__pb2.SyncGroupResponse.FromString,
             options,
@@ -577,7 +626,7 @@ class GroupCoordinatorService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.group.GroupCoordinatorService/Heartbeat',
+            '/raftlog.group.v1.GroupCoordinatorService/Heartbeat',
             protos_dot_group__pb2.HeartbeatRequest.SerializeToString,
             protos_dot_group__pb2.HeartbeatResponse.FromString,
             options,
@@ -604,7 +653,7 @@ class GroupCoordinatorService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.group.GroupCoordinatorService/LeaveGroup',
+            '/raftlog.group.v1.GroupCoordinatorService/LeaveGroup',
             protos_dot_group__pb2.LeaveGroupRequest.SerializeToString,
             protos_dot_group__pb2.LeaveGroupResponse.FromString,
             options,
@@ -631,7 +680,7 @@ class GroupCoordinatorService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.group.GroupCoordinatorService/OffsetDelete',
+            '/raftlog.group.v1.GroupCoordinatorService/OffsetDelete',
             protos_dot_group__pb2.OffsetDeleteRequest.SerializeToString,
             protos_dot_group__pb2.OffsetDeleteResponse.FromString,
             options,
@@ -658,7 +707,7 @@ class GroupCoordinatorService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.group.GroupCoordinatorService/ShareGroupHeartbeat',
+            '/raftlog.group.v1.GroupCoordinatorService/ShareGroupHeartbeat',
             protos_dot_group__pb2.ShareGroupHeartbeatRequest.SerializeToString,
             protos_dot_group__pb2.ShareGroupHeartbeatResponse.FromString,
             options,
@@ -685,7 +734,7 @@ class GroupCoordinatorService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.group.GroupCoordinatorService/ShareGroupDescribe',
+            '/raftlog.group.v1.GroupCoordinatorService/ShareGroupDescribe',
             protos_dot_group__pb2.ShareGroupDescribeRequest.SerializeToString,
             protos_dot_group__pb2.ShareGroupDescribeResponse.FromString,
             options,

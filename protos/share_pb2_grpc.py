@@ -26,7 +26,11 @@ if _version_not_supported:
 
 
 class ShareCoordinatorServiceStub:
-    """Missing associated documentation comment in .proto file."""
+    """ShareCoordinatorService: served by every broker on its BROKER listener, called by partition
+    leaders and group coordinators (not by clients). A request goes to the coordinator of its key;
+    another broker answers NOT_COORDINATOR (16), one still loading answers
+    COORDINATOR_LOAD_IN_PROGRESS (14). Errors are Kafka's codes in error_code.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -35,39 +39,49 @@ class ShareCoordinatorServiceStub:
             channel: A grpc.Channel.
         """
         self.ReadShareGroupState = channel.unary_unary(
-                '/raftlog.share.ShareCoordinatorService/ReadShareGroupState',
+                '/raftlog.share.v1.ShareCoordinatorService/ReadShareGroupState',
                 request_serializer=protos_dot_share__pb2.ReadShareGroupStateRequest.SerializeToString,
                 response_deserializer=protos_dot_share__pb2.ReadShareGroupStateResponse.FromString,
                 _registered_method=True)
         self.WriteShareGroupState = channel.unary_unary(
-                '/raftlog.share.ShareCoordinatorService/WriteShareGroupState',
+                '/raftlog.share.v1.ShareCoordinatorService/WriteShareGroupState',
                 request_serializer=protos_dot_share__pb2.WriteShareGroupStateRequest.SerializeToString,
                 response_deserializer=protos_dot_share__pb2.WriteShareGroupStateResponse.FromString,
                 _registered_method=True)
         self.DeleteShareGroupState = channel.unary_unary(
-                '/raftlog.share.ShareCoordinatorService/DeleteShareGroupState',
+                '/raftlog.share.v1.ShareCoordinatorService/DeleteShareGroupState',
                 request_serializer=protos_dot_share__pb2.DeleteShareGroupStateRequest.SerializeToString,
                 response_deserializer=protos_dot_share__pb2.DeleteShareGroupStateResponse.FromString,
                 _registered_method=True)
 
 
 class ShareCoordinatorServiceServicer:
-    """Missing associated documentation comment in .proto file."""
+    """ShareCoordinatorService: served by every broker on its BROKER listener, called by partition
+    leaders and group coordinators (not by clients). A request goes to the coordinator of its key;
+    another broker answers NOT_COORDINATOR (16), one still loading answers
+    COORDINATOR_LOAD_IN_PROGRESS (14). Errors are Kafka's codes in error_code.
+    """
 
     def ReadShareGroupState(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's ReadShareGroupState (API key 84): load a share partition's state and bump its state
+        epoch. Errors: NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def WriteShareGroupState(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's WriteShareGroupState (API key 85): store a change. Errors: FENCED_STATE_EPOCH,
+        NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def DeleteShareGroupState(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's DeleteShareGroupState (API key 86): drop a deleted group's share state. Errors:
+        NOT_COORDINATOR.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -92,14 +106,18 @@ def add_ShareCoordinatorServiceServicer_to_server(servicer, server):
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
-            'raftlog.share.ShareCoordinatorService', rpc_method_handlers)
+            'raftlog.share.v1.ShareCoordinatorService', rpc_method_handlers)
     server.add_generic_rpc_handlers((generic_handler,))
-    server.add_registered_method_handlers('raftlog.share.ShareCoordinatorService', rpc_method_handlers)
+    server.add_registered_method_handlers('raftlog.share.v1.ShareCoordinatorService', rpc_method_handlers)
 
 
  # This class is part of an EXPERIMENTAL API.
 class ShareCoordinatorService:
-    """Missing associated documentation comment in .proto file."""
+    """ShareCoordinatorService: served by every broker on its BROKER listener, called by partition
+    leaders and group coordinators (not by clients). A request goes to the coordinator of its key;
+    another broker answers NOT_COORDINATOR (16), one still loading answers
+    COORDINATOR_LOAD_IN_PROGRESS (14). Errors are Kafka's codes in error_code.
+    """
 
     @staticmethod
     def ReadShareGroupState(request,
@@ -115,7 +133,7 @@ class ShareCoordinatorService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.share.ShareCoordinatorService/ReadShareGroupState',
+            '/raftlog.share.v1.ShareCoordinatorService/ReadShareGroupState',
             protos_dot_share__pb2.ReadShareGroupStateRequest.SerializeToString,
             protos_dot_share__pb2.ReadShareGroupStateResponse.FromString,
             options,
@@ -142,7 +160,7 @@ class ShareCoordinatorService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.share.ShareCoordinatorService/WriteShareGroupState',
+            '/raftlog.share.v1.ShareCoordinatorService/WriteShareGroupState',
             protos_dot_share__pb2.WriteShareGroupStateRequest.SerializeToString,
             protos_dot_share__pb2.WriteShareGroupStateResponse.FromString,
             options,
@@ -169,7 +187,7 @@ class ShareCoordinatorService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.share.ShareCoordinatorService/DeleteShareGroupState',
+            '/raftlog.share.v1.ShareCoordinatorService/DeleteShareGroupState',
             protos_dot_share__pb2.DeleteShareGroupStateRequest.SerializeToString,
             protos_dot_share__pb2.DeleteShareGroupStateResponse.FromString,
             options,

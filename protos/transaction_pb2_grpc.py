@@ -26,7 +26,13 @@ if _version_not_supported:
 
 
 class TransactionCoordinatorServiceStub:
-    """Missing associated documentation comment in .proto file."""
+    """TransactionCoordinatorService: served by every broker on its BROKER listener. Each request goes
+    to the coordinator of its transactional id (FindCoordinator with key_type 1); another broker
+    answers NOT_COORDINATOR (16), one still loading `__transaction_state` answers
+    COORDINATOR_LOAD_IN_PROGRESS (14). InitProducerId with a transactional id is
+    BrokerService.InitProducerId, sent to the coordinator. Errors are Kafka's codes in error_code;
+    a principal without the right ACL gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53).
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -35,61 +41,79 @@ class TransactionCoordinatorServiceStub:
             channel: A grpc.Channel.
         """
         self.AddPartitionsToTxn = channel.unary_unary(
-                '/raftlog.transaction.TransactionCoordinatorService/AddPartitionsToTxn',
+                '/raftlog.transaction.v1.TransactionCoordinatorService/AddPartitionsToTxn',
                 request_serializer=protos_dot_transaction__pb2.AddPartitionsToTxnRequest.SerializeToString,
                 response_deserializer=protos_dot_transaction__pb2.AddPartitionsToTxnResponse.FromString,
                 _registered_method=True)
         self.AddOffsetsToTxn = channel.unary_unary(
-                '/raftlog.transaction.TransactionCoordinatorService/AddOffsetsToTxn',
+                '/raftlog.transaction.v1.TransactionCoordinatorService/AddOffsetsToTxn',
                 request_serializer=protos_dot_transaction__pb2.AddOffsetsToTxnRequest.SerializeToString,
                 response_deserializer=protos_dot_transaction__pb2.AddOffsetsToTxnResponse.FromString,
                 _registered_method=True)
         self.EndTxn = channel.unary_unary(
-                '/raftlog.transaction.TransactionCoordinatorService/EndTxn',
+                '/raftlog.transaction.v1.TransactionCoordinatorService/EndTxn',
                 request_serializer=protos_dot_transaction__pb2.EndTxnRequest.SerializeToString,
                 response_deserializer=protos_dot_transaction__pb2.EndTxnResponse.FromString,
                 _registered_method=True)
         self.DescribeTransactions = channel.unary_unary(
-                '/raftlog.transaction.TransactionCoordinatorService/DescribeTransactions',
+                '/raftlog.transaction.v1.TransactionCoordinatorService/DescribeTransactions',
                 request_serializer=protos_dot_transaction__pb2.DescribeTransactionsRequest.SerializeToString,
                 response_deserializer=protos_dot_transaction__pb2.DescribeTransactionsResponse.FromString,
                 _registered_method=True)
         self.ListTransactions = channel.unary_unary(
-                '/raftlog.transaction.TransactionCoordinatorService/ListTransactions',
+                '/raftlog.transaction.v1.TransactionCoordinatorService/ListTransactions',
                 request_serializer=protos_dot_transaction__pb2.ListTransactionsRequest.SerializeToString,
                 response_deserializer=protos_dot_transaction__pb2.ListTransactionsResponse.FromString,
                 _registered_method=True)
 
 
 class TransactionCoordinatorServiceServicer:
-    """Missing associated documentation comment in .proto file."""
+    """TransactionCoordinatorService: served by every broker on its BROKER listener. Each request goes
+    to the coordinator of its transactional id (FindCoordinator with key_type 1); another broker
+    answers NOT_COORDINATOR (16), one still loading `__transaction_state` answers
+    COORDINATOR_LOAD_IN_PROGRESS (14). InitProducerId with a transactional id is
+    BrokerService.InitProducerId, sent to the coordinator. Errors are Kafka's codes in error_code;
+    a principal without the right ACL gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53).
+    """
 
     def AddPartitionsToTxn(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's AddPartitionsToTxn (API key 24). Errors: INVALID_PRODUCER_ID_MAPPING,
+        INVALID_PRODUCER_EPOCH, CONCURRENT_TRANSACTIONS (retry), INVALID_TXN_STATE,
+        UNKNOWN_TOPIC_OR_PARTITION, TOPIC_AUTHORIZATION_FAILED, NOT_COORDINATOR.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def AddOffsetsToTxn(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's AddOffsetsToTxn (API key 25). Errors: as AddPartitionsToTxn, and
+        GROUP_AUTHORIZATION_FAILED.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def EndTxn(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's EndTxn (API key 26): commit or abort; answered once the decision is stored, the
+        markers follow. Errors: INVALID_PRODUCER_ID_MAPPING, INVALID_PRODUCER_EPOCH,
+        PRODUCER_FENCED, CONCURRENT_TRANSACTIONS (retry), INVALID_TXN_STATE, NOT_COORDINATOR.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def DescribeTransactions(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's DescribeTransactions (API key 65): per id, TRANSACTIONAL_ID_NOT_FOUND,
+        NOT_COORDINATOR or TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListTransactions(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Kafka's ListTransactions (API key 66): this broker's transactions. Errors:
+        COORDINATOR_LOAD_IN_PROGRESS.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -124,14 +148,20 @@ def add_TransactionCoordinatorServiceServicer_to_server(servicer, server):
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
-            'raftlog.transaction.TransactionCoordinatorService', rpc_method_handlers)
+            'raftlog.transaction.v1.TransactionCoordinatorService', rpc_method_handlers)
     server.add_generic_rpc_handlers((generic_handler,))
-    server.add_registered_method_handlers('raftlog.transaction.TransactionCoordinatorService', rpc_method_handlers)
+    server.add_registered_method_handlers('raftlog.transaction.v1.TransactionCoordinatorService', rpc_method_handlers)
 
 
  # This class is part of an EXPERIMENTAL API.
 class TransactionCoordinatorService:
-    """Missing associated documentation comment in .proto file."""
+    """TransactionCoordinatorService: served by every broker on its BROKER listener. Each request goes
+    to the coordinator of its transactional id (FindCoordinator with key_type 1); another broker
+    answers NOT_COORDINATOR (16), one still loading `__transaction_state` answers
+    COORDINATOR_LOAD_IN_PROGRESS (14). InitProducerId with a transactional id is
+    BrokerService.InitProducerId, sent to the coordinator. Errors are Kafka's codes in error_code;
+    a principal without the right ACL gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53).
+    """
 
     @staticmethod
     def AddPartitionsToTxn(request,
@@ -147,7 +177,7 @@ class TransactionCoordinatorService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.transaction.TransactionCoordinatorService/AddPartitionsToTxn',
+            '/raftlog.transaction.v1.TransactionCoordinatorService/AddPartitionsToTxn',
             protos_dot_transaction__pb2.AddPartitionsToTxnRequest.SerializeToString,
             protos_dot_transaction__pb2.AddPartitionsToTxnResponse.FromString,
             options,
@@ -174,7 +204,7 @@ class TransactionCoordinatorService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.transaction.TransactionCoordinatorService/AddOffsetsToTxn',
+            '/raftlog.transaction.v1.TransactionCoordinatorService/AddOffsetsToTxn',
             protos_dot_transaction__pb2.AddOffsetsToTxnRequest.SerializeToString,
             protos_dot_transaction__pb2.AddOffsetsToTxnResponse.FromString,
             options,
@@ -201,7 +231,7 @@ class TransactionCoordinatorService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.transaction.TransactionCoordinatorService/EndTxn',
+            '/raftlog.transaction.v1.TransactionCoordinatorService/EndTxn',
             protos_dot_transaction__pb2.EndTxnRequest.SerializeToString,
             protos_dot_transaction__pb2.EndTxnResponse.FromString,
             options,
@@ -228,7 +258,7 @@ class TransactionCoordinatorService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.transaction.TransactionCoordinatorService/DescribeTransactions',
+            '/raftlog.transaction.v1.TransactionCoordinatorService/DescribeTransactions',
             protos_dot_transaction__pb2.DescribeTransactionsRequest.SerializeToString,
             protos_dot_transaction__pb2.DescribeTransactionsResponse.FromString,
             options,
@@ -255,7 +285,7 @@ class TransactionCoordinatorService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/raftlog.transaction.TransactionCoordinatorService/ListTransactions',
+            '/raftlog.transaction.v1.TransactionCoordinatorService/ListTransactions',
             protos_dot_transaction__pb2.ListTransactionsRequest.SerializeToString,
             protos_dot_transaction__pb2.ListTransactionsResponse.FromString,
             options,
