@@ -20,7 +20,8 @@ help:
 	@echo "make pipeline - 3 nodes + Spark: click counts per 10 s window, job stopped and restarted, checked"
 	@echo "make demo-storage - the storage engine alone: SIGKILL a writer, recover, verify"
 	@echo "make test   - set up, lint, build the manual, run the whole test suite"
-	@echo "make lint   - ruff, mypy (strict on raftlog/, metadata_quorum/, spark/, connect/), import-linter"
+	@echo "make lint   - ruff, mypy (strict on raftlog/, metadata_quorum/, spark/, connect/), import-linter,"
+	@echo "             buf lint and buf breaking on protos/ (the gRPC API)"
 	@echo "make docs   - the manual (docs/, MkDocs) built strictly into .site/; regenerates docs/performance.md"
 	@echo "make bench  - benchmarks; figures in bench/results/latest.json and docs/performance.md"
 	@echo "make fuzz   - every fuzz target (tests/fuzz/) for FUZZ_SECONDS=600 each; crashes in .raftlog/fuzz"
@@ -49,11 +50,19 @@ debs:
 
 deps: debs venv
 
+# buf lints protos/*.proto and checks them against the last released API (buf.yaml, docs/api.md);
+# it is the npm package protos/buf/package-lock.json pins (a native binary, nothing fetched at run).
+BUF := protos/buf/node_modules/.bin/buf
+lint: DEB_NEEDS += node:nodejs npm:npm
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	[ protos/buf/node_modules/.installed -nt protos/buf/package-lock.json ] || \
+	  { npm ci --prefix protos/buf --no-audit --no-fund && touch protos/buf/node_modules/.installed; }
+	$(BUF) lint
+	$(BUF) breaking --against protos/released/raftlog-v1.binpb
 
 # The manual. docs/performance.md is generated from bench/results/latest.json and
 # bench/performance_notes.md, docs/compatibility.md from the code that decides

@@ -257,7 +257,7 @@ class SaslSession:
         security: ClientSecurity,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._stub = apb_grpc.AuthenticationStub(channel)
+        self._stub = apb_grpc.AuthenticationServiceStub(channel)
         self._security = security
         self._clock = clock
         self._lock = threading.Lock()

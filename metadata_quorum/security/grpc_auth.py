@@ -56,7 +56,9 @@ from raftlog.errors import ErrorCode, KafkaError
 
 audit = logging.getLogger("raftlog.audit")
 
-AUTHENTICATION_SERVICE = apb.DESCRIPTOR.services_by_name["Authentication"].full_name
+# The calls every client may make before it has a session: the service's full name comes from
+# the generated descriptor, so a renamed or re-versioned package cannot leave it behind.
+AUTHENTICATION_SERVICE = apb.DESCRIPTOR.services_by_name["AuthenticationService"].full_name
 AUTH_SERVICE_PREFIX = f"/{AUTHENTICATION_SERVICE}/"
 DEFAULT_SESSION_LIFETIME_MS = 3_600_000  # when connections.max.reauth.ms is 0
 MAX_EXCHANGES = 1024  # SCRAM exchanges between their first and final message
@@ -125,7 +127,7 @@ class GrpcAuthenticator:
         self._tokens: OrderedDict[str, _Token] = OrderedDict()
 
     # -- the Authentication service --------------------------------------------------------------
-    def servicer(self) -> apb_grpc.AuthenticationServicer:
+    def servicer(self) -> apb_grpc.AuthenticationServiceServicer:
         return _AuthenticationServicer(self)
 
     def interceptor(self) -> grpc.ServerInterceptor:
@@ -321,7 +323,7 @@ def _metadata_token(metadata: Iterable[tuple[str, Any]] | None) -> str | None:
     return None
 
 
-class _AuthenticationServicer(apb_grpc.AuthenticationServicer):
+class _AuthenticationServicer(apb_grpc.AuthenticationServiceServicer):
     def __init__(self, authenticator: GrpcAuthenticator) -> None:
         self._authenticator = authenticator
 
@@ -418,7 +420,7 @@ class ServerSecurity:
 
     def add_port(self, server: grpc.Server, address: str) -> int:
         """Serve the Authentication service and listen on `address`; 0 when it cannot."""
-        apb_grpc.add_AuthenticationServicer_to_server(self.authenticator.servicer(), server)
+        apb_grpc.add_AuthenticationServiceServicer_to_server(self.authenticator.servicer(), server)
         if self.tls is None:
             return int(server.add_insecure_port(address))
         return int(server.add_secure_port(address, self.tls.grpc_server_credentials()))

@@ -152,7 +152,7 @@ def test_garbage_bytes_on_the_grpc_port_do_not_hurt_the_broker(
                 raw.recv(1024)
     # A well-framed gRPC call whose body is not a ProduceRequest.
     channel = grpc.insecure_channel(address)
-    call = channel.unary_unary("/raftlog.broker.BrokerService/Produce")
+    call = channel.unary_unary("/raftlog.broker.v1.BrokerService/Produce")
     with pytest.raises(grpc.RpcError) as raised:
         call(b"\xff" * 64 + struct.pack(">q", -1), timeout=5)
     assert raised.value.code() in (grpc.StatusCode.INTERNAL, grpc.StatusCode.INVALID_ARGUMENT)

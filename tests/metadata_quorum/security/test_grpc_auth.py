@@ -118,7 +118,7 @@ def _serve(
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=8), interceptors=[authenticator.interceptor()]
     )
-    apb_grpc.add_AuthenticationServicer_to_server(servicer, server)
+    apb_grpc.add_AuthenticationServiceServicer_to_server(servicer, server)
     server.add_generic_rpc_handlers(
         (
             grpc.method_handlers_generic_handler(
@@ -464,7 +464,7 @@ def test_garbage_exchanges_get_no_token_and_leave_the_listener_serving(
     authenticates a good client as before."""
     anonymous = ClientSecurity(security_protocol="SSL", ssl_ca_location=pki.ca.cert)
     with open_channel(sasl_ssl.address, anonymous) as channel:
-        stub = apb_grpc.AuthenticationStub(channel)
+        stub = apb_grpc.AuthenticationServiceStub(channel)
         previous = ""
         for mechanism, exchange_id, auth_bytes in steps:
             request = apb.SaslAuthenticateRequest(

@@ -136,7 +136,7 @@ def _serve(pki: Pki, protocol: str, client_auth: ClientAuth) -> Iterator[Server]
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=4), interceptors=[authenticator.interceptor()]
     )
-    apb_grpc.add_AuthenticationServicer_to_server(authenticator.servicer(), server)
+    apb_grpc.add_AuthenticationServiceServicer_to_server(authenticator.servicer(), server)
     handler = grpc.method_handlers_generic_handler(
         "test.Echo", {"Who": grpc.unary_unary_rpc_method_handler(_who)}
     )
@@ -209,7 +209,7 @@ def test_a_replayed_answer_is_refused(
     key, chain = _split(pki.node)
     credentials = grpc.ssl_channel_credentials(root_certificates=pki.ca.cert.read_bytes())
     with grpc.secure_channel(sasl_ssl.address, credentials) as channel:
-        stub = apb_grpc.AuthenticationStub(channel)
+        stub = apb_grpc.AuthenticationServiceStub(channel)
 
         def send(exchange_id: str, auth_bytes: bytes) -> apb.SaslAuthenticateResponse:
             request = apb.SaslAuthenticateRequest(
