@@ -4,39 +4,42 @@
 # source: protos/auth.proto
 # Protobuf Python Version: 7.35.1
 """Generated protocol buffer code."""
-
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import descriptor_pool as _descriptor_pool
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
-
 _runtime_version.ValidateProtobufRuntimeVersion(
-    _runtime_version.Domain.PUBLIC, 7, 35, 1, "", "protos/auth.proto"
+    _runtime_version.Domain.PUBLIC,
+    7,
+    35,
+    1,
+    '',
+    'protos/auth.proto'
 )
 # @@protoc_insertion_point(imports)
 
 _sym_db = _symbol_database.Default()
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(
-    b'\n\x11protos/auth.proto\x12\x0fraftlog.auth.v1")\n\x14SaslHandshakeRequest\x12\x11\n\tmechanism\x18\x01 \x01(\t"?\n\x15SaslHandshakeResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x12\n\nmechanisms\x18\x02 \x03(\t"U\n\x17SaslAuthenticateRequest\x12\x11\n\tmechanism\x18\x01 \x01(\t\x12\x13\n\x0b\x65xchange_id\x18\x02 \x01(\t\x12\x12\n\nauth_bytes\x18\x03 \x01(\x0c"\xa2\x01\n\x18SaslAuthenticateResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x12\n\nauth_bytes\x18\x03 \x01(\x0c\x12\x13\n\x0b\x65xchange_id\x18\x04 \x01(\t\x12\x15\n\rsession_token\x18\x05 \x01(\t\x12\x1b\n\x13session_lifetime_ms\x18\x06 \x01(\x03\x32\xe0\x01\n\x15\x41uthenticationService\x12^\n\rSaslHandshake\x12%.raftlog.auth.v1.SaslHandshakeRequest\x1a&.raftlog.auth.v1.SaslHandshakeResponse\x12g\n\x10SaslAuthenticate\x12(.raftlog.auth.v1.SaslAuthenticateRequest\x1a).raftlog.auth.v1.SaslAuthenticateResponseB\x02P\x01\x62\x06proto3'
-)
+
+
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x11protos/auth.proto\x12\x0fraftlog.auth.v1\")\n\x14SaslHandshakeRequest\x12\x11\n\tmechanism\x18\x01 \x01(\t\"?\n\x15SaslHandshakeResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x12\n\nmechanisms\x18\x02 \x03(\t\"U\n\x17SaslAuthenticateRequest\x12\x11\n\tmechanism\x18\x01 \x01(\t\x12\x13\n\x0b\x65xchange_id\x18\x02 \x01(\t\x12\x12\n\nauth_bytes\x18\x03 \x01(\x0c\"\xa2\x01\n\x18SaslAuthenticateResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x12\n\nauth_bytes\x18\x03 \x01(\x0c\x12\x13\n\x0b\x65xchange_id\x18\x04 \x01(\t\x12\x15\n\rsession_token\x18\x05 \x01(\t\x12\x1b\n\x13session_lifetime_ms\x18\x06 \x01(\x03\x32\xe0\x01\n\x15\x41uthenticationService\x12^\n\rSaslHandshake\x12%.raftlog.auth.v1.SaslHandshakeRequest\x1a&.raftlog.auth.v1.SaslHandshakeResponse\x12g\n\x10SaslAuthenticate\x12(.raftlog.auth.v1.SaslAuthenticateRequest\x1a).raftlog.auth.v1.SaslAuthenticateResponseB\x02P\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
-_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, "protos.auth_pb2", _globals)
+_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'protos.auth_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
-    _globals["DESCRIPTOR"]._loaded_options = None
-    _globals["DESCRIPTOR"]._serialized_options = b"P\001"
-    _globals["_SASLHANDSHAKEREQUEST"]._serialized_start = 38
-    _globals["_SASLHANDSHAKEREQUEST"]._serialized_end = 79
-    _globals["_SASLHANDSHAKERESPONSE"]._serialized_start = 81
-    _globals["_SASLHANDSHAKERESPONSE"]._serialized_end = 144
-    _globals["_SASLAUTHENTICATEREQUEST"]._serialized_start = 146
-    _globals["_SASLAUTHENTICATEREQUEST"]._serialized_end = 231
-    _globals["_SASLAUTHENTICATERESPONSE"]._serialized_start = 234
-    _globals["_SASLAUTHENTICATERESPONSE"]._serialized_end = 396
-    _globals["_AUTHENTICATIONSERVICE"]._serialized_start = 399
-    _globals["_AUTHENTICATIONSERVICE"]._serialized_end = 623
+  _globals['DESCRIPTOR']._loaded_options = None
+  _globals['DESCRIPTOR']._serialized_options = b'P\001'
+  _globals['_SASLHANDSHAKEREQUEST']._serialized_start=38
+  _globals['_SASLHANDSHAKEREQUEST']._serialized_end=79
+  _globals['_SASLHANDSHAKERESPONSE']._serialized_start=81
+  _globals['_SASLHANDSHAKERESPONSE']._serialized_end=144
+  _globals['_SASLAUTHENTICATEREQUEST']._serialized_start=146
+  _globals['_SASLAUTHENTICATEREQUEST']._serialized_end=231
+  _globals['_SASLAUTHENTICATERESPONSE']._serialized_start=234
+  _globals['_SASLAUTHENTICATERESPONSE']._serialized_end=396
+  _globals['_AUTHENTICATIONSERVICE']._serialized_start=399
+  _globals['_AUTHENTICATIONSERVICE']._serialized_end=623
 # @@protoc_insertion_point(module_scope)

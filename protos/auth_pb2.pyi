@@ -71,9 +71,7 @@ class SaslHandshakeResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "error_code", b"error_code", "mechanisms", b"mechanisms"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "mechanisms", b"mechanisms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -105,9 +103,7 @@ class SaslAuthenticateRequest(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "auth_bytes", b"auth_bytes", "exchange_id", b"exchange_id", "mechanism", b"mechanism"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["auth_bytes", b"auth_bytes", "exchange_id", b"exchange_id", "mechanism", b"mechanism"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -151,20 +147,7 @@ class SaslAuthenticateResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "auth_bytes",
-        b"auth_bytes",
-        "error_code",
-        b"error_code",
-        "error_message",
-        b"error_message",
-        "exchange_id",
-        b"exchange_id",
-        "session_lifetime_ms",
-        b"session_lifetime_ms",
-        "session_token",
-        b"session_token",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["auth_bytes", b"auth_bytes", "error_code", b"error_code", "error_message", b"error_message", "exchange_id", b"exchange_id", "session_lifetime_ms", b"session_lifetime_ms", "session_token", b"session_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

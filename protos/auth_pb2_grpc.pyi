@@ -26,6 +26,7 @@ else:
 _T = _typing.TypeVar("_T")
 
 class _MaybeAsyncIterator(_abc.AsyncIterator[_T], _abc.Iterator[_T], metaclass=_abc_1.ABCMeta): ...
+
 class _ServicerContext(_grpc.ServicerContext, _aio.ServicerContext):  # type: ignore[misc, type-arg]
     ...
 
@@ -41,13 +42,9 @@ class AuthenticationServiceStub:
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> AuthenticationServiceAsyncStub: ...
-    SaslHandshake: _grpc.UnaryUnaryMultiCallable[
-        _auth_pb2.SaslHandshakeRequest, _auth_pb2.SaslHandshakeResponse
-    ]
+    SaslHandshake: _grpc.UnaryUnaryMultiCallable[_auth_pb2.SaslHandshakeRequest, _auth_pb2.SaslHandshakeResponse]
     """Kafka's SaslHandshake (API key 17): choose the mechanism. Errors: UNSUPPORTED_SASL_MECHANISM."""
-    SaslAuthenticate: _grpc.UnaryUnaryMultiCallable[
-        _auth_pb2.SaslAuthenticateRequest, _auth_pb2.SaslAuthenticateResponse
-    ]
+    SaslAuthenticate: _grpc.UnaryUnaryMultiCallable[_auth_pb2.SaslAuthenticateRequest, _auth_pb2.SaslAuthenticateResponse]
     """Kafka's SaslAuthenticate (API key 36): one round of the exchange; the last round answers the
     session token. Errors: SASL_AUTHENTICATION_FAILED, ILLEGAL_SASL_STATE.
     """
@@ -59,13 +56,9 @@ class AuthenticationServiceAsyncStub(AuthenticationServiceStub):
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
-    SaslHandshake: _aio.UnaryUnaryMultiCallable[
-        _auth_pb2.SaslHandshakeRequest, _auth_pb2.SaslHandshakeResponse
-    ]  # type: ignore[assignment]
+    SaslHandshake: _aio.UnaryUnaryMultiCallable[_auth_pb2.SaslHandshakeRequest, _auth_pb2.SaslHandshakeResponse]  # type: ignore[assignment]
     """Kafka's SaslHandshake (API key 17): choose the mechanism. Errors: UNSUPPORTED_SASL_MECHANISM."""
-    SaslAuthenticate: _aio.UnaryUnaryMultiCallable[
-        _auth_pb2.SaslAuthenticateRequest, _auth_pb2.SaslAuthenticateResponse
-    ]  # type: ignore[assignment]
+    SaslAuthenticate: _aio.UnaryUnaryMultiCallable[_auth_pb2.SaslAuthenticateRequest, _auth_pb2.SaslAuthenticateResponse]  # type: ignore[assignment]
     """Kafka's SaslAuthenticate (API key 36): one round of the exchange; the last round answers the
     session token. Errors: SASL_AUTHENTICATION_FAILED, ILLEGAL_SASL_STATE.
     """
@@ -80,9 +73,7 @@ class AuthenticationServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _auth_pb2.SaslHandshakeRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _auth_pb2.SaslHandshakeResponse, _abc.Awaitable[_auth_pb2.SaslHandshakeResponse]
-    ]:
+    ) -> _typing.Union[_auth_pb2.SaslHandshakeResponse, _abc.Awaitable[_auth_pb2.SaslHandshakeResponse]]:
         """Kafka's SaslHandshake (API key 17): choose the mechanism. Errors: UNSUPPORTED_SASL_MECHANISM."""
 
     @_abc_1.abstractmethod
@@ -90,13 +81,9 @@ class AuthenticationServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _auth_pb2.SaslAuthenticateRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _auth_pb2.SaslAuthenticateResponse, _abc.Awaitable[_auth_pb2.SaslAuthenticateResponse]
-    ]:
+    ) -> _typing.Union[_auth_pb2.SaslAuthenticateResponse, _abc.Awaitable[_auth_pb2.SaslAuthenticateResponse]]:
         """Kafka's SaslAuthenticate (API key 36): one round of the exchange; the last round answers the
         session token. Errors: SASL_AUTHENTICATION_FAILED, ILLEGAL_SASL_STATE.
         """
 
-def add_AuthenticationServiceServicer_to_server(
-    servicer: AuthenticationServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]
-) -> None: ...
+def add_AuthenticationServiceServicer_to_server(servicer: AuthenticationServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -4,161 +4,164 @@
 # source: protos/broker.proto
 # Protobuf Python Version: 7.35.1
 """Generated protocol buffer code."""
-
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import descriptor_pool as _descriptor_pool
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
-
 _runtime_version.ValidateProtobufRuntimeVersion(
-    _runtime_version.Domain.PUBLIC, 7, 35, 1, "", "protos/broker.proto"
+    _runtime_version.Domain.PUBLIC,
+    7,
+    35,
+    1,
+    '',
+    'protos/broker.proto'
 )
 # @@protoc_insertion_point(imports)
 
 _sym_db = _symbol_database.Default()
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(
-    b'\n\x13protos/broker.proto\x12\x11raftlog.broker.v1"6\n\x10ProducePartition\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x0f\n\x07records\x18\x02 \x01(\x0c"U\n\x0cProduceTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x37\n\npartitions\x18\x02 \x03(\x0b\x32#.raftlog.broker.v1.ProducePartition"}\n\x0eProduceRequest\x12\x0c\n\x04\x61\x63ks\x18\x01 \x01(\x05\x12\x12\n\ntimeout_ms\x18\x02 \x01(\x05\x12/\n\x06topics\x18\x03 \x03(\x0b\x32\x1f.raftlog.broker.v1.ProduceTopic\x12\x18\n\x10transactional_id\x18\x04 \x01(\t"\xcc\x01\n\x18ProducePartitionResponse\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x12\n\nerror_code\x18\x02 \x01(\x05\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12\x13\n\x0b\x62\x61se_offset\x18\x04 \x01(\x03\x12\x1a\n\x12log_append_time_ms\x18\x05 \x01(\x03\x12\x18\n\x10log_start_offset\x18\x06 \x01(\x03\x12\x11\n\tleader_id\x18\x07 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x08 \x01(\x05"e\n\x14ProduceTopicResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12?\n\npartitions\x18\x02 \x03(\x0b\x32+.raftlog.broker.v1.ProducePartitionResponse"J\n\x0fProduceResponse\x12\x37\n\x06topics\x18\x01 \x03(\x0b\x32\'.raftlog.broker.v1.ProduceTopicResponse"\xaa\x01\n\x0e\x46\x65tchPartition\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x14\n\x0c\x66\x65tch_offset\x18\x02 \x01(\x03\x12\x1c\n\x14\x63urrent_leader_epoch\x18\x03 \x01(\x05\x12\x1a\n\x12last_fetched_epoch\x18\x04 \x01(\x05\x12\x1b\n\x13partition_max_bytes\x18\x05 \x01(\x05\x12\x18\n\x10log_start_offset\x18\x06 \x01(\x03"Q\n\nFetchTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x35\n\npartitions\x18\x02 \x03(\x0b\x32!.raftlog.broker.v1.FetchPartition"\xdd\x01\n\x0c\x46\x65tchRequest\x12\x12\n\nreplica_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\x12\x13\n\x0bmax_wait_ms\x18\x03 \x01(\x05\x12\x11\n\tmin_bytes\x18\x04 \x01(\x05\x12\x11\n\tmax_bytes\x18\x05 \x01(\x05\x12-\n\x06topics\x18\x06 \x03(\x0b\x32\x1d.raftlog.broker.v1.FetchTopic\x12\x17\n\x0fisolation_level\x18\x07 \x01(\x05\x12\x14\n\x07rack_id\x18\x08 \x01(\tH\x00\x88\x01\x01\x42\n\n\x08_rack_id"3\n\x0e\x45pochEndOffset\x12\r\n\x05\x65poch\x18\x01 \x01(\x05\x12\x12\n\nend_offset\x18\x02 \x01(\x03"\xb7\x03\n\x16\x46\x65tchPartitionResponse\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x12\n\nerror_code\x18\x02 \x01(\x05\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12\x16\n\x0ehigh_watermark\x18\x04 \x01(\x03\x12\x18\n\x10log_start_offset\x18\x05 \x01(\x03\x12\x16\n\x0elog_end_offset\x18\x06 \x01(\x03\x12\x0f\n\x07records\x18\x07 \x01(\x0c\x12:\n\x0f\x64iverging_epoch\x18\x08 \x01(\x0b\x32!.raftlog.broker.v1.EpochEndOffset\x12\x11\n\tleader_id\x18\t \x01(\x05\x12\x14\n\x0cleader_epoch\x18\n \x01(\x05\x12\x1a\n\x12last_stable_offset\x18\x0b \x01(\x03\x12\x43\n\x14\x61\x62orted_transactions\x18\x0c \x03(\x0b\x32%.raftlog.broker.v1.AbortedTransaction\x12#\n\x16preferred_read_replica\x18\r \x01(\x05H\x00\x88\x01\x01\x42\x19\n\x17_preferred_read_replica"?\n\x12\x41\x62ortedTransaction\x12\x13\n\x0bproducer_id\x18\x01 \x01(\x03\x12\x14\n\x0c\x66irst_offset\x18\x02 \x01(\x03"a\n\x12\x46\x65tchTopicResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12=\n\npartitions\x18\x02 \x03(\x0b\x32).raftlog.broker.v1.FetchPartitionResponse"Z\n\rFetchResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x35\n\x06topics\x18\x02 \x03(\x0b\x32%.raftlog.broker.v1.FetchTopicResponse"Z\n\x14ListOffsetsPartition\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x11\n\ttimestamp\x18\x02 \x01(\x03\x12\x1c\n\x14\x63urrent_leader_epoch\x18\x03 \x01(\x05"]\n\x10ListOffsetsTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12;\n\npartitions\x18\x02 \x03(\x0b\x32\'.raftlog.broker.v1.ListOffsetsPartition"v\n\x12ListOffsetsRequest\x12\x12\n\nreplica_id\x18\x01 \x01(\x05\x12\x33\n\x06topics\x18\x02 \x03(\x0b\x32#.raftlog.broker.v1.ListOffsetsTopic\x12\x17\n\x0fisolation_level\x18\x03 \x01(\x05"\xa8\x01\n\x1cListOffsetsPartitionResponse\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x12\n\nerror_code\x18\x02 \x01(\x05\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12\x11\n\ttimestamp\x18\x04 \x01(\x03\x12\x0e\n\x06offset\x18\x05 \x01(\x03\x12\x14\n\x0cleader_epoch\x18\x06 \x01(\x05\x12\x11\n\tleader_id\x18\x07 \x01(\x05"m\n\x18ListOffsetsTopicResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x43\n\npartitions\x18\x02 \x03(\x0b\x32/.raftlog.broker.v1.ListOffsetsPartitionResponse"R\n\x13ListOffsetsResponse\x12;\n\x06topics\x18\x01 \x03(\x0b\x32+.raftlog.broker.v1.ListOffsetsTopicResponse"5\n\x0fMetadataRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\x12\x12\n\nall_topics\x18\x02 \x01(\x08"G\n\nBrokerNode\x12\x0f\n\x07node_id\x18\x01 \x01(\x05\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x0c\n\x04port\x18\x03 \x01(\x05\x12\x0c\n\x04rack\x18\x04 \x01(\t"\xd6\x01\n\x11PartitionMetadata\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x12\n\nerror_code\x18\x02 \x01(\x05\x12\x11\n\tleader_id\x18\x03 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x04 \x01(\x05\x12\x10\n\x08replicas\x18\x05 \x03(\x05\x12\x0b\n\x03isr\x18\x06 \x03(\x05\x12\x18\n\x10offline_replicas\x18\x07 \x03(\x05\x12 \n\x18\x65ligible_leader_replicas\x18\x08 \x03(\x05\x12\x16\n\x0elast_known_elr\x18\t \x03(\x05"\x94\x01\n\rTopicMetadata\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08topic_id\x18\x02 \x01(\x0c\x12\x12\n\nerror_code\x18\x03 \x01(\x05\x12\x15\n\rerror_message\x18\x04 \x01(\t\x12\x38\n\npartitions\x18\x05 \x03(\x0b\x32$.raftlog.broker.v1.PartitionMetadata"\xd6\x01\n\x10MetadataResponse\x12.\n\x07\x62rokers\x18\x01 \x03(\x0b\x32\x1d.raftlog.broker.v1.BrokerNode\x12\x12\n\ncluster_id\x18\x02 \x01(\t\x12\x15\n\rcontroller_id\x18\x03 \x01(\x05\x12\x30\n\x06topics\x18\x04 \x03(\x0b\x32 .raftlog.broker.v1.TopicMetadata\x12\x17\n\x0fmetadata_offset\x18\x05 \x01(\x03\x12\x1c\n\x14\x63ontroller_addresses\x18\x06 \x03(\t"\xab\x01\n\x15InitProducerIdRequest\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x1e\n\x16transaction_timeout_ms\x18\x02 \x01(\x05\x12\x18\n\x0bproducer_id\x18\x03 \x01(\x03H\x00\x88\x01\x01\x12\x1b\n\x0eproducer_epoch\x18\x04 \x01(\x05H\x01\x88\x01\x01\x42\x0e\n\x0c_producer_idB\x11\n\x0f_producer_epoch"p\n\x16InitProducerIdResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x13\n\x0bproducer_id\x18\x03 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x04 \x01(\x05"2\n\x0eTxnMarkerTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\x05"\x99\x01\n\tTxnMarker\x12\x13\n\x0bproducer_id\x18\x01 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x02 \x01(\x05\x12\x11\n\tcommitted\x18\x03 \x01(\x08\x12\x19\n\x11\x63oordinator_epoch\x18\x04 \x01(\x05\x12\x31\n\x06topics\x18\x05 \x03(\x0b\x32!.raftlog.broker.v1.TxnMarkerTopic"G\n\x16WriteTxnMarkersRequest\x12-\n\x07markers\x18\x01 \x03(\x0b\x32\x1c.raftlog.broker.v1.TxnMarker"X\n\x18TxnMarkerPartitionResult\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x12\n\nerror_code\x18\x02 \x01(\x05\x12\x15\n\rerror_message\x18\x03 \x01(\t"e\n\x14TxnMarkerTopicResult\x12\x0c\n\x04name\x18\x01 \x01(\t\x12?\n\npartitions\x18\x02 \x03(\x0b\x32+.raftlog.broker.v1.TxnMarkerPartitionResult"_\n\x0fTxnMarkerResult\x12\x13\n\x0bproducer_id\x18\x01 \x01(\x03\x12\x37\n\x06topics\x18\x02 \x03(\x0b\x32\'.raftlog.broker.v1.TxnMarkerTopicResult"N\n\x17WriteTxnMarkersResponse\x12\x33\n\x07markers\x18\x01 \x03(\x0b\x32".raftlog.broker.v1.TxnMarkerResult":\n\x16\x44\x65scribeProducersTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\x05"U\n\x18\x44\x65scribeProducersRequest\x12\x39\n\x06topics\x18\x01 \x03(\x0b\x32).raftlog.broker.v1.DescribeProducersTopic"\xad\x01\n\x12ProducerStateEntry\x12\x13\n\x0bproducer_id\x18\x01 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x02 \x01(\x05\x12\x15\n\rlast_sequence\x18\x03 \x01(\x05\x12\x16\n\x0elast_timestamp\x18\x04 \x01(\x03\x12\x19\n\x11\x63oordinator_epoch\x18\x05 \x01(\x05\x12 \n\x18\x63urrent_txn_start_offset\x18\x06 \x01(\x03"\xa3\x01\n"DescribeProducersPartitionResponse\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x12\n\nerror_code\x18\x02 \x01(\x05\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12?\n\x10\x61\x63tive_producers\x18\x04 \x03(\x0b\x32%.raftlog.broker.v1.ProducerStateEntry"y\n\x1e\x44\x65scribeProducersTopicResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12I\n\npartitions\x18\x02 \x03(\x0b\x32\x35.raftlog.broker.v1.DescribeProducersPartitionResponse"^\n\x19\x44\x65scribeProducersResponse\x12\x41\n\x06topics\x18\x01 \x03(\x0b\x32\x31.raftlog.broker.v1.DescribeProducersTopicResponse";\n\x16\x44\x65leteRecordsPartition\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x0e\n\x06offset\x18\x02 \x01(\x03"a\n\x12\x44\x65leteRecordsTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12=\n\npartitions\x18\x02 \x03(\x0b\x32).raftlog.broker.v1.DeleteRecordsPartition"a\n\x14\x44\x65leteRecordsRequest\x12\x35\n\x06topics\x18\x01 \x03(\x0b\x32%.raftlog.broker.v1.DeleteRecordsTopic\x12\x12\n\ntimeout_ms\x18\x02 \x01(\x05"\x9e\x01\n\x1e\x44\x65leteRecordsPartitionResponse\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x15\n\rlow_watermark\x18\x02 \x01(\x03\x12\x12\n\nerror_code\x18\x03 \x01(\x05\x12\x15\n\rerror_message\x18\x04 \x01(\t\x12\x11\n\tleader_id\x18\x05 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x06 \x01(\x05"q\n\x1a\x44\x65leteRecordsTopicResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x45\n\npartitions\x18\x02 \x03(\x0b\x32\x31.raftlog.broker.v1.DeleteRecordsPartitionResponse"V\n\x15\x44\x65leteRecordsResponse\x12=\n\x06topics\x18\x01 \x03(\x0b\x32-.raftlog.broker.v1.DeleteRecordsTopicResponse"f\n\x1dOffsetForLeaderEpochPartition\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x1c\n\x14\x63urrent_leader_epoch\x18\x02 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x03 \x01(\x05"o\n\x19OffsetForLeaderEpochTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x44\n\npartitions\x18\x02 \x03(\x0b\x32\x30.raftlog.broker.v1.OffsetForLeaderEpochPartition"[\n\x1bOffsetForLeaderEpochRequest\x12<\n\x06topics\x18\x01 \x03(\x0b\x32,.raftlog.broker.v1.OffsetForLeaderEpochTopic"\xc0\x01\n%OffsetForLeaderEpochPartitionResponse\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x12\n\nerror_code\x18\x02 \x01(\x05\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12\x14\n\x0cleader_epoch\x18\x04 \x01(\x05\x12\x12\n\nend_offset\x18\x05 \x01(\x03\x12\x11\n\tleader_id\x18\x06 \x01(\x05\x12\x1c\n\x14\x63urrent_leader_epoch\x18\x07 \x01(\x05"\x7f\n!OffsetForLeaderEpochTopicResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12L\n\npartitions\x18\x02 \x03(\x0b\x32\x38.raftlog.broker.v1.OffsetForLeaderEpochPartitionResponse"d\n\x1cOffsetForLeaderEpochResponse\x12\x44\n\x06topics\x18\x01 \x03(\x0b\x32\x34.raftlog.broker.v1.OffsetForLeaderEpochTopicResponse"a\n\x19ShareAcknowledgementBatch\x12\x14\n\x0c\x66irst_offset\x18\x01 \x01(\x03\x12\x13\n\x0blast_offset\x18\x02 \x01(\x03\x12\x19\n\x11\x61\x63knowledge_types\x18\x03 \x03(\x05"y\n\x15ShareRequestPartition\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12M\n\x17\x61\x63knowledgement_batches\x18\x02 \x03(\x0b\x32,.raftlog.broker.v1.ShareAcknowledgementBatch"_\n\x11ShareRequestTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12<\n\npartitions\x18\x02 \x03(\x0b\x32(.raftlog.broker.v1.ShareRequestPartition"7\n\x13ShareForgottenTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\x05"\x8a\x02\n\x11ShareFetchRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\t\x12\x1b\n\x13share_session_epoch\x18\x03 \x01(\x05\x12\x13\n\x0bmax_wait_ms\x18\x04 \x01(\x05\x12\x11\n\tmax_bytes\x18\x05 \x01(\x05\x12\x13\n\x0bmax_records\x18\x06 \x01(\x05\x12\x34\n\x06topics\x18\x07 \x03(\x0b\x32$.raftlog.broker.v1.ShareRequestTopic\x12@\n\x10\x66orgotten_topics\x18\x08 \x03(\x0b\x32&.raftlog.broker.v1.ShareForgottenTopic"Y\n\x14ShareAcquiredRecords\x12\x14\n\x0c\x66irst_offset\x18\x01 \x01(\x03\x12\x13\n\x0blast_offset\x18\x02 \x01(\x03\x12\x16\n\x0e\x64\x65livery_count\x18\x03 \x01(\x05"\x9b\x02\n\x1bShareFetchPartitionResponse\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x12\n\nerror_code\x18\x02 \x01(\x05\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12\x1e\n\x16\x61\x63knowledge_error_code\x18\x04 \x01(\x05\x12!\n\x19\x61\x63knowledge_error_message\x18\x05 \x01(\t\x12\x11\n\tleader_id\x18\x06 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x07 \x01(\x05\x12\x0f\n\x07records\x18\x08 \x01(\x0c\x12\x41\n\x10\x61\x63quired_records\x18\t \x03(\x0b\x32\'.raftlog.broker.v1.ShareAcquiredRecords"k\n\x17ShareFetchTopicResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x42\n\npartitions\x18\x02 \x03(\x0b\x32..raftlog.broker.v1.ShareFetchPartitionResponse"\xa0\x01\n\x12ShareFetchResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12#\n\x1b\x61\x63quisition_lock_timeout_ms\x18\x03 \x01(\x05\x12:\n\x06topics\x18\x04 \x03(\x0b\x32*.raftlog.broker.v1.ShareFetchTopicResponse"\x91\x01\n\x17ShareAcknowledgeRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\t\x12\x1b\n\x13share_session_epoch\x18\x03 \x01(\x05\x12\x34\n\x06topics\x18\x04 \x03(\x0b\x32$.raftlog.broker.v1.ShareRequestTopic"\x8a\x01\n!ShareAcknowledgePartitionResponse\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x12\n\nerror_code\x18\x02 \x01(\x05\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12\x11\n\tleader_id\x18\x04 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x05 \x01(\x05"w\n\x1dShareAcknowledgeTopicResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12H\n\npartitions\x18\x02 \x03(\x0b\x32\x34.raftlog.broker.v1.ShareAcknowledgePartitionResponse"\x87\x01\n\x18ShareAcknowledgeResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12@\n\x06topics\x18\x03 \x03(\x0b\x32\x30.raftlog.broker.v1.ShareAcknowledgeTopicResponse2\xc6\x08\n\rBrokerService\x12P\n\x07Produce\x12!.raftlog.broker.v1.ProduceRequest\x1a".raftlog.broker.v1.ProduceResponse\x12J\n\x05\x46\x65tch\x12\x1f.raftlog.broker.v1.FetchRequest\x1a .raftlog.broker.v1.FetchResponse\x12\\\n\x0bListOffsets\x12%.raftlog.broker.v1.ListOffsetsRequest\x1a&.raftlog.broker.v1.ListOffsetsResponse\x12S\n\x08Metadata\x12".raftlog.broker.v1.MetadataRequest\x1a#.raftlog.broker.v1.MetadataResponse\x12\x65\n\x0eInitProducerId\x12(.raftlog.broker.v1.InitProducerIdRequest\x1a).raftlog.broker.v1.InitProducerIdResponse\x12h\n\x0fWriteTxnMarkers\x12).raftlog.broker.v1.WriteTxnMarkersRequest\x1a*.raftlog.broker.v1.WriteTxnMarkersResponse\x12n\n\x11\x44\x65scribeProducers\x12+.raftlog.broker.v1.DescribeProducersRequest\x1a,.raftlog.broker.v1.DescribeProducersResponse\x12\x62\n\rDeleteRecords\x12\'.raftlog.broker.v1.DeleteRecordsRequest\x1a(.raftlog.broker.v1.DeleteRecordsResponse\x12w\n\x14OffsetForLeaderEpoch\x12..raftlog.broker.v1.OffsetForLeaderEpochRequest\x1a/.raftlog.broker.v1.OffsetForLeaderEpochResponse\x12Y\n\nShareFetch\x12$.raftlog.broker.v1.ShareFetchRequest\x1a%.raftlog.broker.v1.ShareFetchResponse\x12k\n\x10ShareAcknowledge\x12*.raftlog.broker.v1.ShareAcknowledgeRequest\x1a+.raftlog.broker.v1.ShareAcknowledgeResponseB\x02P\x01\x62\x06proto3'
-)
+
+
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13protos/broker.proto\x12\x11raftlog.broker.v1\"6\n\x10ProducePartition\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x0f\n\x07records\x18\x02 \x01(\x0c\"U\n\x0cProduceTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x37\n\npartitions\x18\x02 \x03(\x0b\x32#.raftlog.broker.v1.ProducePartition\"}\n\x0eProduceRequest\x12\x0c\n\x04\x61\x63ks\x18\x01 \x01(\x05\x12\x12\n\ntimeout_ms\x18\x02 \x01(\x05\x12/\n\x06topics\x18\x03 \x03(\x0b\x32\x1f.raftlog.broker.v1.ProduceTopic\x12\x18\n\x10transactional_id\x18\x04 \x01(\t\"\xcc\x01\n\x18ProducePartitionResponse\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x12\n\nerror_code\x18\x02 \x01(\x05\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12\x13\n\x0b\x62\x61se_offset\x18\x04 \x01(\x03\x12\x1a\n\x12log_append_time_ms\x18\x05 \x01(\x03\x12\x18\n\x10log_start_offset\x18\x06 \x01(\x03\x12\x11\n\tleader_id\x18\x07 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x08 \x01(\x05\"e\n\x14ProduceTopicResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12?\n\npartitions\x18\x02 \x03(\x0b\x32+.raftlog.broker.v1.ProducePartitionResponse\"J\n\x0fProduceResponse\x12\x37\n\x06topics\x18\x01 \x03(\x0b\x32\'.raftlog.broker.v1.ProduceTopicResponse\"\xaa\x01\n\x0e\x46\x65tchPartition\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x14\n\x0c\x66\x65tch_offset\x18\x02 \x01(\x03\x12\x1c\n\x14\x63urrent_leader_epoch\x18\x03 \x01(\x05\x12\x1a\n\x12last_fetched_epoch\x18\x04 \x01(\x05\x12\x1b\n\x13partition_max_bytes\x18\x05 \x01(\x05\x12\x18\n\x10log_start_offset\x18\x06 \x01(\x03\"Q\n\nFetchTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x35\n\npartitions\x18\x02 \x03(\x0b\x32!.raftlog.broker.v1.FetchPartition\"\xdd\x01\n\x0c\x46\x65tchRequest\x12\x12\n\nreplica_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\x12\x13\n\x0bmax_wait_ms\x18\x03 \x01(\x05\x12\x11\n\tmin_bytes\x18\x04 \x01(\x05\x12\x11\n\tmax_bytes\x18\x05 \x01(\x05\x12-\n\x06topics\x18\x06 \x03(\x0b\x32\x1d.raftlog.broker.v1.FetchTopic\x12\x17\n\x0fisolation_level\x18\x07 \x01(\x05\x12\x14\n\x07rack_id\x18\x08 \x01(\tH\x00\x88\x01\x01\x42\n\n\x08_rack_id\"3\n\x0e\x45pochEndOffset\x12\r\n\x05\x65poch\x18\x01 \x01(\x05\x12\x12\n\nend_offset\x18\x02 \x01(\x03\"\xb7\x03\n\x16\x46\x65tchPartitionResponse\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x12\n\nerror_code\x18\x02 \x01(\x05\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12\x16\n\x0ehigh_watermark\x18\x04 \x01(\x03\x12\x18\n\x10log_start_offset\x18\x05 \x01(\x03\x12\x16\n\x0elog_end_offset\x18\x06 \x01(\x03\x12\x0f\n\x07records\x18\x07 \x01(\x0c\x12:\n\x0f\x64iverging_epoch\x18\x08 \x01(\x0b\x32!.raftlog.broker.v1.EpochEndOffset\x12\x11\n\tleader_id\x18\t \x01(\x05\x12\x14\n\x0cleader_epoch\x18\n \x01(\x05\x12\x1a\n\x12last_stable_offset\x18\x0b \x01(\x03\x12\x43\n\x14\x61\x62orted_transactions\x18\x0c \x03(\x0b\x32%.raftlog.broker.v1.AbortedTransaction\x12#\n\x16preferred_read_replica\x18\r \x01(\x05H\x00\x88\x01\x01\x42\x19\n\x17_preferred_read_replica\"?\n\x12\x41\x62ortedTransaction\x12\x13\n\x0bproducer_id\x18\x01 \x01(\x03\x12\x14\n\x0c\x66irst_offset\x18\x02 \x01(\x03\"a\n\x12\x46\x65tchTopicResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12=\n\npartitions\x18\x02 \x03(\x0b\x32).raftlog.broker.v1.FetchPartitionResponse\"Z\n\rFetchResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x35\n\x06topics\x18\x02 \x03(\x0b\x32%.raftlog.broker.v1.FetchTopicResponse\"Z\n\x14ListOffsetsPartition\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x11\n\ttimestamp\x18\x02 \x01(\x03\x12\x1c\n\x14\x63urrent_leader_epoch\x18\x03 \x01(\x05\"]\n\x10ListOffsetsTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12;\n\npartitions\x18\x02 \x03(\x0b\x32\'.raftlog.broker.v1.ListOffsetsPartition\"v\n\x12ListOffsetsRequest\x12\x12\n\nreplica_id\x18\x01 \x01(\x05\x12\x33\n\x06topics\x18\x02 \x03(\x0b\x32#.raftlog.broker.v1.ListOffsetsTopic\x12\x17\n\x0fisolation_level\x18\x03 \x01(\x05\"\xa8\x01\n\x1cListOffsetsPartitionResponse\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x12\n\nerror_code\x18\x02 \x01(\x05\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12\x11\n\ttimestamp\x18\x04 \x01(\x03\x12\x0e\n\x06offset\x18\x05 \x01(\x03\x12\x14\n\x0cleader_epoch\x18\x06 \x01(\x05\x12\x11\n\tleader_id\x18\x07 \x01(\x05\"m\n\x18ListOffsetsTopicResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x43\n\npartitions\x18\x02 \x03(\x0b\x32/.raftlog.broker.v1.ListOffsetsPartitionResponse\"R\n\x13ListOffsetsResponse\x12;\n\x06topics\x18\x01 \x03(\x0b\x32+.raftlog.broker.v1.ListOffsetsTopicResponse\"5\n\x0fMetadataRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\x12\x12\n\nall_topics\x18\x02 \x01(\x08\"G\n\nBrokerNode\x12\x0f\n\x07node_id\x18\x01 \x01(\x05\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x0c\n\x04port\x18\x03 \x01(\x05\x12\x0c\n\x04rack\x18\x04 \x01(\t\"\xd6\x01\n\x11PartitionMetadata\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x12\n\nerror_code\x18\x02 \x01(\x05\x12\x11\n\tleader_id\x18\x03 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x04 \x01(\x05\x12\x10\n\x08replicas\x18\x05 \x03(\x05\x12\x0b\n\x03isr\x18\x06 \x03(\x05\x12\x18\n\x10offline_replicas\x18\x07 \x03(\x05\x12 \n\x18\x65ligible_leader_replicas\x18\x08 \x03(\x05\x12\x16\n\x0elast_known_elr\x18\t \x03(\x05\"\x94\x01\n\rTopicMetadata\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08topic_id\x18\x02 \x01(\x0c\x12\x12\n\nerror_code\x18\x03 \x01(\x05\x12\x15\n\rerror_message\x18\x04 \x01(\t\x12\x38\n\npartitions\x18\x05 \x03(\x0b\x32$.raftlog.broker.v1.PartitionMetadata\"\xd6\x01\n\x10MetadataResponse\x12.\n\x07\x62rokers\x18\x01 \x03(\x0b\x32\x1d.raftlog.broker.v1.BrokerNode\x12\x12\n\ncluster_id\x18\x02 \x01(\t\x12\x15\n\rcontroller_id\x18\x03 \x01(\x05\x12\x30\n\x06topics\x18\x04 \x03(\x0b\x32 .raftlog.broker.v1.TopicMetadata\x12\x17\n\x0fmetadata_offset\x18\x05 \x01(\x03\x12\x1c\n\x14\x63ontroller_addresses\x18\x06 \x03(\t\"\xab\x01\n\x15InitProducerIdRequest\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x1e\n\x16transaction_timeout_ms\x18\x02 \x01(\x05\x12\x18\n\x0bproducer_id\x18\x03 \x01(\x03H\x00\x88\x01\x01\x12\x1b\n\x0eproducer_epoch\x18\x04 \x01(\x05H\x01\x88\x01\x01\x42\x0e\n\x0c_producer_idB\x11\n\x0f_producer_epoch\"p\n\x16InitProducerIdResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x13\n\x0bproducer_id\x18\x03 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x04 \x01(\x05\"2\n\x0eTxnMarkerTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\x05\"\x99\x01\n\tTxnMarker\x12\x13\n\x0bproducer_id\x18\x01 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x02 \x01(\x05\x12\x11\n\tcommitted\x18\x03 \x01(\x08\x12\x19\n\x11\x63oordinator_epoch\x18\x04 \x01(\x05\x12\x31\n\x06topics\x18\x05 \x03(\x0b\x32!.raftlog.broker.v1.TxnMarkerTopic\"G\n\x16WriteTxnMarkersRequest\x12-\n\x07markers\x18\x01 \x03(\x0b\x32\x1c.raftlog.broker.v1.TxnMarker\"X\n\x18TxnMarkerPartitionResult\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x12\n\nerror_code\x18\x02 \x01(\x05\x12\x15\n\rerror_message\x18\x03 \x01(\t\"e\n\x14TxnMarkerTopicResult\x12\x0c\n\x04name\x18\x01 \x01(\t\x12?\n\npartitions\x18\x02 \x03(\x0b\x32+.raftlog.broker.v1.TxnMarkerPartitionResult\"_\n\x0fTxnMarkerResult\x12\x13\n\x0bproducer_id\x18\x01 \x01(\x03\x12\x37\n\x06topics\x18\x02 \x03(\x0b\x32\'.raftlog.broker.v1.TxnMarkerTopicResult\"N\n\x17WriteTxnMarkersResponse\x12\x33\n\x07markers\x18\x01 \x03(\x0b\x32\".raftlog.broker.v1.TxnMarkerResult\":\n\x16\x44\x65scribeProducersTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\x05\"U\n\x18\x44\x65scribeProducersRequest\x12\x39\n\x06topics\x18\x01 \x03(\x0b\x32).raftlog.broker.v1.DescribeProducersTopic\"\xad\x01\n\x12ProducerStateEntry\x12\x13\n\x0bproducer_id\x18\x01 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x02 \x01(\x05\x12\x15\n\rlast_sequence\x18\x03 \x01(\x05\x12\x16\n\x0elast_timestamp\x18\x04 \x01(\x03\x12\x19\n\x11\x63oordinator_epoch\x18\x05 \x01(\x05\x12 \n\x18\x63urrent_txn_start_offset\x18\x06 \x01(\x03\"\xa3\x01\n\"DescribeProducersPartitionResponse\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x12\n\nerror_code\x18\x02 \x01(\x05\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12?\n\x10\x61\x63tive_producers\x18\x04 \x03(\x0b\x32%.raftlog.broker.v1.ProducerStateEntry\"y\n\x1e\x44\x65scribeProducersTopicResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12I\n\npartitions\x18\x02 \x03(\x0b\x32\x35.raftlog.broker.v1.DescribeProducersPartitionResponse\"^\n\x19\x44\x65scribeProducersResponse\x12\x41\n\x06topics\x18\x01 \x03(\x0b\x32\x31.raftlog.broker.v1.DescribeProducersTopicResponse\";\n\x16\x44\x65leteRecordsPartition\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x0e\n\x06offset\x18\x02 \x01(\x03\"a\n\x12\x44\x65leteRecordsTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12=\n\npartitions\x18\x02 \x03(\x0b\x32).raftlog.broker.v1.DeleteRecordsPartition\"a\n\x14\x44\x65leteRecordsRequest\x12\x35\n\x06topics\x18\x01 \x03(\x0b\x32%.raftlog.broker.v1.DeleteRecordsTopic\x12\x12\n\ntimeout_ms\x18\x02 \x01(\x05\"\x9e\x01\n\x1e\x44\x65leteRecordsPartitionResponse\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x15\n\rlow_watermark\x18\x02 \x01(\x03\x12\x12\n\nerror_code\x18\x03 \x01(\x05\x12\x15\n\rerror_message\x18\x04 \x01(\t\x12\x11\n\tleader_id\x18\x05 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x06 \x01(\x05\"q\n\x1a\x44\x65leteRecordsTopicResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x45\n\npartitions\x18\x02 \x03(\x0b\x32\x31.raftlog.broker.v1.DeleteRecordsPartitionResponse\"V\n\x15\x44\x65leteRecordsResponse\x12=\n\x06topics\x18\x01 \x03(\x0b\x32-.raftlog.broker.v1.DeleteRecordsTopicResponse\"f\n\x1dOffsetForLeaderEpochPartition\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x1c\n\x14\x63urrent_leader_epoch\x18\x02 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x03 \x01(\x05\"o\n\x19OffsetForLeaderEpochTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x44\n\npartitions\x18\x02 \x03(\x0b\x32\x30.raftlog.broker.v1.OffsetForLeaderEpochPartition\"[\n\x1bOffsetForLeaderEpochRequest\x12<\n\x06topics\x18\x01 \x03(\x0b\x32,.raftlog.broker.v1.OffsetForLeaderEpochTopic\"\xc0\x01\n%OffsetForLeaderEpochPartitionResponse\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x12\n\nerror_code\x18\x02 \x01(\x05\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12\x14\n\x0cleader_epoch\x18\x04 \x01(\x05\x12\x12\n\nend_offset\x18\x05 \x01(\x03\x12\x11\n\tleader_id\x18\x06 \x01(\x05\x12\x1c\n\x14\x63urrent_leader_epoch\x18\x07 \x01(\x05\"\x7f\n!OffsetForLeaderEpochTopicResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12L\n\npartitions\x18\x02 \x03(\x0b\x32\x38.raftlog.broker.v1.OffsetForLeaderEpochPartitionResponse\"d\n\x1cOffsetForLeaderEpochResponse\x12\x44\n\x06topics\x18\x01 \x03(\x0b\x32\x34.raftlog.broker.v1.OffsetForLeaderEpochTopicResponse\"a\n\x19ShareAcknowledgementBatch\x12\x14\n\x0c\x66irst_offset\x18\x01 \x01(\x03\x12\x13\n\x0blast_offset\x18\x02 \x01(\x03\x12\x19\n\x11\x61\x63knowledge_types\x18\x03 \x03(\x05\"y\n\x15ShareRequestPartition\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12M\n\x17\x61\x63knowledgement_batches\x18\x02 \x03(\x0b\x32,.raftlog.broker.v1.ShareAcknowledgementBatch\"_\n\x11ShareRequestTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12<\n\npartitions\x18\x02 \x03(\x0b\x32(.raftlog.broker.v1.ShareRequestPartition\"7\n\x13ShareForgottenTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\x05\"\x8a\x02\n\x11ShareFetchRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\t\x12\x1b\n\x13share_session_epoch\x18\x03 \x01(\x05\x12\x13\n\x0bmax_wait_ms\x18\x04 \x01(\x05\x12\x11\n\tmax_bytes\x18\x05 \x01(\x05\x12\x13\n\x0bmax_records\x18\x06 \x01(\x05\x12\x34\n\x06topics\x18\x07 \x03(\x0b\x32$.raftlog.broker.v1.ShareRequestTopic\x12@\n\x10\x66orgotten_topics\x18\x08 \x03(\x0b\x32&.raftlog.broker.v1.ShareForgottenTopic\"Y\n\x14ShareAcquiredRecords\x12\x14\n\x0c\x66irst_offset\x18\x01 \x01(\x03\x12\x13\n\x0blast_offset\x18\x02 \x01(\x03\x12\x16\n\x0e\x64\x65livery_count\x18\x03 \x01(\x05\"\x9b\x02\n\x1bShareFetchPartitionResponse\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x12\n\nerror_code\x18\x02 \x01(\x05\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12\x1e\n\x16\x61\x63knowledge_error_code\x18\x04 \x01(\x05\x12!\n\x19\x61\x63knowledge_error_message\x18\x05 \x01(\t\x12\x11\n\tleader_id\x18\x06 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x07 \x01(\x05\x12\x0f\n\x07records\x18\x08 \x01(\x0c\x12\x41\n\x10\x61\x63quired_records\x18\t \x03(\x0b\x32\'.raftlog.broker.v1.ShareAcquiredRecords\"k\n\x17ShareFetchTopicResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x42\n\npartitions\x18\x02 \x03(\x0b\x32..raftlog.broker.v1.ShareFetchPartitionResponse\"\xa0\x01\n\x12ShareFetchResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12#\n\x1b\x61\x63quisition_lock_timeout_ms\x18\x03 \x01(\x05\x12:\n\x06topics\x18\x04 \x03(\x0b\x32*.raftlog.broker.v1.ShareFetchTopicResponse\"\x91\x01\n\x17ShareAcknowledgeRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\t\x12\x1b\n\x13share_session_epoch\x18\x03 \x01(\x05\x12\x34\n\x06topics\x18\x04 \x03(\x0b\x32$.raftlog.broker.v1.ShareRequestTopic\"\x8a\x01\n!ShareAcknowledgePartitionResponse\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x12\n\nerror_code\x18\x02 \x01(\x05\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12\x11\n\tleader_id\x18\x04 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x05 \x01(\x05\"w\n\x1dShareAcknowledgeTopicResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12H\n\npartitions\x18\x02 \x03(\x0b\x32\x34.raftlog.broker.v1.ShareAcknowledgePartitionResponse\"\x87\x01\n\x18ShareAcknowledgeResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12@\n\x06topics\x18\x03 \x03(\x0b\x32\x30.raftlog.broker.v1.ShareAcknowledgeTopicResponse2\xc6\x08\n\rBrokerService\x12P\n\x07Produce\x12!.raftlog.broker.v1.ProduceRequest\x1a\".raftlog.broker.v1.ProduceResponse\x12J\n\x05\x46\x65tch\x12\x1f.raftlog.broker.v1.FetchRequest\x1a .raftlog.broker.v1.FetchResponse\x12\\\n\x0bListOffsets\x12%.raftlog.broker.v1.ListOffsetsRequest\x1a&.raftlog.broker.v1.ListOffsetsResponse\x12S\n\x08Metadata\x12\".raftlog.broker.v1.MetadataRequest\x1a#.raftlog.broker.v1.MetadataResponse\x12\x65\n\x0eInitProducerId\x12(.raftlog.broker.v1.InitProducerIdRequest\x1a).raftlog.broker.v1.InitProducerIdResponse\x12h\n\x0fWriteTxnMarkers\x12).raftlog.broker.v1.WriteTxnMarkersRequest\x1a*.raftlog.broker.v1.WriteTxnMarkersResponse\x12n\n\x11\x44\x65scribeProducers\x12+.raftlog.broker.v1.DescribeProducersRequest\x1a,.raftlog.broker.v1.DescribeProducersResponse\x12\x62\n\rDeleteRecords\x12\'.raftlog.broker.v1.DeleteRecordsRequest\x1a(.raftlog.broker.v1.DeleteRecordsResponse\x12w\n\x14OffsetForLeaderEpoch\x12..raftlog.broker.v1.OffsetForLeaderEpochRequest\x1a/.raftlog.broker.v1.OffsetForLeaderEpochResponse\x12Y\n\nShareFetch\x12$.raftlog.broker.v1.ShareFetchRequest\x1a%.raftlog.broker.v1.ShareFetchResponse\x12k\n\x10ShareAcknowledge\x12*.raftlog.broker.v1.ShareAcknowledgeRequest\x1a+.raftlog.broker.v1.ShareAcknowledgeResponseB\x02P\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
-_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, "protos.broker_pb2", _globals)
+_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'protos.broker_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
-    _globals["DESCRIPTOR"]._loaded_options = None
-    _globals["DESCRIPTOR"]._serialized_options = b"P\001"
-    _globals["_PRODUCEPARTITION"]._serialized_start = 42
-    _globals["_PRODUCEPARTITION"]._serialized_end = 96
-    _globals["_PRODUCETOPIC"]._serialized_start = 98
-    _globals["_PRODUCETOPIC"]._serialized_end = 183
-    _globals["_PRODUCEREQUEST"]._serialized_start = 185
-    _globals["_PRODUCEREQUEST"]._serialized_end = 310
-    _globals["_PRODUCEPARTITIONRESPONSE"]._serialized_start = 313
-    _globals["_PRODUCEPARTITIONRESPONSE"]._serialized_end = 517
-    _globals["_PRODUCETOPICRESPONSE"]._serialized_start = 519
-    _globals["_PRODUCETOPICRESPONSE"]._serialized_end = 620
-    _globals["_PRODUCERESPONSE"]._serialized_start = 622
-    _globals["_PRODUCERESPONSE"]._serialized_end = 696
-    _globals["_FETCHPARTITION"]._serialized_start = 699
-    _globals["_FETCHPARTITION"]._serialized_end = 869
-    _globals["_FETCHTOPIC"]._serialized_start = 871
-    _globals["_FETCHTOPIC"]._serialized_end = 952
-    _globals["_FETCHREQUEST"]._serialized_start = 955
-    _globals["_FETCHREQUEST"]._serialized_end = 1176
-    _globals["_EPOCHENDOFFSET"]._serialized_start = 1178
-    _globals["_EPOCHENDOFFSET"]._serialized_end = 1229
-    _globals["_FETCHPARTITIONRESPONSE"]._serialized_start = 1232
-    _globals["_FETCHPARTITIONRESPONSE"]._serialized_end = 1671
-    _globals["_ABORTEDTRANSACTION"]._serialized_start = 1673
-    _globals["_ABORTEDTRANSACTION"]._serialized_end = 1736
-    _globals["_FETCHTOPICRESPONSE"]._serialized_start = 1738
-    _globals["_FETCHTOPICRESPONSE"]._serialized_end = 1835
-    _globals["_FETCHRESPONSE"]._serialized_start = 1837
-    _globals["_FETCHRESPONSE"]._serialized_end = 1927
-    _globals["_LISTOFFSETSPARTITION"]._serialized_start = 1929
-    _globals["_LISTOFFSETSPARTITION"]._serialized_end = 2019
-    _globals["_LISTOFFSETSTOPIC"]._serialized_start = 2021
-    _globals["_LISTOFFSETSTOPIC"]._serialized_end = 2114
-    _globals["_LISTOFFSETSREQUEST"]._serialized_start = 2116
-    _globals["_LISTOFFSETSREQUEST"]._serialized_end = 2234
-    _globals["_LISTOFFSETSPARTITIONRESPONSE"]._serialized_start = 2237
-    _globals["_LISTOFFSETSPARTITIONRESPONSE"]._serialized_end = 2405
-    _globals["_LISTOFFSETSTOPICRESPONSE"]._serialized_start = 2407
-    _globals["_LISTOFFSETSTOPICRESPONSE"]._serialized_end = 2516
-    _globals["_LISTOFFSETSRESPONSE"]._serialized_start = 2518
-    _globals["_LISTOFFSETSRESPONSE"]._serialized_end = 2600
-    _globals["_METADATAREQUEST"]._serialized_start = 2602
-    _globals["_METADATAREQUEST"]._serialized_end = 2655
-    _globals["_BROKERNODE"]._serialized_start = 2657
-    _globals["_BROKERNODE"]._serialized_end = 2728
-    _globals["_PARTITIONMETADATA"]._serialized_start = 2731
-    _globals["_PARTITIONMETADATA"]._serialized_end = 2945
-    _globals["_TOPICMETADATA"]._serialized_start = 2948
-    _globals["_TOPICMETADATA"]._serialized_end = 3096
-    _globals["_METADATARESPONSE"]._serialized_start = 3099
-    _globals["_METADATARESPONSE"]._serialized_end = 3313
-    _globals["_INITPRODUCERIDREQUEST"]._serialized_start = 3316
-    _globals["_INITPRODUCERIDREQUEST"]._serialized_end = 3487
-    _globals["_INITPRODUCERIDRESPONSE"]._serialized_start = 3489
-    _globals["_INITPRODUCERIDRESPONSE"]._serialized_end = 3601
-    _globals["_TXNMARKERTOPIC"]._serialized_start = 3603
-    _globals["_TXNMARKERTOPIC"]._serialized_end = 3653
-    _globals["_TXNMARKER"]._serialized_start = 3656
-    _globals["_TXNMARKER"]._serialized_end = 3809
-    _globals["_WRITETXNMARKERSREQUEST"]._serialized_start = 3811
-    _globals["_WRITETXNMARKERSREQUEST"]._serialized_end = 3882
-    _globals["_TXNMARKERPARTITIONRESULT"]._serialized_start = 3884
-    _globals["_TXNMARKERPARTITIONRESULT"]._serialized_end = 3972
-    _globals["_TXNMARKERTOPICRESULT"]._serialized_start = 3974
-    _globals["_TXNMARKERTOPICRESULT"]._serialized_end = 4075
-    _globals["_TXNMARKERRESULT"]._serialized_start = 4077
-    _globals["_TXNMARKERRESULT"]._serialized_end = 4172
-    _globals["_WRITETXNMARKERSRESPONSE"]._serialized_start = 4174
-    _globals["_WRITETXNMARKERSRESPONSE"]._serialized_end = 4252
-    _globals["_DESCRIBEPRODUCERSTOPIC"]._serialized_start = 4254
-    _globals["_DESCRIBEPRODUCERSTOPIC"]._serialized_end = 4312
-    _globals["_DESCRIBEPRODUCERSREQUEST"]._serialized_start = 4314
-    _globals["_DESCRIBEPRODUCERSREQUEST"]._serialized_end = 4399
-    _globals["_PRODUCERSTATEENTRY"]._serialized_start = 4402
-    _globals["_PRODUCERSTATEENTRY"]._serialized_end = 4575
-    _globals["_DESCRIBEPRODUCERSPARTITIONRESPONSE"]._serialized_start = 4578
-    _globals["_DESCRIBEPRODUCERSPARTITIONRESPONSE"]._serialized_end = 4741
-    _globals["_DESCRIBEPRODUCERSTOPICRESPONSE"]._serialized_start = 4743
-    _globals["_DESCRIBEPRODUCERSTOPICRESPONSE"]._serialized_end = 4864
-    _globals["_DESCRIBEPRODUCERSRESPONSE"]._serialized_start = 4866
-    _globals["_DESCRIBEPRODUCERSRESPONSE"]._serialized_end = 4960
-    _globals["_DELETERECORDSPARTITION"]._serialized_start = 4962
-    _globals["_DELETERECORDSPARTITION"]._serialized_end = 5021
-    _globals["_DELETERECORDSTOPIC"]._serialized_start = 5023
-    _globals["_DELETERECORDSTOPIC"]._serialized_end = 5120
-    _globals["_DELETERECORDSREQUEST"]._serialized_start = 5122
-    _globals["_DELETERECORDSREQUEST"]._serialized_end = 5219
-    _globals["_DELETERECORDSPARTITIONRESPONSE"]._serialized_start = 5222
-    _globals["_DELETERECORDSPARTITIONRESPONSE"]._serialized_end = 5380
-    _globals["_DELETERECORDSTOPICRESPONSE"]._serialized_start = 5382
-    _globals["_DELETERECORDSTOPICRESPONSE"]._serialized_end = 5495
-    _globals["_DELETERECORDSRESPONSE"]._serialized_start = 5497
-    _globals["_DELETERECORDSRESPONSE"]._serialized_end = 5583
-    _globals["_OFFSETFORLEADEREPOCHPARTITION"]._serialized_start = 5585
-    _globals["_OFFSETFORLEADEREPOCHPARTITION"]._serialized_end = 5687
-    _globals["_OFFSETFORLEADEREPOCHTOPIC"]._serialized_start = 5689
-    _globals["_OFFSETFORLEADEREPOCHTOPIC"]._serialized_end = 5800
-    _globals["_OFFSETFORLEADEREPOCHREQUEST"]._serialized_start = 5802
-    _globals["_OFFSETFORLEADEREPOCHREQUEST"]._serialized_end = 5893
-    _globals["_OFFSETFORLEADEREPOCHPARTITIONRESPONSE"]._serialized_start = 5896
-    _globals["_OFFSETFORLEADEREPOCHPARTITIONRESPONSE"]._serialized_end = 6088
-    _globals["_OFFSETFORLEADEREPOCHTOPICRESPONSE"]._serialized_start = 6090
-    _globals["_OFFSETFORLEADEREPOCHTOPICRESPONSE"]._serialized_end = 6217
-    _globals["_OFFSETFORLEADEREPOCHRESPONSE"]._serialized_start = 6219
-    _globals["_OFFSETFORLEADEREPOCHRESPONSE"]._serialized_end = 6319
-    _globals["_SHAREACKNOWLEDGEMENTBATCH"]._serialized_start = 6321
-    _globals["_SHAREACKNOWLEDGEMENTBATCH"]._serialized_end = 6418
-    _globals["_SHAREREQUESTPARTITION"]._serialized_start = 6420
-    _globals["_SHAREREQUESTPARTITION"]._serialized_end = 6541
-    _globals["_SHAREREQUESTTOPIC"]._serialized_start = 6543
-    _globals["_SHAREREQUESTTOPIC"]._serialized_end = 6638
-    _globals["_SHAREFORGOTTENTOPIC"]._serialized_start = 6640
-    _globals["_SHAREFORGOTTENTOPIC"]._serialized_end = 6695
-    _globals["_SHAREFETCHREQUEST"]._serialized_start = 6698
-    _globals["_SHAREFETCHREQUEST"]._serialized_end = 6964
-    _globals["_SHAREACQUIREDRECORDS"]._serialized_start = 6966
-    _globals["_SHAREACQUIREDRECORDS"]._serialized_end = 7055
-    _globals["_SHAREFETCHPARTITIONRESPONSE"]._serialized_start = 7058
-    _globals["_SHAREFETCHPARTITIONRESPONSE"]._serialized_end = 7341
-    _globals["_SHAREFETCHTOPICRESPONSE"]._serialized_start = 7343
-    _globals["_SHAREFETCHTOPICRESPONSE"]._serialized_end = 7450
-    _globals["_SHAREFETCHRESPONSE"]._serialized_start = 7453
-    _globals["_SHAREFETCHRESPONSE"]._serialized_end = 7613
-    _globals["_SHAREACKNOWLEDGEREQUEST"]._serialized_start = 7616
-    _globals["_SHAREACKNOWLEDGEREQUEST"]._serialized_end = 7761
-    _globals["_SHAREACKNOWLEDGEPARTITIONRESPONSE"]._serialized_start = 7764
-    _globals["_SHAREACKNOWLEDGEPARTITIONRESPONSE"]._serialized_end = 7902
-    _globals["_SHAREACKNOWLEDGETOPICRESPONSE"]._serialized_start = 7904
-    _globals["_SHAREACKNOWLEDGETOPICRESPONSE"]._serialized_end = 8023
-    _globals["_SHAREACKNOWLEDGERESPONSE"]._serialized_start = 8026
-    _globals["_SHAREACKNOWLEDGERESPONSE"]._serialized_end = 8161
-    _globals["_BROKERSERVICE"]._serialized_start = 8164
-    _globals["_BROKERSERVICE"]._serialized_end = 9258
+  _globals['DESCRIPTOR']._loaded_options = None
+  _globals['DESCRIPTOR']._serialized_options = b'P\001'
+  _globals['_PRODUCEPARTITION']._serialized_start=42
+  _globals['_PRODUCEPARTITION']._serialized_end=96
+  _globals['_PRODUCETOPIC']._serialized_start=98
+  _globals['_PRODUCETOPIC']._serialized_end=183
+  _globals['_PRODUCEREQUEST']._serialized_start=185
+  _globals['_PRODUCEREQUEST']._serialized_end=310
+  _globals['_PRODUCEPARTITIONRESPONSE']._serialized_start=313
+  _globals['_PRODUCEPARTITIONRESPONSE']._serialized_end=517
+  _globals['_PRODUCETOPICRESPONSE']._serialized_start=519
+  _globals['_PRODUCETOPICRESPONSE']._serialized_end=620
+  _globals['_PRODUCERESPONSE']._serialized_start=622
+  _globals['_PRODUCERESPONSE']._serialized_end=696
+  _globals['_FETCHPARTITION']._serialized_start=699
+  _globals['_FETCHPARTITION']._serialized_end=869
+  _globals['_FETCHTOPIC']._serialized_start=871
+  _globals['_FETCHTOPIC']._serialized_end=952
+  _globals['_FETCHREQUEST']._serialized_start=955
+  _globals['_FETCHREQUEST']._serialized_end=1176
+  _globals['_EPOCHENDOFFSET']._serialized_start=1178
+  _globals['_EPOCHENDOFFSET']._serialized_end=1229
+  _globals['_FETCHPARTITIONRESPONSE']._serialized_start=1232
+  _globals['_FETCHPARTITIONRESPONSE']._serialized_end=1671
+  _globals['_ABORTEDTRANSACTION']._serialized_start=1673
+  _globals['_ABORTEDTRANSACTION']._serialized_end=1736
+  _globals['_FETCHTOPICRESPONSE']._serialized_start=1738
+  _globals['_FETCHTOPICRESPONSE']._serialized_end=1835
+  _globals['_FETCHRESPONSE']._serialized_start=1837
+  _globals['_FETCHRESPONSE']._serialized_end=1927
+  _globals['_LISTOFFSETSPARTITION']._serialized_start=1929
+  _globals['_LISTOFFSETSPARTITION']._serialized_end=2019
+  _globals['_LISTOFFSETSTOPIC']._serialized_start=2021
+  _globals['_LISTOFFSETSTOPIC']._serialized_end=2114
+  _globals['_LISTOFFSETSREQUEST']._serialized_start=2116
+  _globals['_LISTOFFSETSREQUEST']._serialized_end=2234
+  _globals['_LISTOFFSETSPARTITIONRESPONSE']._serialized_start=2237
+  _globals['_LISTOFFSETSPARTITIONRESPONSE']._serialized_end=2405
+  _globals['_LISTOFFSETSTOPICRESPONSE']._serialized_start=2407
+  _globals['_LISTOFFSETSTOPICRESPONSE']._serialized_end=2516
+  _globals['_LISTOFFSETSRESPONSE']._serialized_start=2518
+  _globals['_LISTOFFSETSRESPONSE']._serialized_end=2600
+  _globals['_METADATAREQUEST']._serialized_start=2602
+  _globals['_METADATAREQUEST']._serialized_end=2655
+  _globals['_BROKERNODE']._serialized_start=2657
+  _globals['_BROKERNODE']._serialized_end=2728
+  _globals['_PARTITIONMETADATA']._serialized_start=2731
+  _globals['_PARTITIONMETADATA']._serialized_end=2945
+  _globals['_TOPICMETADATA']._serialized_start=2948
+  _globals['_TOPICMETADATA']._serialized_end=3096
+  _globals['_METADATARESPONSE']._serialized_start=3099
+  _globals['_METADATARESPONSE']._serialized_end=3313
+  _globals['_INITPRODUCERIDREQUEST']._serialized_start=3316
+  _globals['_INITPRODUCERIDREQUEST']._serialized_end=3487
+  _globals['_INITPRODUCERIDRESPONSE']._serialized_start=3489
+  _globals['_INITPRODUCERIDRESPONSE']._serialized_end=3601
+  _globals['_TXNMARKERTOPIC']._serialized_start=3603
+  _globals['_TXNMARKERTOPIC']._serialized_end=3653
+  _globals['_TXNMARKER']._serialized_start=3656
+  _globals['_TXNMARKER']._serialized_end=3809
+  _globals['_WRITETXNMARKERSREQUEST']._serialized_start=3811
+  _globals['_WRITETXNMARKERSREQUEST']._serialized_end=3882
+  _globals['_TXNMARKERPARTITIONRESULT']._serialized_start=3884
+  _globals['_TXNMARKERPARTITIONRESULT']._serialized_end=3972
+  _globals['_TXNMARKERTOPICRESULT']._serialized_start=3974
+  _globals['_TXNMARKERTOPICRESULT']._serialized_end=4075
+  _globals['_TXNMARKERRESULT']._serialized_start=4077
+  _globals['_TXNMARKERRESULT']._serialized_end=4172
+  _globals['_WRITETXNMARKERSRESPONSE']._serialized_start=4174
+  _globals['_WRITETXNMARKERSRESPONSE']._serialized_end=4252
+  _globals['_DESCRIBEPRODUCERSTOPIC']._serialized_start=4254
+  _globals['_DESCRIBEPRODUCERSTOPIC']._serialized_end=4312
+  _globals['_DESCRIBEPRODUCERSREQUEST']._serialized_start=4314
+  _globals['_DESCRIBEPRODUCERSREQUEST']._serialized_end=4399
+  _globals['_PRODUCERSTATEENTRY']._serialized_start=4402
+  _globals['_PRODUCERSTATEENTRY']._serialized_end=4575
+  _globals['_DESCRIBEPRODUCERSPARTITIONRESPONSE']._serialized_start=4578
+  _globals['_DESCRIBEPRODUCERSPARTITIONRESPONSE']._serialized_end=4741
+  _globals['_DESCRIBEPRODUCERSTOPICRESPONSE']._serialized_start=4743
+  _globals['_DESCRIBEPRODUCERSTOPICRESPONSE']._serialized_end=4864
+  _globals['_DESCRIBEPRODUCERSRESPONSE']._serialized_start=4866
+  _globals['_DESCRIBEPRODUCERSRESPONSE']._serialized_end=4960
+  _globals['_DELETERECORDSPARTITION']._serialized_start=4962
+  _globals['_DELETERECORDSPARTITION']._serialized_end=5021
+  _globals['_DELETERECORDSTOPIC']._serialized_start=5023
+  _globals['_DELETERECORDSTOPIC']._serialized_end=5120
+  _globals['_DELETERECORDSREQUEST']._serialized_start=5122
+  _globals['_DELETERECORDSREQUEST']._serialized_end=5219
+  _globals['_DELETERECORDSPARTITIONRESPONSE']._serialized_start=5222
+  _globals['_DELETERECORDSPARTITIONRESPONSE']._serialized_end=5380
+  _globals['_DELETERECORDSTOPICRESPONSE']._serialized_start=5382
+  _globals['_DELETERECORDSTOPICRESPONSE']._serialized_end=5495
+  _globals['_DELETERECORDSRESPONSE']._serialized_start=5497
+  _globals['_DELETERECORDSRESPONSE']._serialized_end=5583
+  _globals['_OFFSETFORLEADEREPOCHPARTITION']._serialized_start=5585
+  _globals['_OFFSETFORLEADEREPOCHPARTITION']._serialized_end=5687
+  _globals['_OFFSETFORLEADEREPOCHTOPIC']._serialized_start=5689
+  _globals['_OFFSETFORLEADEREPOCHTOPIC']._serialized_end=5800
+  _globals['_OFFSETFORLEADEREPOCHREQUEST']._serialized_start=5802
+  _globals['_OFFSETFORLEADEREPOCHREQUEST']._serialized_end=5893
+  _globals['_OFFSETFORLEADEREPOCHPARTITIONRESPONSE']._serialized_start=5896
+  _globals['_OFFSETFORLEADEREPOCHPARTITIONRESPONSE']._serialized_end=6088
+  _globals['_OFFSETFORLEADEREPOCHTOPICRESPONSE']._serialized_start=6090
+  _globals['_OFFSETFORLEADEREPOCHTOPICRESPONSE']._serialized_end=6217
+  _globals['_OFFSETFORLEADEREPOCHRESPONSE']._serialized_start=6219
+  _globals['_OFFSETFORLEADEREPOCHRESPONSE']._serialized_end=6319
+  _globals['_SHAREACKNOWLEDGEMENTBATCH']._serialized_start=6321
+  _globals['_SHAREACKNOWLEDGEMENTBATCH']._serialized_end=6418
+  _globals['_SHAREREQUESTPARTITION']._serialized_start=6420
+  _globals['_SHAREREQUESTPARTITION']._serialized_end=6541
+  _globals['_SHAREREQUESTTOPIC']._serialized_start=6543
+  _globals['_SHAREREQUESTTOPIC']._serialized_end=6638
+  _globals['_SHAREFORGOTTENTOPIC']._serialized_start=6640
+  _globals['_SHAREFORGOTTENTOPIC']._serialized_end=6695
+  _globals['_SHAREFETCHREQUEST']._serialized_start=6698
+  _globals['_SHAREFETCHREQUEST']._serialized_end=6964
+  _globals['_SHAREACQUIREDRECORDS']._serialized_start=6966
+  _globals['_SHAREACQUIREDRECORDS']._serialized_end=7055
+  _globals['_SHAREFETCHPARTITIONRESPONSE']._serialized_start=7058
+  _globals['_SHAREFETCHPARTITIONRESPONSE']._serialized_end=7341
+  _globals['_SHAREFETCHTOPICRESPONSE']._serialized_start=7343
+  _globals['_SHAREFETCHTOPICRESPONSE']._serialized_end=7450
+  _globals['_SHAREFETCHRESPONSE']._serialized_start=7453
+  _globals['_SHAREFETCHRESPONSE']._serialized_end=7613
+  _globals['_SHAREACKNOWLEDGEREQUEST']._serialized_start=7616
+  _globals['_SHAREACKNOWLEDGEREQUEST']._serialized_end=7761
+  _globals['_SHAREACKNOWLEDGEPARTITIONRESPONSE']._serialized_start=7764
+  _globals['_SHAREACKNOWLEDGEPARTITIONRESPONSE']._serialized_end=7902
+  _globals['_SHAREACKNOWLEDGETOPICRESPONSE']._serialized_start=7904
+  _globals['_SHAREACKNOWLEDGETOPICRESPONSE']._serialized_end=8023
+  _globals['_SHAREACKNOWLEDGERESPONSE']._serialized_start=8026
+  _globals['_SHAREACKNOWLEDGERESPONSE']._serialized_end=8161
+  _globals['_BROKERSERVICE']._serialized_start=8164
+  _globals['_BROKERSERVICE']._serialized_end=9258
 # @@protoc_insertion_point(module_scope)

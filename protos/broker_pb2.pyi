@@ -50,9 +50,7 @@ class ProducePartition(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "partition", b"partition", "records", b"records"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partition", b"partition", "records", b"records"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -118,16 +116,7 @@ class ProduceRequest(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "acks",
-        b"acks",
-        "timeout_ms",
-        b"timeout_ms",
-        "topics",
-        b"topics",
-        "transactional_id",
-        b"transactional_id",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acks", b"acks", "timeout_ms", b"timeout_ms", "topics", b"topics", "transactional_id", b"transactional_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -177,24 +166,7 @@ class ProducePartitionResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "base_offset",
-        b"base_offset",
-        "error_code",
-        b"error_code",
-        "error_message",
-        b"error_message",
-        "leader_epoch",
-        b"leader_epoch",
-        "leader_id",
-        b"leader_id",
-        "log_append_time_ms",
-        b"log_append_time_ms",
-        "log_start_offset",
-        b"log_start_offset",
-        "partition",
-        b"partition",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["base_offset", b"base_offset", "error_code", b"error_code", "error_message", b"error_message", "leader_epoch", b"leader_epoch", "leader_id", b"leader_id", "log_append_time_ms", b"log_append_time_ms", "log_start_offset", b"log_start_offset", "partition", b"partition"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -211,9 +183,7 @@ class ProduceTopicResponse(_message.Message):
     name: _builtins.str
     """The topic's name."""
     @_builtins.property
-    def partitions(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___ProducePartitionResponse]:
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProducePartitionResponse]:
         """The partitions' outcomes."""
 
     def __init__(
@@ -295,20 +265,7 @@ class FetchPartition(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "current_leader_epoch",
-        b"current_leader_epoch",
-        "fetch_offset",
-        b"fetch_offset",
-        "last_fetched_epoch",
-        b"last_fetched_epoch",
-        "log_start_offset",
-        b"log_start_offset",
-        "partition",
-        b"partition",
-        "partition_max_bytes",
-        b"partition_max_bytes",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["current_leader_epoch", b"current_leader_epoch", "fetch_offset", b"fetch_offset", "last_fetched_epoch", b"last_fetched_epoch", "log_start_offset", b"log_start_offset", "partition", b"partition", "partition_max_bytes", b"partition_max_bytes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -393,32 +350,11 @@ class FetchRequest(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_rack_id", b"_rack_id", "rack_id", b"rack_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "_rack_id",
-        b"_rack_id",
-        "broker_epoch",
-        b"broker_epoch",
-        "isolation_level",
-        b"isolation_level",
-        "max_bytes",
-        b"max_bytes",
-        "max_wait_ms",
-        b"max_wait_ms",
-        "min_bytes",
-        b"min_bytes",
-        "rack_id",
-        b"rack_id",
-        "replica_id",
-        b"replica_id",
-        "topics",
-        b"topics",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_rack_id", b"_rack_id", "broker_epoch", b"broker_epoch", "isolation_level", b"isolation_level", "max_bytes", b"max_bytes", "max_wait_ms", b"max_wait_ms", "min_bytes", b"min_bytes", "rack_id", b"rack_id", "replica_id", b"replica_id", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__rack_id: _TypeAlias = _typing.Literal["rack_id"]  # noqa: Y015
     _WhichOneofArgType__rack_id: _TypeAlias = _typing.Literal["_rack_id", b"_rack_id"]  # noqa: Y015
-    def WhichOneof(
-        self, oneof_group: _WhichOneofArgType__rack_id
-    ) -> _WhichOneofReturnType__rack_id | None: ...
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__rack_id) -> _WhichOneofReturnType__rack_id | None: ...
 
 Global___FetchRequest: _TypeAlias = FetchRequest  # noqa: Y015
 
@@ -494,9 +430,7 @@ class FetchPartitionResponse(_message.Message):
         """Set when the follower's log diverged from the leader's (KIP-595): truncate to it."""
 
     @_builtins.property
-    def aborted_transactions(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___AbortedTransaction]:
+    def aborted_transactions(self) -> _containers.RepeatedCompositeFieldContainer[Global___AbortedTransaction]:
         """read_committed: the aborted transactions in the answered range."""
 
     def __init__(
@@ -516,55 +450,13 @@ class FetchPartitionResponse(_message.Message):
         aborted_transactions: _abc.Iterable[Global___AbortedTransaction] | None = ...,
         preferred_read_replica: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal[
-        "_preferred_read_replica",
-        b"_preferred_read_replica",
-        "diverging_epoch",
-        b"diverging_epoch",
-        "preferred_read_replica",
-        b"preferred_read_replica",
-    ]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_preferred_read_replica", b"_preferred_read_replica", "diverging_epoch", b"diverging_epoch", "preferred_read_replica", b"preferred_read_replica"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "_preferred_read_replica",
-        b"_preferred_read_replica",
-        "aborted_transactions",
-        b"aborted_transactions",
-        "diverging_epoch",
-        b"diverging_epoch",
-        "error_code",
-        b"error_code",
-        "error_message",
-        b"error_message",
-        "high_watermark",
-        b"high_watermark",
-        "last_stable_offset",
-        b"last_stable_offset",
-        "leader_epoch",
-        b"leader_epoch",
-        "leader_id",
-        b"leader_id",
-        "log_end_offset",
-        b"log_end_offset",
-        "log_start_offset",
-        b"log_start_offset",
-        "partition",
-        b"partition",
-        "preferred_read_replica",
-        b"preferred_read_replica",
-        "records",
-        b"records",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_preferred_read_replica", b"_preferred_read_replica", "aborted_transactions", b"aborted_transactions", "diverging_epoch", b"diverging_epoch", "error_code", b"error_code", "error_message", b"error_message", "high_watermark", b"high_watermark", "last_stable_offset", b"last_stable_offset", "leader_epoch", b"leader_epoch", "leader_id", b"leader_id", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "partition", b"partition", "preferred_read_replica", b"preferred_read_replica", "records", b"records"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType__preferred_read_replica: _TypeAlias = _typing.Literal[
-        "preferred_read_replica"
-    ]  # noqa: Y015
-    _WhichOneofArgType__preferred_read_replica: _TypeAlias = _typing.Literal[
-        "_preferred_read_replica", b"_preferred_read_replica"
-    ]  # noqa: Y015
-    def WhichOneof(
-        self, oneof_group: _WhichOneofArgType__preferred_read_replica
-    ) -> _WhichOneofReturnType__preferred_read_replica | None: ...
+    _WhichOneofReturnType__preferred_read_replica: _TypeAlias = _typing.Literal["preferred_read_replica"]  # noqa: Y015
+    _WhichOneofArgType__preferred_read_replica: _TypeAlias = _typing.Literal["_preferred_read_replica", b"_preferred_read_replica"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__preferred_read_replica) -> _WhichOneofReturnType__preferred_read_replica | None: ...
 
 Global___FetchPartitionResponse: _TypeAlias = FetchPartitionResponse  # noqa: Y015
 
@@ -588,9 +480,7 @@ class AbortedTransaction(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "first_offset", b"first_offset", "producer_id", b"producer_id"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["first_offset", b"first_offset", "producer_id", b"producer_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -607,9 +497,7 @@ class FetchTopicResponse(_message.Message):
     name: _builtins.str
     """The topic's name."""
     @_builtins.property
-    def partitions(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___FetchPartitionResponse]:
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___FetchPartitionResponse]:
         """The partitions' answers."""
 
     def __init__(
@@ -648,9 +536,7 @@ class FetchResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "error_code", b"error_code", "topics", b"topics"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -685,14 +571,7 @@ class ListOffsetsPartition(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "current_leader_epoch",
-        b"current_leader_epoch",
-        "partition",
-        b"partition",
-        "timestamp",
-        b"timestamp",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["current_leader_epoch", b"current_leader_epoch", "partition", b"partition", "timestamp", b"timestamp"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -709,9 +588,7 @@ class ListOffsetsTopic(_message.Message):
     name: _builtins.str
     """The topic's name."""
     @_builtins.property
-    def partitions(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___ListOffsetsPartition]:
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ListOffsetsPartition]:
         """The partitions to look up."""
 
     def __init__(
@@ -754,9 +631,7 @@ class ListOffsetsRequest(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "isolation_level", b"isolation_level", "replica_id", b"replica_id", "topics", b"topics"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["isolation_level", b"isolation_level", "replica_id", b"replica_id", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -802,22 +677,7 @@ class ListOffsetsPartitionResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "error_code",
-        b"error_code",
-        "error_message",
-        b"error_message",
-        "leader_epoch",
-        b"leader_epoch",
-        "leader_id",
-        b"leader_id",
-        "offset",
-        b"offset",
-        "partition",
-        b"partition",
-        "timestamp",
-        b"timestamp",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "leader_epoch", b"leader_epoch", "leader_id", b"leader_id", "offset", b"offset", "partition", b"partition", "timestamp", b"timestamp"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -834,9 +694,7 @@ class ListOffsetsTopicResponse(_message.Message):
     name: _builtins.str
     """The topic's name."""
     @_builtins.property
-    def partitions(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___ListOffsetsPartitionResponse]:
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ListOffsetsPartitionResponse]:
         """The partitions' answers."""
 
     def __init__(
@@ -861,9 +719,7 @@ class ListOffsetsResponse(_message.Message):
 
     TOPICS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def topics(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___ListOffsetsTopicResponse]:
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___ListOffsetsTopicResponse]:
         """The topics' answers."""
 
     def __init__(
@@ -904,9 +760,7 @@ class MetadataRequest(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "all_topics", b"all_topics", "topics", b"topics"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["all_topics", b"all_topics", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -940,9 +794,7 @@ class BrokerNode(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "host", b"host", "node_id", b"node_id", "port", b"port", "rack", b"rack"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["host", b"host", "node_id", b"node_id", "port", b"port", "rack", b"rack"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1006,26 +858,7 @@ class PartitionMetadata(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "eligible_leader_replicas",
-        b"eligible_leader_replicas",
-        "error_code",
-        b"error_code",
-        "isr",
-        b"isr",
-        "last_known_elr",
-        b"last_known_elr",
-        "leader_epoch",
-        b"leader_epoch",
-        "leader_id",
-        b"leader_id",
-        "offline_replicas",
-        b"offline_replicas",
-        "partition",
-        b"partition",
-        "replicas",
-        b"replicas",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["eligible_leader_replicas", b"eligible_leader_replicas", "error_code", b"error_code", "isr", b"isr", "last_known_elr", b"last_known_elr", "leader_epoch", b"leader_epoch", "leader_id", b"leader_id", "offline_replicas", b"offline_replicas", "partition", b"partition", "replicas", b"replicas"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1065,18 +898,7 @@ class TopicMetadata(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "error_code",
-        b"error_code",
-        "error_message",
-        b"error_message",
-        "name",
-        b"name",
-        "partitions",
-        b"partitions",
-        "topic_id",
-        b"topic_id",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "name", b"name", "partitions", b"partitions", "topic_id", b"topic_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1124,20 +946,7 @@ class MetadataResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "brokers",
-        b"brokers",
-        "cluster_id",
-        b"cluster_id",
-        "controller_addresses",
-        b"controller_addresses",
-        "controller_id",
-        b"controller_id",
-        "metadata_offset",
-        b"metadata_offset",
-        "topics",
-        b"topics",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["brokers", b"brokers", "cluster_id", b"cluster_id", "controller_addresses", b"controller_addresses", "controller_id", b"controller_id", "metadata_offset", b"metadata_offset", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1172,46 +981,18 @@ class InitProducerIdRequest(_message.Message):
         producer_id: _builtins.int | None = ...,
         producer_epoch: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal[
-        "_producer_epoch",
-        b"_producer_epoch",
-        "_producer_id",
-        b"_producer_id",
-        "producer_epoch",
-        b"producer_epoch",
-        "producer_id",
-        b"producer_id",
-    ]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_producer_epoch", b"_producer_epoch", "_producer_id", b"_producer_id", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "_producer_epoch",
-        b"_producer_epoch",
-        "_producer_id",
-        b"_producer_id",
-        "producer_epoch",
-        b"producer_epoch",
-        "producer_id",
-        b"producer_id",
-        "transaction_timeout_ms",
-        b"transaction_timeout_ms",
-        "transactional_id",
-        b"transactional_id",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_producer_epoch", b"_producer_epoch", "_producer_id", b"_producer_id", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "transaction_timeout_ms", b"transaction_timeout_ms", "transactional_id", b"transactional_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__producer_epoch: _TypeAlias = _typing.Literal["producer_epoch"]  # noqa: Y015
-    _WhichOneofArgType__producer_epoch: _TypeAlias = _typing.Literal[
-        "_producer_epoch", b"_producer_epoch"
-    ]  # noqa: Y015
+    _WhichOneofArgType__producer_epoch: _TypeAlias = _typing.Literal["_producer_epoch", b"_producer_epoch"]  # noqa: Y015
     _WhichOneofReturnType__producer_id: _TypeAlias = _typing.Literal["producer_id"]  # noqa: Y015
     _WhichOneofArgType__producer_id: _TypeAlias = _typing.Literal["_producer_id", b"_producer_id"]  # noqa: Y015
     @_typing.overload
-    def WhichOneof(
-        self, oneof_group: _WhichOneofArgType__producer_epoch
-    ) -> _WhichOneofReturnType__producer_epoch | None: ...
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__producer_epoch) -> _WhichOneofReturnType__producer_epoch | None: ...
     @_typing.overload
-    def WhichOneof(
-        self, oneof_group: _WhichOneofArgType__producer_id
-    ) -> _WhichOneofReturnType__producer_id | None: ...
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__producer_id) -> _WhichOneofReturnType__producer_id | None: ...
 
 Global___InitProducerIdRequest: _TypeAlias = InitProducerIdRequest  # noqa: Y015
 
@@ -1243,16 +1024,7 @@ class InitProducerIdResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "error_code",
-        b"error_code",
-        "error_message",
-        b"error_message",
-        "producer_epoch",
-        b"producer_epoch",
-        "producer_id",
-        b"producer_id",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1323,18 +1095,7 @@ class TxnMarker(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "committed",
-        b"committed",
-        "coordinator_epoch",
-        b"coordinator_epoch",
-        "producer_epoch",
-        b"producer_epoch",
-        "producer_id",
-        b"producer_id",
-        "topics",
-        b"topics",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["committed", b"committed", "coordinator_epoch", b"coordinator_epoch", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1388,9 +1149,7 @@ class TxnMarkerPartitionResult(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "error_code", b"error_code", "error_message", b"error_message", "partition", b"partition"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "partition", b"partition"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1407,9 +1166,7 @@ class TxnMarkerTopicResult(_message.Message):
     name: _builtins.str
     """The topic's name."""
     @_builtins.property
-    def partitions(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___TxnMarkerPartitionResult]:
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___TxnMarkerPartitionResult]:
         """The partitions' outcomes."""
 
     def __init__(
@@ -1448,9 +1205,7 @@ class TxnMarkerResult(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "producer_id", b"producer_id", "topics", b"topics"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["producer_id", b"producer_id", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1519,9 +1274,7 @@ class DescribeProducersRequest(_message.Message):
 
     TOPICS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def topics(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___DescribeProducersTopic]:
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___DescribeProducersTopic]:
         """The partitions to describe."""
 
     def __init__(
@@ -1573,20 +1326,7 @@ class ProducerStateEntry(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "coordinator_epoch",
-        b"coordinator_epoch",
-        "current_txn_start_offset",
-        b"current_txn_start_offset",
-        "last_sequence",
-        b"last_sequence",
-        "last_timestamp",
-        b"last_timestamp",
-        "producer_epoch",
-        b"producer_epoch",
-        "producer_id",
-        b"producer_id",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["coordinator_epoch", b"coordinator_epoch", "current_txn_start_offset", b"current_txn_start_offset", "last_sequence", b"last_sequence", "last_timestamp", b"last_timestamp", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1609,9 +1349,7 @@ class DescribeProducersPartitionResponse(_message.Message):
     error_message: _builtins.str
     """A human-readable reason with a non-zero error_code."""
     @_builtins.property
-    def active_producers(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___ProducerStateEntry]:
+    def active_producers(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProducerStateEntry]:
         """The producers with state at the partition."""
 
     def __init__(
@@ -1624,16 +1362,7 @@ class DescribeProducersPartitionResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "active_producers",
-        b"active_producers",
-        "error_code",
-        b"error_code",
-        "error_message",
-        b"error_message",
-        "partition",
-        b"partition",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_producers", b"active_producers", "error_code", b"error_code", "error_message", b"error_message", "partition", b"partition"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1650,9 +1379,7 @@ class DescribeProducersTopicResponse(_message.Message):
     name: _builtins.str
     """The topic's name."""
     @_builtins.property
-    def partitions(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___DescribeProducersPartitionResponse]:
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___DescribeProducersPartitionResponse]:
         """The partitions' producers."""
 
     def __init__(
@@ -1677,9 +1404,7 @@ class DescribeProducersResponse(_message.Message):
 
     TOPICS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def topics(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___DescribeProducersTopicResponse]:
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___DescribeProducersTopicResponse]:
         """The topics' answers."""
 
     def __init__(
@@ -1735,9 +1460,7 @@ class DeleteRecordsTopic(_message.Message):
     name: _builtins.str
     """The topic's name."""
     @_builtins.property
-    def partitions(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___DeleteRecordsPartition]:
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeleteRecordsPartition]:
         """The partitions."""
 
     def __init__(
@@ -1776,9 +1499,7 @@ class DeleteRecordsRequest(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "timeout_ms", b"timeout_ms", "topics", b"topics"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["timeout_ms", b"timeout_ms", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1820,20 +1541,7 @@ class DeleteRecordsPartitionResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "error_code",
-        b"error_code",
-        "error_message",
-        b"error_message",
-        "leader_epoch",
-        b"leader_epoch",
-        "leader_id",
-        b"leader_id",
-        "low_watermark",
-        b"low_watermark",
-        "partition",
-        b"partition",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "leader_epoch", b"leader_epoch", "leader_id", b"leader_id", "low_watermark", b"low_watermark", "partition", b"partition"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1850,9 +1558,7 @@ class DeleteRecordsTopicResponse(_message.Message):
     name: _builtins.str
     """The topic's name."""
     @_builtins.property
-    def partitions(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___DeleteRecordsPartitionResponse]:
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeleteRecordsPartitionResponse]:
         """The partitions' outcomes."""
 
     def __init__(
@@ -1877,9 +1583,7 @@ class DeleteRecordsResponse(_message.Message):
 
     TOPICS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def topics(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___DeleteRecordsTopicResponse]:
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeleteRecordsTopicResponse]:
         """The topics' outcomes."""
 
     def __init__(
@@ -1923,14 +1627,7 @@ class OffsetForLeaderEpochPartition(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "current_leader_epoch",
-        b"current_leader_epoch",
-        "leader_epoch",
-        b"leader_epoch",
-        "partition",
-        b"partition",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["current_leader_epoch", b"current_leader_epoch", "leader_epoch", b"leader_epoch", "partition", b"partition"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1947,9 +1644,7 @@ class OffsetForLeaderEpochTopic(_message.Message):
     name: _builtins.str
     """The topic's name."""
     @_builtins.property
-    def partitions(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetForLeaderEpochPartition]:
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetForLeaderEpochPartition]:
         """The partitions."""
 
     def __init__(
@@ -1974,9 +1669,7 @@ class OffsetForLeaderEpochRequest(_message.Message):
 
     TOPICS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def topics(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetForLeaderEpochTopic]:
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetForLeaderEpochTopic]:
         """The partitions."""
 
     def __init__(
@@ -2032,22 +1725,7 @@ class OffsetForLeaderEpochPartitionResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "current_leader_epoch",
-        b"current_leader_epoch",
-        "end_offset",
-        b"end_offset",
-        "error_code",
-        b"error_code",
-        "error_message",
-        b"error_message",
-        "leader_epoch",
-        b"leader_epoch",
-        "leader_id",
-        b"leader_id",
-        "partition",
-        b"partition",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["current_leader_epoch", b"current_leader_epoch", "end_offset", b"end_offset", "error_code", b"error_code", "error_message", b"error_message", "leader_epoch", b"leader_epoch", "leader_id", b"leader_id", "partition", b"partition"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2064,11 +1742,7 @@ class OffsetForLeaderEpochTopicResponse(_message.Message):
     name: _builtins.str
     """The topic's name."""
     @_builtins.property
-    def partitions(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[
-        Global___OffsetForLeaderEpochPartitionResponse
-    ]:
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetForLeaderEpochPartitionResponse]:
         """The partitions' answers."""
 
     def __init__(
@@ -2093,9 +1767,7 @@ class OffsetForLeaderEpochResponse(_message.Message):
 
     TOPICS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def topics(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetForLeaderEpochTopicResponse]:
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetForLeaderEpochTopicResponse]:
         """The topics' answers."""
 
     def __init__(
@@ -2144,14 +1816,7 @@ class ShareAcknowledgementBatch(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "acknowledge_types",
-        b"acknowledge_types",
-        "first_offset",
-        b"first_offset",
-        "last_offset",
-        b"last_offset",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acknowledge_types", b"acknowledge_types", "first_offset", b"first_offset", "last_offset", b"last_offset"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2168,9 +1833,7 @@ class ShareRequestPartition(_message.Message):
     partition: _builtins.int
     """The partition index."""
     @_builtins.property
-    def acknowledgement_batches(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___ShareAcknowledgementBatch]:
+    def acknowledgement_batches(self) -> _containers.RepeatedCompositeFieldContainer[Global___ShareAcknowledgementBatch]:
         """Acknowledgements of records acquired before."""
 
     def __init__(
@@ -2181,9 +1844,7 @@ class ShareRequestPartition(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "acknowledgement_batches", b"acknowledgement_batches", "partition", b"partition"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acknowledgement_batches", b"acknowledgement_batches", "partition", b"partition"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2200,9 +1861,7 @@ class ShareRequestTopic(_message.Message):
     name: _builtins.str
     """The topic's name."""
     @_builtins.property
-    def partitions(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___ShareRequestPartition]:
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ShareRequestPartition]:
         """The partitions."""
 
     def __init__(
@@ -2278,9 +1937,7 @@ class ShareFetchRequest(_message.Message):
         """Added to the session (epoch 0: the session's)."""
 
     @_builtins.property
-    def forgotten_topics(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___ShareForgottenTopic]:
+    def forgotten_topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___ShareForgottenTopic]:
         """Removed from the session."""
 
     def __init__(
@@ -2297,24 +1954,7 @@ class ShareFetchRequest(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "forgotten_topics",
-        b"forgotten_topics",
-        "group_id",
-        b"group_id",
-        "max_bytes",
-        b"max_bytes",
-        "max_records",
-        b"max_records",
-        "max_wait_ms",
-        b"max_wait_ms",
-        "member_id",
-        b"member_id",
-        "share_session_epoch",
-        b"share_session_epoch",
-        "topics",
-        b"topics",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["forgotten_topics", b"forgotten_topics", "group_id", b"group_id", "max_bytes", b"max_bytes", "max_records", b"max_records", "max_wait_ms", b"max_wait_ms", "member_id", b"member_id", "share_session_epoch", b"share_session_epoch", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2344,14 +1984,7 @@ class ShareAcquiredRecords(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "delivery_count",
-        b"delivery_count",
-        "first_offset",
-        b"first_offset",
-        "last_offset",
-        b"last_offset",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delivery_count", b"delivery_count", "first_offset", b"first_offset", "last_offset", b"last_offset"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2389,9 +2022,7 @@ class ShareFetchPartitionResponse(_message.Message):
     records: _builtins.bytes
     """The whole batches holding an acquired record."""
     @_builtins.property
-    def acquired_records(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___ShareAcquiredRecords]:
+    def acquired_records(self) -> _containers.RepeatedCompositeFieldContainer[Global___ShareAcquiredRecords]:
         """Which of those records are acquired for this member."""
 
     def __init__(
@@ -2409,26 +2040,7 @@ class ShareFetchPartitionResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "acknowledge_error_code",
-        b"acknowledge_error_code",
-        "acknowledge_error_message",
-        b"acknowledge_error_message",
-        "acquired_records",
-        b"acquired_records",
-        "error_code",
-        b"error_code",
-        "error_message",
-        b"error_message",
-        "leader_epoch",
-        b"leader_epoch",
-        "leader_id",
-        b"leader_id",
-        "partition",
-        b"partition",
-        "records",
-        b"records",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acknowledge_error_code", b"acknowledge_error_code", "acknowledge_error_message", b"acknowledge_error_message", "acquired_records", b"acquired_records", "error_code", b"error_code", "error_message", b"error_message", "leader_epoch", b"leader_epoch", "leader_id", b"leader_id", "partition", b"partition", "records", b"records"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2445,9 +2057,7 @@ class ShareFetchTopicResponse(_message.Message):
     name: _builtins.str
     """The topic's name."""
     @_builtins.property
-    def partitions(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___ShareFetchPartitionResponse]:
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ShareFetchPartitionResponse]:
         """The partitions' answers."""
 
     def __init__(
@@ -2483,9 +2093,7 @@ class ShareFetchResponse(_message.Message):
     acquisition_lock_timeout_ms: _builtins.int
     """Acquired records return to the group after this many ms without an acknowledgement."""
     @_builtins.property
-    def topics(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___ShareFetchTopicResponse]:
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___ShareFetchTopicResponse]:
         """The topics' answers."""
 
     def __init__(
@@ -2498,16 +2106,7 @@ class ShareFetchResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "acquisition_lock_timeout_ms",
-        b"acquisition_lock_timeout_ms",
-        "error_code",
-        b"error_code",
-        "error_message",
-        b"error_message",
-        "topics",
-        b"topics",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acquisition_lock_timeout_ms", b"acquisition_lock_timeout_ms", "error_code", b"error_code", "error_message", b"error_message", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2543,16 +2142,7 @@ class ShareAcknowledgeRequest(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "group_id",
-        b"group_id",
-        "member_id",
-        b"member_id",
-        "share_session_epoch",
-        b"share_session_epoch",
-        "topics",
-        b"topics",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id", "member_id", b"member_id", "share_session_epoch", b"share_session_epoch", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2590,18 +2180,7 @@ class ShareAcknowledgePartitionResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "error_code",
-        b"error_code",
-        "error_message",
-        b"error_message",
-        "leader_epoch",
-        b"leader_epoch",
-        "leader_id",
-        b"leader_id",
-        "partition",
-        b"partition",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "leader_epoch", b"leader_epoch", "leader_id", b"leader_id", "partition", b"partition"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2618,9 +2197,7 @@ class ShareAcknowledgeTopicResponse(_message.Message):
     name: _builtins.str
     """The topic's name."""
     @_builtins.property
-    def partitions(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___ShareAcknowledgePartitionResponse]:
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ShareAcknowledgePartitionResponse]:
         """The partitions' outcomes."""
 
     def __init__(
@@ -2651,9 +2228,7 @@ class ShareAcknowledgeResponse(_message.Message):
     error_message: _builtins.str
     """A human-readable reason with a non-zero error_code."""
     @_builtins.property
-    def topics(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___ShareAcknowledgeTopicResponse]:
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___ShareAcknowledgeTopicResponse]:
         """The topics' outcomes."""
 
     def __init__(
@@ -2665,9 +2240,7 @@ class ShareAcknowledgeResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "error_code", b"error_code", "error_message", b"error_message", "topics", b"topics"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -28,6 +28,7 @@ else:
 _T = _typing.TypeVar("_T")
 
 class _MaybeAsyncIterator(_abc.AsyncIterator[_T], _abc.Iterator[_T], metaclass=_abc_1.ABCMeta): ...
+
 class _ServicerContext(_grpc.ServicerContext, _aio.ServicerContext):  # type: ignore[misc, type-arg]
     ...
 
@@ -58,62 +59,44 @@ class BrokerServiceStub:
     FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, TOPIC_AUTHORIZATION_FAILED; request-level:
     STALE_BROKER_EPOCH (followers).
     """
-    ListOffsets: _grpc.UnaryUnaryMultiCallable[
-        _broker_pb2.ListOffsetsRequest, _broker_pb2.ListOffsetsResponse
-    ]
+    ListOffsets: _grpc.UnaryUnaryMultiCallable[_broker_pb2.ListOffsetsRequest, _broker_pb2.ListOffsetsResponse]
     """Kafka's ListOffsets (API key 2): offsets by time, earliest or latest. Errors per partition:
     NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, FENCED_LEADER_EPOCH,
     OFFSET_NOT_AVAILABLE.
     """
-    Metadata: _grpc.UnaryUnaryMultiCallable[
-        _broker_pb2.MetadataRequest, _broker_pb2.MetadataResponse
-    ]
+    Metadata: _grpc.UnaryUnaryMultiCallable[_broker_pb2.MetadataRequest, _broker_pb2.MetadataResponse]
     """Kafka's Metadata (API key 3): brokers, topics, partitions and their leaders. Errors per
     topic: UNKNOWN_TOPIC_OR_PARTITION, TOPIC_AUTHORIZATION_FAILED.
     """
-    InitProducerId: _grpc.UnaryUnaryMultiCallable[
-        _broker_pb2.InitProducerIdRequest, _broker_pb2.InitProducerIdResponse
-    ]
+    InitProducerId: _grpc.UnaryUnaryMultiCallable[_broker_pb2.InitProducerIdRequest, _broker_pb2.InitProducerIdResponse]
     """Kafka's InitProducerId (API key 22): a producer id and epoch for an idempotent or (sent to
     the transaction coordinator) transactional producer. Errors: NOT_COORDINATOR,
     COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTIONS, INVALID_PRODUCER_EPOCH,
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
     """
-    WriteTxnMarkers: _grpc.UnaryUnaryMultiCallable[
-        _broker_pb2.WriteTxnMarkersRequest, _broker_pb2.WriteTxnMarkersResponse
-    ]
+    WriteTxnMarkers: _grpc.UnaryUnaryMultiCallable[_broker_pb2.WriteTxnMarkersRequest, _broker_pb2.WriteTxnMarkersResponse]
     """Kafka's WriteTxnMarkers (API key 27): the transaction coordinator writes COMMIT/ABORT
     markers at partition leaders. Errors per partition: NOT_LEADER_OR_FOLLOWER,
     TRANSACTION_COORDINATOR_FENCED, CLUSTER_AUTHORIZATION_FAILED.
     """
-    DescribeProducers: _grpc.UnaryUnaryMultiCallable[
-        _broker_pb2.DescribeProducersRequest, _broker_pb2.DescribeProducersResponse
-    ]
+    DescribeProducers: _grpc.UnaryUnaryMultiCallable[_broker_pb2.DescribeProducersRequest, _broker_pb2.DescribeProducersResponse]
     """Kafka's DescribeProducers (API key 61, KIP-664): producer states at partition leaders.
     Errors per partition: NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION.
     """
-    DeleteRecords: _grpc.UnaryUnaryMultiCallable[
-        _broker_pb2.DeleteRecordsRequest, _broker_pb2.DeleteRecordsResponse
-    ]
+    DeleteRecords: _grpc.UnaryUnaryMultiCallable[_broker_pb2.DeleteRecordsRequest, _broker_pb2.DeleteRecordsResponse]
     """Kafka's DeleteRecords (API key 21): move log start offsets forward. Errors per partition:
     NOT_LEADER_OR_FOLLOWER, OFFSET_OUT_OF_RANGE, REQUEST_TIMED_OUT, POLICY_VIOLATION.
     """
-    OffsetForLeaderEpoch: _grpc.UnaryUnaryMultiCallable[
-        _broker_pb2.OffsetForLeaderEpochRequest, _broker_pb2.OffsetForLeaderEpochResponse
-    ]
+    OffsetForLeaderEpoch: _grpc.UnaryUnaryMultiCallable[_broker_pb2.OffsetForLeaderEpochRequest, _broker_pb2.OffsetForLeaderEpochResponse]
     """Kafka's OffsetForLeaderEpoch (API key 23): where an epoch ends, to detect a truncated log.
     Errors per partition: NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH.
     """
-    ShareFetch: _grpc.UnaryUnaryMultiCallable[
-        _broker_pb2.ShareFetchRequest, _broker_pb2.ShareFetchResponse
-    ]
+    ShareFetch: _grpc.UnaryUnaryMultiCallable[_broker_pb2.ShareFetchRequest, _broker_pb2.ShareFetchResponse]
     """Kafka's ShareFetch (API key 78, KIP-932): acquire records for a share group member (and
     acknowledge earlier ones). Errors: INVALID_SHARE_SESSION_EPOCH, SHARE_SESSION_NOT_FOUND,
     per partition NOT_LEADER_OR_FOLLOWER, INVALID_RECORD_STATE.
     """
-    ShareAcknowledge: _grpc.UnaryUnaryMultiCallable[
-        _broker_pb2.ShareAcknowledgeRequest, _broker_pb2.ShareAcknowledgeResponse
-    ]
+    ShareAcknowledge: _grpc.UnaryUnaryMultiCallable[_broker_pb2.ShareAcknowledgeRequest, _broker_pb2.ShareAcknowledgeResponse]
     """Kafka's ShareAcknowledge (API key 79): accept, release or reject acquired records. Errors:
     INVALID_SHARE_SESSION_EPOCH, SHARE_SESSION_NOT_FOUND, per partition INVALID_RECORD_STATE.
     """
@@ -140,62 +123,44 @@ class BrokerServiceAsyncStub(BrokerServiceStub):
     FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, TOPIC_AUTHORIZATION_FAILED; request-level:
     STALE_BROKER_EPOCH (followers).
     """
-    ListOffsets: _aio.UnaryUnaryMultiCallable[
-        _broker_pb2.ListOffsetsRequest, _broker_pb2.ListOffsetsResponse
-    ]  # type: ignore[assignment]
+    ListOffsets: _aio.UnaryUnaryMultiCallable[_broker_pb2.ListOffsetsRequest, _broker_pb2.ListOffsetsResponse]  # type: ignore[assignment]
     """Kafka's ListOffsets (API key 2): offsets by time, earliest or latest. Errors per partition:
     NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, FENCED_LEADER_EPOCH,
     OFFSET_NOT_AVAILABLE.
     """
-    Metadata: _aio.UnaryUnaryMultiCallable[
-        _broker_pb2.MetadataRequest, _broker_pb2.MetadataResponse
-    ]  # type: ignore[assignment]
+    Metadata: _aio.UnaryUnaryMultiCallable[_broker_pb2.MetadataRequest, _broker_pb2.MetadataResponse]  # type: ignore[assignment]
     """Kafka's Metadata (API key 3): brokers, topics, partitions and their leaders. Errors per
     topic: UNKNOWN_TOPIC_OR_PARTITION, TOPIC_AUTHORIZATION_FAILED.
     """
-    InitProducerId: _aio.UnaryUnaryMultiCallable[
-        _broker_pb2.InitProducerIdRequest, _broker_pb2.InitProducerIdResponse
-    ]  # type: ignore[assignment]
+    InitProducerId: _aio.UnaryUnaryMultiCallable[_broker_pb2.InitProducerIdRequest, _broker_pb2.InitProducerIdResponse]  # type: ignore[assignment]
     """Kafka's InitProducerId (API key 22): a producer id and epoch for an idempotent or (sent to
     the transaction coordinator) transactional producer. Errors: NOT_COORDINATOR,
     COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTIONS, INVALID_PRODUCER_EPOCH,
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
     """
-    WriteTxnMarkers: _aio.UnaryUnaryMultiCallable[
-        _broker_pb2.WriteTxnMarkersRequest, _broker_pb2.WriteTxnMarkersResponse
-    ]  # type: ignore[assignment]
+    WriteTxnMarkers: _aio.UnaryUnaryMultiCallable[_broker_pb2.WriteTxnMarkersRequest, _broker_pb2.WriteTxnMarkersResponse]  # type: ignore[assignment]
     """Kafka's WriteTxnMarkers (API key 27): the transaction coordinator writes COMMIT/ABORT
     markers at partition leaders. Errors per partition: NOT_LEADER_OR_FOLLOWER,
     TRANSACTION_COORDINATOR_FENCED, CLUSTER_AUTHORIZATION_FAILED.
     """
-    DescribeProducers: _aio.UnaryUnaryMultiCallable[
-        _broker_pb2.DescribeProducersRequest, _broker_pb2.DescribeProducersResponse
-    ]  # type: ignore[assignment]
+    DescribeProducers: _aio.UnaryUnaryMultiCallable[_broker_pb2.DescribeProducersRequest, _broker_pb2.DescribeProducersResponse]  # type: ignore[assignment]
     """Kafka's DescribeProducers (API key 61, KIP-664): producer states at partition leaders.
     Errors per partition: NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION.
     """
-    DeleteRecords: _aio.UnaryUnaryMultiCallable[
-        _broker_pb2.DeleteRecordsRequest, _broker_pb2.DeleteRecordsResponse
-    ]  # type: ignore[assignment]
+    DeleteRecords: _aio.UnaryUnaryMultiCallable[_broker_pb2.DeleteRecordsRequest, _broker_pb2.DeleteRecordsResponse]  # type: ignore[assignment]
     """Kafka's DeleteRecords (API key 21): move log start offsets forward. Errors per partition:
     NOT_LEADER_OR_FOLLOWER, OFFSET_OUT_OF_RANGE, REQUEST_TIMED_OUT, POLICY_VIOLATION.
     """
-    OffsetForLeaderEpoch: _aio.UnaryUnaryMultiCallable[
-        _broker_pb2.OffsetForLeaderEpochRequest, _broker_pb2.OffsetForLeaderEpochResponse
-    ]  # type: ignore[assignment]
+    OffsetForLeaderEpoch: _aio.UnaryUnaryMultiCallable[_broker_pb2.OffsetForLeaderEpochRequest, _broker_pb2.OffsetForLeaderEpochResponse]  # type: ignore[assignment]
     """Kafka's OffsetForLeaderEpoch (API key 23): where an epoch ends, to detect a truncated log.
     Errors per partition: NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH.
     """
-    ShareFetch: _aio.UnaryUnaryMultiCallable[
-        _broker_pb2.ShareFetchRequest, _broker_pb2.ShareFetchResponse
-    ]  # type: ignore[assignment]
+    ShareFetch: _aio.UnaryUnaryMultiCallable[_broker_pb2.ShareFetchRequest, _broker_pb2.ShareFetchResponse]  # type: ignore[assignment]
     """Kafka's ShareFetch (API key 78, KIP-932): acquire records for a share group member (and
     acknowledge earlier ones). Errors: INVALID_SHARE_SESSION_EPOCH, SHARE_SESSION_NOT_FOUND,
     per partition NOT_LEADER_OR_FOLLOWER, INVALID_RECORD_STATE.
     """
-    ShareAcknowledge: _aio.UnaryUnaryMultiCallable[
-        _broker_pb2.ShareAcknowledgeRequest, _broker_pb2.ShareAcknowledgeResponse
-    ]  # type: ignore[assignment]
+    ShareAcknowledge: _aio.UnaryUnaryMultiCallable[_broker_pb2.ShareAcknowledgeRequest, _broker_pb2.ShareAcknowledgeResponse]  # type: ignore[assignment]
     """Kafka's ShareAcknowledge (API key 79): accept, release or reject acquired records. Errors:
     INVALID_SHARE_SESSION_EPOCH, SHARE_SESSION_NOT_FOUND, per partition INVALID_RECORD_STATE.
     """
@@ -237,9 +202,7 @@ class BrokerServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _broker_pb2.ListOffsetsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _broker_pb2.ListOffsetsResponse, _abc.Awaitable[_broker_pb2.ListOffsetsResponse]
-    ]:
+    ) -> _typing.Union[_broker_pb2.ListOffsetsResponse, _abc.Awaitable[_broker_pb2.ListOffsetsResponse]]:
         """Kafka's ListOffsets (API key 2): offsets by time, earliest or latest. Errors per partition:
         NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, FENCED_LEADER_EPOCH,
         OFFSET_NOT_AVAILABLE.
@@ -260,9 +223,7 @@ class BrokerServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _broker_pb2.InitProducerIdRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _broker_pb2.InitProducerIdResponse, _abc.Awaitable[_broker_pb2.InitProducerIdResponse]
-    ]:
+    ) -> _typing.Union[_broker_pb2.InitProducerIdResponse, _abc.Awaitable[_broker_pb2.InitProducerIdResponse]]:
         """Kafka's InitProducerId (API key 22): a producer id and epoch for an idempotent or (sent to
         the transaction coordinator) transactional producer. Errors: NOT_COORDINATOR,
         COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTIONS, INVALID_PRODUCER_EPOCH,
@@ -274,9 +235,7 @@ class BrokerServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _broker_pb2.WriteTxnMarkersRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _broker_pb2.WriteTxnMarkersResponse, _abc.Awaitable[_broker_pb2.WriteTxnMarkersResponse]
-    ]:
+    ) -> _typing.Union[_broker_pb2.WriteTxnMarkersResponse, _abc.Awaitable[_broker_pb2.WriteTxnMarkersResponse]]:
         """Kafka's WriteTxnMarkers (API key 27): the transaction coordinator writes COMMIT/ABORT
         markers at partition leaders. Errors per partition: NOT_LEADER_OR_FOLLOWER,
         TRANSACTION_COORDINATOR_FENCED, CLUSTER_AUTHORIZATION_FAILED.
@@ -287,9 +246,7 @@ class BrokerServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _broker_pb2.DescribeProducersRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _broker_pb2.DescribeProducersResponse, _abc.Awaitable[_broker_pb2.DescribeProducersResponse]
-    ]:
+    ) -> _typing.Union[_broker_pb2.DescribeProducersResponse, _abc.Awaitable[_broker_pb2.DescribeProducersResponse]]:
         """Kafka's DescribeProducers (API key 61, KIP-664): producer states at partition leaders.
         Errors per partition: NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION.
         """
@@ -299,9 +256,7 @@ class BrokerServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _broker_pb2.DeleteRecordsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _broker_pb2.DeleteRecordsResponse, _abc.Awaitable[_broker_pb2.DeleteRecordsResponse]
-    ]:
+    ) -> _typing.Union[_broker_pb2.DeleteRecordsResponse, _abc.Awaitable[_broker_pb2.DeleteRecordsResponse]]:
         """Kafka's DeleteRecords (API key 21): move log start offsets forward. Errors per partition:
         NOT_LEADER_OR_FOLLOWER, OFFSET_OUT_OF_RANGE, REQUEST_TIMED_OUT, POLICY_VIOLATION.
         """
@@ -311,10 +266,7 @@ class BrokerServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _broker_pb2.OffsetForLeaderEpochRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _broker_pb2.OffsetForLeaderEpochResponse,
-        _abc.Awaitable[_broker_pb2.OffsetForLeaderEpochResponse],
-    ]:
+    ) -> _typing.Union[_broker_pb2.OffsetForLeaderEpochResponse, _abc.Awaitable[_broker_pb2.OffsetForLeaderEpochResponse]]:
         """Kafka's OffsetForLeaderEpoch (API key 23): where an epoch ends, to detect a truncated log.
         Errors per partition: NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH.
         """
@@ -324,9 +276,7 @@ class BrokerServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _broker_pb2.ShareFetchRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _broker_pb2.ShareFetchResponse, _abc.Awaitable[_broker_pb2.ShareFetchResponse]
-    ]:
+    ) -> _typing.Union[_broker_pb2.ShareFetchResponse, _abc.Awaitable[_broker_pb2.ShareFetchResponse]]:
         """Kafka's ShareFetch (API key 78, KIP-932): acquire records for a share group member (and
         acknowledge earlier ones). Errors: INVALID_SHARE_SESSION_EPOCH, SHARE_SESSION_NOT_FOUND,
         per partition NOT_LEADER_OR_FOLLOWER, INVALID_RECORD_STATE.
@@ -337,13 +287,9 @@ class BrokerServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _broker_pb2.ShareAcknowledgeRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _broker_pb2.ShareAcknowledgeResponse, _abc.Awaitable[_broker_pb2.ShareAcknowledgeResponse]
-    ]:
+    ) -> _typing.Union[_broker_pb2.ShareAcknowledgeResponse, _abc.Awaitable[_broker_pb2.ShareAcknowledgeResponse]]:
         """Kafka's ShareAcknowledge (API key 79): accept, release or reject acquired records. Errors:
         INVALID_SHARE_SESSION_EPOCH, SHARE_SESSION_NOT_FOUND, per partition INVALID_RECORD_STATE.
         """
 
-def add_BrokerServiceServicer_to_server(
-    servicer: BrokerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]
-) -> None: ...
+def add_BrokerServiceServicer_to_server(servicer: BrokerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

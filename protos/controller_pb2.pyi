@@ -32,9 +32,7 @@ class _ElectionType:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
 
-class _ElectionTypeEnumTypeWrapper(
-    _enum_type_wrapper._EnumTypeWrapper[_ElectionType.ValueType], _builtins.type
-):
+class _ElectionTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ElectionType.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     PREFERRED: _ElectionType.ValueType  # 0
     """Move leadership to the preferred (first) replica when it is in the ISR."""
@@ -57,9 +55,7 @@ class _AlterConfigOp:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
 
-class _AlterConfigOpEnumTypeWrapper(
-    _enum_type_wrapper._EnumTypeWrapper[_AlterConfigOp.ValueType], _builtins.type
-):
+class _AlterConfigOpEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AlterConfigOp.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     SET: _AlterConfigOp.ValueType  # 0
     """Set the value."""
@@ -90,9 +86,7 @@ class _ConfigSource:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
 
-class _ConfigSourceEnumTypeWrapper(
-    _enum_type_wrapper._EnumTypeWrapper[_ConfigSource.ValueType], _builtins.type
-):
+class _ConfigSourceEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ConfigSource.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     UNKNOWN_CONFIG: _ConfigSource.ValueType  # 0
     """Kafka's UNKNOWN (0)."""
@@ -159,14 +153,7 @@ class Status(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "controller_address",
-        b"controller_address",
-        "error_code",
-        b"error_code",
-        "error_message",
-        b"error_message",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["controller_address", b"controller_address", "error_code", b"error_code", "error_message", b"error_message"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -233,39 +220,13 @@ class RegisterBrokerRequest(_message.Message):
         static_configs: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         previous_broker_epoch: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal[
-        "_previous_broker_epoch",
-        b"_previous_broker_epoch",
-        "previous_broker_epoch",
-        b"previous_broker_epoch",
-    ]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_previous_broker_epoch", b"_previous_broker_epoch", "previous_broker_epoch", b"previous_broker_epoch"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "_previous_broker_epoch",
-        b"_previous_broker_epoch",
-        "broker_id",
-        b"broker_id",
-        "endpoints",
-        b"endpoints",
-        "incarnation_id",
-        b"incarnation_id",
-        "previous_broker_epoch",
-        b"previous_broker_epoch",
-        "rack",
-        b"rack",
-        "static_configs",
-        b"static_configs",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_previous_broker_epoch", b"_previous_broker_epoch", "broker_id", b"broker_id", "endpoints", b"endpoints", "incarnation_id", b"incarnation_id", "previous_broker_epoch", b"previous_broker_epoch", "rack", b"rack", "static_configs", b"static_configs"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType__previous_broker_epoch: _TypeAlias = _typing.Literal[
-        "previous_broker_epoch"
-    ]  # noqa: Y015
-    _WhichOneofArgType__previous_broker_epoch: _TypeAlias = _typing.Literal[
-        "_previous_broker_epoch", b"_previous_broker_epoch"
-    ]  # noqa: Y015
-    def WhichOneof(
-        self, oneof_group: _WhichOneofArgType__previous_broker_epoch
-    ) -> _WhichOneofReturnType__previous_broker_epoch | None: ...
+    _WhichOneofReturnType__previous_broker_epoch: _TypeAlias = _typing.Literal["previous_broker_epoch"]  # noqa: Y015
+    _WhichOneofArgType__previous_broker_epoch: _TypeAlias = _typing.Literal["_previous_broker_epoch", b"_previous_broker_epoch"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__previous_broker_epoch) -> _WhichOneofReturnType__previous_broker_epoch | None: ...
 
 Global___RegisterBrokerRequest: _TypeAlias = RegisterBrokerRequest  # noqa: Y015
 
@@ -291,9 +252,7 @@ class RegisterBrokerResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "broker_epoch", b"broker_epoch", "status", b"status"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -331,18 +290,7 @@ class BrokerHeartbeatRequest(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "broker_epoch",
-        b"broker_epoch",
-        "broker_id",
-        b"broker_id",
-        "current_metadata_offset",
-        b"current_metadata_offset",
-        "want_fence",
-        b"want_fence",
-        "want_shutdown",
-        b"want_shutdown",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "broker_id", b"broker_id", "current_metadata_offset", b"current_metadata_offset", "want_fence", b"want_fence", "want_shutdown", b"want_shutdown"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -378,16 +326,7 @@ class BrokerHeartbeatResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "is_caught_up",
-        b"is_caught_up",
-        "is_fenced",
-        b"is_fenced",
-        "should_shut_down",
-        b"should_shut_down",
-        "status",
-        b"status",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["is_caught_up", b"is_caught_up", "is_fenced", b"is_fenced", "should_shut_down", b"should_shut_down", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -415,9 +354,7 @@ class ReplicaAssignment(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "broker_ids", b"broker_ids", "partition", b"partition"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_ids", b"broker_ids", "partition", b"partition"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -461,9 +398,7 @@ class CreatableTopic(_message.Message):
     replication_factor: _builtins.int
     """Kafka's `ReplicationFactor`; -1 = default.replication.factor."""
     @_builtins.property
-    def assignments(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaAssignment]:
+    def assignments(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaAssignment]:
         """Explicit replica assignments (then num_partitions and replication_factor are -1)."""
 
     @_builtins.property
@@ -481,18 +416,7 @@ class CreatableTopic(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "assignments",
-        b"assignments",
-        "configs",
-        b"configs",
-        "name",
-        b"name",
-        "num_partitions",
-        b"num_partitions",
-        "replication_factor",
-        b"replication_factor",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignments", b"assignments", "configs", b"configs", "name", b"name", "num_partitions", b"num_partitions", "replication_factor", b"replication_factor"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -520,9 +444,7 @@ class CreateTopicsRequest(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "topics", b"topics", "validate_only", b"validate_only"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["topics", b"topics", "validate_only", b"validate_only"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -566,20 +488,7 @@ class CreatableTopicResult(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "error_code",
-        b"error_code",
-        "error_message",
-        b"error_message",
-        "name",
-        b"name",
-        "num_partitions",
-        b"num_partitions",
-        "replication_factor",
-        b"replication_factor",
-        "topic_id",
-        b"topic_id",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "name", b"name", "num_partitions", b"num_partitions", "replication_factor", b"replication_factor", "topic_id", b"topic_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -667,16 +576,7 @@ class DeletableTopicResult(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "error_code",
-        b"error_code",
-        "error_message",
-        b"error_message",
-        "name",
-        b"name",
-        "topic_id",
-        b"topic_id",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "name", b"name", "topic_id", b"topic_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -726,9 +626,7 @@ class CreatePartitionsTopic(_message.Message):
     count: _builtins.int
     """The new total partition count."""
     @_builtins.property
-    def assignments(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaAssignment]:
+    def assignments(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaAssignment]:
         """Explicit assignments for the new partitions only."""
 
     def __init__(
@@ -740,9 +638,7 @@ class CreatePartitionsTopic(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "assignments", b"assignments", "count", b"count", "name", b"name"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignments", b"assignments", "count", b"count", "name", b"name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -770,9 +666,7 @@ class CreatePartitionsRequest(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "topics", b"topics", "validate_only", b"validate_only"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["topics", b"topics", "validate_only", b"validate_only"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -802,9 +696,7 @@ class TopicResult(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "error_code", b"error_code", "error_message", b"error_message", "name", b"name"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "name", b"name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -922,36 +814,7 @@ class PartitionState(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "adding_replicas",
-        b"adding_replicas",
-        "eligible_leader_replicas",
-        b"eligible_leader_replicas",
-        "error_code",
-        b"error_code",
-        "error_message",
-        b"error_message",
-        "isr",
-        b"isr",
-        "last_known_elr",
-        b"last_known_elr",
-        "leader",
-        b"leader",
-        "leader_epoch",
-        b"leader_epoch",
-        "partition",
-        b"partition",
-        "partition_epoch",
-        b"partition_epoch",
-        "removing_replicas",
-        b"removing_replicas",
-        "replicas",
-        b"replicas",
-        "topic",
-        b"topic",
-        "topic_id",
-        b"topic_id",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adding_replicas", b"adding_replicas", "eligible_leader_replicas", b"eligible_leader_replicas", "error_code", b"error_code", "error_message", b"error_message", "isr", b"isr", "last_known_elr", b"last_known_elr", "leader", b"leader", "leader_epoch", b"leader_epoch", "partition", b"partition", "partition_epoch", b"partition_epoch", "removing_replicas", b"removing_replicas", "replicas", b"replicas", "topic", b"topic", "topic_id", b"topic_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -991,18 +854,7 @@ class AlterPartitionItem(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "leader_epoch",
-        b"leader_epoch",
-        "new_isr",
-        b"new_isr",
-        "partition",
-        b"partition",
-        "partition_epoch",
-        b"partition_epoch",
-        "topic_id",
-        b"topic_id",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["leader_epoch", b"leader_epoch", "new_isr", b"new_isr", "partition", b"partition", "partition_epoch", b"partition_epoch", "topic_id", b"topic_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1022,9 +874,7 @@ class AlterPartitionRequest(_message.Message):
     broker_epoch: _builtins.int
     """The leader's broker epoch."""
     @_builtins.property
-    def partitions(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___AlterPartitionItem]:
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___AlterPartitionItem]:
         """The changes."""
 
     def __init__(
@@ -1036,9 +886,7 @@ class AlterPartitionRequest(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "broker_epoch", b"broker_epoch", "broker_id", b"broker_id", "partitions", b"partitions"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "broker_id", b"broker_id", "partitions", b"partitions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1070,9 +918,7 @@ class AlterPartitionResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "partitions", b"partitions", "status", b"status"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1126,9 +972,7 @@ class ElectLeadersRequest(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "election_type", b"election_type", "partitions", b"partitions"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["election_type", b"election_type", "partitions", b"partitions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1160,9 +1004,7 @@ class ElectLeadersResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "partitions", b"partitions", "status", b"status"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1198,9 +1040,7 @@ class ReassignableTopicPartition(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "cancel", b"cancel", "partition", b"partition", "replicas", b"replicas", "topic", b"topic"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel", b"cancel", "partition", b"partition", "replicas", b"replicas", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1217,9 +1057,7 @@ class AlterPartitionReassignmentsRequest(_message.Message):
     allow_replication_factor_change: _builtins.bool
     """Kafka's `AllowReplicationFactorChange` (KIP-860)."""
     @_builtins.property
-    def partitions(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___ReassignableTopicPartition]:
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReassignableTopicPartition]:
         """The partitions to reassign."""
 
     def __init__(
@@ -1230,12 +1068,7 @@ class AlterPartitionReassignmentsRequest(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "allow_replication_factor_change",
-        b"allow_replication_factor_change",
-        "partitions",
-        b"partitions",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_replication_factor_change", b"allow_replication_factor_change", "partitions", b"partitions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1267,9 +1100,7 @@ class AlterPartitionReassignmentsResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "partitions", b"partitions", "status", b"status"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1323,9 +1154,7 @@ class ListPartitionReassignmentsResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "partitions", b"partitions", "status", b"status"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1355,9 +1184,7 @@ class AlterableConfig(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "name", b"name", "op", b"op", "value", b"value"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "op", b"op", "value", b"value"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1385,9 +1212,7 @@ class ConfigResource(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "resource_name", b"resource_name", "resource_type", b"resource_type"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["resource_name", b"resource_name", "resource_type", b"resource_type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1439,9 +1264,7 @@ class AlterConfigsRequest(_message.Message):
     every other override of it is deleted.
     """
     @_builtins.property
-    def resources(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___AlterConfigsResource]:
+    def resources(self) -> _containers.RepeatedCompositeFieldContainer[Global___AlterConfigsResource]:
         """The resources to change."""
 
     def __init__(
@@ -1453,9 +1276,7 @@ class AlterConfigsRequest(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "replace", b"replace", "resources", b"resources", "validate_only", b"validate_only"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["replace", b"replace", "resources", b"resources", "validate_only", b"validate_only"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1487,9 +1308,7 @@ class ResourceResult(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["resource", b"resource"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "error_code", b"error_code", "error_message", b"error_message", "resource", b"resource"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "resource", b"resource"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1547,19 +1366,13 @@ class DescribeConfigsRequest(_message.Message):
         resources: _abc.Iterable[Global___ConfigResource] | None = ...,
         broker_id: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal[
-        "_broker_id", b"_broker_id", "broker_id", b"broker_id"
-    ]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_broker_id", b"_broker_id", "broker_id", b"broker_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "_broker_id", b"_broker_id", "broker_id", b"broker_id", "resources", b"resources"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_broker_id", b"_broker_id", "broker_id", b"broker_id", "resources", b"resources"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__broker_id: _TypeAlias = _typing.Literal["broker_id"]  # noqa: Y015
     _WhichOneofArgType__broker_id: _TypeAlias = _typing.Literal["_broker_id", b"_broker_id"]  # noqa: Y015
-    def WhichOneof(
-        self, oneof_group: _WhichOneofArgType__broker_id
-    ) -> _WhichOneofReturnType__broker_id | None: ...
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__broker_id) -> _WhichOneofReturnType__broker_id | None: ...
 
 Global___DescribeConfigsRequest: _TypeAlias = DescribeConfigsRequest  # noqa: Y015
 
@@ -1587,9 +1400,7 @@ class ConfigSynonym(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "name", b"name", "source", b"source", "value", b"value"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "source", b"source", "value", b"value"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1629,18 +1440,7 @@ class ConfigEntry(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "is_default",
-        b"is_default",
-        "name",
-        b"name",
-        "source",
-        b"source",
-        "synonyms",
-        b"synonyms",
-        "value",
-        b"value",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["is_default", b"is_default", "name", b"name", "source", b"source", "synonyms", b"synonyms", "value", b"value"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1678,16 +1478,7 @@ class DescribedConfigs(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["resource", b"resource"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "entries",
-        b"entries",
-        "error_code",
-        b"error_code",
-        "error_message",
-        b"error_message",
-        "resource",
-        b"resource",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries", "error_code", b"error_code", "error_message", b"error_message", "resource", b"resource"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1798,9 +1589,7 @@ class CordonBrokerRequest(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "broker_id", b"broker_id", "cordoned", b"cordoned"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_id", b"broker_id", "cordoned", b"cordoned"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1850,9 +1639,7 @@ class AllocateProducerIdsRequest(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "broker_epoch", b"broker_epoch", "broker_id", b"broker_id"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "broker_id", b"broker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1884,14 +1671,7 @@ class AllocateProducerIdsResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "producer_id_len",
-        b"producer_id_len",
-        "producer_id_start",
-        b"producer_id_start",
-        "status",
-        b"status",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["producer_id_len", b"producer_id_len", "producer_id_start", b"producer_id_start", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1956,22 +1736,7 @@ class BrokerDescription(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "broker_epoch",
-        b"broker_epoch",
-        "broker_id",
-        b"broker_id",
-        "cordoned",
-        b"cordoned",
-        "endpoints",
-        b"endpoints",
-        "fenced",
-        b"fenced",
-        "in_controlled_shutdown",
-        b"in_controlled_shutdown",
-        "rack",
-        b"rack",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "broker_id", b"broker_id", "cordoned", b"cordoned", "endpoints", b"endpoints", "fenced", b"fenced", "in_controlled_shutdown", b"in_controlled_shutdown", "rack", b"rack"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2025,22 +1790,7 @@ class DescribeClusterResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "brokers",
-        b"brokers",
-        "cluster_id",
-        b"cluster_id",
-        "controller_address",
-        b"controller_address",
-        "controller_id",
-        b"controller_id",
-        "metadata_offset",
-        b"metadata_offset",
-        "status",
-        b"status",
-        "voters",
-        b"voters",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["brokers", b"brokers", "cluster_id", b"cluster_id", "controller_address", b"controller_address", "controller_id", b"controller_id", "metadata_offset", b"metadata_offset", "status", b"status", "voters", b"voters"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2130,20 +1880,7 @@ class TopicDescription(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "configs",
-        b"configs",
-        "error_code",
-        b"error_code",
-        "error_message",
-        b"error_message",
-        "name",
-        b"name",
-        "partitions",
-        b"partitions",
-        "topic_id",
-        b"topic_id",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["configs", b"configs", "error_code", b"error_code", "error_message", b"error_message", "name", b"name", "partitions", b"partitions", "topic_id", b"topic_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2177,9 +1914,7 @@ class DescribeTopicsResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "metadata_offset", b"metadata_offset", "status", b"status", "topics", b"topics"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["metadata_offset", b"metadata_offset", "status", b"status", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2238,20 +1973,7 @@ class VoterState(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "address",
-        b"address",
-        "connected",
-        b"connected",
-        "lag",
-        b"lag",
-        "match_index",
-        b"match_index",
-        "node_id",
-        b"node_id",
-        "raft_address",
-        b"raft_address",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "connected", b"connected", "lag", b"lag", "match_index", b"match_index", "node_id", b"node_id", "raft_address", b"raft_address"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2281,9 +2003,7 @@ class ObserverState(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "lag", b"lag", "metadata_offset", b"metadata_offset", "node_id", b"node_id"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lag", b"lag", "metadata_offset", b"metadata_offset", "node_id", b"node_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2339,24 +2059,7 @@ class DescribeQuorumResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "commit_index",
-        b"commit_index",
-        "has_quorum",
-        b"has_quorum",
-        "leader_id",
-        b"leader_id",
-        "metadata_offset",
-        b"metadata_offset",
-        "observers",
-        b"observers",
-        "status",
-        b"status",
-        "term",
-        b"term",
-        "voters",
-        b"voters",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commit_index", b"commit_index", "has_quorum", b"has_quorum", "leader_id", b"leader_id", "metadata_offset", b"metadata_offset", "observers", b"observers", "status", b"status", "term", b"term", "voters", b"voters"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2410,9 +2113,7 @@ class RemoveRaftVoterRequest(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "cluster_id", b"cluster_id", "voter_id", b"voter_id"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "voter_id", b"voter_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2470,9 +2171,7 @@ class FetchMetadataRequest(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "from_offset", b"from_offset", "max_wait_ms", b"max_wait_ms"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["from_offset", b"from_offset", "max_wait_ms", b"max_wait_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2534,9 +2233,7 @@ class MetadataUpdate(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["snapshot", b"snapshot"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "high_offset", b"high_offset", "records", b"records", "snapshot", b"snapshot"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["high_offset", b"high_offset", "records", b"records", "snapshot", b"snapshot"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2587,64 +2284,22 @@ class AclFilter(_message.Message):
         operation: _builtins.int = ...,
         permission_type: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal[
-        "_host",
-        b"_host",
-        "_principal",
-        b"_principal",
-        "_resource_name",
-        b"_resource_name",
-        "host",
-        b"host",
-        "principal",
-        b"principal",
-        "resource_name",
-        b"resource_name",
-    ]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_host", b"_host", "_principal", b"_principal", "_resource_name", b"_resource_name", "host", b"host", "principal", b"principal", "resource_name", b"resource_name"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "_host",
-        b"_host",
-        "_principal",
-        b"_principal",
-        "_resource_name",
-        b"_resource_name",
-        "host",
-        b"host",
-        "operation",
-        b"operation",
-        "pattern_type",
-        b"pattern_type",
-        "permission_type",
-        b"permission_type",
-        "principal",
-        b"principal",
-        "resource_name",
-        b"resource_name",
-        "resource_type",
-        b"resource_type",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_host", b"_host", "_principal", b"_principal", "_resource_name", b"_resource_name", "host", b"host", "operation", b"operation", "pattern_type", b"pattern_type", "permission_type", b"permission_type", "principal", b"principal", "resource_name", b"resource_name", "resource_type", b"resource_type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__host: _TypeAlias = _typing.Literal["host"]  # noqa: Y015
     _WhichOneofArgType__host: _TypeAlias = _typing.Literal["_host", b"_host"]  # noqa: Y015
     _WhichOneofReturnType__principal: _TypeAlias = _typing.Literal["principal"]  # noqa: Y015
     _WhichOneofArgType__principal: _TypeAlias = _typing.Literal["_principal", b"_principal"]  # noqa: Y015
     _WhichOneofReturnType__resource_name: _TypeAlias = _typing.Literal["resource_name"]  # noqa: Y015
-    _WhichOneofArgType__resource_name: _TypeAlias = _typing.Literal[
-        "_resource_name", b"_resource_name"
-    ]  # noqa: Y015
+    _WhichOneofArgType__resource_name: _TypeAlias = _typing.Literal["_resource_name", b"_resource_name"]  # noqa: Y015
     @_typing.overload
-    def WhichOneof(
-        self, oneof_group: _WhichOneofArgType__host
-    ) -> _WhichOneofReturnType__host | None: ...
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__host) -> _WhichOneofReturnType__host | None: ...
     @_typing.overload
-    def WhichOneof(
-        self, oneof_group: _WhichOneofArgType__principal
-    ) -> _WhichOneofReturnType__principal | None: ...
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__principal) -> _WhichOneofReturnType__principal | None: ...
     @_typing.overload
-    def WhichOneof(
-        self, oneof_group: _WhichOneofArgType__resource_name
-    ) -> _WhichOneofReturnType__resource_name | None: ...
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__resource_name) -> _WhichOneofReturnType__resource_name | None: ...
 
 Global___AclFilter: _TypeAlias = AclFilter  # noqa: Y015
 
@@ -2656,9 +2311,7 @@ class CreateAclsRequest(_message.Message):
 
     CREATIONS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def creations(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[_metadata_pb2.AclBindingEntry]:
+    def creations(self) -> _containers.RepeatedCompositeFieldContainer[_metadata_pb2.AclBindingEntry]:
         """The ACLs to create."""
 
     def __init__(
@@ -2694,9 +2347,7 @@ class AclOutcome(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "error_code", b"error_code", "error_message", b"error_message"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2770,9 +2421,7 @@ class DeleteAclsFilterResult(_message.Message):
     error_message: _builtins.str
     """A human-readable reason with a non-zero error_code."""
     @_builtins.property
-    def matching_acls(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[_metadata_pb2.AclBindingEntry]:
+    def matching_acls(self) -> _containers.RepeatedCompositeFieldContainer[_metadata_pb2.AclBindingEntry]:
         """The ACLs deleted."""
 
     def __init__(
@@ -2784,14 +2433,7 @@ class DeleteAclsFilterResult(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "error_code",
-        b"error_code",
-        "error_message",
-        b"error_message",
-        "matching_acls",
-        b"matching_acls",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "matching_acls", b"matching_acls"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2810,9 +2452,7 @@ class DeleteAclsResponse(_message.Message):
         """The request's outcome."""
 
     @_builtins.property
-    def filter_results(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___DeleteAclsFilterResult]:
+    def filter_results(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeleteAclsFilterResult]:
         """One per filter, in order."""
 
     def __init__(
@@ -2823,9 +2463,7 @@ class DeleteAclsResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "filter_results", b"filter_results", "status", b"status"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filter_results", b"filter_results", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2943,18 +2581,7 @@ class ScramCredentialUpsertion(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "iterations",
-        b"iterations",
-        "mechanism",
-        b"mechanism",
-        "name",
-        b"name",
-        "salt",
-        b"salt",
-        "salted_password",
-        b"salted_password",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["iterations", b"iterations", "mechanism", b"mechanism", "name", b"name", "salt", b"salt", "salted_password", b"salted_password"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2969,15 +2596,11 @@ class AlterUserScramCredentialsRequest(_message.Message):
     DELETIONS_FIELD_NUMBER: _builtins.int
     UPSERTIONS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def deletions(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___ScramCredentialDeletion]:
+    def deletions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ScramCredentialDeletion]:
         """The credentials to delete."""
 
     @_builtins.property
-    def upsertions(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___ScramCredentialUpsertion]:
+    def upsertions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ScramCredentialUpsertion]:
         """The credentials to set."""
 
     def __init__(
@@ -2988,9 +2611,7 @@ class AlterUserScramCredentialsRequest(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "deletions", b"deletions", "upsertions", b"upsertions"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deletions", b"deletions", "upsertions", b"upsertions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -3022,9 +2643,7 @@ class ScramUserResult(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "error_code", b"error_code", "error_message", b"error_message", "user", b"user"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -3104,9 +2723,7 @@ class ScramCredentialInfo(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "iterations", b"iterations", "mechanism", b"mechanism"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["iterations", b"iterations", "mechanism", b"mechanism"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -3129,9 +2746,7 @@ class DescribeUserScramCredentialsResult(_message.Message):
     error_message: _builtins.str
     """A human-readable reason with a non-zero error_code."""
     @_builtins.property
-    def credential_infos(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___ScramCredentialInfo]:
+    def credential_infos(self) -> _containers.RepeatedCompositeFieldContainer[Global___ScramCredentialInfo]:
         """The user's credentials: never the keys."""
 
     def __init__(
@@ -3144,16 +2759,7 @@ class DescribeUserScramCredentialsResult(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "credential_infos",
-        b"credential_infos",
-        "error_code",
-        b"error_code",
-        "error_message",
-        b"error_message",
-        "user",
-        b"user",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["credential_infos", b"credential_infos", "error_code", b"error_code", "error_message", b"error_message", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -3172,9 +2778,7 @@ class DescribeUserScramCredentialsResponse(_message.Message):
         """The request's outcome."""
 
     @_builtins.property
-    def results(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___DescribeUserScramCredentialsResult]:
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___DescribeUserScramCredentialsResult]:
         """One per user."""
 
     def __init__(
@@ -3215,14 +2819,7 @@ class FeatureUpdate(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "feature",
-        b"feature",
-        "max_version_level",
-        b"max_version_level",
-        "upgrade_type",
-        b"upgrade_type",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["feature", b"feature", "max_version_level", b"max_version_level", "upgrade_type", b"upgrade_type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -3250,9 +2847,7 @@ class UpdateFeaturesRequest(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "updates", b"updates", "validate_only", b"validate_only"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["updates", b"updates", "validate_only", b"validate_only"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -3282,9 +2877,7 @@ class FeatureUpdateResult(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "error_code", b"error_code", "error_message", b"error_message", "feature", b"feature"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "feature", b"feature"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

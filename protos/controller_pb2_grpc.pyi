@@ -27,6 +27,7 @@ else:
 _T = _typing.TypeVar("_T")
 
 class _MaybeAsyncIterator(_abc.AsyncIterator[_T], _abc.Iterator[_T], metaclass=_abc_1.ABCMeta): ...
+
 class _ServicerContext(_grpc.ServicerContext, _aio.ServicerContext):  # type: ignore[misc, type-arg]
     ...
 
@@ -44,150 +45,94 @@ class ControllerServiceStub:
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> ControllerServiceAsyncStub: ...
-    RegisterBroker: _grpc.UnaryUnaryMultiCallable[
-        _controller_pb2.RegisterBrokerRequest, _controller_pb2.RegisterBrokerResponse
-    ]
+    RegisterBroker: _grpc.UnaryUnaryMultiCallable[_controller_pb2.RegisterBrokerRequest, _controller_pb2.RegisterBrokerResponse]
     """Kafka's BrokerRegistration (API key 62): a broker process joins, fenced. Errors:
     DUPLICATE_BROKER_REGISTRATION, INCONSISTENT_CLUSTER_ID.
     """
-    BrokerHeartbeat: _grpc.UnaryUnaryMultiCallable[
-        _controller_pb2.BrokerHeartbeatRequest, _controller_pb2.BrokerHeartbeatResponse
-    ]
+    BrokerHeartbeat: _grpc.UnaryUnaryMultiCallable[_controller_pb2.BrokerHeartbeatRequest, _controller_pb2.BrokerHeartbeatResponse]
     """Kafka's BrokerHeartbeat (API key 63): liveness, unfencing once caught up, controlled
     shutdown. Errors: STALE_BROKER_EPOCH.
     """
-    UnregisterBroker: _grpc.UnaryUnaryMultiCallable[
-        _controller_pb2.UnregisterBrokerRequest, _controller_pb2.UnregisterBrokerResponse
-    ]
+    UnregisterBroker: _grpc.UnaryUnaryMultiCallable[_controller_pb2.UnregisterBrokerRequest, _controller_pb2.UnregisterBrokerResponse]
     """Kafka's UnregisterBroker (API key 64). Errors: BROKER_ID_NOT_REGISTERED, INVALID_REQUEST."""
-    CordonBroker: _grpc.UnaryUnaryMultiCallable[
-        _controller_pb2.CordonBrokerRequest, _controller_pb2.CordonBrokerResponse
-    ]
+    CordonBroker: _grpc.UnaryUnaryMultiCallable[_controller_pb2.CordonBrokerRequest, _controller_pb2.CordonBrokerResponse]
     """Cordon or uncordon a broker (raftlog's). Errors: BROKER_ID_NOT_REGISTERED."""
-    CreateTopics: _grpc.UnaryUnaryMultiCallable[
-        _controller_pb2.CreateTopicsRequest, _controller_pb2.CreateTopicsResponse
-    ]
+    CreateTopics: _grpc.UnaryUnaryMultiCallable[_controller_pb2.CreateTopicsRequest, _controller_pb2.CreateTopicsResponse]
     """Kafka's CreateTopics (API key 19). Errors per topic: TOPIC_ALREADY_EXISTS,
     INVALID_TOPIC_EXCEPTION, INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR, INVALID_CONFIG.
     """
-    DeleteTopics: _grpc.UnaryUnaryMultiCallable[
-        _controller_pb2.DeleteTopicsRequest, _controller_pb2.DeleteTopicsResponse
-    ]
+    DeleteTopics: _grpc.UnaryUnaryMultiCallable[_controller_pb2.DeleteTopicsRequest, _controller_pb2.DeleteTopicsResponse]
     """Kafka's DeleteTopics (API key 20). Errors per topic: UNKNOWN_TOPIC_OR_PARTITION."""
-    CreatePartitions: _grpc.UnaryUnaryMultiCallable[
-        _controller_pb2.CreatePartitionsRequest, _controller_pb2.CreatePartitionsResponse
-    ]
+    CreatePartitions: _grpc.UnaryUnaryMultiCallable[_controller_pb2.CreatePartitionsRequest, _controller_pb2.CreatePartitionsResponse]
     """Kafka's CreatePartitions (API key 37): grow topics. Errors per topic: INVALID_PARTITIONS,
     UNKNOWN_TOPIC_OR_PARTITION, INVALID_REPLICA_ASSIGNMENT.
     """
-    AlterPartition: _grpc.UnaryUnaryMultiCallable[
-        _controller_pb2.AlterPartitionRequest, _controller_pb2.AlterPartitionResponse
-    ]
+    AlterPartition: _grpc.UnaryUnaryMultiCallable[_controller_pb2.AlterPartitionRequest, _controller_pb2.AlterPartitionResponse]
     """Kafka's AlterPartition (API key 56): a leader changes its ISR, compare-and-set on the
     partition epoch. Errors: STALE_BROKER_EPOCH, per partition INVALID_UPDATE_VERSION,
     FENCED_LEADER_EPOCH, INELIGIBLE_REPLICA, UNKNOWN_TOPIC_ID.
     """
-    ElectLeaders: _grpc.UnaryUnaryMultiCallable[
-        _controller_pb2.ElectLeadersRequest, _controller_pb2.ElectLeadersResponse
-    ]
+    ElectLeaders: _grpc.UnaryUnaryMultiCallable[_controller_pb2.ElectLeadersRequest, _controller_pb2.ElectLeadersResponse]
     """Kafka's ElectLeaders (API key 43): preferred or unclean leader election. Errors per
     partition: ELECTION_NOT_NEEDED, PREFERRED_LEADER_NOT_AVAILABLE,
     ELIGIBLE_LEADERS_NOT_AVAILABLE.
     """
-    AlterPartitionReassignments: _grpc.UnaryUnaryMultiCallable[
-        _controller_pb2.AlterPartitionReassignmentsRequest,
-        _controller_pb2.AlterPartitionReassignmentsResponse,
-    ]
+    AlterPartitionReassignments: _grpc.UnaryUnaryMultiCallable[_controller_pb2.AlterPartitionReassignmentsRequest, _controller_pb2.AlterPartitionReassignmentsResponse]
     """Kafka's AlterPartitionReassignments (API key 45, KIP-455). Errors per partition:
     INVALID_REPLICA_ASSIGNMENT, NO_REASSIGNMENT_IN_PROGRESS, UNKNOWN_TOPIC_OR_PARTITION.
     """
-    ListPartitionReassignments: _grpc.UnaryUnaryMultiCallable[
-        _controller_pb2.ListPartitionReassignmentsRequest,
-        _controller_pb2.ListPartitionReassignmentsResponse,
-    ]
+    ListPartitionReassignments: _grpc.UnaryUnaryMultiCallable[_controller_pb2.ListPartitionReassignmentsRequest, _controller_pb2.ListPartitionReassignmentsResponse]
     """Kafka's ListPartitionReassignments (API key 46)."""
-    AlterConfigs: _grpc.UnaryUnaryMultiCallable[
-        _controller_pb2.AlterConfigsRequest, _controller_pb2.AlterConfigsResponse
-    ]
+    AlterConfigs: _grpc.UnaryUnaryMultiCallable[_controller_pb2.AlterConfigsRequest, _controller_pb2.AlterConfigsResponse]
     """Kafka's IncrementalAlterConfigs (API key 44) or, with `replace`, AlterConfigs (33). Errors
     per resource: INVALID_CONFIG, UNKNOWN_TOPIC_OR_PARTITION, INVALID_REQUEST.
     """
-    DescribeConfigs: _grpc.UnaryUnaryMultiCallable[
-        _controller_pb2.DescribeConfigsRequest, _controller_pb2.DescribeConfigsResponse
-    ]
+    DescribeConfigs: _grpc.UnaryUnaryMultiCallable[_controller_pb2.DescribeConfigsRequest, _controller_pb2.DescribeConfigsResponse]
     """Kafka's DescribeConfigs (API key 32). Errors per resource: UNKNOWN_TOPIC_OR_PARTITION."""
-    AllocateProducerIds: _grpc.UnaryUnaryMultiCallable[
-        _controller_pb2.AllocateProducerIdsRequest, _controller_pb2.AllocateProducerIdsResponse
-    ]
+    AllocateProducerIds: _grpc.UnaryUnaryMultiCallable[_controller_pb2.AllocateProducerIdsRequest, _controller_pb2.AllocateProducerIdsResponse]
     """Kafka's AllocateProducerIds (API key 67): a block of producer ids for a broker. Errors:
     STALE_BROKER_EPOCH.
     """
-    DescribeCluster: _grpc.UnaryUnaryMultiCallable[
-        _controller_pb2.DescribeClusterRequest, _controller_pb2.DescribeClusterResponse
-    ]
+    DescribeCluster: _grpc.UnaryUnaryMultiCallable[_controller_pb2.DescribeClusterRequest, _controller_pb2.DescribeClusterResponse]
     """Kafka's DescribeCluster (API key 60): brokers, the active controller, the voters."""
-    DescribeTopics: _grpc.UnaryUnaryMultiCallable[
-        _controller_pb2.DescribeTopicsRequest, _controller_pb2.DescribeTopicsResponse
-    ]
+    DescribeTopics: _grpc.UnaryUnaryMultiCallable[_controller_pb2.DescribeTopicsRequest, _controller_pb2.DescribeTopicsResponse]
     """Topics and partitions from the controller's image (Kafka's DescribeTopicPartitions, 75).
     Errors per topic: UNKNOWN_TOPIC_OR_PARTITION.
     """
-    DescribeQuorum: _grpc.UnaryUnaryMultiCallable[
-        _controller_pb2.DescribeQuorumRequest, _controller_pb2.DescribeQuorumResponse
-    ]
+    DescribeQuorum: _grpc.UnaryUnaryMultiCallable[_controller_pb2.DescribeQuorumRequest, _controller_pb2.DescribeQuorumResponse]
     """Kafka's DescribeQuorum (API key 55): the Raft leader, voters and observers."""
-    AddRaftVoter: _grpc.UnaryUnaryMultiCallable[
-        _controller_pb2.AddRaftVoterRequest, _controller_pb2.RaftVoterResponse
-    ]
+    AddRaftVoter: _grpc.UnaryUnaryMultiCallable[_controller_pb2.AddRaftVoterRequest, _controller_pb2.RaftVoterResponse]
     """buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
     buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
     Kafka's AddRaftVoter (API key 80, KIP-853). Errors: DUPLICATE_VOTER,
     INCONSISTENT_CLUSTER_ID.
     """
-    RemoveRaftVoter: _grpc.UnaryUnaryMultiCallable[
-        _controller_pb2.RemoveRaftVoterRequest, _controller_pb2.RaftVoterResponse
-    ]
+    RemoveRaftVoter: _grpc.UnaryUnaryMultiCallable[_controller_pb2.RemoveRaftVoterRequest, _controller_pb2.RaftVoterResponse]
     """buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
     buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
     Kafka's RemoveRaftVoter (API key 81, KIP-853). Errors: VOTER_NOT_FOUND,
     INCONSISTENT_CLUSTER_ID.
     """
-    FetchMetadata: _grpc.UnaryStreamMultiCallable[
-        _controller_pb2.FetchMetadataRequest, _controller_pb2.MetadataUpdate
-    ]
+    FetchMetadata: _grpc.UnaryStreamMultiCallable[_controller_pb2.FetchMetadataRequest, _controller_pb2.MetadataUpdate]
     """buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
     Follow the metadata log (brokers; served by any controller from its own image): a server
     stream of MetadataUpdate, a whole snapshot first when the caller is too far behind, then
     records as they commit, until max_wait_ms passes with none. A principal without
     CLUSTER_ACTION on the cluster gets the gRPC status PERMISSION_DENIED.
     """
-    CreateAcls: _grpc.UnaryUnaryMultiCallable[
-        _controller_pb2.CreateAclsRequest, _controller_pb2.CreateAclsResponse
-    ]
+    CreateAcls: _grpc.UnaryUnaryMultiCallable[_controller_pb2.CreateAclsRequest, _controller_pb2.CreateAclsResponse]
     """Kafka's CreateAcls (API key 30). Errors: SECURITY_DISABLED, per ACL INVALID_REQUEST."""
-    DeleteAcls: _grpc.UnaryUnaryMultiCallable[
-        _controller_pb2.DeleteAclsRequest, _controller_pb2.DeleteAclsResponse
-    ]
+    DeleteAcls: _grpc.UnaryUnaryMultiCallable[_controller_pb2.DeleteAclsRequest, _controller_pb2.DeleteAclsResponse]
     """Kafka's DeleteAcls (API key 31). Errors: SECURITY_DISABLED."""
-    DescribeAcls: _grpc.UnaryUnaryMultiCallable[
-        _controller_pb2.DescribeAclsRequest, _controller_pb2.DescribeAclsResponse
-    ]
+    DescribeAcls: _grpc.UnaryUnaryMultiCallable[_controller_pb2.DescribeAclsRequest, _controller_pb2.DescribeAclsResponse]
     """Kafka's DescribeAcls (API key 29). Errors: SECURITY_DISABLED."""
-    AlterUserScramCredentials: _grpc.UnaryUnaryMultiCallable[
-        _controller_pb2.AlterUserScramCredentialsRequest,
-        _controller_pb2.AlterUserScramCredentialsResponse,
-    ]
+    AlterUserScramCredentials: _grpc.UnaryUnaryMultiCallable[_controller_pb2.AlterUserScramCredentialsRequest, _controller_pb2.AlterUserScramCredentialsResponse]
     """Kafka's AlterUserScramCredentials (API key 51, KIP-554). Errors per user:
     RESOURCE_NOT_FOUND, UNSUPPORTED_SASL_MECHANISM, UNACCEPTABLE_CREDENTIAL.
     """
-    DescribeUserScramCredentials: _grpc.UnaryUnaryMultiCallable[
-        _controller_pb2.DescribeUserScramCredentialsRequest,
-        _controller_pb2.DescribeUserScramCredentialsResponse,
-    ]
+    DescribeUserScramCredentials: _grpc.UnaryUnaryMultiCallable[_controller_pb2.DescribeUserScramCredentialsRequest, _controller_pb2.DescribeUserScramCredentialsResponse]
     """Kafka's DescribeUserScramCredentials (API key 50). Errors per user: RESOURCE_NOT_FOUND."""
-    UpdateFeatures: _grpc.UnaryUnaryMultiCallable[
-        _controller_pb2.UpdateFeaturesRequest, _controller_pb2.UpdateFeaturesResponse
-    ]
+    UpdateFeatures: _grpc.UnaryUnaryMultiCallable[_controller_pb2.UpdateFeaturesRequest, _controller_pb2.UpdateFeaturesResponse]
     """Kafka's UpdateFeatures (API key 57, KIP-584): finalized feature levels, all or nothing.
     Errors per feature: INVALID_UPDATE_VERSION, FEATURE_UPDATE_FAILED.
     """
@@ -201,150 +146,94 @@ class ControllerServiceAsyncStub(ControllerServiceStub):
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
-    RegisterBroker: _aio.UnaryUnaryMultiCallable[
-        _controller_pb2.RegisterBrokerRequest, _controller_pb2.RegisterBrokerResponse
-    ]  # type: ignore[assignment]
+    RegisterBroker: _aio.UnaryUnaryMultiCallable[_controller_pb2.RegisterBrokerRequest, _controller_pb2.RegisterBrokerResponse]  # type: ignore[assignment]
     """Kafka's BrokerRegistration (API key 62): a broker process joins, fenced. Errors:
     DUPLICATE_BROKER_REGISTRATION, INCONSISTENT_CLUSTER_ID.
     """
-    BrokerHeartbeat: _aio.UnaryUnaryMultiCallable[
-        _controller_pb2.BrokerHeartbeatRequest, _controller_pb2.BrokerHeartbeatResponse
-    ]  # type: ignore[assignment]
+    BrokerHeartbeat: _aio.UnaryUnaryMultiCallable[_controller_pb2.BrokerHeartbeatRequest, _controller_pb2.BrokerHeartbeatResponse]  # type: ignore[assignment]
     """Kafka's BrokerHeartbeat (API key 63): liveness, unfencing once caught up, controlled
     shutdown. Errors: STALE_BROKER_EPOCH.
     """
-    UnregisterBroker: _aio.UnaryUnaryMultiCallable[
-        _controller_pb2.UnregisterBrokerRequest, _controller_pb2.UnregisterBrokerResponse
-    ]  # type: ignore[assignment]
+    UnregisterBroker: _aio.UnaryUnaryMultiCallable[_controller_pb2.UnregisterBrokerRequest, _controller_pb2.UnregisterBrokerResponse]  # type: ignore[assignment]
     """Kafka's UnregisterBroker (API key 64). Errors: BROKER_ID_NOT_REGISTERED, INVALID_REQUEST."""
-    CordonBroker: _aio.UnaryUnaryMultiCallable[
-        _controller_pb2.CordonBrokerRequest, _controller_pb2.CordonBrokerResponse
-    ]  # type: ignore[assignment]
+    CordonBroker: _aio.UnaryUnaryMultiCallable[_controller_pb2.CordonBrokerRequest, _controller_pb2.CordonBrokerResponse]  # type: ignore[assignment]
     """Cordon or uncordon a broker (raftlog's). Errors: BROKER_ID_NOT_REGISTERED."""
-    CreateTopics: _aio.UnaryUnaryMultiCallable[
-        _controller_pb2.CreateTopicsRequest, _controller_pb2.CreateTopicsResponse
-    ]  # type: ignore[assignment]
+    CreateTopics: _aio.UnaryUnaryMultiCallable[_controller_pb2.CreateTopicsRequest, _controller_pb2.CreateTopicsResponse]  # type: ignore[assignment]
     """Kafka's CreateTopics (API key 19). Errors per topic: TOPIC_ALREADY_EXISTS,
     INVALID_TOPIC_EXCEPTION, INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR, INVALID_CONFIG.
     """
-    DeleteTopics: _aio.UnaryUnaryMultiCallable[
-        _controller_pb2.DeleteTopicsRequest, _controller_pb2.DeleteTopicsResponse
-    ]  # type: ignore[assignment]
+    DeleteTopics: _aio.UnaryUnaryMultiCallable[_controller_pb2.DeleteTopicsRequest, _controller_pb2.DeleteTopicsResponse]  # type: ignore[assignment]
     """Kafka's DeleteTopics (API key 20). Errors per topic: UNKNOWN_TOPIC_OR_PARTITION."""
-    CreatePartitions: _aio.UnaryUnaryMultiCallable[
-        _controller_pb2.CreatePartitionsRequest, _controller_pb2.CreatePartitionsResponse
-    ]  # type: ignore[assignment]
+    CreatePartitions: _aio.UnaryUnaryMultiCallable[_controller_pb2.CreatePartitionsRequest, _controller_pb2.CreatePartitionsResponse]  # type: ignore[assignment]
     """Kafka's CreatePartitions (API key 37): grow topics. Errors per topic: INVALID_PARTITIONS,
     UNKNOWN_TOPIC_OR_PARTITION, INVALID_REPLICA_ASSIGNMENT.
     """
-    AlterPartition: _aio.UnaryUnaryMultiCallable[
-        _controller_pb2.AlterPartitionRequest, _controller_pb2.AlterPartitionResponse
-    ]  # type: ignore[assignment]
+    AlterPartition: _aio.UnaryUnaryMultiCallable[_controller_pb2.AlterPartitionRequest, _controller_pb2.AlterPartitionResponse]  # type: ignore[assignment]
     """Kafka's AlterPartition (API key 56): a leader changes its ISR, compare-and-set on the
     partition epoch. Errors: STALE_BROKER_EPOCH, per partition INVALID_UPDATE_VERSION,
     FENCED_LEADER_EPOCH, INELIGIBLE_REPLICA, UNKNOWN_TOPIC_ID.
     """
-    ElectLeaders: _aio.UnaryUnaryMultiCallable[
-        _controller_pb2.ElectLeadersRequest, _controller_pb2.ElectLeadersResponse
-    ]  # type: ignore[assignment]
+    ElectLeaders: _aio.UnaryUnaryMultiCallable[_controller_pb2.ElectLeadersRequest, _controller_pb2.ElectLeadersResponse]  # type: ignore[assignment]
     """Kafka's ElectLeaders (API key 43): preferred or unclean leader election. Errors per
     partition: ELECTION_NOT_NEEDED, PREFERRED_LEADER_NOT_AVAILABLE,
     ELIGIBLE_LEADERS_NOT_AVAILABLE.
     """
-    AlterPartitionReassignments: _aio.UnaryUnaryMultiCallable[
-        _controller_pb2.AlterPartitionReassignmentsRequest,
-        _controller_pb2.AlterPartitionReassignmentsResponse,
-    ]  # type: ignore[assignment]
+    AlterPartitionReassignments: _aio.UnaryUnaryMultiCallable[_controller_pb2.AlterPartitionReassignmentsRequest, _controller_pb2.AlterPartitionReassignmentsResponse]  # type: ignore[assignment]
     """Kafka's AlterPartitionReassignments (API key 45, KIP-455). Errors per partition:
     INVALID_REPLICA_ASSIGNMENT, NO_REASSIGNMENT_IN_PROGRESS, UNKNOWN_TOPIC_OR_PARTITION.
     """
-    ListPartitionReassignments: _aio.UnaryUnaryMultiCallable[
-        _controller_pb2.ListPartitionReassignmentsRequest,
-        _controller_pb2.ListPartitionReassignmentsResponse,
-    ]  # type: ignore[assignment]
+    ListPartitionReassignments: _aio.UnaryUnaryMultiCallable[_controller_pb2.ListPartitionReassignmentsRequest, _controller_pb2.ListPartitionReassignmentsResponse]  # type: ignore[assignment]
     """Kafka's ListPartitionReassignments (API key 46)."""
-    AlterConfigs: _aio.UnaryUnaryMultiCallable[
-        _controller_pb2.AlterConfigsRequest, _controller_pb2.AlterConfigsResponse
-    ]  # type: ignore[assignment]
+    AlterConfigs: _aio.UnaryUnaryMultiCallable[_controller_pb2.AlterConfigsRequest, _controller_pb2.AlterConfigsResponse]  # type: ignore[assignment]
     """Kafka's IncrementalAlterConfigs (API key 44) or, with `replace`, AlterConfigs (33). Errors
     per resource: INVALID_CONFIG, UNKNOWN_TOPIC_OR_PARTITION, INVALID_REQUEST.
     """
-    DescribeConfigs: _aio.UnaryUnaryMultiCallable[
-        _controller_pb2.DescribeConfigsRequest, _controller_pb2.DescribeConfigsResponse
-    ]  # type: ignore[assignment]
+    DescribeConfigs: _aio.UnaryUnaryMultiCallable[_controller_pb2.DescribeConfigsRequest, _controller_pb2.DescribeConfigsResponse]  # type: ignore[assignment]
     """Kafka's DescribeConfigs (API key 32). Errors per resource: UNKNOWN_TOPIC_OR_PARTITION."""
-    AllocateProducerIds: _aio.UnaryUnaryMultiCallable[
-        _controller_pb2.AllocateProducerIdsRequest, _controller_pb2.AllocateProducerIdsResponse
-    ]  # type: ignore[assignment]
+    AllocateProducerIds: _aio.UnaryUnaryMultiCallable[_controller_pb2.AllocateProducerIdsRequest, _controller_pb2.AllocateProducerIdsResponse]  # type: ignore[assignment]
     """Kafka's AllocateProducerIds (API key 67): a block of producer ids for a broker. Errors:
     STALE_BROKER_EPOCH.
     """
-    DescribeCluster: _aio.UnaryUnaryMultiCallable[
-        _controller_pb2.DescribeClusterRequest, _controller_pb2.DescribeClusterResponse
-    ]  # type: ignore[assignment]
+    DescribeCluster: _aio.UnaryUnaryMultiCallable[_controller_pb2.DescribeClusterRequest, _controller_pb2.DescribeClusterResponse]  # type: ignore[assignment]
     """Kafka's DescribeCluster (API key 60): brokers, the active controller, the voters."""
-    DescribeTopics: _aio.UnaryUnaryMultiCallable[
-        _controller_pb2.DescribeTopicsRequest, _controller_pb2.DescribeTopicsResponse
-    ]  # type: ignore[assignment]
+    DescribeTopics: _aio.UnaryUnaryMultiCallable[_controller_pb2.DescribeTopicsRequest, _controller_pb2.DescribeTopicsResponse]  # type: ignore[assignment]
     """Topics and partitions from the controller's image (Kafka's DescribeTopicPartitions, 75).
     Errors per topic: UNKNOWN_TOPIC_OR_PARTITION.
     """
-    DescribeQuorum: _aio.UnaryUnaryMultiCallable[
-        _controller_pb2.DescribeQuorumRequest, _controller_pb2.DescribeQuorumResponse
-    ]  # type: ignore[assignment]
+    DescribeQuorum: _aio.UnaryUnaryMultiCallable[_controller_pb2.DescribeQuorumRequest, _controller_pb2.DescribeQuorumResponse]  # type: ignore[assignment]
     """Kafka's DescribeQuorum (API key 55): the Raft leader, voters and observers."""
-    AddRaftVoter: _aio.UnaryUnaryMultiCallable[
-        _controller_pb2.AddRaftVoterRequest, _controller_pb2.RaftVoterResponse
-    ]  # type: ignore[assignment]
+    AddRaftVoter: _aio.UnaryUnaryMultiCallable[_controller_pb2.AddRaftVoterRequest, _controller_pb2.RaftVoterResponse]  # type: ignore[assignment]
     """buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
     buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
     Kafka's AddRaftVoter (API key 80, KIP-853). Errors: DUPLICATE_VOTER,
     INCONSISTENT_CLUSTER_ID.
     """
-    RemoveRaftVoter: _aio.UnaryUnaryMultiCallable[
-        _controller_pb2.RemoveRaftVoterRequest, _controller_pb2.RaftVoterResponse
-    ]  # type: ignore[assignment]
+    RemoveRaftVoter: _aio.UnaryUnaryMultiCallable[_controller_pb2.RemoveRaftVoterRequest, _controller_pb2.RaftVoterResponse]  # type: ignore[assignment]
     """buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
     buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
     Kafka's RemoveRaftVoter (API key 81, KIP-853). Errors: VOTER_NOT_FOUND,
     INCONSISTENT_CLUSTER_ID.
     """
-    FetchMetadata: _aio.UnaryStreamMultiCallable[
-        _controller_pb2.FetchMetadataRequest, _controller_pb2.MetadataUpdate
-    ]  # type: ignore[assignment]
+    FetchMetadata: _aio.UnaryStreamMultiCallable[_controller_pb2.FetchMetadataRequest, _controller_pb2.MetadataUpdate]  # type: ignore[assignment]
     """buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
     Follow the metadata log (brokers; served by any controller from its own image): a server
     stream of MetadataUpdate, a whole snapshot first when the caller is too far behind, then
     records as they commit, until max_wait_ms passes with none. A principal without
     CLUSTER_ACTION on the cluster gets the gRPC status PERMISSION_DENIED.
     """
-    CreateAcls: _aio.UnaryUnaryMultiCallable[
-        _controller_pb2.CreateAclsRequest, _controller_pb2.CreateAclsResponse
-    ]  # type: ignore[assignment]
+    CreateAcls: _aio.UnaryUnaryMultiCallable[_controller_pb2.CreateAclsRequest, _controller_pb2.CreateAclsResponse]  # type: ignore[assignment]
     """Kafka's CreateAcls (API key 30). Errors: SECURITY_DISABLED, per ACL INVALID_REQUEST."""
-    DeleteAcls: _aio.UnaryUnaryMultiCallable[
-        _controller_pb2.DeleteAclsRequest, _controller_pb2.DeleteAclsResponse
-    ]  # type: ignore[assignment]
+    DeleteAcls: _aio.UnaryUnaryMultiCallable[_controller_pb2.DeleteAclsRequest, _controller_pb2.DeleteAclsResponse]  # type: ignore[assignment]
     """Kafka's DeleteAcls (API key 31). Errors: SECURITY_DISABLED."""
-    DescribeAcls: _aio.UnaryUnaryMultiCallable[
-        _controller_pb2.DescribeAclsRequest, _controller_pb2.DescribeAclsResponse
-    ]  # type: ignore[assignment]
+    DescribeAcls: _aio.UnaryUnaryMultiCallable[_controller_pb2.DescribeAclsRequest, _controller_pb2.DescribeAclsResponse]  # type: ignore[assignment]
     """Kafka's DescribeAcls (API key 29). Errors: SECURITY_DISABLED."""
-    AlterUserScramCredentials: _aio.UnaryUnaryMultiCallable[
-        _controller_pb2.AlterUserScramCredentialsRequest,
-        _controller_pb2.AlterUserScramCredentialsResponse,
-    ]  # type: ignore[assignment]
+    AlterUserScramCredentials: _aio.UnaryUnaryMultiCallable[_controller_pb2.AlterUserScramCredentialsRequest, _controller_pb2.AlterUserScramCredentialsResponse]  # type: ignore[assignment]
     """Kafka's AlterUserScramCredentials (API key 51, KIP-554). Errors per user:
     RESOURCE_NOT_FOUND, UNSUPPORTED_SASL_MECHANISM, UNACCEPTABLE_CREDENTIAL.
     """
-    DescribeUserScramCredentials: _aio.UnaryUnaryMultiCallable[
-        _controller_pb2.DescribeUserScramCredentialsRequest,
-        _controller_pb2.DescribeUserScramCredentialsResponse,
-    ]  # type: ignore[assignment]
+    DescribeUserScramCredentials: _aio.UnaryUnaryMultiCallable[_controller_pb2.DescribeUserScramCredentialsRequest, _controller_pb2.DescribeUserScramCredentialsResponse]  # type: ignore[assignment]
     """Kafka's DescribeUserScramCredentials (API key 50). Errors per user: RESOURCE_NOT_FOUND."""
-    UpdateFeatures: _aio.UnaryUnaryMultiCallable[
-        _controller_pb2.UpdateFeaturesRequest, _controller_pb2.UpdateFeaturesResponse
-    ]  # type: ignore[assignment]
+    UpdateFeatures: _aio.UnaryUnaryMultiCallable[_controller_pb2.UpdateFeaturesRequest, _controller_pb2.UpdateFeaturesResponse]  # type: ignore[assignment]
     """Kafka's UpdateFeatures (API key 57, KIP-584): finalized feature levels, all or nothing.
     Errors per feature: INVALID_UPDATE_VERSION, FEATURE_UPDATE_FAILED.
     """
@@ -361,10 +250,7 @@ class ControllerServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _controller_pb2.RegisterBrokerRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _controller_pb2.RegisterBrokerResponse,
-        _abc.Awaitable[_controller_pb2.RegisterBrokerResponse],
-    ]:
+    ) -> _typing.Union[_controller_pb2.RegisterBrokerResponse, _abc.Awaitable[_controller_pb2.RegisterBrokerResponse]]:
         """Kafka's BrokerRegistration (API key 62): a broker process joins, fenced. Errors:
         DUPLICATE_BROKER_REGISTRATION, INCONSISTENT_CLUSTER_ID.
         """
@@ -374,10 +260,7 @@ class ControllerServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _controller_pb2.BrokerHeartbeatRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _controller_pb2.BrokerHeartbeatResponse,
-        _abc.Awaitable[_controller_pb2.BrokerHeartbeatResponse],
-    ]:
+    ) -> _typing.Union[_controller_pb2.BrokerHeartbeatResponse, _abc.Awaitable[_controller_pb2.BrokerHeartbeatResponse]]:
         """Kafka's BrokerHeartbeat (API key 63): liveness, unfencing once caught up, controlled
         shutdown. Errors: STALE_BROKER_EPOCH.
         """
@@ -387,10 +270,7 @@ class ControllerServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _controller_pb2.UnregisterBrokerRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _controller_pb2.UnregisterBrokerResponse,
-        _abc.Awaitable[_controller_pb2.UnregisterBrokerResponse],
-    ]:
+    ) -> _typing.Union[_controller_pb2.UnregisterBrokerResponse, _abc.Awaitable[_controller_pb2.UnregisterBrokerResponse]]:
         """Kafka's UnregisterBroker (API key 64). Errors: BROKER_ID_NOT_REGISTERED, INVALID_REQUEST."""
 
     @_abc_1.abstractmethod
@@ -398,9 +278,7 @@ class ControllerServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _controller_pb2.CordonBrokerRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _controller_pb2.CordonBrokerResponse, _abc.Awaitable[_controller_pb2.CordonBrokerResponse]
-    ]:
+    ) -> _typing.Union[_controller_pb2.CordonBrokerResponse, _abc.Awaitable[_controller_pb2.CordonBrokerResponse]]:
         """Cordon or uncordon a broker (raftlog's). Errors: BROKER_ID_NOT_REGISTERED."""
 
     @_abc_1.abstractmethod
@@ -408,9 +286,7 @@ class ControllerServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _controller_pb2.CreateTopicsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _controller_pb2.CreateTopicsResponse, _abc.Awaitable[_controller_pb2.CreateTopicsResponse]
-    ]:
+    ) -> _typing.Union[_controller_pb2.CreateTopicsResponse, _abc.Awaitable[_controller_pb2.CreateTopicsResponse]]:
         """Kafka's CreateTopics (API key 19). Errors per topic: TOPIC_ALREADY_EXISTS,
         INVALID_TOPIC_EXCEPTION, INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR, INVALID_CONFIG.
         """
@@ -420,9 +296,7 @@ class ControllerServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _controller_pb2.DeleteTopicsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _controller_pb2.DeleteTopicsResponse, _abc.Awaitable[_controller_pb2.DeleteTopicsResponse]
-    ]:
+    ) -> _typing.Union[_controller_pb2.DeleteTopicsResponse, _abc.Awaitable[_controller_pb2.DeleteTopicsResponse]]:
         """Kafka's DeleteTopics (API key 20). Errors per topic: UNKNOWN_TOPIC_OR_PARTITION."""
 
     @_abc_1.abstractmethod
@@ -430,10 +304,7 @@ class ControllerServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _controller_pb2.CreatePartitionsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _controller_pb2.CreatePartitionsResponse,
-        _abc.Awaitable[_controller_pb2.CreatePartitionsResponse],
-    ]:
+    ) -> _typing.Union[_controller_pb2.CreatePartitionsResponse, _abc.Awaitable[_controller_pb2.CreatePartitionsResponse]]:
         """Kafka's CreatePartitions (API key 37): grow topics. Errors per topic: INVALID_PARTITIONS,
         UNKNOWN_TOPIC_OR_PARTITION, INVALID_REPLICA_ASSIGNMENT.
         """
@@ -443,10 +314,7 @@ class ControllerServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _controller_pb2.AlterPartitionRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _controller_pb2.AlterPartitionResponse,
-        _abc.Awaitable[_controller_pb2.AlterPartitionResponse],
-    ]:
+    ) -> _typing.Union[_controller_pb2.AlterPartitionResponse, _abc.Awaitable[_controller_pb2.AlterPartitionResponse]]:
         """Kafka's AlterPartition (API key 56): a leader changes its ISR, compare-and-set on the
         partition epoch. Errors: STALE_BROKER_EPOCH, per partition INVALID_UPDATE_VERSION,
         FENCED_LEADER_EPOCH, INELIGIBLE_REPLICA, UNKNOWN_TOPIC_ID.
@@ -457,9 +325,7 @@ class ControllerServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _controller_pb2.ElectLeadersRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _controller_pb2.ElectLeadersResponse, _abc.Awaitable[_controller_pb2.ElectLeadersResponse]
-    ]:
+    ) -> _typing.Union[_controller_pb2.ElectLeadersResponse, _abc.Awaitable[_controller_pb2.ElectLeadersResponse]]:
         """Kafka's ElectLeaders (API key 43): preferred or unclean leader election. Errors per
         partition: ELECTION_NOT_NEEDED, PREFERRED_LEADER_NOT_AVAILABLE,
         ELIGIBLE_LEADERS_NOT_AVAILABLE.
@@ -470,10 +336,7 @@ class ControllerServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _controller_pb2.AlterPartitionReassignmentsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _controller_pb2.AlterPartitionReassignmentsResponse,
-        _abc.Awaitable[_controller_pb2.AlterPartitionReassignmentsResponse],
-    ]:
+    ) -> _typing.Union[_controller_pb2.AlterPartitionReassignmentsResponse, _abc.Awaitable[_controller_pb2.AlterPartitionReassignmentsResponse]]:
         """Kafka's AlterPartitionReassignments (API key 45, KIP-455). Errors per partition:
         INVALID_REPLICA_ASSIGNMENT, NO_REASSIGNMENT_IN_PROGRESS, UNKNOWN_TOPIC_OR_PARTITION.
         """
@@ -483,10 +346,7 @@ class ControllerServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _controller_pb2.ListPartitionReassignmentsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _controller_pb2.ListPartitionReassignmentsResponse,
-        _abc.Awaitable[_controller_pb2.ListPartitionReassignmentsResponse],
-    ]:
+    ) -> _typing.Union[_controller_pb2.ListPartitionReassignmentsResponse, _abc.Awaitable[_controller_pb2.ListPartitionReassignmentsResponse]]:
         """Kafka's ListPartitionReassignments (API key 46)."""
 
     @_abc_1.abstractmethod
@@ -494,9 +354,7 @@ class ControllerServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _controller_pb2.AlterConfigsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _controller_pb2.AlterConfigsResponse, _abc.Awaitable[_controller_pb2.AlterConfigsResponse]
-    ]:
+    ) -> _typing.Union[_controller_pb2.AlterConfigsResponse, _abc.Awaitable[_controller_pb2.AlterConfigsResponse]]:
         """Kafka's IncrementalAlterConfigs (API key 44) or, with `replace`, AlterConfigs (33). Errors
         per resource: INVALID_CONFIG, UNKNOWN_TOPIC_OR_PARTITION, INVALID_REQUEST.
         """
@@ -506,10 +364,7 @@ class ControllerServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _controller_pb2.DescribeConfigsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _controller_pb2.DescribeConfigsResponse,
-        _abc.Awaitable[_controller_pb2.DescribeConfigsResponse],
-    ]:
+    ) -> _typing.Union[_controller_pb2.DescribeConfigsResponse, _abc.Awaitable[_controller_pb2.DescribeConfigsResponse]]:
         """Kafka's DescribeConfigs (API key 32). Errors per resource: UNKNOWN_TOPIC_OR_PARTITION."""
 
     @_abc_1.abstractmethod
@@ -517,10 +372,7 @@ class ControllerServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _controller_pb2.AllocateProducerIdsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _controller_pb2.AllocateProducerIdsResponse,
-        _abc.Awaitable[_controller_pb2.AllocateProducerIdsResponse],
-    ]:
+    ) -> _typing.Union[_controller_pb2.AllocateProducerIdsResponse, _abc.Awaitable[_controller_pb2.AllocateProducerIdsResponse]]:
         """Kafka's AllocateProducerIds (API key 67): a block of producer ids for a broker. Errors:
         STALE_BROKER_EPOCH.
         """
@@ -530,10 +382,7 @@ class ControllerServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _controller_pb2.DescribeClusterRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _controller_pb2.DescribeClusterResponse,
-        _abc.Awaitable[_controller_pb2.DescribeClusterResponse],
-    ]:
+    ) -> _typing.Union[_controller_pb2.DescribeClusterResponse, _abc.Awaitable[_controller_pb2.DescribeClusterResponse]]:
         """Kafka's DescribeCluster (API key 60): brokers, the active controller, the voters."""
 
     @_abc_1.abstractmethod
@@ -541,10 +390,7 @@ class ControllerServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _controller_pb2.DescribeTopicsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _controller_pb2.DescribeTopicsResponse,
-        _abc.Awaitable[_controller_pb2.DescribeTopicsResponse],
-    ]:
+    ) -> _typing.Union[_controller_pb2.DescribeTopicsResponse, _abc.Awaitable[_controller_pb2.DescribeTopicsResponse]]:
         """Topics and partitions from the controller's image (Kafka's DescribeTopicPartitions, 75).
         Errors per topic: UNKNOWN_TOPIC_OR_PARTITION.
         """
@@ -554,10 +400,7 @@ class ControllerServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _controller_pb2.DescribeQuorumRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _controller_pb2.DescribeQuorumResponse,
-        _abc.Awaitable[_controller_pb2.DescribeQuorumResponse],
-    ]:
+    ) -> _typing.Union[_controller_pb2.DescribeQuorumResponse, _abc.Awaitable[_controller_pb2.DescribeQuorumResponse]]:
         """Kafka's DescribeQuorum (API key 55): the Raft leader, voters and observers."""
 
     @_abc_1.abstractmethod
@@ -565,9 +408,7 @@ class ControllerServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _controller_pb2.AddRaftVoterRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _controller_pb2.RaftVoterResponse, _abc.Awaitable[_controller_pb2.RaftVoterResponse]
-    ]:
+    ) -> _typing.Union[_controller_pb2.RaftVoterResponse, _abc.Awaitable[_controller_pb2.RaftVoterResponse]]:
         """buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
         buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
         Kafka's AddRaftVoter (API key 80, KIP-853). Errors: DUPLICATE_VOTER,
@@ -579,9 +420,7 @@ class ControllerServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _controller_pb2.RemoveRaftVoterRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _controller_pb2.RaftVoterResponse, _abc.Awaitable[_controller_pb2.RaftVoterResponse]
-    ]:
+    ) -> _typing.Union[_controller_pb2.RaftVoterResponse, _abc.Awaitable[_controller_pb2.RaftVoterResponse]]:
         """buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
         buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
         Kafka's RemoveRaftVoter (API key 81, KIP-853). Errors: VOTER_NOT_FOUND,
@@ -593,10 +432,7 @@ class ControllerServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _controller_pb2.FetchMetadataRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _abc.Iterator[_controller_pb2.MetadataUpdate],
-        _abc.AsyncIterator[_controller_pb2.MetadataUpdate],
-    ]:
+    ) -> _typing.Union[_abc.Iterator[_controller_pb2.MetadataUpdate], _abc.AsyncIterator[_controller_pb2.MetadataUpdate]]:
         """buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
         Follow the metadata log (brokers; served by any controller from its own image): a server
         stream of MetadataUpdate, a whole snapshot first when the caller is too far behind, then
@@ -609,9 +445,7 @@ class ControllerServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _controller_pb2.CreateAclsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _controller_pb2.CreateAclsResponse, _abc.Awaitable[_controller_pb2.CreateAclsResponse]
-    ]:
+    ) -> _typing.Union[_controller_pb2.CreateAclsResponse, _abc.Awaitable[_controller_pb2.CreateAclsResponse]]:
         """Kafka's CreateAcls (API key 30). Errors: SECURITY_DISABLED, per ACL INVALID_REQUEST."""
 
     @_abc_1.abstractmethod
@@ -619,9 +453,7 @@ class ControllerServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _controller_pb2.DeleteAclsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _controller_pb2.DeleteAclsResponse, _abc.Awaitable[_controller_pb2.DeleteAclsResponse]
-    ]:
+    ) -> _typing.Union[_controller_pb2.DeleteAclsResponse, _abc.Awaitable[_controller_pb2.DeleteAclsResponse]]:
         """Kafka's DeleteAcls (API key 31). Errors: SECURITY_DISABLED."""
 
     @_abc_1.abstractmethod
@@ -629,9 +461,7 @@ class ControllerServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _controller_pb2.DescribeAclsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _controller_pb2.DescribeAclsResponse, _abc.Awaitable[_controller_pb2.DescribeAclsResponse]
-    ]:
+    ) -> _typing.Union[_controller_pb2.DescribeAclsResponse, _abc.Awaitable[_controller_pb2.DescribeAclsResponse]]:
         """Kafka's DescribeAcls (API key 29). Errors: SECURITY_DISABLED."""
 
     @_abc_1.abstractmethod
@@ -639,10 +469,7 @@ class ControllerServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _controller_pb2.AlterUserScramCredentialsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _controller_pb2.AlterUserScramCredentialsResponse,
-        _abc.Awaitable[_controller_pb2.AlterUserScramCredentialsResponse],
-    ]:
+    ) -> _typing.Union[_controller_pb2.AlterUserScramCredentialsResponse, _abc.Awaitable[_controller_pb2.AlterUserScramCredentialsResponse]]:
         """Kafka's AlterUserScramCredentials (API key 51, KIP-554). Errors per user:
         RESOURCE_NOT_FOUND, UNSUPPORTED_SASL_MECHANISM, UNACCEPTABLE_CREDENTIAL.
         """
@@ -652,10 +479,7 @@ class ControllerServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _controller_pb2.DescribeUserScramCredentialsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _controller_pb2.DescribeUserScramCredentialsResponse,
-        _abc.Awaitable[_controller_pb2.DescribeUserScramCredentialsResponse],
-    ]:
+    ) -> _typing.Union[_controller_pb2.DescribeUserScramCredentialsResponse, _abc.Awaitable[_controller_pb2.DescribeUserScramCredentialsResponse]]:
         """Kafka's DescribeUserScramCredentials (API key 50). Errors per user: RESOURCE_NOT_FOUND."""
 
     @_abc_1.abstractmethod
@@ -663,14 +487,9 @@ class ControllerServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _controller_pb2.UpdateFeaturesRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _controller_pb2.UpdateFeaturesResponse,
-        _abc.Awaitable[_controller_pb2.UpdateFeaturesResponse],
-    ]:
+    ) -> _typing.Union[_controller_pb2.UpdateFeaturesResponse, _abc.Awaitable[_controller_pb2.UpdateFeaturesResponse]]:
         """Kafka's UpdateFeatures (API key 57, KIP-584): finalized feature levels, all or nothing.
         Errors per feature: INVALID_UPDATE_VERSION, FEATURE_UPDATE_FAILED.
         """
 
-def add_ControllerServiceServicer_to_server(
-    servicer: ControllerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]
-) -> None: ...
+def add_ControllerServiceServicer_to_server(servicer: ControllerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

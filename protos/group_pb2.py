@@ -4,165 +4,168 @@
 # source: protos/group.proto
 # Protobuf Python Version: 7.35.1
 """Generated protocol buffer code."""
-
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import descriptor_pool as _descriptor_pool
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
-
 _runtime_version.ValidateProtobufRuntimeVersion(
-    _runtime_version.Domain.PUBLIC, 7, 35, 1, "", "protos/group.proto"
+    _runtime_version.Domain.PUBLIC,
+    7,
+    35,
+    1,
+    '',
+    'protos/group.proto'
 )
 # @@protoc_insertion_point(imports)
 
 _sym_db = _symbol_database.Default()
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(
-    b'\n\x12protos/group.proto\x12\x10raftlog.group.v1"4\n\x0fTopicPartitions\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\x05"=\n\x16\x46indCoordinatorRequest\x12\x11\n\tgroup_ids\x18\x01 \x03(\t\x12\x10\n\x08key_type\x18\x02 \x01(\x05"w\n\x0b\x43oordinator\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x0f\n\x07node_id\x18\x02 \x01(\x05\x12\x0c\n\x04host\x18\x03 \x01(\t\x12\x0c\n\x04port\x18\x04 \x01(\x05\x12\x12\n\nerror_code\x18\x05 \x01(\x05\x12\x15\n\rerror_message\x18\x06 \x01(\t"N\n\x17\x46indCoordinatorResponse\x12\x33\n\x0c\x63oordinators\x18\x01 \x03(\x0b\x32\x1d.raftlog.group.v1.Coordinator"\x1b\n\nTopicNames\x12\r\n\x05names\x18\x01 \x03(\t"D\n\x0fOwnedPartitions\x12\x31\n\x06topics\x18\x01 \x03(\x0b\x32!.raftlog.group.v1.TopicPartitions"\xe9\x02\n\x1d\x43onsumerGroupHeartbeatRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\t\x12\x14\n\x0cmember_epoch\x18\x03 \x01(\x05\x12\x1c\n\x14rebalance_timeout_ms\x18\x04 \x01(\x05\x12<\n\x16subscribed_topic_names\x18\x05 \x01(\x0b\x32\x1c.raftlog.group.v1.TopicNames\x12#\n\x16subscribed_topic_regex\x18\x06 \x01(\tH\x00\x88\x01\x01\x12\x30\n\x05owned\x18\x07 \x01(\x0b\x32!.raftlog.group.v1.OwnedPartitions\x12\x11\n\tclient_id\x18\x08 \x01(\t\x12\x17\n\x0fserver_assignor\x18\t \x01(\t\x12\x13\n\x0binstance_id\x18\n \x01(\tB\x19\n\x17_subscribed_topic_regex"\xca\x01\n\x1e\x43onsumerGroupHeartbeatResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x11\n\tmember_id\x18\x03 \x01(\t\x12\x14\n\x0cmember_epoch\x18\x04 \x01(\x05\x12\x1d\n\x15heartbeat_interval_ms\x18\x05 \x01(\x05\x12\x35\n\nassignment\x18\x06 \x01(\x0b\x32!.raftlog.group.v1.OwnedPartitions"v\n\x15OffsetCommitPartition\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x18\n\x10\x63ommitted_offset\x18\x02 \x01(\x03\x12\x1e\n\x16\x63ommitted_leader_epoch\x18\x03 \x01(\x05\x12\x10\n\x08metadata\x18\x04 \x01(\t"^\n\x11OffsetCommitTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12;\n\npartitions\x18\x02 \x03(\x0b\x32\'.raftlog.group.v1.OffsetCommitPartition"\xa0\x01\n\x13OffsetCommitRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\t\x12\x14\n\x0cmember_epoch\x18\x03 \x01(\x05\x12\x33\n\x06topics\x18\x04 \x03(\x0b\x32#.raftlog.group.v1.OffsetCommitTopic\x12\x19\n\x11group_instance_id\x18\x05 \x01(\t"]\n\x1dOffsetCommitPartitionResponse\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x12\n\nerror_code\x18\x02 \x01(\x05\x12\x15\n\rerror_message\x18\x03 \x01(\t"n\n\x19OffsetCommitTopicResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x43\n\npartitions\x18\x02 \x03(\x0b\x32/.raftlog.group.v1.OffsetCommitPartitionResponse"~\n\x14OffsetCommitResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12;\n\x06topics\x18\x03 \x03(\x0b\x32+.raftlog.group.v1.OffsetCommitTopicResponse"q\n\x12OffsetFetchRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x31\n\x06topics\x18\x02 \x03(\x0b\x32!.raftlog.group.v1.TopicPartitions\x12\x16\n\x0erequire_stable\x18\x03 \x01(\x08"\xae\x01\n\x1cOffsetFetchPartitionResponse\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x18\n\x10\x63ommitted_offset\x18\x02 \x01(\x03\x12\x1e\n\x16\x63ommitted_leader_epoch\x18\x03 \x01(\x05\x12\x10\n\x08metadata\x18\x04 \x01(\t\x12\x12\n\nerror_code\x18\x05 \x01(\x05\x12\x1b\n\x13\x63ommit_timestamp_ms\x18\x06 \x01(\x03"l\n\x18OffsetFetchTopicResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x42\n\npartitions\x18\x02 \x03(\x0b\x32..raftlog.group.v1.OffsetFetchPartitionResponse"|\n\x13OffsetFetchResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12:\n\x06topics\x18\x03 \x03(\x0b\x32*.raftlog.group.v1.OffsetFetchTopicResponse"\xeb\x01\n\x16TxnOffsetCommitRequest\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x10\n\x08group_id\x18\x02 \x01(\t\x12\x13\n\x0bproducer_id\x18\x03 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x04 \x01(\x05\x12\x15\n\rgeneration_id\x18\x05 \x01(\x05\x12\x11\n\tmember_id\x18\x06 \x01(\t\x12\x19\n\x11group_instance_id\x18\x07 \x01(\t\x12\x33\n\x06topics\x18\x08 \x03(\x0b\x32#.raftlog.group.v1.OffsetCommitTopic"*\n\x11ListGroupsRequest\x12\x15\n\rstates_filter\x18\x01 \x03(\t"B\n\x0bListedGroup\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\x12\n\ngroup_type\x18\x03 \x01(\t"W\n\x12ListGroupsResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12-\n\x06groups\x18\x02 \x03(\x0b\x32\x1d.raftlog.group.v1.ListedGroup"*\n\x15\x44\x65scribeGroupsRequest\x12\x11\n\tgroup_ids\x18\x01 \x03(\t"\x80\x03\n\x0f\x44\x65scribedMember\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x11\n\tclient_id\x18\x02 \x01(\t\x12\x14\n\x0cmember_epoch\x18\x03 \x01(\x05\x12\r\n\x05state\x18\x04 \x01(\t\x12\x1e\n\x16subscribed_topic_names\x18\x05 \x03(\t\x12\x1e\n\x16subscribed_topic_regex\x18\x06 \x01(\t\x12\x35\n\nassignment\x18\x07 \x03(\x0b\x32!.raftlog.group.v1.TopicPartitions\x12<\n\x11target_assignment\x18\x08 \x03(\x0b\x32!.raftlog.group.v1.TopicPartitions\x12=\n\x12pending_revocation\x18\t \x03(\x0b\x32!.raftlog.group.v1.TopicPartitions\x12\x13\n\x0b\x63lient_host\x18\n \x01(\t\x12\x19\n\x11group_instance_id\x18\x0b \x01(\t"\xfd\x01\n\x0e\x44\x65scribedGroup\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x10\n\x08group_id\x18\x03 \x01(\t\x12\r\n\x05state\x18\x04 \x01(\t\x12\x13\n\x0bgroup_epoch\x18\x05 \x01(\x05\x12\x18\n\x10\x61ssignment_epoch\x18\x06 \x01(\x05\x12\x10\n\x08\x61ssignor\x18\x07 \x01(\t\x12\x32\n\x07members\x18\x08 \x03(\x0b\x32!.raftlog.group.v1.DescribedMember\x12\x16\n\x0e\x63oordinator_id\x18\t \x01(\x05\x12\x12\n\ngroup_type\x18\n \x01(\t"J\n\x16\x44\x65scribeGroupsResponse\x12\x30\n\x06groups\x18\x01 \x03(\x0b\x32 .raftlog.group.v1.DescribedGroup"(\n\x13\x44\x65leteGroupsRequest\x12\x11\n\tgroup_ids\x18\x01 \x03(\t"K\n\x0c\x44\x65letedGroup\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x12\n\nerror_code\x18\x02 \x01(\x05\x12\x15\n\rerror_message\x18\x03 \x01(\t"G\n\x14\x44\x65leteGroupsResponse\x12/\n\x07results\x18\x01 \x03(\x0b\x32\x1e.raftlog.group.v1.DeletedGroup"Z\n\x13OffsetDeleteRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x31\n\x06topics\x18\x02 \x03(\x0b\x32!.raftlog.group.v1.TopicPartitions"]\n\x1dOffsetDeletePartitionResponse\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x12\n\nerror_code\x18\x02 \x01(\x05\x12\x15\n\rerror_message\x18\x03 \x01(\t"n\n\x19OffsetDeleteTopicResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x43\n\npartitions\x18\x02 \x03(\x0b\x32/.raftlog.group.v1.OffsetDeletePartitionResponse"~\n\x14OffsetDeleteResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12;\n\x06topics\x18\x03 \x03(\x0b\x32+.raftlog.group.v1.OffsetDeleteTopicResponse"\xdf\x01\n\x1aShareGroupHeartbeatRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\t\x12\x14\n\x0cmember_epoch\x18\x03 \x01(\x05\x12\x14\n\x07rack_id\x18\x04 \x01(\tH\x00\x88\x01\x01\x12<\n\x16subscribed_topic_names\x18\x05 \x01(\x0b\x32\x1c.raftlog.group.v1.TopicNames\x12\x11\n\tclient_id\x18\x06 \x01(\t\x12\x13\n\x0b\x63lient_host\x18\x07 \x01(\tB\n\n\x08_rack_id"\xdf\x01\n\x1bShareGroupHeartbeatResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x11\n\tmember_id\x18\x03 \x01(\t\x12\x14\n\x0cmember_epoch\x18\x04 \x01(\x05\x12\x1d\n\x15heartbeat_interval_ms\x18\x05 \x01(\x05\x12\x35\n\nassignment\x18\x06 \x01(\x0b\x32!.raftlog.group.v1.OwnedPartitions\x12\x16\n\x0ehas_assignment\x18\x07 \x01(\x08".\n\x19ShareGroupDescribeRequest\x12\x11\n\tgroup_ids\x18\x01 \x03(\t"\xcf\x01\n\x14\x44\x65scribedShareMember\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x0f\n\x07rack_id\x18\x02 \x01(\t\x12\x14\n\x0cmember_epoch\x18\x03 \x01(\x05\x12\x11\n\tclient_id\x18\x04 \x01(\t\x12\x13\n\x0b\x63lient_host\x18\x05 \x01(\t\x12\x1e\n\x16subscribed_topic_names\x18\x06 \x03(\t\x12\x35\n\nassignment\x18\x07 \x03(\x0b\x32!.raftlog.group.v1.TopicPartitions"\xdb\x01\n\x13\x44\x65scribedShareGroup\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x10\n\x08group_id\x18\x03 \x01(\t\x12\r\n\x05state\x18\x04 \x01(\t\x12\x13\n\x0bgroup_epoch\x18\x05 \x01(\x05\x12\x18\n\x10\x61ssignment_epoch\x18\x06 \x01(\x05\x12\x10\n\x08\x61ssignor\x18\x07 \x01(\t\x12\x37\n\x07members\x18\x08 \x03(\x0b\x32&.raftlog.group.v1.DescribedShareMember"S\n\x1aShareGroupDescribeResponse\x12\x35\n\x06groups\x18\x01 \x03(\x0b\x32%.raftlog.group.v1.DescribedShareGroup"3\n\x11JoinGroupProtocol\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08metadata\x18\x02 \x01(\x0c"\xee\x01\n\x10JoinGroupRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\t\x12\x19\n\x11group_instance_id\x18\x03 \x01(\t\x12\x1a\n\x12session_timeout_ms\x18\x04 \x01(\x05\x12\x1c\n\x14rebalance_timeout_ms\x18\x05 \x01(\x05\x12\x15\n\rprotocol_type\x18\x06 \x01(\t\x12\x36\n\tprotocols\x18\x07 \x03(\x0b\x32#.raftlog.group.v1.JoinGroupProtocol\x12\x11\n\tclient_id\x18\x08 \x01(\t"Q\n\x0fJoinGroupMember\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x19\n\x11group_instance_id\x18\x02 \x01(\t\x12\x10\n\x08metadata\x18\x03 \x01(\x0c"\xda\x01\n\x11JoinGroupResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x15\n\rgeneration_id\x18\x03 \x01(\x05\x12\x15\n\rprotocol_type\x18\x04 \x01(\t\x12\x15\n\rprotocol_name\x18\x05 \x01(\t\x12\x0e\n\x06leader\x18\x06 \x01(\t\x12\x11\n\tmember_id\x18\x07 \x01(\t\x12\x32\n\x07members\x18\x08 \x03(\x0b\x32!.raftlog.group.v1.JoinGroupMember"<\n\x13SyncGroupAssignment\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x12\n\nassignment\x18\x02 \x01(\x0c"\xd3\x01\n\x10SyncGroupRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x15\n\rgeneration_id\x18\x02 \x01(\x05\x12\x11\n\tmember_id\x18\x03 \x01(\t\x12\x19\n\x11group_instance_id\x18\x04 \x01(\t\x12\x15\n\rprotocol_type\x18\x05 \x01(\t\x12\x15\n\rprotocol_name\x18\x06 \x01(\t\x12:\n\x0b\x61ssignments\x18\x07 \x03(\x0b\x32%.raftlog.group.v1.SyncGroupAssignment"\x80\x01\n\x11SyncGroupResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x15\n\rprotocol_type\x18\x03 \x01(\t\x12\x15\n\rprotocol_name\x18\x04 \x01(\t\x12\x12\n\nassignment\x18\x05 \x01(\x0c"i\n\x10HeartbeatRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x15\n\rgeneration_id\x18\x02 \x01(\x05\x12\x11\n\tmember_id\x18\x03 \x01(\t\x12\x19\n\x11group_instance_id\x18\x04 \x01(\t">\n\x11HeartbeatResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t"@\n\x10LeaveGroupMember\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x19\n\x11group_instance_id\x18\x02 \x01(\t"s\n\x18LeaveGroupMemberResponse\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x19\n\x11group_instance_id\x18\x02 \x01(\t\x12\x12\n\nerror_code\x18\x03 \x01(\x05\x12\x15\n\rerror_message\x18\x04 \x01(\t"Z\n\x11LeaveGroupRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x33\n\x07members\x18\x02 \x03(\x0b\x32".raftlog.group.v1.LeaveGroupMember"|\n\x12LeaveGroupResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12;\n\x07members\x18\x03 \x03(\x0b\x32*.raftlog.group.v1.LeaveGroupMemberResponse"\x88\x01\n\x0eGroupRecordKey\x12/\n\x04type\x18\x01 \x01(\x0e\x32!.raftlog.group.v1.GroupRecordType\x12\x10\n\x08group_id\x18\x02 \x01(\t\x12\x11\n\tmember_id\x18\x03 \x01(\t\x12\r\n\x05topic\x18\x04 \x01(\t\x12\x11\n\tpartition\x18\x05 \x01(\x05"h\n\x11OffsetCommitValue\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x14\n\x0cleader_epoch\x18\x02 \x01(\x05\x12\x10\n\x08metadata\x18\x03 \x01(\t\x12\x1b\n\x13\x63ommit_timestamp_ms\x18\x04 \x01(\x03";\n\x12GroupMetadataValue\x12\r\n\x05\x65poch\x18\x01 \x01(\x05\x12\x16\n\x0e\x65mpty_since_ms\x18\x02 \x01(\x03"\xaf\x01\n\x19SubscriptionMetadataValue\x12Z\n\x10partition_counts\x18\x01 \x03(\x0b\x32@.raftlog.group.v1.SubscriptionMetadataValue.PartitionCountsEntry\x1a\x36\n\x14PartitionCountsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01"\xb4\x01\n\x13MemberMetadataValue\x12\x11\n\tclient_id\x18\x01 \x01(\t\x12\x1e\n\x16subscribed_topic_names\x18\x02 \x03(\t\x12\x1e\n\x16subscribed_topic_regex\x18\x03 \x01(\t\x12\x1c\n\x14rebalance_timeout_ms\x18\x04 \x01(\x05\x12\x17\n\x0fserver_assignor\x18\x05 \x01(\t\x12\x13\n\x0binstance_id\x18\x06 \x01(\t"s\n\x18ShareMemberMetadataValue\x12\x11\n\tclient_id\x18\x01 \x01(\t\x12\x13\n\x0b\x63lient_host\x18\x02 \x01(\t\x12\x0f\n\x07rack_id\x18\x03 \x01(\t\x12\x1e\n\x16subscribed_topic_names\x18\x04 \x03(\t"_\n%ShareGroupStatePartitionMetadataValue\x12\x36\n\x0binitialized\x18\x01 \x03(\x0b\x32!.raftlog.group.v1.TopicPartitions"9\n\x1dTargetAssignmentMetadataValue\x12\x18\n\x10\x61ssignment_epoch\x18\x01 \x01(\x05"T\n\x1bTargetAssignmentMemberValue\x12\x35\n\npartitions\x18\x01 \x03(\x0b\x32!.raftlog.group.v1.TopicPartitions"\xd6\x01\n\x1c\x43urrentMemberAssignmentValue\x12\x14\n\x0cmember_epoch\x18\x01 \x01(\x05\x12\x1d\n\x15previous_member_epoch\x18\x02 \x01(\x05\x12\r\n\x05state\x18\x03 \x01(\x05\x12\x33\n\x08\x61ssigned\x18\x04 \x03(\x0b\x32!.raftlog.group.v1.TopicPartitions\x12=\n\x12pending_revocation\x18\x05 \x03(\x0b\x32!.raftlog.group.v1.TopicPartitions"\xce\x01\n\x12\x43lassicMemberValue\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x19\n\x11group_instance_id\x18\x02 \x01(\t\x12\x11\n\tclient_id\x18\x03 \x01(\t\x12\x13\n\x0b\x63lient_host\x18\x04 \x01(\t\x12\x1a\n\x12session_timeout_ms\x18\x05 \x01(\x05\x12\x1c\n\x14rebalance_timeout_ms\x18\x06 \x01(\x05\x12\x14\n\x0csubscription\x18\x07 \x01(\x0c\x12\x12\n\nassignment\x18\x08 \x01(\x0c"\xb4\x01\n\x11\x43lassicGroupValue\x12\x15\n\rprotocol_type\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x05\x12\x15\n\rprotocol_name\x18\x03 \x01(\t\x12\x0e\n\x06leader\x18\x04 \x01(\t\x12\x16\n\x0e\x65mpty_since_ms\x18\x05 \x01(\x03\x12\x35\n\x07members\x18\x06 \x03(\x0b\x32$.raftlog.group.v1.ClassicMemberValue*\xfa\x03\n\x0fGroupRecordType\x12\x1c\n\x18GROUP_RECORD_UNSPECIFIED\x10\x00\x12\x11\n\rOFFSET_COMMIT\x10\x01\x12\x12\n\x0eGROUP_METADATA\x10\x02\x12\x1f\n\x1bGROUP_SUBSCRIPTION_METADATA\x10\x03\x12\x13\n\x0fMEMBER_METADATA\x10\x04\x12\x1e\n\x1aTARGET_ASSIGNMENT_METADATA\x10\x05\x12\x1c\n\x18TARGET_ASSIGNMENT_MEMBER\x10\x06\x12\x1d\n\x19\x43URRENT_MEMBER_ASSIGNMENT\x10\x07\x12\x1a\n\x16\x43LASSIC_GROUP_METADATA\x10\x08\x12\x18\n\x14SHARE_GROUP_METADATA\x10\t\x12%\n!SHARE_GROUP_SUBSCRIPTION_METADATA\x10\n\x12\x19\n\x15SHARE_MEMBER_METADATA\x10\x0b\x12$\n SHARE_TARGET_ASSIGNMENT_METADATA\x10\x0c\x12"\n\x1eSHARE_TARGET_ASSIGNMENT_MEMBER\x10\r\x12#\n\x1fSHARE_CURRENT_MEMBER_ASSIGNMENT\x10\x0e\x12(\n$SHARE_GROUP_STATE_PARTITION_METADATA\x10\x0f\x32\xda\x0b\n\x17GroupCoordinatorService\x12\x66\n\x0f\x46indCoordinator\x12(.raftlog.group.v1.FindCoordinatorRequest\x1a).raftlog.group.v1.FindCoordinatorResponse\x12{\n\x16\x43onsumerGroupHeartbeat\x12/.raftlog.group.v1.ConsumerGroupHeartbeatRequest\x1a\x30.raftlog.group.v1.ConsumerGroupHeartbeatResponse\x12]\n\x0cOffsetCommit\x12%.raftlog.group.v1.OffsetCommitRequest\x1a&.raftlog.group.v1.OffsetCommitResponse\x12Z\n\x0bOffsetFetch\x12$.raftlog.group.v1.OffsetFetchRequest\x1a%.raftlog.group.v1.OffsetFetchResponse\x12\x63\n\x0fTxnOffsetCommit\x12(.raftlog.group.v1.TxnOffsetCommitRequest\x1a&.raftlog.group.v1.OffsetCommitResponse\x12W\n\nListGroups\x12#.raftlog.group.v1.ListGroupsRequest\x1a$.raftlog.group.v1.ListGroupsResponse\x12\x63\n\x0e\x44\x65scribeGroups\x12\'.raftlog.group.v1.DescribeGroupsRequest\x1a(.raftlog.group.v1.DescribeGroupsResponse\x12]\n\x0c\x44\x65leteGroups\x12%.raftlog.group.v1.DeleteGroupsRequest\x1a&.raftlog.group.v1.DeleteGroupsResponse\x12T\n\tJoinGroup\x12".raftlog.group.v1.JoinGroupRequest\x1a#.raftlog.group.v1.JoinGroupResponse\x12T\n\tSyncGroup\x12".raftlog.group.v1.SyncGroupRequest\x1a#.raftlog.group.v1.SyncGroupResponse\x12T\n\tHeartbeat\x12".raftlog.group.v1.HeartbeatRequest\x1a#.raftlog.group.v1.HeartbeatResponse\x12W\n\nLeaveGroup\x12#.raftlog.group.v1.LeaveGroupRequest\x1a$.raftlog.group.v1.LeaveGroupResponse\x12]\n\x0cOffsetDelete\x12%.raftlog.group.v1.OffsetDeleteRequest\x1a&.raftlog.group.v1.OffsetDeleteResponse\x12r\n\x13ShareGroupHeartbeat\x12,.raftlog.group.v1.ShareGroupHeartbeatRequest\x1a-.raftlog.group.v1.ShareGroupHeartbeatResponse\x12o\n\x12ShareGroupDescribe\x12+.raftlog.group.v1.ShareGroupDescribeRequest\x1a,.raftlog.group.v1.ShareGroupDescribeResponseB\x02P\x01\x62\x06proto3'
-)
+
+
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12protos/group.proto\x12\x10raftlog.group.v1\"4\n\x0fTopicPartitions\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\x05\"=\n\x16\x46indCoordinatorRequest\x12\x11\n\tgroup_ids\x18\x01 \x03(\t\x12\x10\n\x08key_type\x18\x02 \x01(\x05\"w\n\x0b\x43oordinator\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x0f\n\x07node_id\x18\x02 \x01(\x05\x12\x0c\n\x04host\x18\x03 \x01(\t\x12\x0c\n\x04port\x18\x04 \x01(\x05\x12\x12\n\nerror_code\x18\x05 \x01(\x05\x12\x15\n\rerror_message\x18\x06 \x01(\t\"N\n\x17\x46indCoordinatorResponse\x12\x33\n\x0c\x63oordinators\x18\x01 \x03(\x0b\x32\x1d.raftlog.group.v1.Coordinator\"\x1b\n\nTopicNames\x12\r\n\x05names\x18\x01 \x03(\t\"D\n\x0fOwnedPartitions\x12\x31\n\x06topics\x18\x01 \x03(\x0b\x32!.raftlog.group.v1.TopicPartitions\"\xe9\x02\n\x1d\x43onsumerGroupHeartbeatRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\t\x12\x14\n\x0cmember_epoch\x18\x03 \x01(\x05\x12\x1c\n\x14rebalance_timeout_ms\x18\x04 \x01(\x05\x12<\n\x16subscribed_topic_names\x18\x05 \x01(\x0b\x32\x1c.raftlog.group.v1.TopicNames\x12#\n\x16subscribed_topic_regex\x18\x06 \x01(\tH\x00\x88\x01\x01\x12\x30\n\x05owned\x18\x07 \x01(\x0b\x32!.raftlog.group.v1.OwnedPartitions\x12\x11\n\tclient_id\x18\x08 \x01(\t\x12\x17\n\x0fserver_assignor\x18\t \x01(\t\x12\x13\n\x0binstance_id\x18\n \x01(\tB\x19\n\x17_subscribed_topic_regex\"\xca\x01\n\x1e\x43onsumerGroupHeartbeatResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x11\n\tmember_id\x18\x03 \x01(\t\x12\x14\n\x0cmember_epoch\x18\x04 \x01(\x05\x12\x1d\n\x15heartbeat_interval_ms\x18\x05 \x01(\x05\x12\x35\n\nassignment\x18\x06 \x01(\x0b\x32!.raftlog.group.v1.OwnedPartitions\"v\n\x15OffsetCommitPartition\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x18\n\x10\x63ommitted_offset\x18\x02 \x01(\x03\x12\x1e\n\x16\x63ommitted_leader_epoch\x18\x03 \x01(\x05\x12\x10\n\x08metadata\x18\x04 \x01(\t\"^\n\x11OffsetCommitTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12;\n\npartitions\x18\x02 \x03(\x0b\x32\'.raftlog.group.v1.OffsetCommitPartition\"\xa0\x01\n\x13OffsetCommitRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\t\x12\x14\n\x0cmember_epoch\x18\x03 \x01(\x05\x12\x33\n\x06topics\x18\x04 \x03(\x0b\x32#.raftlog.group.v1.OffsetCommitTopic\x12\x19\n\x11group_instance_id\x18\x05 \x01(\t\"]\n\x1dOffsetCommitPartitionResponse\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x12\n\nerror_code\x18\x02 \x01(\x05\x12\x15\n\rerror_message\x18\x03 \x01(\t\"n\n\x19OffsetCommitTopicResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x43\n\npartitions\x18\x02 \x03(\x0b\x32/.raftlog.group.v1.OffsetCommitPartitionResponse\"~\n\x14OffsetCommitResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12;\n\x06topics\x18\x03 \x03(\x0b\x32+.raftlog.group.v1.OffsetCommitTopicResponse\"q\n\x12OffsetFetchRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x31\n\x06topics\x18\x02 \x03(\x0b\x32!.raftlog.group.v1.TopicPartitions\x12\x16\n\x0erequire_stable\x18\x03 \x01(\x08\"\xae\x01\n\x1cOffsetFetchPartitionResponse\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x18\n\x10\x63ommitted_offset\x18\x02 \x01(\x03\x12\x1e\n\x16\x63ommitted_leader_epoch\x18\x03 \x01(\x05\x12\x10\n\x08metadata\x18\x04 \x01(\t\x12\x12\n\nerror_code\x18\x05 \x01(\x05\x12\x1b\n\x13\x63ommit_timestamp_ms\x18\x06 \x01(\x03\"l\n\x18OffsetFetchTopicResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x42\n\npartitions\x18\x02 \x03(\x0b\x32..raftlog.group.v1.OffsetFetchPartitionResponse\"|\n\x13OffsetFetchResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12:\n\x06topics\x18\x03 \x03(\x0b\x32*.raftlog.group.v1.OffsetFetchTopicResponse\"\xeb\x01\n\x16TxnOffsetCommitRequest\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x10\n\x08group_id\x18\x02 \x01(\t\x12\x13\n\x0bproducer_id\x18\x03 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x04 \x01(\x05\x12\x15\n\rgeneration_id\x18\x05 \x01(\x05\x12\x11\n\tmember_id\x18\x06 \x01(\t\x12\x19\n\x11group_instance_id\x18\x07 \x01(\t\x12\x33\n\x06topics\x18\x08 \x03(\x0b\x32#.raftlog.group.v1.OffsetCommitTopic\"*\n\x11ListGroupsRequest\x12\x15\n\rstates_filter\x18\x01 \x03(\t\"B\n\x0bListedGroup\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\x12\n\ngroup_type\x18\x03 \x01(\t\"W\n\x12ListGroupsResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12-\n\x06groups\x18\x02 \x03(\x0b\x32\x1d.raftlog.group.v1.ListedGroup\"*\n\x15\x44\x65scribeGroupsRequest\x12\x11\n\tgroup_ids\x18\x01 \x03(\t\"\x80\x03\n\x0f\x44\x65scribedMember\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x11\n\tclient_id\x18\x02 \x01(\t\x12\x14\n\x0cmember_epoch\x18\x03 \x01(\x05\x12\r\n\x05state\x18\x04 \x01(\t\x12\x1e\n\x16subscribed_topic_names\x18\x05 \x03(\t\x12\x1e\n\x16subscribed_topic_regex\x18\x06 \x01(\t\x12\x35\n\nassignment\x18\x07 \x03(\x0b\x32!.raftlog.group.v1.TopicPartitions\x12<\n\x11target_assignment\x18\x08 \x03(\x0b\x32!.raftlog.group.v1.TopicPartitions\x12=\n\x12pending_revocation\x18\t \x03(\x0b\x32!.raftlog.group.v1.TopicPartitions\x12\x13\n\x0b\x63lient_host\x18\n \x01(\t\x12\x19\n\x11group_instance_id\x18\x0b \x01(\t\"\xfd\x01\n\x0e\x44\x65scribedGroup\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x10\n\x08group_id\x18\x03 \x01(\t\x12\r\n\x05state\x18\x04 \x01(\t\x12\x13\n\x0bgroup_epoch\x18\x05 \x01(\x05\x12\x18\n\x10\x61ssignment_epoch\x18\x06 \x01(\x05\x12\x10\n\x08\x61ssignor\x18\x07 \x01(\t\x12\x32\n\x07members\x18\x08 \x03(\x0b\x32!.raftlog.group.v1.DescribedMember\x12\x16\n\x0e\x63oordinator_id\x18\t \x01(\x05\x12\x12\n\ngroup_type\x18\n \x01(\t\"J\n\x16\x44\x65scribeGroupsResponse\x12\x30\n\x06groups\x18\x01 \x03(\x0b\x32 .raftlog.group.v1.DescribedGroup\"(\n\x13\x44\x65leteGroupsRequest\x12\x11\n\tgroup_ids\x18\x01 \x03(\t\"K\n\x0c\x44\x65letedGroup\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x12\n\nerror_code\x18\x02 \x01(\x05\x12\x15\n\rerror_message\x18\x03 \x01(\t\"G\n\x14\x44\x65leteGroupsResponse\x12/\n\x07results\x18\x01 \x03(\x0b\x32\x1e.raftlog.group.v1.DeletedGroup\"Z\n\x13OffsetDeleteRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x31\n\x06topics\x18\x02 \x03(\x0b\x32!.raftlog.group.v1.TopicPartitions\"]\n\x1dOffsetDeletePartitionResponse\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x12\n\nerror_code\x18\x02 \x01(\x05\x12\x15\n\rerror_message\x18\x03 \x01(\t\"n\n\x19OffsetDeleteTopicResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x43\n\npartitions\x18\x02 \x03(\x0b\x32/.raftlog.group.v1.OffsetDeletePartitionResponse\"~\n\x14OffsetDeleteResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12;\n\x06topics\x18\x03 \x03(\x0b\x32+.raftlog.group.v1.OffsetDeleteTopicResponse\"\xdf\x01\n\x1aShareGroupHeartbeatRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\t\x12\x14\n\x0cmember_epoch\x18\x03 \x01(\x05\x12\x14\n\x07rack_id\x18\x04 \x01(\tH\x00\x88\x01\x01\x12<\n\x16subscribed_topic_names\x18\x05 \x01(\x0b\x32\x1c.raftlog.group.v1.TopicNames\x12\x11\n\tclient_id\x18\x06 \x01(\t\x12\x13\n\x0b\x63lient_host\x18\x07 \x01(\tB\n\n\x08_rack_id\"\xdf\x01\n\x1bShareGroupHeartbeatResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x11\n\tmember_id\x18\x03 \x01(\t\x12\x14\n\x0cmember_epoch\x18\x04 \x01(\x05\x12\x1d\n\x15heartbeat_interval_ms\x18\x05 \x01(\x05\x12\x35\n\nassignment\x18\x06 \x01(\x0b\x32!.raftlog.group.v1.OwnedPartitions\x12\x16\n\x0ehas_assignment\x18\x07 \x01(\x08\".\n\x19ShareGroupDescribeRequest\x12\x11\n\tgroup_ids\x18\x01 \x03(\t\"\xcf\x01\n\x14\x44\x65scribedShareMember\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x0f\n\x07rack_id\x18\x02 \x01(\t\x12\x14\n\x0cmember_epoch\x18\x03 \x01(\x05\x12\x11\n\tclient_id\x18\x04 \x01(\t\x12\x13\n\x0b\x63lient_host\x18\x05 \x01(\t\x12\x1e\n\x16subscribed_topic_names\x18\x06 \x03(\t\x12\x35\n\nassignment\x18\x07 \x03(\x0b\x32!.raftlog.group.v1.TopicPartitions\"\xdb\x01\n\x13\x44\x65scribedShareGroup\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x10\n\x08group_id\x18\x03 \x01(\t\x12\r\n\x05state\x18\x04 \x01(\t\x12\x13\n\x0bgroup_epoch\x18\x05 \x01(\x05\x12\x18\n\x10\x61ssignment_epoch\x18\x06 \x01(\x05\x12\x10\n\x08\x61ssignor\x18\x07 \x01(\t\x12\x37\n\x07members\x18\x08 \x03(\x0b\x32&.raftlog.group.v1.DescribedShareMember\"S\n\x1aShareGroupDescribeResponse\x12\x35\n\x06groups\x18\x01 \x03(\x0b\x32%.raftlog.group.v1.DescribedShareGroup\"3\n\x11JoinGroupProtocol\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08metadata\x18\x02 \x01(\x0c\"\xee\x01\n\x10JoinGroupRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\t\x12\x19\n\x11group_instance_id\x18\x03 \x01(\t\x12\x1a\n\x12session_timeout_ms\x18\x04 \x01(\x05\x12\x1c\n\x14rebalance_timeout_ms\x18\x05 \x01(\x05\x12\x15\n\rprotocol_type\x18\x06 \x01(\t\x12\x36\n\tprotocols\x18\x07 \x03(\x0b\x32#.raftlog.group.v1.JoinGroupProtocol\x12\x11\n\tclient_id\x18\x08 \x01(\t\"Q\n\x0fJoinGroupMember\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x19\n\x11group_instance_id\x18\x02 \x01(\t\x12\x10\n\x08metadata\x18\x03 \x01(\x0c\"\xda\x01\n\x11JoinGroupResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x15\n\rgeneration_id\x18\x03 \x01(\x05\x12\x15\n\rprotocol_type\x18\x04 \x01(\t\x12\x15\n\rprotocol_name\x18\x05 \x01(\t\x12\x0e\n\x06leader\x18\x06 \x01(\t\x12\x11\n\tmember_id\x18\x07 \x01(\t\x12\x32\n\x07members\x18\x08 \x03(\x0b\x32!.raftlog.group.v1.JoinGroupMember\"<\n\x13SyncGroupAssignment\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x12\n\nassignment\x18\x02 \x01(\x0c\"\xd3\x01\n\x10SyncGroupRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x15\n\rgeneration_id\x18\x02 \x01(\x05\x12\x11\n\tmember_id\x18\x03 \x01(\t\x12\x19\n\x11group_instance_id\x18\x04 \x01(\t\x12\x15\n\rprotocol_type\x18\x05 \x01(\t\x12\x15\n\rprotocol_name\x18\x06 \x01(\t\x12:\n\x0b\x61ssignments\x18\x07 \x03(\x0b\x32%.raftlog.group.v1.SyncGroupAssignment\"\x80\x01\n\x11SyncGroupResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x15\n\rprotocol_type\x18\x03 \x01(\t\x12\x15\n\rprotocol_name\x18\x04 \x01(\t\x12\x12\n\nassignment\x18\x05 \x01(\x0c\"i\n\x10HeartbeatRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x15\n\rgeneration_id\x18\x02 \x01(\x05\x12\x11\n\tmember_id\x18\x03 \x01(\t\x12\x19\n\x11group_instance_id\x18\x04 \x01(\t\">\n\x11HeartbeatResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\"@\n\x10LeaveGroupMember\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x19\n\x11group_instance_id\x18\x02 \x01(\t\"s\n\x18LeaveGroupMemberResponse\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x19\n\x11group_instance_id\x18\x02 \x01(\t\x12\x12\n\nerror_code\x18\x03 \x01(\x05\x12\x15\n\rerror_message\x18\x04 \x01(\t\"Z\n\x11LeaveGroupRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x33\n\x07members\x18\x02 \x03(\x0b\x32\".raftlog.group.v1.LeaveGroupMember\"|\n\x12LeaveGroupResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12;\n\x07members\x18\x03 \x03(\x0b\x32*.raftlog.group.v1.LeaveGroupMemberResponse\"\x88\x01\n\x0eGroupRecordKey\x12/\n\x04type\x18\x01 \x01(\x0e\x32!.raftlog.group.v1.GroupRecordType\x12\x10\n\x08group_id\x18\x02 \x01(\t\x12\x11\n\tmember_id\x18\x03 \x01(\t\x12\r\n\x05topic\x18\x04 \x01(\t\x12\x11\n\tpartition\x18\x05 \x01(\x05\"h\n\x11OffsetCommitValue\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x14\n\x0cleader_epoch\x18\x02 \x01(\x05\x12\x10\n\x08metadata\x18\x03 \x01(\t\x12\x1b\n\x13\x63ommit_timestamp_ms\x18\x04 \x01(\x03\";\n\x12GroupMetadataValue\x12\r\n\x05\x65poch\x18\x01 \x01(\x05\x12\x16\n\x0e\x65mpty_since_ms\x18\x02 \x01(\x03\"\xaf\x01\n\x19SubscriptionMetadataValue\x12Z\n\x10partition_counts\x18\x01 \x03(\x0b\x32@.raftlog.group.v1.SubscriptionMetadataValue.PartitionCountsEntry\x1a\x36\n\x14PartitionCountsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\"\xb4\x01\n\x13MemberMetadataValue\x12\x11\n\tclient_id\x18\x01 \x01(\t\x12\x1e\n\x16subscribed_topic_names\x18\x02 \x03(\t\x12\x1e\n\x16subscribed_topic_regex\x18\x03 \x01(\t\x12\x1c\n\x14rebalance_timeout_ms\x18\x04 \x01(\x05\x12\x17\n\x0fserver_assignor\x18\x05 \x01(\t\x12\x13\n\x0binstance_id\x18\x06 \x01(\t\"s\n\x18ShareMemberMetadataValue\x12\x11\n\tclient_id\x18\x01 \x01(\t\x12\x13\n\x0b\x63lient_host\x18\x02 \x01(\t\x12\x0f\n\x07rack_id\x18\x03 \x01(\t\x12\x1e\n\x16subscribed_topic_names\x18\x04 \x03(\t\"_\n%ShareGroupStatePartitionMetadataValue\x12\x36\n\x0binitialized\x18\x01 \x03(\x0b\x32!.raftlog.group.v1.TopicPartitions\"9\n\x1dTargetAssignmentMetadataValue\x12\x18\n\x10\x61ssignment_epoch\x18\x01 \x01(\x05\"T\n\x1bTargetAssignmentMemberValue\x12\x35\n\npartitions\x18\x01 \x03(\x0b\x32!.raftlog.group.v1.TopicPartitions\"\xd6\x01\n\x1c\x43urrentMemberAssignmentValue\x12\x14\n\x0cmember_epoch\x18\x01 \x01(\x05\x12\x1d\n\x15previous_member_epoch\x18\x02 \x01(\x05\x12\r\n\x05state\x18\x03 \x01(\x05\x12\x33\n\x08\x61ssigned\x18\x04 \x03(\x0b\x32!.raftlog.group.v1.TopicPartitions\x12=\n\x12pending_revocation\x18\x05 \x03(\x0b\x32!.raftlog.group.v1.TopicPartitions\"\xce\x01\n\x12\x43lassicMemberValue\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x19\n\x11group_instance_id\x18\x02 \x01(\t\x12\x11\n\tclient_id\x18\x03 \x01(\t\x12\x13\n\x0b\x63lient_host\x18\x04 \x01(\t\x12\x1a\n\x12session_timeout_ms\x18\x05 \x01(\x05\x12\x1c\n\x14rebalance_timeout_ms\x18\x06 \x01(\x05\x12\x14\n\x0csubscription\x18\x07 \x01(\x0c\x12\x12\n\nassignment\x18\x08 \x01(\x0c\"\xb4\x01\n\x11\x43lassicGroupValue\x12\x15\n\rprotocol_type\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x05\x12\x15\n\rprotocol_name\x18\x03 \x01(\t\x12\x0e\n\x06leader\x18\x04 \x01(\t\x12\x16\n\x0e\x65mpty_since_ms\x18\x05 \x01(\x03\x12\x35\n\x07members\x18\x06 \x03(\x0b\x32$.raftlog.group.v1.ClassicMemberValue*\xfa\x03\n\x0fGroupRecordType\x12\x1c\n\x18GROUP_RECORD_UNSPECIFIED\x10\x00\x12\x11\n\rOFFSET_COMMIT\x10\x01\x12\x12\n\x0eGROUP_METADATA\x10\x02\x12\x1f\n\x1bGROUP_SUBSCRIPTION_METADATA\x10\x03\x12\x13\n\x0fMEMBER_METADATA\x10\x04\x12\x1e\n\x1aTARGET_ASSIGNMENT_METADATA\x10\x05\x12\x1c\n\x18TARGET_ASSIGNMENT_MEMBER\x10\x06\x12\x1d\n\x19\x43URRENT_MEMBER_ASSIGNMENT\x10\x07\x12\x1a\n\x16\x43LASSIC_GROUP_METADATA\x10\x08\x12\x18\n\x14SHARE_GROUP_METADATA\x10\t\x12%\n!SHARE_GROUP_SUBSCRIPTION_METADATA\x10\n\x12\x19\n\x15SHARE_MEMBER_METADATA\x10\x0b\x12$\n SHARE_TARGET_ASSIGNMENT_METADATA\x10\x0c\x12\"\n\x1eSHARE_TARGET_ASSIGNMENT_MEMBER\x10\r\x12#\n\x1fSHARE_CURRENT_MEMBER_ASSIGNMENT\x10\x0e\x12(\n$SHARE_GROUP_STATE_PARTITION_METADATA\x10\x0f\x32\xda\x0b\n\x17GroupCoordinatorService\x12\x66\n\x0f\x46indCoordinator\x12(.raftlog.group.v1.FindCoordinatorRequest\x1a).raftlog.group.v1.FindCoordinatorResponse\x12{\n\x16\x43onsumerGroupHeartbeat\x12/.raftlog.group.v1.ConsumerGroupHeartbeatRequest\x1a\x30.raftlog.group.v1.ConsumerGroupHeartbeatResponse\x12]\n\x0cOffsetCommit\x12%.raftlog.group.v1.OffsetCommitRequest\x1a&.raftlog.group.v1.OffsetCommitResponse\x12Z\n\x0bOffsetFetch\x12$.raftlog.group.v1.OffsetFetchRequest\x1a%.raftlog.group.v1.OffsetFetchResponse\x12\x63\n\x0fTxnOffsetCommit\x12(.raftlog.group.v1.TxnOffsetCommitRequest\x1a&.raftlog.group.v1.OffsetCommitResponse\x12W\n\nListGroups\x12#.raftlog.group.v1.ListGroupsRequest\x1a$.raftlog.group.v1.ListGroupsResponse\x12\x63\n\x0e\x44\x65scribeGroups\x12\'.raftlog.group.v1.DescribeGroupsRequest\x1a(.raftlog.group.v1.DescribeGroupsResponse\x12]\n\x0c\x44\x65leteGroups\x12%.raftlog.group.v1.DeleteGroupsRequest\x1a&.raftlog.group.v1.DeleteGroupsResponse\x12T\n\tJoinGroup\x12\".raftlog.group.v1.JoinGroupRequest\x1a#.raftlog.group.v1.JoinGroupResponse\x12T\n\tSyncGroup\x12\".raftlog.group.v1.SyncGroupRequest\x1a#.raftlog.group.v1.SyncGroupResponse\x12T\n\tHeartbeat\x12\".raftlog.group.v1.HeartbeatRequest\x1a#.raftlog.group.v1.HeartbeatResponse\x12W\n\nLeaveGroup\x12#.raftlog.group.v1.LeaveGroupRequest\x1a$.raftlog.group.v1.LeaveGroupResponse\x12]\n\x0cOffsetDelete\x12%.raftlog.group.v1.OffsetDeleteRequest\x1a&.raftlog.group.v1.OffsetDeleteResponse\x12r\n\x13ShareGroupHeartbeat\x12,.raftlog.group.v1.ShareGroupHeartbeatRequest\x1a-.raftlog.group.v1.ShareGroupHeartbeatResponse\x12o\n\x12ShareGroupDescribe\x12+.raftlog.group.v1.ShareGroupDescribeRequest\x1a,.raftlog.group.v1.ShareGroupDescribeResponseB\x02P\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
-_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, "protos.group_pb2", _globals)
+_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'protos.group_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
-    _globals["DESCRIPTOR"]._loaded_options = None
-    _globals["DESCRIPTOR"]._serialized_options = b"P\001"
-    _globals["_SUBSCRIPTIONMETADATAVALUE_PARTITIONCOUNTSENTRY"]._loaded_options = None
-    _globals["_SUBSCRIPTIONMETADATAVALUE_PARTITIONCOUNTSENTRY"]._serialized_options = b"8\001"
-    _globals["_GROUPRECORDTYPE"]._serialized_start = 8319
-    _globals["_GROUPRECORDTYPE"]._serialized_end = 8825
-    _globals["_TOPICPARTITIONS"]._serialized_start = 40
-    _globals["_TOPICPARTITIONS"]._serialized_end = 92
-    _globals["_FINDCOORDINATORREQUEST"]._serialized_start = 94
-    _globals["_FINDCOORDINATORREQUEST"]._serialized_end = 155
-    _globals["_COORDINATOR"]._serialized_start = 157
-    _globals["_COORDINATOR"]._serialized_end = 276
-    _globals["_FINDCOORDINATORRESPONSE"]._serialized_start = 278
-    _globals["_FINDCOORDINATORRESPONSE"]._serialized_end = 356
-    _globals["_TOPICNAMES"]._serialized_start = 358
-    _globals["_TOPICNAMES"]._serialized_end = 385
-    _globals["_OWNEDPARTITIONS"]._serialized_start = 387
-    _globals["_OWNEDPARTITIONS"]._serialized_end = 455
-    _globals["_CONSUMERGROUPHEARTBEATREQUEST"]._serialized_start = 458
-    _globals["_CONSUMERGROUPHEARTBEATREQUEST"]._serialized_end = 819
-    _globals["_CONSUMERGROUPHEARTBEATRESPONSE"]._serialized_start = 822
-    _globals["_CONSUMERGROUPHEARTBEATRESPONSE"]._serialized_end = 1024
-    _globals["_OFFSETCOMMITPARTITION"]._serialized_start = 1026
-    _globals["_OFFSETCOMMITPARTITION"]._serialized_end = 1144
-    _globals["_OFFSETCOMMITTOPIC"]._serialized_start = 1146
-    _globals["_OFFSETCOMMITTOPIC"]._serialized_end = 1240
-    _globals["_OFFSETCOMMITREQUEST"]._serialized_start = 1243
-    _globals["_OFFSETCOMMITREQUEST"]._serialized_end = 1403
-    _globals["_OFFSETCOMMITPARTITIONRESPONSE"]._serialized_start = 1405
-    _globals["_OFFSETCOMMITPARTITIONRESPONSE"]._serialized_end = 1498
-    _globals["_OFFSETCOMMITTOPICRESPONSE"]._serialized_start = 1500
-    _globals["_OFFSETCOMMITTOPICRESPONSE"]._serialized_end = 1610
-    _globals["_OFFSETCOMMITRESPONSE"]._serialized_start = 1612
-    _globals["_OFFSETCOMMITRESPONSE"]._serialized_end = 1738
-    _globals["_OFFSETFETCHREQUEST"]._serialized_start = 1740
-    _globals["_OFFSETFETCHREQUEST"]._serialized_end = 1853
-    _globals["_OFFSETFETCHPARTITIONRESPONSE"]._serialized_start = 1856
-    _globals["_OFFSETFETCHPARTITIONRESPONSE"]._serialized_end = 2030
-    _globals["_OFFSETFETCHTOPICRESPONSE"]._serialized_start = 2032
-    _globals["_OFFSETFETCHTOPICRESPONSE"]._serialized_end = 2140
-    _globals["_OFFSETFETCHRESPONSE"]._serialized_start = 2142
-    _globals["_OFFSETFETCHRESPONSE"]._serialized_end = 2266
-    _globals["_TXNOFFSETCOMMITREQUEST"]._serialized_start = 2269
-    _globals["_TXNOFFSETCOMMITREQUEST"]._serialized_end = 2504
-    _globals["_LISTGROUPSREQUEST"]._serialized_start = 2506
-    _globals["_LISTGROUPSREQUEST"]._serialized_end = 2548
-    _globals["_LISTEDGROUP"]._serialized_start = 2550
-    _globals["_LISTEDGROUP"]._serialized_end = 2616
-    _globals["_LISTGROUPSRESPONSE"]._serialized_start = 2618
-    _globals["_LISTGROUPSRESPONSE"]._serialized_end = 2705
-    _globals["_DESCRIBEGROUPSREQUEST"]._serialized_start = 2707
-    _globals["_DESCRIBEGROUPSREQUEST"]._serialized_end = 2749
-    _globals["_DESCRIBEDMEMBER"]._serialized_start = 2752
-    _globals["_DESCRIBEDMEMBER"]._serialized_end = 3136
-    _globals["_DESCRIBEDGROUP"]._serialized_start = 3139
-    _globals["_DESCRIBEDGROUP"]._serialized_end = 3392
-    _globals["_DESCRIBEGROUPSRESPONSE"]._serialized_start = 3394
-    _globals["_DESCRIBEGROUPSRESPONSE"]._serialized_end = 3468
-    _globals["_DELETEGROUPSREQUEST"]._serialized_start = 3470
-    _globals["_DELETEGROUPSREQUEST"]._serialized_end = 3510
-    _globals["_DELETEDGROUP"]._serialized_start = 3512
-    _globals["_DELETEDGROUP"]._serialized_end = 3587
-    _globals["_DELETEGROUPSRESPONSE"]._serialized_start = 3589
-    _globals["_DELETEGROUPSRESPONSE"]._serialized_end = 3660
-    _globals["_OFFSETDELETEREQUEST"]._serialized_start = 3662
-    _globals["_OFFSETDELETEREQUEST"]._serialized_end = 3752
-    _globals["_OFFSETDELETEPARTITIONRESPONSE"]._serialized_start = 3754
-    _globals["_OFFSETDELETEPARTITIONRESPONSE"]._serialized_end = 3847
-    _globals["_OFFSETDELETETOPICRESPONSE"]._serialized_start = 3849
-    _globals["_OFFSETDELETETOPICRESPONSE"]._serialized_end = 3959
-    _globals["_OFFSETDELETERESPONSE"]._serialized_start = 3961
-    _globals["_OFFSETDELETERESPONSE"]._serialized_end = 4087
-    _globals["_SHAREGROUPHEARTBEATREQUEST"]._serialized_start = 4090
-    _globals["_SHAREGROUPHEARTBEATREQUEST"]._serialized_end = 4313
-    _globals["_SHAREGROUPHEARTBEATRESPONSE"]._serialized_start = 4316
-    _globals["_SHAREGROUPHEARTBEATRESPONSE"]._serialized_end = 4539
-    _globals["_SHAREGROUPDESCRIBEREQUEST"]._serialized_start = 4541
-    _globals["_SHAREGROUPDESCRIBEREQUEST"]._serialized_end = 4587
-    _globals["_DESCRIBEDSHAREMEMBER"]._serialized_start = 4590
-    _globals["_DESCRIBEDSHAREMEMBER"]._serialized_end = 4797
-    _globals["_DESCRIBEDSHAREGROUP"]._serialized_start = 4800
-    _globals["_DESCRIBEDSHAREGROUP"]._serialized_end = 5019
-    _globals["_SHAREGROUPDESCRIBERESPONSE"]._serialized_start = 5021
-    _globals["_SHAREGROUPDESCRIBERESPONSE"]._serialized_end = 5104
-    _globals["_JOINGROUPPROTOCOL"]._serialized_start = 5106
-    _globals["_JOINGROUPPROTOCOL"]._serialized_end = 5157
-    _globals["_JOINGROUPREQUEST"]._serialized_start = 5160
-    _globals["_JOINGROUPREQUEST"]._serialized_end = 5398
-    _globals["_JOINGROUPMEMBER"]._serialized_start = 5400
-    _globals["_JOINGROUPMEMBER"]._serialized_end = 5481
-    _globals["_JOINGROUPRESPONSE"]._serialized_start = 5484
-    _globals["_JOINGROUPRESPONSE"]._serialized_end = 5702
-    _globals["_SYNCGROUPASSIGNMENT"]._serialized_start = 5704
-    _globals["_SYNCGROUPASSIGNMENT"]._serialized_end = 5764
-    _globals["_SYNCGROUPREQUEST"]._serialized_start = 5767
-    _globals["_SYNCGROUPREQUEST"]._serialized_end = 5978
-    _globals["_SYNCGROUPRESPONSE"]._serialized_start = 5981
-    _globals["_SYNCGROUPRESPONSE"]._serialized_end = 6109
-    _globals["_HEARTBEATREQUEST"]._serialized_start = 6111
-    _globals["_HEARTBEATREQUEST"]._serialized_end = 6216
-    _globals["_HEARTBEATRESPONSE"]._serialized_start = 6218
-    _globals["_HEARTBEATRESPONSE"]._serialized_end = 6280
-    _globals["_LEAVEGROUPMEMBER"]._serialized_start = 6282
-    _globals["_LEAVEGROUPMEMBER"]._serialized_end = 6346
-    _globals["_LEAVEGROUPMEMBERRESPONSE"]._serialized_start = 6348
-    _globals["_LEAVEGROUPMEMBERRESPONSE"]._serialized_end = 6463
-    _globals["_LEAVEGROUPREQUEST"]._serialized_start = 6465
-    _globals["_LEAVEGROUPREQUEST"]._serialized_end = 6555
-    _globals["_LEAVEGROUPRESPONSE"]._serialized_start = 6557
-    _globals["_LEAVEGROUPRESPONSE"]._serialized_end = 6681
-    _globals["_GROUPRECORDKEY"]._serialized_start = 6684
-    _globals["_GROUPRECORDKEY"]._serialized_end = 6820
-    _globals["_OFFSETCOMMITVALUE"]._serialized_start = 6822
-    _globals["_OFFSETCOMMITVALUE"]._serialized_end = 6926
-    _globals["_GROUPMETADATAVALUE"]._serialized_start = 6928
-    _globals["_GROUPMETADATAVALUE"]._serialized_end = 6987
-    _globals["_SUBSCRIPTIONMETADATAVALUE"]._serialized_start = 6990
-    _globals["_SUBSCRIPTIONMETADATAVALUE"]._serialized_end = 7165
-    _globals["_SUBSCRIPTIONMETADATAVALUE_PARTITIONCOUNTSENTRY"]._serialized_start = 7111
-    _globals["_SUBSCRIPTIONMETADATAVALUE_PARTITIONCOUNTSENTRY"]._serialized_end = 7165
-    _globals["_MEMBERMETADATAVALUE"]._serialized_start = 7168
-    _globals["_MEMBERMETADATAVALUE"]._serialized_end = 7348
-    _globals["_SHAREMEMBERMETADATAVALUE"]._serialized_start = 7350
-    _globals["_SHAREMEMBERMETADATAVALUE"]._serialized_end = 7465
-    _globals["_SHAREGROUPSTATEPARTITIONMETADATAVALUE"]._serialized_start = 7467
-    _globals["_SHAREGROUPSTATEPARTITIONMETADATAVALUE"]._serialized_end = 7562
-    _globals["_TARGETASSIGNMENTMETADATAVALUE"]._serialized_start = 7564
-    _globals["_TARGETASSIGNMENTMETADATAVALUE"]._serialized_end = 7621
-    _globals["_TARGETASSIGNMENTMEMBERVALUE"]._serialized_start = 7623
-    _globals["_TARGETASSIGNMENTMEMBERVALUE"]._serialized_end = 7707
-    _globals["_CURRENTMEMBERASSIGNMENTVALUE"]._serialized_start = 7710
-    _globals["_CURRENTMEMBERASSIGNMENTVALUE"]._serialized_end = 7924
-    _globals["_CLASSICMEMBERVALUE"]._serialized_start = 7927
-    _globals["_CLASSICMEMBERVALUE"]._serialized_end = 8133
-    _globals["_CLASSICGROUPVALUE"]._serialized_start = 8136
-    _globals["_CLASSICGROUPVALUE"]._serialized_end = 8316
-    _globals["_GROUPCOORDINATORSERVICE"]._serialized_start = 8828
-    _globals["_GROUPCOORDINATORSERVICE"]._serialized_end = 10326
+  _globals['DESCRIPTOR']._loaded_options = None
+  _globals['DESCRIPTOR']._serialized_options = b'P\001'
+  _globals['_SUBSCRIPTIONMETADATAVALUE_PARTITIONCOUNTSENTRY']._loaded_options = None
+  _globals['_SUBSCRIPTIONMETADATAVALUE_PARTITIONCOUNTSENTRY']._serialized_options = b'8\001'
+  _globals['_GROUPRECORDTYPE']._serialized_start=8319
+  _globals['_GROUPRECORDTYPE']._serialized_end=8825
+  _globals['_TOPICPARTITIONS']._serialized_start=40
+  _globals['_TOPICPARTITIONS']._serialized_end=92
+  _globals['_FINDCOORDINATORREQUEST']._serialized_start=94
+  _globals['_FINDCOORDINATORREQUEST']._serialized_end=155
+  _globals['_COORDINATOR']._serialized_start=157
+  _globals['_COORDINATOR']._serialized_end=276
+  _globals['_FINDCOORDINATORRESPONSE']._serialized_start=278
+  _globals['_FINDCOORDINATORRESPONSE']._serialized_end=356
+  _globals['_TOPICNAMES']._serialized_start=358
+  _globals['_TOPICNAMES']._serialized_end=385
+  _globals['_OWNEDPARTITIONS']._serialized_start=387
+  _globals['_OWNEDPARTITIONS']._serialized_end=455
+  _globals['_CONSUMERGROUPHEARTBEATREQUEST']._serialized_start=458
+  _globals['_CONSUMERGROUPHEARTBEATREQUEST']._serialized_end=819
+  _globals['_CONSUMERGROUPHEARTBEATRESPONSE']._serialized_start=822
+  _globals['_CONSUMERGROUPHEARTBEATRESPONSE']._serialized_end=1024
+  _globals['_OFFSETCOMMITPARTITION']._serialized_start=1026
+  _globals['_OFFSETCOMMITPARTITION']._serialized_end=1144
+  _globals['_OFFSETCOMMITTOPIC']._serialized_start=1146
+  _globals['_OFFSETCOMMITTOPIC']._serialized_end=1240
+  _globals['_OFFSETCOMMITREQUEST']._serialized_start=1243
+  _globals['_OFFSETCOMMITREQUEST']._serialized_end=1403
+  _globals['_OFFSETCOMMITPARTITIONRESPONSE']._serialized_start=1405
+  _globals['_OFFSETCOMMITPARTITIONRESPONSE']._serialized_end=1498
+  _globals['_OFFSETCOMMITTOPICRESPONSE']._serialized_start=1500
+  _globals['_OFFSETCOMMITTOPICRESPONSE']._serialized_end=1610
+  _globals['_OFFSETCOMMITRESPONSE']._serialized_start=1612
+  _globals['_OFFSETCOMMITRESPONSE']._serialized_end=1738
+  _globals['_OFFSETFETCHREQUEST']._serialized_start=1740
+  _globals['_OFFSETFETCHREQUEST']._serialized_end=1853
+  _globals['_OFFSETFETCHPARTITIONRESPONSE']._serialized_start=1856
+  _globals['_OFFSETFETCHPARTITIONRESPONSE']._serialized_end=2030
+  _globals['_OFFSETFETCHTOPICRESPONSE']._serialized_start=2032
+  _globals['_OFFSETFETCHTOPICRESPONSE']._serialized_end=2140
+  _globals['_OFFSETFETCHRESPONSE']._serialized_start=2142
+  _globals['_OFFSETFETCHRESPONSE']._serialized_end=2266
+  _globals['_TXNOFFSETCOMMITREQUEST']._serialized_start=2269
+  _globals['_TXNOFFSETCOMMITREQUEST']._serialized_end=2504
+  _globals['_LISTGROUPSREQUEST']._serialized_start=2506
+  _globals['_LISTGROUPSREQUEST']._serialized_end=2548
+  _globals['_LISTEDGROUP']._serialized_start=2550
+  _globals['_LISTEDGROUP']._serialized_end=2616
+  _globals['_LISTGROUPSRESPONSE']._serialized_start=2618
+  _globals['_LISTGROUPSRESPONSE']._serialized_end=2705
+  _globals['_DESCRIBEGROUPSREQUEST']._serialized_start=2707
+  _globals['_DESCRIBEGROUPSREQUEST']._serialized_end=2749
+  _globals['_DESCRIBEDMEMBER']._serialized_start=2752
+  _globals['_DESCRIBEDMEMBER']._serialized_end=3136
+  _globals['_DESCRIBEDGROUP']._serialized_start=3139
+  _globals['_DESCRIBEDGROUP']._serialized_end=3392
+  _globals['_DESCRIBEGROUPSRESPONSE']._serialized_start=3394
+  _globals['_DESCRIBEGROUPSRESPONSE']._serialized_end=3468
+  _globals['_DELETEGROUPSREQUEST']._serialized_start=3470
+  _globals['_DELETEGROUPSREQUEST']._serialized_end=3510
+  _globals['_DELETEDGROUP']._serialized_start=3512
+  _globals['_DELETEDGROUP']._serialized_end=3587
+  _globals['_DELETEGROUPSRESPONSE']._serialized_start=3589
+  _globals['_DELETEGROUPSRESPONSE']._serialized_end=3660
+  _globals['_OFFSETDELETEREQUEST']._serialized_start=3662
+  _globals['_OFFSETDELETEREQUEST']._serialized_end=3752
+  _globals['_OFFSETDELETEPARTITIONRESPONSE']._serialized_start=3754
+  _globals['_OFFSETDELETEPARTITIONRESPONSE']._serialized_end=3847
+  _globals['_OFFSETDELETETOPICRESPONSE']._serialized_start=3849
+  _globals['_OFFSETDELETETOPICRESPONSE']._serialized_end=3959
+  _globals['_OFFSETDELETERESPONSE']._serialized_start=3961
+  _globals['_OFFSETDELETERESPONSE']._serialized_end=4087
+  _globals['_SHAREGROUPHEARTBEATREQUEST']._serialized_start=4090
+  _globals['_SHAREGROUPHEARTBEATREQUEST']._serialized_end=4313
+  _globals['_SHAREGROUPHEARTBEATRESPONSE']._serialized_start=4316
+  _globals['_SHAREGROUPHEARTBEATRESPONSE']._serialized_end=4539
+  _globals['_SHAREGROUPDESCRIBEREQUEST']._serialized_start=4541
+  _globals['_SHAREGROUPDESCRIBEREQUEST']._serialized_end=4587
+  _globals['_DESCRIBEDSHAREMEMBER']._serialized_start=4590
+  _globals['_DESCRIBEDSHAREMEMBER']._serialized_end=4797
+  _globals['_DESCRIBEDSHAREGROUP']._serialized_start=4800
+  _globals['_DESCRIBEDSHAREGROUP']._serialized_end=5019
+  _globals['_SHAREGROUPDESCRIBERESPONSE']._serialized_start=5021
+  _globals['_SHAREGROUPDESCRIBERESPONSE']._serialized_end=5104
+  _globals['_JOINGROUPPROTOCOL']._serialized_start=5106
+  _globals['_JOINGROUPPROTOCOL']._serialized_end=5157
+  _globals['_JOINGROUPREQUEST']._serialized_start=5160
+  _globals['_JOINGROUPREQUEST']._serialized_end=5398
+  _globals['_JOINGROUPMEMBER']._serialized_start=5400
+  _globals['_JOINGROUPMEMBER']._serialized_end=5481
+  _globals['_JOINGROUPRESPONSE']._serialized_start=5484
+  _globals['_JOINGROUPRESPONSE']._serialized_end=5702
+  _globals['_SYNCGROUPASSIGNMENT']._serialized_start=5704
+  _globals['_SYNCGROUPASSIGNMENT']._serialized_end=5764
+  _globals['_SYNCGROUPREQUEST']._serialized_start=5767
+  _globals['_SYNCGROUPREQUEST']._serialized_end=5978
+  _globals['_SYNCGROUPRESPONSE']._serialized_start=5981
+  _globals['_SYNCGROUPRESPONSE']._serialized_end=6109
+  _globals['_HEARTBEATREQUEST']._serialized_start=6111
+  _globals['_HEARTBEATREQUEST']._serialized_end=6216
+  _globals['_HEARTBEATRESPONSE']._serialized_start=6218
+  _globals['_HEARTBEATRESPONSE']._serialized_end=6280
+  _globals['_LEAVEGROUPMEMBER']._serialized_start=6282
+  _globals['_LEAVEGROUPMEMBER']._serialized_end=6346
+  _globals['_LEAVEGROUPMEMBERRESPONSE']._serialized_start=6348
+  _globals['_LEAVEGROUPMEMBERRESPONSE']._serialized_end=6463
+  _globals['_LEAVEGROUPREQUEST']._serialized_start=6465
+  _globals['_LEAVEGROUPREQUEST']._serialized_end=6555
+  _globals['_LEAVEGROUPRESPONSE']._serialized_start=6557
+  _globals['_LEAVEGROUPRESPONSE']._serialized_end=6681
+  _globals['_GROUPRECORDKEY']._serialized_start=6684
+  _globals['_GROUPRECORDKEY']._serialized_end=6820
+  _globals['_OFFSETCOMMITVALUE']._serialized_start=6822
+  _globals['_OFFSETCOMMITVALUE']._serialized_end=6926
+  _globals['_GROUPMETADATAVALUE']._serialized_start=6928
+  _globals['_GROUPMETADATAVALUE']._serialized_end=6987
+  _globals['_SUBSCRIPTIONMETADATAVALUE']._serialized_start=6990
+  _globals['_SUBSCRIPTIONMETADATAVALUE']._serialized_end=7165
+  _globals['_SUBSCRIPTIONMETADATAVALUE_PARTITIONCOUNTSENTRY']._serialized_start=7111
+  _globals['_SUBSCRIPTIONMETADATAVALUE_PARTITIONCOUNTSENTRY']._serialized_end=7165
+  _globals['_MEMBERMETADATAVALUE']._serialized_start=7168
+  _globals['_MEMBERMETADATAVALUE']._serialized_end=7348
+  _globals['_SHAREMEMBERMETADATAVALUE']._serialized_start=7350
+  _globals['_SHAREMEMBERMETADATAVALUE']._serialized_end=7465
+  _globals['_SHAREGROUPSTATEPARTITIONMETADATAVALUE']._serialized_start=7467
+  _globals['_SHAREGROUPSTATEPARTITIONMETADATAVALUE']._serialized_end=7562
+  _globals['_TARGETASSIGNMENTMETADATAVALUE']._serialized_start=7564
+  _globals['_TARGETASSIGNMENTMETADATAVALUE']._serialized_end=7621
+  _globals['_TARGETASSIGNMENTMEMBERVALUE']._serialized_start=7623
+  _globals['_TARGETASSIGNMENTMEMBERVALUE']._serialized_end=7707
+  _globals['_CURRENTMEMBERASSIGNMENTVALUE']._serialized_start=7710
+  _globals['_CURRENTMEMBERASSIGNMENTVALUE']._serialized_end=7924
+  _globals['_CLASSICMEMBERVALUE']._serialized_start=7927
+  _globals['_CLASSICMEMBERVALUE']._serialized_end=8133
+  _globals['_CLASSICGROUPVALUE']._serialized_start=8136
+  _globals['_CLASSICGROUPVALUE']._serialized_end=8316
+  _globals['_GROUPCOORDINATORSERVICE']._serialized_start=8828
+  _globals['_GROUPCOORDINATORSERVICE']._serialized_end=10326
 # @@protoc_insertion_point(module_scope)

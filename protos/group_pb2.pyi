@@ -32,9 +32,7 @@ class _GroupRecordType:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
 
-class _GroupRecordTypeEnumTypeWrapper(
-    _enum_type_wrapper._EnumTypeWrapper[_GroupRecordType.ValueType], _builtins.type
-):
+class _GroupRecordTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_GroupRecordType.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     GROUP_RECORD_UNSPECIFIED: _GroupRecordType.ValueType  # 0
     """Not a valid record type."""
@@ -181,9 +179,7 @@ class FindCoordinatorRequest(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "group_ids", b"group_ids", "key_type", b"key_type"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_ids", b"group_ids", "key_type", b"key_type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -225,20 +221,7 @@ class Coordinator(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "error_code",
-        b"error_code",
-        "error_message",
-        b"error_message",
-        "group_id",
-        b"group_id",
-        "host",
-        b"host",
-        "node_id",
-        b"node_id",
-        "port",
-        b"port",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "group_id", b"group_id", "host", b"host", "node_id", b"node_id", "port", b"port"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -375,51 +358,13 @@ class ConsumerGroupHeartbeatRequest(_message.Message):
         server_assignor: _builtins.str = ...,
         instance_id: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal[
-        "_subscribed_topic_regex",
-        b"_subscribed_topic_regex",
-        "owned",
-        b"owned",
-        "subscribed_topic_names",
-        b"subscribed_topic_names",
-        "subscribed_topic_regex",
-        b"subscribed_topic_regex",
-    ]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_subscribed_topic_regex", b"_subscribed_topic_regex", "owned", b"owned", "subscribed_topic_names", b"subscribed_topic_names", "subscribed_topic_regex", b"subscribed_topic_regex"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "_subscribed_topic_regex",
-        b"_subscribed_topic_regex",
-        "client_id",
-        b"client_id",
-        "group_id",
-        b"group_id",
-        "instance_id",
-        b"instance_id",
-        "member_epoch",
-        b"member_epoch",
-        "member_id",
-        b"member_id",
-        "owned",
-        b"owned",
-        "rebalance_timeout_ms",
-        b"rebalance_timeout_ms",
-        "server_assignor",
-        b"server_assignor",
-        "subscribed_topic_names",
-        b"subscribed_topic_names",
-        "subscribed_topic_regex",
-        b"subscribed_topic_regex",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_subscribed_topic_regex", b"_subscribed_topic_regex", "client_id", b"client_id", "group_id", b"group_id", "instance_id", b"instance_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "owned", b"owned", "rebalance_timeout_ms", b"rebalance_timeout_ms", "server_assignor", b"server_assignor", "subscribed_topic_names", b"subscribed_topic_names", "subscribed_topic_regex", b"subscribed_topic_regex"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType__subscribed_topic_regex: _TypeAlias = _typing.Literal[
-        "subscribed_topic_regex"
-    ]  # noqa: Y015
-    _WhichOneofArgType__subscribed_topic_regex: _TypeAlias = _typing.Literal[
-        "_subscribed_topic_regex", b"_subscribed_topic_regex"
-    ]  # noqa: Y015
-    def WhichOneof(
-        self, oneof_group: _WhichOneofArgType__subscribed_topic_regex
-    ) -> _WhichOneofReturnType__subscribed_topic_regex | None: ...
+    _WhichOneofReturnType__subscribed_topic_regex: _TypeAlias = _typing.Literal["subscribed_topic_regex"]  # noqa: Y015
+    _WhichOneofArgType__subscribed_topic_regex: _TypeAlias = _typing.Literal["_subscribed_topic_regex", b"_subscribed_topic_regex"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__subscribed_topic_regex) -> _WhichOneofReturnType__subscribed_topic_regex | None: ...
 
 Global___ConsumerGroupHeartbeatRequest: _TypeAlias = ConsumerGroupHeartbeatRequest  # noqa: Y015
 
@@ -461,20 +406,7 @@ class ConsumerGroupHeartbeatResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "assignment",
-        b"assignment",
-        "error_code",
-        b"error_code",
-        "error_message",
-        b"error_message",
-        "heartbeat_interval_ms",
-        b"heartbeat_interval_ms",
-        "member_epoch",
-        b"member_epoch",
-        "member_id",
-        b"member_id",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "error_code", b"error_code", "error_message", b"error_message", "heartbeat_interval_ms", b"heartbeat_interval_ms", "member_epoch", b"member_epoch", "member_id", b"member_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -511,16 +443,7 @@ class OffsetCommitPartition(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "committed_leader_epoch",
-        b"committed_leader_epoch",
-        "committed_offset",
-        b"committed_offset",
-        "metadata",
-        b"metadata",
-        "partition",
-        b"partition",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["committed_leader_epoch", b"committed_leader_epoch", "committed_offset", b"committed_offset", "metadata", b"metadata", "partition", b"partition"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -537,9 +460,7 @@ class OffsetCommitTopic(_message.Message):
     name: _builtins.str
     """The topic's name."""
     @_builtins.property
-    def partitions(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetCommitPartition]:
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetCommitPartition]:
         """The partitions' offsets."""
 
     def __init__(
@@ -590,18 +511,7 @@ class OffsetCommitRequest(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "group_id",
-        b"group_id",
-        "group_instance_id",
-        b"group_instance_id",
-        "member_epoch",
-        b"member_epoch",
-        "member_id",
-        b"member_id",
-        "topics",
-        b"topics",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id", "group_instance_id", b"group_instance_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -631,9 +541,7 @@ class OffsetCommitPartitionResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "error_code", b"error_code", "error_message", b"error_message", "partition", b"partition"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "partition", b"partition"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -650,9 +558,7 @@ class OffsetCommitTopicResponse(_message.Message):
     name: _builtins.str
     """The topic's name."""
     @_builtins.property
-    def partitions(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetCommitPartitionResponse]:
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetCommitPartitionResponse]:
         """The partitions' outcomes."""
 
     def __init__(
@@ -683,9 +589,7 @@ class OffsetCommitResponse(_message.Message):
     error_message: _builtins.str
     """A human-readable reason with a non-zero error_code."""
     @_builtins.property
-    def topics(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetCommitTopicResponse]:
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetCommitTopicResponse]:
         """The topics' outcomes."""
 
     def __init__(
@@ -697,9 +601,7 @@ class OffsetCommitResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "error_code", b"error_code", "error_message", b"error_message", "topics", b"topics"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -733,9 +635,7 @@ class OffsetFetchRequest(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "group_id", b"group_id", "require_stable", b"require_stable", "topics", b"topics"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id", "require_stable", b"require_stable", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -777,20 +677,7 @@ class OffsetFetchPartitionResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "commit_timestamp_ms",
-        b"commit_timestamp_ms",
-        "committed_leader_epoch",
-        b"committed_leader_epoch",
-        "committed_offset",
-        b"committed_offset",
-        "error_code",
-        b"error_code",
-        "metadata",
-        b"metadata",
-        "partition",
-        b"partition",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commit_timestamp_ms", b"commit_timestamp_ms", "committed_leader_epoch", b"committed_leader_epoch", "committed_offset", b"committed_offset", "error_code", b"error_code", "metadata", b"metadata", "partition", b"partition"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -807,9 +694,7 @@ class OffsetFetchTopicResponse(_message.Message):
     name: _builtins.str
     """The topic's name."""
     @_builtins.property
-    def partitions(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetFetchPartitionResponse]:
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetFetchPartitionResponse]:
         """The partitions' offsets."""
 
     def __init__(
@@ -840,9 +725,7 @@ class OffsetFetchResponse(_message.Message):
     error_message: _builtins.str
     """A human-readable reason with a non-zero error_code."""
     @_builtins.property
-    def topics(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetFetchTopicResponse]:
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetFetchTopicResponse]:
         """The topics' offsets."""
 
     def __init__(
@@ -854,9 +737,7 @@ class OffsetFetchResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "error_code", b"error_code", "error_message", b"error_message", "topics", b"topics"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -913,24 +794,7 @@ class TxnOffsetCommitRequest(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "generation_id",
-        b"generation_id",
-        "group_id",
-        b"group_id",
-        "group_instance_id",
-        b"group_instance_id",
-        "member_id",
-        b"member_id",
-        "producer_epoch",
-        b"producer_epoch",
-        "producer_id",
-        b"producer_id",
-        "topics",
-        b"topics",
-        "transactional_id",
-        b"transactional_id",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation_id", b"generation_id", "group_id", b"group_id", "group_instance_id", b"group_instance_id", "member_id", b"member_id", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "topics", b"topics", "transactional_id", b"transactional_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -987,9 +851,7 @@ class ListedGroup(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "group_id", b"group_id", "group_type", b"group_type", "state", b"state"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id", "group_type", b"group_type", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1017,9 +879,7 @@ class ListGroupsResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "error_code", b"error_code", "groups", b"groups"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "groups", b"groups"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1089,15 +949,11 @@ class DescribedMember(_message.Message):
         """The partitions it owns."""
 
     @_builtins.property
-    def target_assignment(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___TopicPartitions]:
+    def target_assignment(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicPartitions]:
         """The partitions the coordinator wants it to own."""
 
     @_builtins.property
-    def pending_revocation(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___TopicPartitions]:
+    def pending_revocation(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicPartitions]:
         """The partitions it must give up first."""
 
     def __init__(
@@ -1117,30 +973,7 @@ class DescribedMember(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "assignment",
-        b"assignment",
-        "client_host",
-        b"client_host",
-        "client_id",
-        b"client_id",
-        "group_instance_id",
-        b"group_instance_id",
-        "member_epoch",
-        b"member_epoch",
-        "member_id",
-        b"member_id",
-        "pending_revocation",
-        b"pending_revocation",
-        "state",
-        b"state",
-        "subscribed_topic_names",
-        b"subscribed_topic_names",
-        "subscribed_topic_regex",
-        b"subscribed_topic_regex",
-        "target_assignment",
-        b"target_assignment",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "client_host", b"client_host", "client_id", b"client_id", "group_instance_id", b"group_instance_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "pending_revocation", b"pending_revocation", "state", b"state", "subscribed_topic_names", b"subscribed_topic_names", "subscribed_topic_regex", b"subscribed_topic_regex", "target_assignment", b"target_assignment"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1202,28 +1035,7 @@ class DescribedGroup(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "assignment_epoch",
-        b"assignment_epoch",
-        "assignor",
-        b"assignor",
-        "coordinator_id",
-        b"coordinator_id",
-        "error_code",
-        b"error_code",
-        "error_message",
-        b"error_message",
-        "group_epoch",
-        b"group_epoch",
-        "group_id",
-        b"group_id",
-        "group_type",
-        b"group_type",
-        "members",
-        b"members",
-        "state",
-        b"state",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment_epoch", b"assignment_epoch", "assignor", b"assignor", "coordinator_id", b"coordinator_id", "error_code", b"error_code", "error_message", b"error_message", "group_epoch", b"group_epoch", "group_id", b"group_id", "group_type", b"group_type", "members", b"members", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1301,9 +1113,7 @@ class DeletedGroup(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "error_code", b"error_code", "error_message", b"error_message", "group_id", b"group_id"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "group_id", b"group_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1388,9 +1198,7 @@ class OffsetDeletePartitionResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "error_code", b"error_code", "error_message", b"error_message", "partition", b"partition"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "partition", b"partition"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1407,9 +1215,7 @@ class OffsetDeleteTopicResponse(_message.Message):
     name: _builtins.str
     """The topic's name."""
     @_builtins.property
-    def partitions(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetDeletePartitionResponse]:
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetDeletePartitionResponse]:
         """The partitions' outcomes."""
 
     def __init__(
@@ -1440,9 +1246,7 @@ class OffsetDeleteResponse(_message.Message):
     error_message: _builtins.str
     """A human-readable reason with a non-zero error_code."""
     @_builtins.property
-    def topics(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetDeleteTopicResponse]:
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetDeleteTopicResponse]:
         """The topics' outcomes."""
 
     def __init__(
@@ -1454,9 +1258,7 @@ class OffsetDeleteResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "error_code", b"error_code", "error_message", b"error_message", "topics", b"topics"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1509,39 +1311,13 @@ class ShareGroupHeartbeatRequest(_message.Message):
         client_id: _builtins.str = ...,
         client_host: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal[
-        "_rack_id",
-        b"_rack_id",
-        "rack_id",
-        b"rack_id",
-        "subscribed_topic_names",
-        b"subscribed_topic_names",
-    ]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_rack_id", b"_rack_id", "rack_id", b"rack_id", "subscribed_topic_names", b"subscribed_topic_names"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "_rack_id",
-        b"_rack_id",
-        "client_host",
-        b"client_host",
-        "client_id",
-        b"client_id",
-        "group_id",
-        b"group_id",
-        "member_epoch",
-        b"member_epoch",
-        "member_id",
-        b"member_id",
-        "rack_id",
-        b"rack_id",
-        "subscribed_topic_names",
-        b"subscribed_topic_names",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_rack_id", b"_rack_id", "client_host", b"client_host", "client_id", b"client_id", "group_id", b"group_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "rack_id", b"rack_id", "subscribed_topic_names", b"subscribed_topic_names"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__rack_id: _TypeAlias = _typing.Literal["rack_id"]  # noqa: Y015
     _WhichOneofArgType__rack_id: _TypeAlias = _typing.Literal["_rack_id", b"_rack_id"]  # noqa: Y015
-    def WhichOneof(
-        self, oneof_group: _WhichOneofArgType__rack_id
-    ) -> _WhichOneofReturnType__rack_id | None: ...
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__rack_id) -> _WhichOneofReturnType__rack_id | None: ...
 
 Global___ShareGroupHeartbeatRequest: _TypeAlias = ShareGroupHeartbeatRequest  # noqa: Y015
 
@@ -1587,22 +1363,7 @@ class ShareGroupHeartbeatResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "assignment",
-        b"assignment",
-        "error_code",
-        b"error_code",
-        "error_message",
-        b"error_message",
-        "has_assignment",
-        b"has_assignment",
-        "heartbeat_interval_ms",
-        b"heartbeat_interval_ms",
-        "member_epoch",
-        b"member_epoch",
-        "member_id",
-        b"member_id",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "error_code", b"error_code", "error_message", b"error_message", "has_assignment", b"has_assignment", "heartbeat_interval_ms", b"heartbeat_interval_ms", "member_epoch", b"member_epoch", "member_id", b"member_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1676,22 +1437,7 @@ class DescribedShareMember(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "assignment",
-        b"assignment",
-        "client_host",
-        b"client_host",
-        "client_id",
-        b"client_id",
-        "member_epoch",
-        b"member_epoch",
-        "member_id",
-        b"member_id",
-        "rack_id",
-        b"rack_id",
-        "subscribed_topic_names",
-        b"subscribed_topic_names",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "client_host", b"client_host", "client_id", b"client_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "rack_id", b"rack_id", "subscribed_topic_names", b"subscribed_topic_names"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1743,24 +1489,7 @@ class DescribedShareGroup(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "assignment_epoch",
-        b"assignment_epoch",
-        "assignor",
-        b"assignor",
-        "error_code",
-        b"error_code",
-        "error_message",
-        b"error_message",
-        "group_epoch",
-        b"group_epoch",
-        "group_id",
-        b"group_id",
-        "members",
-        b"members",
-        "state",
-        b"state",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment_epoch", b"assignment_epoch", "assignor", b"assignor", "error_code", b"error_code", "error_message", b"error_message", "group_epoch", b"group_epoch", "group_id", b"group_id", "members", b"members", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1867,24 +1596,7 @@ class JoinGroupRequest(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "client_id",
-        b"client_id",
-        "group_id",
-        b"group_id",
-        "group_instance_id",
-        b"group_instance_id",
-        "member_id",
-        b"member_id",
-        "protocol_type",
-        b"protocol_type",
-        "protocols",
-        b"protocols",
-        "rebalance_timeout_ms",
-        b"rebalance_timeout_ms",
-        "session_timeout_ms",
-        b"session_timeout_ms",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_id", b"client_id", "group_id", b"group_id", "group_instance_id", b"group_instance_id", "member_id", b"member_id", "protocol_type", b"protocol_type", "protocols", b"protocols", "rebalance_timeout_ms", b"rebalance_timeout_ms", "session_timeout_ms", b"session_timeout_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1914,14 +1626,7 @@ class JoinGroupMember(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "group_instance_id",
-        b"group_instance_id",
-        "member_id",
-        b"member_id",
-        "metadata",
-        b"metadata",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_instance_id", b"group_instance_id", "member_id", b"member_id", "metadata", b"metadata"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1973,24 +1678,7 @@ class JoinGroupResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "error_code",
-        b"error_code",
-        "error_message",
-        b"error_message",
-        "generation_id",
-        b"generation_id",
-        "leader",
-        b"leader",
-        "member_id",
-        b"member_id",
-        "members",
-        b"members",
-        "protocol_name",
-        b"protocol_name",
-        "protocol_type",
-        b"protocol_type",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "generation_id", b"generation_id", "leader", b"leader", "member_id", b"member_id", "members", b"members", "protocol_name", b"protocol_name", "protocol_type", b"protocol_type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2016,9 +1704,7 @@ class SyncGroupAssignment(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "assignment", b"assignment", "member_id", b"member_id"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "member_id", b"member_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2050,9 +1736,7 @@ class SyncGroupRequest(_message.Message):
     protocol_name: _builtins.str
     """The chosen protocol."""
     @_builtins.property
-    def assignments(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___SyncGroupAssignment]:
+    def assignments(self) -> _containers.RepeatedCompositeFieldContainer[Global___SyncGroupAssignment]:
         """The leader's assignments; empty from other members."""
 
     def __init__(
@@ -2068,22 +1752,7 @@ class SyncGroupRequest(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "assignments",
-        b"assignments",
-        "generation_id",
-        b"generation_id",
-        "group_id",
-        b"group_id",
-        "group_instance_id",
-        b"group_instance_id",
-        "member_id",
-        b"member_id",
-        "protocol_name",
-        b"protocol_name",
-        "protocol_type",
-        b"protocol_type",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignments", b"assignments", "generation_id", b"generation_id", "group_id", b"group_id", "group_instance_id", b"group_instance_id", "member_id", b"member_id", "protocol_name", b"protocol_name", "protocol_type", b"protocol_type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2121,18 +1790,7 @@ class SyncGroupResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "assignment",
-        b"assignment",
-        "error_code",
-        b"error_code",
-        "error_message",
-        b"error_message",
-        "protocol_name",
-        b"protocol_name",
-        "protocol_type",
-        b"protocol_type",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "error_code", b"error_code", "error_message", b"error_message", "protocol_name", b"protocol_name", "protocol_type", b"protocol_type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2166,16 +1824,7 @@ class HeartbeatRequest(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "generation_id",
-        b"generation_id",
-        "group_id",
-        b"group_id",
-        "group_instance_id",
-        b"group_instance_id",
-        "member_id",
-        b"member_id",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation_id", b"generation_id", "group_id", b"group_id", "group_instance_id", b"group_instance_id", "member_id", b"member_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2201,9 +1850,7 @@ class HeartbeatResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "error_code", b"error_code", "error_message", b"error_message"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2229,9 +1876,7 @@ class LeaveGroupMember(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "group_instance_id", b"group_instance_id", "member_id", b"member_id"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_instance_id", b"group_instance_id", "member_id", b"member_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2265,16 +1910,7 @@ class LeaveGroupMemberResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "error_code",
-        b"error_code",
-        "error_message",
-        b"error_message",
-        "group_instance_id",
-        b"group_instance_id",
-        "member_id",
-        b"member_id",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "group_instance_id", b"group_instance_id", "member_id", b"member_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2322,9 +1958,7 @@ class LeaveGroupResponse(_message.Message):
     error_message: _builtins.str
     """A human-readable reason with a non-zero error_code."""
     @_builtins.property
-    def members(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___LeaveGroupMemberResponse]:
+    def members(self) -> _containers.RepeatedCompositeFieldContainer[Global___LeaveGroupMemberResponse]:
         """One per member."""
 
     def __init__(
@@ -2336,9 +1970,7 @@ class LeaveGroupResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "error_code", b"error_code", "error_message", b"error_message", "members", b"members"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "members", b"members"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2376,18 +2008,7 @@ class GroupRecordKey(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "group_id",
-        b"group_id",
-        "member_id",
-        b"member_id",
-        "partition",
-        b"partition",
-        "topic",
-        b"topic",
-        "type",
-        b"type",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id", "member_id", b"member_id", "partition", b"partition", "topic", b"topic", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2421,16 +2042,7 @@ class OffsetCommitValue(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "commit_timestamp_ms",
-        b"commit_timestamp_ms",
-        "leader_epoch",
-        b"leader_epoch",
-        "metadata",
-        b"metadata",
-        "offset",
-        b"offset",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commit_timestamp_ms", b"commit_timestamp_ms", "leader_epoch", b"leader_epoch", "metadata", b"metadata", "offset", b"offset"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2456,9 +2068,7 @@ class GroupMetadataValue(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "empty_since_ms", b"empty_since_ms", "epoch", b"epoch"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["empty_since_ms", b"empty_since_ms", "epoch", b"epoch"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2546,20 +2156,7 @@ class MemberMetadataValue(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "client_id",
-        b"client_id",
-        "instance_id",
-        b"instance_id",
-        "rebalance_timeout_ms",
-        b"rebalance_timeout_ms",
-        "server_assignor",
-        b"server_assignor",
-        "subscribed_topic_names",
-        b"subscribed_topic_names",
-        "subscribed_topic_regex",
-        b"subscribed_topic_regex",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_id", b"client_id", "instance_id", b"instance_id", "rebalance_timeout_ms", b"rebalance_timeout_ms", "server_assignor", b"server_assignor", "subscribed_topic_names", b"subscribed_topic_names", "subscribed_topic_regex", b"subscribed_topic_regex"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2595,16 +2192,7 @@ class ShareMemberMetadataValue(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "client_host",
-        b"client_host",
-        "client_id",
-        b"client_id",
-        "rack_id",
-        b"rack_id",
-        "subscribed_topic_names",
-        b"subscribed_topic_names",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_host", b"client_host", "client_id", b"client_id", "rack_id", b"rack_id", "subscribed_topic_names", b"subscribed_topic_names"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2702,9 +2290,7 @@ class CurrentMemberAssignmentValue(_message.Message):
         """The partitions it owns."""
 
     @_builtins.property
-    def pending_revocation(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___TopicPartitions]:
+    def pending_revocation(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicPartitions]:
         """The partitions it must give up."""
 
     def __init__(
@@ -2718,18 +2304,7 @@ class CurrentMemberAssignmentValue(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "assigned",
-        b"assigned",
-        "member_epoch",
-        b"member_epoch",
-        "pending_revocation",
-        b"pending_revocation",
-        "previous_member_epoch",
-        b"previous_member_epoch",
-        "state",
-        b"state",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assigned", b"assigned", "member_epoch", b"member_epoch", "pending_revocation", b"pending_revocation", "previous_member_epoch", b"previous_member_epoch", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2779,24 +2354,7 @@ class ClassicMemberValue(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "assignment",
-        b"assignment",
-        "client_host",
-        b"client_host",
-        "client_id",
-        b"client_id",
-        "group_instance_id",
-        b"group_instance_id",
-        "member_id",
-        b"member_id",
-        "rebalance_timeout_ms",
-        b"rebalance_timeout_ms",
-        "session_timeout_ms",
-        b"session_timeout_ms",
-        "subscription",
-        b"subscription",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "client_host", b"client_host", "client_id", b"client_id", "group_instance_id", b"group_instance_id", "member_id", b"member_id", "rebalance_timeout_ms", b"rebalance_timeout_ms", "session_timeout_ms", b"session_timeout_ms", "subscription", b"subscription"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2843,20 +2401,7 @@ class ClassicGroupValue(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "empty_since_ms",
-        b"empty_since_ms",
-        "generation",
-        b"generation",
-        "leader",
-        b"leader",
-        "members",
-        b"members",
-        "protocol_name",
-        b"protocol_name",
-        "protocol_type",
-        b"protocol_type",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["empty_since_ms", b"empty_since_ms", "generation", b"generation", "leader", b"leader", "members", b"members", "protocol_name", b"protocol_name", "protocol_type", b"protocol_type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -28,6 +28,7 @@ else:
 _T = _typing.TypeVar("_T")
 
 class _MaybeAsyncIterator(_abc.AsyncIterator[_T], _abc.Iterator[_T], metaclass=_abc_1.ABCMeta): ...
+
 class _ServicerContext(_grpc.ServicerContext, _aio.ServicerContext):  # type: ignore[misc, type-arg]
     ...
 
@@ -46,35 +47,25 @@ class GroupCoordinatorServiceStub:
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> GroupCoordinatorServiceAsyncStub: ...
-    FindCoordinator: _grpc.UnaryUnaryMultiCallable[
-        _group_pb2.FindCoordinatorRequest, _group_pb2.FindCoordinatorResponse
-    ]
+    FindCoordinator: _grpc.UnaryUnaryMultiCallable[_group_pb2.FindCoordinatorRequest, _group_pb2.FindCoordinatorResponse]
     """Kafka's FindCoordinator (API key 10): which broker coordinates each group or transactional
     id. Errors per key: COORDINATOR_NOT_AVAILABLE (retry), *_AUTHORIZATION_FAILED.
     """
-    ConsumerGroupHeartbeat: _grpc.UnaryUnaryMultiCallable[
-        _group_pb2.ConsumerGroupHeartbeatRequest, _group_pb2.ConsumerGroupHeartbeatResponse
-    ]
+    ConsumerGroupHeartbeat: _grpc.UnaryUnaryMultiCallable[_group_pb2.ConsumerGroupHeartbeatRequest, _group_pb2.ConsumerGroupHeartbeatResponse]
     """Kafka's ConsumerGroupHeartbeat (API key 68, KIP-848): join, stay, leave, and receive the
     assignment. Errors: UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH, UNRELEASED_INSTANCE_ID,
     GROUP_MAX_SIZE_REACHED, INVALID_REQUEST, NOT_COORDINATOR.
     """
-    OffsetCommit: _grpc.UnaryUnaryMultiCallable[
-        _group_pb2.OffsetCommitRequest, _group_pb2.OffsetCommitResponse
-    ]
+    OffsetCommit: _grpc.UnaryUnaryMultiCallable[_group_pb2.OffsetCommitRequest, _group_pb2.OffsetCommitResponse]
     """buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
     Kafka's OffsetCommit (API key 8). Errors: STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID,
     ILLEGAL_GENERATION, OFFSET_METADATA_TOO_LARGE, TOPIC_AUTHORIZATION_FAILED, NOT_COORDINATOR.
     """
-    OffsetFetch: _grpc.UnaryUnaryMultiCallable[
-        _group_pb2.OffsetFetchRequest, _group_pb2.OffsetFetchResponse
-    ]
+    OffsetFetch: _grpc.UnaryUnaryMultiCallable[_group_pb2.OffsetFetchRequest, _group_pb2.OffsetFetchResponse]
     """Kafka's OffsetFetch (API key 9). Errors: UNSTABLE_OFFSET_COMMIT (with require_stable),
     NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS.
     """
-    TxnOffsetCommit: _grpc.UnaryUnaryMultiCallable[
-        _group_pb2.TxnOffsetCommitRequest, _group_pb2.OffsetCommitResponse
-    ]
+    TxnOffsetCommit: _grpc.UnaryUnaryMultiCallable[_group_pb2.TxnOffsetCommitRequest, _group_pb2.OffsetCommitResponse]
     """buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
     buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
     Kafka's TxnOffsetCommit (API key 28): offsets held until the transaction ends; answered as
@@ -82,59 +73,39 @@ class GroupCoordinatorServiceStub:
     INVALID_PRODUCER_EPOCH, PRODUCER_FENCED, ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
     NOT_COORDINATOR.
     """
-    ListGroups: _grpc.UnaryUnaryMultiCallable[
-        _group_pb2.ListGroupsRequest, _group_pb2.ListGroupsResponse
-    ]
+    ListGroups: _grpc.UnaryUnaryMultiCallable[_group_pb2.ListGroupsRequest, _group_pb2.ListGroupsResponse]
     """Kafka's ListGroups (API key 16): the groups this broker coordinates."""
-    DescribeGroups: _grpc.UnaryUnaryMultiCallable[
-        _group_pb2.DescribeGroupsRequest, _group_pb2.DescribeGroupsResponse
-    ]
+    DescribeGroups: _grpc.UnaryUnaryMultiCallable[_group_pb2.DescribeGroupsRequest, _group_pb2.DescribeGroupsResponse]
     """Kafka's ConsumerGroupDescribe (69) / DescribeGroups (15). Errors per group:
     GROUP_ID_NOT_FOUND, NOT_COORDINATOR.
     """
-    DeleteGroups: _grpc.UnaryUnaryMultiCallable[
-        _group_pb2.DeleteGroupsRequest, _group_pb2.DeleteGroupsResponse
-    ]
+    DeleteGroups: _grpc.UnaryUnaryMultiCallable[_group_pb2.DeleteGroupsRequest, _group_pb2.DeleteGroupsResponse]
     """Kafka's DeleteGroups (API key 42): delete empty groups and their offsets. Errors per group:
     NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND, NOT_COORDINATOR.
     """
-    JoinGroup: _grpc.UnaryUnaryMultiCallable[
-        _group_pb2.JoinGroupRequest, _group_pb2.JoinGroupResponse
-    ]
+    JoinGroup: _grpc.UnaryUnaryMultiCallable[_group_pb2.JoinGroupRequest, _group_pb2.JoinGroupResponse]
     """Kafka's JoinGroup (API key 11), classic protocol. Errors: MEMBER_ID_REQUIRED,
     UNKNOWN_MEMBER_ID, INCONSISTENT_GROUP_PROTOCOL, GROUP_MAX_SIZE_REACHED, NOT_COORDINATOR.
     """
-    SyncGroup: _grpc.UnaryUnaryMultiCallable[
-        _group_pb2.SyncGroupRequest, _group_pb2.SyncGroupResponse
-    ]
+    SyncGroup: _grpc.UnaryUnaryMultiCallable[_group_pb2.SyncGroupRequest, _group_pb2.SyncGroupResponse]
     """Kafka's SyncGroup (API key 14). Errors: REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION,
     UNKNOWN_MEMBER_ID, NOT_COORDINATOR.
     """
-    Heartbeat: _grpc.UnaryUnaryMultiCallable[
-        _group_pb2.HeartbeatRequest, _group_pb2.HeartbeatResponse
-    ]
+    Heartbeat: _grpc.UnaryUnaryMultiCallable[_group_pb2.HeartbeatRequest, _group_pb2.HeartbeatResponse]
     """Kafka's Heartbeat (API key 12). Errors: REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION,
     UNKNOWN_MEMBER_ID, NOT_COORDINATOR.
     """
-    LeaveGroup: _grpc.UnaryUnaryMultiCallable[
-        _group_pb2.LeaveGroupRequest, _group_pb2.LeaveGroupResponse
-    ]
+    LeaveGroup: _grpc.UnaryUnaryMultiCallable[_group_pb2.LeaveGroupRequest, _group_pb2.LeaveGroupResponse]
     """Kafka's LeaveGroup (API key 13). Errors per member: UNKNOWN_MEMBER_ID."""
-    OffsetDelete: _grpc.UnaryUnaryMultiCallable[
-        _group_pb2.OffsetDeleteRequest, _group_pb2.OffsetDeleteResponse
-    ]
+    OffsetDelete: _grpc.UnaryUnaryMultiCallable[_group_pb2.OffsetDeleteRequest, _group_pb2.OffsetDeleteResponse]
     """Kafka's OffsetDelete (API key 47). Errors: GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, per
     partition GROUP_SUBSCRIBED_TO_TOPIC.
     """
-    ShareGroupHeartbeat: _grpc.UnaryUnaryMultiCallable[
-        _group_pb2.ShareGroupHeartbeatRequest, _group_pb2.ShareGroupHeartbeatResponse
-    ]
+    ShareGroupHeartbeat: _grpc.UnaryUnaryMultiCallable[_group_pb2.ShareGroupHeartbeatRequest, _group_pb2.ShareGroupHeartbeatResponse]
     """Kafka's ShareGroupHeartbeat (API key 76, KIP-932). Errors: UNKNOWN_MEMBER_ID,
     FENCED_MEMBER_EPOCH, GROUP_MAX_SIZE_REACHED, INVALID_REQUEST, NOT_COORDINATOR.
     """
-    ShareGroupDescribe: _grpc.UnaryUnaryMultiCallable[
-        _group_pb2.ShareGroupDescribeRequest, _group_pb2.ShareGroupDescribeResponse
-    ]
+    ShareGroupDescribe: _grpc.UnaryUnaryMultiCallable[_group_pb2.ShareGroupDescribeRequest, _group_pb2.ShareGroupDescribeResponse]
     """Kafka's ShareGroupDescribe (API key 77). Errors per group: GROUP_ID_NOT_FOUND,
     NOT_COORDINATOR.
     """
@@ -149,35 +120,25 @@ class GroupCoordinatorServiceAsyncStub(GroupCoordinatorServiceStub):
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
-    FindCoordinator: _aio.UnaryUnaryMultiCallable[
-        _group_pb2.FindCoordinatorRequest, _group_pb2.FindCoordinatorResponse
-    ]  # type: ignore[assignment]
+    FindCoordinator: _aio.UnaryUnaryMultiCallable[_group_pb2.FindCoordinatorRequest, _group_pb2.FindCoordinatorResponse]  # type: ignore[assignment]
     """Kafka's FindCoordinator (API key 10): which broker coordinates each group or transactional
     id. Errors per key: COORDINATOR_NOT_AVAILABLE (retry), *_AUTHORIZATION_FAILED.
     """
-    ConsumerGroupHeartbeat: _aio.UnaryUnaryMultiCallable[
-        _group_pb2.ConsumerGroupHeartbeatRequest, _group_pb2.ConsumerGroupHeartbeatResponse
-    ]  # type: ignore[assignment]
+    ConsumerGroupHeartbeat: _aio.UnaryUnaryMultiCallable[_group_pb2.ConsumerGroupHeartbeatRequest, _group_pb2.ConsumerGroupHeartbeatResponse]  # type: ignore[assignment]
     """Kafka's ConsumerGroupHeartbeat (API key 68, KIP-848): join, stay, leave, and receive the
     assignment. Errors: UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH, UNRELEASED_INSTANCE_ID,
     GROUP_MAX_SIZE_REACHED, INVALID_REQUEST, NOT_COORDINATOR.
     """
-    OffsetCommit: _aio.UnaryUnaryMultiCallable[
-        _group_pb2.OffsetCommitRequest, _group_pb2.OffsetCommitResponse
-    ]  # type: ignore[assignment]
+    OffsetCommit: _aio.UnaryUnaryMultiCallable[_group_pb2.OffsetCommitRequest, _group_pb2.OffsetCommitResponse]  # type: ignore[assignment]
     """buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
     Kafka's OffsetCommit (API key 8). Errors: STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID,
     ILLEGAL_GENERATION, OFFSET_METADATA_TOO_LARGE, TOPIC_AUTHORIZATION_FAILED, NOT_COORDINATOR.
     """
-    OffsetFetch: _aio.UnaryUnaryMultiCallable[
-        _group_pb2.OffsetFetchRequest, _group_pb2.OffsetFetchResponse
-    ]  # type: ignore[assignment]
+    OffsetFetch: _aio.UnaryUnaryMultiCallable[_group_pb2.OffsetFetchRequest, _group_pb2.OffsetFetchResponse]  # type: ignore[assignment]
     """Kafka's OffsetFetch (API key 9). Errors: UNSTABLE_OFFSET_COMMIT (with require_stable),
     NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS.
     """
-    TxnOffsetCommit: _aio.UnaryUnaryMultiCallable[
-        _group_pb2.TxnOffsetCommitRequest, _group_pb2.OffsetCommitResponse
-    ]  # type: ignore[assignment]
+    TxnOffsetCommit: _aio.UnaryUnaryMultiCallable[_group_pb2.TxnOffsetCommitRequest, _group_pb2.OffsetCommitResponse]  # type: ignore[assignment]
     """buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
     buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
     Kafka's TxnOffsetCommit (API key 28): offsets held until the transaction ends; answered as
@@ -185,59 +146,39 @@ class GroupCoordinatorServiceAsyncStub(GroupCoordinatorServiceStub):
     INVALID_PRODUCER_EPOCH, PRODUCER_FENCED, ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
     NOT_COORDINATOR.
     """
-    ListGroups: _aio.UnaryUnaryMultiCallable[
-        _group_pb2.ListGroupsRequest, _group_pb2.ListGroupsResponse
-    ]  # type: ignore[assignment]
+    ListGroups: _aio.UnaryUnaryMultiCallable[_group_pb2.ListGroupsRequest, _group_pb2.ListGroupsResponse]  # type: ignore[assignment]
     """Kafka's ListGroups (API key 16): the groups this broker coordinates."""
-    DescribeGroups: _aio.UnaryUnaryMultiCallable[
-        _group_pb2.DescribeGroupsRequest, _group_pb2.DescribeGroupsResponse
-    ]  # type: ignore[assignment]
+    DescribeGroups: _aio.UnaryUnaryMultiCallable[_group_pb2.DescribeGroupsRequest, _group_pb2.DescribeGroupsResponse]  # type: ignore[assignment]
     """Kafka's ConsumerGroupDescribe (69) / DescribeGroups (15). Errors per group:
     GROUP_ID_NOT_FOUND, NOT_COORDINATOR.
     """
-    DeleteGroups: _aio.UnaryUnaryMultiCallable[
-        _group_pb2.DeleteGroupsRequest, _group_pb2.DeleteGroupsResponse
-    ]  # type: ignore[assignment]
+    DeleteGroups: _aio.UnaryUnaryMultiCallable[_group_pb2.DeleteGroupsRequest, _group_pb2.DeleteGroupsResponse]  # type: ignore[assignment]
     """Kafka's DeleteGroups (API key 42): delete empty groups and their offsets. Errors per group:
     NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND, NOT_COORDINATOR.
     """
-    JoinGroup: _aio.UnaryUnaryMultiCallable[
-        _group_pb2.JoinGroupRequest, _group_pb2.JoinGroupResponse
-    ]  # type: ignore[assignment]
+    JoinGroup: _aio.UnaryUnaryMultiCallable[_group_pb2.JoinGroupRequest, _group_pb2.JoinGroupResponse]  # type: ignore[assignment]
     """Kafka's JoinGroup (API key 11), classic protocol. Errors: MEMBER_ID_REQUIRED,
     UNKNOWN_MEMBER_ID, INCONSISTENT_GROUP_PROTOCOL, GROUP_MAX_SIZE_REACHED, NOT_COORDINATOR.
     """
-    SyncGroup: _aio.UnaryUnaryMultiCallable[
-        _group_pb2.SyncGroupRequest, _group_pb2.SyncGroupResponse
-    ]  # type: ignore[assignment]
+    SyncGroup: _aio.UnaryUnaryMultiCallable[_group_pb2.SyncGroupRequest, _group_pb2.SyncGroupResponse]  # type: ignore[assignment]
     """Kafka's SyncGroup (API key 14). Errors: REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION,
     UNKNOWN_MEMBER_ID, NOT_COORDINATOR.
     """
-    Heartbeat: _aio.UnaryUnaryMultiCallable[
-        _group_pb2.HeartbeatRequest, _group_pb2.HeartbeatResponse
-    ]  # type: ignore[assignment]
+    Heartbeat: _aio.UnaryUnaryMultiCallable[_group_pb2.HeartbeatRequest, _group_pb2.HeartbeatResponse]  # type: ignore[assignment]
     """Kafka's Heartbeat (API key 12). Errors: REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION,
     UNKNOWN_MEMBER_ID, NOT_COORDINATOR.
     """
-    LeaveGroup: _aio.UnaryUnaryMultiCallable[
-        _group_pb2.LeaveGroupRequest, _group_pb2.LeaveGroupResponse
-    ]  # type: ignore[assignment]
+    LeaveGroup: _aio.UnaryUnaryMultiCallable[_group_pb2.LeaveGroupRequest, _group_pb2.LeaveGroupResponse]  # type: ignore[assignment]
     """Kafka's LeaveGroup (API key 13). Errors per member: UNKNOWN_MEMBER_ID."""
-    OffsetDelete: _aio.UnaryUnaryMultiCallable[
-        _group_pb2.OffsetDeleteRequest, _group_pb2.OffsetDeleteResponse
-    ]  # type: ignore[assignment]
+    OffsetDelete: _aio.UnaryUnaryMultiCallable[_group_pb2.OffsetDeleteRequest, _group_pb2.OffsetDeleteResponse]  # type: ignore[assignment]
     """Kafka's OffsetDelete (API key 47). Errors: GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, per
     partition GROUP_SUBSCRIBED_TO_TOPIC.
     """
-    ShareGroupHeartbeat: _aio.UnaryUnaryMultiCallable[
-        _group_pb2.ShareGroupHeartbeatRequest, _group_pb2.ShareGroupHeartbeatResponse
-    ]  # type: ignore[assignment]
+    ShareGroupHeartbeat: _aio.UnaryUnaryMultiCallable[_group_pb2.ShareGroupHeartbeatRequest, _group_pb2.ShareGroupHeartbeatResponse]  # type: ignore[assignment]
     """Kafka's ShareGroupHeartbeat (API key 76, KIP-932). Errors: UNKNOWN_MEMBER_ID,
     FENCED_MEMBER_EPOCH, GROUP_MAX_SIZE_REACHED, INVALID_REQUEST, NOT_COORDINATOR.
     """
-    ShareGroupDescribe: _aio.UnaryUnaryMultiCallable[
-        _group_pb2.ShareGroupDescribeRequest, _group_pb2.ShareGroupDescribeResponse
-    ]  # type: ignore[assignment]
+    ShareGroupDescribe: _aio.UnaryUnaryMultiCallable[_group_pb2.ShareGroupDescribeRequest, _group_pb2.ShareGroupDescribeResponse]  # type: ignore[assignment]
     """Kafka's ShareGroupDescribe (API key 77). Errors per group: GROUP_ID_NOT_FOUND,
     NOT_COORDINATOR.
     """
@@ -255,9 +196,7 @@ class GroupCoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _group_pb2.FindCoordinatorRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _group_pb2.FindCoordinatorResponse, _abc.Awaitable[_group_pb2.FindCoordinatorResponse]
-    ]:
+    ) -> _typing.Union[_group_pb2.FindCoordinatorResponse, _abc.Awaitable[_group_pb2.FindCoordinatorResponse]]:
         """Kafka's FindCoordinator (API key 10): which broker coordinates each group or transactional
         id. Errors per key: COORDINATOR_NOT_AVAILABLE (retry), *_AUTHORIZATION_FAILED.
         """
@@ -267,10 +206,7 @@ class GroupCoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _group_pb2.ConsumerGroupHeartbeatRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _group_pb2.ConsumerGroupHeartbeatResponse,
-        _abc.Awaitable[_group_pb2.ConsumerGroupHeartbeatResponse],
-    ]:
+    ) -> _typing.Union[_group_pb2.ConsumerGroupHeartbeatResponse, _abc.Awaitable[_group_pb2.ConsumerGroupHeartbeatResponse]]:
         """Kafka's ConsumerGroupHeartbeat (API key 68, KIP-848): join, stay, leave, and receive the
         assignment. Errors: UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH, UNRELEASED_INSTANCE_ID,
         GROUP_MAX_SIZE_REACHED, INVALID_REQUEST, NOT_COORDINATOR.
@@ -281,9 +217,7 @@ class GroupCoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _group_pb2.OffsetCommitRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _group_pb2.OffsetCommitResponse, _abc.Awaitable[_group_pb2.OffsetCommitResponse]
-    ]:
+    ) -> _typing.Union[_group_pb2.OffsetCommitResponse, _abc.Awaitable[_group_pb2.OffsetCommitResponse]]:
         """buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
         Kafka's OffsetCommit (API key 8). Errors: STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID,
         ILLEGAL_GENERATION, OFFSET_METADATA_TOO_LARGE, TOPIC_AUTHORIZATION_FAILED, NOT_COORDINATOR.
@@ -294,9 +228,7 @@ class GroupCoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _group_pb2.OffsetFetchRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _group_pb2.OffsetFetchResponse, _abc.Awaitable[_group_pb2.OffsetFetchResponse]
-    ]:
+    ) -> _typing.Union[_group_pb2.OffsetFetchResponse, _abc.Awaitable[_group_pb2.OffsetFetchResponse]]:
         """Kafka's OffsetFetch (API key 9). Errors: UNSTABLE_OFFSET_COMMIT (with require_stable),
         NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS.
         """
@@ -306,9 +238,7 @@ class GroupCoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _group_pb2.TxnOffsetCommitRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _group_pb2.OffsetCommitResponse, _abc.Awaitable[_group_pb2.OffsetCommitResponse]
-    ]:
+    ) -> _typing.Union[_group_pb2.OffsetCommitResponse, _abc.Awaitable[_group_pb2.OffsetCommitResponse]]:
         """buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
         buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
         Kafka's TxnOffsetCommit (API key 28): offsets held until the transaction ends; answered as
@@ -322,9 +252,7 @@ class GroupCoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _group_pb2.ListGroupsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _group_pb2.ListGroupsResponse, _abc.Awaitable[_group_pb2.ListGroupsResponse]
-    ]:
+    ) -> _typing.Union[_group_pb2.ListGroupsResponse, _abc.Awaitable[_group_pb2.ListGroupsResponse]]:
         """Kafka's ListGroups (API key 16): the groups this broker coordinates."""
 
     @_abc_1.abstractmethod
@@ -332,9 +260,7 @@ class GroupCoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _group_pb2.DescribeGroupsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _group_pb2.DescribeGroupsResponse, _abc.Awaitable[_group_pb2.DescribeGroupsResponse]
-    ]:
+    ) -> _typing.Union[_group_pb2.DescribeGroupsResponse, _abc.Awaitable[_group_pb2.DescribeGroupsResponse]]:
         """Kafka's ConsumerGroupDescribe (69) / DescribeGroups (15). Errors per group:
         GROUP_ID_NOT_FOUND, NOT_COORDINATOR.
         """
@@ -344,9 +270,7 @@ class GroupCoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _group_pb2.DeleteGroupsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _group_pb2.DeleteGroupsResponse, _abc.Awaitable[_group_pb2.DeleteGroupsResponse]
-    ]:
+    ) -> _typing.Union[_group_pb2.DeleteGroupsResponse, _abc.Awaitable[_group_pb2.DeleteGroupsResponse]]:
         """Kafka's DeleteGroups (API key 42): delete empty groups and their offsets. Errors per group:
         NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND, NOT_COORDINATOR.
         """
@@ -386,9 +310,7 @@ class GroupCoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _group_pb2.LeaveGroupRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _group_pb2.LeaveGroupResponse, _abc.Awaitable[_group_pb2.LeaveGroupResponse]
-    ]:
+    ) -> _typing.Union[_group_pb2.LeaveGroupResponse, _abc.Awaitable[_group_pb2.LeaveGroupResponse]]:
         """Kafka's LeaveGroup (API key 13). Errors per member: UNKNOWN_MEMBER_ID."""
 
     @_abc_1.abstractmethod
@@ -396,9 +318,7 @@ class GroupCoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _group_pb2.OffsetDeleteRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _group_pb2.OffsetDeleteResponse, _abc.Awaitable[_group_pb2.OffsetDeleteResponse]
-    ]:
+    ) -> _typing.Union[_group_pb2.OffsetDeleteResponse, _abc.Awaitable[_group_pb2.OffsetDeleteResponse]]:
         """Kafka's OffsetDelete (API key 47). Errors: GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, per
         partition GROUP_SUBSCRIBED_TO_TOPIC.
         """
@@ -408,10 +328,7 @@ class GroupCoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _group_pb2.ShareGroupHeartbeatRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _group_pb2.ShareGroupHeartbeatResponse,
-        _abc.Awaitable[_group_pb2.ShareGroupHeartbeatResponse],
-    ]:
+    ) -> _typing.Union[_group_pb2.ShareGroupHeartbeatResponse, _abc.Awaitable[_group_pb2.ShareGroupHeartbeatResponse]]:
         """Kafka's ShareGroupHeartbeat (API key 76, KIP-932). Errors: UNKNOWN_MEMBER_ID,
         FENCED_MEMBER_EPOCH, GROUP_MAX_SIZE_REACHED, INVALID_REQUEST, NOT_COORDINATOR.
         """
@@ -421,13 +338,9 @@ class GroupCoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _group_pb2.ShareGroupDescribeRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _group_pb2.ShareGroupDescribeResponse, _abc.Awaitable[_group_pb2.ShareGroupDescribeResponse]
-    ]:
+    ) -> _typing.Union[_group_pb2.ShareGroupDescribeResponse, _abc.Awaitable[_group_pb2.ShareGroupDescribeResponse]]:
         """Kafka's ShareGroupDescribe (API key 77). Errors per group: GROUP_ID_NOT_FOUND,
         NOT_COORDINATOR.
         """
 
-def add_GroupCoordinatorServiceServicer_to_server(
-    servicer: GroupCoordinatorServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]
-) -> None: ...
+def add_GroupCoordinatorServiceServicer_to_server(servicer: GroupCoordinatorServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -4,93 +4,96 @@
 # source: protos/metadata.proto
 # Protobuf Python Version: 7.35.1
 """Generated protocol buffer code."""
-
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import descriptor_pool as _descriptor_pool
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
-
 _runtime_version.ValidateProtobufRuntimeVersion(
-    _runtime_version.Domain.PUBLIC, 7, 35, 1, "", "protos/metadata.proto"
+    _runtime_version.Domain.PUBLIC,
+    7,
+    35,
+    1,
+    '',
+    'protos/metadata.proto'
 )
 # @@protoc_insertion_point(imports)
 
 _sym_db = _symbol_database.Default()
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(
-    b'\n\x15protos/metadata.proto\x12\x13raftlog.metadata.v1"4\n\x08\x45ndpoint\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x0c\n\x04port\x18\x03 \x01(\x05"\x9e\x02\n\x14RegisterBrokerRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\x12\x16\n\x0eincarnation_id\x18\x03 \x01(\t\x12\x30\n\tendpoints\x18\x04 \x03(\x0b\x32\x1d.raftlog.metadata.v1.Endpoint\x12\x0c\n\x04rack\x18\x05 \x01(\t\x12T\n\x0estatic_configs\x18\x06 \x03(\x0b\x32<.raftlog.metadata.v1.RegisterBrokerRecord.StaticConfigsEntry\x1a\x34\n\x12StaticConfigsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01"R\n\x16UnregisterBrokerRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x03 \x01(\x03"M\n\x11\x46\x65nceBrokerRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x03 \x01(\x03"O\n\x13UnfenceBrokerRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x03 \x01(\x03"z\n\x1e\x42rokerRegistrationChangeRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x03 \x01(\x03\x12\x1e\n\x16in_controlled_shutdown\x18\x04 \x01(\x08"J\n\x12\x43ordonBrokerRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\x12\x10\n\x08\x63ordoned\x18\x03 \x01(\x08">\n\x0bTopicRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x10\n\x08topic_id\x18\x03 \x01(\x0c"\x96\x02\n\x0fPartitionRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x10\n\x08topic_id\x18\x02 \x01(\x0c\x12\x14\n\x0cpartition_id\x18\x03 \x01(\x05\x12\x10\n\x08replicas\x18\x04 \x03(\x05\x12\x0b\n\x03isr\x18\x05 \x03(\x05\x12\x0e\n\x06leader\x18\x06 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x07 \x01(\x05\x12\x17\n\x0fpartition_epoch\x18\x08 \x01(\x05\x12\x17\n\x0f\x61\x64\x64ing_replicas\x18\t \x03(\x05\x12\x19\n\x11removing_replicas\x18\n \x03(\x05\x12 \n\x18\x65ligible_leader_replicas\x18\x0b \x03(\x05\x12\x16\n\x0elast_known_elr\x18\x0c \x03(\x05"\x1b\n\tInt32List\x12\x0e\n\x06values\x18\x01 \x03(\x05"\xdf\x03\n\x15PartitionChangeRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x10\n\x08topic_id\x18\x02 \x01(\x0c\x12\x14\n\x0cpartition_id\x18\x03 \x01(\x05\x12 \n\x18\x65xpected_partition_epoch\x18\x04 \x01(\x05\x12\x13\n\x06leader\x18\x05 \x01(\x05H\x00\x88\x01\x01\x12+\n\x03isr\x18\x06 \x01(\x0b\x32\x1e.raftlog.metadata.v1.Int32List\x12\x30\n\x08replicas\x18\x07 \x01(\x0b\x32\x1e.raftlog.metadata.v1.Int32List\x12\x37\n\x0f\x61\x64\x64ing_replicas\x18\x08 \x01(\x0b\x32\x1e.raftlog.metadata.v1.Int32List\x12\x39\n\x11removing_replicas\x18\t \x01(\x0b\x32\x1e.raftlog.metadata.v1.Int32List\x12@\n\x18\x65ligible_leader_replicas\x18\n \x01(\x0b\x32\x1e.raftlog.metadata.v1.Int32List\x12\x36\n\x0elast_known_elr\x18\x0b \x01(\x0b\x32\x1e.raftlog.metadata.v1.Int32ListB\t\n\x07_leader"6\n\x11RemoveTopicRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x10\n\x08topic_id\x18\x02 \x01(\x0c"\xa2\x01\n\x0c\x43onfigRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12>\n\rresource_type\x18\x02 \x01(\x0e\x32\'.raftlog.metadata.v1.ConfigResourceType\x12\x15\n\rresource_name\x18\x03 \x01(\t\x12\x0c\n\x04name\x18\x04 \x01(\t\x12\x12\n\x05value\x18\x05 \x01(\tH\x00\x88\x01\x01\x42\x08\n\x06_value"g\n\x11ProducerIdsRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x03 \x01(\x03\x12\x18\n\x10next_producer_id\x18\x04 \x01(\x03"F\n\x12LeaderChangeRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x11\n\tleader_id\x18\x02 \x01(\x05\x12\x0c\n\x04term\x18\x03 \x01(\x03"Q\n\x0f\x43ontrollerVoter\x12\x0f\n\x07node_id\x18\x01 \x01(\x05\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x0c\n\x04port\x18\x03 \x01(\x05\x12\x11\n\traft_port\x18\x04 \x01(\x05"U\n\x0cVotersRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x34\n\x06voters\x18\x02 \x03(\x0b\x32$.raftlog.metadata.v1.ControllerVoter"\xa2\x01\n\x0f\x41\x63lBindingEntry\x12\x15\n\rresource_type\x18\x01 \x01(\x05\x12\x15\n\rresource_name\x18\x02 \x01(\t\x12\x14\n\x0cpattern_type\x18\x03 \x01(\x05\x12\x11\n\tprincipal\x18\x04 \x01(\t\x12\x0c\n\x04host\x18\x05 \x01(\t\x12\x11\n\toperation\x18\x06 \x01(\x05\x12\x17\n\x0fpermission_type\x18\x07 \x01(\x05"b\n\x18\x41\x63\x63\x65ssControlEntryRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x35\n\x07\x62inding\x18\x02 \x01(\x0b\x32$.raftlog.metadata.v1.AclBindingEntry"h\n\x1eRemoveAccessControlEntryRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x35\n\x07\x62inding\x18\x02 \x01(\x0b\x32$.raftlog.metadata.v1.AclBindingEntry"\x97\x01\n\x19UserScramCredentialRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\tmechanism\x18\x03 \x01(\x05\x12\x0c\n\x04salt\x18\x04 \x01(\x0c\x12\x12\n\nstored_key\x18\x05 \x01(\x0c\x12\x12\n\nserver_key\x18\x06 \x01(\x0c\x12\x12\n\niterations\x18\x07 \x01(\x05"S\n\x1fRemoveUserScramCredentialRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\tmechanism\x18\x03 \x01(\x05"J\n\x12\x46\x65\x61tureLevelRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x15\n\rfeature_level\x18\x03 \x01(\x05"\xc9\n\n\x0eMetadataRecord\x12\x44\n\x0fregister_broker\x18\x01 \x01(\x0b\x32).raftlog.metadata.v1.RegisterBrokerRecordH\x00\x12H\n\x11unregister_broker\x18\x02 \x01(\x0b\x32+.raftlog.metadata.v1.UnregisterBrokerRecordH\x00\x12>\n\x0c\x66\x65nce_broker\x18\x03 \x01(\x0b\x32&.raftlog.metadata.v1.FenceBrokerRecordH\x00\x12\x42\n\x0eunfence_broker\x18\x04 \x01(\x0b\x32(.raftlog.metadata.v1.UnfenceBrokerRecordH\x00\x12Y\n\x1a\x62roker_registration_change\x18\x05 \x01(\x0b\x32\x33.raftlog.metadata.v1.BrokerRegistrationChangeRecordH\x00\x12\x31\n\x05topic\x18\x06 \x01(\x0b\x32 .raftlog.metadata.v1.TopicRecordH\x00\x12\x39\n\tpartition\x18\x07 \x01(\x0b\x32$.raftlog.metadata.v1.PartitionRecordH\x00\x12\x46\n\x10partition_change\x18\x08 \x01(\x0b\x32*.raftlog.metadata.v1.PartitionChangeRecordH\x00\x12>\n\x0cremove_topic\x18\t \x01(\x0b\x32&.raftlog.metadata.v1.RemoveTopicRecordH\x00\x12\x33\n\x06\x63onfig\x18\n \x01(\x0b\x32!.raftlog.metadata.v1.ConfigRecordH\x00\x12>\n\x0cproducer_ids\x18\x0b \x01(\x0b\x32&.raftlog.metadata.v1.ProducerIdsRecordH\x00\x12@\n\rleader_change\x18\x0c \x01(\x0b\x32\'.raftlog.metadata.v1.LeaderChangeRecordH\x00\x12\x33\n\x06voters\x18\r \x01(\x0b\x32!.raftlog.metadata.v1.VotersRecordH\x00\x12@\n\rcordon_broker\x18\x0e \x01(\x0b\x32\'.raftlog.metadata.v1.CordonBrokerRecordH\x00\x12M\n\x14\x61\x63\x63\x65ss_control_entry\x18\x0f \x01(\x0b\x32-.raftlog.metadata.v1.AccessControlEntryRecordH\x00\x12Z\n\x1bremove_access_control_entry\x18\x10 \x01(\x0b\x32\x33.raftlog.metadata.v1.RemoveAccessControlEntryRecordH\x00\x12O\n\x15user_scram_credential\x18\x11 \x01(\x0b\x32..raftlog.metadata.v1.UserScramCredentialRecordH\x00\x12\\\n\x1cremove_user_scram_credential\x18\x12 \x01(\x0b\x32\x34.raftlog.metadata.v1.RemoveUserScramCredentialRecordH\x00\x12@\n\rfeature_level\x18\x13 \x01(\x0b\x32\'.raftlog.metadata.v1.FeatureLevelRecordH\x00\x42\x08\n\x06record"K\n\x13MetadataRecordBatch\x12\x34\n\x07records\x18\x01 \x03(\x0b\x32#.raftlog.metadata.v1.MetadataRecord"\xe5\x02\n\x14\x42rokerSnapshotRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x16\n\x0eincarnation_id\x18\x02 \x01(\t\x12\x14\n\x0c\x62roker_epoch\x18\x03 \x01(\x03\x12\x30\n\tendpoints\x18\x04 \x03(\x0b\x32\x1d.raftlog.metadata.v1.Endpoint\x12\x0c\n\x04rack\x18\x05 \x01(\t\x12\x0e\n\x06\x66\x65nced\x18\x06 \x01(\x08\x12\x1e\n\x16in_controlled_shutdown\x18\x07 \x01(\x08\x12\x10\n\x08\x63ordoned\x18\x08 \x01(\x08\x12T\n\x0estatic_configs\x18\t \x03(\x0b\x32<.raftlog.metadata.v1.BrokerSnapshotRecord.StaticConfigsEntry\x1a\x34\n\x12StaticConfigsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01"\xbf\x01\n\x10MetadataSnapshot\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12:\n\x07\x62rokers\x18\x03 \x03(\x0b\x32).raftlog.metadata.v1.BrokerSnapshotRecord\x12\x34\n\x07records\x18\x04 \x03(\x0b\x32#.raftlog.metadata.v1.MetadataRecord\x12\x18\n\x10next_producer_id\x18\x05 \x01(\x03*\xa7\x01\n\x12\x43onfigResourceType\x12\x1b\n\x17\x43ONFIG_RESOURCE_UNKNOWN\x10\x00\x12\x19\n\x15\x43ONFIG_RESOURCE_TOPIC\x10\x02\x12\x1a\n\x16\x43ONFIG_RESOURCE_BROKER\x10\x04\x12"\n\x1e\x43ONFIG_RESOURCE_CLIENT_METRICS\x10\x10\x12\x19\n\x15\x43ONFIG_RESOURCE_GROUP\x10 B\x02P\x01\x62\x06proto3'
-)
+
+
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15protos/metadata.proto\x12\x13raftlog.metadata.v1\"4\n\x08\x45ndpoint\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x0c\n\x04port\x18\x03 \x01(\x05\"\x9e\x02\n\x14RegisterBrokerRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\x12\x16\n\x0eincarnation_id\x18\x03 \x01(\t\x12\x30\n\tendpoints\x18\x04 \x03(\x0b\x32\x1d.raftlog.metadata.v1.Endpoint\x12\x0c\n\x04rack\x18\x05 \x01(\t\x12T\n\x0estatic_configs\x18\x06 \x03(\x0b\x32<.raftlog.metadata.v1.RegisterBrokerRecord.StaticConfigsEntry\x1a\x34\n\x12StaticConfigsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"R\n\x16UnregisterBrokerRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x03 \x01(\x03\"M\n\x11\x46\x65nceBrokerRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x03 \x01(\x03\"O\n\x13UnfenceBrokerRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x03 \x01(\x03\"z\n\x1e\x42rokerRegistrationChangeRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x03 \x01(\x03\x12\x1e\n\x16in_controlled_shutdown\x18\x04 \x01(\x08\"J\n\x12\x43ordonBrokerRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\x12\x10\n\x08\x63ordoned\x18\x03 \x01(\x08\">\n\x0bTopicRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x10\n\x08topic_id\x18\x03 \x01(\x0c\"\x96\x02\n\x0fPartitionRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x10\n\x08topic_id\x18\x02 \x01(\x0c\x12\x14\n\x0cpartition_id\x18\x03 \x01(\x05\x12\x10\n\x08replicas\x18\x04 \x03(\x05\x12\x0b\n\x03isr\x18\x05 \x03(\x05\x12\x0e\n\x06leader\x18\x06 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x07 \x01(\x05\x12\x17\n\x0fpartition_epoch\x18\x08 \x01(\x05\x12\x17\n\x0f\x61\x64\x64ing_replicas\x18\t \x03(\x05\x12\x19\n\x11removing_replicas\x18\n \x03(\x05\x12 \n\x18\x65ligible_leader_replicas\x18\x0b \x03(\x05\x12\x16\n\x0elast_known_elr\x18\x0c \x03(\x05\"\x1b\n\tInt32List\x12\x0e\n\x06values\x18\x01 \x03(\x05\"\xdf\x03\n\x15PartitionChangeRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x10\n\x08topic_id\x18\x02 \x01(\x0c\x12\x14\n\x0cpartition_id\x18\x03 \x01(\x05\x12 \n\x18\x65xpected_partition_epoch\x18\x04 \x01(\x05\x12\x13\n\x06leader\x18\x05 \x01(\x05H\x00\x88\x01\x01\x12+\n\x03isr\x18\x06 \x01(\x0b\x32\x1e.raftlog.metadata.v1.Int32List\x12\x30\n\x08replicas\x18\x07 \x01(\x0b\x32\x1e.raftlog.metadata.v1.Int32List\x12\x37\n\x0f\x61\x64\x64ing_replicas\x18\x08 \x01(\x0b\x32\x1e.raftlog.metadata.v1.Int32List\x12\x39\n\x11removing_replicas\x18\t \x01(\x0b\x32\x1e.raftlog.metadata.v1.Int32List\x12@\n\x18\x65ligible_leader_replicas\x18\n \x01(\x0b\x32\x1e.raftlog.metadata.v1.Int32List\x12\x36\n\x0elast_known_elr\x18\x0b \x01(\x0b\x32\x1e.raftlog.metadata.v1.Int32ListB\t\n\x07_leader\"6\n\x11RemoveTopicRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x10\n\x08topic_id\x18\x02 \x01(\x0c\"\xa2\x01\n\x0c\x43onfigRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12>\n\rresource_type\x18\x02 \x01(\x0e\x32\'.raftlog.metadata.v1.ConfigResourceType\x12\x15\n\rresource_name\x18\x03 \x01(\t\x12\x0c\n\x04name\x18\x04 \x01(\t\x12\x12\n\x05value\x18\x05 \x01(\tH\x00\x88\x01\x01\x42\x08\n\x06_value\"g\n\x11ProducerIdsRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x03 \x01(\x03\x12\x18\n\x10next_producer_id\x18\x04 \x01(\x03\"F\n\x12LeaderChangeRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x11\n\tleader_id\x18\x02 \x01(\x05\x12\x0c\n\x04term\x18\x03 \x01(\x03\"Q\n\x0f\x43ontrollerVoter\x12\x0f\n\x07node_id\x18\x01 \x01(\x05\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x0c\n\x04port\x18\x03 \x01(\x05\x12\x11\n\traft_port\x18\x04 \x01(\x05\"U\n\x0cVotersRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x34\n\x06voters\x18\x02 \x03(\x0b\x32$.raftlog.metadata.v1.ControllerVoter\"\xa2\x01\n\x0f\x41\x63lBindingEntry\x12\x15\n\rresource_type\x18\x01 \x01(\x05\x12\x15\n\rresource_name\x18\x02 \x01(\t\x12\x14\n\x0cpattern_type\x18\x03 \x01(\x05\x12\x11\n\tprincipal\x18\x04 \x01(\t\x12\x0c\n\x04host\x18\x05 \x01(\t\x12\x11\n\toperation\x18\x06 \x01(\x05\x12\x17\n\x0fpermission_type\x18\x07 \x01(\x05\"b\n\x18\x41\x63\x63\x65ssControlEntryRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x35\n\x07\x62inding\x18\x02 \x01(\x0b\x32$.raftlog.metadata.v1.AclBindingEntry\"h\n\x1eRemoveAccessControlEntryRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x35\n\x07\x62inding\x18\x02 \x01(\x0b\x32$.raftlog.metadata.v1.AclBindingEntry\"\x97\x01\n\x19UserScramCredentialRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\tmechanism\x18\x03 \x01(\x05\x12\x0c\n\x04salt\x18\x04 \x01(\x0c\x12\x12\n\nstored_key\x18\x05 \x01(\x0c\x12\x12\n\nserver_key\x18\x06 \x01(\x0c\x12\x12\n\niterations\x18\x07 \x01(\x05\"S\n\x1fRemoveUserScramCredentialRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\tmechanism\x18\x03 \x01(\x05\"J\n\x12\x46\x65\x61tureLevelRecord\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x15\n\rfeature_level\x18\x03 \x01(\x05\"\xc9\n\n\x0eMetadataRecord\x12\x44\n\x0fregister_broker\x18\x01 \x01(\x0b\x32).raftlog.metadata.v1.RegisterBrokerRecordH\x00\x12H\n\x11unregister_broker\x18\x02 \x01(\x0b\x32+.raftlog.metadata.v1.UnregisterBrokerRecordH\x00\x12>\n\x0c\x66\x65nce_broker\x18\x03 \x01(\x0b\x32&.raftlog.metadata.v1.FenceBrokerRecordH\x00\x12\x42\n\x0eunfence_broker\x18\x04 \x01(\x0b\x32(.raftlog.metadata.v1.UnfenceBrokerRecordH\x00\x12Y\n\x1a\x62roker_registration_change\x18\x05 \x01(\x0b\x32\x33.raftlog.metadata.v1.BrokerRegistrationChangeRecordH\x00\x12\x31\n\x05topic\x18\x06 \x01(\x0b\x32 .raftlog.metadata.v1.TopicRecordH\x00\x12\x39\n\tpartition\x18\x07 \x01(\x0b\x32$.raftlog.metadata.v1.PartitionRecordH\x00\x12\x46\n\x10partition_change\x18\x08 \x01(\x0b\x32*.raftlog.metadata.v1.PartitionChangeRecordH\x00\x12>\n\x0cremove_topic\x18\t \x01(\x0b\x32&.raftlog.metadata.v1.RemoveTopicRecordH\x00\x12\x33\n\x06\x63onfig\x18\n \x01(\x0b\x32!.raftlog.metadata.v1.ConfigRecordH\x00\x12>\n\x0cproducer_ids\x18\x0b \x01(\x0b\x32&.raftlog.metadata.v1.ProducerIdsRecordH\x00\x12@\n\rleader_change\x18\x0c \x01(\x0b\x32\'.raftlog.metadata.v1.LeaderChangeRecordH\x00\x12\x33\n\x06voters\x18\r \x01(\x0b\x32!.raftlog.metadata.v1.VotersRecordH\x00\x12@\n\rcordon_broker\x18\x0e \x01(\x0b\x32\'.raftlog.metadata.v1.CordonBrokerRecordH\x00\x12M\n\x14\x61\x63\x63\x65ss_control_entry\x18\x0f \x01(\x0b\x32-.raftlog.metadata.v1.AccessControlEntryRecordH\x00\x12Z\n\x1bremove_access_control_entry\x18\x10 \x01(\x0b\x32\x33.raftlog.metadata.v1.RemoveAccessControlEntryRecordH\x00\x12O\n\x15user_scram_credential\x18\x11 \x01(\x0b\x32..raftlog.metadata.v1.UserScramCredentialRecordH\x00\x12\\\n\x1cremove_user_scram_credential\x18\x12 \x01(\x0b\x32\x34.raftlog.metadata.v1.RemoveUserScramCredentialRecordH\x00\x12@\n\rfeature_level\x18\x13 \x01(\x0b\x32\'.raftlog.metadata.v1.FeatureLevelRecordH\x00\x42\x08\n\x06record\"K\n\x13MetadataRecordBatch\x12\x34\n\x07records\x18\x01 \x03(\x0b\x32#.raftlog.metadata.v1.MetadataRecord\"\xe5\x02\n\x14\x42rokerSnapshotRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x16\n\x0eincarnation_id\x18\x02 \x01(\t\x12\x14\n\x0c\x62roker_epoch\x18\x03 \x01(\x03\x12\x30\n\tendpoints\x18\x04 \x03(\x0b\x32\x1d.raftlog.metadata.v1.Endpoint\x12\x0c\n\x04rack\x18\x05 \x01(\t\x12\x0e\n\x06\x66\x65nced\x18\x06 \x01(\x08\x12\x1e\n\x16in_controlled_shutdown\x18\x07 \x01(\x08\x12\x10\n\x08\x63ordoned\x18\x08 \x01(\x08\x12T\n\x0estatic_configs\x18\t \x03(\x0b\x32<.raftlog.metadata.v1.BrokerSnapshotRecord.StaticConfigsEntry\x1a\x34\n\x12StaticConfigsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xbf\x01\n\x10MetadataSnapshot\x12\x0f\n\x07version\x18\x01 \x01(\x05\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12:\n\x07\x62rokers\x18\x03 \x03(\x0b\x32).raftlog.metadata.v1.BrokerSnapshotRecord\x12\x34\n\x07records\x18\x04 \x03(\x0b\x32#.raftlog.metadata.v1.MetadataRecord\x12\x18\n\x10next_producer_id\x18\x05 \x01(\x03*\xa7\x01\n\x12\x43onfigResourceType\x12\x1b\n\x17\x43ONFIG_RESOURCE_UNKNOWN\x10\x00\x12\x19\n\x15\x43ONFIG_RESOURCE_TOPIC\x10\x02\x12\x1a\n\x16\x43ONFIG_RESOURCE_BROKER\x10\x04\x12\"\n\x1e\x43ONFIG_RESOURCE_CLIENT_METRICS\x10\x10\x12\x19\n\x15\x43ONFIG_RESOURCE_GROUP\x10 B\x02P\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
-_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, "protos.metadata_pb2", _globals)
+_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'protos.metadata_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
-    _globals["DESCRIPTOR"]._loaded_options = None
-    _globals["DESCRIPTOR"]._serialized_options = b"P\001"
-    _globals["_REGISTERBROKERRECORD_STATICCONFIGSENTRY"]._loaded_options = None
-    _globals["_REGISTERBROKERRECORD_STATICCONFIGSENTRY"]._serialized_options = b"8\001"
-    _globals["_BROKERSNAPSHOTRECORD_STATICCONFIGSENTRY"]._loaded_options = None
-    _globals["_BROKERSNAPSHOTRECORD_STATICCONFIGSENTRY"]._serialized_options = b"8\001"
-    _globals["_CONFIGRESOURCETYPE"]._serialized_start = 4931
-    _globals["_CONFIGRESOURCETYPE"]._serialized_end = 5098
-    _globals["_ENDPOINT"]._serialized_start = 46
-    _globals["_ENDPOINT"]._serialized_end = 98
-    _globals["_REGISTERBROKERRECORD"]._serialized_start = 101
-    _globals["_REGISTERBROKERRECORD"]._serialized_end = 387
-    _globals["_REGISTERBROKERRECORD_STATICCONFIGSENTRY"]._serialized_start = 335
-    _globals["_REGISTERBROKERRECORD_STATICCONFIGSENTRY"]._serialized_end = 387
-    _globals["_UNREGISTERBROKERRECORD"]._serialized_start = 389
-    _globals["_UNREGISTERBROKERRECORD"]._serialized_end = 471
-    _globals["_FENCEBROKERRECORD"]._serialized_start = 473
-    _globals["_FENCEBROKERRECORD"]._serialized_end = 550
-    _globals["_UNFENCEBROKERRECORD"]._serialized_start = 552
-    _globals["_UNFENCEBROKERRECORD"]._serialized_end = 631
-    _globals["_BROKERREGISTRATIONCHANGERECORD"]._serialized_start = 633
-    _globals["_BROKERREGISTRATIONCHANGERECORD"]._serialized_end = 755
-    _globals["_CORDONBROKERRECORD"]._serialized_start = 757
-    _globals["_CORDONBROKERRECORD"]._serialized_end = 831
-    _globals["_TOPICRECORD"]._serialized_start = 833
-    _globals["_TOPICRECORD"]._serialized_end = 895
-    _globals["_PARTITIONRECORD"]._serialized_start = 898
-    _globals["_PARTITIONRECORD"]._serialized_end = 1176
-    _globals["_INT32LIST"]._serialized_start = 1178
-    _globals["_INT32LIST"]._serialized_end = 1205
-    _globals["_PARTITIONCHANGERECORD"]._serialized_start = 1208
-    _globals["_PARTITIONCHANGERECORD"]._serialized_end = 1687
-    _globals["_REMOVETOPICRECORD"]._serialized_start = 1689
-    _globals["_REMOVETOPICRECORD"]._serialized_end = 1743
-    _globals["_CONFIGRECORD"]._serialized_start = 1746
-    _globals["_CONFIGRECORD"]._serialized_end = 1908
-    _globals["_PRODUCERIDSRECORD"]._serialized_start = 1910
-    _globals["_PRODUCERIDSRECORD"]._serialized_end = 2013
-    _globals["_LEADERCHANGERECORD"]._serialized_start = 2015
-    _globals["_LEADERCHANGERECORD"]._serialized_end = 2085
-    _globals["_CONTROLLERVOTER"]._serialized_start = 2087
-    _globals["_CONTROLLERVOTER"]._serialized_end = 2168
-    _globals["_VOTERSRECORD"]._serialized_start = 2170
-    _globals["_VOTERSRECORD"]._serialized_end = 2255
-    _globals["_ACLBINDINGENTRY"]._serialized_start = 2258
-    _globals["_ACLBINDINGENTRY"]._serialized_end = 2420
-    _globals["_ACCESSCONTROLENTRYRECORD"]._serialized_start = 2422
-    _globals["_ACCESSCONTROLENTRYRECORD"]._serialized_end = 2520
-    _globals["_REMOVEACCESSCONTROLENTRYRECORD"]._serialized_start = 2522
-    _globals["_REMOVEACCESSCONTROLENTRYRECORD"]._serialized_end = 2626
-    _globals["_USERSCRAMCREDENTIALRECORD"]._serialized_start = 2629
-    _globals["_USERSCRAMCREDENTIALRECORD"]._serialized_end = 2780
-    _globals["_REMOVEUSERSCRAMCREDENTIALRECORD"]._serialized_start = 2782
-    _globals["_REMOVEUSERSCRAMCREDENTIALRECORD"]._serialized_end = 2865
-    _globals["_FEATURELEVELRECORD"]._serialized_start = 2867
-    _globals["_FEATURELEVELRECORD"]._serialized_end = 2941
-    _globals["_METADATARECORD"]._serialized_start = 2944
-    _globals["_METADATARECORD"]._serialized_end = 4297
-    _globals["_METADATARECORDBATCH"]._serialized_start = 4299
-    _globals["_METADATARECORDBATCH"]._serialized_end = 4374
-    _globals["_BROKERSNAPSHOTRECORD"]._serialized_start = 4377
-    _globals["_BROKERSNAPSHOTRECORD"]._serialized_end = 4734
-    _globals["_BROKERSNAPSHOTRECORD_STATICCONFIGSENTRY"]._serialized_start = 335
-    _globals["_BROKERSNAPSHOTRECORD_STATICCONFIGSENTRY"]._serialized_end = 387
-    _globals["_METADATASNAPSHOT"]._serialized_start = 4737
-    _globals["_METADATASNAPSHOT"]._serialized_end = 4928
+  _globals['DESCRIPTOR']._loaded_options = None
+  _globals['DESCRIPTOR']._serialized_options = b'P\001'
+  _globals['_REGISTERBROKERRECORD_STATICCONFIGSENTRY']._loaded_options = None
+  _globals['_REGISTERBROKERRECORD_STATICCONFIGSENTRY']._serialized_options = b'8\001'
+  _globals['_BROKERSNAPSHOTRECORD_STATICCONFIGSENTRY']._loaded_options = None
+  _globals['_BROKERSNAPSHOTRECORD_STATICCONFIGSENTRY']._serialized_options = b'8\001'
+  _globals['_CONFIGRESOURCETYPE']._serialized_start=4931
+  _globals['_CONFIGRESOURCETYPE']._serialized_end=5098
+  _globals['_ENDPOINT']._serialized_start=46
+  _globals['_ENDPOINT']._serialized_end=98
+  _globals['_REGISTERBROKERRECORD']._serialized_start=101
+  _globals['_REGISTERBROKERRECORD']._serialized_end=387
+  _globals['_REGISTERBROKERRECORD_STATICCONFIGSENTRY']._serialized_start=335
+  _globals['_REGISTERBROKERRECORD_STATICCONFIGSENTRY']._serialized_end=387
+  _globals['_UNREGISTERBROKERRECORD']._serialized_start=389
+  _globals['_UNREGISTERBROKERRECORD']._serialized_end=471
+  _globals['_FENCEBROKERRECORD']._serialized_start=473
+  _globals['_FENCEBROKERRECORD']._serialized_end=550
+  _globals['_UNFENCEBROKERRECORD']._serialized_start=552
+  _globals['_UNFENCEBROKERRECORD']._serialized_end=631
+  _globals['_BROKERREGISTRATIONCHANGERECORD']._serialized_start=633
+  _globals['_BROKERREGISTRATIONCHANGERECORD']._serialized_end=755
+  _globals['_CORDONBROKERRECORD']._serialized_start=757
+  _globals['_CORDONBROKERRECORD']._serialized_end=831
+  _globals['_TOPICRECORD']._serialized_start=833
+  _globals['_TOPICRECORD']._serialized_end=895
+  _globals['_PARTITIONRECORD']._serialized_start=898
+  _globals['_PARTITIONRECORD']._serialized_end=1176
+  _globals['_INT32LIST']._serialized_start=1178
+  _globals['_INT32LIST']._serialized_end=1205
+  _globals['_PARTITIONCHANGERECORD']._serialized_start=1208
+  _globals['_PARTITIONCHANGERECORD']._serialized_end=1687
+  _globals['_REMOVETOPICRECORD']._serialized_start=1689
+  _globals['_REMOVETOPICRECORD']._serialized_end=1743
+  _globals['_CONFIGRECORD']._serialized_start=1746
+  _globals['_CONFIGRECORD']._serialized_end=1908
+  _globals['_PRODUCERIDSRECORD']._serialized_start=1910
+  _globals['_PRODUCERIDSRECORD']._serialized_end=2013
+  _globals['_LEADERCHANGERECORD']._serialized_start=2015
+  _globals['_LEADERCHANGERECORD']._serialized_end=2085
+  _globals['_CONTROLLERVOTER']._serialized_start=2087
+  _globals['_CONTROLLERVOTER']._serialized_end=2168
+  _globals['_VOTERSRECORD']._serialized_start=2170
+  _globals['_VOTERSRECORD']._serialized_end=2255
+  _globals['_ACLBINDINGENTRY']._serialized_start=2258
+  _globals['_ACLBINDINGENTRY']._serialized_end=2420
+  _globals['_ACCESSCONTROLENTRYRECORD']._serialized_start=2422
+  _globals['_ACCESSCONTROLENTRYRECORD']._serialized_end=2520
+  _globals['_REMOVEACCESSCONTROLENTRYRECORD']._serialized_start=2522
+  _globals['_REMOVEACCESSCONTROLENTRYRECORD']._serialized_end=2626
+  _globals['_USERSCRAMCREDENTIALRECORD']._serialized_start=2629
+  _globals['_USERSCRAMCREDENTIALRECORD']._serialized_end=2780
+  _globals['_REMOVEUSERSCRAMCREDENTIALRECORD']._serialized_start=2782
+  _globals['_REMOVEUSERSCRAMCREDENTIALRECORD']._serialized_end=2865
+  _globals['_FEATURELEVELRECORD']._serialized_start=2867
+  _globals['_FEATURELEVELRECORD']._serialized_end=2941
+  _globals['_METADATARECORD']._serialized_start=2944
+  _globals['_METADATARECORD']._serialized_end=4297
+  _globals['_METADATARECORDBATCH']._serialized_start=4299
+  _globals['_METADATARECORDBATCH']._serialized_end=4374
+  _globals['_BROKERSNAPSHOTRECORD']._serialized_start=4377
+  _globals['_BROKERSNAPSHOTRECORD']._serialized_end=4734
+  _globals['_BROKERSNAPSHOTRECORD_STATICCONFIGSENTRY']._serialized_start=335
+  _globals['_BROKERSNAPSHOTRECORD_STATICCONFIGSENTRY']._serialized_end=387
+  _globals['_METADATASNAPSHOT']._serialized_start=4737
+  _globals['_METADATASNAPSHOT']._serialized_end=4928
 # @@protoc_insertion_point(module_scope)

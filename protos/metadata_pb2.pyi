@@ -30,9 +30,7 @@ class _ConfigResourceType:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
 
-class _ConfigResourceTypeEnumTypeWrapper(
-    _enum_type_wrapper._EnumTypeWrapper[_ConfigResourceType.ValueType], _builtins.type
-):
+class _ConfigResourceTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ConfigResourceType.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     CONFIG_RESOURCE_UNKNOWN: _ConfigResourceType.ValueType  # 0
     """Not a valid resource type: refused with INVALID_REQUEST."""
@@ -88,9 +86,7 @@ class Endpoint(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "host", b"host", "name", b"name", "port", b"port"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["host", b"host", "name", b"name", "port", b"port"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -160,20 +156,7 @@ class RegisterBrokerRecord(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "broker_id",
-        b"broker_id",
-        "endpoints",
-        b"endpoints",
-        "incarnation_id",
-        b"incarnation_id",
-        "rack",
-        b"rack",
-        "static_configs",
-        b"static_configs",
-        "version",
-        b"version",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_id", b"broker_id", "endpoints", b"endpoints", "incarnation_id", b"incarnation_id", "rack", b"rack", "static_configs", b"static_configs", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -203,9 +186,7 @@ class UnregisterBrokerRecord(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "broker_epoch", b"broker_epoch", "broker_id", b"broker_id", "version", b"version"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "broker_id", b"broker_id", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -237,9 +218,7 @@ class FenceBrokerRecord(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "broker_epoch", b"broker_epoch", "broker_id", b"broker_id", "version", b"version"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "broker_id", b"broker_id", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -269,9 +248,7 @@ class UnfenceBrokerRecord(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "broker_epoch", b"broker_epoch", "broker_id", b"broker_id", "version", b"version"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "broker_id", b"broker_id", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -305,16 +282,7 @@ class BrokerRegistrationChangeRecord(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "broker_epoch",
-        b"broker_epoch",
-        "broker_id",
-        b"broker_id",
-        "in_controlled_shutdown",
-        b"in_controlled_shutdown",
-        "version",
-        b"version",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "broker_id", b"broker_id", "in_controlled_shutdown", b"in_controlled_shutdown", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -346,9 +314,7 @@ class CordonBrokerRecord(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "broker_id", b"broker_id", "cordoned", b"cordoned", "version", b"version"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_id", b"broker_id", "cordoned", b"cordoned", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -378,9 +344,7 @@ class TopicRecord(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "name", b"name", "topic_id", b"topic_id", "version", b"version"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "topic_id", b"topic_id", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -462,32 +426,7 @@ class PartitionRecord(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "adding_replicas",
-        b"adding_replicas",
-        "eligible_leader_replicas",
-        b"eligible_leader_replicas",
-        "isr",
-        b"isr",
-        "last_known_elr",
-        b"last_known_elr",
-        "leader",
-        b"leader",
-        "leader_epoch",
-        b"leader_epoch",
-        "partition_epoch",
-        b"partition_epoch",
-        "partition_id",
-        b"partition_id",
-        "removing_replicas",
-        b"removing_replicas",
-        "replicas",
-        b"replicas",
-        "topic_id",
-        b"topic_id",
-        "version",
-        b"version",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adding_replicas", b"adding_replicas", "eligible_leader_replicas", b"eligible_leader_replicas", "isr", b"isr", "last_known_elr", b"last_known_elr", "leader", b"leader", "leader_epoch", b"leader_epoch", "partition_epoch", b"partition_epoch", "partition_id", b"partition_id", "removing_replicas", b"removing_replicas", "replicas", b"replicas", "topic_id", b"topic_id", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -585,57 +524,13 @@ class PartitionChangeRecord(_message.Message):
         eligible_leader_replicas: Global___Int32List | None = ...,
         last_known_elr: Global___Int32List | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal[
-        "_leader",
-        b"_leader",
-        "adding_replicas",
-        b"adding_replicas",
-        "eligible_leader_replicas",
-        b"eligible_leader_replicas",
-        "isr",
-        b"isr",
-        "last_known_elr",
-        b"last_known_elr",
-        "leader",
-        b"leader",
-        "removing_replicas",
-        b"removing_replicas",
-        "replicas",
-        b"replicas",
-    ]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_leader", b"_leader", "adding_replicas", b"adding_replicas", "eligible_leader_replicas", b"eligible_leader_replicas", "isr", b"isr", "last_known_elr", b"last_known_elr", "leader", b"leader", "removing_replicas", b"removing_replicas", "replicas", b"replicas"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "_leader",
-        b"_leader",
-        "adding_replicas",
-        b"adding_replicas",
-        "eligible_leader_replicas",
-        b"eligible_leader_replicas",
-        "expected_partition_epoch",
-        b"expected_partition_epoch",
-        "isr",
-        b"isr",
-        "last_known_elr",
-        b"last_known_elr",
-        "leader",
-        b"leader",
-        "partition_id",
-        b"partition_id",
-        "removing_replicas",
-        b"removing_replicas",
-        "replicas",
-        b"replicas",
-        "topic_id",
-        b"topic_id",
-        "version",
-        b"version",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_leader", b"_leader", "adding_replicas", b"adding_replicas", "eligible_leader_replicas", b"eligible_leader_replicas", "expected_partition_epoch", b"expected_partition_epoch", "isr", b"isr", "last_known_elr", b"last_known_elr", "leader", b"leader", "partition_id", b"partition_id", "removing_replicas", b"removing_replicas", "replicas", b"replicas", "topic_id", b"topic_id", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__leader: _TypeAlias = _typing.Literal["leader"]  # noqa: Y015
     _WhichOneofArgType__leader: _TypeAlias = _typing.Literal["_leader", b"_leader"]  # noqa: Y015
-    def WhichOneof(
-        self, oneof_group: _WhichOneofArgType__leader
-    ) -> _WhichOneofReturnType__leader | None: ...
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__leader) -> _WhichOneofReturnType__leader | None: ...
 
 Global___PartitionChangeRecord: _TypeAlias = PartitionChangeRecord  # noqa: Y015
 
@@ -697,26 +592,11 @@ class ConfigRecord(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_value", b"_value", "value", b"value"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "_value",
-        b"_value",
-        "name",
-        b"name",
-        "resource_name",
-        b"resource_name",
-        "resource_type",
-        b"resource_type",
-        "value",
-        b"value",
-        "version",
-        b"version",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_value", b"_value", "name", b"name", "resource_name", b"resource_name", "resource_type", b"resource_type", "value", b"value", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__value: _TypeAlias = _typing.Literal["value"]  # noqa: Y015
     _WhichOneofArgType__value: _TypeAlias = _typing.Literal["_value", b"_value"]  # noqa: Y015
-    def WhichOneof(
-        self, oneof_group: _WhichOneofArgType__value
-    ) -> _WhichOneofReturnType__value | None: ...
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__value) -> _WhichOneofReturnType__value | None: ...
 
 Global___ConfigRecord: _TypeAlias = ConfigRecord  # noqa: Y015
 
@@ -750,16 +630,7 @@ class ProducerIdsRecord(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "broker_epoch",
-        b"broker_epoch",
-        "broker_id",
-        b"broker_id",
-        "next_producer_id",
-        b"next_producer_id",
-        "version",
-        b"version",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "broker_id", b"broker_id", "next_producer_id", b"next_producer_id", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -791,9 +662,7 @@ class LeaderChangeRecord(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "leader_id", b"leader_id", "term", b"term", "version", b"version"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["leader_id", b"leader_id", "term", b"term", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -829,9 +698,7 @@ class ControllerVoter(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "host", b"host", "node_id", b"node_id", "port", b"port", "raft_port", b"raft_port"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["host", b"host", "node_id", b"node_id", "port", b"port", "raft_port", b"raft_port"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -912,22 +779,7 @@ class AclBindingEntry(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "host",
-        b"host",
-        "operation",
-        b"operation",
-        "pattern_type",
-        b"pattern_type",
-        "permission_type",
-        b"permission_type",
-        "principal",
-        b"principal",
-        "resource_name",
-        b"resource_name",
-        "resource_type",
-        b"resource_type",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["host", b"host", "operation", b"operation", "pattern_type", b"pattern_type", "permission_type", b"permission_type", "principal", b"principal", "resource_name", b"resource_name", "resource_type", b"resource_type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1031,22 +883,7 @@ class UserScramCredentialRecord(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "iterations",
-        b"iterations",
-        "mechanism",
-        b"mechanism",
-        "name",
-        b"name",
-        "salt",
-        b"salt",
-        "server_key",
-        b"server_key",
-        "stored_key",
-        b"stored_key",
-        "version",
-        b"version",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["iterations", b"iterations", "mechanism", b"mechanism", "name", b"name", "salt", b"salt", "server_key", b"server_key", "stored_key", b"stored_key", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1076,9 +913,7 @@ class RemoveUserScramCredentialRecord(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "mechanism", b"mechanism", "name", b"name", "version", b"version"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mechanism", b"mechanism", "name", b"name", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1108,9 +943,7 @@ class FeatureLevelRecord(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "feature_level", b"feature_level", "name", b"name", "version", b"version"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["feature_level", b"feature_level", "name", b"name", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1240,117 +1073,13 @@ class MetadataRecord(_message.Message):
         remove_user_scram_credential: Global___RemoveUserScramCredentialRecord | None = ...,
         feature_level: Global___FeatureLevelRecord | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal[
-        "access_control_entry",
-        b"access_control_entry",
-        "broker_registration_change",
-        b"broker_registration_change",
-        "config",
-        b"config",
-        "cordon_broker",
-        b"cordon_broker",
-        "feature_level",
-        b"feature_level",
-        "fence_broker",
-        b"fence_broker",
-        "leader_change",
-        b"leader_change",
-        "partition",
-        b"partition",
-        "partition_change",
-        b"partition_change",
-        "producer_ids",
-        b"producer_ids",
-        "record",
-        b"record",
-        "register_broker",
-        b"register_broker",
-        "remove_access_control_entry",
-        b"remove_access_control_entry",
-        "remove_topic",
-        b"remove_topic",
-        "remove_user_scram_credential",
-        b"remove_user_scram_credential",
-        "topic",
-        b"topic",
-        "unfence_broker",
-        b"unfence_broker",
-        "unregister_broker",
-        b"unregister_broker",
-        "user_scram_credential",
-        b"user_scram_credential",
-        "voters",
-        b"voters",
-    ]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["access_control_entry", b"access_control_entry", "broker_registration_change", b"broker_registration_change", "config", b"config", "cordon_broker", b"cordon_broker", "feature_level", b"feature_level", "fence_broker", b"fence_broker", "leader_change", b"leader_change", "partition", b"partition", "partition_change", b"partition_change", "producer_ids", b"producer_ids", "record", b"record", "register_broker", b"register_broker", "remove_access_control_entry", b"remove_access_control_entry", "remove_topic", b"remove_topic", "remove_user_scram_credential", b"remove_user_scram_credential", "topic", b"topic", "unfence_broker", b"unfence_broker", "unregister_broker", b"unregister_broker", "user_scram_credential", b"user_scram_credential", "voters", b"voters"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "access_control_entry",
-        b"access_control_entry",
-        "broker_registration_change",
-        b"broker_registration_change",
-        "config",
-        b"config",
-        "cordon_broker",
-        b"cordon_broker",
-        "feature_level",
-        b"feature_level",
-        "fence_broker",
-        b"fence_broker",
-        "leader_change",
-        b"leader_change",
-        "partition",
-        b"partition",
-        "partition_change",
-        b"partition_change",
-        "producer_ids",
-        b"producer_ids",
-        "record",
-        b"record",
-        "register_broker",
-        b"register_broker",
-        "remove_access_control_entry",
-        b"remove_access_control_entry",
-        "remove_topic",
-        b"remove_topic",
-        "remove_user_scram_credential",
-        b"remove_user_scram_credential",
-        "topic",
-        b"topic",
-        "unfence_broker",
-        b"unfence_broker",
-        "unregister_broker",
-        b"unregister_broker",
-        "user_scram_credential",
-        b"user_scram_credential",
-        "voters",
-        b"voters",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_control_entry", b"access_control_entry", "broker_registration_change", b"broker_registration_change", "config", b"config", "cordon_broker", b"cordon_broker", "feature_level", b"feature_level", "fence_broker", b"fence_broker", "leader_change", b"leader_change", "partition", b"partition", "partition_change", b"partition_change", "producer_ids", b"producer_ids", "record", b"record", "register_broker", b"register_broker", "remove_access_control_entry", b"remove_access_control_entry", "remove_topic", b"remove_topic", "remove_user_scram_credential", b"remove_user_scram_credential", "topic", b"topic", "unfence_broker", b"unfence_broker", "unregister_broker", b"unregister_broker", "user_scram_credential", b"user_scram_credential", "voters", b"voters"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_record: _TypeAlias = _typing.Literal[
-        "register_broker",
-        "unregister_broker",
-        "fence_broker",
-        "unfence_broker",
-        "broker_registration_change",
-        "topic",
-        "partition",
-        "partition_change",
-        "remove_topic",
-        "config",
-        "producer_ids",
-        "leader_change",
-        "voters",
-        "cordon_broker",
-        "access_control_entry",
-        "remove_access_control_entry",
-        "user_scram_credential",
-        "remove_user_scram_credential",
-        "feature_level",
-    ]  # noqa: Y015
+    _WhichOneofReturnType_record: _TypeAlias = _typing.Literal["register_broker", "unregister_broker", "fence_broker", "unfence_broker", "broker_registration_change", "topic", "partition", "partition_change", "remove_topic", "config", "producer_ids", "leader_change", "voters", "cordon_broker", "access_control_entry", "remove_access_control_entry", "user_scram_credential", "remove_user_scram_credential", "feature_level"]  # noqa: Y015
     _WhichOneofArgType_record: _TypeAlias = _typing.Literal["record", b"record"]  # noqa: Y015
-    def WhichOneof(
-        self, oneof_group: _WhichOneofArgType_record
-    ) -> _WhichOneofReturnType_record | None: ...
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_record) -> _WhichOneofReturnType_record | None: ...
 
 Global___MetadataRecord: _TypeAlias = MetadataRecord  # noqa: Y015
 
@@ -1450,26 +1179,7 @@ class BrokerSnapshotRecord(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "broker_epoch",
-        b"broker_epoch",
-        "broker_id",
-        b"broker_id",
-        "cordoned",
-        b"cordoned",
-        "endpoints",
-        b"endpoints",
-        "fenced",
-        b"fenced",
-        "in_controlled_shutdown",
-        b"in_controlled_shutdown",
-        "incarnation_id",
-        b"incarnation_id",
-        "rack",
-        b"rack",
-        "static_configs",
-        b"static_configs",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "broker_id", b"broker_id", "cordoned", b"cordoned", "endpoints", b"endpoints", "fenced", b"fenced", "in_controlled_shutdown", b"in_controlled_shutdown", "incarnation_id", b"incarnation_id", "rack", b"rack", "static_configs", b"static_configs"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1513,18 +1223,7 @@ class MetadataSnapshot(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "brokers",
-        b"brokers",
-        "next_producer_id",
-        b"next_producer_id",
-        "offset",
-        b"offset",
-        "records",
-        b"records",
-        "version",
-        b"version",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["brokers", b"brokers", "next_producer_id", b"next_producer_id", "offset", b"offset", "records", b"records", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -4,55 +4,58 @@
 # source: protos/share.proto
 # Protobuf Python Version: 7.35.1
 """Generated protocol buffer code."""
-
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import descriptor_pool as _descriptor_pool
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
-
 _runtime_version.ValidateProtobufRuntimeVersion(
-    _runtime_version.Domain.PUBLIC, 7, 35, 1, "", "protos/share.proto"
+    _runtime_version.Domain.PUBLIC,
+    7,
+    35,
+    1,
+    '',
+    'protos/share.proto'
 )
 # @@protoc_insertion_point(imports)
 
 _sym_db = _symbol_database.Default()
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(
-    b'\n\x12protos/share.proto\x12\x10raftlog.share.v1"g\n\nStateBatch\x12\x14\n\x0c\x66irst_offset\x18\x01 \x01(\x03\x12\x13\n\x0blast_offset\x18\x02 \x01(\x03\x12\x16\n\x0e\x64\x65livery_state\x18\x03 \x01(\x05\x12\x16\n\x0e\x64\x65livery_count\x18\x04 \x01(\x05"`\n\x10ShareSnapshotKey\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x10\n\x08topic_id\x18\x02 \x01(\x0c\x12\x11\n\tpartition\x18\x03 \x01(\x05\x12\x15\n\rupdate_number\x18\x04 \x01(\x05"\xa2\x01\n\x12ShareSnapshotValue\x12\x13\n\x0bstate_epoch\x18\x01 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x02 \x01(\x05\x12\x14\n\x0cstart_offset\x18\x03 \x01(\x03\x12\x33\n\rstate_batches\x18\x04 \x03(\x0b\x32\x1c.raftlog.share.v1.StateBatch\x12\x16\n\x0esnapshot_epoch\x18\x05 \x01(\x05"\x8b\x01\n\x10ShareUpdateValue\x12\x16\n\x0esnapshot_epoch\x18\x01 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x02 \x01(\x05\x12\x14\n\x0cstart_offset\x18\x03 \x01(\x03\x12\x33\n\rstate_batches\x18\x04 \x03(\x0b\x32\x1c.raftlog.share.v1.StateBatch"i\n\x1aReadShareGroupStateRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x10\n\x08topic_id\x18\x02 \x01(\x0c\x12\x11\n\tpartition\x18\x03 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x04 \x01(\x05"\xa8\x01\n\x1bReadShareGroupStateResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x13\n\x0bstate_epoch\x18\x03 \x01(\x05\x12\x14\n\x0cstart_offset\x18\x04 \x01(\x03\x12\x33\n\rstate_batches\x18\x05 \x03(\x0b\x32\x1c.raftlog.share.v1.StateBatch"\xca\x01\n\x1bWriteShareGroupStateRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x10\n\x08topic_id\x18\x02 \x01(\x0c\x12\x11\n\tpartition\x18\x03 \x01(\x05\x12\x13\n\x0bstate_epoch\x18\x04 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x05 \x01(\x05\x12\x14\n\x0cstart_offset\x18\x06 \x01(\x03\x12\x33\n\rstate_batches\x18\x07 \x03(\x0b\x32\x1c.raftlog.share.v1.StateBatch"I\n\x1cWriteShareGroupStateResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t"8\n\x11SharePartitionKey\x12\x10\n\x08topic_id\x18\x01 \x01(\x0c\x12\x11\n\tpartition\x18\x02 \x01(\x05"i\n\x1c\x44\x65leteShareGroupStateRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x37\n\npartitions\x18\x02 \x03(\x0b\x32#.raftlog.share.v1.SharePartitionKey"m\n\x1b\x44\x65leteShareGroupStateResult\x12\x10\n\x08topic_id\x18\x01 \x01(\x0c\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x12\n\nerror_code\x18\x03 \x01(\x05\x12\x15\n\rerror_message\x18\x04 \x01(\t"_\n\x1d\x44\x65leteShareGroupStateResponse\x12>\n\x07results\x18\x01 \x03(\x0b\x32-.raftlog.share.v1.DeleteShareGroupStateResult2\xfe\x02\n\x17ShareCoordinatorService\x12r\n\x13ReadShareGroupState\x12,.raftlog.share.v1.ReadShareGroupStateRequest\x1a-.raftlog.share.v1.ReadShareGroupStateResponse\x12u\n\x14WriteShareGroupState\x12-.raftlog.share.v1.WriteShareGroupStateRequest\x1a..raftlog.share.v1.WriteShareGroupStateResponse\x12x\n\x15\x44\x65leteShareGroupState\x12..raftlog.share.v1.DeleteShareGroupStateRequest\x1a/.raftlog.share.v1.DeleteShareGroupStateResponseB\x02P\x01\x62\x06proto3'
-)
+
+
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12protos/share.proto\x12\x10raftlog.share.v1\"g\n\nStateBatch\x12\x14\n\x0c\x66irst_offset\x18\x01 \x01(\x03\x12\x13\n\x0blast_offset\x18\x02 \x01(\x03\x12\x16\n\x0e\x64\x65livery_state\x18\x03 \x01(\x05\x12\x16\n\x0e\x64\x65livery_count\x18\x04 \x01(\x05\"`\n\x10ShareSnapshotKey\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x10\n\x08topic_id\x18\x02 \x01(\x0c\x12\x11\n\tpartition\x18\x03 \x01(\x05\x12\x15\n\rupdate_number\x18\x04 \x01(\x05\"\xa2\x01\n\x12ShareSnapshotValue\x12\x13\n\x0bstate_epoch\x18\x01 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x02 \x01(\x05\x12\x14\n\x0cstart_offset\x18\x03 \x01(\x03\x12\x33\n\rstate_batches\x18\x04 \x03(\x0b\x32\x1c.raftlog.share.v1.StateBatch\x12\x16\n\x0esnapshot_epoch\x18\x05 \x01(\x05\"\x8b\x01\n\x10ShareUpdateValue\x12\x16\n\x0esnapshot_epoch\x18\x01 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x02 \x01(\x05\x12\x14\n\x0cstart_offset\x18\x03 \x01(\x03\x12\x33\n\rstate_batches\x18\x04 \x03(\x0b\x32\x1c.raftlog.share.v1.StateBatch\"i\n\x1aReadShareGroupStateRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x10\n\x08topic_id\x18\x02 \x01(\x0c\x12\x11\n\tpartition\x18\x03 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x04 \x01(\x05\"\xa8\x01\n\x1bReadShareGroupStateResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x13\n\x0bstate_epoch\x18\x03 \x01(\x05\x12\x14\n\x0cstart_offset\x18\x04 \x01(\x03\x12\x33\n\rstate_batches\x18\x05 \x03(\x0b\x32\x1c.raftlog.share.v1.StateBatch\"\xca\x01\n\x1bWriteShareGroupStateRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x10\n\x08topic_id\x18\x02 \x01(\x0c\x12\x11\n\tpartition\x18\x03 \x01(\x05\x12\x13\n\x0bstate_epoch\x18\x04 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x05 \x01(\x05\x12\x14\n\x0cstart_offset\x18\x06 \x01(\x03\x12\x33\n\rstate_batches\x18\x07 \x03(\x0b\x32\x1c.raftlog.share.v1.StateBatch\"I\n\x1cWriteShareGroupStateResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\"8\n\x11SharePartitionKey\x12\x10\n\x08topic_id\x18\x01 \x01(\x0c\x12\x11\n\tpartition\x18\x02 \x01(\x05\"i\n\x1c\x44\x65leteShareGroupStateRequest\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x37\n\npartitions\x18\x02 \x03(\x0b\x32#.raftlog.share.v1.SharePartitionKey\"m\n\x1b\x44\x65leteShareGroupStateResult\x12\x10\n\x08topic_id\x18\x01 \x01(\x0c\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x12\n\nerror_code\x18\x03 \x01(\x05\x12\x15\n\rerror_message\x18\x04 \x01(\t\"_\n\x1d\x44\x65leteShareGroupStateResponse\x12>\n\x07results\x18\x01 \x03(\x0b\x32-.raftlog.share.v1.DeleteShareGroupStateResult2\xfe\x02\n\x17ShareCoordinatorService\x12r\n\x13ReadShareGroupState\x12,.raftlog.share.v1.ReadShareGroupStateRequest\x1a-.raftlog.share.v1.ReadShareGroupStateResponse\x12u\n\x14WriteShareGroupState\x12-.raftlog.share.v1.WriteShareGroupStateRequest\x1a..raftlog.share.v1.WriteShareGroupStateResponse\x12x\n\x15\x44\x65leteShareGroupState\x12..raftlog.share.v1.DeleteShareGroupStateRequest\x1a/.raftlog.share.v1.DeleteShareGroupStateResponseB\x02P\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
-_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, "protos.share_pb2", _globals)
+_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'protos.share_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
-    _globals["DESCRIPTOR"]._loaded_options = None
-    _globals["DESCRIPTOR"]._serialized_options = b"P\001"
-    _globals["_STATEBATCH"]._serialized_start = 40
-    _globals["_STATEBATCH"]._serialized_end = 143
-    _globals["_SHARESNAPSHOTKEY"]._serialized_start = 145
-    _globals["_SHARESNAPSHOTKEY"]._serialized_end = 241
-    _globals["_SHARESNAPSHOTVALUE"]._serialized_start = 244
-    _globals["_SHARESNAPSHOTVALUE"]._serialized_end = 406
-    _globals["_SHAREUPDATEVALUE"]._serialized_start = 409
-    _globals["_SHAREUPDATEVALUE"]._serialized_end = 548
-    _globals["_READSHAREGROUPSTATEREQUEST"]._serialized_start = 550
-    _globals["_READSHAREGROUPSTATEREQUEST"]._serialized_end = 655
-    _globals["_READSHAREGROUPSTATERESPONSE"]._serialized_start = 658
-    _globals["_READSHAREGROUPSTATERESPONSE"]._serialized_end = 826
-    _globals["_WRITESHAREGROUPSTATEREQUEST"]._serialized_start = 829
-    _globals["_WRITESHAREGROUPSTATEREQUEST"]._serialized_end = 1031
-    _globals["_WRITESHAREGROUPSTATERESPONSE"]._serialized_start = 1033
-    _globals["_WRITESHAREGROUPSTATERESPONSE"]._serialized_end = 1106
-    _globals["_SHAREPARTITIONKEY"]._serialized_start = 1108
-    _globals["_SHAREPARTITIONKEY"]._serialized_end = 1164
-    _globals["_DELETESHAREGROUPSTATEREQUEST"]._serialized_start = 1166
-    _globals["_DELETESHAREGROUPSTATEREQUEST"]._serialized_end = 1271
-    _globals["_DELETESHAREGROUPSTATERESULT"]._serialized_start = 1273
-    _globals["_DELETESHAREGROUPSTATERESULT"]._serialized_end = 1382
-    _globals["_DELETESHAREGROUPSTATERESPONSE"]._serialized_start = 1384
-    _globals["_DELETESHAREGROUPSTATERESPONSE"]._serialized_end = 1479
-    _globals["_SHARECOORDINATORSERVICE"]._serialized_start = 1482
-    _globals["_SHARECOORDINATORSERVICE"]._serialized_end = 1864
+  _globals['DESCRIPTOR']._loaded_options = None
+  _globals['DESCRIPTOR']._serialized_options = b'P\001'
+  _globals['_STATEBATCH']._serialized_start=40
+  _globals['_STATEBATCH']._serialized_end=143
+  _globals['_SHARESNAPSHOTKEY']._serialized_start=145
+  _globals['_SHARESNAPSHOTKEY']._serialized_end=241
+  _globals['_SHARESNAPSHOTVALUE']._serialized_start=244
+  _globals['_SHARESNAPSHOTVALUE']._serialized_end=406
+  _globals['_SHAREUPDATEVALUE']._serialized_start=409
+  _globals['_SHAREUPDATEVALUE']._serialized_end=548
+  _globals['_READSHAREGROUPSTATEREQUEST']._serialized_start=550
+  _globals['_READSHAREGROUPSTATEREQUEST']._serialized_end=655
+  _globals['_READSHAREGROUPSTATERESPONSE']._serialized_start=658
+  _globals['_READSHAREGROUPSTATERESPONSE']._serialized_end=826
+  _globals['_WRITESHAREGROUPSTATEREQUEST']._serialized_start=829
+  _globals['_WRITESHAREGROUPSTATEREQUEST']._serialized_end=1031
+  _globals['_WRITESHAREGROUPSTATERESPONSE']._serialized_start=1033
+  _globals['_WRITESHAREGROUPSTATERESPONSE']._serialized_end=1106
+  _globals['_SHAREPARTITIONKEY']._serialized_start=1108
+  _globals['_SHAREPARTITIONKEY']._serialized_end=1164
+  _globals['_DELETESHAREGROUPSTATEREQUEST']._serialized_start=1166
+  _globals['_DELETESHAREGROUPSTATEREQUEST']._serialized_end=1271
+  _globals['_DELETESHAREGROUPSTATERESULT']._serialized_start=1273
+  _globals['_DELETESHAREGROUPSTATERESULT']._serialized_end=1382
+  _globals['_DELETESHAREGROUPSTATERESPONSE']._serialized_start=1384
+  _globals['_DELETESHAREGROUPSTATERESPONSE']._serialized_end=1479
+  _globals['_SHARECOORDINATORSERVICE']._serialized_start=1482
+  _globals['_SHARECOORDINATORSERVICE']._serialized_end=1864
 # @@protoc_insertion_point(module_scope)

@@ -57,16 +57,7 @@ class StateBatch(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "delivery_count",
-        b"delivery_count",
-        "delivery_state",
-        b"delivery_state",
-        "first_offset",
-        b"first_offset",
-        "last_offset",
-        b"last_offset",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delivery_count", b"delivery_count", "delivery_state", b"delivery_state", "first_offset", b"first_offset", "last_offset", b"last_offset"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -105,16 +96,7 @@ class ShareSnapshotKey(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "group_id",
-        b"group_id",
-        "partition",
-        b"partition",
-        "topic_id",
-        b"topic_id",
-        "update_number",
-        b"update_number",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id", "partition", b"partition", "topic_id", b"topic_id", "update_number", b"update_number"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -154,18 +136,7 @@ class ShareSnapshotValue(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "leader_epoch",
-        b"leader_epoch",
-        "snapshot_epoch",
-        b"snapshot_epoch",
-        "start_offset",
-        b"start_offset",
-        "state_batches",
-        b"state_batches",
-        "state_epoch",
-        b"state_epoch",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["leader_epoch", b"leader_epoch", "snapshot_epoch", b"snapshot_epoch", "start_offset", b"start_offset", "state_batches", b"state_batches", "state_epoch", b"state_epoch"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -204,16 +175,7 @@ class ShareUpdateValue(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "leader_epoch",
-        b"leader_epoch",
-        "snapshot_epoch",
-        b"snapshot_epoch",
-        "start_offset",
-        b"start_offset",
-        "state_batches",
-        b"state_batches",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["leader_epoch", b"leader_epoch", "snapshot_epoch", b"snapshot_epoch", "start_offset", b"start_offset", "state_batches", b"state_batches"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -250,16 +212,7 @@ class ReadShareGroupStateRequest(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "group_id",
-        b"group_id",
-        "leader_epoch",
-        b"leader_epoch",
-        "partition",
-        b"partition",
-        "topic_id",
-        b"topic_id",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id", "leader_epoch", b"leader_epoch", "partition", b"partition", "topic_id", b"topic_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -299,18 +252,7 @@ class ReadShareGroupStateResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "error_code",
-        b"error_code",
-        "error_message",
-        b"error_message",
-        "start_offset",
-        b"start_offset",
-        "state_batches",
-        b"state_batches",
-        "state_epoch",
-        b"state_epoch",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "start_offset", b"start_offset", "state_batches", b"state_batches", "state_epoch", b"state_epoch"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -361,22 +303,7 @@ class WriteShareGroupStateRequest(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "group_id",
-        b"group_id",
-        "leader_epoch",
-        b"leader_epoch",
-        "partition",
-        b"partition",
-        "start_offset",
-        b"start_offset",
-        "state_batches",
-        b"state_batches",
-        "state_epoch",
-        b"state_epoch",
-        "topic_id",
-        b"topic_id",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id", "leader_epoch", b"leader_epoch", "partition", b"partition", "start_offset", b"start_offset", "state_batches", b"state_batches", "state_epoch", b"state_epoch", "topic_id", b"topic_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -402,9 +329,7 @@ class WriteShareGroupStateResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "error_code", b"error_code", "error_message", b"error_message"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -430,9 +355,7 @@ class SharePartitionKey(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "partition", b"partition", "topic_id", b"topic_id"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partition", b"partition", "topic_id", b"topic_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -462,9 +385,7 @@ class DeleteShareGroupStateRequest(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "group_id", b"group_id", "partitions", b"partitions"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id", "partitions", b"partitions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -498,16 +419,7 @@ class DeleteShareGroupStateResult(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "error_code",
-        b"error_code",
-        "error_message",
-        b"error_message",
-        "partition",
-        b"partition",
-        "topic_id",
-        b"topic_id",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "partition", b"partition", "topic_id", b"topic_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -521,9 +433,7 @@ class DeleteShareGroupStateResponse(_message.Message):
 
     RESULTS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def results(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___DeleteShareGroupStateResult]:
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeleteShareGroupStateResult]:
         """One per share partition asked for."""
 
     def __init__(

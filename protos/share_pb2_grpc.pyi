@@ -30,6 +30,7 @@ else:
 _T = _typing.TypeVar("_T")
 
 class _MaybeAsyncIterator(_abc.AsyncIterator[_T], _abc.Iterator[_T], metaclass=_abc_1.ABCMeta): ...
+
 class _ServicerContext(_grpc.ServicerContext, _aio.ServicerContext):  # type: ignore[misc, type-arg]
     ...
 
@@ -47,21 +48,15 @@ class ShareCoordinatorServiceStub:
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> ShareCoordinatorServiceAsyncStub: ...
-    ReadShareGroupState: _grpc.UnaryUnaryMultiCallable[
-        _share_pb2.ReadShareGroupStateRequest, _share_pb2.ReadShareGroupStateResponse
-    ]
+    ReadShareGroupState: _grpc.UnaryUnaryMultiCallable[_share_pb2.ReadShareGroupStateRequest, _share_pb2.ReadShareGroupStateResponse]
     """Kafka's ReadShareGroupState (API key 84): load a share partition's state and bump its state
     epoch. Errors: NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS.
     """
-    WriteShareGroupState: _grpc.UnaryUnaryMultiCallable[
-        _share_pb2.WriteShareGroupStateRequest, _share_pb2.WriteShareGroupStateResponse
-    ]
+    WriteShareGroupState: _grpc.UnaryUnaryMultiCallable[_share_pb2.WriteShareGroupStateRequest, _share_pb2.WriteShareGroupStateResponse]
     """Kafka's WriteShareGroupState (API key 85): store a change. Errors: FENCED_STATE_EPOCH,
     NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS.
     """
-    DeleteShareGroupState: _grpc.UnaryUnaryMultiCallable[
-        _share_pb2.DeleteShareGroupStateRequest, _share_pb2.DeleteShareGroupStateResponse
-    ]
+    DeleteShareGroupState: _grpc.UnaryUnaryMultiCallable[_share_pb2.DeleteShareGroupStateRequest, _share_pb2.DeleteShareGroupStateResponse]
     """Kafka's DeleteShareGroupState (API key 86): drop a deleted group's share state. Errors:
     NOT_COORDINATOR.
     """
@@ -75,21 +70,15 @@ class ShareCoordinatorServiceAsyncStub(ShareCoordinatorServiceStub):
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
-    ReadShareGroupState: _aio.UnaryUnaryMultiCallable[
-        _share_pb2.ReadShareGroupStateRequest, _share_pb2.ReadShareGroupStateResponse
-    ]  # type: ignore[assignment]
+    ReadShareGroupState: _aio.UnaryUnaryMultiCallable[_share_pb2.ReadShareGroupStateRequest, _share_pb2.ReadShareGroupStateResponse]  # type: ignore[assignment]
     """Kafka's ReadShareGroupState (API key 84): load a share partition's state and bump its state
     epoch. Errors: NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS.
     """
-    WriteShareGroupState: _aio.UnaryUnaryMultiCallable[
-        _share_pb2.WriteShareGroupStateRequest, _share_pb2.WriteShareGroupStateResponse
-    ]  # type: ignore[assignment]
+    WriteShareGroupState: _aio.UnaryUnaryMultiCallable[_share_pb2.WriteShareGroupStateRequest, _share_pb2.WriteShareGroupStateResponse]  # type: ignore[assignment]
     """Kafka's WriteShareGroupState (API key 85): store a change. Errors: FENCED_STATE_EPOCH,
     NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS.
     """
-    DeleteShareGroupState: _aio.UnaryUnaryMultiCallable[
-        _share_pb2.DeleteShareGroupStateRequest, _share_pb2.DeleteShareGroupStateResponse
-    ]  # type: ignore[assignment]
+    DeleteShareGroupState: _aio.UnaryUnaryMultiCallable[_share_pb2.DeleteShareGroupStateRequest, _share_pb2.DeleteShareGroupStateResponse]  # type: ignore[assignment]
     """Kafka's DeleteShareGroupState (API key 86): drop a deleted group's share state. Errors:
     NOT_COORDINATOR.
     """
@@ -106,10 +95,7 @@ class ShareCoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _share_pb2.ReadShareGroupStateRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _share_pb2.ReadShareGroupStateResponse,
-        _abc.Awaitable[_share_pb2.ReadShareGroupStateResponse],
-    ]:
+    ) -> _typing.Union[_share_pb2.ReadShareGroupStateResponse, _abc.Awaitable[_share_pb2.ReadShareGroupStateResponse]]:
         """Kafka's ReadShareGroupState (API key 84): load a share partition's state and bump its state
         epoch. Errors: NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS.
         """
@@ -119,10 +105,7 @@ class ShareCoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _share_pb2.WriteShareGroupStateRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _share_pb2.WriteShareGroupStateResponse,
-        _abc.Awaitable[_share_pb2.WriteShareGroupStateResponse],
-    ]:
+    ) -> _typing.Union[_share_pb2.WriteShareGroupStateResponse, _abc.Awaitable[_share_pb2.WriteShareGroupStateResponse]]:
         """Kafka's WriteShareGroupState (API key 85): store a change. Errors: FENCED_STATE_EPOCH,
         NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS.
         """
@@ -132,14 +115,9 @@ class ShareCoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _share_pb2.DeleteShareGroupStateRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _share_pb2.DeleteShareGroupStateResponse,
-        _abc.Awaitable[_share_pb2.DeleteShareGroupStateResponse],
-    ]:
+    ) -> _typing.Union[_share_pb2.DeleteShareGroupStateResponse, _abc.Awaitable[_share_pb2.DeleteShareGroupStateResponse]]:
         """Kafka's DeleteShareGroupState (API key 86): drop a deleted group's share state. Errors:
         NOT_COORDINATOR.
         """
 
-def add_ShareCoordinatorServiceServicer_to_server(
-    servicer: ShareCoordinatorServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]
-) -> None: ...
+def add_ShareCoordinatorServiceServicer_to_server(servicer: ShareCoordinatorServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

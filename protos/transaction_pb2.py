@@ -4,67 +4,70 @@
 # source: protos/transaction.proto
 # Protobuf Python Version: 7.35.1
 """Generated protocol buffer code."""
-
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import descriptor_pool as _descriptor_pool
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
-
 _runtime_version.ValidateProtobufRuntimeVersion(
-    _runtime_version.Domain.PUBLIC, 7, 35, 1, "", "protos/transaction.proto"
+    _runtime_version.Domain.PUBLIC,
+    7,
+    35,
+    1,
+    '',
+    'protos/transaction.proto'
 )
 # @@protoc_insertion_point(imports)
 
 _sym_db = _symbol_database.Default()
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(
-    b'\n\x18protos/transaction.proto\x12\x16raftlog.transaction.v1"-\n\x11TransactionLogKey\x12\x18\n\x10transactional_id\x18\x01 \x01(\t":\n\x15TransactionPartitions\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\x05"\xd1\x02\n\x13TransactionLogValue\x12\x13\n\x0bproducer_id\x18\x01 \x01(\x03\x12\x1c\n\x14previous_producer_id\x18\x02 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x03 \x01(\x05\x12\x1b\n\x13last_producer_epoch\x18\x04 \x01(\x05\x12\x1e\n\x16transaction_timeout_ms\x18\x05 \x01(\x05\x12\x39\n\x06status\x18\x06 \x01(\x0e\x32).raftlog.transaction.v1.TransactionStatus\x12\x41\n\npartitions\x18\x07 \x03(\x0b\x32-.raftlog.transaction.v1.TransactionPartitions\x12\x1c\n\x14transaction_start_ms\x18\x08 \x01(\x03\x12\x16\n\x0elast_update_ms\x18\t \x01(\x03"4\n\x0fTopicPartitions\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\x05"\xb0\x01\n\x19\x41\x64\x64PartitionsToTxnRequest\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x13\n\x0bproducer_id\x18\x02 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x03 \x01(\x05\x12\x37\n\x06topics\x18\x04 \x03(\x0b\x32\'.raftlog.transaction.v1.TopicPartitions\x12\x13\n\x0bverify_only\x18\x05 \x01(\x08"G\n\x0fPartitionResult\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x12\n\nerror_code\x18\x03 \x01(\x05"\x81\x01\n\x1a\x41\x64\x64PartitionsToTxnResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x38\n\x07results\x18\x03 \x03(\x0b\x32\'.raftlog.transaction.v1.PartitionResult"q\n\x16\x41\x64\x64OffsetsToTxnRequest\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x13\n\x0bproducer_id\x18\x02 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x03 \x01(\x05\x12\x10\n\x08group_id\x18\x04 \x01(\t"D\n\x17\x41\x64\x64OffsetsToTxnResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t"i\n\rEndTxnRequest\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x13\n\x0bproducer_id\x18\x02 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x03 \x01(\x05\x12\x11\n\tcommitted\x18\x04 \x01(\x08";\n\x0e\x45ndTxnResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t"8\n\x1b\x44\x65scribeTransactionsRequest\x12\x19\n\x11transactional_ids\x18\x01 \x03(\t"\x90\x02\n\x16TransactionDescription\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x12\n\nerror_code\x18\x02 \x01(\x05\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12\r\n\x05state\x18\x04 \x01(\t\x12\x1e\n\x16transaction_timeout_ms\x18\x05 \x01(\x05\x12\x1c\n\x14transaction_start_ms\x18\x06 \x01(\x03\x12\x13\n\x0bproducer_id\x18\x07 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x08 \x01(\x05\x12\x37\n\x06topics\x18\t \x03(\x0b\x32\'.raftlog.transaction.v1.TopicPartitions"d\n\x1c\x44\x65scribeTransactionsResponse\x12\x44\n\x0ctransactions\x18\x01 \x03(\x0b\x32..raftlog.transaction.v1.TransactionDescription"i\n\x17ListTransactionsRequest\x12\x15\n\rstate_filters\x18\x01 \x03(\t\x12\x1b\n\x13producer_id_filters\x18\x02 \x03(\x03\x12\x1a\n\x12\x64uration_filter_ms\x18\x03 \x01(\x03"Q\n\x11ListedTransaction\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x13\n\x0bproducer_id\x18\x02 \x01(\x03\x12\r\n\x05state\x18\x03 \x01(\t"\x8e\x01\n\x18ListTransactionsResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x1d\n\x15unknown_state_filters\x18\x02 \x03(\t\x12?\n\x0ctransactions\x18\x03 \x03(\x0b\x32).raftlog.transaction.v1.ListedTransaction*\x9e\x01\n\x11TransactionStatus\x12\t\n\x05\x45MPTY\x10\x00\x12\x0b\n\x07ONGOING\x10\x01\x12\x12\n\x0ePREPARE_COMMIT\x10\x02\x12\x11\n\rPREPARE_ABORT\x10\x03\x12\x13\n\x0f\x43OMPLETE_COMMIT\x10\x04\x12\x12\n\x0e\x43OMPLETE_ABORT\x10\x05\x12\x08\n\x04\x44\x45\x41\x44\x10\x06\x12\x17\n\x13PREPARE_EPOCH_FENCE\x10\x07\x32\xe4\x04\n\x1dTransactionCoordinatorService\x12{\n\x12\x41\x64\x64PartitionsToTxn\x12\x31.raftlog.transaction.v1.AddPartitionsToTxnRequest\x1a\x32.raftlog.transaction.v1.AddPartitionsToTxnResponse\x12r\n\x0f\x41\x64\x64OffsetsToTxn\x12..raftlog.transaction.v1.AddOffsetsToTxnRequest\x1a/.raftlog.transaction.v1.AddOffsetsToTxnResponse\x12W\n\x06\x45ndTxn\x12%.raftlog.transaction.v1.EndTxnRequest\x1a&.raftlog.transaction.v1.EndTxnResponse\x12\x81\x01\n\x14\x44\x65scribeTransactions\x12\x33.raftlog.transaction.v1.DescribeTransactionsRequest\x1a\x34.raftlog.transaction.v1.DescribeTransactionsResponse\x12u\n\x10ListTransactions\x12/.raftlog.transaction.v1.ListTransactionsRequest\x1a\x30.raftlog.transaction.v1.ListTransactionsResponseB\x02P\x01\x62\x06proto3'
-)
+
+
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18protos/transaction.proto\x12\x16raftlog.transaction.v1\"-\n\x11TransactionLogKey\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\":\n\x15TransactionPartitions\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\x05\"\xd1\x02\n\x13TransactionLogValue\x12\x13\n\x0bproducer_id\x18\x01 \x01(\x03\x12\x1c\n\x14previous_producer_id\x18\x02 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x03 \x01(\x05\x12\x1b\n\x13last_producer_epoch\x18\x04 \x01(\x05\x12\x1e\n\x16transaction_timeout_ms\x18\x05 \x01(\x05\x12\x39\n\x06status\x18\x06 \x01(\x0e\x32).raftlog.transaction.v1.TransactionStatus\x12\x41\n\npartitions\x18\x07 \x03(\x0b\x32-.raftlog.transaction.v1.TransactionPartitions\x12\x1c\n\x14transaction_start_ms\x18\x08 \x01(\x03\x12\x16\n\x0elast_update_ms\x18\t \x01(\x03\"4\n\x0fTopicPartitions\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\x05\"\xb0\x01\n\x19\x41\x64\x64PartitionsToTxnRequest\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x13\n\x0bproducer_id\x18\x02 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x03 \x01(\x05\x12\x37\n\x06topics\x18\x04 \x03(\x0b\x32\'.raftlog.transaction.v1.TopicPartitions\x12\x13\n\x0bverify_only\x18\x05 \x01(\x08\"G\n\x0fPartitionResult\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x12\n\nerror_code\x18\x03 \x01(\x05\"\x81\x01\n\x1a\x41\x64\x64PartitionsToTxnResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x38\n\x07results\x18\x03 \x03(\x0b\x32\'.raftlog.transaction.v1.PartitionResult\"q\n\x16\x41\x64\x64OffsetsToTxnRequest\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x13\n\x0bproducer_id\x18\x02 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x03 \x01(\x05\x12\x10\n\x08group_id\x18\x04 \x01(\t\"D\n\x17\x41\x64\x64OffsetsToTxnResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\"i\n\rEndTxnRequest\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x13\n\x0bproducer_id\x18\x02 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x03 \x01(\x05\x12\x11\n\tcommitted\x18\x04 \x01(\x08\";\n\x0e\x45ndTxnResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\"8\n\x1b\x44\x65scribeTransactionsRequest\x12\x19\n\x11transactional_ids\x18\x01 \x03(\t\"\x90\x02\n\x16TransactionDescription\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x12\n\nerror_code\x18\x02 \x01(\x05\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12\r\n\x05state\x18\x04 \x01(\t\x12\x1e\n\x16transaction_timeout_ms\x18\x05 \x01(\x05\x12\x1c\n\x14transaction_start_ms\x18\x06 \x01(\x03\x12\x13\n\x0bproducer_id\x18\x07 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x08 \x01(\x05\x12\x37\n\x06topics\x18\t \x03(\x0b\x32\'.raftlog.transaction.v1.TopicPartitions\"d\n\x1c\x44\x65scribeTransactionsResponse\x12\x44\n\x0ctransactions\x18\x01 \x03(\x0b\x32..raftlog.transaction.v1.TransactionDescription\"i\n\x17ListTransactionsRequest\x12\x15\n\rstate_filters\x18\x01 \x03(\t\x12\x1b\n\x13producer_id_filters\x18\x02 \x03(\x03\x12\x1a\n\x12\x64uration_filter_ms\x18\x03 \x01(\x03\"Q\n\x11ListedTransaction\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x13\n\x0bproducer_id\x18\x02 \x01(\x03\x12\r\n\x05state\x18\x03 \x01(\t\"\x8e\x01\n\x18ListTransactionsResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x1d\n\x15unknown_state_filters\x18\x02 \x03(\t\x12?\n\x0ctransactions\x18\x03 \x03(\x0b\x32).raftlog.transaction.v1.ListedTransaction*\x9e\x01\n\x11TransactionStatus\x12\t\n\x05\x45MPTY\x10\x00\x12\x0b\n\x07ONGOING\x10\x01\x12\x12\n\x0ePREPARE_COMMIT\x10\x02\x12\x11\n\rPREPARE_ABORT\x10\x03\x12\x13\n\x0f\x43OMPLETE_COMMIT\x10\x04\x12\x12\n\x0e\x43OMPLETE_ABORT\x10\x05\x12\x08\n\x04\x44\x45\x41\x44\x10\x06\x12\x17\n\x13PREPARE_EPOCH_FENCE\x10\x07\x32\xe4\x04\n\x1dTransactionCoordinatorService\x12{\n\x12\x41\x64\x64PartitionsToTxn\x12\x31.raftlog.transaction.v1.AddPartitionsToTxnRequest\x1a\x32.raftlog.transaction.v1.AddPartitionsToTxnResponse\x12r\n\x0f\x41\x64\x64OffsetsToTxn\x12..raftlog.transaction.v1.AddOffsetsToTxnRequest\x1a/.raftlog.transaction.v1.AddOffsetsToTxnResponse\x12W\n\x06\x45ndTxn\x12%.raftlog.transaction.v1.EndTxnRequest\x1a&.raftlog.transaction.v1.EndTxnResponse\x12\x81\x01\n\x14\x44\x65scribeTransactions\x12\x33.raftlog.transaction.v1.DescribeTransactionsRequest\x1a\x34.raftlog.transaction.v1.DescribeTransactionsResponse\x12u\n\x10ListTransactions\x12/.raftlog.transaction.v1.ListTransactionsRequest\x1a\x30.raftlog.transaction.v1.ListTransactionsResponseB\x02P\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
-_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, "protos.transaction_pb2", _globals)
+_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'protos.transaction_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
-    _globals["DESCRIPTOR"]._loaded_options = None
-    _globals["DESCRIPTOR"]._serialized_options = b"P\001"
-    _globals["_TRANSACTIONSTATUS"]._serialized_start = 2061
-    _globals["_TRANSACTIONSTATUS"]._serialized_end = 2219
-    _globals["_TRANSACTIONLOGKEY"]._serialized_start = 52
-    _globals["_TRANSACTIONLOGKEY"]._serialized_end = 97
-    _globals["_TRANSACTIONPARTITIONS"]._serialized_start = 99
-    _globals["_TRANSACTIONPARTITIONS"]._serialized_end = 157
-    _globals["_TRANSACTIONLOGVALUE"]._serialized_start = 160
-    _globals["_TRANSACTIONLOGVALUE"]._serialized_end = 497
-    _globals["_TOPICPARTITIONS"]._serialized_start = 499
-    _globals["_TOPICPARTITIONS"]._serialized_end = 551
-    _globals["_ADDPARTITIONSTOTXNREQUEST"]._serialized_start = 554
-    _globals["_ADDPARTITIONSTOTXNREQUEST"]._serialized_end = 730
-    _globals["_PARTITIONRESULT"]._serialized_start = 732
-    _globals["_PARTITIONRESULT"]._serialized_end = 803
-    _globals["_ADDPARTITIONSTOTXNRESPONSE"]._serialized_start = 806
-    _globals["_ADDPARTITIONSTOTXNRESPONSE"]._serialized_end = 935
-    _globals["_ADDOFFSETSTOTXNREQUEST"]._serialized_start = 937
-    _globals["_ADDOFFSETSTOTXNREQUEST"]._serialized_end = 1050
-    _globals["_ADDOFFSETSTOTXNRESPONSE"]._serialized_start = 1052
-    _globals["_ADDOFFSETSTOTXNRESPONSE"]._serialized_end = 1120
-    _globals["_ENDTXNREQUEST"]._serialized_start = 1122
-    _globals["_ENDTXNREQUEST"]._serialized_end = 1227
-    _globals["_ENDTXNRESPONSE"]._serialized_start = 1229
-    _globals["_ENDTXNRESPONSE"]._serialized_end = 1288
-    _globals["_DESCRIBETRANSACTIONSREQUEST"]._serialized_start = 1290
-    _globals["_DESCRIBETRANSACTIONSREQUEST"]._serialized_end = 1346
-    _globals["_TRANSACTIONDESCRIPTION"]._serialized_start = 1349
-    _globals["_TRANSACTIONDESCRIPTION"]._serialized_end = 1621
-    _globals["_DESCRIBETRANSACTIONSRESPONSE"]._serialized_start = 1623
-    _globals["_DESCRIBETRANSACTIONSRESPONSE"]._serialized_end = 1723
-    _globals["_LISTTRANSACTIONSREQUEST"]._serialized_start = 1725
-    _globals["_LISTTRANSACTIONSREQUEST"]._serialized_end = 1830
-    _globals["_LISTEDTRANSACTION"]._serialized_start = 1832
-    _globals["_LISTEDTRANSACTION"]._serialized_end = 1913
-    _globals["_LISTTRANSACTIONSRESPONSE"]._serialized_start = 1916
-    _globals["_LISTTRANSACTIONSRESPONSE"]._serialized_end = 2058
-    _globals["_TRANSACTIONCOORDINATORSERVICE"]._serialized_start = 2222
-    _globals["_TRANSACTIONCOORDINATORSERVICE"]._serialized_end = 2834
+  _globals['DESCRIPTOR']._loaded_options = None
+  _globals['DESCRIPTOR']._serialized_options = b'P\001'
+  _globals['_TRANSACTIONSTATUS']._serialized_start=2061
+  _globals['_TRANSACTIONSTATUS']._serialized_end=2219
+  _globals['_TRANSACTIONLOGKEY']._serialized_start=52
+  _globals['_TRANSACTIONLOGKEY']._serialized_end=97
+  _globals['_TRANSACTIONPARTITIONS']._serialized_start=99
+  _globals['_TRANSACTIONPARTITIONS']._serialized_end=157
+  _globals['_TRANSACTIONLOGVALUE']._serialized_start=160
+  _globals['_TRANSACTIONLOGVALUE']._serialized_end=497
+  _globals['_TOPICPARTITIONS']._serialized_start=499
+  _globals['_TOPICPARTITIONS']._serialized_end=551
+  _globals['_ADDPARTITIONSTOTXNREQUEST']._serialized_start=554
+  _globals['_ADDPARTITIONSTOTXNREQUEST']._serialized_end=730
+  _globals['_PARTITIONRESULT']._serialized_start=732
+  _globals['_PARTITIONRESULT']._serialized_end=803
+  _globals['_ADDPARTITIONSTOTXNRESPONSE']._serialized_start=806
+  _globals['_ADDPARTITIONSTOTXNRESPONSE']._serialized_end=935
+  _globals['_ADDOFFSETSTOTXNREQUEST']._serialized_start=937
+  _globals['_ADDOFFSETSTOTXNREQUEST']._serialized_end=1050
+  _globals['_ADDOFFSETSTOTXNRESPONSE']._serialized_start=1052
+  _globals['_ADDOFFSETSTOTXNRESPONSE']._serialized_end=1120
+  _globals['_ENDTXNREQUEST']._serialized_start=1122
+  _globals['_ENDTXNREQUEST']._serialized_end=1227
+  _globals['_ENDTXNRESPONSE']._serialized_start=1229
+  _globals['_ENDTXNRESPONSE']._serialized_end=1288
+  _globals['_DESCRIBETRANSACTIONSREQUEST']._serialized_start=1290
+  _globals['_DESCRIBETRANSACTIONSREQUEST']._serialized_end=1346
+  _globals['_TRANSACTIONDESCRIPTION']._serialized_start=1349
+  _globals['_TRANSACTIONDESCRIPTION']._serialized_end=1621
+  _globals['_DESCRIBETRANSACTIONSRESPONSE']._serialized_start=1623
+  _globals['_DESCRIBETRANSACTIONSRESPONSE']._serialized_end=1723
+  _globals['_LISTTRANSACTIONSREQUEST']._serialized_start=1725
+  _globals['_LISTTRANSACTIONSREQUEST']._serialized_end=1830
+  _globals['_LISTEDTRANSACTION']._serialized_start=1832
+  _globals['_LISTEDTRANSACTION']._serialized_end=1913
+  _globals['_LISTTRANSACTIONSRESPONSE']._serialized_start=1916
+  _globals['_LISTTRANSACTIONSRESPONSE']._serialized_end=2058
+  _globals['_TRANSACTIONCOORDINATORSERVICE']._serialized_start=2222
+  _globals['_TRANSACTIONCOORDINATORSERVICE']._serialized_end=2834
 # @@protoc_insertion_point(module_scope)

@@ -33,9 +33,7 @@ class _TransactionStatus:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
 
-class _TransactionStatusEnumTypeWrapper(
-    _enum_type_wrapper._EnumTypeWrapper[_TransactionStatus.ValueType], _builtins.type
-):
+class _TransactionStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_TransactionStatus.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     EMPTY: _TransactionStatus.ValueType  # 0
     """The producer id is initialized and no transaction is open."""
@@ -161,9 +159,7 @@ class TransactionLogValue(_message.Message):
     last_update_ms: _builtins.int
     """When this value was written, ms since the epoch."""
     @_builtins.property
-    def partitions(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___TransactionPartitions]:
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___TransactionPartitions]:
         """The partitions of the ongoing (or ending) transaction."""
 
     def __init__(
@@ -181,26 +177,7 @@ class TransactionLogValue(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "last_producer_epoch",
-        b"last_producer_epoch",
-        "last_update_ms",
-        b"last_update_ms",
-        "partitions",
-        b"partitions",
-        "previous_producer_id",
-        b"previous_producer_id",
-        "producer_epoch",
-        b"producer_epoch",
-        "producer_id",
-        b"producer_id",
-        "status",
-        b"status",
-        "transaction_start_ms",
-        b"transaction_start_ms",
-        "transaction_timeout_ms",
-        b"transaction_timeout_ms",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["last_producer_epoch", b"last_producer_epoch", "last_update_ms", b"last_update_ms", "partitions", b"partitions", "previous_producer_id", b"previous_producer_id", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "status", b"status", "transaction_start_ms", b"transaction_start_ms", "transaction_timeout_ms", b"transaction_timeout_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -270,18 +247,7 @@ class AddPartitionsToTxnRequest(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "producer_epoch",
-        b"producer_epoch",
-        "producer_id",
-        b"producer_id",
-        "topics",
-        b"topics",
-        "transactional_id",
-        b"transactional_id",
-        "verify_only",
-        b"verify_only",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "topics", b"topics", "transactional_id", b"transactional_id", "verify_only", b"verify_only"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -311,9 +277,7 @@ class PartitionResult(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "error_code", b"error_code", "partition", b"partition", "topic", b"topic"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -345,9 +309,7 @@ class AddPartitionsToTxnResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "error_code", b"error_code", "error_message", b"error_message", "results", b"results"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "results", b"results"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -383,16 +345,7 @@ class AddOffsetsToTxnRequest(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "group_id",
-        b"group_id",
-        "producer_epoch",
-        b"producer_epoch",
-        "producer_id",
-        b"producer_id",
-        "transactional_id",
-        b"transactional_id",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "transactional_id", b"transactional_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -418,9 +371,7 @@ class AddOffsetsToTxnResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "error_code", b"error_code", "error_message", b"error_message"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -454,16 +405,7 @@ class EndTxnRequest(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "committed",
-        b"committed",
-        "producer_epoch",
-        b"producer_epoch",
-        "producer_id",
-        b"producer_id",
-        "transactional_id",
-        b"transactional_id",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["committed", b"committed", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "transactional_id", b"transactional_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -489,9 +431,7 @@ class EndTxnResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "error_code", b"error_code", "error_message", b"error_message"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -573,26 +513,7 @@ class TransactionDescription(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "error_code",
-        b"error_code",
-        "error_message",
-        b"error_message",
-        "producer_epoch",
-        b"producer_epoch",
-        "producer_id",
-        b"producer_id",
-        "state",
-        b"state",
-        "topics",
-        b"topics",
-        "transaction_start_ms",
-        b"transaction_start_ms",
-        "transaction_timeout_ms",
-        b"transaction_timeout_ms",
-        "transactional_id",
-        b"transactional_id",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "state", b"state", "topics", b"topics", "transaction_start_ms", b"transaction_start_ms", "transaction_timeout_ms", b"transaction_timeout_ms", "transactional_id", b"transactional_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -606,9 +527,7 @@ class DescribeTransactionsResponse(_message.Message):
 
     TRANSACTIONS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def transactions(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___TransactionDescription]:
+    def transactions(self) -> _containers.RepeatedCompositeFieldContainer[Global___TransactionDescription]:
         """One per transactional id asked for, in order."""
 
     def __init__(
@@ -652,14 +571,7 @@ class ListTransactionsRequest(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "duration_filter_ms",
-        b"duration_filter_ms",
-        "producer_id_filters",
-        b"producer_id_filters",
-        "state_filters",
-        b"state_filters",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["duration_filter_ms", b"duration_filter_ms", "producer_id_filters", b"producer_id_filters", "state_filters", b"state_filters"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -689,9 +601,7 @@ class ListedTransaction(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "producer_id", b"producer_id", "state", b"state", "transactional_id", b"transactional_id"
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["producer_id", b"producer_id", "state", b"state", "transactional_id", b"transactional_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -713,9 +623,7 @@ class ListTransactionsResponse(_message.Message):
         """The state_filters that name no state."""
 
     @_builtins.property
-    def transactions(
-        self,
-    ) -> _containers.RepeatedCompositeFieldContainer[Global___ListedTransaction]:
+    def transactions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ListedTransaction]:
         """The transactions that pass the filters."""
 
     def __init__(
@@ -727,14 +635,7 @@ class ListTransactionsResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal[
-        "error_code",
-        b"error_code",
-        "transactions",
-        b"transactions",
-        "unknown_state_filters",
-        b"unknown_state_filters",
-    ]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "transactions", b"transactions", "unknown_state_filters", b"unknown_state_filters"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

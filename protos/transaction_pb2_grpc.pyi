@@ -29,6 +29,7 @@ else:
 _T = _typing.TypeVar("_T")
 
 class _MaybeAsyncIterator(_abc.AsyncIterator[_T], _abc.Iterator[_T], metaclass=_abc_1.ABCMeta): ...
+
 class _ServicerContext(_grpc.ServicerContext, _aio.ServicerContext):  # type: ignore[misc, type-arg]
     ...
 
@@ -48,35 +49,25 @@ class TransactionCoordinatorServiceStub:
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> TransactionCoordinatorServiceAsyncStub: ...
-    AddPartitionsToTxn: _grpc.UnaryUnaryMultiCallable[
-        _transaction_pb2.AddPartitionsToTxnRequest, _transaction_pb2.AddPartitionsToTxnResponse
-    ]
+    AddPartitionsToTxn: _grpc.UnaryUnaryMultiCallable[_transaction_pb2.AddPartitionsToTxnRequest, _transaction_pb2.AddPartitionsToTxnResponse]
     """Kafka's AddPartitionsToTxn (API key 24). Errors: INVALID_PRODUCER_ID_MAPPING,
     INVALID_PRODUCER_EPOCH, CONCURRENT_TRANSACTIONS (retry), INVALID_TXN_STATE,
     UNKNOWN_TOPIC_OR_PARTITION, TOPIC_AUTHORIZATION_FAILED, NOT_COORDINATOR.
     """
-    AddOffsetsToTxn: _grpc.UnaryUnaryMultiCallable[
-        _transaction_pb2.AddOffsetsToTxnRequest, _transaction_pb2.AddOffsetsToTxnResponse
-    ]
+    AddOffsetsToTxn: _grpc.UnaryUnaryMultiCallable[_transaction_pb2.AddOffsetsToTxnRequest, _transaction_pb2.AddOffsetsToTxnResponse]
     """Kafka's AddOffsetsToTxn (API key 25). Errors: as AddPartitionsToTxn, and
     GROUP_AUTHORIZATION_FAILED.
     """
-    EndTxn: _grpc.UnaryUnaryMultiCallable[
-        _transaction_pb2.EndTxnRequest, _transaction_pb2.EndTxnResponse
-    ]
+    EndTxn: _grpc.UnaryUnaryMultiCallable[_transaction_pb2.EndTxnRequest, _transaction_pb2.EndTxnResponse]
     """Kafka's EndTxn (API key 26): commit or abort; answered once the decision is stored, the
     markers follow. Errors: INVALID_PRODUCER_ID_MAPPING, INVALID_PRODUCER_EPOCH,
     PRODUCER_FENCED, CONCURRENT_TRANSACTIONS (retry), INVALID_TXN_STATE, NOT_COORDINATOR.
     """
-    DescribeTransactions: _grpc.UnaryUnaryMultiCallable[
-        _transaction_pb2.DescribeTransactionsRequest, _transaction_pb2.DescribeTransactionsResponse
-    ]
+    DescribeTransactions: _grpc.UnaryUnaryMultiCallable[_transaction_pb2.DescribeTransactionsRequest, _transaction_pb2.DescribeTransactionsResponse]
     """Kafka's DescribeTransactions (API key 65): per id, TRANSACTIONAL_ID_NOT_FOUND,
     NOT_COORDINATOR or TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
     """
-    ListTransactions: _grpc.UnaryUnaryMultiCallable[
-        _transaction_pb2.ListTransactionsRequest, _transaction_pb2.ListTransactionsResponse
-    ]
+    ListTransactions: _grpc.UnaryUnaryMultiCallable[_transaction_pb2.ListTransactionsRequest, _transaction_pb2.ListTransactionsResponse]
     """Kafka's ListTransactions (API key 66): this broker's transactions. Errors:
     COORDINATOR_LOAD_IN_PROGRESS.
     """
@@ -92,35 +83,25 @@ class TransactionCoordinatorServiceAsyncStub(TransactionCoordinatorServiceStub):
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
-    AddPartitionsToTxn: _aio.UnaryUnaryMultiCallable[
-        _transaction_pb2.AddPartitionsToTxnRequest, _transaction_pb2.AddPartitionsToTxnResponse
-    ]  # type: ignore[assignment]
+    AddPartitionsToTxn: _aio.UnaryUnaryMultiCallable[_transaction_pb2.AddPartitionsToTxnRequest, _transaction_pb2.AddPartitionsToTxnResponse]  # type: ignore[assignment]
     """Kafka's AddPartitionsToTxn (API key 24). Errors: INVALID_PRODUCER_ID_MAPPING,
     INVALID_PRODUCER_EPOCH, CONCURRENT_TRANSACTIONS (retry), INVALID_TXN_STATE,
     UNKNOWN_TOPIC_OR_PARTITION, TOPIC_AUTHORIZATION_FAILED, NOT_COORDINATOR.
     """
-    AddOffsetsToTxn: _aio.UnaryUnaryMultiCallable[
-        _transaction_pb2.AddOffsetsToTxnRequest, _transaction_pb2.AddOffsetsToTxnResponse
-    ]  # type: ignore[assignment]
+    AddOffsetsToTxn: _aio.UnaryUnaryMultiCallable[_transaction_pb2.AddOffsetsToTxnRequest, _transaction_pb2.AddOffsetsToTxnResponse]  # type: ignore[assignment]
     """Kafka's AddOffsetsToTxn (API key 25). Errors: as AddPartitionsToTxn, and
     GROUP_AUTHORIZATION_FAILED.
     """
-    EndTxn: _aio.UnaryUnaryMultiCallable[
-        _transaction_pb2.EndTxnRequest, _transaction_pb2.EndTxnResponse
-    ]  # type: ignore[assignment]
+    EndTxn: _aio.UnaryUnaryMultiCallable[_transaction_pb2.EndTxnRequest, _transaction_pb2.EndTxnResponse]  # type: ignore[assignment]
     """Kafka's EndTxn (API key 26): commit or abort; answered once the decision is stored, the
     markers follow. Errors: INVALID_PRODUCER_ID_MAPPING, INVALID_PRODUCER_EPOCH,
     PRODUCER_FENCED, CONCURRENT_TRANSACTIONS (retry), INVALID_TXN_STATE, NOT_COORDINATOR.
     """
-    DescribeTransactions: _aio.UnaryUnaryMultiCallable[
-        _transaction_pb2.DescribeTransactionsRequest, _transaction_pb2.DescribeTransactionsResponse
-    ]  # type: ignore[assignment]
+    DescribeTransactions: _aio.UnaryUnaryMultiCallable[_transaction_pb2.DescribeTransactionsRequest, _transaction_pb2.DescribeTransactionsResponse]  # type: ignore[assignment]
     """Kafka's DescribeTransactions (API key 65): per id, TRANSACTIONAL_ID_NOT_FOUND,
     NOT_COORDINATOR or TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
     """
-    ListTransactions: _aio.UnaryUnaryMultiCallable[
-        _transaction_pb2.ListTransactionsRequest, _transaction_pb2.ListTransactionsResponse
-    ]  # type: ignore[assignment]
+    ListTransactions: _aio.UnaryUnaryMultiCallable[_transaction_pb2.ListTransactionsRequest, _transaction_pb2.ListTransactionsResponse]  # type: ignore[assignment]
     """Kafka's ListTransactions (API key 66): this broker's transactions. Errors:
     COORDINATOR_LOAD_IN_PROGRESS.
     """
@@ -139,10 +120,7 @@ class TransactionCoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _transaction_pb2.AddPartitionsToTxnRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _transaction_pb2.AddPartitionsToTxnResponse,
-        _abc.Awaitable[_transaction_pb2.AddPartitionsToTxnResponse],
-    ]:
+    ) -> _typing.Union[_transaction_pb2.AddPartitionsToTxnResponse, _abc.Awaitable[_transaction_pb2.AddPartitionsToTxnResponse]]:
         """Kafka's AddPartitionsToTxn (API key 24). Errors: INVALID_PRODUCER_ID_MAPPING,
         INVALID_PRODUCER_EPOCH, CONCURRENT_TRANSACTIONS (retry), INVALID_TXN_STATE,
         UNKNOWN_TOPIC_OR_PARTITION, TOPIC_AUTHORIZATION_FAILED, NOT_COORDINATOR.
@@ -153,10 +131,7 @@ class TransactionCoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _transaction_pb2.AddOffsetsToTxnRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _transaction_pb2.AddOffsetsToTxnResponse,
-        _abc.Awaitable[_transaction_pb2.AddOffsetsToTxnResponse],
-    ]:
+    ) -> _typing.Union[_transaction_pb2.AddOffsetsToTxnResponse, _abc.Awaitable[_transaction_pb2.AddOffsetsToTxnResponse]]:
         """Kafka's AddOffsetsToTxn (API key 25). Errors: as AddPartitionsToTxn, and
         GROUP_AUTHORIZATION_FAILED.
         """
@@ -166,9 +141,7 @@ class TransactionCoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _transaction_pb2.EndTxnRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _transaction_pb2.EndTxnResponse, _abc.Awaitable[_transaction_pb2.EndTxnResponse]
-    ]:
+    ) -> _typing.Union[_transaction_pb2.EndTxnResponse, _abc.Awaitable[_transaction_pb2.EndTxnResponse]]:
         """Kafka's EndTxn (API key 26): commit or abort; answered once the decision is stored, the
         markers follow. Errors: INVALID_PRODUCER_ID_MAPPING, INVALID_PRODUCER_EPOCH,
         PRODUCER_FENCED, CONCURRENT_TRANSACTIONS (retry), INVALID_TXN_STATE, NOT_COORDINATOR.
@@ -179,10 +152,7 @@ class TransactionCoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _transaction_pb2.DescribeTransactionsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _transaction_pb2.DescribeTransactionsResponse,
-        _abc.Awaitable[_transaction_pb2.DescribeTransactionsResponse],
-    ]:
+    ) -> _typing.Union[_transaction_pb2.DescribeTransactionsResponse, _abc.Awaitable[_transaction_pb2.DescribeTransactionsResponse]]:
         """Kafka's DescribeTransactions (API key 65): per id, TRANSACTIONAL_ID_NOT_FOUND,
         NOT_COORDINATOR or TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
         """
@@ -192,15 +162,9 @@ class TransactionCoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _transaction_pb2.ListTransactionsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[
-        _transaction_pb2.ListTransactionsResponse,
-        _abc.Awaitable[_transaction_pb2.ListTransactionsResponse],
-    ]:
+    ) -> _typing.Union[_transaction_pb2.ListTransactionsResponse, _abc.Awaitable[_transaction_pb2.ListTransactionsResponse]]:
         """Kafka's ListTransactions (API key 66): this broker's transactions. Errors:
         COORDINATOR_LOAD_IN_PROGRESS.
         """
 
-def add_TransactionCoordinatorServiceServicer_to_server(
-    servicer: TransactionCoordinatorServiceServicer,
-    server: _typing.Union[_grpc.Server, _aio.Server],
-) -> None: ...
+def add_TransactionCoordinatorServiceServicer_to_server(servicer: TransactionCoordinatorServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

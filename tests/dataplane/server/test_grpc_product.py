@@ -313,15 +313,11 @@ def test_bad_input_gets_clear_status_codes_and_nothing_is_stored_twice(
         with pytest.raises(grpc.RpcError) as too_big:
             stub(address).Metadata(huge, timeout=30)
         assert too_big.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
-        # a deadline of 1 ms: DEADLINE_EXCEEDED; what arrived in time is stored, and once
-        late = pb.ProduceRequest(
-            acks=-1, timeout_ms=10_000,
-            topics=[pb.ProduceTopic(name="bad-grpc", partitions=[
-                pb.ProducePartition(partition=0, records=values_batch([b"one-ms"]))
-            ])],
-        )  # fmt: skip
+        # a deadline of 1 ms on a call that cannot be answered that fast (20,000 topics
+        # described): DEADLINE_EXCEEDED, and the node serves on. (A small produce on loopback
+        # can be answered within 1 ms; the deadline of a produce in flight has its own test.)
         with pytest.raises(grpc.RpcError) as hurried:
-            stub(address).Produce(late, timeout=0.001)
+            stub(address).Metadata(many, timeout=0.001)
         assert hurried.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
     finally:
         raw.close()
@@ -330,7 +326,7 @@ def test_bad_input_gets_clear_status_codes_and_nothing_is_stored_twice(
     values = [r.value for r in read_all(address, "bad-grpc", 0, after.base_offset + 1)]
     print("stored:", values)
     assert values[0] == b"unknown-fields" and values[-1] == b"still-serving"
-    assert values.count(b"unknown-fields") == 1 and values.count(b"one-ms") <= 1
+    assert values.count(b"unknown-fields") == 1
 
 
 def wait_for_leader_of(cluster: LocalCluster, topic: str) -> int:
