@@ -237,9 +237,8 @@ class Broker:
         # KIP-966: the last incarnation's proof of a clean shutdown (removed before any log
         # opens: a crash of this incarnation must not leave it behind), or that it died on this
         # boot (its page cache kept everything it wrote); sent at registration
-        self.log_dir, self.boot_id = log_dir, boot_id()
+        self.log_dir, self._log_dir_offline, self.boot_id = log_dir, False, boot_id()
         self.previous = take_previous_incarnation(log_dir, self.boot_id)
-        self._log_dir_offline = False
         self.replicas = ReplicaManager(
             settings.broker_id, log_dir, settings.replica, clock_ms, self._enqueue_isr,
             self._log_dir_failed, on_cache_released=metrics.page_cache_released.inc,
@@ -260,8 +259,7 @@ class Broker:
         self.groups = GroupCoordinator(
             settings.broker_id, settings.groups, self.replicas, self._create_topic, clock_ms
         )
-        self.groups.access = self.access
-        self.group_servicer = GroupServicer(self.groups)
+        self.groups.access, self.group_servicer = self.access, GroupServicer(self.groups)
         # WriteTxnMarkers to a __consumer_offsets partition goes through its group shard.
         self.servicer.marker_writers[OFFSETS_TOPIC] = self.groups.write_marker
         self.transactions = TransactionCoordinator(

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
-from chaos import runner
+from chaos import runner, workloads
 from dataplane.client import TopicPartition
 from dataplane.client.admin import PartitionDescription, TopicDescription
 from raftlog.errors import ErrorCode, KafkaError
@@ -74,8 +74,8 @@ class Offline:
 
 def test_only_a_partition_with_no_eligible_replica_is_elected_uncleanly() -> None:
     control = Offline(None)
-    (election,) = runner.elect_offline_partitions(control, 42.0)  # type: ignore[arg-type]
+    (election,) = workloads.elect_offline_partitions(control, 42.0)  # type: ignore[arg-type]
     assert (election.topic, election.partition, election.time_s) == ("events", 0, 42.0)
     assert control.asked == [[("events", 0)]]
     waiting = Offline(KafkaError(ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, "none usable"))
-    assert runner.elect_offline_partitions(waiting, 43.0) == []  # type: ignore[arg-type]
+    assert workloads.elect_offline_partitions(waiting, 43.0) == []  # type: ignore[arg-type]

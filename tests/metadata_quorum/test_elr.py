@@ -261,7 +261,10 @@ def test_unregistering_a_broker_drops_it_from_the_elr() -> None:
 
 
 def _min_isr_change(
-    name: str, value: str, kind: int = metadata_pb2.CONFIG_RESOURCE_TOPIC, op: int = pb.SET
+    name: str,
+    value: str,
+    kind: metadata_pb2.ConfigResourceType.ValueType = metadata_pb2.CONFIG_RESOURCE_TOPIC,
+    op: pb.AlterConfigOp.ValueType = pb.SET,
 ) -> pb.AlterConfigsResource:
     return pb.AlterConfigsResource(
         resource=pb.ConfigResource(resource_type=kind, resource_name=name),

@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from dataplane.server.broker_server import Broker
+from dataplane.server.broker_server import Broker, BrokerState
 from metadata_quorum.codec import record_to_proto
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.records import FeatureLevelRecord
@@ -45,10 +45,12 @@ def starting_broker(calls: list[tuple[str, int]]) -> Broker:
     broker.image = MetadataImage()
     broker.broker_epoch = REGISTERED_AT
     broker.serving = threading.Event()
+    broker._state_lock = threading.Lock()
+    broker.state = BrokerState.RECOVERY
     broker.incarnation_id = b"\x01" * 16  # type: ignore[assignment]
     broker.settings = type("Settings", (), {"broker_id": 1})()
     for name in ("client", "replicas", "fetchers", "groups", "transactions",
-                 "share_coordinator", "share_manager"):  # fmt: skip
+                 "share_coordinator", "share_manager", "health"):  # fmt: skip
         setattr(broker, name, Recorder(calls, name))
     return broker
 
