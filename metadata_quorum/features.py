@@ -28,7 +28,8 @@ the levels whose semantics it implements, and enforces each as Kafka does (docs/
   under min.insync.replicas stay eligible to lead, a broker that restarts without a clean
   shutdown leaves every ISR and ELR, and leaders hold the high watermark under min ISR. It needs
   metadata.version 23 (Kafka's ELRV_1 needs 4.0-IV1) and is on in new clusters, as in Kafka 4.1.
-  A downgrade to 0 clears every partition's ELR (``generate_update_features``' records).
+  A downgrade to 0 clears every partition's ELR (``generate_update_features``' records), where
+  Kafka 4.1 lets them go lazily, at a partition's next change or snapshot: the same state.
 
 Kafka 4's ``streams.version`` is not claimed: raftlog does not implement KIP-1071's streams
 groups.
