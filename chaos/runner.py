@@ -703,8 +703,13 @@ class Run:
             bootstrap, request_timeout_ms=10_000, max_poll_records=5_000,
             security=self.harness_security,
         ) as reader:  # fmt: skip
-            starts = reader.beginning_offsets(tps)
-            ends = reader.end_offsets(tps)
+            try:  # a partition still without a leader: asked again until the deadline
+                starts, ends = wait_for(
+                    "every partition's offsets", lambda: _offsets(reader, tps), CATCH_UP_TIMEOUT_S
+                )
+            except TimeoutError as error:  # the report is still written, with this problem
+                self._problem(f"the final offsets could not be read: {error}")
+                starts = ends = {}
             reader.assign(tps)
             reader.seek_to_beginning(*tps)
             records: dict[int, list[tuple[int, str]]] = {tp.partition: [] for tp in tps}
@@ -717,10 +722,11 @@ class Run:
                 return all(reader.position(tp) >= ends[tp] for tp in tps)
 
             try:
-                wait_for("the final records of every partition", read_all, CATCH_UP_TIMEOUT_S)
+                if ends:
+                    wait_for("the final records of every partition", read_all, CATCH_UP_TIMEOUT_S)
             except TimeoutError as error:
                 self._problem(f"the final records could not be read: {error}")
-        for tp in tps:
+        for tp in tps if ends else []:
             p = described[tp.partition]
             self.final.append(
                 FinalPartition(
@@ -803,6 +809,17 @@ class Run:
             data_checks=self.data_checks,
             unclean_elections=self.unclean_elections,
         )
+
+
+def _offsets(
+    reader: Consumer, tps: list[TopicPartition]
+) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]] | None:
+    """(log start offsets, high watermarks) of ``tps``, or None while one cannot be read."""
+    try:
+        return reader.beginning_offsets(tps), reader.end_offsets(tps)
+    except CLIENT_ERRORS as error:
+        log.info("final offsets: %s", error)
+        return None
 
 
 def _reassign(control: AdminClient, tp: tuple[str, int], target: tuple[int, ...]) -> None:
