@@ -83,10 +83,17 @@ $(JS_STAMP): tests/js/package.json tests/js/package-lock.json | debs
 	npm ci --prefix tests/js --no-audit --no-fund
 	touch $(JS_STAMP)
 
-test: deps $(JS_STAMP) lint docs
+# The Node.js gRPC client example (docs/api.md; tests/dataplane/server/test_node_grpc_client.py
+# runs it): @grpc/grpc-js, @grpc/proto-loader and crc-32 as examples/node/package-lock.json pins.
+NODE_EXAMPLE_STAMP := examples/node/node_modules/.installed
+$(NODE_EXAMPLE_STAMP): examples/node/package.json examples/node/package-lock.json | debs
+	npm ci --prefix examples/node --no-audit --no-fund
+	touch $(NODE_EXAMPLE_STAMP)
+
+test: deps $(JS_STAMP) $(NODE_EXAMPLE_STAMP) lint docs
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup
 
-test-fast: deps $(JS_STAMP)
+test-fast: deps $(JS_STAMP) $(NODE_EXAMPLE_STAMP)
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup -m "not slow"
 
 demo: deps

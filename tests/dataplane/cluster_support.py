@@ -107,6 +107,9 @@ RANGES = {
     # and tests/chaos/test_chaos_transactions.py (177-180) also use: distinct ports keep them
     # apart (pick_cluster_port), but they are not a range of their own
     "grpc_product": 171,
+    # tests/dataplane/server/test_node_grpc_client.py: 231-233, the range issue 31's brief gave;
+    # "reassignment" (231-234) uses it too: distinct ports (pick_cluster_port) keep the two apart
+    "grpc_node": 231,
     # 127.0.0.251-254 are tests/metadata_quorum/test_raft_secret.py's (three voters, an outsider)
     # and bench/security_bench.py's (benchmarks run alone; 189-190 are its too)
     # 127.0.0.236-241 are tests/metadata_quorum/test_controller_membership.py's
