@@ -24,8 +24,10 @@ broker holds at most one message (``max_bytes``) per stream beyond what the tran
 (the client's flow-control window and the sockets' buffers). tests/dataplane/broker/
 test_fetch_stream.py measures it.
 
-Errors end the stream (one rule for every error: a gRPC stream either carries data or has
-ended with a status). Records read before the error are sent first. The status is the rich one
+The stream runs until the client cancels it or its deadline passes (then it ends
+DEADLINE_EXCEEDED, REQUEST_TIMED_OUT in its ErrorInfo). Errors end the stream (one rule for
+every error: a gRPC stream either carries data or has ended with a status). Records read
+before the error are sent first. The status is the rich one
 of ``metadata_quorum.grpc_errors``: NOT_LEADER_OR_FOLLOWER is UNAVAILABLE with Kafka's code 6
 in its ErrorInfo; the client asks for the new leader and subscribes there from its next offset.
 
@@ -209,8 +211,8 @@ def stream(
                 raise error
             if news is None:
                 left_s = deadline - time.monotonic()
-                if left_s <= 0:
-                    return
+                if left_s <= 0:  # DEADLINE_EXCEEDED, as gRPC ends a call at its deadline
+                    raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "the stream's deadline passed")
                 event.wait(None if left_s == math.inf else left_s)
     finally:
         _watch(event, watched, [])

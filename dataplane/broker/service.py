@@ -1,5 +1,6 @@
-"""BrokerService: Produce, Fetch, ListOffsets, Metadata, InitProducerId, WriteTxnMarkers,
-DescribeProducers and DeleteRecords over gRPC.
+"""BrokerService: Produce, Fetch, FetchStream, ListOffsets, Metadata, InitProducerId,
+WriteTxnMarkers, DescribeProducers and DeleteRecords over gRPC (FetchStream, a server-streaming
+consumer Fetch: dataplane.broker.fetch_stream).
 
 Every partition-level problem is answered in that partition's entry with Kafka's error code; the
 RPC fails only when the request itself is broken. Long polls (acks=all, fetch ``min_bytes``)

@@ -15,8 +15,9 @@ A stream ends with an error when its broker cannot serve it any more. A leader c
 (NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH, a broker gone: UNAVAILABLE) and any other
 retriable error: the metadata is refreshed and the partitions are subscribed at their new
 leader, from the offset after the last record ``poll`` has taken in (never twice, never
-skipped). A stream's deadline (``stream_timeout_ms``) ends it too, and it is opened again at
-once: every call has a deadline, and a silent broker is left for another after it. Other
+skipped). A stream's deadline (``stream_timeout_ms``, DEADLINE_EXCEEDED) ends it too, and it is
+opened again after the retry backoff: every call has a deadline, and a silent broker is left
+for another after it. Other
 errors (TOPIC_AUTHORIZATION_FAILED, OFFSET_OUT_OF_RANGE, ...) raise ``KafkaError`` from
 ``poll``. With ``isolation_level="read_committed"`` the records of aborted transactions are
 dropped (``_read_committed``), as the Consumer drops them. Not thread-safe: one thread polls.
@@ -79,7 +80,7 @@ class _Reader:
     def _run(self) -> None:
         ended = _Ended(None)
         try:
-            for answer in self.call:  # type: ignore[attr-defined]
+            for answer in self.call:
                 self._out.put((self, self._batches(answer)))
         except grpc.RpcError as error:
             if not self.closing:
