@@ -118,6 +118,7 @@ bench: deps
 	$(BIN)/python -m bench.kafka_protocol_bench --out bench/results/latest.json
 	$(BIN)/python -m bench.peer_bench --out bench/results/latest.json
 	$(BIN)/python -m bench.grpc_bench --out bench/results/latest.json
+	$(BIN)/python -m bench.fetch_stream_bench --out bench/results/latest.json
 	$(BIN)/python -m bench.connect_bench --out bench/results/latest.json
 	$(BIN)/python -m bench.txn_bench --out bench/results/latest.json
 	$(BIN)/python -m bench.security_bench --out bench/results/latest.json

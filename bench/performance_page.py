@@ -773,6 +773,23 @@ def render_grpc(results: Results) -> str:
     return table(header, rows, "llrrrrrr")
 
 
+def render_fetch_stream(results: Results) -> str:
+    section = _section(results, "fetch_stream")
+    rows = []
+    for rate in ("low", "high"):
+        for mode, name in (("fetch", "unary Fetch (long poll)"), ("stream", "FetchStream")):
+            f = _get(section, f"{rate}.{mode}") or {}
+            rows.append((
+                f"{count(section.get('low_rate_per_s'))} records/s" if rate == "low"
+                else "as fast as the producer goes",
+                name, count(f.get("records")), count(f.get("records_per_s")),
+                fixed(f.get("latency_p50_ms"), 2), fixed(f.get("latency_p99_ms"), 2),
+                fixed(f.get("broker_cpu_us_per_record"), 1),
+            ))  # fmt: skip
+    header = ("rate", "reader", "records", "records/s", "p50 ms", "p99 ms", "broker µs CPU/record")
+    return table(header, rows, "llrrrrr")
+
+
 def render_connect(results: Results) -> str:
     connect = _section(results, "connect")
     mirror, lag, source = (
@@ -980,6 +997,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "peer_cpu": render_peer_cpu,
     "peer_profiles": render_peer_profiles,
     "grpc_transport": render_grpc,
+    "fetch_stream": render_fetch_stream,
     "connect": render_connect,
     "transactions_produce": render_transactions_produce,
     "transactions_consume": render_transactions_consume,

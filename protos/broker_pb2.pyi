@@ -543,6 +543,141 @@ class FetchResponse(_message.Message):
 Global___FetchResponse: _TypeAlias = FetchResponse  # noqa: Y015
 
 @_typing.final
+class FetchStreamPartition(_message.Message):
+    """-- FetchStream ---------------------------------------------------------------------------------
+    A server-streaming Fetch: a consumer's subscription to partitions at one leader, pushed as
+    records arrive instead of asked for by a long poll each time (not a Kafka API; its data and
+    read rules are Fetch's).
+
+    One partition to stream, from an offset (Kafka's FetchPartition, the consumer's fields).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITION_FIELD_NUMBER: _builtins.int
+    FETCH_OFFSET_FIELD_NUMBER: _builtins.int
+    CURRENT_LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    PARTITION_MAX_BYTES_FIELD_NUMBER: _builtins.int
+    partition: _builtins.int
+    """The partition index."""
+    fetch_offset: _builtins.int
+    """The offset to start from; the stream then moves on by itself."""
+    current_leader_epoch: _builtins.int
+    """The leader epoch the client knows (KIP-320); -1 = do not check. A leader of another epoch
+    ends the stream (FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH).
+    """
+    partition_max_bytes: _builtins.int
+    """Kafka's `PartitionMaxBytes`: at most this many bytes of this partition in one message (at
+    least one batch is always sent so that a large batch cannot stall the stream); 0 = max_bytes.
+    """
+    def __init__(
+        self,
+        *,
+        partition: _builtins.int = ...,
+        fetch_offset: _builtins.int = ...,
+        current_leader_epoch: _builtins.int = ...,
+        partition_max_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["current_leader_epoch", b"current_leader_epoch", "fetch_offset", b"fetch_offset", "partition", b"partition", "partition_max_bytes", b"partition_max_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FetchStreamPartition: _TypeAlias = FetchStreamPartition  # noqa: Y015
+
+@_typing.final
+class FetchStreamTopic(_message.Message):
+    """One topic to stream."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The topic's name."""
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___FetchStreamPartition]:
+        """The partitions to stream."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        partitions: _abc.Iterable[Global___FetchStreamPartition] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FetchStreamTopic: _TypeAlias = FetchStreamTopic  # noqa: Y015
+
+@_typing.final
+class FetchStreamRequest(_message.Message):
+    """A subscription: the partitions (all led by the broker called) and how to read them."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPICS_FIELD_NUMBER: _builtins.int
+    MAX_BYTES_FIELD_NUMBER: _builtins.int
+    ISOLATION_LEVEL_FIELD_NUMBER: _builtins.int
+    max_bytes: _builtins.int
+    """Kafka's `MaxBytes`: at most this many bytes of records in one message (at least one batch
+    is always sent); 0 = the broker's limit, socket.request.max.bytes.
+    """
+    isolation_level: _builtins.int
+    """Kafka's `IsolationLevel`: 0 read_uncommitted (up to the high watermark), 1 read_committed
+    (up to the last stable offset, with the aborted transactions of what is sent).
+    """
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___FetchStreamTopic]:
+        """The partitions to stream; each at most once."""
+
+    def __init__(
+        self,
+        *,
+        topics: _abc.Iterable[Global___FetchStreamTopic] | None = ...,
+        max_bytes: _builtins.int = ...,
+        isolation_level: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["isolation_level", b"isolation_level", "max_bytes", b"max_bytes", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FetchStreamRequest: _TypeAlias = FetchStreamRequest  # noqa: Y015
+
+@_typing.final
+class FetchStreamResponse(_message.Message):
+    """One message of the stream: the partitions that have new records, each answered as Fetch
+    answers it (records, high_watermark, last_stable_offset, log_start_offset, log_end_offset,
+    leader_id, leader_epoch, aborted_transactions), error_code always 0: an error ends the stream.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPICS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___FetchTopicResponse]:
+        """The topics with new records, and only their partitions with new records."""
+
+    def __init__(
+        self,
+        *,
+        topics: _abc.Iterable[Global___FetchTopicResponse] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FetchStreamResponse: _TypeAlias = FetchStreamResponse  # noqa: Y015
+
+@_typing.final
 class ListOffsetsPartition(_message.Message):
     """-- ListOffsets ---------------------------------------------------------------------------------
 

@@ -48,6 +48,11 @@ class BrokerServiceStub:
                 request_serializer=protos_dot_broker__pb2.FetchRequest.SerializeToString,
                 response_deserializer=protos_dot_broker__pb2.FetchResponse.FromString,
                 _registered_method=True)
+        self.FetchStream = channel.unary_stream(
+                '/raftlog.broker.v1.BrokerService/FetchStream',
+                request_serializer=protos_dot_broker__pb2.FetchStreamRequest.SerializeToString,
+                response_deserializer=protos_dot_broker__pb2.FetchStreamResponse.FromString,
+                _registered_method=True)
         self.ListOffsets = channel.unary_unary(
                 '/raftlog.broker.v1.BrokerService/ListOffsets',
                 request_serializer=protos_dot_broker__pb2.ListOffsetsRequest.SerializeToString,
@@ -118,6 +123,22 @@ class BrokerServiceServicer:
         partition: NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE,
         FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, TOPIC_AUTHORIZATION_FAILED; request-level:
         STALE_BROKER_EPOCH (followers).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FetchStream(self, request, context):
+        """A server-streaming Fetch (not a Kafka API): subscribe to partitions this broker leads,
+        each from its fetch_offset; a message is pushed each time one of them has new records
+        (read as Fetch reads: up to the high watermark, or the last stable offset with
+        read_committed and the aborted transactions listed), at the pace the client reads (HTTP/2
+        flow control: a client that stops reading stops the broker's reads). The stream runs
+        until the client cancels it or its deadline passes. Any error ends it with a non-OK status
+        carrying the Kafka error (docs/api.md "Errors"): NOT_LEADER_OR_FOLLOWER (a leader change:
+        ask Metadata and subscribe at the new leader from the next offset),
+        UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH,
+        TOPIC_AUTHORIZATION_FAILED, INVALID_REQUEST, NETWORK_EXCEPTION (a broker starting up).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -212,6 +233,11 @@ def add_BrokerServiceServicer_to_server(servicer, server):
                     servicer.Fetch,
                     request_deserializer=protos_dot_broker__pb2.FetchRequest.FromString,
                     response_serializer=protos_dot_broker__pb2.FetchResponse.SerializeToString,
+            ),
+            'FetchStream': grpc.unary_stream_rpc_method_handler(
+                    servicer.FetchStream,
+                    request_deserializer=protos_dot_broker__pb2.FetchStreamRequest.FromString,
+                    response_serializer=protos_dot_broker__pb2.FetchStreamResponse.SerializeToString,
             ),
             'ListOffsets': grpc.unary_unary_rpc_method_handler(
                     servicer.ListOffsets,
@@ -317,6 +343,33 @@ class BrokerService:
             '/raftlog.broker.v1.BrokerService/Fetch',
             protos_dot_broker__pb2.FetchRequest.SerializeToString,
             protos_dot_broker__pb2.FetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FetchStream(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/raftlog.broker.v1.BrokerService/FetchStream',
+            protos_dot_broker__pb2.FetchStreamRequest.SerializeToString,
+            protos_dot_broker__pb2.FetchStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -59,6 +59,18 @@ class BrokerServiceStub:
     FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, TOPIC_AUTHORIZATION_FAILED; request-level:
     STALE_BROKER_EPOCH (followers).
     """
+    FetchStream: _grpc.UnaryStreamMultiCallable[_broker_pb2.FetchStreamRequest, _broker_pb2.FetchStreamResponse]
+    """A server-streaming Fetch (not a Kafka API): subscribe to partitions this broker leads,
+    each from its fetch_offset; a message is pushed each time one of them has new records
+    (read as Fetch reads: up to the high watermark, or the last stable offset with
+    read_committed and the aborted transactions listed), at the pace the client reads (HTTP/2
+    flow control: a client that stops reading stops the broker's reads). The stream runs
+    until the client cancels it or its deadline passes. Any error ends it with a non-OK status
+    carrying the Kafka error (docs/api.md "Errors"): NOT_LEADER_OR_FOLLOWER (a leader change:
+    ask Metadata and subscribe at the new leader from the next offset),
+    UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH,
+    TOPIC_AUTHORIZATION_FAILED, INVALID_REQUEST, NETWORK_EXCEPTION (a broker starting up).
+    """
     ListOffsets: _grpc.UnaryUnaryMultiCallable[_broker_pb2.ListOffsetsRequest, _broker_pb2.ListOffsetsResponse]
     """Kafka's ListOffsets (API key 2): offsets by time, earliest or latest. Errors per partition:
     NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, FENCED_LEADER_EPOCH,
@@ -122,6 +134,18 @@ class BrokerServiceAsyncStub(BrokerServiceStub):
     partition: NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE,
     FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, TOPIC_AUTHORIZATION_FAILED; request-level:
     STALE_BROKER_EPOCH (followers).
+    """
+    FetchStream: _aio.UnaryStreamMultiCallable[_broker_pb2.FetchStreamRequest, _broker_pb2.FetchStreamResponse]  # type: ignore[assignment]
+    """A server-streaming Fetch (not a Kafka API): subscribe to partitions this broker leads,
+    each from its fetch_offset; a message is pushed each time one of them has new records
+    (read as Fetch reads: up to the high watermark, or the last stable offset with
+    read_committed and the aborted transactions listed), at the pace the client reads (HTTP/2
+    flow control: a client that stops reading stops the broker's reads). The stream runs
+    until the client cancels it or its deadline passes. Any error ends it with a non-OK status
+    carrying the Kafka error (docs/api.md "Errors"): NOT_LEADER_OR_FOLLOWER (a leader change:
+    ask Metadata and subscribe at the new leader from the next offset),
+    UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH,
+    TOPIC_AUTHORIZATION_FAILED, INVALID_REQUEST, NETWORK_EXCEPTION (a broker starting up).
     """
     ListOffsets: _aio.UnaryUnaryMultiCallable[_broker_pb2.ListOffsetsRequest, _broker_pb2.ListOffsetsResponse]  # type: ignore[assignment]
     """Kafka's ListOffsets (API key 2): offsets by time, earliest or latest. Errors per partition:
@@ -195,6 +219,24 @@ class BrokerServiceServicer(metaclass=_abc_1.ABCMeta):
         partition: NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE,
         FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, TOPIC_AUTHORIZATION_FAILED; request-level:
         STALE_BROKER_EPOCH (followers).
+        """
+
+    @_abc_1.abstractmethod
+    def FetchStream(
+        self,
+        request: _broker_pb2.FetchStreamRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_broker_pb2.FetchStreamResponse], _abc.AsyncIterator[_broker_pb2.FetchStreamResponse]]:
+        """A server-streaming Fetch (not a Kafka API): subscribe to partitions this broker leads,
+        each from its fetch_offset; a message is pushed each time one of them has new records
+        (read as Fetch reads: up to the high watermark, or the last stable offset with
+        read_committed and the aborted transactions listed), at the pace the client reads (HTTP/2
+        flow control: a client that stops reading stops the broker's reads). The stream runs
+        until the client cancels it or its deadline passes. Any error ends it with a non-OK status
+        carrying the Kafka error (docs/api.md "Errors"): NOT_LEADER_OR_FOLLOWER (a leader change:
+        ask Metadata and subscribe at the new leader from the next offset),
+        UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH,
+        TOPIC_AUTHORIZATION_FAILED, INVALID_REQUEST, NETWORK_EXCEPTION (a broker starting up).
         """
 
     @_abc_1.abstractmethod

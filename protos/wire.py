@@ -28,7 +28,16 @@ from google.protobuf.message import DecodeError, Message
 
 from protos import broker_pb2 as pb
 
-__all__ = ["FetchAnswer", "decode", "each_partition", "encode", "fetch_method", "produce_method"]
+__all__ = [
+    "FetchAnswer",
+    "FetchStreamAnswer",
+    "decode",
+    "each_partition",
+    "encode",
+    "fetch_method",
+    "fetch_stream_method",
+    "produce_method",
+]
 
 M = TypeVar("M", bound=Message)
 Records = bytes | memoryview
@@ -200,6 +209,27 @@ class FetchAnswer(NamedTuple):
         return cls(*decode(pb.FetchResponse, data))
 
 
+class FetchStreamAnswer(NamedTuple):
+    """One message of a FetchStream without its partitions' records, and those records in
+    message order (its partitions are FetchResponse's: the same framing)."""
+
+    response: pb.FetchStreamResponse
+    records: Sequence[Records]
+
+    def message(self) -> pb.FetchStreamResponse:
+        """The message with its records inside (a copy of each)."""
+        for _, partition, records in each_partition(self.response, self.records):
+            partition.records = bytes(records)
+        return self.response
+
+    def encode(self) -> bytes:
+        return encode(self.response, self.records)
+
+    @classmethod
+    def decode(cls, data: bytes) -> FetchStreamAnswer:
+        return cls(*decode(pb.FetchStreamResponse, data))
+
+
 def _path(method: str) -> str:
     service = pb.DESCRIPTOR.services_by_name["BrokerService"]
     return f"/{service.full_name}/{service.methods_by_name[method].name}"
@@ -221,5 +251,15 @@ def fetch_method(channel: grpc.Channel) -> grpc.UnaryUnaryMultiCallable:
         _path("Fetch"),
         request_serializer=pb.FetchRequest.SerializeToString,
         response_deserializer=FetchAnswer.decode,
+        _registered_method=True,
+    )
+
+
+def fetch_stream_method(channel: grpc.Channel) -> grpc.UnaryStreamMultiCallable:
+    """BrokerService.FetchStream answering :class:`FetchStreamAnswer` messages."""
+    return channel.unary_stream(
+        _path("FetchStream"),
+        request_serializer=pb.FetchStreamRequest.SerializeToString,
+        response_deserializer=FetchStreamAnswer.decode,
         _registered_method=True,
     )

@@ -1,5 +1,6 @@
-"""BrokerService: Produce, Fetch, ListOffsets, Metadata, InitProducerId, WriteTxnMarkers,
-DescribeProducers and DeleteRecords over gRPC.
+"""BrokerService: Produce, Fetch, FetchStream, ListOffsets, Metadata, InitProducerId,
+WriteTxnMarkers, DescribeProducers and DeleteRecords over gRPC (FetchStream, a server-streaming
+consumer Fetch: dataplane.broker.fetch_stream).
 
 Every partition-level problem is answered in that partition's entry with Kafka's error code; the
 RPC fails only when the request itself is broken. Long polls (acks=all, fetch ``min_bytes``)
@@ -23,14 +24,14 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from typing import Any
 
 import grpc
 
 from dataplane.broker import authorization as authz
-from dataplane.broker import delete_records, offset_for_leader_epoch
+from dataplane.broker import delete_records, fetch_stream, offset_for_leader_epoch
 from dataplane.broker.metrics import NodeMetrics
 from dataplane.broker.partition import (
     ON_APPEND,
@@ -83,6 +84,8 @@ log = logging.getLogger(__name__)
 MAX_WAIT_MS_MAX = 60_000
 PRODUCE_TIMEOUT_MS_MAX = 300_000
 MAX_MESSAGE_BYTES = 100 * 1024 * 1024  # socket.request.max.bytes
+# FetchStream calls at once, without `serve` (in-process callers); `serve`: half its pool
+FETCH_STREAMS_MAX = 32
 ACKS = (0, 1, -1)
 DEBUGGING_REPLICA_ID = -2
 BROKER_LISTENER = "BROKER"  # the gRPC listener's name in a broker's registration
@@ -247,6 +250,9 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
         self.alter_partition = alter_partition
         self.allocate_producer_id = allocate_producer_id
         self.produce_faults = ProduceResponseDropper(drop_produce_response_every)
+        # FetchStream calls running at once (each holds a server thread); `serve` sets the
+        # bound from its pool's size
+        self.fetch_streams = fetch_stream.StreamSlots(FETCH_STREAMS_MAX)
         # internal topic -> how its coordinator writes a marker there (``__consumer_offsets``:
         # the group coordinator, which also applies the transaction's pending offsets)
         self.marker_writers: dict[str, MarkerWriter] = {}
@@ -463,6 +469,32 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
         kind = "fetch_follower" if request.replica_id >= 0 else "fetch_consumer"
         self.metrics.request_latency.labels(kind).observe(time.perf_counter() - started)
         return answer
+
+    # -- FetchStream ---------------------------------------------------------------------------
+    def FetchStream(
+        self, request: pb.FetchStreamRequest, context: Any
+    ) -> Iterator[pb.FetchStreamResponse]:
+        """The messages with their records inside (in-process callers)."""
+        for answer in self.fetch_stream(request, context):
+            yield answer.message()
+
+    def fetch_stream(
+        self, request: pb.FetchStreamRequest, context: Any
+    ) -> Iterator[wire.FetchStreamAnswer]:
+        """A consumer's subscription (dataplane.broker.fetch_stream): each read is this
+        servicer's consumer Fetch, refused per topic as Fetch refuses (READ), checked once."""
+        try:
+            fetch_stream.start_offsets(request)  # a request that cannot be served: no slot
+            denied = self._fetch_denied(fetch_stream.fetch_request(request, _zeros(request)))
+            messages = fetch_stream.stream(
+                request, context, lambda fetch: self._read_all(fetch, denied, BROKER_LISTENER),
+                self.fetch_streams,
+            )  # fmt: skip
+            yield from messages
+        except KafkaError as error:
+            self.metrics.request_errors.labels("fetch_stream", error.error.name).inc()
+            exhausted = isinstance(error, fetch_stream.TooManyStreams)
+            abort(context, error, grpc.StatusCode.RESOURCE_EXHAUSTED if exhausted else None)
 
     def _preferred_read_replica(
         self, request: pb.FetchRequest, partition: Partition, item: pb.FetchPartition,
@@ -935,6 +967,10 @@ def _check_isolation_level(isolation_level: int) -> None:
         )
 
 
+def _zeros(request: pb.FetchStreamRequest) -> dict[tuple[str, int], int]:
+    return {(t.name, p.partition): 0 for t in request.topics for p in t.partitions}
+
+
 def _answer_now(response: pb.FetchResponse) -> bool:
     """A fetch with an error or a preferred read replica (KIP-392) waits for nothing."""
     return any(
@@ -972,9 +1008,16 @@ class ServeWhenReady(grpc.ServerInterceptor):  # type: ignore[misc]
         if (
             handler is None
             or self.ready.is_set()
-            or handler.unary_unary is None
             or is_standard_method(details.method)  # health tells NOT_SERVING meanwhile
         ):
+            return handler
+        if handler.unary_stream is not None:  # FetchStream
+            return grpc.unary_stream_rpc_method_handler(
+                self._refuse_stream,
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_unary is None:
             return handler
         return grpc.unary_unary_rpc_method_handler(
             self._refuse,
@@ -986,6 +1029,10 @@ class ServeWhenReady(grpc.ServerInterceptor):  # type: ignore[misc]
         # NETWORK_EXCEPTION: what a Kafka client meets at a broker not yet accepting
         # connections; retriable, and UNAVAILABLE as before
         abort(context, KafkaError(ErrorCode.NETWORK_EXCEPTION, self.message))
+
+    def _refuse_stream(self, request: Any, context: Any) -> Iterator[Any]:
+        self._refuse(request, context)
+        yield  # a generator, as gRPC calls a streaming handler; never reached
 
 
 class _Handlers:
@@ -1017,6 +1064,9 @@ def _add_broker_service(servicer: BrokerServicer, server: grpc.Server) -> None:
     def fetch(request: pb.FetchRequest, context: Any) -> FetchAnswer:
         return servicer.fetch(request, context=context)
 
+    def stream(request: pb.FetchStreamRequest, context: Any) -> Iterator[Any]:
+        return servicer.fetch_stream(request, context)
+
     handlers["Produce"] = grpc.unary_unary_rpc_method_handler(
         produce,
         request_deserializer=_decode_produce_request,
@@ -1026,6 +1076,11 @@ def _add_broker_service(servicer: BrokerServicer, server: grpc.Server) -> None:
         fetch,
         request_deserializer=pb.FetchRequest.FromString,
         response_serializer=FetchAnswer.encode,
+    )
+    handlers["FetchStream"] = grpc.unary_stream_rpc_method_handler(
+        stream,
+        request_deserializer=pb.FetchStreamRequest.FromString,
+        response_serializer=wire.FetchStreamAnswer.encode,
     )
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(collected.service, handlers),)
@@ -1073,6 +1128,7 @@ def serve(
             }.items()
         ),
     )
+    servicer.fetch_streams = fetch_stream.StreamSlots(max_workers // 2)
     _add_broker_service(servicer, server)
     services = [pb.DESCRIPTOR.services_by_name["BrokerService"].full_name]
     if groups is not None:

@@ -1,5 +1,5 @@
-"""raftlog's client library: Producer, Consumer, ShareConsumer and AdminClient over the
-BrokerService and ControllerService gRPC APIs. Names and settings follow Kafka's clients."""
+"""raftlog's client library: Producer, Consumer, FetchStream, ShareConsumer and AdminClient over
+the BrokerService and ControllerService gRPC APIs. Names and settings follow Kafka's clients."""
 
 from dataplane.client._closing import Closing
 from dataplane.client._membership import GroupAssignment, GroupMembership, JoinedMember
@@ -25,6 +25,7 @@ from dataplane.client._types import (
 )
 from dataplane.client.admin import AdminClient, NewTopic
 from dataplane.client.consumer import Consumer, LogTruncationError
+from dataplane.client.fetch_stream import FetchStream
 from dataplane.client.producer import Producer, RecordFuture
 from dataplane.client.share_consumer import (
     AcknowledgeType,
@@ -43,6 +44,7 @@ __all__ = [
     "ConsumerRebalanceListener",
     "ConsumerRecord",
     "FatalTransactionError",
+    "FetchStream",
     "GroupAssignment",
     "GroupMembership",
     "IllegalStateError",

@@ -56,7 +56,7 @@ def client_security(setting: SecuritySetting) -> ClientSecurity | None:
 class BrokerChannel:
     """A broker's channel and its calls, made once (a stub makes a callable per method)."""
 
-    __slots__ = ("channel", "fetch", "groups", "produce", "stub", "transactions")
+    __slots__ = ("channel", "fetch", "fetch_stream", "groups", "produce", "stub", "transactions")
 
     def __init__(self, channel: grpc.Channel) -> None:
         self.channel = channel
@@ -65,6 +65,7 @@ class BrokerChannel:
         self.transactions = tpb_grpc.TransactionCoordinatorServiceStub(channel)
         self.produce = wire.produce_method(channel)
         self.fetch = wire.fetch_method(channel)
+        self.fetch_stream = wire.fetch_stream_method(channel)
 
 
 @dataclass(frozen=True, slots=True)
@@ -406,6 +407,10 @@ class Cluster:
     def fetch_method(self, target: BrokerInfo | str) -> grpc.UnaryUnaryMultiCallable:
         """Fetch answering a ``protos.wire.FetchAnswer`` (records as views of the answer)."""
         return self._channel(target).fetch
+
+    def fetch_stream_method(self, target: BrokerInfo | str) -> grpc.UnaryStreamMultiCallable:
+        """FetchStream answering ``protos.wire.FetchStreamAnswer`` messages."""
+        return self._channel(target).fetch_stream
 
     def _channel(self, target: BrokerInfo | str) -> BrokerChannel:
         address = target.address if isinstance(target, BrokerInfo) else target

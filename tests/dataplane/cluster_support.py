@@ -112,7 +112,12 @@ RANGES = {
     "grpc_node": 231,
     # 127.0.0.251-254 are tests/metadata_quorum/test_raft_secret.py's (three voters, an outsider)
     # and bench/security_bench.py's (benchmarks run alone; 189-190 are its too)
-    # 127.0.0.236-241 are tests/metadata_quorum/test_controller_membership.py's
+    # 127.0.0.236-241 are tests/metadata_quorum/test_controller_membership.py's too: distinct
+    # ports keep them apart (pick_cluster_port)
+    # tests/dataplane/server/test_fetch_stream_cluster.py: 236-237 (xdist group "grpc-stream",
+    # with tests/dataplane/broker/test_fetch_stream.py's in-process server on 238); 239-241 are
+    # bench/fetch_stream_bench.py's (benchmarks run alone)
+    "grpc_stream": 236,
     # 127.0.0.131-133 and 137 (a membership fault's new controller) are tests/chaos/
     # test_chaos_run.py's, test_voter_changes.py's, test_power_loss_fault.py's and
     # test_elr_power_loss.py's (one xdist group); 134-135 test_faults.py's

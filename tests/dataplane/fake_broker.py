@@ -314,6 +314,12 @@ class FakeBroker(pb_grpc.BrokerServiceServicer):
         context.abort(grpc.StatusCode.UNIMPLEMENTED, "the fake broker serves no share groups")
         raise AssertionError("unreachable: abort raises")
 
+    def FetchStream(
+        self, request: pb.FetchStreamRequest, context: grpc.ServicerContext
+    ) -> Iterator[pb.FetchStreamResponse]:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "the fake broker serves Fetch only")
+        raise AssertionError("unreachable: abort raises")
+
     def Metadata(
         self, request: pb.MetadataRequest, context: grpc.ServicerContext
     ) -> pb.MetadataResponse:

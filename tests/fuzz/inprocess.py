@@ -77,6 +77,14 @@ class FakeContext:
         return {}
 
 
+class StreamContext(FakeContext):
+    """A server-streaming call's context: its deadline has come, so a stream (FetchStream)
+    sends what it has now and ends instead of waiting for more."""
+
+    def time_remaining(self) -> float:
+        return 0.0
+
+
 class GrpcDoor:
     """A service's method handlers as the generated code registers them with a server."""
 
@@ -113,7 +121,7 @@ class GrpcDoor:
             if handler.unary_unary is not None:
                 handler.response_serializer(handler.unary_unary(request, FakeContext()))
             elif handler.unary_stream is not None:
-                stream: Iterator[Any] = handler.unary_stream(request, FakeContext())
+                stream: Iterator[Any] = handler.unary_stream(request, StreamContext())
                 for answer in islice(stream, STREAM_RESPONSES_MAX):
                     handler.response_serializer(answer)
         except Aborted:
