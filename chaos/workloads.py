@@ -482,18 +482,33 @@ def elect_offline_partitions(control: AdminClient, now_s: float) -> list[Unclean
     """What an operator does when KIP-966 leaves a partition offline for good (no leader, ISR
     and ELR empty: every replica that held its committed records restarted without proof that
     it lost nothing, and none can be elected without losing acknowledged records): an unclean
-    election, for every such partition of any topic. The ones elected; a partition with no
-    usable replica yet (still restarting) is left for the next poll."""
+    election, for every such partition of any topic, once it can take the best replica there
+    is. The controller prefers a replica of the last known ELR (it held the committed records
+    once), so the operator waits until one of those is back, or until every replica is (a
+    partition whose last known ELR is empty or gone for good). The ones elected; the others are
+    left for the next poll."""
     offline = [
-        (name, p.partition)
+        (name, p)
         for name, topic in sorted(control.describe_topics(None).items())
         for p in topic.partitions
         if p.leader < 0 and not p.isr and not p.elr
     ]
     if not offline:
         return []
+    usable = {
+        b.broker_id
+        for b in control.describe_cluster().brokers
+        if not b.fenced and not b.in_controlled_shutdown
+    }
+    ready = [
+        (name, p.partition)
+        for name, p in offline
+        if usable & set(p.last_known_elr) or set(p.replicas) <= usable
+    ]
+    if not ready:
+        return []
     return [
         UncleanElection(topic=tp.topic, partition=tp.partition, time_s=now_s)
-        for tp, error in sorted(control.elect_leaders("unclean", offline).items())
+        for tp, error in sorted(control.elect_leaders("unclean", ready).items())
         if error is None
     ]

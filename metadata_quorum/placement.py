@@ -221,11 +221,24 @@ def elect_with_elr(
             if broker in elr and broker in usable:
                 rest = tuple(b for b in elr if b != broker)
                 return Election(broker, (broker,), elr=rest, last_known_elr=last_known)
-    if unclean_allowed:
-        for broker in replicas:
-            if broker in usable:
+    unclean_choice = _elect_uncleanly(partition, usable, last_known) if unclean_allowed else None
+    return unclean_choice or Election(NO_LEADER, isr, elr=elr, last_known_elr=last_known)
+
+
+def _elect_uncleanly(
+    partition: ElrPartition, usable: Collection[int], last_known: Sequence[int]
+) -> Election | None:
+    """An unclean election: the first usable replica, in replica order, that was in the last
+    known ELR (it held the committed records once; with fsync on every append it still holds
+    them), else the first usable replica (Kafka's ``electAnyLeader``). The ISR is it alone;
+    the ELR and last known ELR are cleared. raftlog's one step towards KIP-966's unclean
+    recovery, which would compare the survivors' logs."""
+    known = set(partition.last_known_elr) | set(last_known)
+    for preferred in (True, False):
+        for broker in partition.replicas:
+            if broker in usable and (broker in known or not preferred):
                 return Election(broker, (broker,), unclean=True)
-    return Election(NO_LEADER, isr, elr=elr, last_known_elr=last_known)
+    return None  # no usable replica at all
 
 
 def eligible_replicas(

@@ -10,7 +10,12 @@ import pytest
 
 from chaos import runner, workloads
 from dataplane.client import TopicPartition
-from dataplane.client.admin import PartitionDescription, TopicDescription
+from dataplane.client.admin import (
+    BrokerDescription,
+    ClusterDescription,
+    PartitionDescription,
+    TopicDescription,
+)
 from raftlog.errors import ErrorCode, KafkaError
 
 TP = ("events", 5)
@@ -49,11 +54,12 @@ def test_other_refusals_fail_the_heal() -> None:
 
 
 class Offline:
-    """An admin client over one topic whose partition 0 KIP-966 left offline, 1 has an eligible
-    leader replica (it will lead when it returns) and 2 is led."""
+    """An admin client over one topic: partition 0 KIP-966 left offline with last known ELR
+    (1, 3), 3 is offline with an empty last known ELR, 1 has an eligible leader replica (it will
+    lead when it returns) and 2 is led; `live` brokers are registered and unfenced."""
 
-    def __init__(self, answer: KafkaError | None) -> None:
-        self.answer = answer
+    def __init__(self, answer: KafkaError | None, live: tuple[int, ...] = (1, 2, 3)) -> None:
+        self.answer, self.live = answer, live
         self.asked: list[list[tuple[str, int]]] = []
 
     def describe_topics(self, names: None) -> dict[str, TopicDescription]:
@@ -61,8 +67,16 @@ class Offline:
             PartitionDescription(0, -1, 3, (1, 2, 3), (), last_known_elr=(1, 3)),
             PartitionDescription(1, -1, 3, (1, 2, 3), (), elr=(2,)),
             PartitionDescription(2, 1, 3, (1, 2, 3), (1,)),
+            PartitionDescription(3, -1, 3, (1, 2, 3), ()),
         )
         return {"events": TopicDescription("events", bytes(16), partitions, {})}
+
+    def describe_cluster(self) -> ClusterDescription:
+        brokers = tuple(
+            BrokerDescription(b, (), "", b not in self.live, 7, in_controlled_shutdown=False)
+            for b in (1, 2, 3)
+        )
+        return ClusterDescription("c", 1, "", brokers, 99)
 
     def elect_leaders(
         self, kind: str, partitions: list[tuple[str, int]]
@@ -74,8 +88,21 @@ class Offline:
 
 def test_only_a_partition_with_no_eligible_replica_is_elected_uncleanly() -> None:
     control = Offline(None)
-    (election,) = workloads.elect_offline_partitions(control, 42.0)  # type: ignore[arg-type]
-    assert (election.topic, election.partition, election.time_s) == ("events", 0, 42.0)
-    assert control.asked == [[("events", 0)]]
+    elected = workloads.elect_offline_partitions(control, 42.0)  # type: ignore[arg-type]
+    assert [(e.topic, e.partition, e.time_s) for e in elected] == [
+        ("events", 0, 42.0), ("events", 3, 42.0),
+    ]  # fmt: skip
+    assert control.asked == [[("events", 0), ("events", 3)]]
     waiting = Offline(KafkaError(ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, "none usable"))
     assert workloads.elect_offline_partitions(waiting, 43.0) == []  # type: ignore[arg-type]
+
+
+def test_the_operator_waits_for_a_replica_that_held_the_records() -> None:
+    """Only 2 is back: it was in neither partition's last known ELR, so partition 0 (last known
+    1, 3) waits, and so does 3 (no last known ELR: it waits for every replica)."""
+    control = Offline(None, live=(2,))
+    assert workloads.elect_offline_partitions(control, 44.0) == []  # type: ignore[arg-type]
+    assert control.asked == []
+    control = Offline(None, live=(2, 3))
+    elected = workloads.elect_offline_partitions(control, 45.0)  # type: ignore[arg-type]
+    assert [(e.topic, e.partition) for e in elected] == [("events", 0)]
