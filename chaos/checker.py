@@ -131,6 +131,11 @@ from chaos.history import (
     Write,
 )
 from chaos.txn_checker import check_transactions, txn_summary
+from raftlog.coordinator_key import partition_for
+
+OFFSETS_TOPIC = "__consumer_offsets"
+# the chaos cluster's offsets.topic.num.partitions: Kafka's default, never overridden by a run
+OFFSETS_TOPIC_PARTITIONS = 50
 
 FINDINGS_PER_KIND_MAX = 200
 
@@ -305,13 +310,20 @@ def split_unclean_election_losses(
     findings of a partition the harness elected uncleanly, acknowledged before that election,
     when they form a tail (no write of the partition acknowledged before the election, at or
     above the lowest lost offset, survived: ``lost_values`` are every lost write's value), and
-    what follows from them. Anything else still fails; with ``fsync`` everything does."""
+    what follows from them; and the group's ``committed-backwards``/``skipped-after-commit``
+    from an unclean election of its ``__consumer_offsets`` partition on. Anything else still
+    fails; with ``fsync`` everything does."""
     if history.durability != "default" or not history.unclean_elections:
         return list(findings), []
     elected_at: dict[PartitionKey, float] = {}
     for election in history.unclean_elections:
         key = (election.topic, election.partition)
         elected_at[key] = min(elected_at.get(key, election.time_s), election.time_s)
+    # the group's committed offsets live in one __consumer_offsets partition (min ISR 1, as
+    # in Kafka): an unclean election of it can take commits back on every partition
+    offsets_at = elected_at.get(
+        (OFFSETS_TOPIC, partition_for(history.group, OFFSETS_TOPIC_PARTITIONS))
+    )
     writer_of = _writer_of(history.writes)
     lost_by: dict[PartitionKey, list[Write]] = defaultdict(list)
     for finding in findings:
@@ -337,6 +349,9 @@ def split_unclean_election_losses(
                 (finding.kind == "consumed-then-lost" and finding.value in excused)
                 or (finding.kind in _FOLLOWS_FROM_LOSS and finding.time_s >= at)
             )
+        ) or (
+            finding.kind in _FOLLOWS_FROM_LOSS and offsets_at is not None
+            and finding.time_s is not None and finding.time_s >= offsets_at
         )  # fmt: skip
         (reported if allowed else failing).append(finding)
     return failing, reported

@@ -53,6 +53,7 @@ from metadata_quorum.security.acl import AclOperation
 from metadata_quorum.security.authorization import ALLOW_ALL, AccessControl
 from protos import group_pb2 as gpb
 from protos import group_pb2_grpc as gpb_grpc
+from raftlog.coordinator_key import partition_for
 from raftlog.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
@@ -182,14 +183,14 @@ class GroupCoordinator:
     def find_coordinator(self, group_id: str) -> tuple[int, str, int]:
         if not group_id:
             raise KafkaError(ErrorCode.INVALID_GROUP_ID, "the group id must not be empty")
-        return self.runtime.coordinator(lambda count: gs.partition_for(group_id, count))
+        return self.runtime.coordinator(lambda count: partition_for(group_id, count))
 
     # -- running requests --------------------------------------------------------------------------
     def _shard(self, group_id: str) -> Shard[gs.GroupShard]:
         if not group_id:
             raise KafkaError(ErrorCode.INVALID_GROUP_ID, "the group id must not be empty")
         return self.runtime.shard(
-            lambda count: gs.partition_for(group_id, count), f"group {group_id!r}"
+            lambda count: partition_for(group_id, count), f"group {group_id!r}"
         )
 
     def _run(self, shard: Shard[gs.GroupShard], action: Callable[[gs.GroupShard], T]) -> T:

@@ -166,22 +166,6 @@ def record_key(
     ).SerializeToString(deterministic=True)
 
 
-def java_string_hash(text: str) -> int:
-    """Java's ``String.hashCode`` (over UTF-16 code units), as a signed 32-bit int."""
-    h = 0
-    data = text.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def partition_for(group_id: str, partitions: int) -> int:
-    """Kafka's ``Utils.abs(groupId.hashCode()) % partitions``: the same group, the same
-    ``__consumer_offsets`` partition as a Kafka cluster would pick."""
-    h = java_string_hash(group_id)
-    return (0 if h == -(1 << 31) else abs(h)) % partitions
-
-
 # -- the shard ------------------------------------------------------------------------------------
 class GroupShard:
     def __init__(

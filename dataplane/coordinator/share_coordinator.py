@@ -35,7 +35,6 @@ from typing import Any
 
 from dataplane.broker import authorization as authz
 from dataplane.broker.replica_manager import ReplicaManager
-from dataplane.coordinator.group_state import partition_for
 from dataplane.coordinator.runtime import (
     Answers,
     CoordinatorRecord,
@@ -48,6 +47,7 @@ from dataplane.coordinator.share_partition import RecordState, StateBatch
 from metadata_quorum.security.authorization import ALLOW_ALL, AccessControl
 from protos import share_pb2 as spb
 from protos import share_pb2_grpc as spb_grpc
+from raftlog.coordinator_key import partition_for
 from raftlog.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)

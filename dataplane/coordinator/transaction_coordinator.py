@@ -39,7 +39,6 @@ from typing import Any, TypeVar
 
 from dataplane.broker import authorization as authz
 from dataplane.broker.replica_manager import ReplicaManager
-from dataplane.coordinator.group_state import partition_for
 from dataplane.coordinator.runtime import CoordinatorRuntime, InternalTopic, Shard
 from dataplane.coordinator.transaction_markers import (
     MARKER_BACKOFF_MAX_S,
@@ -64,6 +63,7 @@ from metadata_quorum.security.authorization import ALLOW_ALL, AccessControl
 from protos import broker_pb2 as pb
 from protos import transaction_pb2 as tpb
 from protos import transaction_pb2_grpc as tpb_grpc
+from raftlog.coordinator_key import partition_for
 from raftlog.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)

@@ -34,7 +34,6 @@ from collections.abc import Callable
 
 import grpc
 
-from dataplane.coordinator.group_state import partition_for
 from dataplane.coordinator.transaction_state import MarkerJob, TopicPartition
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.security.channels import ClientSecurity, open_channel
@@ -43,6 +42,7 @@ from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc as pb_grpc
 from protos import transaction_pb2 as tpb
 from protos import transaction_pb2_grpc as tpb_grpc
+from raftlog.coordinator_key import partition_for
 from raftlog.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)

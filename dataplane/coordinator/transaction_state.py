@@ -30,10 +30,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any
 
-# A transactional id's partition: Kafka hashes it as it hashes a group id.
-from dataplane.coordinator.group_state import partition_for
 from protos import transaction_pb2 as tpb
 from raftlog.batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
+
+# A transactional id's partition: Kafka hashes it as it hashes a group id.
+from raftlog.coordinator_key import partition_for
 from raftlog.errors import ErrorCode, KafkaError
 
 TopicPartition = tuple[str, int]

@@ -17,7 +17,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chaos.checker import FINDINGS_PER_KIND_MAX, check, faults_at
+from chaos.checker import (
+    FINDINGS_PER_KIND_MAX,
+    OFFSETS_TOPIC,
+    OFFSETS_TOPIC_PARTITIONS,
+    check,
+    faults_at,
+)
 from chaos.history import (
     AdminOp,
     BatchEntry,
@@ -38,6 +44,7 @@ from chaos.history import (
     UncleanElection,
     Write,
 )
+from raftlog.coordinator_key import partition_for
 
 TOPIC = "events"
 NODES = [1, 2, 3]
@@ -1024,3 +1031,26 @@ def test_a_hole_or_a_write_after_the_election_is_not_excused() -> None:
     assert [f.kind for f in verdict.findings] == ["lost-write"]
     late = unclean_election_run()
     assert not check(elected(late.history(), at=2.2)).ok, "a3 was acknowledged after it"
+
+
+def test_commits_taken_back_by_an_unclean_election_of_the_groups_offsets_partition() -> None:
+    """__consumer_offsets has min.insync.replicas 1 (the cluster default, as in Kafka): an
+    unclean election of the partition that holds the group's offsets can take commits back on
+    every partition of the topic. Reported with the default durability from that election on;
+    before it, or with fsync, it fails."""
+    run = Run(partitions=1)
+    written(run, 2)
+    run.consume_all(at=1.5)
+    run.commit(0, 2, at=2.0)
+    run.observe(0, 1, at=9.0)  # taken back
+    history = run.history()
+    offsets = (OFFSETS_TOPIC, partition_for(history.group, OFFSETS_TOPIC_PARTITIONS))
+    at = 8.0
+    elections = [UncleanElection(topic=offsets[0], partition=offsets[1], time_s=at)]
+    verdict = check(history.model_copy(update={"unclean_elections": elections}))
+    assert verdict.ok, verdict.findings
+    assert [f.kind for f in verdict.reported] == ["committed-backwards"]
+    late = [UncleanElection(topic=offsets[0], partition=offsets[1], time_s=9.5)]
+    assert not check(history.model_copy(update={"unclean_elections": late})).ok
+    fsync = history.model_copy(update={"unclean_elections": elections, "durability": "fsync"})
+    assert not check(fsync).ok

@@ -29,7 +29,7 @@ from chaos.txn_history import (
     split_output,
     transaction_name,
 )
-from dataplane.coordinator.group_state import partition_for
+from raftlog.coordinator_key import partition_for
 
 INPUT, OUTPUT, GROUP = "events", "events-out", "transformers"
 

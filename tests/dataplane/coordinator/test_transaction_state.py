@@ -14,7 +14,6 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from dataplane.coordinator.group_state import partition_for
 from dataplane.coordinator.transaction_state import (
     EPOCH_MAX,
     LEGAL,
@@ -24,6 +23,7 @@ from dataplane.coordinator.transaction_state import (
     TxnState,
     encode,
 )
+from raftlog.coordinator_key import partition_for
 from raftlog.errors import ErrorCode, KafkaError
 
 T0 = 1_000_000

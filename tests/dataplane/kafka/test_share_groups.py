@@ -32,11 +32,11 @@ from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, Config
 from kio.serial import entity_reader, entity_writer
 
 from dataplane.client import AdminClient, Producer
-from dataplane.coordinator.group_state import partition_for
 from dataplane.coordinator.share_coordinator import SHARE_STATE_TOPIC, share_key
 from dataplane.kafka import codec as kc
 from dataplane.tools.local_cluster import LocalCluster, wait_for
 from raftlog.batch import iter_batches
+from raftlog.coordinator_key import partition_for
 from raftlog.errors import ErrorCode
 from raftlog.records import decode_batch
 from tests.dataplane.cluster_support import create_topic, running_cluster, wait_for_leaders
