@@ -30,12 +30,13 @@ from kafka import KafkaAdminClient
 
 from chaos.lazyfs import available
 from chaos.power import PowerFaults, process_exited, wait_exited
-from dataplane.client import AdminClient, Consumer, NewTopic, Producer, TopicPartition
+from dataplane.client import AdminClient, NewTopic
 from dataplane.client.admin import PartitionDescription
 from dataplane.tools.check_data import check_node_dir
 from dataplane.tools.local_cluster import LocalCluster, pick_cluster_port, wait_for
 from raftlog.clean_shutdown import CLEAN_SHUTDOWN_FILE
 from raftlog.errors import KafkaError
+from tests.chaos.partition_io import produce, read_all
 
 pytestmark = [
     pytest.mark.slow,
@@ -48,33 +49,6 @@ FIRST_HOST = 131
 TOPIC = "elr"
 RECORDS = 200
 NO_STATE = (-2, (), (), ())
-
-
-def produce(bootstrap: list[str], count: int) -> dict[str, int]:
-    """Send ``count`` records with acks=all; value -> the offset it was acknowledged at."""
-    with Producer(bootstrap, acks="all", delivery_timeout_ms=60_000) as producer:
-        futures = {
-            f"v-{n}": producer.send(TOPIC, f"v-{n}".encode(), partition=0) for n in range(count)
-        }
-        producer.flush(60)
-        return {value: future.result().offset for value, future in futures.items()}
-
-
-def read_all(bootstrap: list[str]) -> dict[int, str]:
-    tp = TopicPartition(TOPIC, 0)
-    stored: dict[int, str] = {}
-    with Consumer(bootstrap, request_timeout_ms=10_000) as consumer:
-        end = consumer.end_offsets([tp])[tp]
-        consumer.assign([tp])
-        consumer.seek_to_beginning(tp)
-
-        def done() -> bool:
-            for record in consumer.poll(200).get(tp, []):
-                stored[record.offset] = (record.value or b"").decode()
-            return consumer.position(tp) >= end
-
-        wait_for("every record of the partition", done, 60)
-    return stored
 
 
 def connect(local: LocalCluster) -> AdminClient:
@@ -129,7 +103,7 @@ def test_the_last_isr_member_losing_power_is_not_elected_and_nothing_is_lost(
         )
         assert admin.create_topics([topic]) == {TOPIC: None}
         wait_for("3 leads", lambda: partition().leader == 3, 30)
-        acked = produce(local.bootstrap_servers, RECORDS)
+        acked = produce(local.bootstrap_servers, TOPIC, "v", RECORDS)
 
         local.stop_node(1, kill=True)
         wait_for("1 out of the ISR", lambda: partition().isr == (3, 2), 60)
@@ -180,7 +154,7 @@ def test_the_last_isr_member_losing_power_is_not_elected_and_nothing_is_lost(
         wait_for("every replica back in the ISR",
                  lambda: sorted(partition().isr) == [1, 2, 3], 120)  # fmt: skip
         assert (partition().elr, partition().last_known_elr) == ((), ())
-        stored = read_all(local.bootstrap_servers)
+        stored = read_all(local.bootstrap_servers, TOPIC)
         misplaced = {v: o for v, o in acked.items() if stored.get(o) != v}
         assert not misplaced, f"{len(misplaced)} acknowledged records lost or moved"
 

@@ -24,9 +24,10 @@ from chaos.lazyfs import ForgetfulFS, available
 from chaos.network import NetworkFaults, ensure_node_identity, node_user_name
 from chaos.power import PowerFaults, process_exited, sweep_mounts
 from chaos.schedule import PlannedFault
-from dataplane.client import AdminClient, Consumer, NewTopic, Producer, TopicPartition
+from dataplane.client import AdminClient, NewTopic
 from dataplane.tools.check_data import check_node_dir
 from dataplane.tools.local_cluster import LocalCluster, pick_cluster_port, wait_for
+from tests.chaos.partition_io import produce, read_all
 
 pytestmark = [
     pytest.mark.slow,
@@ -53,34 +54,6 @@ class _Nodes:
         self.local.start_node(node_id)
 
 
-def produce(bootstrap: list[str], prefix: str, count: int) -> dict[str, int]:
-    """Send ``count`` records with acks=all; value -> the offset it was acknowledged at."""
-    with Producer(bootstrap, acks="all", delivery_timeout_ms=60_000) as producer:
-        futures = {
-            f"{prefix}-{n}": producer.send(TOPIC, f"{prefix}-{n}".encode(), partition=0)
-            for n in range(count)
-        }
-        producer.flush(60)
-        return {value: future.result().offset for value, future in futures.items()}
-
-
-def read_all(bootstrap: list[str]) -> dict[int, str]:
-    tp = TopicPartition(TOPIC, 0)
-    stored: dict[int, str] = {}
-    with Consumer(bootstrap, request_timeout_ms=10_000) as consumer:
-        end = consumer.end_offsets([tp])[tp]
-        consumer.assign([tp])
-        consumer.seek_to_beginning(tp)
-
-        def done() -> bool:
-            for record in consumer.poll(200).get(tp, []):
-                stored[record.offset] = (record.value or b"").decode()
-            return consumer.position(tp) >= end
-
-        wait_for("every record of the partition", done, 60)
-    return stored
-
-
 def test_a_leader_that_loses_power_comes_back_and_nothing_acknowledged_is_lost(
     tmp_path: Path,
 ) -> None:
@@ -105,7 +78,7 @@ def test_a_leader_that_loses_power_comes_back_and_nothing_acknowledged_is_lost(
         admin = AdminClient(bootstrap, request_timeout_ms=10_000)
         topic = NewTopic(TOPIC, 1, 3, configs={"min.insync.replicas": "2"})
         assert admin.create_topics([topic]) == {TOPIC: None}
-        acked = produce(bootstrap, "before", RECORDS)
+        acked = produce(bootstrap, TOPIC, "before", RECORDS)
         leader = admin.describe_topics([TOPIC])[TOPIC].partitions[0].leader
 
         fault = PlannedFault(
@@ -127,8 +100,8 @@ def test_a_leader_that_loses_power_comes_back_and_nothing_acknowledged_is_lost(
             return len(admin.describe_topics([TOPIC])[TOPIC].partitions[0].isr) == 3
 
         wait_for("the node that lost power back in the ISR", isr_complete, 90)
-        acked |= produce(bootstrap, "after", 20)
-        stored = read_all(bootstrap)
+        acked |= produce(bootstrap, TOPIC, "after", 20)
+        stored = read_all(bootstrap, TOPIC)
         misplaced = {v: o for v, o in acked.items() if stored.get(o) != v}
         assert not misplaced, f"{len(misplaced)} acknowledged records lost or moved"
         assert len(stored) == len(set(stored.values())), "a record stored twice"
