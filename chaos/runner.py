@@ -857,7 +857,8 @@ def _describe_node(
         response: cpb.DescribeTopicsResponse = client.stub(address).DescribeTopics(
             cpb.DescribeTopicsRequest(), timeout=2.0
         )
-        return response
+        # NOT_CONTROLLER: still replaying its journal, no image to compare yet
+        return response if response.status.error_code == 0 else None
     except grpc.RpcError:
         return None
     finally:

@@ -285,10 +285,18 @@ class QuorumController:
         voter connected to a majority of the voters (itself included) and the quorum has a
         leader: its reads are current and its writes reach the active controller (here, or
         by its NOT_CONTROLLER hint). An observer, a node cut off from the majority, or a quorum
-        in an election is NOT_SERVING."""
+        in an election is NOT_SERVING, and so is a controller still replaying (see caught_up)."""
         status = self.log.status()
         voter = any(v.address == status.self_address for v in status.voters)
-        return voter and status.has_quorum and status.leader is not None
+        return voter and status.has_quorum and status.leader is not None and status.caught_up
+
+    def caught_up(self) -> bool:
+        """Whether this controller's image may answer reads: the active controller's always; a
+        standby's once it has applied the commit index a leader told it. A controller started
+        again replays its journal for a while (Kafka's loader publishes nothing before this
+        initial catch-up): a broker registered since the last persisted commit index is not in
+        its image yet."""
+        return self.is_active or self.log.status().caught_up
 
     def _run(self) -> None:
         while not self._stop.wait(0.05):

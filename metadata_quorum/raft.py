@@ -296,6 +296,9 @@ class QuorumStatus:
     has_quorum: bool  # this node is connected to a majority, itself included
     voters: tuple[VoterStatus, ...]
     storage_full: str | None = None  # the write error while this voter waits for disk space
+    # this node has applied the commit index a leader told it (or is the leader): until then
+    # its image is a replay under way, older than what was committed (Kafka's initial catch-up)
+    caught_up: bool = True
 
 
 class MetadataLogError(Exception):
@@ -1371,6 +1374,7 @@ class MetadataLog:
             has_quorum=connected * 2 > len(voters),
             voters=tuple(voters),
             storage_full=node.storage_full,
+            caught_up=bool(node.isReady()),
         )
 
     # -- lifecycle ---------------------------------------------------------------------------

@@ -145,6 +145,16 @@ class ControllerServicer(SecurityRpcs, pb_grpc.ControllerServiceServicer):
     def _image(self) -> MetadataImage:
         return self.controller.state.image
 
+    def _replaying(self, response_type: type[R]) -> R | None:
+        """For the reads a standby answers from its own image: while this controller is still
+        replaying (started again, not caught up with the commit index a leader told it), the
+        answer is NOT_CONTROLLER with the active controller's address, which clients follow,
+        not an image that lacks what was committed since its last persisted commit index."""
+        if self.controller.caught_up():
+            return None
+        message = "this controller is still replaying the metadata log; ask the active one"
+        return response_type(status=self._status(ErrorCode.NOT_CONTROLLER, message))  # type: ignore[call-arg]
+
     # -- brokers -----------------------------------------------------------------------------
     @authorize_rpc("RegisterBroker")
     def RegisterBroker(self, request: pb.RegisterBrokerRequest, context: Any) -> Any:
@@ -418,6 +428,8 @@ class ControllerServicer(SecurityRpcs, pb_grpc.ControllerServiceServicer):
         self, request: pb.ListPartitionReassignmentsRequest, context: Any
     ) -> Any:
         """From this controller's image, like DescribeTopics: a standby answers too."""
+        if (replaying := self._replaying(pb.ListPartitionReassignmentsResponse)) is not None:
+            return replaying
         wanted = [(tp.topic, tp.partition) for tp in request.partitions] or None
         image = self._image()
         return pb.ListPartitionReassignmentsResponse(
@@ -461,6 +473,8 @@ class ControllerServicer(SecurityRpcs, pb_grpc.ControllerServiceServicer):
 
     @authorize_rpc("DescribeConfigs")
     def DescribeConfigs(self, request: pb.DescribeConfigsRequest, context: Any) -> Any:
+        if (replaying := self._replaying(pb.DescribeConfigsResponse)) is not None:
+            return replaying
         image = self._image()
         out = []
         for resource in request.resources:
@@ -480,6 +494,14 @@ class ControllerServicer(SecurityRpcs, pb_grpc.ControllerServiceServicer):
     # -- reads -------------------------------------------------------------------------------
     @authorize_rpc("DescribeCluster")
     def DescribeCluster(self, request: pb.DescribeClusterRequest, context: Any) -> Any:
+        if (replaying := self._replaying(pb.DescribeClusterResponse)) is not None:
+            # the voters it follows meanwhile: how a joining controller (an observer until
+            # added) shows what it learned from the quorum
+            replaying.voters.extend(voter_to_proto(v) for v in self.controller.voters())
+            replaying.controller_id = self.controller.active_controller_id()
+            replaying.controller_address = replaying.status.controller_address
+            replaying.cluster_id = self.cluster_id
+            return replaying
         image = self._image()
         leader = self.controller.active_controller_id()
         voter = self.voters.get(leader)
@@ -506,6 +528,8 @@ class ControllerServicer(SecurityRpcs, pb_grpc.ControllerServiceServicer):
 
     @authorize_rpc("DescribeTopics")
     def DescribeTopics(self, request: pb.DescribeTopicsRequest, context: Any) -> Any:
+        if (replaying := self._replaying(pb.DescribeTopicsResponse)) is not None:
+            return replaying
         image = self._image()
         names = list(request.names) or sorted(image.topic_ids)
         out = []

@@ -171,15 +171,24 @@ def controller_config(cluster: LocalCluster, root: Path) -> Path:
     return path
 
 
-def voters_named_by(address: str) -> list[int] | None:
-    """The voters the controller at ``address`` names (None while it does not answer)."""
+def describe_at(address: str) -> pb.DescribeClusterResponse:
+    """DescribeCluster as the controller at ``address`` answers it (not following hints)."""
     client = ControllerClient([address])
     try:
-        answer = client.stub(address).DescribeCluster(pb.DescribeClusterRequest(), timeout=2.0)
-    except grpc.RpcError:
-        return None
+        answer: pb.DescribeClusterResponse = client.stub(address).DescribeCluster(
+            pb.DescribeClusterRequest(), timeout=2.0
+        )
     finally:
         client.close()
+    return answer
+
+
+def voters_named_by(address: str) -> list[int] | None:
+    """The voters the controller at ``address`` names (None while it does not answer)."""
+    try:
+        answer = describe_at(address)
+    except grpc.RpcError:
+        return None
     return [v.node_id for v in answer.voters]
 
 
@@ -195,9 +204,11 @@ def test_a_controller_with_bootstrap_servers_joins_through_add_controller(
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             )  # fmt: skip
         try:
-            # an observer: it serves, learned the voters from the quorum, and does not vote
+            # an observer: it serves, learned the voters from the quorum, and does not vote;
+            # with no entries yet it sends reads to the active controller (NOT_CONTROLLER)
             learned = wait_for("node 4 to answer", lambda: voters_named_by(address), timeout_s=60)
             assert learned == [1, 2, 3]
+            assert describe_at(address).status.error_code == ErrorCode.NOT_CONTROLLER.code
             controllers = ",".join(cluster.controller_addresses)
             with AdminClient(bootstrap_controllers=cluster.controller_addresses) as admin:
                 assert {v.node_id for v in admin.describe_quorum().voters} == {1, 2, 3}
