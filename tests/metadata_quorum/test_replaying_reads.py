@@ -49,7 +49,11 @@ def test_a_replaying_standby_sends_reads_to_the_active_controller() -> None:
     standby_log = StandbyLog()
     log: Any = standby_log
     by_raft = {v.raft_address: v.node_id for v in (SELF, ACTIVE)}
-    controller = QuorumController(2, MetadataState(), log, by_raft.__getitem__,
+
+    def leader_id_of(raft_address: str | None) -> int:
+        return by_raft.get(raft_address or "", -1)
+
+    controller = QuorumController(2, MetadataState(), log, leader_id_of,
                                   static_voters=(ACTIVE, SELF))  # fmt: skip
     servicer = ControllerServicer(controller, "replay-cluster")
     reads: list[tuple[str, Any]] = [
