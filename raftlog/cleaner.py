@@ -212,7 +212,8 @@ def clean(
     )
     bytes_before = sum(s.size_bytes for s in to_clean)
     cleaned: list[LogSegment] = []
-    for group in group_segments(to_clean, log.config.segment_bytes):
+    config = log.config
+    for group in group_segments(to_clean, config.segment_bytes, config.segment_index_bytes):
         new = _clean_group(log, group, cleaning)
         log.replace_segments(group, new)
         cleaned.append(new)
@@ -378,15 +379,29 @@ def build_offset_map(
     return offset_map, mapped_end
 
 
-def group_segments(segments: Sequence[LogSegment], segment_bytes: int) -> list[list[LogSegment]]:
-    """Consecutive runs whose bytes fit one segment and whose offsets fit relative offsets."""
+def group_segments(
+    segments: Sequence[LogSegment], segment_bytes: int, max_index_bytes: int
+) -> list[list[LogSegment]]:
+    """Consecutive runs whose bytes fit one segment, whose offset and time index entries fit
+    one index of ``segment.index.bytes``, and whose offsets fit relative offsets (Kafka's
+    ``groupSegmentsBySize``). Sizes before cleaning: what a group cleans to is no bigger. Each
+    pass regroups the whole cleaned section, so the segments it left small are merged by the
+    next: under steady key churn a compacted log keeps about its live bytes / ``segment.bytes``
+    segments, plus those dirty since the last pass."""
     groups: list[list[LogSegment]] = []
     for segment in segments:
         if groups:
             group = groups[-1]
             size = sum(s.size_bytes for s in group) + segment.size_bytes
+            offset_index = sum(s.offset_index.size_bytes for s in (*group, segment))
+            time_index = sum(s.time_index.size_bytes for s in (*group, segment))
             span = segment.next_offset - group[0].base_offset
-            if size <= segment_bytes and span <= 2**31 - 1:
+            if (
+                size <= segment_bytes
+                and offset_index <= max_index_bytes
+                and time_index <= max_index_bytes
+                and span <= 2**31 - 1
+            ):
                 group.append(segment)
                 continue
         groups.append([segment])

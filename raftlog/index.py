@@ -60,15 +60,30 @@ class _IndexFile:
 
     # -- file management -------------------------------------------------------------------
     def _map(self, length: int) -> None:
+        """Map ``length`` bytes. A file no longer preallocated past its entries (a segment's
+        that was rolled, or loaded) is not written again until :meth:`_resize`: its descriptor
+        is closed (Kafka closes the file once its index is mapped), as the map needs none. A
+        broker holds one per index of an active segment only; Python's map keeps a duplicate
+        of its own, so a rolled segment holds three descriptors (log, two maps) instead of
+        five."""
         self._mmap = mmap.mmap(self._fd, length) if length else None
+        if length == self.entries * self._entry_size:
+            os.close(self._fd)
+            self._fd = -1
 
     def _resize(self, length: int) -> None:
         self._stores_until = 0  # past a truncation, a page may be a hole again
         if self._mmap is not None:
             self._mmap.close()
             self._mmap = None
-        os.ftruncate(self._fd, length)
+        os.ftruncate(self._file(), length)
         self._map(length)
+
+    def _file(self) -> int:
+        """The descriptor, opened again if :meth:`_map` closed it."""
+        if self._fd < 0:
+            self._fd = os.open(self.path, os.O_RDWR)
+        return self._fd
 
     @property
     def is_full(self) -> bool:
@@ -127,7 +142,7 @@ class _IndexFile:
             if self._mmap is None or len(self._mmap) < end:
                 self.preallocate()  # an index trimmed on roll or close, appended to again
             assert self._mmap is not None, "preallocated above"
-            os.pwrite(self._fd, self.ENTRY.pack(key, value), position)
+            os.pwrite(self._file(), self.ENTRY.pack(key, value), position)
             page_end = ((end - 1) // mmap.PAGESIZE + 1) * mmap.PAGESIZE
             self._stores_until = min(page_end, len(self._mmap))
         self.entries = entries + 1

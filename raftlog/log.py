@@ -262,6 +262,12 @@ class Log:
         # retention or a full truncation moves it: the broker drops the producer-state snapshots
         # of the deleted segments there (files only; it must not take the owner's locks).
         self.log_start_listener: Callable[[int], None] | None = None
+        # The owner's hook, called under the log's lock after the cleaner replaced the segments
+        # in [base, end) by one segment at base (``end``: the next segment's base offset): the
+        # broker drops the producer-state snapshots strictly inside that range there, those of
+        # the segments that are gone (Kafka's ``deleteProducerSnapshots`` in
+        # ``replaceSegments``). Files only, as ``log_start_listener``.
+        self.segments_replaced_listener: Callable[[int, int], None] | None = None
         # The owner's hook for an OSError on a write path, called before LogDirIOError is raised
         # (Kafka's LogDirFailureChannel): the broker takes its log directory offline there.
         self.io_failure_listener: Callable[[Path, OSError], None] | None = None
@@ -1044,12 +1050,18 @@ class Log:
             return cleaner.clean(self, force=force, max_offset=max_offset)
 
     def replace_segments(self, old: list[LogSegment], new: LogSegment) -> None:
-        """For the cleaner: swap a run of consecutive segments for their cleaned replacement."""
+        """For the cleaner, after the swap committed: a run of consecutive segments becomes
+        their cleaned replacement; ``segments_replaced_listener`` hears which offsets it spans."""
         with self._lock:
             start = self._segments.index(old[0])
             assert self._segments[start : start + len(old)] == old, "segments must be consecutive"
+            assert new.base_offset == old[0].base_offset, "a cleaned segment keeps its first base"
             self._segments[start : start + len(old)] = [new]
             self._base_offsets[start : start + len(old)] = [new.base_offset]
+            # never the active segment: a segment follows, and its base bounds the range
+            assert start + 1 < len(self._segments), "the cleaner replaced the active segment"
+            if self.segments_replaced_listener is not None:
+                self.segments_replaced_listener(new.base_offset, self._base_offsets[start + 1])
 
     # -- transactions (raftlog/txn.py) ---------------------------------------------------------
     @_io_failures

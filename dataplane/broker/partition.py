@@ -29,8 +29,10 @@ thread rolls (it holds no replica lock), and taking this lock there would invert
 of the append path. After an append the state is exact: if the append began a new segment, the
 state before its batches are counted is the state as of that segment's base offset. (A segment
 rolled by retention between an append and this check gets no snapshot: the next open rescans
-from the previous one.) The log's one hook, ``log_start_listener``, only deletes the snapshots
-of segments retention removed (keeping the newest), which needs no state.
+from the previous one.) The log's two hooks only delete snapshot files, which needs no state:
+``log_start_listener`` those of segments retention removed, ``segments_replaced_listener`` those
+of segments the cleaner merged into one (Kafka's ``deleteProducerSnapshots``); the newest always
+stays. The open deletes the strays (not at a segment's base, but the newest) a crash kept.
 
 Transactions. Markers are control batches: the leader appends one with :meth:`append_marker`
 (WriteTxnMarkers), a follower meets them in the leader's bytes; either way the producer state
@@ -201,6 +203,7 @@ class Partition:
         self._active_base_offset = log.active.base_offset  # a change means the log rolled
         self._next_expiry_check_ms = 0  # the first append checks
         log.log_start_listener = self.snapshots.delete_below
+        log.segments_replaced_listener = self.snapshots.delete_inside
 
     @property
     def name(self) -> str:
@@ -814,6 +817,7 @@ class Partition:
         it; with none, every header from the log start. Expired producers are dropped."""
         end = self.log.log_end_offset
         self.snapshots.delete_above(end)
+        self.snapshots.delete_stray([segment.base_offset for segment in self.log.segments()])
         loaded = self.snapshots.load_latest(end)
         start_offset, states = loaded if loaded is not None else (0, ProducerStates())
         for aborted in states.update_all(self.log.batch_headers(start_offset), self._marker_of):

@@ -41,7 +41,7 @@ import logging
 import struct
 import threading
 from collections import deque
-from collections.abc import Callable, ItemsView, Iterable
+from collections.abc import Callable, Collection, ItemsView, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -560,6 +560,29 @@ class SnapshotFiles:
         known (Kafka keeps it for the same reason)."""
         for offset in self.offsets()[:-1]:
             if offset < log_start_offset:
+                self.path(offset).unlink(missing_ok=True)
+
+    def delete_inside(self, base_offset: int, end_offset: int) -> None:
+        """The cleaner replaced the segments in [``base_offset``, ``end_offset``) by one at
+        ``base_offset``: the snapshots strictly inside go, those of the replaced segments' bases
+        and any between (a clean stop's, at a log end then). The newest always stays, as in
+        :meth:`delete_below`. Kafka deletes a replaced segment's snapshot with it.
+
+        Not fsynced: a snapshot a crash brings back is still true. Cleaning keeps every batch
+        it keeps at its offsets, and the last batch of every producer not expired, so the
+        state as of that offset and the rescan after it give what they gave before; and the
+        next open deletes it as a stray (:meth:`delete_stray`)."""
+        for offset in self.offsets()[:-1]:
+            if base_offset < offset < end_offset:
+                self.path(offset).unlink(missing_ok=True)
+
+    def delete_stray(self, segment_base_offsets: Collection[int]) -> None:
+        """On open: every snapshot not at a segment's base goes, but the newest (Kafka's
+        ``removeStraySnapshots``): those of segments the cleaner or retention removed that a
+        crash brought back, or that an older version never deleted."""
+        bases = set(segment_base_offsets)
+        for offset in self.offsets()[:-1]:
+            if offset not in bases:
                 self.path(offset).unlink(missing_ok=True)
 
     def delete_all(self) -> None:

@@ -188,3 +188,37 @@ def test_a_crash_after_the_swap_commit_completes_it(tmp_path: Path) -> None:
     assert latest_by_key(reopened) == expected
     assert not list(reopened.directory.glob(f"*{SWAP_SUFFIX}"))
     reopened.close()
+
+
+def test_steady_key_churn_keeps_the_segment_count_bounded(tmp_path: Path) -> None:
+    """As the broker runs it (the default dirty ratio, whenever it is due): each pass merges
+    the small segments the one before left, so the count follows the live keys, not time."""
+    clock = ManualClock()
+    log = open_log(tmp_path, clock, **{"min.cleanable.dirty.ratio": 0.5})
+    counts = []
+    for n in range(40):
+        fill(log, rounds=1, keys=40, tag=f"r{n}-")
+        log.compact()
+        counts.append(log.segment_count)
+    live_bytes = 40 * 200  # 40 keys of a ~200-byte batch each
+    bound = 2 * (live_bytes // 2048 + 1) + 1  # the clean section, as much dirty, the active
+    assert max(counts[10:]) <= bound, f"segments grew: {counts}"
+    log.close()
+
+
+def test_groups_fit_one_index_as_well_as_one_segment(tmp_path: Path) -> None:
+    """Kafka's ``groupSegmentsBySize``: a group's offset and time index entries must fit one
+    ``segment.index.bytes`` index, however small its records became."""
+    clock = ManualClock()
+    log = open_log(
+        tmp_path, clock, **{"segment.bytes": 1 << 20, "segment.index.bytes": 64,
+                            "index.interval.bytes": 1}
+    )  # fmt: skip
+    fill(log, rounds=20, keys=2)  # 8 index entries (64 bytes) a segment: full, so it rolls
+    assert log.segment_count > 4
+    result = log.compact()
+    assert result is not None and result.segments_before > 3
+    assert result.segments_after == result.segments_before, "no two full indexes fit one"
+    for segment in log.segments():
+        assert segment.offset_index.entries <= segment.offset_index.max_entries
+    log.close()

@@ -435,3 +435,85 @@ def test_producer_ids_expire_after_producer_id_expiration_ms(tmp_path: Path) -> 
     reopened = leader(tmp_path, clock, producer_id_expiration_ms="60000")
     assert sorted(pid for pid, _ in reopened.producers.items()) == [3]
     reopened.log.close()
+
+
+# -- snapshots of a compacted partition ----------------------------------------------------------
+def keyed(producer_id: int, sequence: int, timestamp_ms: int, keys: list[bytes]) -> bytes:
+    """An idempotent batch of one 100-byte record per key."""
+    return encode_batch(
+        [(key, b"%06d" % sequence * 17, timestamp_ms, ()) for key in keys],
+        producer_id=producer_id,
+        producer_epoch=0,
+        base_sequence=sequence,
+    )
+
+
+def churn(partition: Partition, batches: int, clock: Clock, keys: int = 12) -> None:
+    """Steady key churn: 4 producers in turn, each batch overwriting 2 of ``keys`` keys."""
+    for _ in range(batches):
+        producer_id = 200 + partition.log.log_end_offset % 4
+        entry = partition.producers.entry(producer_id)
+        sequence = next_sequence(entry.batches[-1].last_sequence) if entry else 0
+        first = partition.log.log_end_offset % keys
+        names = [b"key-%d" % (first % keys), b"key-%d" % ((first + 1) % keys)]
+        partition.append_as_leader(keyed(producer_id, sequence, clock(), names), -1, 1)
+        clock.now_ms += 10
+
+
+def last_batches(states: ProducerStates) -> dict[int, tuple[int, BatchRange]]:
+    """What compaction keeps of each producer: its epoch and its last batch."""
+    return {pid: (entry.producer_epoch, entry.batches[-1]) for pid, entry in states.items()}
+
+
+def test_cleaning_deletes_the_snapshots_of_the_segments_it_replaces(tmp_path: Path) -> None:
+    """Kafka's ``deleteProducerSnapshots`` in ``replaceSegments``: under steady key churn the
+    snapshots follow the segments (one per segment base at most, and the newest), pass after
+    pass, instead of one per roll for ever."""
+    clock = Clock()
+    partition = leader(tmp_path, clock, cleanup_policy="compact")
+    counts: list[tuple[int, int]] = []
+    for _ in range(12):
+        churn(partition, 40, clock)
+        assert partition.log.compact(force=True, max_offset=partition.high_watermark)
+        bases = [s.base_offset for s in partition.log.segments()]
+        snapshots = partition.snapshots.offsets()
+        assert set(snapshots[:-1]) <= set(bases), "only the kept segments' snapshots"
+        counts.append((len(bases), len(snapshots)))
+    # each pass merges what the one before cleaned: bounded by the live data and one pass's
+    # dirty segments (without the deletion, one snapshot per roll: 40 after 12 passes)
+    assert max(counts) <= max(counts[:3]), f"segments and snapshots grew: {counts}"
+    assert all(snapshots <= segments for segments, snapshots in counts)
+    assert partition.log.log_end_offset > 20 * len(partition.log.segments())
+    partition.stop()
+    partition.log.close()
+
+
+def test_a_crash_after_cleaning_recovers_the_same_producer_state(tmp_path: Path) -> None:
+    """The snapshots of replaced segments are deleted without an fsync: one a crash brings
+    back is still true of the cleaned log (its rescan gives the state the partition had), and
+    the next open deletes it as a stray; the reopened state is the one before the crash."""
+    clock = Clock()
+    partition = leader(tmp_path, clock, cleanup_policy="compact")
+    churn(partition, 120, clock)
+    assert partition.log.compact(force=True, max_offset=partition.high_watermark)
+    churn(partition, 40, clock)  # the second pass merges what the first cleaned
+    files = partition.snapshots
+    kept = {offset: files.path(offset).read_bytes() for offset in files.offsets()}
+    result = partition.log.compact(force=True, max_offset=partition.high_watermark)
+    assert result is not None and result.segments_after < result.segments_before
+    gone = sorted(set(kept) - set(files.offsets()))
+    assert gone, "the cleaner deleted the replaced segments' snapshots"
+    for offset in gone:  # each one, and the cleaned log after it, give today's producers
+        states = decode_snapshot(kept[offset], offset)
+        states.update_all(partition.log.batch_headers(offset))
+        assert last_batches(states) == last_batches(partition.producers)
+    before = dump(partition.producers)
+    partition.log.abandon()  # a crash, which brings the deleted snapshots back
+    for offset in gone:
+        files.path(offset).write_bytes(kept[offset])
+    reopened = leader(tmp_path, clock, cleanup_policy="compact")
+    assert dump(reopened.producers) == before
+    bases = {s.base_offset for s in reopened.log.segments()}
+    assert set(reopened.snapshots.offsets()[:-1]) <= bases, "the strays went on open"
+    assert not set(gone) & set(reopened.snapshots.offsets())
+    reopened.log.close()
