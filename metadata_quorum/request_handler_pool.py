@@ -25,7 +25,6 @@ Calls beyond ``max_workers`` wait in the queue, as with ``ThreadPoolExecutor``; 
 from __future__ import annotations
 
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from concurrent import futures
@@ -53,9 +52,21 @@ class _WorkItem:
             self.future.set_result(result)
 
 
+class _Worker:
+    """One thread's mailbox: the item handed to it while it waits idle."""
+
+    def __init__(self) -> None:
+        self.handed = threading.Event()
+        self.item: _WorkItem | None = None
+
+
 class RequestHandlerPool(futures.Executor):
     """An executor of at most ``max_workers`` threads named ``<thread_name_prefix>_<n>``; a
-    thread idle for ``keep_alive_s`` ends."""
+    thread idle for ``keep_alive_s`` ends.
+
+    The next call goes to the thread idle for the shortest time (a stack, as the cached pool's
+    ``SynchronousQueue`` does): handing calls round-robin over every idle thread would keep
+    all of them busy now and then, and none would ever stay idle long enough to end."""
 
     def __init__(
         self,
@@ -70,76 +81,87 @@ class RequestHandlerPool(futures.Executor):
         self.max_workers = max_workers
         self.thread_name_prefix = thread_name_prefix
         self.keep_alive_s = keep_alive_s
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        # calls no thread could take (all max_workers busy); invariant: non-empty only while
+        # no worker is idle
         self._items: deque[_WorkItem] = deque()
-        # invariant: 0 <= _idle <= len(_threads) <= max_workers; _idle counts the workers not
-        # running an item (waiting for one, or started and not yet waiting)
-        self._threads: set[threading.Thread] = set()
-        self._idle = 0
+        self._idle: list[_Worker] = []  # the most recently idle last
+        self._threads: set[threading.Thread] = set()  # invariant: len <= max_workers
         self._started = 0  # threads ever started: their names' numbers
         self._shutdown = False
 
     @property
     def workers(self) -> int:
         """Threads alive now (running a call or waiting for one)."""
-        with self._cond:
+        with self._lock:
             return len(self._threads)
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> futures.Future[Any]:
         future: futures.Future[Any] = futures.Future()
-        with self._cond:
+        item = _WorkItem(future, fn, args, kwargs)
+        with self._lock:
             if self._shutdown:
                 raise RuntimeError("cannot schedule new futures after shutdown")
-            self._items.append(_WorkItem(future, fn, args, kwargs))
-            if self._idle < len(self._items) and len(self._threads) < self.max_workers:
-                self._start_worker()
-            self._cond.notify()
+            if self._idle:
+                worker = self._idle.pop()
+                worker.item = item
+                worker.handed.set()
+            elif len(self._threads) < self.max_workers:
+                self._start_worker(item)
+            else:
+                self._items.append(item)
         return future
 
-    def _start_worker(self) -> None:
+    def _start_worker(self, item: _WorkItem) -> None:
         thread = threading.Thread(
             target=self._work,
+            args=(item,),
             name=f"{self.thread_name_prefix}_{self._started}",
             daemon=True,
         )
         self._started += 1
         self._threads.add(thread)
-        self._idle += 1
         thread.start()
 
-    def _work(self) -> None:
-        while True:
-            item = self._next_item()
-            if item is None:
-                return
+    def _work(self, first: _WorkItem) -> None:
+        item: _WorkItem | None = first
+        worker = _Worker()
+        while item is not None:
             item.run()
-            del item  # drop the call's objects before waiting, as ThreadPoolExecutor does
-            with self._cond:
-                self._idle += 1
+            item = None  # drop the call's objects before waiting, as ThreadPoolExecutor does
+            item = self._next_item(worker)
 
-    def _next_item(self) -> _WorkItem | None:
-        """The next item to run, or None when this worker ends (idle past the keep-alive, or
+    def _next_item(self, worker: _Worker) -> _WorkItem | None:
+        """The next item to run, or None when this thread ends (idle past the keep-alive, or
         the pool shut down with nothing left to run)."""
-        with self._cond:
-            idle_until = time.monotonic() + self.keep_alive_s
-            while not self._items:
-                remaining_s = idle_until - time.monotonic()
-                if self._shutdown or remaining_s <= 0:
-                    self._threads.discard(threading.current_thread())
-                    self._idle -= 1
-                    return None
-                self._cond.wait(remaining_s)
-            self._idle -= 1
-            return self._items.popleft()
+        with self._lock:
+            if self._items:
+                return self._items.popleft()
+            if self._shutdown:
+                self._threads.discard(threading.current_thread())
+                return None
+            worker.handed.clear()
+            self._idle.append(worker)
+        worker.handed.wait(self.keep_alive_s)
+        with self._lock:
+            if worker.item is not None:  # handed one (perhaps just as the wait ended)
+                item, worker.item = worker.item, None
+                return item
+            if worker in self._idle:
+                self._idle.remove(worker)
+            self._threads.discard(threading.current_thread())
+            return None
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        with self._cond:
+        with self._lock:
             self._shutdown = True
             if cancel_futures:
                 while self._items:
                     self._items.popleft().future.cancel()
-            self._cond.notify_all()
+            idle, self._idle = self._idle, []
             threads = list(self._threads)
+        for worker in idle:
+            worker.handed.set()  # no item: it ends
         if wait:
             for thread in threads:
                 thread.join()
