@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Iterator
-from concurrent import futures
 from typing import Any, TypeVar
 
 import grpc
@@ -74,6 +73,7 @@ from metadata_quorum.replication import (
     generate_elect_leaders,
 )
 from metadata_quorum.request_authorization import authorize_rpc, check_cluster
+from metadata_quorum.request_handler_pool import KEEP_ALIVE_S, RequestHandlerPool
 from metadata_quorum.security.authorization import ALLOW_ALL, AccessControl
 from metadata_quorum.security.channels import ClientSecurity, open_channel
 from metadata_quorum.security.grpc_auth import AUTHENTICATION_SERVICE, ServerSecurity
@@ -955,17 +955,19 @@ def serve(
     security: ServerSecurity | None = None,
     health: NodeHealth | None = None,
     keepalive: Keepalive = DEFAULT_KEEPALIVE,
+    keep_alive_s: float = KEEP_ALIVE_S,
 ) -> grpc.Server:
     """Start a gRPC server for ControllerService on ``address`` (host:port); with `security`,
     the CONTROLLER listener's TLS and authentication (None: plaintext, every call as the node).
     It serves reflection and ``health`` (the controller's: None, one that says SERVING from the
-    start) over ControllerService (and Authentication, with `security`)."""
+    start) over ControllerService (and Authentication, with `security`). Calls run on a
+    RequestHandlerPool: a thread idle for ``keep_alive_s`` ends (a burst's threads do not stay)."""
 
     interceptors: list[grpc.ServerInterceptor] = [RichErrors()]
     if security is not None:
         interceptors += security.interceptors()
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="ctl"),
+        RequestHandlerPool(max_workers, keep_alive_s=keep_alive_s, thread_name_prefix="ctl"),
         interceptors=interceptors,
         options=keepalive.options(),
     )

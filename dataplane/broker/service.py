@@ -25,7 +25,6 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent import futures
 from typing import Any
 
 import grpc
@@ -57,6 +56,7 @@ from metadata_quorum.grpc_standard import (
 )
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.replication import INTERNAL_TOPICS, validate_topic_name
+from metadata_quorum.request_handler_pool import KEEP_ALIVE_S, RequestHandlerPool
 from metadata_quorum.security.acl import AclOperation
 from metadata_quorum.security.authorization import ALLOW_ALL, AccessControl
 from metadata_quorum.security.grpc_auth import AUTHENTICATION_SERVICE, ServerSecurity
@@ -1104,19 +1104,22 @@ def serve(
     limit_options: Sequence[tuple[str, int]] = (),
     health: NodeHealth | None = None,
     keepalive: Keepalive = DEFAULT_KEEPALIVE,
+    keep_alive_s: float = KEEP_ALIVE_S,
 ) -> grpc.Server:
     """The broker's gRPC server; with ``ready``, calls are refused until it is set; with
     `security`, the BROKER listener's TLS and authentication (None: plaintext, as the node);
     `limit_options`: gRPC options that replace the defaults below (Kafka's limits, set by
     dataplane.server.broker_server.grpc_limits). It serves reflection and ``health`` (the
-    broker's: None, one that says SERVING from the start) over every service it serves."""
+    broker's: None, one that says SERVING from the start) over every service it serves. Calls
+    run on a RequestHandlerPool: a thread idle for ``keep_alive_s`` ends, so the bursts that
+    come with faults do not leave their threads behind."""
     interceptors: list[grpc.ServerInterceptor] = [RichErrors()]
     if security is not None:
         interceptors += security.interceptors()
     if ready is not None:
         interceptors.append(ServeWhenReady(ready, servicer.broker_id))
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="broker-rpc"),
+        RequestHandlerPool(max_workers, keep_alive_s=keep_alive_s, thread_name_prefix="broker-rpc"),
         interceptors=interceptors,
         options=list(
             {
