@@ -40,7 +40,8 @@ def _status(address: str, service: str = "") -> int:
 
 
 def _name(status: int) -> str:
-    return health_pb2.HealthCheckResponse.ServingStatus.Name(status)
+    name: str = health_pb2.HealthCheckResponse.ServingStatus.Name(status)
+    return name
 
 
 def test_a_controller_cut_off_from_the_majority_is_not_serving_until_it_is_back(
