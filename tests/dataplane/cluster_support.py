@@ -110,6 +110,9 @@ RANGES = {
     # tests/dataplane/server/test_node_grpc_client.py: 231-233, the range issue 31's brief gave;
     # "reassignment" (231-234) uses it too: distinct ports (pick_cluster_port) keep the two apart
     "grpc_node": 231,
+    # tests/dataplane/server/test_controller_health.py: 153-155 (a controller's health when
+    # the other two voters are paused)
+    "controller_health": 153,
     # 127.0.0.251-254 are tests/metadata_quorum/test_raft_secret.py's (three voters, an outsider)
     # and bench/security_bench.py's (benchmarks run alone; 189-190 are its too)
     # 127.0.0.236-241 are tests/metadata_quorum/test_controller_membership.py's too: distinct
