@@ -11,14 +11,15 @@ its plan and applies it only with ``--execute``, and only while the group has no
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
 from dataplane.client import AdminClient, Consumer, TopicPartition
-from dataplane.client.admin import GroupDescription
+from dataplane.client.group_lag import IsolationLevel, describe_group_lag
 from dataplane.tools.client_commands import (
     DEFAULT_BOOTSTRAP,
     BootstrapOption,
@@ -62,39 +63,6 @@ def group_list(
     console.print(table)
 
 
-def _rows(
-    description: GroupDescription,
-    committed: dict[TopicPartition, int],
-    ends: dict[TopicPartition, int],
-) -> list[dict[str, Any]]:
-    # one row per partition and member holding it (a share group's members share partitions)
-    owners: dict[TopicPartition, list[Any]] = {}
-    for m in description.members:
-        for tp in m.assignment:
-            owners.setdefault(tp, []).append(m)
-    rows = []
-    partitions = sorted(set(committed) | set(owners))
-    pairs = [(tp, m) for tp in partitions for m in owners.get(tp) or [None]]
-    for tp, member in pairs:
-        offset = committed.get(tp)
-        end = ends.get(tp)
-        rows.append(
-            {
-                "topic": tp.topic,
-                "partition": tp.partition,
-                "current_offset": offset,
-                "log_end_offset": end,
-                "lag": None if offset is None or end is None else max(0, end - offset),
-                "member_id": None if member is None else member.member_id,
-                "client_id": None if member is None else member.client_id,
-            }
-        )
-    return rows
-
-
-IsolationLevel = Literal["read_uncommitted", "read_committed"]
-
-
 @group_app.command("describe")
 def group_describe(
     group: Annotated[str, typer.Argument(help="the group id")],
@@ -111,18 +79,11 @@ def group_describe(
     """Members, assignment, committed offset, log end (or last stable offset) and lag per
     partition."""
     with kafka_errors(), admin_client(bootstrap) as admin:
-        description = admin.describe_groups([group])[group]
-        committed = (
-            {}  # a share group commits no offsets: its progress is in __share_group_state
-            if description.group_type == "share"
-            else {tp: o.offset for tp, o in admin.list_group_offsets(group).items()}
+        lag = describe_group_lag(
+            admin, servers(bootstrap), group, isolation_level, security=command_security()
         )
-        owned = {tp for m in description.members for tp in m.assignment}
-        with Consumer(
-            servers(bootstrap), isolation_level=isolation_level, security=command_security()
-        ) as consumer:
-            ends = consumer.end_offsets(sorted(set(committed) | owned))
-    rows = _rows(description, committed, ends)
+    description = lag.description
+    rows = [dataclasses.asdict(row) for row in lag.rows]
     if as_json:
         print_json(
             {
