@@ -79,6 +79,9 @@ docs: venv
 # tests/js/package-lock.json pins, installed into tests/js/node_modules.
 JS_STAMP := tests/js/node_modules/.installed
 test test-fast: DEB_NEEDS += node:nodejs npm:npm
+# the web console's browser test (tests/dataplane/console/test_console_browser.py): Selenium
+# drives Debian's Chromium through its chromedriver, never a downloaded one
+test test-fast: DEB_NEEDS += chromium:chromium chromedriver:chromium-driver
 $(JS_STAMP): tests/js/package.json tests/js/package-lock.json | debs
 	npm ci --prefix tests/js --no-audit --no-fund
 	touch $(JS_STAMP)

@@ -172,6 +172,9 @@ class NodeConfig(BaseModel):
     )
 
     broker_rack: str | None = Field(None, alias="broker.rack", min_length=1, max_length=255)
+    # Not a Kafka setting (Redpanda's console idea, issue 33): HTTP://host:port of the web
+    # console this node serves (dataplane/console); unset, none
+    console_listener: str | None = Field(None, alias="console.listener", min_length=1)
     # KIP-392: which replica a consumer that sends its rack reads from (None: the leader)
     replica_selector_class: str | None = Field(None, alias="replica.selector.class")
     # KIP-227: fetch sessions the KAFKA listener keeps (0: none, every fetch is full)
@@ -717,6 +720,13 @@ class NodeConfig(BaseModel):
         parse_listeners(value)
         return value
 
+    @field_validator("console_listener")
+    @classmethod
+    def _check_console_listener(cls, value: str | None) -> str | None:
+        if value is not None and list(parse_listeners(value)) != ["HTTP"]:
+            raise ValueError(f"console.listener {value!r} is not HTTP://host:port")
+        return value
+
     @field_validator("controller_quorum_voters")
     @classmethod
     def _check_voters(cls, value: str | None) -> str | None:
@@ -730,6 +740,23 @@ class NodeConfig(BaseModel):
         if value is not None:
             parse_bootstrap_servers(value)
         return value
+
+    @model_validator(mode="after")
+    def _console_reads_through_own_broker(self) -> NodeConfig:
+        """The console reads through this node's own BROKER listener, as a client without
+        credentials: only a broker with a PLAINTEXT BROKER listener can serve it (elsewhere,
+        ``raftlog console`` runs with a user's credentials, so ACLs decide what it shows)."""
+        if self.console_listener is None:
+            return self
+        if not self.is_broker or self.listener("BROKER") is None:
+            raise ValueError("console.listener needs the broker role and a BROKER listener")
+        if self.security_protocol("BROKER") != "PLAINTEXT":
+            raise ValueError(
+                "console.listener: the console has no login yet, so a node serves it only when "
+                "its BROKER listener is PLAINTEXT; on a secure cluster run raftlog console "
+                "--command-config with a user's credentials"
+            )
+        return self
 
     @model_validator(mode="after")
     def _voters_or_bootstrap_servers(self) -> NodeConfig:
@@ -812,6 +839,13 @@ class NodeConfig(BaseModel):
         """The CONTROLLER addresses this node finds the quorum through at first: the voters'
         or the bootstrap servers (the metadata's voters take over once known, KIP-853)."""
         return [v.address for v in self.voters] or self.bootstrap_servers
+
+    @property
+    def console_address(self) -> tuple[str, int] | None:
+        """console.listener's host and port; None when unset."""
+        if self.console_listener is None:
+            return None
+        return parse_listeners(self.console_listener)["HTTP"]
 
     @property
     def listener_map(self) -> dict[str, tuple[str, int]]:

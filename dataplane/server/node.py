@@ -4,7 +4,9 @@ A node runs the roles its configuration names. The controller role runs the Raft
 replicated metadata state, the controller (write path, sessions, timers) and ControllerService on
 the CONTROLLER listener. The broker role (:mod:`dataplane.server.broker_server`) serves
 BrokerService on the BROKER listener. A METRICS listener, when configured, serves Prometheus metrics
-over HTTP (HTTPS when ``listener.security.protocol.map`` names METRICS:SSL).
+over HTTP (HTTPS when ``listener.security.protocol.map`` names METRICS:SSL). ``console.listener``,
+when set, serves the web console (:mod:`dataplane.console`), reading through this node's own BROKER
+listener with the client library.
 
 SIGTERM and SIGINT stop the node cleanly: the broker asks for a controlled shutdown (its
 leaderships move away first), then the gRPC servers drain and the logs and the Raft journal close.
@@ -27,6 +29,7 @@ from dataplane.broker.fetcher import FetcherConfig
 from dataplane.broker.malloc_tuning import tune_malloc
 from dataplane.broker.metrics import ControllerGauge, NodeMetrics
 from dataplane.broker.replica_manager import ReplicaManagerConfig
+from dataplane.console.server import Console, ConsoleServer
 from dataplane.coordinator.classic_group import ClassicLimits
 from dataplane.coordinator.group_coordinator import GroupConfig
 from dataplane.coordinator.share_coordinator import ShareCoordinatorConfig
@@ -355,6 +358,16 @@ def _controller_gauge(role: ControllerRole | None) -> ControllerGauge | None:
     )
 
 
+def start_console(config: NodeConfig) -> ConsoleServer | None:
+    """The web console on console.listener, reading through this node's BROKER listener (the
+    config allows it only on a PLAINTEXT one); its clients connect at the first request."""
+    address, broker = config.console_address, config.listener("BROKER")
+    if address is None:
+        return None
+    assert broker is not None, "NodeConfig requires a BROKER listener with console.listener"
+    return ConsoleServer(Console([f"{broker[0]}:{broker[1]}"]), *address).start()
+
+
 def run(config: NodeConfig) -> None:
     """Run until SIGTERM/SIGINT."""
     log.info("malloc settings applied: %s", tune_malloc() or "none")
@@ -382,6 +395,7 @@ def run(config: NodeConfig) -> None:
     http = None
     if metrics_listener is not None:
         http = metrics.serve(*metrics_listener, tls=metrics_tls(config))
+    console = start_console(config)
     try:
         stop.wait()
     finally:
@@ -394,4 +408,6 @@ def run(config: NodeConfig) -> None:
             controller.stop()
         if http is not None:
             http.shutdown()
+        if console is not None:
+            console.stop()
     log.info("node %d stopped", config.node_id)

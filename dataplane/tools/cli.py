@@ -45,6 +45,7 @@ from dataplane.tools.command_config import (
     use_command_config,
 )
 from dataplane.tools.config_commands import configs_app
+from dataplane.tools.console_command import console_command
 from dataplane.tools.extras import EXTRAS, install_command, missing_extra_message, missing_modules
 from dataplane.tools.group_commands import group_app
 from dataplane.tools.local_cluster import LocalCluster, detached_launcher
@@ -74,6 +75,7 @@ app.add_typer(transactions_app, name="transactions")
 app.add_typer(acl_app, name="acl")
 app.add_typer(user_app, name="user")
 app.add_typer(configs_app, name="configs")
+app.command("console")(console_command)
 register_client_commands(app)
 topic_app.command("delete-records")(topic_delete_records)
 console = Console()
@@ -172,6 +174,10 @@ def cluster_up(
     cluster = local_cluster(nodes, root, secure)
     cluster.up()
     _print_status(cluster)
+    consoles = [cluster.console_address(s.node_id) for s in cluster.specs]
+    if any(consoles):
+        urls = ", ".join(f"http://{a}/" for a in consoles if a)
+        console.print(f"web console: {urls}", highlight=False, soft_wrap=True)
     if cluster.secure:
         _print_client_settings(cluster)
 

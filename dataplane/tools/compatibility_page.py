@@ -194,6 +194,7 @@ RENAMED: dict[str, str] = {"log.dir": "log.dirs"}
 # the check in `broker_config_classes` instead of passing as raftlog's own)
 RAFTLOG_ONLY: dict[str, str] = {
     "cluster.id": "Kafka takes it from `kafka-storage format`'s meta.properties",
+    "console.listener": "the web console's HTTP address (docs/console.md)",
     "controller.quorum.raft.port.offset": "the Raft transport's port beside CONTROLLER",
     "controller.quorum.raft.secret.file": "protects the Raft transport (docs/security.md)",
     "controller.quorum.raft.transport.security": "protects the Raft transport",

@@ -1,9 +1,10 @@
 """A local cluster of node processes on loopback: ``raftlog cluster up|down|status|kill|restart``.
 
 Node N binds 127.0.0.(first_host + N - 1) and runs in combined mode (controller and broker in
-one process). With ``port`` P every node listens on the same four ports of its own address:
+one process). With ``port`` P every node listens on the same ports of its own address:
 BROKER P-1, CONTROLLER P, the Raft transport P+1 and METRICS P+2 (so 9092/9093/9094/9095 by
-default, as Kafka users expect). Configuration, data and logs live under ``root/node-N/``; the
+default, as Kafka users expect), KAFKA P+3 and, unless the cluster is secure, the web console
+P+4 (HTTP, docs/console.md). Configuration, data and logs live under ``root/node-N/``; the
 pids are in ``root/cluster.json`` so a later command finds and stops exactly those processes,
 beside the cluster's layout (addresses, port, which nodes vote, nodes added and removed since it
 started: ``add_node``, ``forget_node``), from which ``LocalCluster.from_state`` rebuilds it.
@@ -84,7 +85,8 @@ def _port_free(host: str, port: int) -> bool:
         return True
 
 
-PORT_SPAN = (-1, 0, 1, 2, 3)  # broker, controller, raft, metrics, kafka: offsets from the port
+# broker, controller, raft, metrics, kafka, console: offsets from the port
+PORT_SPAN = (-1, 0, 1, 2, 3, 4)
 # Local clusters notice a dead broker within seconds (Kafka's defaults, 9 s sessions, suit
 # real networks); every value can still be overridden.
 LOCAL_DEFAULTS: dict[str, str | int] = {
@@ -101,10 +103,12 @@ LOCAL_DEFAULTS: dict[str, str | int] = {
 
 
 def pick_cluster_port(hosts: list[str], attempts: int = 50) -> int:
-    """A port P such that P-1..P+2 are free on every host (broker, controller, Raft, metrics)."""
+    """A port P such that P-1..P+4 are free on every host (every offset of PORT_SPAN)."""
     for _ in range(attempts):
         port = free_port(hosts[0])
-        if 1024 < port < 65533 and all(_port_free(h, port + d) for h in hosts for d in PORT_SPAN):
+        if 1024 < port < 65536 - max(PORT_SPAN) and all(
+            _port_free(h, port + d) for h in hosts for d in PORT_SPAN
+        ):
             return port
     raise OSError(f"no free port range on {hosts} after {attempts} attempts")
 
@@ -234,6 +238,15 @@ class LocalCluster:
         """The node's KAFKA listener (Kafka's binary protocol)."""
         return f"{self.spec(node_id).host}:{self.port + 3}"
 
+    def console_address(self, node_id: int) -> str | None:
+        """The node's web console (HTTP); None on a controller-only node and on a secure
+        cluster, whose nodes serve none (the console has no login yet: ``raftlog console
+        --command-config`` serves one instead)."""
+        spec = self.spec(node_id)
+        if self.secure or "broker" not in self.roles_of(spec):
+            return None  # it reads through the node's own BROKER listener
+        return f"{spec.host}:{self.port + 4}"
+
     @property
     def kafka_bootstrap_servers(self) -> list[str]:
         return [self.kafka_address(s.node_id) for s in self.specs]
@@ -263,6 +276,10 @@ class LocalCluster:
         }
         values.update(self.overrides)
         values.update(self.node_overrides.get(spec.node_id, {}))
+        console = self.console_address(spec.node_id)
+        protocols = str(values.get("listener.security.protocol.map", ""))
+        if console and "BROKER:" not in protocols:
+            values.setdefault("console.listener", f"HTTP://{console}")  # docs/console.md
         return NodeConfig.parse(values)
 
     def _secure_settings(self, node_id: int) -> dict[str, object]:

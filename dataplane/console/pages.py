@@ -1,0 +1,307 @@
+"""The console's HTML, rendered on the server from the plain data of
+:mod:`dataplane.console.reads`: pure functions, no IO. Every text taken from the cluster
+(topic names, keys, values, headers, client ids) is escaped; every name in a link is quoted.
+
+Pages marked live carry ``data-live``: a few lines of plain JavaScript fetch the page again every
+`LIVE_REFRESH_MS` and swap its ``<main>`` in (polling; no build tools, no libraries). The
+records page is not live: it holds a form.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Sequence
+from html import escape
+from urllib.parse import quote, urlencode
+
+from dataplane.client import ConsumerRecord
+from dataplane.client.admin import GroupListing
+from dataplane.client.group_lag import GroupLag
+from dataplane.console.decode import decode
+from dataplane.console.reads import ClusterView, PartitionRow, RecordsView, TopicView
+
+LIVE_REFRESH_MS = 5000
+
+_STYLE = """
+body{font-family:system-ui,sans-serif;margin:0;color:#222}
+nav{background:#1f3a5f;padding:.6em 1em}nav a{color:#fff;margin-right:1.5em;text-decoration:none}
+nav .brand{font-weight:bold}main{padding:1em 1.5em}
+table{border-collapse:collapse;margin:.5em 0 1.5em}th,td{border:1px solid #ccc;padding:.25em .6em;
+text-align:left;vertical-align:top}th{background:#eef2f7}td.n{text-align:right}
+tr.warn td{background:#fde2e1}.tag{padding:0 .4em;border-radius:3px;background:#ddd}
+.ok{background:#d7f0d8}.bad{background:#fde2e1}pre{margin:0;white-space:pre-wrap;max-width:60em}
+.fmt{color:#777;font-size:.8em}.error{color:#a00}form label{display:block;margin:.3em 0}
+"""
+
+_LIVE_SCRIPT = """
+<script>
+if (document.body.dataset.live) {
+  setInterval(async () => {
+    const answer = await fetch(location.href, {headers: {"X-Console-Live": "1"}});
+    if (!answer.ok) return;
+    const fresh = new DOMParser().parseFromString(await answer.text(), "text/html");
+    document.querySelector("main").innerHTML = fresh.querySelector("main").innerHTML;
+  }, LIVE_REFRESH_MS);
+}
+</script>
+""".replace("LIVE_REFRESH_MS", str(LIVE_REFRESH_MS))
+
+
+def page(title: str, body: str, live: bool = False) -> str:
+    """A whole document: the navigation, ``body`` in ``<main>``, the live-update script."""
+    nav = (
+        '<nav><a class="brand" href="/">raftlog console</a><a href="/">Cluster</a>'
+        '<a href="/topics">Topics</a><a href="/groups">Consumer groups</a></nav>'
+    )
+    live_attribute = ' data-live="1"' if live else ""
+    return (
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)} - '
+        f"raftlog console</title><style>{_STYLE}</style></head><body{live_attribute}>{nav}"
+        f"<main><h1>{escape(title)}</h1>{body}</main>{_LIVE_SCRIPT}</body></html>"
+    )
+
+
+def error_page(title: str, message: str) -> str:
+    return page(title, f'<p class="error" id="error">{escape(message)}</p>')
+
+
+def _table(headers: Sequence[str], rows: Iterable[str], table_id: str) -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    body = "".join(rows)
+    return f'<table id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _cell(value: object, numeric: bool = False) -> str:
+    text = "-" if value is None else str(value)
+    return f'<td class="n">{escape(text)}</td>' if numeric else f"<td>{escape(text)}</td>"
+
+
+def _ids(ids: Iterable[int]) -> str:
+    return ",".join(str(i) for i in ids)
+
+
+def topic_link(name: str) -> str:
+    return f'<a href="/topics/{quote(name, safe="")}">{escape(name)}</a>'
+
+
+def group_link(group_id: str) -> str:
+    return f'<a href="/groups/{quote(group_id, safe="")}">{escape(group_id)}</a>'
+
+
+# -- the cluster ----------------------------------------------------------------------------
+def cluster_page(view: ClusterView) -> str:
+    brokers = []
+    for row in view.brokers:
+        b = row.broker
+        address = next((f"{e.host}:{e.port}" for e in b.endpoints if e.name == "BROKER"), "")
+        state = row.state + (", cordoned" if b.cordoned else "")
+        css = "ok" if row.state == "unfenced" and not b.cordoned else "bad"
+        brokers.append(
+            f'<tr data-broker="{b.broker_id}">{_cell(b.broker_id, True)}{_cell(address)}'
+            f'<td><span class="tag {css}">{escape(state)}</span></td>{_cell(b.rack or None)}'
+            f"{_cell(row.leaders, True)}{_cell(row.replicas, True)}"
+            f"{_cell(b.broker_epoch, True)}</tr>"
+        )
+    quorum = view.quorum
+    voters = []
+    for v in sorted(quorum.voters, key=lambda v: v.node_id):
+        role = "active" if v.node_id == quorum.leader_id else "standby"
+        voters.append(
+            f'<tr data-voter="{v.node_id}">{_cell(v.node_id, True)}{_cell(v.address)}{_cell(role)}'
+            f"{_cell(v.match_index if v.match_index >= 0 else None, True)}"
+            f"{_cell(v.lag if v.lag >= 0 else None, True)}"
+            f"{_cell('yes' if v.connected else 'no')}</tr>"
+        )
+    summary = (
+        f'<p>Cluster id <b id="cluster-id">{escape(view.cluster_id)}</b>; active controller '
+        f'<b id="active-controller">{quorum.leader_id if quorum.leader_id >= 0 else "none"}</b> '
+        f"(epoch {quorum.leader_epoch}, {'has' if quorum.has_quorum else 'no'} quorum); "
+        f'metadata offset <b id="metadata-offset">{view.metadata_offset}</b>.</p>'
+    )
+    body = (
+        summary
+        + "<h2>Brokers</h2>"
+        + _table(
+            ("ID", "ADDRESS", "STATE", "RACK", "PARTITIONS LED", "REPLICAS", "EPOCH"),
+            brokers,
+            "brokers",
+        )
+        + "<h2>Controllers</h2>"
+        + _table(("ID", "ADDRESS", "ROLE", "MATCH INDEX", "LAG", "CONNECTED"), voters, "voters")
+        + "<p>Disk used per broker is not shown: the admin client has no DescribeLogDirs yet.</p>"
+    )
+    return page("Cluster", body, live=True)
+
+
+# -- topics -----------------------------------------------------------------------------------
+def topics_page(topics: Sequence[TopicView]) -> str:
+    rows = []
+    for t in topics:
+        replication = len(t.partitions[0].description.replicas) if t.partitions else 0
+        css = ' class="warn"' if t.under_replicated else ""
+        rows.append(
+            f'<tr{css} data-topic="{escape(t.name)}"><td>{topic_link(t.name)}</td>'
+            f"{_cell(len(t.partitions), True)}{_cell(replication, True)}"
+            f"{_cell(t.under_replicated, True)}{_cell(t.records, True)}</tr>"
+        )
+    headers = ("TOPIC", "PARTITIONS", "REPLICATION", "UNDER-REPLICATED", "RECORDS")
+    return page("Topics", _table(headers, rows, "topics"), live=True)
+
+
+def _partition_tr(topic: str, row: PartitionRow) -> str:
+    p = row.description
+    css = ' class="warn"' if row.under_replicated else ""
+    browse = f"/topics/{quote(topic, safe='')}/records?{urlencode({'partition': p.partition})}"
+    return (
+        f'<tr{css} data-partition="{p.partition}">'
+        f'<td><a href="{escape(browse)}">{p.partition}</a></td>'
+        f"{_cell(p.leader if p.leader >= 0 else 'none')}{_cell(p.leader_epoch, True)}"
+        f"{_cell(_ids(p.replicas))}{_cell(_ids(p.isr))}{_cell(_ids(p.elr) or None)}"
+        f"{_cell(row.log_start_offset, True)}{_cell(row.log_end_offset, True)}"
+        f"{_cell(row.records, True)}</tr>"
+    )
+
+
+def topic_page(view: TopicView) -> str:
+    partitions = [_partition_tr(view.name, row) for row in view.partitions]
+    configs = [
+        f'<tr data-config="{escape(c.name)}">{_cell(c.name)}{_cell(c.value)}{_cell(c.source)}</tr>'
+        for c in view.configs
+    ]
+    records = f"/topics/{quote(view.name, safe='')}/records"
+    body = (
+        f"<p>Topic id {view.topic_id.hex()}; {len(view.partitions)} partitions, "
+        f'<span id="under-replicated">{view.under_replicated}</span> under-replicated; '
+        f'<a href="{records}">records</a>. Under-replicated partitions (ISR smaller than the '
+        "replicas) are highlighted.</p>"
+        + _table(
+            (
+                "PARTITION",
+                "LEADER",
+                "LEADER EPOCH",
+                "REPLICAS",
+                "ISR",
+                "ELR",
+                "LOG START",
+                "LOG END (HW)",
+                "RECORDS",
+            ),
+            partitions,
+            "partitions",
+        )
+        + "<h2>Configs</h2>"
+        + _table(("NAME", "VALUE", "SOURCE"), configs, "configs")
+    )
+    return page(f"Topic {view.name}", body, live=True)
+
+
+# -- records ----------------------------------------------------------------------------------
+def _payload(data: bytes | None) -> str:
+    shown = decode(data)
+    if shown.format == "null":
+        return '<span class="fmt">null</span>'
+    cut = ", cut" if shown.truncated else ""
+    return (
+        f'<pre data-format="{shown.format}">{escape(shown.text)}</pre>'
+        f'<span class="fmt">{shown.format}, {shown.size_bytes} B{cut}</span>'
+    )
+
+
+def _record_tr(record: ConsumerRecord) -> str:
+    stamp = dt.datetime.fromtimestamp(record.timestamp / 1000, dt.UTC).isoformat(
+        timespec="milliseconds"
+    )
+    headers = "".join(
+        f"<div>{escape(name)}: {_payload(value)}</div>" for name, value in record.headers
+    )
+    return (
+        f'<tr data-offset="{record.offset}">{_cell(record.offset, True)}{_cell(stamp)}'
+        f'<td class="key">{_payload(record.key)}</td>'
+        f'<td class="value">{_payload(record.value)}</td>'
+        f"<td>{headers or '-'}</td></tr>"
+    )
+
+
+def records_page(view: RecordsView, produced: str | None = None) -> str:
+    base = f"/topics/{quote(view.topic, safe='')}/records"
+    options = "".join(
+        f'<option value="{p}"{" selected" if p == view.partition else ""}>{p}</option>'
+        for p in view.partitions
+    )
+    browse = (
+        f'<form method="get" action="{base}" id="browse">Partition <select name="partition">'
+        f'{options}</select> from offset <input name="offset" size="8" value="{view.from_offset}">'
+        ' or time (ms since the epoch) <input name="timestamp" size="14"> '
+        '<button type="submit">Show</button></form>'
+    )
+    note = f'<p id="produced">{escape(produced)}</p>' if produced else ""
+    summary = (
+        f"<p>Partition {view.partition}: log start offset {view.log_start_offset}, log end "
+        f"offset {view.log_end_offset}; showing {len(view.records)} from offset "
+        f"{view.from_offset}.</p>"
+    )
+    rows = [_record_tr(r) for r in view.records]
+    table = _table(("OFFSET", "TIMESTAMP", "KEY", "VALUE", "HEADERS"), rows, "records")
+    produce = (
+        f'<h2>Produce a record</h2><form method="post" action="/topics/'
+        f'{quote(view.topic, safe="")}/produce" id="produce">'
+        f'<label>Partition <select name="partition"><option value="">by key</option>{options}'
+        '</select></label><label>Key <input name="key" size="40"></label>'
+        '<label>Value <textarea name="value" rows="4" cols="60"></textarea></label>'
+        '<label>Headers (one name=value a line) <textarea name="headers" rows="2" cols="60">'
+        '</textarea></label><button type="submit">Produce</button></form>'
+    )
+    return page(f"Records of {view.topic}", note + browse + summary + table + produce)
+
+
+# -- consumer groups --------------------------------------------------------------------------
+def groups_page(groups: Sequence[GroupListing]) -> str:
+    rows = [
+        f'<tr data-group="{escape(g.group_id)}"><td>{group_link(g.group_id)}</td>'
+        f"{_cell(g.state)}{_cell(g.group_type)}</tr>"
+        for g in groups
+    ]
+    return page("Consumer groups", _table(("GROUP", "STATE", "TYPE"), rows, "groups"), live=True)
+
+
+def group_page(lag: GroupLag) -> str:
+    d = lag.description
+    members = [
+        f'<tr data-member="{escape(m.member_id)}">{_cell(m.member_id)}{_cell(m.client_id)}'
+        f"{_cell(m.member_epoch, True)}"
+        f"{_cell(', '.join(m.subscribed_topics) or m.subscribed_pattern)}"
+        f"{_cell(', '.join(f'{tp.topic}-{tp.partition}' for tp in sorted(m.assignment)))}</tr>"
+        for m in d.members
+    ]
+    rows = [
+        f'<tr data-tp="{escape(r.topic)}-{r.partition}"><td>{topic_link(r.topic)}</td>'
+        f"{_cell(r.partition, True)}{_cell(r.current_offset, True)}"
+        f'{_cell(r.log_end_offset, True)}<td class="n lag">{"-" if r.lag is None else r.lag}</td>'
+        f"{_cell(r.member_id)}{_cell(r.client_id)}</tr>"
+        for r in lag.rows
+    ]
+    epoch = "generation" if d.group_type == "classic" else "epoch"
+    total = sum(r.lag or 0 for r in lag.rows)
+    body = (
+        f'<p>{escape(d.group_type)} group, state <b id="state">{escape(d.state)}</b>, {epoch} '
+        f"{d.group_epoch}, coordinator {d.coordinator_id}, {len(d.members)} members; total lag "
+        f'<b id="total-lag">{total}</b>.</p><h2>Members</h2>'
+        + _table(
+            ("MEMBER-ID", "CLIENT-ID", "EPOCH", "SUBSCRIBED", "ASSIGNMENT"), members, "members"
+        )
+        + "<h2>Offsets and lag</h2>"
+        + _table(
+            (
+                "TOPIC",
+                "PARTITION",
+                "CURRENT-OFFSET",
+                "LOG-END-OFFSET",
+                "LAG",
+                "MEMBER-ID",
+                "CLIENT-ID",
+            ),
+            rows,
+            "lag",
+        )
+    )
+    return page(f"Consumer group {d.group_id}", body, live=True)

@@ -1,0 +1,228 @@
+"""What each console page shows, read through the client library only: the admin client
+(cluster, quorum, topics, configs, groups) and a consumer (log start and end offsets, records),
+as ``raftlog`` commands read them; the console has no other path into a broker. Each function
+returns plain frozen data for :mod:`dataplane.console.pages` to render.
+
+Numbers the admin API does not give are not shown: a partition's size in bytes and the disk a
+broker uses (raftlog's admin client has no DescribeLogDirs yet); the record count shown is the
+log end offset minus the log start offset.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Literal
+
+from dataplane.client import AdminClient, Consumer, ConsumerRecord, TopicPartition
+from dataplane.client.admin import (
+    BrokerDescription,
+    ConfigEntry,
+    ConfigResource,
+    GroupListing,
+    PartitionDescription,
+    QuorumDescription,
+    ResourceType,
+)
+from dataplane.client.group_lag import GroupLag, describe_group_lag
+from metadata_quorum.security.channels import ClientSecurity
+
+RECORDS_PER_PAGE_MAX = 100
+RECORDS_READ_TIMEOUT_S = 5.0  # a page of records is given up to this long to arrive
+POLL_MS = 200
+
+
+@dataclass(frozen=True)
+class BrokerRow:
+    broker: BrokerDescription
+    state: Literal["unfenced", "fenced", "shutting down"]
+    leaders: int  # partitions it leads
+    replicas: int  # replicas it hosts
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    cluster_id: str
+    controller_id: int
+    metadata_offset: int
+    brokers: tuple[BrokerRow, ...]
+    quorum: QuorumDescription
+
+
+@dataclass(frozen=True)
+class PartitionRow:
+    description: PartitionDescription
+    log_start_offset: int | None
+    log_end_offset: int | None  # the high watermark
+
+    @property
+    def under_replicated(self) -> bool:
+        return len(self.description.isr) < len(self.description.replicas)
+
+    @property
+    def records(self) -> int | None:
+        if self.log_start_offset is None or self.log_end_offset is None:
+            return None
+        return self.log_end_offset - self.log_start_offset
+
+
+@dataclass(frozen=True)
+class TopicView:
+    name: str
+    topic_id: bytes
+    partitions: tuple[PartitionRow, ...]
+    configs: tuple[ConfigEntry, ...]  # every config the controller describes, sorted
+
+    @property
+    def under_replicated(self) -> int:
+        return sum(p.under_replicated for p in self.partitions)
+
+    @property
+    def records(self) -> int:
+        return sum(p.records or 0 for p in self.partitions)
+
+
+@dataclass(frozen=True)
+class RecordsView:
+    topic: str
+    partitions: tuple[int, ...]
+    partition: int
+    log_start_offset: int
+    log_end_offset: int
+    from_offset: int
+    records: tuple[ConsumerRecord, ...]
+
+
+def _state(broker: BrokerDescription) -> Literal["unfenced", "fenced", "shutting down"]:
+    if broker.in_controlled_shutdown:
+        return "shutting down"
+    return "fenced" if broker.fenced else "unfenced"
+
+
+def read_cluster(admin: AdminClient) -> ClusterView:
+    cluster = admin.describe_cluster()
+    topics = admin.describe_topics()
+    leaders: Counter[int] = Counter()
+    replicas: Counter[int] = Counter()
+    for topic in topics.values():
+        for p in topic.partitions:
+            leaders[p.leader] += 1
+            replicas.update(p.replicas)
+    rows = tuple(
+        BrokerRow(b, _state(b), leaders[b.broker_id], replicas[b.broker_id])
+        for b in sorted(cluster.brokers, key=lambda b: b.broker_id)
+    )
+    return ClusterView(
+        cluster.cluster_id, cluster.controller_id, cluster.metadata_offset, rows,
+        admin.describe_quorum(),
+    )  # fmt: skip
+
+
+def read_topics(
+    admin: AdminClient, bootstrap: list[str], security: ClientSecurity | None
+) -> tuple[TopicView, ...]:
+    """Every topic with its partitions and their offsets (no configs: the topic page has them)."""
+    described = admin.describe_topics()
+    tps = [TopicPartition(t, p.partition) for t, d in described.items() for p in d.partitions]
+    starts, ends = _offsets(bootstrap, security, tps)
+    return tuple(
+        TopicView(
+            name,
+            d.topic_id,
+            tuple(_partition_row(name, p, starts, ends) for p in d.partitions),
+            (),
+        )
+        for name, d in sorted(described.items())
+    )
+
+
+def read_topic(
+    admin: AdminClient, bootstrap: list[str], security: ClientSecurity | None, name: str
+) -> TopicView:
+    """One topic; raises UNKNOWN_TOPIC_OR_PARTITION for a topic that does not exist."""
+    d = admin.describe_topics([name])[name]
+    tps = [TopicPartition(name, p.partition) for p in d.partitions]
+    starts, ends = _offsets(bootstrap, security, tps)
+    configs = admin.describe_configs([ConfigResource(ResourceType.TOPIC, name)])
+    entries = next(iter(configs.values()), {})
+    return TopicView(
+        name, d.topic_id, tuple(_partition_row(name, p, starts, ends) for p in d.partitions),
+        tuple(entries[k] for k in sorted(entries)),
+    )  # fmt: skip
+
+
+def _partition_row(
+    topic: str,
+    p: PartitionDescription,
+    starts: dict[TopicPartition, int],
+    ends: dict[TopicPartition, int],
+) -> PartitionRow:
+    tp = TopicPartition(topic, p.partition)
+    return PartitionRow(p, starts.get(tp), ends.get(tp))
+
+
+def _offsets(
+    bootstrap: list[str], security: ClientSecurity | None, tps: list[TopicPartition]
+) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
+    if not tps:
+        return {}, {}
+    with Consumer(bootstrap, security=security, client_id="raftlog-console") as consumer:
+        return consumer.beginning_offsets(tps), consumer.end_offsets(tps)
+
+
+def read_records(
+    admin: AdminClient,
+    bootstrap: list[str],
+    security: ClientSecurity | None,
+    topic: str,
+    partition: int,
+    from_offset: int | None,
+    timestamp_ms: int | None,
+    limit: int,
+) -> RecordsView:
+    """Up to ``limit`` records of one partition from ``from_offset`` (clamped into the log),
+    or from the first record at or after ``timestamp_ms``, or else the last ``limit``."""
+    limit = max(1, min(limit, RECORDS_PER_PAGE_MAX))
+    partitions = tuple(p.partition for p in admin.describe_topics([topic])[topic].partitions)
+    tp = TopicPartition(topic, partition)
+    with Consumer(
+        bootstrap, security=security, client_id="raftlog-console", enable_auto_commit=False,
+        max_poll_records=limit,
+    ) as consumer:  # fmt: skip
+        start, end = consumer.beginning_offsets([tp])[tp], consumer.end_offsets([tp])[tp]
+        if timestamp_ms is not None:
+            found = consumer.offsets_for_times({tp: timestamp_ms})[tp]
+            from_offset = end if found is None else found[0]
+        elif from_offset is None:
+            from_offset = max(start, end - limit)
+        from_offset = min(max(from_offset, start), end)
+        records = _read(consumer, tp, from_offset, min(end, from_offset + limit))
+    return RecordsView(topic, partitions, partition, start, end, from_offset, tuple(records))
+
+
+def _read(consumer: Consumer, tp: TopicPartition, first: int, stop: int) -> list[ConsumerRecord]:
+    """The records of [first, stop) (fewer if some were compacted away or do not arrive within
+    RECORDS_READ_TIMEOUT_S)."""
+    records: list[ConsumerRecord] = []
+    if first >= stop:
+        return records
+    consumer.assign([tp])
+    consumer.seek(tp, first)
+    deadline = time.monotonic() + RECORDS_READ_TIMEOUT_S
+    while consumer.position(tp) < stop and time.monotonic() < deadline:
+        for record in consumer.poll(POLL_MS).get(tp, []):
+            if record.offset < stop:
+                records.append(record)
+    return records
+
+
+def read_groups(admin: AdminClient) -> list[GroupListing]:
+    return sorted(admin.list_groups(), key=lambda g: g.group_id)
+
+
+def read_group(
+    admin: AdminClient, bootstrap: list[str], security: ClientSecurity | None, group: str
+) -> GroupLag:
+    """What ``raftlog group describe`` prints, from the same code."""
+    return describe_group_lag(admin, bootstrap, group, security=security)

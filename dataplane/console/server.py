@@ -1,0 +1,264 @@
+"""The console's HTTP server: the standard library's ``http.server``, a thread per request
+with at most `REQUESTS_IN_FLIGHT_MAX` at once (one more is answered 503 at once), on
+``console.listener`` of a node or on its own (``raftlog console``).
+
+Routes (GET unless said): ``/`` the cluster, ``/topics``, ``/topics/{name}``,
+``/topics/{name}/records?partition=&offset=&timestamp=&limit=``, POST ``/topics/{name}/produce``
+(form fields partition, key, value, headers), ``/groups``, ``/groups/{id}``.
+
+Reads go through one admin client, made at the first request (the node's broker may not
+serve yet when the node starts) and kept; consumers and the producer of the produce form live
+for one request. A KafkaError is a page saying it: 404 for an unknown topic or group, 403 when
+the principal may not describe it, else 503.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import socket
+import threading
+from collections.abc import Callable
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
+
+from dataplane.client import AdminClient, Producer
+from dataplane.console import pages, reads
+from metadata_quorum.security.channels import ClientSecurity
+from raftlog.errors import ErrorCode, KafkaError
+
+log = logging.getLogger(__name__)
+
+REQUESTS_IN_FLIGHT_MAX = 8
+FORM_BYTES_MAX = 1024 * 1024  # the produce form's body (Kafka's default max.request.size)
+PRODUCE_TIMEOUT_S = 10.0
+RECORDS_PER_PAGE = 20
+_NOT_FOUND = {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.GROUP_ID_NOT_FOUND}
+_FORBIDDEN = {
+    ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+    ErrorCode.GROUP_AUTHORIZATION_FAILED,
+    ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+}
+
+
+class ConsoleError(Exception):
+    """A request the console answers with ``status`` and a message (a bad parameter, say)."""
+
+    def __init__(self, status: HTTPStatus, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class Console:
+    """The pages of one cluster, read with ``security`` from ``bootstrap`` (broker addresses)."""
+
+    def __init__(self, bootstrap: list[str], security: ClientSecurity | None = None) -> None:
+        self.bootstrap = bootstrap
+        self.security = security
+        self._admin: AdminClient | None = None
+        self._lock = threading.Lock()
+
+    def admin(self) -> AdminClient:
+        with self._lock:
+            if self._admin is None:
+                self._admin = AdminClient(self.bootstrap, security=self.security)
+            return self._admin
+
+    def close(self) -> None:
+        with self._lock:
+            if self._admin is not None:
+                self._admin.close()
+                self._admin = None
+
+    # -- pages: (status, html) --------------------------------------------------------------
+    def get(self, path: str, query: dict[str, str]) -> str:
+        parts = [unquote(p) for p in path.strip("/").split("/")] if path.strip("/") else []
+        match parts:
+            case []:
+                return pages.cluster_page(reads.read_cluster(self.admin()))
+            case ["topics"]:
+                return pages.topics_page(reads.read_topics(self.admin(), *self._clients()))
+            case ["topics", name]:
+                return pages.topic_page(reads.read_topic(self.admin(), *self._clients(), name))
+            case ["topics", name, "records"]:
+                return self._records(name, query)
+            case ["groups"]:
+                return pages.groups_page(reads.read_groups(self.admin()))
+            case ["groups", group]:
+                return pages.group_page(reads.read_group(self.admin(), *self._clients(), group))
+        raise ConsoleError(HTTPStatus.NOT_FOUND, f"no page {path}")
+
+    def _clients(self) -> tuple[list[str], ClientSecurity | None]:
+        return self.bootstrap, self.security
+
+    def _records(self, topic: str, query: dict[str, str]) -> str:
+        view = reads.read_records(
+            self.admin(), *self._clients(), topic,
+            _int(query, "partition") or 0, _int(query, "offset"), _int(query, "timestamp"),
+            _int(query, "limit") or RECORDS_PER_PAGE,
+        )  # fmt: skip
+        produced = query.get("produced")
+        return pages.records_page(view, f"Produced at offset {produced}." if produced else None)
+
+    def produce(self, path: str, form: dict[str, str]) -> str:
+        """Produce the form's record; the records page to show it (a redirect's target)."""
+        parts = [unquote(p) for p in path.strip("/").split("/")]
+        if len(parts) != 3 or parts[0] != "topics" or parts[2] != "produce":
+            raise ConsoleError(HTTPStatus.NOT_FOUND, f"no form {path}")
+        topic = parts[1]
+        partition = _int(form, "partition")
+        headers = [_header(line) for line in form.get("headers", "").splitlines() if line.strip()]
+        key = form.get("key") or None
+        with Producer(self.bootstrap, security=self.security, linger_ms=0) as producer:
+            future = producer.send(
+                topic, form.get("value", "").encode(), key.encode() if key else None,
+                partition=partition, headers=headers,
+            )  # fmt: skip
+            metadata = future.get(PRODUCE_TIMEOUT_S)
+        query = urlencode(
+            {"partition": metadata.partition, "offset": metadata.offset,
+             "produced": metadata.offset}
+        )  # fmt: skip
+        return f"/topics/{quote(topic, safe='')}/records?{query}"
+
+
+def _int(values: dict[str, str], name: str) -> int | None:
+    text = values.get(name, "").strip()
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ConsoleError(HTTPStatus.BAD_REQUEST, f"{name} must be a number: {text!r}") from None
+
+
+def _header(line: str) -> tuple[str, bytes]:
+    name, separator, value = line.partition("=")
+    if not separator or not name.strip():
+        raise ConsoleError(HTTPStatus.BAD_REQUEST, f"a header is name=value: {line!r}")
+    return name.strip(), value.rstrip("\r").encode()
+
+
+def _status_of(error: KafkaError) -> HTTPStatus:
+    if error.error in _NOT_FOUND:
+        return HTTPStatus.NOT_FOUND
+    if error.error in _FORBIDDEN:
+        return HTTPStatus.FORBIDDEN
+    return HTTPStatus.SERVICE_UNAVAILABLE
+
+
+def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "raftlog-console"
+
+        def do_GET(self) -> None:
+            url = urlsplit(self.path)
+            query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+            self._answer(lambda: (HTTPStatus.OK, console.get(url.path, query), None))
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            if not 0 <= length <= FORM_BYTES_MAX:
+                self._send(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, pages.error_page(
+                    "Too large", f"a form is at most {FORM_BYTES_MAX} bytes"))  # fmt: skip
+                return
+            body = self.rfile.read(length).decode("utf-8", errors="replace")
+            form = {k: v[-1] for k, v in parse_qs(body, keep_blank_values=True).items()}
+            path = urlsplit(self.path).path
+            self._answer(lambda: (HTTPStatus.SEE_OTHER, "", console.produce(path, form)))
+
+        def _answer(self, render: Callable[[], tuple[HTTPStatus, str, str | None]]) -> None:
+            try:
+                status, html, location = render()
+            except ConsoleError as error:
+                status, html, location = (
+                    error.status,
+                    pages.error_page("Error", error.message),
+                    None,
+                )
+            except KafkaError as error:
+                message = f"{error.error.name}: {error.message}"
+                status, html, location = _status_of(error), pages.error_page("Error", message), None
+            self._send(status, html, location)
+
+        def _send(self, status: HTTPStatus, html: str, location: str | None = None) -> None:
+            data = html.encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Cache-Control", "no-store")
+            if location is not None:
+                self.send_header("Location", location)
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            log.debug("console %s: " + format, self.address_string(), *args)
+
+    return Handler
+
+
+class _BoundedServer(ThreadingHTTPServer):
+    daemon_threads = True
+    in_flight = threading.BoundedSemaphore(REQUESTS_IN_FLIGHT_MAX)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.in_flight.acquire(blocking=False):
+            request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.in_flight.release()
+
+
+class ConsoleServer:
+    """The console on ``host:port`` (port 0: any free one), serving on its own thread."""
+
+    def __init__(self, console: Console, host: str, port: int) -> None:
+        _warn_if_exposed(host)
+        self.console = console
+        _BoundedServer.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.http = _BoundedServer((host, port), _handler(console))
+        self.http.in_flight = threading.BoundedSemaphore(REQUESTS_IN_FLIGHT_MAX)
+        self._thread = threading.Thread(
+            target=self.http.serve_forever, name="console-http", daemon=True
+        )
+
+    @property
+    def url(self) -> str:
+        host, port = self.http.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> ConsoleServer:
+        self._thread.start()
+        log.info("console serves %s", self.url)
+        return self
+
+    def stop(self) -> None:
+        self.http.shutdown()
+        self.http.server_close()
+        self._thread.join(10)
+        self.console.close()
+
+
+def _warn_if_exposed(host: str) -> None:
+    """The console has no login: beyond loopback anyone who reaches it reads what its
+    credentials may read and produces with them."""
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if not loopback:
+        log.warning(
+            "the console listens on %s without a login: anyone who reaches it reads the cluster "
+            "and produces records with the console's credentials; restrict access to it",
+            host,
+        )
