@@ -207,13 +207,21 @@ def _payload(data: bytes | None) -> str:
     )
 
 
+def _header(name: str, value: bytes | None) -> str:
+    """One header on one line: its value decoded inline (a header value is short)."""
+    shown = decode(value)
+    text = "null" if shown.format == "null" else shown.text
+    return (
+        f'<div class="header">{escape(name)}: <code data-format="{shown.format}">'
+        f"{escape(text)}</code></div>"
+    )
+
+
 def _record_tr(record: ConsumerRecord) -> str:
     stamp = dt.datetime.fromtimestamp(record.timestamp / 1000, dt.UTC).isoformat(
         timespec="milliseconds"
     )
-    headers = "".join(
-        f"<div>{escape(name)}: {_payload(value)}</div>" for name, value in record.headers
-    )
+    headers = "".join(_header(name, value) for name, value in record.headers)
     return (
         f'<tr data-offset="{record.offset}">{_cell(record.offset, True)}{_cell(stamp)}'
         f'<td class="key">{_payload(record.key)}</td>'

@@ -113,6 +113,9 @@ RANGES = {
     # tests/dataplane/server/test_controller_health.py: 153-155 (a controller's health when
     # the other two voters are paused)
     "controller_health": 153,
+    # tests/dataplane/console/test_console_browser.py: one node, 163 (the brief named
+    # 159, which is tests/chaos/test_network.py's third slot, 157-159)
+    "console": 163,
     # 127.0.0.251-254 are tests/metadata_quorum/test_raft_secret.py's (three voters, an outsider)
     # and bench/security_bench.py's (benchmarks run alone; 189-190 are its too)
     # 127.0.0.236-241 are tests/metadata_quorum/test_controller_membership.py's too: distinct

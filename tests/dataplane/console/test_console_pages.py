@@ -57,14 +57,14 @@ def test_topic_page_highlights_under_replicated_partitions_and_escapes_names() -
 
 def test_records_page_decodes_payloads_and_escapes_them() -> None:
     record = ConsumerRecord(
-        "t", 0, 7, 1_700_000_000_000, 0, b"<k>", b'{"v": 1}', [("h", b"\xff")], 1
+        "t", 0, 7, 1_700_000_000_000, 0, b"<k>", b'{"v": 1}', (("h", b"\xff"),), 1
     )
     view = RecordsView("t", (0, 1), 0, 0, 8, 7, (record,))
     html = pages.records_page(view, "Produced at offset 7.")
     assert '<tr data-offset="7">' in html
     assert '<pre data-format="utf-8">&lt;k&gt;</pre>' in html
     assert '<pre data-format="json">{\n  &quot;v&quot;: 1\n}</pre>' in html
-    assert '<pre data-format="hex">ff</pre>' in html
+    assert 'h: <code data-format="hex">ff</code>' in html
     assert 'id="produce"' in html and "data-live" not in html  # a form: not refreshed
     assert "2023-11-14T22:13:20.000+00:00" in html
 
