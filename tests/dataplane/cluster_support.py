@@ -110,9 +110,10 @@ RANGES = {
     # tests/dataplane/server/test_node_grpc_client.py: 231-233, the range issue 31's brief gave;
     # "reassignment" (231-234) uses it too: distinct ports (pick_cluster_port) keep the two apart
     "grpc_node": 231,
-    # tests/dataplane/server/test_controller_health.py: 153-155 (a controller's health when
-    # the other two voters are paused)
-    "controller_health": 153,
+    # tests/dataplane/server/test_controller_health.py: 171-173 (a controller's health when
+    # the other two voters are paused), in test_grpc_product's xdist group, one module after the
+    # other (127.0.0.151-159 are the chaos network tests', whose iptables rules name addresses)
+    "controller_health": 171,
     # tests/dataplane/console/test_console_browser.py: one node, 163 (the issue's brief named
     # 159, which is tests/chaos/test_network.py's third slot, 157-159)
     "console": 163,

@@ -20,7 +20,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from dataplane.tools.local_cluster import LocalCluster, wait_for
 from tests.dataplane.cluster_support import running_cluster
 
-pytestmark = [pytest.mark.timeout(120), pytest.mark.xdist_group("controller-health")]
+pytestmark = [pytest.mark.timeout(120), pytest.mark.xdist_group("grpc-product")]
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 CONTROLLER_SERVICE = "raftlog.controller.v1.ControllerService"
