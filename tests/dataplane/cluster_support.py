@@ -113,6 +113,8 @@ RANGES = {
     # tests/dataplane/server/test_controller_health.py: 153-155 (a controller's health when
     # the other two voters are paused)
     "controller_health": 153,
+    # tests/dataplane/schema_registry/test_registry_cluster.py: 156-158
+    "schema_registry": 156,
     # 127.0.0.251-254 are tests/metadata_quorum/test_raft_secret.py's (three voters, an outsider)
     # and bench/security_bench.py's (benchmarks run alone; 189-190 are its too)
     # 127.0.0.236-241 are tests/metadata_quorum/test_controller_membership.py's too: distinct

@@ -60,6 +60,7 @@ def test_keys_are_confluents_bytes() -> None:
     )
     assert config_key(None) == b'{"keytype":"CONFIG","subject":null,"magic":0}'
     key, value = encode_schema(SchemaValue("s", 1, 7, '"string"', JSON))
+    assert key == schema_key("s", 1)
     assert json.loads(value) == {
         "subject": "s", "version": 1, "id": 7, "schemaType": "JSON", "schema": '"string"',
         "deleted": False,
@@ -150,8 +151,8 @@ def test_transitive_checks_every_version() -> None:
     state = RegistryState()
     register(state, "s", avro_record(("x", "int", ...)))
     register(state, "s", avro_record(("x", "int", ...), ("y", "int", 0)))
-    # BACKWARD against v2 only: dropping x (no default in v2's reader? x is read from v1 data)
-    # v3 reads v2 (x dropped, y kept) fine; a TRANSITIVE reader of v1 data needs y's default
+    # v3 (y without a default) reads v2's data (y written); v1's data has no y: only the
+    # transitive level, which checks v1 too, refuses it
     v3 = avro_record(("y", "int", ...))
     apply(state, state.generate_config(None, "BACKWARD_TRANSITIVE"))
     assert error_code(lambda: register(state, "s", v3)) == 409
