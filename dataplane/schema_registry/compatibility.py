@@ -94,9 +94,8 @@ def check(schema_type: str, new: Candidate, previous: Sequence[Candidate], level
 
 def _reader_writer(schema_type: str, reader: Candidate, writer: Candidate) -> list[str]:
     if schema_type == AVRO:
-        result = avro.compatibility.ReaderWriterCompatibilityChecker().get_compatibility(
-            parse_avro(*reader), parse_avro(*writer)
-        )
+        checker = avro.compatibility.ReaderWriterCompatibilityChecker()  # type: ignore[no-untyped-call]
+        result = checker.get_compatibility(parse_avro(*reader), parse_avro(*writer))
         if result.compatibility is avro.compatibility.SchemaCompatibilityType.compatible:
             return []
         return [

@@ -118,8 +118,8 @@ class RegistryApi:
 
     def get_config(self, path: list[str], query: Query, body: Any) -> Any:
         if not path:
-            level = self.registry.read(lambda s: s.compatibility(None)) or DEFAULT_LEVEL
-            return {"compatibilityLevel": level}
+            configured = self.registry.read(lambda s: s.compatibility(None))
+            return {"compatibilityLevel": configured or DEFAULT_LEVEL}
         subject = path[0]
 
         def level(state: RegistryState) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import signal
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,7 @@ def cluster(
     root: Path = tmp_path_factory.mktemp("registry")
     with running_cluster(root, "schema_registry", node_overrides=overrides) as running:
         for url in urls.values():
-            wait_for(f"the registry on {url}", lambda url=url: _answers(url), TIMEOUT_S)
+            wait_for(f"the registry on {url}", partial(_answers, url), TIMEOUT_S)
         yield running, urls
 
 

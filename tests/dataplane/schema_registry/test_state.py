@@ -4,6 +4,7 @@ write generates, Avro and JSON Schema compatibility."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -161,7 +162,11 @@ def test_transitive_checks_every_version() -> None:
 
 
 def test_json_schema_rules() -> None:
-    old = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    old: dict[str, Any] = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}},
+        "required": ["a"],
+    }
     wider = {"type": "object", "properties": {"a": {"type": "number"}}, "required": ["a"]}
     required = {**old, "properties": {**old["properties"], "b": {"type": "string"}},
                 "required": ["a", "b"]}  # fmt: skip
