@@ -227,6 +227,29 @@ class NodeConfig(BaseModel):
     connections_max_idle_ms: int = Field(
         CONNECTIONS_MAX_IDLE_MS_DEFAULT, alias="connections.max.idle.ms", ge=-1, le=INT64_MAX
     )
+    # The schema registry (docs/schema-registry.md): Confluent's REST API on this address,
+    # HTTP://host:port (Redpanda's port is 8081), served by a broker; unset, no registry
+    schema_registry_listener: str | None = Field(None, alias="schema.registry.listener")
+    schema_registry_timeout_ms: int = Field(
+        30_000, alias="schema.registry.timeout.ms", ge=100, le=600_000
+    )
+
+    @model_validator(mode="after")
+    def _schema_registry(self) -> NodeConfig:
+        self.schema_registry_address()
+        return self
+
+    def schema_registry_address(self) -> tuple[str, int] | None:
+        """``schema.registry.listener`` as (host, port), None when unset."""
+        if self.schema_registry_listener is None:
+            return None
+        listener = parse_listeners(self.schema_registry_listener)
+        if list(listener) != ["HTTP"]:
+            raise ValueError(
+                f"schema.registry.listener: {self.schema_registry_listener!r} is not "
+                "HTTP://host:port"
+            )
+        return listener["HTTP"]
 
     @model_validator(mode="after")
     def _connection_limits(self) -> NodeConfig:

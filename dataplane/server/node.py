@@ -38,6 +38,8 @@ from dataplane.coordinator.share_manager import ShareSettings
 from dataplane.coordinator.transaction_coordinator import TransactionConfig
 from dataplane.kafka.auto_create import AutoCreateSettings
 from dataplane.kafka.sasl import KafkaListenerSecurity
+from dataplane.schema_registry import http as schema_registry_http
+from dataplane.schema_registry.registry import Registry
 from dataplane.server.broker_server import Broker, BrokerSettings
 from dataplane.server.config import NodeConfig
 from dataplane.server.node_config_view import node_config_view
@@ -346,6 +348,22 @@ def start_broker(config: NodeConfig, metrics: NodeMetrics) -> Broker:
     return broker
 
 
+def start_schema_registry(
+    config: NodeConfig,
+) -> tuple[schema_registry_http.RegistryHttpServer, threading.Thread] | None:
+    """The schema registry on ``schema.registry.listener`` (None when unset), reading and
+    writing ``_schemas`` through this node's own BROKER listener."""
+    address = config.schema_registry_address()
+    if address is None:
+        return None
+    host, port = config.broker_listener()
+    registry = Registry(
+        [f"{host}:{port}"], config.node_client_security("BROKER"),
+        config.schema_registry_timeout_ms / 1000,
+    )  # fmt: skip
+    return schema_registry_http.serve(registry, *address)
+
+
 def _controller_gauge(role: ControllerRole | None) -> ControllerGauge | None:
     if role is None:
         return None
@@ -396,9 +414,12 @@ def run(config: NodeConfig) -> None:
     if metrics_listener is not None:
         http = metrics.serve(*metrics_listener, tls=metrics_tls(config))
     console = start_console(config)
+    registry = start_schema_registry(config) if broker is not None else None
     try:
         stop.wait()
     finally:
+        if registry is not None:
+            schema_registry_http.shutdown(*registry)
         if controller is not None:
             controller.resign()
         if broker is not None:

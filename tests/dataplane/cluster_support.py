@@ -117,6 +117,9 @@ RANGES = {
     # tests/dataplane/console/test_console_browser.py: one node, 163 (the issue's brief named
     # 159, which is tests/chaos/test_network.py's third slot, 157-159)
     "console": 163,
+    # tests/dataplane/schema_registry/test_registry_cluster.py: 174-176, "kafka_groups"'s range
+    # (no iptables there; distinct ports keep the two apart, pick_cluster_port)
+    "schema_registry": 174,
     # 127.0.0.251-254 are tests/metadata_quorum/test_raft_secret.py's (three voters, an outsider)
     # and bench/security_bench.py's (benchmarks run alone; 189-190 are its too)
     # 127.0.0.236-241 are tests/metadata_quorum/test_controller_membership.py's too: distinct
