@@ -195,6 +195,10 @@ RENAMED: dict[str, str] = {"log.dir": "log.dirs"}
 RAFTLOG_ONLY: dict[str, str] = {
     "cluster.id": "Kafka takes it from `kafka-storage format`'s meta.properties",
     "console.listener": "the web console's HTTP address (docs/console.md)",
+    "schema.registry.listener": (
+        "the schema registry's HTTP address (docs/schema-registry.md; Redpanda serves it on 8081)"
+    ),
+    "schema.registry.timeout.ms": "how long a registry write waits for the cluster",
     "controller.quorum.raft.port.offset": "the Raft transport's port beside CONTROLLER",
     "controller.quorum.raft.secret.file": "protects the Raft transport (docs/security.md)",
     "controller.quorum.raft.transport.security": "protects the Raft transport",
