@@ -12,8 +12,9 @@ the reader requires that the writer did not, a property whose ``type`` the reade
 a property a closed reader (``additionalProperties: false``) does not allow. What else differs
 (enum, ranges, formats, combinators) is not checked: such a change is accepted.
 
-Protobuf: the text is stored as given (no ``.proto`` parser here); compatibility is not checked,
-every change is accepted (docs/schema-registry.md says so).
+Protobuf: parsed by protoc (:mod:`dataplane.schema_registry.protobuf`), stored as given (text
+or a base64 FileDescriptorProto); compatibility is Confluent's ``SchemaDiff``, old to new for
+BACKWARD, new to old for FORWARD.
 """
 
 from __future__ import annotations
@@ -29,14 +30,14 @@ import avro.schema
 import jsonschema
 import jsonschema.exceptions
 
-from dataplane.schema_registry import errors
-from dataplane.schema_registry.records import AVRO, JSON, PROTOBUF, SchemaValue
-from dataplane.schema_registry.state import Candidate
+from dataplane.schema_registry import errors, protobuf
+from dataplane.schema_registry.records import AVRO, JSON, PROTOBUF
+from dataplane.schema_registry.state import Candidate, NamedSchema
 
 SCHEMA_CHARS_MAX = 1024 * 1024
 
 
-def canonical(schema_type: str, schema: str, resolved: Sequence[SchemaValue]) -> str:
+def canonical(schema_type: str, schema: str, resolved: Sequence[NamedSchema]) -> str:
     """The form the registry stores and compares: compact JSON for Avro and JSON Schema (field
     order kept: it matters to Avro), the text for Protobuf; 42201 for one that does not parse."""
     if schema_type not in (AVRO, JSON, PROTOBUF):
@@ -46,6 +47,7 @@ def canonical(schema_type: str, schema: str, resolved: Sequence[SchemaValue]) ->
     if schema_type == PROTOBUF:
         if not schema.strip():
             raise errors.invalid_schema("(empty)")
+        protobuf.parse(schema, resolved)
         return schema
     try:
         parsed = json.loads(schema)
@@ -58,11 +60,11 @@ def canonical(schema_type: str, schema: str, resolved: Sequence[SchemaValue]) ->
     return json.dumps(parsed, separators=(",", ":"))
 
 
-def parse_avro(schema: str, resolved: Sequence[SchemaValue]) -> avro.schema.Schema:
+def parse_avro(schema: str, resolved: Sequence[NamedSchema]) -> avro.schema.Schema:
     """The Avro schema, its references' named types defined first; 42201 if it does not parse."""
     names = avro.name.Names()
     try:
-        for reference in resolved:
+        for _, reference in resolved:
             avro.schema.make_avsc_object(json.loads(reference.schema), names)
         return avro.schema.make_avsc_object(json.loads(schema), names)
     except (avro.errors.AvroException, ValueError, TypeError, KeyError) as error:
@@ -80,7 +82,7 @@ def _check_json_schema(parsed: Any) -> None:
 
 def check(schema_type: str, new: Candidate, previous: Sequence[Candidate], level: str) -> list[str]:
     """The messages of what makes ``new`` incompatible with ``previous`` at ``level``."""
-    if level == "NONE" or not previous or schema_type == PROTOBUF:
+    if level == "NONE" or not previous:
         return []
     base = level.removesuffix("_TRANSITIVE")
     messages: list[str] = []
@@ -105,6 +107,8 @@ def _reader_writer(schema_type: str, reader: Candidate, writer: Candidate) -> li
                 strict=False,
             )
         ] or ["incompatible"]  # fmt: skip
+    if schema_type == PROTOBUF:
+        return protobuf.compare(protobuf.parse(*writer), protobuf.parse(*reader))
     return json_reader_writer(json.loads(reader[0]), json.loads(writer[0]), "#")
 
 

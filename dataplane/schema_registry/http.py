@@ -16,9 +16,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from dataplane.schema_registry import compatibility, errors
+from dataplane.schema_registry import compatibility, errors, protobuf
 from dataplane.schema_registry.errors import RegistryError
-from dataplane.schema_registry.records import AVRO, SCHEMA_TYPES, SchemaValue, parse_references
+from dataplane.schema_registry.records import (
+    AVRO,
+    PROTOBUF,
+    SCHEMA_TYPES,
+    SchemaValue,
+    parse_references,
+)
 from dataplane.schema_registry.registry import Registry
 from dataplane.schema_registry.state import DEFAULT_LEVEL, Record, RegistryState
 
@@ -33,14 +39,31 @@ def _flag(query: Query, name: str) -> bool:
     return query.get(name, "false").lower() == "true"
 
 
-def _version_json(schema: SchemaValue) -> dict[str, Any]:
+def _formatted(state: RegistryState, schema: SchemaValue, query: Query) -> str:
+    """The schema as stored, or as ``?format=serialized`` asks a Protobuf one: its
+    FileDescriptorProto in base64 (what confluent-kafka's ProtobufDeserializer reads)."""
+    if schema.schema_type == PROTOBUF and query.get("format") == "serialized":
+        return protobuf.serialized(schema.schema, state.resolve(schema.references))
+    return schema.schema
+
+
+def _schema_only(state: RegistryState, schema: SchemaValue, query: Query) -> Any:
+    """``.../schema``: the schema itself, JSON for Avro and JSON Schema, a string for Protobuf."""
+    if schema.schema_type == PROTOBUF:
+        return _formatted(state, schema, query)
+    return json.loads(schema.schema)
+
+
+def _version_json(
+    schema: SchemaValue, state: RegistryState | None = None, query: Query | None = None
+) -> dict[str, Any]:
     answer: dict[str, Any] = {"subject": schema.subject, "version": schema.version,
                               "id": schema.id}  # fmt: skip
     if schema.schema_type != AVRO:
         answer["schemaType"] = schema.schema_type
     if schema.references:
         answer["references"] = [r.to_json() for r in schema.references]
-    answer["schema"] = schema.schema
+    answer["schema"] = schema.schema if state is None else _formatted(state, schema, query or {})
     return answer
 
 
@@ -147,8 +170,7 @@ class RegistryApi:
         return {"mode": str(mode).upper()}
 
     def schema_by_id(self, path: list[str], query: Query, body: Any) -> Any:
-        schema = self.registry.read(lambda s: s.schema_by_id(_id(path[0])))
-        answer = _version_json(schema)
+        answer = self.registry.read(lambda s: _version_json(s.schema_by_id(_id(path[0])), s, query))
         for field in ("subject", "version", "id"):
             del answer[field]
         return answer
@@ -171,7 +193,7 @@ ROUTES: list[tuple[str, re.Pattern[str], Handler]] = [
     ("GET", re.compile(r"/schemas/types"), lambda api, p, q, b: list(SCHEMA_TYPES)),
     ("GET", re.compile(r"/schemas/ids/([^/]+)"), RegistryApi.schema_by_id),
     ("GET", re.compile(r"/schemas/ids/([^/]+)/schema"),
-     _reader(lambda s, p, q: json.loads(s.schema_by_id(_id(p[0])).schema))),
+     _reader(lambda s, p, q: _schema_only(s, s.schema_by_id(_id(p[0])), q))),
     ("GET", re.compile(r"/schemas/ids/([^/]+)/versions"),
      _reader(lambda s, p, q: [{"subject": subject, "version": version} for subject, version
                               in s.subject_versions_of(_id(p[0]), _flag(q, "deleted"))])),
@@ -182,9 +204,9 @@ ROUTES: list[tuple[str, re.Pattern[str], Handler]] = [
     ("POST", re.compile(f"/subjects/{_SUBJECT}"), RegistryApi.lookup),
     ("DELETE", re.compile(f"/subjects/{_SUBJECT}"), RegistryApi.delete_subject),
     ("GET", re.compile(f"/subjects/{_SUBJECT}/versions/{_VERSION}"),
-     _reader(lambda s, p, q: _version_json(s.version(p[0], p[1], _flag(q, "deleted"))))),
+     _reader(lambda s, p, q: _version_json(s.version(p[0], p[1], _flag(q, "deleted")), s, q))),
     ("GET", re.compile(f"/subjects/{_SUBJECT}/versions/{_VERSION}/schema"),
-     _reader(lambda s, p, q: json.loads(s.version(p[0], p[1], _flag(q, "deleted")).schema))),
+     _reader(lambda s, p, q: _schema_only(s, s.version(p[0], p[1], _flag(q, "deleted")), q))),
     ("GET", re.compile(f"/subjects/{_SUBJECT}/versions/{_VERSION}/referencedby"),
      _reader(lambda s, p, q: s.referenced_by(s.version(p[0], p[1])))),
     ("DELETE", re.compile(f"/subjects/{_SUBJECT}/versions/{_VERSION}"),

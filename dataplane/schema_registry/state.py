@@ -36,8 +36,10 @@ DEFAULT_MODE = "READWRITE"
 VERSION_MAX = 2**31 - 1
 
 Record = tuple[bytes, bytes | None]
+# A schema a reference names, with the reference's name (a Protobuf import's path)
+NamedSchema = tuple[str, SchemaValue]
 # A schema to check: its text and the schemas its references name, resolved (theirs first)
-Candidate = tuple[str, list[SchemaValue]]
+Candidate = tuple[str, list[NamedSchema]]
 # (schema type, the new schema, the previous versions to check against, oldest first, the
 # level): the messages of what is incompatible (empty: compatible); raises RegistryError(42201)
 # for a new schema that does not parse
@@ -177,10 +179,10 @@ class RegistryState:
                 return found
         raise errors.schema_not_found()
 
-    def resolve(self, references: Sequence[Reference]) -> list[SchemaValue]:
-        """The schemas ``references`` name, theirs first (depth-first, each once); 42201 for
-        one that is not registered."""
-        resolved: list[SchemaValue] = []
+    def resolve(self, references: Sequence[Reference]) -> list[NamedSchema]:
+        """The schemas ``references`` name, theirs first (depth-first, each once, with the name
+        it was first referenced by); 42201 for one that is not registered."""
+        resolved: list[NamedSchema] = []
         seen: set[tuple[str, int]] = set()
 
         def visit(reference: Reference, depth: int) -> None:
@@ -198,7 +200,7 @@ class RegistryState:
             seen.add((schema.subject, schema.version))
             for inner in schema.references:
                 visit(inner, depth + 1)
-            resolved.append(schema)
+            resolved.append((reference.name, schema))
 
         for reference in references:
             visit(reference, 0)
