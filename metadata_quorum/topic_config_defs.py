@@ -94,6 +94,9 @@ TOPIC_CONFIG_DEFS: dict[str, TopicConfigDef] = {
                        (_log("index.interval.bytes"),)),
         TopicConfigDef("leader.replication.throttled.replicas", _T.LIST,
                        "replicas whose leader-side catch-up traffic is throttled"),
+        TopicConfigDef("key.schema.validation", _T.BOOLEAN,
+                       "raftlog's: the leader refuses a record whose key does not carry a "
+                       "schema id its node's schema registry knows (INVALID_RECORD)"),
         TopicConfigDef("local.retention.bytes", _T.LONG, "local bytes kept with tiered storage",
                        (_log("local.retention.bytes"),), _NO_REMOTE),
         TopicConfigDef("local.retention.ms", _T.LONG, "local time kept with tiered storage",
@@ -153,6 +156,9 @@ TOPIC_CONFIG_DEFS: dict[str, TopicConfigDef] = {
         TopicConfigDef("unclean.leader.election.enable", _T.BOOLEAN,
                        "elect an out-of-sync replica when no in-sync one is left",
                        (Synonym("unclean.leader.election.enable"),)),
+        TopicConfigDef("value.schema.validation", _T.BOOLEAN,
+                       "raftlog's: the leader refuses a record whose value does not carry a "
+                       "schema id its node's schema registry knows (INVALID_RECORD)"),
     )
 }  # fmt: skip
 
@@ -160,6 +166,9 @@ TOPIC_CONFIG_DEFS: dict[str, TopicConfigDef] = {
 # rest are Kafka 4.1's (its released documentation, generated/topic_config.html)
 NOT_KAFKA_TOPIC_CONFIGS: dict[str, str] = {
     "flush.on.ack": "raftlog's own",
+    "key.schema.validation": "raftlog's own (Redpanda's redpanda.key.schema.id.validation idea)",
+    "value.schema.validation": "raftlog's own (Redpanda's redpanda.value.schema.id.validation "
+    "idea)",
     "message.downconversion.enable": "removed by Kafka 4.0; still taken so that topics "
     "created with it stay valid",
     "producer.id.expiration.ms": "raftlog's own: Kafka's broker config, here also per topic",

@@ -63,6 +63,10 @@ class LogConfig(BaseModel):
     flush_messages: int = Field(INT64_MAX, alias="flush.messages", ge=1, le=INT64_MAX)
     flush_ms: int = Field(INT64_MAX, alias="flush.ms", ge=0, le=INT64_MAX)
     flush_on_ack: bool = Field(False, alias="flush.on.ack")
+    # raftlog's: the partition leader checks that every record's key / value is framed with a
+    # schema id its node's schema registry knows (dataplane.broker.schema_validation)
+    key_schema_validation: bool = Field(False, alias="key.schema.validation")
+    value_schema_validation: bool = Field(False, alias="value.schema.validation")
     # A deleted segment's files are renamed *.deleted, removed this long after (Log.delete_later)
     file_delete_delay_ms: int = Field(60_000, alias="file.delete.delay.ms", ge=0, le=INT64_MAX)
     # A new active segment's file is given segment.bytes of blocks at once, trimmed on roll/close

@@ -45,6 +45,7 @@ from dataplane.broker.partition import (
 from dataplane.broker.producer_state import SENTINEL, VerificationGuard
 from dataplane.broker.replica_manager import ReplicaManager
 from dataplane.broker.replica_selector import ReplicaView, preferred_read_replica
+from dataplane.broker.schema_validation import SchemaIdKnown, check_schema_ids
 from metadata_quorum.grpc_errors import abort
 from metadata_quorum.grpc_standard import (
     DEFAULT_KEEPALIVE,
@@ -217,6 +218,10 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
     # Set by the broker server: asks a transactional id's coordinator whether the producer's
     # transaction is ongoing and includes the partition (KIP-890); None: no verification.
     verify_transaction: TransactionVerifier | None = None
+    # Set by the node when it runs a schema registry: whether a schema id is registered, for
+    # topics with key/value.schema.validation (dataplane.broker.schema_validation); None: no
+    # registry here, and a produce to such a topic is refused.
+    schema_id_known: SchemaIdKnown | None = None
     # Set by the broker server: share groups' ShareFetch / ShareAcknowledge (KIP-932), served by
     # the broker's share partition manager (dataplane.coordinator.share_grpc); None: no share
     # groups here.
@@ -358,7 +363,13 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
                 f"{topic} is internal: only its group coordinators write it",
             )
         partition = self.replicas.get(topic, index)
-        min_isr = self.replicas.settings(topic).min_insync_replicas
+        settings = self.replicas.settings(topic)
+        min_isr = settings.min_insync_replicas
+        check_schema_ids(
+            records, settings.log_config.key_schema_validation,
+            settings.log_config.value_schema_validation, self.schema_id_known,
+            self.replicas.broker_id,
+        )  # fmt: skip
         verification = self._verify(request.transactional_id, partition, records)
         info, epoch = partition.append_as_leader(
             records, acks, min_isr, sequence_wait_s, verification

@@ -172,6 +172,20 @@ class Registry:
             self._read_to_end_or_store_error()
             return query(self.state)
 
+    def knows_id(self, schema_id: int) -> bool:
+        """Whether ``schema_id`` is registered (a version holds it, soft-deleted or not), after
+        reading the topic to its end if this node has not seen it yet; for the broker's
+        ``value.schema.validation``. REQUEST_TIMED_OUT (retriable) if the topic cannot be read
+        in time: the produce is refused, not the record judged."""
+        with self._lock:
+            if self.state.has_id(schema_id):
+                return True
+            try:
+                self.read_to_end()
+            except RegistryError as error:
+                raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, str(error)) from None
+            return self.state.has_id(schema_id)
+
     def _read_to_end_or_store_error(self) -> None:
         try:
             self.read_to_end()

@@ -155,6 +155,10 @@ class RegistryState:
             raise errors.schema_not_found()
         return min(found, key=lambda s: (s.deleted, s.subject, s.version))
 
+    def has_id(self, schema_id: int) -> bool:
+        return any(s.id == schema_id for versions in self._subjects.values()
+                   for s in versions.values())  # fmt: skip
+
     def subject_versions_of(self, schema_id: int, deleted: bool = False) -> list[tuple[str, int]]:
         self.schema_by_id(schema_id)
         return sorted((s.subject, s.version) for versions in self._subjects.values()

@@ -415,6 +415,8 @@ def run(config: NodeConfig) -> None:
         http = metrics.serve(*metrics_listener, tls=metrics_tls(config))
     console = start_console(config)
     registry = start_schema_registry(config) if broker is not None else None
+    if broker is not None and registry is not None:  # value.schema.validation asks it
+        broker.servicer.schema_id_known = registry[0].api.registry.knows_id
     try:
         stop.wait()
     finally:

@@ -4,6 +4,7 @@ killed (another node writes next, ids stay unique)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import signal
 from collections.abc import Iterator
@@ -18,7 +19,10 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+from google.protobuf.message import Message
+from grpc_tools import protoc
 
 from dataplane.tools.local_cluster import LocalCluster, free_port, wait_for
 from tests.dataplane.cluster_support import RANGES, running_cluster
@@ -115,6 +119,59 @@ def test_avro_and_json_serializers_round_trip(cluster: tuple[LocalCluster, dict[
         assert deserialize(read, context) == value
         found = reader.get_latest_version(f"{topic}-value")
         assert (found.schema_id, found.version) == (schema_id, 1)
+
+
+def _example_message(out: Path) -> type[Message]:
+    """registry_example.proto compiled by grpc_tools' protoc into ``out``, its Reading class."""
+    here = Path(__file__).parent
+    proto_include = Path(protoc.__file__).parent / "_proto"
+    arguments = ["protoc", f"-I{here}", f"-I{proto_include}", f"--python_out={out}",
+                 "registry_example.proto"]  # fmt: skip
+    assert protoc.main(arguments) == 0
+    spec = importlib.util.spec_from_file_location("registry_example_pb2",
+                                                  out / "registry_example_pb2.py")  # fmt: skip
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    reading: type[Message] = module.Reading
+    return reading
+
+
+def test_protobuf_serializer_round_trip(
+    cluster: tuple[LocalCluster, dict[int, str]], tmp_path: Path
+) -> None:
+    """confluent-kafka's ProtobufSerializer registers the file (a base64 FileDescriptorProto)
+    through node 1; its deserializer reads the writer's schema (``format=serialized``) through
+    node 2. A field's type changed incompatibly is then refused (409) and a new field is not."""
+    running, urls = cluster
+    reading_type = _example_message(tmp_path)
+    writer = SchemaRegistryClient({"url": urls[1]})
+    reader = SchemaRegistryClient({"url": urls[2]})
+    serialize = ProtobufSerializer(reading_type, writer, {"use.deprecated.format": False})
+    deserialize = ProtobufDeserializer(reading_type, {"use.deprecated.format": False}, reader)
+    value = reading_type(sensor="t1", value=21.5, labels={"unit": "C"})
+    value.at.FromSeconds(1_700_000_000)  # type: ignore[attr-defined]
+    value.place.site = "lab"  # type: ignore[attr-defined]
+    context = SerializationContext("readings", MessageField.VALUE)
+    payload = serialize(value, context)
+    assert payload is not None and payload[0] == 0
+    _produce(running, "readings", payload)
+    read = _consume_one(running, "readings")
+    assert deserialize(read, context) == value
+    latest = reader.get_latest_version("readings-value")
+    assert latest.schema.schema_type == "PROTOBUF"
+    assert latest.schema_id == int.from_bytes(payload[1:5], "big")
+    text = (Path(__file__).parent / "registry_example.proto").read_text()
+    changed = text.replace("double value = 2;", "string value = 2;")
+    with pytest.raises(SchemaRegistryError) as refused:
+        writer.register_schema("readings-value", Schema(changed, "PROTOBUF"))
+    assert refused.value.error_code == 409
+    assert "FIELD_SCALAR_KIND_CHANGED" in str(refused.value)
+    added = text.replace("  Place place = 5;", "  Place place = 5;\n  int64 seq = 6;")
+    assert writer.register_schema("readings-value", Schema(added, "PROTOBUF")) > 0
+    with pytest.raises(SchemaRegistryError) as invalid:
+        writer.register_schema("broken-value", Schema("syntax = 'proto3'; message {", "PROTOBUF"))
+    assert invalid.value.error_code == 42201
 
 
 def test_evolution_per_level(cluster: tuple[LocalCluster, dict[int, str]]) -> None:
