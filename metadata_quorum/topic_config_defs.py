@@ -166,9 +166,9 @@ TOPIC_CONFIG_DEFS: dict[str, TopicConfigDef] = {
 # rest are Kafka 4.1's (its released documentation, generated/topic_config.html)
 NOT_KAFKA_TOPIC_CONFIGS: dict[str, str] = {
     "flush.on.ack": "raftlog's own",
-    "key.schema.validation": "raftlog's own (Redpanda's redpanda.key.schema.id.validation idea)",
-    "value.schema.validation": "raftlog's own (Redpanda's redpanda.value.schema.id.validation "
-    "idea)",
+    "key.schema.validation": "raftlog's own, after Redpanda's redpanda.key.schema.id.validation",
+    "value.schema.validation": "raftlog's own, after Redpanda's "
+    "redpanda.value.schema.id.validation",
     "message.downconversion.enable": "removed by Kafka 4.0; still taken so that topics "
     "created with it stay valid",
     "producer.id.expiration.ms": "raftlog's own: Kafka's broker config, here also per topic",

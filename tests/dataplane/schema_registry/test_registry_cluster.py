@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
@@ -24,7 +24,10 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf.message import Message
 from grpc_tools import protoc
 
+from dataplane import client
 from dataplane.tools.local_cluster import LocalCluster, free_port, wait_for
+from raftlog.errors import ErrorCode
+from raftlog.errors import KafkaError as RaftlogError
 from tests.dataplane.cluster_support import RANGES, running_cluster
 
 pytestmark = [
@@ -172,6 +175,45 @@ def test_protobuf_serializer_round_trip(
     with pytest.raises(SchemaRegistryError) as invalid:
         writer.register_schema("broken-value", Schema("syntax = 'proto3'; message {", "PROTOBUF"))
     assert invalid.value.error_code == 42201
+
+
+def test_value_schema_validation_refuses_unframed_records(
+    cluster: tuple[LocalCluster, dict[int, str]],
+) -> None:
+    """A topic with value.schema.validation=true: a serialized record (magic byte and an id
+    the registry knows) is stored; a plain one, or one with an unknown id, is refused with
+    INVALID_RECORD, over the KAFKA listener (librdkafka reports the code) and over gRPC."""
+    running, urls = cluster
+    admin = client.AdminClient(bootstrap_servers=[running.broker_address(1)])
+    try:
+        topic = client.NewTopic("validated", 1, 3, {"value.schema.validation": "true"})
+        assert admin.create_topics([topic])["validated"] is None
+    finally:
+        admin.close()
+    registry = SchemaRegistryClient({"url": urls[3]})
+    serialize = AvroSerializer(registry, json.dumps(USER))
+    good = serialize(
+        {"name": "bo", "age": 5}, SerializationContext("validated", MessageField.VALUE)
+    )
+    assert good is not None
+    unknown_id = b"\x00" + (10**6).to_bytes(4, "big") + good[5:]
+    outcomes: list[Any] = []
+    producer = Producer({"bootstrap.servers": running.kafka_address(2), "linger.ms": 0})
+    for value in (good, b"plain text", unknown_id):
+        producer.produce("validated", value, on_delivery=lambda e, m: outcomes.append(e))
+        assert producer.flush(TIMEOUT_S) == 0  # one record per request: each judged alone
+    assert outcomes[0] is None
+    for error in outcomes[1:]:
+        assert error is not None and error.code() == KafkaError.INVALID_RECORD, error
+    grpc_producer = client.Producer([running.broker_address(3)], linger_ms=0)
+    try:
+        assert grpc_producer.send("validated", good).result(TIMEOUT_S).offset == 1
+        refused = grpc_producer.send("validated", b"plain text").exception(TIMEOUT_S)
+        assert isinstance(refused, RaftlogError) and refused.error is ErrorCode.INVALID_RECORD
+        assert "starts with byte 112, not the magic byte 0" in refused.message
+    finally:
+        grpc_producer.close()
+    assert _consume_one(running, "validated") == good
 
 
 def test_evolution_per_level(cluster: tuple[LocalCluster, dict[int, str]]) -> None:
