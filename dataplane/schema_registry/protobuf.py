@@ -42,7 +42,7 @@ from google.protobuf import (  # noqa: F401  (each adds its file to the default 
     wrappers_pb2,
 )
 from google.protobuf.message import DecodeError
-from grpc_tools import _protoc_compiler  # type: ignore[attr-defined]
+from grpc_tools import _protoc_compiler
 
 from dataplane.schema_registry import errors
 from dataplane.schema_registry.records import SchemaValue
