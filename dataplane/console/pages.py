@@ -17,7 +17,9 @@ from urllib.parse import quote, urlencode
 from dataplane.client import ConsumerRecord
 from dataplane.client.admin import GroupListing
 from dataplane.client.group_lag import GroupLag
+from dataplane.console import history
 from dataplane.console.decode import decode
+from dataplane.console.history import Sample
 from dataplane.console.reads import ClusterView, PartitionRow, RecordsView, TopicView
 
 LIVE_REFRESH_MS = 5000
@@ -30,7 +32,8 @@ table{border-collapse:collapse;margin:.5em 0 1.5em}th,td{border:1px solid #ccc;p
 text-align:left;vertical-align:top}th{background:#eef2f7}td.n{text-align:right}
 tr.warn td{background:#fde2e1}.tag{padding:0 .4em;border-radius:3px;background:#ddd}
 .ok{background:#d7f0d8}.bad{background:#fde2e1}pre{margin:0;white-space:pre-wrap;max-width:60em}
-.fmt{color:#777;font-size:.8em}.error{color:#a00}form label{display:block;margin:.3em 0}
+.fmt{color:#777;font-size:.8em}.charts svg{margin:0 1em 1em 0;border:1px solid #ddd}
+.error{color:#a00}form label{display:block;margin:.3em 0}
 """
 
 _LIVE_SCRIPT = """
@@ -162,7 +165,18 @@ def _partition_tr(topic: str, row: PartitionRow) -> str:
     )
 
 
-def topic_page(view: TopicView) -> str:
+def topic_charts(topic: str, samples: Sequence[Sample]) -> str:
+    """Records in and out per second and each partition's ISR size over the sampled hour."""
+    rates = {"in": history.records_in(samples, topic), "out": history.records_out(samples, topic)}
+    return (
+        '<div class="charts">'
+        + history.line_chart("Records per second", rates, "chart-throughput")
+        + history.line_chart("ISR size", history.isr_sizes(samples, topic), "chart-isr")
+        + "</div>"
+    )
+
+
+def topic_page(view: TopicView, samples: Sequence[Sample] = ()) -> str:
     partitions = [_partition_tr(view.name, row) for row in view.partitions]
     configs = [
         f'<tr data-config="{escape(c.name)}">{_cell(c.name)}{_cell(c.value)}{_cell(c.source)}</tr>'
@@ -189,6 +203,8 @@ def topic_page(view: TopicView) -> str:
             partitions,
             "partitions",
         )
+        + "<h2>Over the last hour</h2>"
+        + topic_charts(view.name, samples)
         + "<h2>Configs</h2>"
         + _table(("NAME", "VALUE", "SOURCE"), configs, "configs")
     )
@@ -272,7 +288,7 @@ def groups_page(groups: Sequence[GroupListing]) -> str:
     return page("Consumer groups", _table(("GROUP", "STATE", "TYPE"), rows, "groups"), live=True)
 
 
-def group_page(lag: GroupLag) -> str:
+def group_page(lag: GroupLag, samples: Sequence[Sample] = ()) -> str:
     d = lag.description
     members = [
         f'<tr data-member="{escape(m.member_id)}">{_cell(m.member_id)}{_cell(m.client_id)}'
@@ -311,5 +327,10 @@ def group_page(lag: GroupLag) -> str:
             rows,
             "lag",
         )
+        + '<h2>Lag over the last hour</h2><div class="charts">'
+        + history.line_chart(
+            "Total lag (records)", {"lag": history.group_lag(samples, d.group_id)}, "chart-lag"
+        )
+        + "</div>"
     )
     return page(f"Consumer group {d.group_id}", body, live=True)

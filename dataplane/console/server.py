@@ -25,7 +25,7 @@ from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
 from dataplane.client import AdminClient, Producer
-from dataplane.console import pages, reads
+from dataplane.console import history, pages, reads
 from metadata_quorum.security.channels import ClientSecurity
 from raftlog.errors import ErrorCode, KafkaError
 
@@ -55,11 +55,22 @@ class ConsoleError(Exception):
 class Console:
     """The pages of one cluster, read with ``security`` from ``bootstrap`` (broker addresses)."""
 
-    def __init__(self, bootstrap: list[str], security: ClientSecurity | None = None) -> None:
+    def __init__(
+        self,
+        bootstrap: list[str],
+        security: ClientSecurity | None = None,
+        sample_interval_s: float = history.SAMPLE_INTERVAL_S,
+    ) -> None:
         self.bootstrap = bootstrap
         self.security = security
         self._admin: AdminClient | None = None
         self._lock = threading.Lock()
+        reader = reads.SampleReader(self.admin, bootstrap, security)
+        self.sampler = history.Sampler(reader.read, sample_interval_s, reader.close)
+
+    def start_sampling(self) -> None:
+        """Start the charts' sampler (`close` stops it)."""
+        self.sampler.start()
 
     def admin(self) -> AdminClient:
         with self._lock:
@@ -68,6 +79,7 @@ class Console:
             return self._admin
 
     def close(self) -> None:
+        self.sampler.stop()
         with self._lock:
             if self._admin is not None:
                 self._admin.close()
@@ -82,13 +94,15 @@ class Console:
             case ["topics"]:
                 return pages.topics_page(reads.read_topics(self.admin(), *self._clients()))
             case ["topics", name]:
-                return pages.topic_page(reads.read_topic(self.admin(), *self._clients(), name))
+                view = reads.read_topic(self.admin(), *self._clients(), name)
+                return pages.topic_page(view, self.sampler.history.samples())
             case ["topics", name, "records"]:
                 return self._records(name, query)
             case ["groups"]:
                 return pages.groups_page(reads.read_groups(self.admin()))
             case ["groups", group]:
-                return pages.group_page(reads.read_group(self.admin(), *self._clients(), group))
+                lag = reads.read_group(self.admin(), *self._clients(), group)
+                return pages.group_page(lag, self.sampler.history.samples())
         raise ConsoleError(HTTPStatus.NOT_FOUND, f"no page {path}")
 
     def _clients(self) -> tuple[list[str], ClientSecurity | None]:
@@ -245,6 +259,7 @@ class ConsoleServer:
 
     def start(self) -> ConsoleServer:
         self._thread.start()
+        self.console.start_sampling()
         log.info("console serves %s", self.url)
         return self
 
