@@ -20,6 +20,7 @@ from dataplane.client.group_lag import GroupLag
 from dataplane.console import history
 from dataplane.console.decode import decode
 from dataplane.console.history import Sample
+from dataplane.console.outside import ConnectorRow, OutsideError, ReportSummary
 from dataplane.console.reads import ClusterView, PartitionRow, RecordsView, TopicView
 
 LIVE_REFRESH_MS = 5000
@@ -54,7 +55,8 @@ def page(title: str, body: str, live: bool = False) -> str:
     """A whole document: the navigation, ``body`` in ``<main>``, the live-update script."""
     nav = (
         '<nav><a class="brand" href="/">raftlog console</a><a href="/">Cluster</a>'
-        '<a href="/topics">Topics</a><a href="/groups">Consumer groups</a></nav>'
+        '<a href="/topics">Topics</a><a href="/groups">Consumer groups</a>'
+        '<a href="/connect">Connect</a><a href="/chaos">Chaos reports</a></nav>'
     )
     live_attribute = ' data-live="1"' if live else ""
     return (
@@ -334,3 +336,122 @@ def group_page(lag: GroupLag, samples: Sequence[Sample] = ()) -> str:
         + "</div>"
     )
     return page(f"Consumer group {d.group_id}", body, live=True)
+
+
+# -- Kafka Connect ----------------------------------------------------------------------------
+def connector_link(name: str) -> str:
+    return f'<a href="/connect/{quote(name, safe="")}">{escape(name)}</a>'
+
+
+def _state(state: str) -> str:
+    css = "ok" if state == "RUNNING" else "bad"
+    return f'<td><span class="tag {css}">{escape(state)}</span></td>'
+
+
+def _connector_tr(c: ConnectorRow) -> str:
+    running = sum(t.state == "RUNNING" for t in c.tasks)
+    lag = f"<td>{group_link(c.group)}</td>" if c.group is not None else _cell(c.lag, numeric=True)
+    return (
+        f'<tr data-connector="{escape(c.name)}"><td>{connector_link(c.name)}</td>'
+        f"{_cell(c.connector_class)}{_cell(c.type)}{_state(c.state)}"
+        f"{_cell(f'{running}/{len(c.tasks)}', True)}{lag}</tr>"
+    )
+
+
+def connect_page(connect_url: str | None, connectors: Sequence[ConnectorRow]) -> str:
+    """Connectors and mirrors (MirrorMaker-like connectors) of one Connect worker."""
+    if connect_url is None:
+        body = (
+            '<p id="not-configured">No Connect worker: start the console with '
+            "<code>--connect-url http://host:8083</code> (a node: "
+            "<code>console.connect.url</code>).</p>"
+        )
+        return page("Connect", body)
+    headers = ("CONNECTOR", "CLASS", "TYPE", "STATE", "TASKS RUNNING", "LAG (RECORDS / GROUP)")
+    mirrors = [c for c in connectors if c.mirror]
+    others = [c for c in connectors if not c.mirror]
+    body = (
+        f"<p>Worker {escape(connect_url)}: {len(connectors)} connectors. A sink connector's lag "
+        "is its consumer group's; a mirror's is its source end offsets minus what it mirrored."
+        "</p><h2>Connectors</h2>"
+        + _table(headers, [_connector_tr(c) for c in others], "connectors")
+        + "<h2>Mirrors</h2>"
+        + _table(headers, [_connector_tr(c) for c in mirrors], "mirrors")
+    )
+    return page("Connect", body, live=True)
+
+
+def connector_page(c: ConnectorRow) -> str:
+    tasks = [
+        f'<tr data-task="{t.task}">{_cell(t.task, True)}{_state(t.state)}{_cell(t.worker_id)}'
+        f"{_cell(t.lag, True)}<td><pre>{escape(t.trace or '')}</pre></td></tr>"
+        for t in c.tasks
+    ]
+    lags = [
+        f'<tr data-tp="{escape(r.topic)}-{r.partition}">{_cell(r.topic)}'
+        f"{_cell(r.partition, True)}{_cell(r.target_topic)}{_cell(r.source_end_offset, True)}"
+        f'{_cell(r.mirrored_offset, True)}<td class="n lag">{r.lag_records}</td>'
+        f"{_cell(r.task, True)}</tr>"
+        for r in c.mirror_lag
+    ]
+    group = f"; its lag is group {group_link(c.group)}'s" if c.group is not None else ""
+    body = (
+        f"<p>{escape(c.connector_class)}, {escape(c.type)}, state {escape(c.state)} on "
+        f"{escape(c.worker_id)}{group}.</p><h2>Tasks</h2>"
+        + _table(("TASK", "STATE", "WORKER", "LAG", "TRACE"), tasks, "tasks")
+    )
+    if c.mirror:
+        body += (
+            f'<h2>Mirrored partitions</h2><p>Total lag <b id="total-lag">{c.lag or 0}</b>.</p>'
+            + _table(
+                (
+                    "SOURCE TOPIC",
+                    "PARTITION",
+                    "TARGET TOPIC",
+                    "SOURCE END",
+                    "MIRRORED",
+                    "LAG",
+                    "TASK",
+                ),
+                lags,
+                "mirror-lag",
+            )
+        )
+    return page(f"Connector {c.name}", body, live=True)
+
+
+# -- chaos reports ----------------------------------------------------------------------------
+def _report_tr(r: ReportSummary | OutsideError) -> str:
+    if isinstance(r, OutsideError):
+        return f'<tr class="warn"><td colspan="8">{escape(str(r))}</td></tr>'
+    verdict = f'<span class="tag {"ok" if r.ok else "bad"}">{"PASS" if r.ok else "FAIL"}</span>'
+    link = (
+        f'<a href="/chaos/{quote(r.name, safe="")}">{escape(r.name)}</a>'
+        if r.has_html
+        else escape(r.name)
+    )
+    faults = ", ".join(f"{kind} {n}" for kind, n in sorted(r.faults_by_kind.items()))
+    availability = None if r.availability is None else f"{r.availability:.1%}"
+    return (
+        f'<tr data-report="{escape(r.name)}"><td>{link}</td><td class="verdict">{verdict}</td>'
+        f"{_cell(r.started_at)}{_cell(r.duration_s, True)}{_cell(r.seed, True)}"
+        f"{_cell(faults or None)}{_cell(r.findings, True)}"
+        f"{_cell(f'{r.acknowledged_writes} / {r.lost_writes} / {r.duplicated_values}', True)}"
+        f"{_cell(availability, True)}</tr>"
+    )
+
+
+def chaos_page(directory: str | None, reports: Sequence[ReportSummary | OutsideError]) -> str:
+    if directory is None:
+        body = (
+            '<p id="not-configured">No reports directory: start the console with '
+            "<code>--chaos-reports DIR</code> (where <code>raftlog chaos run --report</code> "
+            "wrote).</p>"
+        )
+        return page("Chaos reports", body)
+    headers = ("REPORT", "VERDICT", "STARTED", "SECONDS", "SEED", "FAULTS", "FINDINGS",
+               "ACKED / LOST / DUPLICATED", "AVAILABILITY")  # fmt: skip
+    body = f"<p>The newest reports under {escape(directory)}, newest first.</p>" + _table(
+        headers, [_report_tr(r) for r in reports], "reports"
+    )
+    return page("Chaos reports", body, live=True)

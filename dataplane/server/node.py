@@ -386,6 +386,7 @@ def start_console(config: NodeConfig) -> ConsoleServer | None:
     console = Console(
         [f"{broker[0]}:{broker[1]}"],
         sample_interval_s=config.console_sample_interval_ms / 1000,
+        connect_url=config.console_connect_url,
     )
     return ConsoleServer(console, *address).start()
 
