@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -76,8 +77,10 @@ WORKER: dict[str, Any] = {
 }
 
 
-@pytest.fixture
-def worker() -> Iterator[str]:
+@contextmanager
+def fake_connect_worker() -> Iterator[str]:
+    """A Connect worker's REST API answering `WORKER`'s paths; its base URL."""
+
     class FakeWorker(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             found = WORKER.get(self.path)
@@ -103,6 +106,12 @@ def worker() -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join(10)
+
+
+@pytest.fixture
+def worker() -> Iterator[str]:
+    with fake_connect_worker() as url:
+        yield url
 
 
 def test_connector_row_sums_a_mirrors_lag_per_task() -> None:
