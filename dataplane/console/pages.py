@@ -17,7 +17,10 @@ from urllib.parse import quote, urlencode
 from dataplane.client import ConsumerRecord
 from dataplane.client.admin import GroupListing
 from dataplane.client.group_lag import GroupLag
+from dataplane.console import history
 from dataplane.console.decode import decode
+from dataplane.console.history import Sample
+from dataplane.console.outside import ConnectorRow, OutsideError, ReportSummary
 from dataplane.console.reads import ClusterView, PartitionRow, RecordsView, TopicView
 
 LIVE_REFRESH_MS = 5000
@@ -30,7 +33,8 @@ table{border-collapse:collapse;margin:.5em 0 1.5em}th,td{border:1px solid #ccc;p
 text-align:left;vertical-align:top}th{background:#eef2f7}td.n{text-align:right}
 tr.warn td{background:#fde2e1}.tag{padding:0 .4em;border-radius:3px;background:#ddd}
 .ok{background:#d7f0d8}.bad{background:#fde2e1}pre{margin:0;white-space:pre-wrap;max-width:60em}
-.fmt{color:#777;font-size:.8em}.error{color:#a00}form label{display:block;margin:.3em 0}
+.fmt{color:#777;font-size:.8em}.charts svg{margin:0 1em 1em 0;border:1px solid #ddd}
+.error{color:#a00}form label{display:block;margin:.3em 0}
 """
 
 _LIVE_SCRIPT = """
@@ -51,7 +55,8 @@ def page(title: str, body: str, live: bool = False) -> str:
     """A whole document: the navigation, ``body`` in ``<main>``, the live-update script."""
     nav = (
         '<nav><a class="brand" href="/">raftlog console</a><a href="/">Cluster</a>'
-        '<a href="/topics">Topics</a><a href="/groups">Consumer groups</a></nav>'
+        '<a href="/topics">Topics</a><a href="/groups">Consumer groups</a>'
+        '<a href="/connect">Connect</a><a href="/chaos">Chaos reports</a></nav>'
     )
     live_attribute = ' data-live="1"' if live else ""
     return (
@@ -162,7 +167,18 @@ def _partition_tr(topic: str, row: PartitionRow) -> str:
     )
 
 
-def topic_page(view: TopicView) -> str:
+def topic_charts(topic: str, samples: Sequence[Sample]) -> str:
+    """Records in and out per second and each partition's ISR size over the sampled hour."""
+    rates = {"in": history.records_in(samples, topic), "out": history.records_out(samples, topic)}
+    return (
+        '<div class="charts">'
+        + history.line_chart("Records per second", rates, "chart-throughput")
+        + history.line_chart("ISR size", history.isr_sizes(samples, topic), "chart-isr")
+        + "</div>"
+    )
+
+
+def topic_page(view: TopicView, samples: Sequence[Sample] = ()) -> str:
     partitions = [_partition_tr(view.name, row) for row in view.partitions]
     configs = [
         f'<tr data-config="{escape(c.name)}">{_cell(c.name)}{_cell(c.value)}{_cell(c.source)}</tr>'
@@ -189,6 +205,8 @@ def topic_page(view: TopicView) -> str:
             partitions,
             "partitions",
         )
+        + "<h2>Over the last hour</h2>"
+        + topic_charts(view.name, samples)
         + "<h2>Configs</h2>"
         + _table(("NAME", "VALUE", "SOURCE"), configs, "configs")
     )
@@ -272,7 +290,7 @@ def groups_page(groups: Sequence[GroupListing]) -> str:
     return page("Consumer groups", _table(("GROUP", "STATE", "TYPE"), rows, "groups"), live=True)
 
 
-def group_page(lag: GroupLag) -> str:
+def group_page(lag: GroupLag, samples: Sequence[Sample] = ()) -> str:
     d = lag.description
     members = [
         f'<tr data-member="{escape(m.member_id)}">{_cell(m.member_id)}{_cell(m.client_id)}'
@@ -311,5 +329,129 @@ def group_page(lag: GroupLag) -> str:
             rows,
             "lag",
         )
+        + '<h2>Lag over the last hour</h2><div class="charts">'
+        + history.line_chart(
+            "Total lag (records)", {"lag": history.group_lag(samples, d.group_id)}, "chart-lag"
+        )
+        + "</div>"
     )
     return page(f"Consumer group {d.group_id}", body, live=True)
+
+
+# -- Kafka Connect ----------------------------------------------------------------------------
+def connector_link(name: str) -> str:
+    return f'<a href="/connect/{quote(name, safe="")}">{escape(name)}</a>'
+
+
+def _state(state: str) -> str:
+    css = "ok" if state == "RUNNING" else "bad"
+    return f'<td><span class="tag {css}">{escape(state)}</span></td>'
+
+
+def _connector_tr(c: ConnectorRow) -> str:
+    running = sum(t.state == "RUNNING" for t in c.tasks)
+    lag = f"<td>{group_link(c.group)}</td>" if c.group is not None else _cell(c.lag, numeric=True)
+    return (
+        f'<tr data-connector="{escape(c.name)}"><td>{connector_link(c.name)}</td>'
+        f"{_cell(c.connector_class)}{_cell(c.type)}{_state(c.state)}"
+        f"{_cell(f'{running}/{len(c.tasks)}', True)}{lag}</tr>"
+    )
+
+
+def connect_page(connect_url: str | None, connectors: Sequence[ConnectorRow]) -> str:
+    """Connectors and mirrors (MirrorMaker-like connectors) of one Connect worker."""
+    if connect_url is None:
+        body = (
+            '<p id="not-configured">No Connect worker: start the console with '
+            "<code>--connect-url http://host:8083</code> (a node: "
+            "<code>console.connect.url</code>).</p>"
+        )
+        return page("Connect", body)
+    headers = ("CONNECTOR", "CLASS", "TYPE", "STATE", "TASKS RUNNING", "LAG (RECORDS / GROUP)")
+    mirrors = [c for c in connectors if c.mirror]
+    others = [c for c in connectors if not c.mirror]
+    body = (
+        f"<p>Worker {escape(connect_url)}: {len(connectors)} connectors. A sink connector's lag "
+        "is its consumer group's; a mirror's is its source end offsets minus what it mirrored."
+        "</p><h2>Connectors</h2>"
+        + _table(headers, [_connector_tr(c) for c in others], "connectors")
+        + "<h2>Mirrors</h2>"
+        + _table(headers, [_connector_tr(c) for c in mirrors], "mirrors")
+    )
+    return page("Connect", body, live=True)
+
+
+def connector_page(c: ConnectorRow) -> str:
+    tasks = [
+        f'<tr data-task="{t.task}">{_cell(t.task, True)}{_state(t.state)}{_cell(t.worker_id)}'
+        f"{_cell(t.lag, True)}<td><pre>{escape(t.trace or '')}</pre></td></tr>"
+        for t in c.tasks
+    ]
+    lags = [
+        f'<tr data-tp="{escape(r.topic)}-{r.partition}">{_cell(r.topic)}'
+        f"{_cell(r.partition, True)}{_cell(r.target_topic)}{_cell(r.source_end_offset, True)}"
+        f'{_cell(r.mirrored_offset, True)}<td class="n lag">{r.lag_records}</td>'
+        f"{_cell(r.task, True)}</tr>"
+        for r in c.mirror_lag
+    ]
+    group = f"; its lag is group {group_link(c.group)}'s" if c.group is not None else ""
+    body = (
+        f"<p>{escape(c.connector_class)}, {escape(c.type)}, state {escape(c.state)} on "
+        f"{escape(c.worker_id)}{group}.</p><h2>Tasks</h2>"
+        + _table(("TASK", "STATE", "WORKER", "LAG", "TRACE"), tasks, "tasks")
+    )
+    if c.mirror:
+        body += (
+            f'<h2>Mirrored partitions</h2><p>Total lag <b id="total-lag">{c.lag or 0}</b>.</p>'
+            + _table(
+                (
+                    "SOURCE TOPIC",
+                    "PARTITION",
+                    "TARGET TOPIC",
+                    "SOURCE END",
+                    "MIRRORED",
+                    "LAG",
+                    "TASK",
+                ),
+                lags,
+                "mirror-lag",
+            )
+        )
+    return page(f"Connector {c.name}", body, live=True)
+
+
+# -- chaos reports ----------------------------------------------------------------------------
+def _report_tr(r: ReportSummary | OutsideError) -> str:
+    if isinstance(r, OutsideError):
+        return f'<tr class="warn"><td colspan="8">{escape(str(r))}</td></tr>'
+    verdict = f'<span class="tag {"ok" if r.ok else "bad"}">{"PASS" if r.ok else "FAIL"}</span>'
+    link = (
+        f'<a href="/chaos/{quote(r.name, safe="")}">{escape(r.name)}</a>'
+        if r.has_html
+        else escape(r.name)
+    )
+    faults = ", ".join(f"{kind} {n}" for kind, n in sorted(r.faults_by_kind.items()))
+    availability = None if r.availability is None else f"{r.availability:.1%}"
+    return (
+        f'<tr data-report="{escape(r.name)}"><td>{link}</td><td class="verdict">{verdict}</td>'
+        f"{_cell(r.started_at)}{_cell(r.duration_s, True)}{_cell(r.seed, True)}"
+        f"{_cell(faults or None)}{_cell(r.findings, True)}"
+        f"{_cell(f'{r.acknowledged_writes} / {r.lost_writes} / {r.duplicated_values}', True)}"
+        f"{_cell(availability, True)}</tr>"
+    )
+
+
+def chaos_page(directory: str | None, reports: Sequence[ReportSummary | OutsideError]) -> str:
+    if directory is None:
+        body = (
+            '<p id="not-configured">No reports directory: start the console with '
+            "<code>--chaos-reports DIR</code> (where <code>raftlog chaos run --report</code> "
+            "wrote).</p>"
+        )
+        return page("Chaos reports", body)
+    headers = ("REPORT", "VERDICT", "STARTED", "SECONDS", "SEED", "FAULTS", "FINDINGS",
+               "ACKED / LOST / DUPLICATED", "AVAILABILITY")  # fmt: skip
+    body = f"<p>The newest reports under {escape(directory)}, newest first.</p>" + _table(
+        headers, [_report_tr(r) for r in reports], "reports"
+    )
+    return page("Chaos reports", body, live=True)

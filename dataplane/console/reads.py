@@ -10,8 +10,10 @@ log end offset minus the log start offset.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -26,7 +28,11 @@ from dataplane.client.admin import (
     ResourceType,
 )
 from dataplane.client.group_lag import GroupLag, describe_group_lag
+from dataplane.console.history import Sample
 from metadata_quorum.security.channels import ClientSecurity
+from raftlog.errors import KafkaError
+
+log = logging.getLogger(__name__)
 
 RECORDS_PER_PAGE_MAX = 100
 RECORDS_READ_TIMEOUT_S = 5.0  # a page of records is given up to this long to arrive
@@ -226,3 +232,54 @@ def read_group(
 ) -> GroupLag:
     """What ``raftlog group describe`` prints, from the same code."""
     return describe_group_lag(admin, bootstrap, group, security=security)
+
+
+class SampleReader:
+    """Reads one `Sample` for the charts: ``describe_topics`` (ISR sizes), one consumer's
+    ``end_offsets`` for every partition, and ``list_group_offsets`` of every group that commits
+    offsets (a share group commits none). The consumer is made at the first read and kept for
+    the next ones (one connection per broker for the console's life, not one per sample);
+    `close` closes it. Used from the sampler's thread only."""
+
+    def __init__(
+        self,
+        admin: Callable[[], AdminClient],
+        bootstrap: list[str],
+        security: ClientSecurity | None,
+    ) -> None:
+        self._admin = admin
+        self._bootstrap = bootstrap
+        self._security = security
+        self._consumer: Consumer | None = None
+
+    def read(self) -> Sample:
+        at = time.time()
+        admin = self._admin()
+        described = admin.describe_topics()
+        tps = [TopicPartition(t, p.partition) for t, d in described.items() for p in d.partitions]
+        isr = {
+            TopicPartition(t, p.partition): len(p.isr)
+            for t, d in described.items()
+            for p in d.partitions
+        }
+        if self._consumer is None:
+            self._consumer = Consumer(
+                self._bootstrap, security=self._security, client_id="raftlog-console-sampler"
+            )
+        ends = self._consumer.end_offsets(tps) if tps else {}
+        committed: dict[str, dict[TopicPartition, int]] = {}
+        for g in admin.list_groups():
+            if g.group_type == "share":
+                continue
+            try:
+                offsets = admin.list_group_offsets(g.group_id)
+            except KafkaError as error:  # deleted since listed, its coordinator moving ...
+                log.debug("console sample: group %s: %s", g.group_id, error)
+                continue
+            committed[g.group_id] = {tp: o.offset for tp, o in offsets.items()}
+        return Sample(at, ends, isr, committed)
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None

@@ -4,7 +4,9 @@ with at most `REQUESTS_IN_FLIGHT_MAX` at once (one more is answered 503 at once)
 
 Routes (GET unless said): ``/`` the cluster, ``/topics``, ``/topics/{name}``,
 ``/topics/{name}/records?partition=&offset=&timestamp=&limit=``, POST ``/topics/{name}/produce``
-(form fields partition, key, value, headers), ``/groups``, ``/groups/{id}``.
+(form fields partition, key, value, headers), ``/groups``, ``/groups/{id}``, ``/connect``,
+``/connect/{name}`` (a Connect worker's connectors and mirrors, with ``connect_url``),
+``/chaos``, ``/chaos/{name}`` (chaos reports and one's report.html, with ``chaos_reports``).
 
 Reads go through one admin client, made at the first request (the node's broker may not
 serve yet when the node starts) and kept; consumers and the producer of the produce form live
@@ -21,11 +23,12 @@ import threading
 from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
 from dataplane.client import AdminClient, Producer
-from dataplane.console import pages, reads
+from dataplane.console import history, outside, pages, reads
 from metadata_quorum.security.channels import ClientSecurity
 from raftlog.errors import ErrorCode, KafkaError
 
@@ -55,11 +58,26 @@ class ConsoleError(Exception):
 class Console:
     """The pages of one cluster, read with ``security`` from ``bootstrap`` (broker addresses)."""
 
-    def __init__(self, bootstrap: list[str], security: ClientSecurity | None = None) -> None:
+    def __init__(
+        self,
+        bootstrap: list[str],
+        security: ClientSecurity | None = None,
+        sample_interval_s: float = history.SAMPLE_INTERVAL_S,
+        connect_url: str | None = None,
+        chaos_reports: Path | None = None,
+    ) -> None:
         self.bootstrap = bootstrap
+        self.connect_url = connect_url
+        self.chaos_reports = None if chaos_reports is None else outside.ChaosReports(chaos_reports)
         self.security = security
         self._admin: AdminClient | None = None
         self._lock = threading.Lock()
+        reader = reads.SampleReader(self.admin, bootstrap, security)
+        self.sampler = history.Sampler(reader.read, sample_interval_s, reader.close)
+
+    def start_sampling(self) -> None:
+        """Start the charts' sampler (`close` stops it)."""
+        self.sampler.start()
 
     def admin(self) -> AdminClient:
         with self._lock:
@@ -68,6 +86,7 @@ class Console:
             return self._admin
 
     def close(self) -> None:
+        self.sampler.stop()
         with self._lock:
             if self._admin is not None:
                 self._admin.close()
@@ -82,14 +101,38 @@ class Console:
             case ["topics"]:
                 return pages.topics_page(reads.read_topics(self.admin(), *self._clients()))
             case ["topics", name]:
-                return pages.topic_page(reads.read_topic(self.admin(), *self._clients(), name))
+                view = reads.read_topic(self.admin(), *self._clients(), name)
+                return pages.topic_page(view, self.sampler.history.samples())
             case ["topics", name, "records"]:
                 return self._records(name, query)
             case ["groups"]:
                 return pages.groups_page(reads.read_groups(self.admin()))
             case ["groups", group]:
-                return pages.group_page(reads.read_group(self.admin(), *self._clients(), group))
+                lag = reads.read_group(self.admin(), *self._clients(), group)
+                return pages.group_page(lag, self.sampler.history.samples())
+            case ["connect"]:
+                connectors = [] if self.connect_url is None else self._connectors(None)
+                return pages.connect_page(self.connect_url, connectors)
+            case ["connect", name] if self.connect_url is not None:
+                return pages.connector_page(self._connectors(name)[0])
+            case ["chaos"]:
+                reports = [] if self.chaos_reports is None else self.chaos_reports.list()
+                directory = None if self.chaos_reports is None else self.chaos_reports.directory
+                return pages.chaos_page(None if directory is None else str(directory), reports)
+            case ["chaos", name] if self.chaos_reports is not None:
+                try:
+                    return self.chaos_reports.html(name)
+                except outside.OutsideError as error:
+                    raise ConsoleError(HTTPStatus.NOT_FOUND, str(error)) from None
         raise ConsoleError(HTTPStatus.NOT_FOUND, f"no page {path}")
+
+    def _connectors(self, name: str | None) -> list[outside.ConnectorRow]:
+        assert self.connect_url is not None
+        try:
+            return outside.read_connectors(self.connect_url, name)
+        except outside.OutsideError as error:
+            status = HTTPStatus.NOT_FOUND if "HTTP 404" in str(error) else HTTPStatus.BAD_GATEWAY
+            raise ConsoleError(status, f"Connect: {error}") from None
 
     def _clients(self) -> tuple[list[str], ClientSecurity | None]:
         return self.bootstrap, self.security
@@ -245,6 +288,7 @@ class ConsoleServer:
 
     def start(self) -> ConsoleServer:
         self._thread.start()
+        self.console.start_sampling()
         log.info("console serves %s", self.url)
         return self
 

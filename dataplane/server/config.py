@@ -175,6 +175,14 @@ class NodeConfig(BaseModel):
     # Not a Kafka setting (Redpanda's console idea, issue 33): HTTP://host:port of the web
     # console this node serves (dataplane/console); unset, none
     console_listener: str | None = Field(None, alias="console.listener", min_length=1)
+    # how often the console samples offsets, groups and ISRs for its charts (an hour is kept)
+    console_sample_interval_ms: int = Field(
+        10_000, alias="console.sample.interval.ms", ge=100, le=600_000
+    )
+    # a Connect worker's REST API whose connectors and mirrors the console shows
+    console_connect_url: str | None = Field(
+        None, alias="console.connect.url", pattern=r"^https?://[^/\s]+/?$"
+    )
     # KIP-392: which replica a consumer that sends its rack reads from (None: the leader)
     replica_selector_class: str | None = Field(None, alias="replica.selector.class")
     # KIP-227: fetch sessions the KAFKA listener keeps (0: none, every fetch is full)

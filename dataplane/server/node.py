@@ -383,7 +383,12 @@ def start_console(config: NodeConfig) -> ConsoleServer | None:
     if address is None:
         return None
     assert broker is not None, "NodeConfig requires a BROKER listener with console.listener"
-    return ConsoleServer(Console([f"{broker[0]}:{broker[1]}"]), *address).start()
+    console = Console(
+        [f"{broker[0]}:{broker[1]}"],
+        sample_interval_s=config.console_sample_interval_ms / 1000,
+        connect_url=config.console_connect_url,
+    )
+    return ConsoleServer(console, *address).start()
 
 
 def run(config: NodeConfig) -> None:

@@ -195,6 +195,8 @@ RENAMED: dict[str, str] = {"log.dir": "log.dirs"}
 RAFTLOG_ONLY: dict[str, str] = {
     "cluster.id": "Kafka takes it from `kafka-storage format`'s meta.properties",
     "console.listener": "the web console's HTTP address (docs/console.md)",
+    "console.sample.interval.ms": "how often the web console samples its charts' data",
+    "console.connect.url": "the Connect worker whose connectors the web console shows",
     "schema.registry.listener": (
         "the schema registry's HTTP address (docs/schema-registry.md; Redpanda serves it on 8081)"
     ),

@@ -6,6 +6,7 @@ decide what it shows, and runs until Ctrl-C."""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -20,12 +21,35 @@ def console_command(
         str, typer.Option("--listen", help="host:port the console serves HTTP on (port 0: any)")
     ] = "127.0.0.1:8080",
     bootstrap: BootstrapOption = DEFAULT_BOOTSTRAP,
+    sample_interval_ms: Annotated[
+        int,
+        typer.Option(
+            "--sample-interval-ms",
+            min=100,
+            max=600_000,
+            help="how often the charts' data is sampled (the last hour is kept)",
+        ),
+    ] = 10_000,
+    connect_url: Annotated[
+        str | None,
+        typer.Option(
+            "--connect-url", help="a Connect worker's REST API, e.g. http://127.0.0.1:8083"
+        ),
+    ] = None,
+    chaos_reports: Annotated[
+        Path | None,
+        typer.Option("--chaos-reports", help="a directory of chaos reports (report.json)"),
+    ] = None,
 ) -> None:
     """Serve the web console of the cluster at --bootstrap-server until Ctrl-C."""
     host, colon, port = listen.rpartition(":")
     if not colon or not host or not port.isdigit() or not 0 <= int(port) < 65536:
         raise typer.BadParameter(f"{listen!r} is not host:port", param_hint="--listen")
-    server = ConsoleServer(Console(servers(bootstrap), command_security()), host, int(port))
+    reader = Console(
+        servers(bootstrap), command_security(), sample_interval_ms / 1000, connect_url,
+        chaos_reports,
+    )  # fmt: skip
+    server = ConsoleServer(reader, host, int(port))
     server.start()
     console.print(f"console: {server.url}/ (Ctrl-C stops it)", highlight=False)
     try:

@@ -2,7 +2,10 @@
 Debian's chromedriver, opens every page of a one-node cluster that holds a topic with records
 and a consumer group with committed offsets, checks what each page shows against the admin
 API (the lag shown is what ``raftlog group describe`` computes, dataplane.client.group_lag),
-produces a record through the form and finds it on the records page. Each page's screenshot
+produces a record through the form and finds it on the records page, waits for the charts
+(throughput, ISR size, lag) to draw lines, and opens the Connect and chaos pages of a console
+run on its own in this process (a fake Connect worker, reports chaos/report.py wrote). Each
+page's screenshot
 is saved in the test's directory, and also in $CONSOLE_SCREENSHOTS_DIR when set (the docs'
 docs/assets/console/)."""
 
@@ -19,8 +22,10 @@ import pytest
 
 from dataplane.client import AdminClient, Consumer, Producer, TopicPartition
 from dataplane.client.group_lag import describe_group_lag
+from dataplane.console.server import Console, ConsoleServer
 from dataplane.tools.local_cluster import LocalCluster, wait_for
 from tests.dataplane.cluster_support import create_topic, running_cluster
+from tests.dataplane.console.test_console_outside import _report, fake_connect_worker
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -37,7 +42,11 @@ pytestmark = [pytest.mark.timeout(120), pytest.mark.xdist_group("console")]
 TOPIC = "orders"
 GROUP = "billing"
 PAGE_LOAD_S = 20
-ONE_NODE: dict[str, str | int] = {"offsets.topic.replication.factor": 1}
+# the charts' sampler every 0.5 s, so a few samples exist within seconds
+ONE_NODE: dict[str, str | int] = {
+    "offsets.topic.replication.factor": 1,
+    "console.sample.interval.ms": 500,
+}
 
 
 @pytest.fixture(scope="module")
@@ -178,3 +187,58 @@ def test_group_pages_show_the_lag_group_describe_computes(
         cells = _cells(browser, f'tr[data-tp="{row.topic}-{row.partition}"]')
         assert cells[2:5] == [str(row.current_offset), str(row.log_end_offset), str(row.lag)]
     browser.save_screenshot(str(screenshots / "group.png"))
+
+
+def _lines(browser: Any, chart_id: str) -> Any:
+    return browser.find_elements(By.CSS_SELECTOR, f"svg#{chart_id} polyline")
+
+
+def test_charts_draw_the_sampled_history(
+    browser: Any, cluster: LocalCluster, screenshots: Path
+) -> None:
+    """The sampler (every 0.5 s here) has a few samples: records in and out, each partition's
+    ISR size and the group's lag are drawn as lines."""
+    with Producer(cluster.bootstrap_servers) as producer:  # something to draw a rate of
+        for n in range(20):
+            producer.send(TOPIC, f"more {n}".encode(), None, partition=n % 2)
+        producer.flush()
+
+    def charted(path: str, chart_id: str, lines: int) -> bool | None:
+        _open(browser, cluster, path)
+        return len(_lines(browser, chart_id)) >= lines or None
+
+    wait_for("the topic's charts", lambda: charted(f"/topics/{TOPIC}", "chart-throughput", 2), 30)
+    names = {line.get_attribute("data-series") for line in _lines(browser, "chart-isr")}
+    assert names == {"p0", "p1"}
+    browser.save_screenshot(str(screenshots / "topic-charts.png"))
+    wait_for("the group's lag chart", lambda: charted(f"/groups/{GROUP}", "chart-lag", 1), 30)
+    browser.save_screenshot(str(screenshots / "group.png"))
+
+
+def test_connect_and_chaos_pages(
+    browser: Any, cluster: LocalCluster, screenshots: Path, tmp_path: Path
+) -> None:
+    """``raftlog console --connect-url --chaos-reports``, run in this process on the cluster."""
+    _report(tmp_path / "kill-run", ok=True, seed=7)
+    _report(tmp_path / "partition-run", ok=False, seed=8)
+    with fake_connect_worker() as worker:
+        console = Console(cluster.bootstrap_servers, connect_url=worker, chaos_reports=tmp_path)
+        server = ConsoleServer(console, "127.0.0.163", 0).start()
+        try:
+            _connect_and_chaos(browser, server.url, screenshots)
+        finally:
+            server.stop()
+
+
+def _connect_and_chaos(browser: Any, url: str, screenshots: Path) -> None:
+    browser.get(f"{url}/connect")
+    assert _cells(browser, 'tr[data-connector="lines-out"]')[3] == "PAUSED"
+    browser.find_element(By.LINK_TEXT, "MirrorSourceConnector").click()
+    assert browser.find_element(By.ID, "total-lag").text == "12"
+    browser.save_screenshot(str(screenshots / "mirror.png"))
+    browser.get(f"{url}/chaos")
+    assert _cells(browser, 'tr[data-report="partition-run"]')[1] == "FAIL"
+    assert _cells(browser, 'tr[data-report="kill-run"]')[1] == "PASS"
+    browser.save_screenshot(str(screenshots / "chaos.png"))
+    browser.find_element(By.LINK_TEXT, "kill-run").click()
+    assert "seed 7" in browser.title  # chaos/report.py's report.html, served as written
