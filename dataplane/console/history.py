@@ -228,9 +228,13 @@ class Sampler:
         self._close = close
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="console-sampler", daemon=True)
+        self._starting = threading.Lock()
 
     def start(self) -> Sampler:
-        self._thread.start()
+        """Start sampling; again, nothing (the console calls it on every page it serves)."""
+        with self._starting:
+            if self._thread.ident is None and not self._stop.is_set():
+                self._thread.start()  # once: a thread is never started twice
         return self
 
     def _run(self) -> None:

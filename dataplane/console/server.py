@@ -76,7 +76,9 @@ class Console:
         self.sampler = history.Sampler(reader.read, sample_interval_s, reader.close)
 
     def start_sampling(self) -> None:
-        """Start the charts' sampler (`close` stops it)."""
+        """Start the charts' sampler once (`close` stops it). The first page served starts it,
+        not the server: a node's console nobody opens reads nothing (every node of a cluster
+        may serve one), and the charts begin with the first visit."""
         self.sampler.start()
 
     def admin(self) -> AdminClient:
@@ -94,6 +96,7 @@ class Console:
 
     # -- pages: (status, html) --------------------------------------------------------------
     def get(self, path: str, query: dict[str, str]) -> str:
+        self.start_sampling()
         parts = [unquote(p) for p in path.strip("/").split("/")] if path.strip("/") else []
         match parts:
             case []:
@@ -288,7 +291,6 @@ class ConsoleServer:
 
     def start(self) -> ConsoleServer:
         self._thread.start()
-        self.console.start_sampling()
         log.info("console serves %s", self.url)
         return self
 
