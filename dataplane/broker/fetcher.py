@@ -118,6 +118,8 @@ class FetcherThread(threading.Thread):
                 self._drop_channel()
                 continue
             backoff_ms = BACKOFF_MS
+            if self._stopped.is_set():
+                break  # stopped while fetching: the broker may have closed the logs already
             self._handle(answer, sent)
         self._drop_channel()
 
