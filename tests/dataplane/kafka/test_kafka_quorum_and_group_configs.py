@@ -85,7 +85,14 @@ def test_group_configs_alter_describe_and_list(
     set_group_configs(cluster, "configured", {"share.auto.offset.reset": "earliest"})
     resource = ConfigResource(ResourceType.GROUP, "configured")
     admin = rd_admin(cluster)
-    described = admin.describe_configs([resource])[resource].result(30)
+
+    def described_after_the_alter() -> Any:
+        # a broker answers from its metadata image, which follows the controller's commit
+        # (Kafka's brokers answer from their metadata cache the same way)
+        described = admin.describe_configs([resource])[resource].result(30)
+        return described if described["share.auto.offset.reset"].value == "earliest" else None
+
+    described = wait_for("the broker to see the group config", described_after_the_alter, 30)
     reset = described["share.auto.offset.reset"]
     assert reset.value == "earliest" and reset.source == ConfigSource.GROUP_CONFIG.value
     session = described["consumer.session.timeout.ms"]
