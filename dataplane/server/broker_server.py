@@ -221,7 +221,8 @@ class Broker:
         self.metrics = metrics
         self.clock_ms = clock_ms
         self.state = BrokerState.NOT_RUNNING
-        self._state_lock = threading.Lock()
+        # the broker state; the image published vs the broker epoch (registration)
+        self._state_lock, self._publish_lock = threading.Lock(), threading.Lock()
         self.broker_epoch = -1
         self.incarnation_id = uuid.uuid4().hex  # this process's; a restart is a new incarnation
         self._stop = threading.Event()
@@ -454,7 +455,12 @@ class Broker:
         if self.previous.broker_epoch >= 0:
             request.previous_broker_epoch = self.previous.broker_epoch
         response = self.client.checked("RegisterBroker", request)
-        self.broker_epoch = response.broker_epoch
+        with self._publish_lock:
+            self.broker_epoch = response.broker_epoch
+            if not self.serving.is_set():
+                # The stream may have brought the registration before its answer came: with
+                # nothing committed after it, no later update would publish that image.
+                self._publish()
         note_same_boot(self.log_dir, self.broker_epoch, self.boot_id)
         self._transition_to(BrokerState.RECOVERY)
         log.info(
@@ -463,12 +469,25 @@ class Broker:
             self.previous.proof,
         )  # fmt: skip
 
+    def _published_offset(self) -> int:
+        """The metadata offset the heartbeat reports: -1 until this broker serves clients.
+
+        The controller unfences a broker whose reported offset reaches its registration, and
+        from then on every Metadata answer names it. Kafka's broker asks to be unfenced only
+        once its first image is published and its listeners are enabled (BrokerServer's
+        startup: the initial catch-up, the first publish, the socket server enabled, then
+        ``setReadyToUnfence``). Reporting the image's offset while that image was still being
+        published (the logs of an unclean shutdown recovering in ``apply_image``) unfenced a
+        broker whose listeners still refused connections: kafka-python, told of it by another
+        broker, sent it a request and failed on the closed connection."""
+        return self.image.offset if self.serving.is_set() else -1
+
     def _heartbeat(self) -> None:
         want_shutdown = self.state is BrokerState.PENDING_CONTROLLED_SHUTDOWN
         request = cpb.BrokerHeartbeatRequest(
             broker_id=self.settings.broker_id,
             broker_epoch=self.broker_epoch,
-            current_metadata_offset=self.image.offset,
+            current_metadata_offset=self._published_offset(),
             want_shutdown=want_shutdown,
         )
         # The standbys hear it first, so whichever becomes active knows this broker's last
@@ -535,7 +554,14 @@ class Broker:
         image = delta.image()
         if image.voters != self.image.voters:
             self.client.learn([v.address for v in image.voters])
-        self.image = image
+        with self._publish_lock:
+            self.image = image
+            self._publish()
+
+    def _publish(self) -> None:
+        """Publish ``self.image`` to the replica manager and the coordinators, once it holds
+        this incarnation's registration (under ``_publish_lock``)."""
+        image = self.image
         # Caught up with the quorum once the image holds this broker's own registration: every
         # record committed before it is in. (The controller serving the stream may itself lag.)
         caught_up = 0 <= self.broker_epoch <= image.offset

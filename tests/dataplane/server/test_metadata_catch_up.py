@@ -46,6 +46,7 @@ def starting_broker(calls: list[tuple[str, int]]) -> Broker:
     broker.broker_epoch = REGISTERED_AT
     broker.serving = threading.Event()
     broker._state_lock = threading.Lock()
+    broker._publish_lock = threading.Lock()
     broker.state = BrokerState.RECOVERY
     broker.incarnation_id = b"\x01" * 16  # type: ignore[assignment]
     broker.settings = type("Settings", (), {"broker_id": 1})()
@@ -88,3 +89,49 @@ def test_a_serving_broker_that_registers_again_keeps_publishing() -> None:
     broker.broker_epoch = 50  # registered again at a later offset: it serves on, as before
     broker._apply_update(update(6, 6))
     assert ("replicas.apply_image", 6) in calls
+
+
+def test_the_heartbeat_reports_no_offset_until_the_broker_serves() -> None:
+    """The controller unfences a broker once its heartbeat's offset reaches its registration;
+    before the image holding it is published (and the listeners admit clients), the broker
+    must not be unfenced, or Metadata answers name a broker that refuses connections."""
+    calls: list[tuple[str, int]] = []
+    broker = starting_broker(calls)
+    reported: list[int] = []
+
+    class Publishing(Recorder):
+        def apply_image(self, image: MetadataImage, **_: Any) -> dict[str, Any]:
+            reported.append(broker._published_offset())  # a heartbeat while it publishes
+            return {}
+
+    broker.replicas = Publishing(calls, "replicas")  # type: ignore[assignment]
+    broker._apply_update(update(0, 6))
+    assert broker.image.offset == 6
+    assert reported == [-1], "the heartbeat reported a registration it has not yet published"
+    assert broker._published_offset() == 6
+
+
+def test_a_registration_streamed_before_its_answer_is_published_at_the_answer() -> None:
+    """The stream may bring the RegisterBroker record before the registration's answer gives the
+    broker its epoch. Nothing may be committed after it (an idle cluster), so the answer itself
+    publishes the image that already holds it: else the broker neither served nor reported the
+    offset that unfences it, and waited for an unrelated record (seen: 27 s)."""
+    calls: list[tuple[str, int]] = []
+    broker = starting_broker(calls)
+    broker.broker_epoch = -1  # registering: the answer has not come
+    broker._apply_update(update(0, REGISTERED_AT))
+    assert not broker.serving.is_set() and not calls
+    broker.previous = type("Previous", (), {"broker_epoch": -1, "proof": "none"})()
+    broker.boot_id, broker.log_dir = None, None  # no boot id: no same-boot note written
+    answer = cpb.RegisterBrokerResponse(broker_epoch=REGISTERED_AT)
+    broker.client = type("Client", (), {"checked": lambda self, *_: answer})()
+    broker._endpoints = lambda: []  # type: ignore[method-assign]
+    broker.settings = type(
+        "Settings",
+        (),
+        {"broker_id": 1, "rack": None, "replica": type("R", (), {"static_broker_configs": {}})()},
+    )()
+    broker._register()
+    assert broker.serving.is_set()
+    assert ("replicas.apply_image", REGISTERED_AT) in calls
+    assert broker._published_offset() == REGISTERED_AT
