@@ -45,7 +45,8 @@ TOPIC = "_schemas"
 WRITER_TRANSACTIONAL_ID = "_schemas-writer"
 REPLICATION_FACTOR_MAX = 3
 TAIL_POLL_MS = 200
-TOPIC_CHECK_INTERVAL_S = 1.0
+TOPIC_CHECK_INTERVAL_S = 1.0  # while _schemas does not exist, doubling up to the max
+TOPIC_CHECK_INTERVAL_MAX_S = 8.0
 WRITE_ATTEMPTS = 5
 T = TypeVar("T")
 
@@ -83,16 +84,19 @@ class Registry:
     # -- reading ----------------------------------------------------------------------------
 
     def _tail(self) -> None:
-        """Follow the topic until stopped (opening it once it exists)."""
+        """Follow the topic until stopped (opening it once it exists). A cluster whose registry
+        was never written has no ``_schemas``: the check for it backs off (every node of every
+        local cluster serves a registry), and a request reads the topic to its end anyway."""
+        interval_s = TOPIC_CHECK_INTERVAL_S
         while not self._stop.is_set():
             try:
                 if self._open(create=False):
                     self._poll(TAIL_POLL_MS)
-                else:
-                    self._stop.wait(TOPIC_CHECK_INTERVAL_S)
+                    continue
             except KafkaError as error:  # the cluster is starting or a leader moves: retry
                 log.warning("schema registry: reading %s: %s", TOPIC, error)
-                self._stop.wait(TOPIC_CHECK_INTERVAL_S)
+            self._stop.wait(interval_s)
+            interval_s = min(2 * interval_s, TOPIC_CHECK_INTERVAL_MAX_S)
 
     def _open(self, create: bool) -> bool:
         """Whether the topic is open for reading; ``create`` makes it first if missing."""

@@ -178,6 +178,10 @@ def cluster_up(
     if any(consoles):
         urls = ", ".join(f"http://{a}/" for a in consoles if a)
         console.print(f"web console: {urls}", highlight=False, soft_wrap=True)
+    if cluster.schema_registry_urls:
+        urls = ",".join(cluster.schema_registry_urls)
+        console.print(f"schema registry (schema.registry.url): {urls}", highlight=False,
+                      soft_wrap=True)  # fmt: skip
     if cluster.secure:
         _print_client_settings(cluster)
 

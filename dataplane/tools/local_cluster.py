@@ -4,7 +4,8 @@ Node N binds 127.0.0.(first_host + N - 1) and runs in combined mode (controller 
 one process). With ``port`` P every node listens on the same ports of its own address:
 BROKER P-1, CONTROLLER P, the Raft transport P+1 and METRICS P+2 (so 9092/9093/9094/9095 by
 default, as Kafka users expect), KAFKA P+3 and, unless the cluster is secure, the web console
-P+4 (HTTP, docs/console.md). Configuration, data and logs live under ``root/node-N/``; the
+P+4 (HTTP, docs/console.md) and the schema registry P+5 (HTTP, docs/schema-registry.md).
+Configuration, data and logs live under ``root/node-N/``; the
 pids are in ``root/cluster.json`` so a later command finds and stops exactly those processes,
 beside the cluster's layout (addresses, port, which nodes vote, nodes added and removed since it
 started: ``add_node``, ``forget_node``), from which ``LocalCluster.from_state`` rebuilds it.
@@ -85,8 +86,8 @@ def _port_free(host: str, port: int) -> bool:
         return True
 
 
-# broker, controller, raft, metrics, kafka, console: offsets from the port
-PORT_SPAN = (-1, 0, 1, 2, 3, 4)
+# broker, controller, raft, metrics, kafka, console, schema registry: offsets from the port
+PORT_SPAN = (-1, 0, 1, 2, 3, 4, 5)
 # Local clusters notice a dead broker within seconds (Kafka's defaults, 9 s sessions, suit
 # real networks); every value can still be overridden.
 LOCAL_DEFAULTS: dict[str, str | int] = {
@@ -103,7 +104,7 @@ LOCAL_DEFAULTS: dict[str, str | int] = {
 
 
 def pick_cluster_port(hosts: list[str], attempts: int = 50) -> int:
-    """A port P such that P-1..P+4 are free on every host (every offset of PORT_SPAN)."""
+    """A port P such that P-1..P+5 are free on every host (every offset of PORT_SPAN)."""
     for _ in range(attempts):
         port = free_port(hosts[0])
         if 1024 < port < 65536 - max(PORT_SPAN) and all(
@@ -247,6 +248,19 @@ class LocalCluster:
             return None  # it reads through the node's own BROKER listener
         return f"{spec.host}:{self.port + 4}"
 
+    def schema_registry_address(self, node_id: int) -> str | None:
+        """The node's schema registry (HTTP, Confluent's REST API); None where it serves no
+        console either (a controller-only node, a secure cluster: the registry has no
+        authentication yet)."""
+        console = self.console_address(node_id)
+        return None if console is None else f"{self.spec(node_id).host}:{self.port + 5}"
+
+    @property
+    def schema_registry_urls(self) -> list[str]:
+        """``http://host:port`` of every node's schema registry (schema.registry.url)."""
+        found = (self.schema_registry_address(s.node_id) for s in self.specs)
+        return [f"http://{address}" for address in found if address is not None]
+
     @property
     def kafka_bootstrap_servers(self) -> list[str]:
         return [self.kafka_address(s.node_id) for s in self.specs]
@@ -280,6 +294,8 @@ class LocalCluster:
         protocols = str(values.get("listener.security.protocol.map", ""))
         if console and "BROKER:" not in protocols:
             values.setdefault("console.listener", f"HTTP://{console}")  # docs/console.md
+            registry = self.schema_registry_address(spec.node_id)
+            values.setdefault("schema.registry.listener", f"HTTP://{registry}")
         return NodeConfig.parse(values)
 
     def _secure_settings(self, node_id: int) -> dict[str, object]:
