@@ -70,6 +70,8 @@ from chaos.workloads import CLIENT_ERRORS, Recorder
 from dataplane.client import AdminClient, NewTopic
 from dataplane.client.admin import raise_for_errors
 from dataplane.tools.local_cluster import LocalCluster, free_port, wait_for
+from spark.pipeline.events import CLICK_SCHEMA, value_subject
+from spark.registry import register
 
 log = logging.getLogger(__name__)
 FIRST_HOST = 67  # nodes on 127.0.0.67-69; the mirror's REST API on .70
@@ -236,9 +238,12 @@ class SoakExtras:
         work.mkdir(parents=True, exist_ok=True)
         if s.spark:
             start_ms = int(datetime.datetime.now(datetime.UTC).timestamp() * 1000)
-            values = click_values(s.seed, s.feed_rate, start_ms - start_ms % 10_000)
+            registry = ",".join(self.local.schema_registry_urls)
+            schema_id = register(registry, value_subject(CLICKS), CLICK_SCHEMA)
+            values = click_values(s.seed, s.feed_rate, start_ms - start_ms % 10_000, schema_id)
             self.feeds.append(Feed("clicks", bootstrap, CLICKS, s.feed_rate, values))
             argv = [sys.executable, "-m", "bench.soak_spark", "--bootstrap", ",".join(bootstrap),
+                    "--schema-registry-url", registry,
                     "--checkpoint", str(work / "spark-checkpoint")]  # fmt: skip
             self.processes["spark"] = Supervised("spark job", argv, work / "spark.log", REPO_ROOT)
         if s.mirror:

@@ -228,14 +228,17 @@ class Feed(threading.Thread):
         self.producer.close(timeout=5.0)
 
 
-def click_values(seed: int, rate: float, start_ms: int) -> Callable[[int], tuple[bytes, bytes]]:
+def click_values(
+    seed: int, rate: float, start_ms: int, schema_id: int
+) -> Callable[[int], tuple[bytes, bytes]]:
     """Click event ``n`` (the reference pipeline's generator) at ``n / rate`` s after
-    ``start_ms`` of event time, less its seeded lateness: event time follows the wall clock."""
+    ``start_ms`` of event time, less its seeded lateness: event time follows the wall clock.
+    In Avro, the clicks' schema registered as ``schema_id`` (as the pipeline's)."""
     clock = EventTime(start_ms, max(1, round(1000 / rate)), 1_000)
 
     def value(n: int) -> tuple[bytes, bytes]:
         (event,) = generate(seed, n, 1, clock)
-        return event.page.encode(), event.to_json()
+        return event.page.encode(), event.to_avro(schema_id)
 
     return value
 

@@ -1,8 +1,9 @@
 """The soak run's Spark streaming job, in a process of its own (the soak restarts it if it dies).
 
-``python -m bench.soak_spark --bootstrap H:P,... --checkpoint DIR``: the reference pipeline's job
-(spark/pipeline/job.py: ``soak-clicks`` -> 10-second event-time windows per page ->
-``soak-page-counts``, exactly-once sink) on ``local[1]``, resumed from ``DIR`` when it holds a
+``python -m bench.soak_spark --bootstrap H:P,... --schema-registry-url URL,... --checkpoint DIR``:
+the reference pipeline's job (spark/pipeline/job.py: ``soak-clicks``, Avro with the schema the
+soak registered, -> 10-second event-time windows per page -> ``soak-page-counts``, exactly-once
+sink) on ``local[1]``, resumed from ``DIR`` when it holds a
 checkpoint. It runs until SIGTERM or SIGINT, then stops the query between two micro-batches and
 exits 0; a query that fails exits 1 with the error on stderr. The driver JVM is this process's
 child and exits when this process does (PySpark's gateway leaves when its stdin closes).
@@ -34,6 +35,7 @@ WATCH_S = 1  # seconds (awaitTermination takes whole seconds)
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.soak_spark", description=__doc__)
     parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--schema-registry-url", required=True)
     parser.add_argument("--checkpoint", type=Path, required=True)
     args = parser.parse_args(argv)
     stopped = threading.Event()
@@ -45,6 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, handler)
     settings = job.JobSettings(
         bootstrap_servers=args.bootstrap,
+        schema_registry_url=args.schema_registry_url,
         source_topic=CLICKS,
         sink_topic=PAGE_COUNTS,
         checkpoint=args.checkpoint,

@@ -24,17 +24,24 @@ CLUSTER_UP_S = 60.0
 
 
 def _run(
-    settings: PipelineSettings, workdir: Path, bootstrap: str | None, console: Console
+    settings: PipelineSettings,
+    workdir: Path,
+    bootstrap: str | None,
+    registry_url: str | None,
+    console: Console,
 ) -> PipelineResult:
     cluster = None
     if bootstrap is not None:
         servers = [s.strip() for s in bootstrap.split(",") if s.strip()]
+        if registry_url is None:
+            raise ValueError("--bootstrap-server needs --schema-registry-url (the clicks are Avro)")
     else:
         hosts = [f"127.0.0.{FIRST_HOST + n}" for n in range(NODES)]
         cluster = LocalCluster(
             workdir / "cluster", nodes=NODES, first_host=FIRST_HOST, port=pick_cluster_port(hosts)
         )
         servers = cluster.bootstrap_servers
+        registry_url = ",".join(cluster.schema_registry_urls)
     try:
         if cluster is not None:
             console.print(f"starting {NODES} nodes on {', '.join(servers)}")
@@ -42,7 +49,7 @@ def _run(
         console.print("starting Spark local[2]")
         session = local_session("raftlog-pipeline")
         try:
-            return run_pipeline(session, servers, workdir, settings, console.print)
+            return run_pipeline(session, servers, registry_url, workdir, settings, console.print)
         finally:
             session.stop()
     finally:
@@ -83,13 +90,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--bootstrap-server", help="host:port,... of a running cluster (default: start one)"
     )
+    parser.add_argument(
+        "--schema-registry-url",
+        help="http://host:port,... of the running cluster's schema registry (schema.registry.url)",
+    )
     args = parser.parse_args(argv)
     console = Console()
     workdir: Path = args.workdir.resolve()
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
     try:
-        result = _run(PipelineSettings(events=args.events), workdir, args.bootstrap_server, console)
+        result = _run(
+            PipelineSettings(events=args.events), workdir, args.bootstrap_server,
+            args.schema_registry_url, console,
+        )  # fmt: skip
     except (KafkaError, TimeoutError, OSError, RuntimeError, ValueError) as error:
         console.print(f"[red]pipeline failed:[/red] {error}; see {workdir}")
         return 1

@@ -1,7 +1,9 @@
 """Click events: what the generator produces, as plain data and pure functions (no IO).
 
 An event is ``{"user": "user-7", "page": "/cart", "ts": 1700000012345}`` (``ts``: event time,
-epoch milliseconds), produced as the record's JSON value with the page as its key. Events come
+epoch milliseconds), produced as the record's value in Avro (``CLICK_SCHEMA``, registered in
+the schema registry under the topic's value subject, ``clicks-value``; the registry's wire
+format: magic byte, schema id, Avro binary) with the page as its key. Events come
 from a seeded generator on a synthetic clock: event ``n`` happens ``n * step_ms`` after the
 start, less a random lateness below ``max_lateness_ms`` (so events arrive out of order, but
 never by more than that). The generator's log has one JSON line per acknowledged event, with
@@ -10,15 +12,37 @@ the partition and offset it was stored at.
 
 from __future__ import annotations
 
+import io
 import json
 import random
+import struct
 from dataclasses import dataclass
+from typing import Any
+
+import fastavro
 
 PAGES = ("/", "/search", "/product", "/cart", "/checkout", "/help")
 PAGE_WEIGHTS = (30, 20, 25, 12, 8, 5)
 USERS = 50
 FLUSH_PAGE = "__flush__"  # the event that moves the watermark past the last real window
 FLUSH_USER = "flush"
+CLICK_SCHEMA: dict[str, Any] = {
+    "type": "record",
+    "name": "ClickEvent",
+    "namespace": "raftlog.pipeline",
+    "fields": [
+        {"name": "user", "type": "string"},
+        {"name": "page", "type": "string"},
+        {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    ],
+}
+_PARSED = fastavro.parse_schema(CLICK_SCHEMA)
+_HEADER = struct.Struct(">bI")  # the wire format: magic byte 0, schema id
+
+
+def value_subject(topic: str) -> str:
+    """The subject of ``topic``'s values (the serializers' default TopicNameStrategy)."""
+    return f"{topic}-value"
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +56,14 @@ class ClickEvent:
 
     def to_json(self) -> bytes:
         return json.dumps(self.as_dict()).encode()
+
+    def to_avro(self, schema_id: int) -> bytes:
+        """The value in the registry's wire format, ``CLICK_SCHEMA`` registered as
+        ``schema_id`` (what confluent-kafka's AvroSerializer writes)."""
+        out = io.BytesIO()
+        out.write(_HEADER.pack(0, schema_id))
+        fastavro.schemaless_writer(out, _PARSED, self.as_dict())
+        return out.getvalue()
 
 
 @dataclass(frozen=True, slots=True)

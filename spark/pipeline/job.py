@@ -1,6 +1,8 @@
 """The Structured Streaming job: clicks in, per-page counts of event-time windows out.
 
-``clicks`` is read through the ``raftlog`` source; the JSON values are parsed, the events
+``clicks`` is read through the ``raftlog`` source; the Avro values are decoded with their
+registered schema (``spark.registry.from_registry``, the topic's value subject, ``clicks-value``),
+the events
 grouped into tumbling ``window_s``-second windows of their event time per page, with a
 watermark ``watermark_delay_s`` behind the latest event time seen; in append mode a window is
 written once, to ``page-counts`` through the ``raftlog`` sink, in the first micro-batch after
@@ -20,14 +22,16 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
 from dataplane.tools.local_cluster import wait_for
+from spark.pipeline.events import value_subject
+from spark.registry import from_registry
 
-EVENT_SCHEMA = "user STRING, page STRING, ts LONG"
 STOP_DEADLINE_S = 120.0
 
 
 @dataclass(frozen=True)
 class JobSettings:
     bootstrap_servers: str
+    schema_registry_url: str  # one or more http://host:port, comma-separated
     source_topic: str
     sink_topic: str
     checkpoint: Path
@@ -38,10 +42,12 @@ class JobSettings:
 
 def window_counts(events: DataFrame, settings: JobSettings) -> DataFrame:
     """Raw ``clicks`` rows to ``page-counts`` rows: key = page, value = the window's JSON."""
-    parsed = events.select(F.from_json(F.col("value").cast("string"), EVENT_SCHEMA).alias("e"))
+    subject = value_subject(settings.source_topic)
+    decoded = from_registry("value", settings.schema_registry_url, subject)
+    parsed = events.select(decoded.alias("e"))
     counts = (
         parsed.where(F.col("e.page").isNotNull() & F.col("e.ts").isNotNull())
-        .select(F.col("e.page").alias("page"), F.timestamp_millis("e.ts").alias("event_time"))
+        .select(F.col("e.page").alias("page"), F.col("e.ts").alias("event_time"))
         .withWatermark("event_time", f"{settings.watermark_delay_s} seconds")
         .groupBy(F.window("event_time", f"{settings.window_s} seconds"), "page")
         .count()

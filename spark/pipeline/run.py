@@ -1,6 +1,7 @@
 """One run of the reference pipeline against a running cluster (see the package docstring).
 
-1. Create ``clicks`` and ``page-counts`` and start the job.
+1. Create ``clicks`` and ``page-counts``, register the clicks' Avro schema (``clicks-value``)
+   in the schema registry, and start the job.
 2. Produce the first half of the events, chunk by chunk (each chunk acknowledged and logged
    before the next is sent), and wait until the job has written its first windows.
 3. Stop the job between two micro-batches, produce more events while it is down, and start it
@@ -32,7 +33,15 @@ from spark.pipeline.checker import (
     read_log,
     read_results,
 )
-from spark.pipeline.events import EventTime, LoggedEvent, flush_event, generate
+from spark.pipeline.events import (
+    CLICK_SCHEMA,
+    EventTime,
+    LoggedEvent,
+    flush_event,
+    generate,
+    value_subject,
+)
+from spark.registry import register
 
 CLICKS = "clicks"
 PAGE_COUNTS = "page-counts"
@@ -101,8 +110,11 @@ class Generator(Closing):
     """Produces the events chunk by chunk with acks=all; each acknowledged event is appended
     to the log with its partition and offset before the next chunk is sent."""
 
-    def __init__(self, servers: Sequence[str], log_path: Path, settings: PipelineSettings) -> None:
+    def __init__(
+        self, servers: Sequence[str], log_path: Path, settings: PipelineSettings, schema_id: int
+    ) -> None:
         self.settings = settings
+        self.schema_id = schema_id  # CLICK_SCHEMA's in the registry
         self.producer = Producer(list(servers), acks="all", linger_ms=5)
         self.log = log_path.open("a")
         self.produced = 0
@@ -121,7 +133,10 @@ class Generator(Closing):
                 break
             started = time.monotonic()
             events = generate(s.seed, self.produced, count, s.clock)
-            futures = [self.producer.send(CLICKS, e.to_json(), key=e.page.encode()) for e in events]
+            futures = [
+                self.producer.send(CLICKS, e.to_avro(self.schema_id), key=e.page.encode())
+                for e in events
+            ]
             self.producer.flush(timeout=FLUSH_TIMEOUT_S)
             for event, future in zip(events, futures, strict=True):
                 stored = future.result(timeout=0)  # raises the record's delivery error
@@ -138,7 +153,7 @@ class Generator(Closing):
 
     def send_flush(self) -> None:
         event = flush_event(self.last_ts, self.settings.flush_ahead_ms)
-        self.producer.send(CLICKS, event.to_json(), key=event.page.encode())
+        self.producer.send(CLICKS, event.to_avro(self.schema_id), key=event.page.encode())
         self.producer.flush(timeout=FLUSH_TIMEOUT_S)
 
 
@@ -200,18 +215,22 @@ class _Written:
 def run_pipeline(
     session: SparkSession,
     servers: Sequence[str],
+    registry_url: str,
     workdir: Path,
     settings: PipelineSettings,
     say: Callable[[str], None] = lambda _: None,
 ) -> PipelineResult:
-    """Steps 1-4 of the module docstring; ``workdir`` gets the log and the checkpoint, ``say``
-    hears of each step."""
+    """Steps 1-4 of the module docstring against the cluster of ``servers`` and its schema
+    registry (``registry_url``: one or more, comma-separated); ``workdir`` gets the log and the
+    checkpoint, ``say`` hears of each step."""
     create_topics(
         servers, {CLICKS: settings.clicks_partitions, PAGE_COUNTS: settings.counts_partitions}
     )
+    schema_id = register(registry_url, value_subject(CLICKS), CLICK_SCHEMA)
     log_path = workdir / "clicks.jsonl"
     job_settings = job.JobSettings(
         bootstrap_servers=",".join(servers),
+        schema_registry_url=registry_url,
         source_topic=CLICKS,
         sink_topic=PAGE_COUNTS,
         checkpoint=workdir / "checkpoint",
@@ -225,10 +244,11 @@ def run_pipeline(
     def step(message: str) -> None:
         say(f"[{time.monotonic() - started:5.1f} s] {message}")
 
+    step(f"registered {value_subject(CLICKS)} (Avro) as schema id {schema_id}")
     step(f"starting the job: {CLICKS} -> {settings.window_s} s windows per page -> {PAGE_COUNTS}")
     query = job.start(session, job_settings)
     try:
-        with Generator(servers, log_path, settings) as generator:
+        with Generator(servers, log_path, settings, schema_id) as generator:
             step(f"producing the first {settings.events // 2:,} of {settings.events:,} events")
             generator.produce(settings.events // settings.chunk // 2)
             if not written.wait(query, 1, WINDOWS_DEADLINE_S):

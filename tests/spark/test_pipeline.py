@@ -5,15 +5,20 @@ from its checkpoint."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer
+from confluent_kafka.serialization import MessageField, SerializationContext
 from pyspark.sql import SparkSession
 
-from dataplane.tools.local_cluster import LocalCluster
-from spark.pipeline.checker import WindowCount, compare, ground_truth, read_results
+from dataplane.client import Consumer, ConsumerRecord
+from dataplane.tools.local_cluster import LocalCluster, wait_for
+from spark.pipeline.checker import WindowCount, compare, ground_truth, read_log, read_results
 from spark.pipeline.events import EventTime, LoggedEvent, flush_event, generate
-from spark.pipeline.run import PAGE_COUNTS, PipelineSettings, run_pipeline
+from spark.pipeline.run import CLICKS, PAGE_COUNTS, PipelineSettings, run_pipeline
 from tests.dataplane.cluster_support import running_cluster
 from tests.spark.support import session_for
 
@@ -110,6 +115,17 @@ def test_settings_that_could_make_events_late_are_refused() -> None:
         PipelineSettings(max_lateness_ms=3_000, chunk=100, step_ms=25, watermark_delay_s=5)
 
 
+def first_record(consumer: Consumer) -> ConsumerRecord:
+    polled: list[ConsumerRecord] = []
+
+    def fetched() -> bool:
+        polled.extend(r for rs in consumer.poll(timeout_ms=1_000).values() for r in rs)
+        return bool(polled)
+
+    wait_for("a record", fetched, 30)
+    return polled[0]
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     with running_cluster(tmp_path_factory.mktemp("pipeline"), "spark_pipeline") as running:
@@ -128,7 +144,8 @@ def test_the_pipeline_stops_and_restarts_without_losing_or_double_counting_a_win
     session: SparkSession, cluster: LocalCluster, tmp_path: Path
 ) -> None:
     settings = PipelineSettings()
-    result = run_pipeline(session, cluster.bootstrap_servers, tmp_path, settings, print)
+    registry = ",".join(cluster.schema_registry_urls)
+    result = run_pipeline(session, cluster.bootstrap_servers, registry, tmp_path, settings, print)
     assert result.report.problems() == [] and result.report.ok
     assert result.events == settings.events
     assert result.produced_while_stopped == settings.chunks_while_stopped * settings.chunk
@@ -137,3 +154,20 @@ def test_the_pipeline_stops_and_restarts_without_losing_or_double_counting_a_win
     assert 50 <= result.report.expected_windows <= 66
     results = read_results(cluster.bootstrap_servers, PAGE_COUNTS)
     assert len(results) == result.report.expected_windows
+
+    # the clicks are Avro in the registry's wire format: confluent-kafka's deserializer reads them
+    deserialize = AvroDeserializer(SchemaRegistryClient({"url": cluster.schema_registry_urls[0]}))
+    logged = read_log(tmp_path / "clicks.jsonl")[:20]
+    consumer = Consumer(cluster.bootstrap_servers, auto_offset_reset="earliest")
+    try:
+        for entry in logged:
+            consumer.assign([(CLICKS, entry.partition)])
+            consumer.seek((CLICKS, entry.partition), entry.offset)
+            record = first_record(consumer)
+            assert record.offset == entry.offset
+            value = deserialize(record.value, SerializationContext(CLICKS, MessageField.VALUE))
+            event = entry.event
+            assert (value["user"], value["page"]) == (event.user, event.page)
+            assert value["ts"] == datetime.fromtimestamp(event.ts / 1000, UTC)
+    finally:
+        consumer.close()
