@@ -14,6 +14,7 @@ image is tested on real logs elsewhere (tests/dataplane/broker/)."""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 from dataplane.server.broker_server import Broker, BrokerState
@@ -111,7 +112,9 @@ def test_the_heartbeat_reports_no_offset_until_the_broker_serves() -> None:
     assert broker._published_offset() == 6
 
 
-def test_a_registration_streamed_before_its_answer_is_published_at_the_answer() -> None:
+def test_a_registration_streamed_before_its_answer_is_published_at_the_answer(
+    tmp_path: Path,
+) -> None:
     """The stream may bring the RegisterBroker record before the registration's answer gives the
     broker its epoch. Nothing may be committed after it (an idle cluster), so the answer itself
     publishes the image that already holds it: else the broker neither served nor reported the
@@ -122,7 +125,7 @@ def test_a_registration_streamed_before_its_answer_is_published_at_the_answer() 
     broker._apply_update(update(0, REGISTERED_AT))
     assert not broker.serving.is_set() and not calls
     broker.previous = type("Previous", (), {"broker_epoch": -1, "proof": "none"})()
-    broker.boot_id, broker.log_dir = None, None  # no boot id: no same-boot note written
+    broker.boot_id, broker.log_dir = None, tmp_path  # no boot id: no same-boot note written
     answer = cpb.RegisterBrokerResponse(broker_epoch=REGISTERED_AT)
     broker.client = type("Client", (), {"checked": lambda self, *_: answer})()
     broker._endpoints = lambda: []  # type: ignore[method-assign]
