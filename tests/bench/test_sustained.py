@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from bench import regressions
 from bench.limits import derived_limits, fio_rate
 from bench.sustained import (
     DIRTY_LIMIT_TIMES,
@@ -146,3 +147,18 @@ def test_the_disk_limits_the_produce_rate_by_the_replication_factor() -> None:
     derived = derived_limits({"direct_write_mb_per_s": 900.0, "direct_read_mb_per_s": 1200.0}, 3)
     assert derived["produce_limit_mb_per_s"] == 300.0
     assert derived["catch_up_consume_limit_mb_per_s"] == 1200.0
+
+
+def test_the_regression_guard_judges_the_sustained_figures_not_their_window() -> None:
+    before = {"sustained": {"records": 5_000_000, "seconds": 50.0, "mb_per_s": 250.0,
+                            "last": {"window_s": 20.0, "records_per_s": 250_000,
+                                     "latency_ms": {"p99": 10.0}}}}  # fmt: skip
+    after = {"sustained": {"records": 4_000_000, "seconds": 60.0, "mb_per_s": 200.0,
+                           "last": {"window_s": 3.0, "records_per_s": 200_000,
+                                    "latency_ms": {"p99": 20.0}}}}  # fmt: skip
+    worse = {r.path for r in regressions(before, after, "peer")}
+    assert worse == {
+        "peer.sustained.mb_per_s",
+        "peer.sustained.last.records_per_s",
+        "peer.sustained.last.latency_ms.p99",
+    }  # a run of other records took other seconds; the window's length is a setting
