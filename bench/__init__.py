@@ -92,9 +92,11 @@ LOWER_IS_BETTER = ("seconds", "_ms", "_s", "us_per_batch")  # endings of the fig
 LOWER_IS_BETTER_UNDER = ("latency", "failover")  # anywhere in its path
 # a "seconds" beside a "records" that changed timed another workload: not judged
 WORKLOAD_KEY = "records"
-# keys that name a node, a count or a position, also under those: never judged
+# keys that name a node, a count, a position or a setting, also under those: never judged
+# ("window_s": the length of the window a sustained run's figures are taken over)
 NOT_FIGURES = (
     "killed", "new_controller", "attempts", "metadata_offset", "leader", "node", "acknowledged",
+    "window_s",
 )  # fmt: skip
 
 

@@ -34,9 +34,10 @@ import select
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -136,7 +137,7 @@ def category(symbol: str, library: str) -> str:
 
 
 def count_samples(
-    lines: Iterator[str] | Sequence[str], roles: Mapping[str, Sequence[int]]
+    lines: Iterable[str], roles: Mapping[str, Sequence[int]]
 ) -> Counter[tuple[str, str]]:
     """(role, category) -> samples, from ``perf script -F pid,ip,sym,dso`` lines."""
     role_of = {pid: role for role, pids in roles.items() for pid in pids}
@@ -186,12 +187,28 @@ def summarize_counts(
 
 
 def breakdown(
-    data: Path, roles: Mapping[str, Sequence[int]], records: int, page_cache_bytes: int
+    data: Path,
+    roles: Mapping[str, Sequence[int]],
+    records: int,
+    page_cache_bytes: int,
+    timeout_s: float = STOP_TIMEOUT_S,
 ) -> dict[str, Any]:
-    """Read ``perf record``'s file back: the summary of :func:`summarize_counts`."""
-    done = subprocess.run(
-        [_perf(), "script", "-i", str(data), "-F", "pid,ip,sym,dso"],
-        capture_output=True, text=True, timeout=STOP_TIMEOUT_S, check=True,
-    )  # fmt: skip
-    counts = count_samples(done.stdout.splitlines(), roles)
+    """Read ``perf record``'s file back: the summary of :func:`summarize_counts`. ``perf
+    script``'s lines are counted as they come (a sustained run's recording holds millions of
+    samples: ~80 bytes of text each), and it is killed after ``timeout_s``."""
+    command = [_perf(), "script", "-i", str(data), "-F", "pid,ip,sym,dso"]
+    proc = popen_owned(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    watchdog = threading.Timer(timeout_s, proc.kill)  # a bound on reading, as run(timeout=)
+    watchdog.start()
+    try:
+        assert proc.stdout is not None, "stdout is a pipe"
+        counts = count_samples(proc.stdout, roles)
+        code = proc.wait(timeout=timeout_s)
+    finally:
+        watchdog.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=STOP_TIMEOUT_S)
+    if code != 0:
+        raise RuntimeError(f"perf script exited with {code} (killed after {timeout_s} s: < 0)")
     return summarize_counts(counts, records, page_cache_bytes, order=list(roles))

@@ -126,11 +126,15 @@ PRODUCE_VARIANTS = (
 
 @contextmanager
 def cluster_in(
-    workdir: Path, console: Console, first_host: int = FIRST_HOST
+    workdir: Path,
+    console: Console,
+    first_host: int = FIRST_HOST,
+    overrides: dict[str, str | int] | None = None,
 ) -> Iterator[LocalCluster]:
     root = Path(tempfile.mkdtemp(prefix="dataplane-", dir=workdir))
     hosts = [f"127.0.0.{first_host + n}" for n in range(3)]
-    cluster = LocalCluster(root, nodes=3, first_host=first_host, port=pick_cluster_port(hosts))
+    port = pick_cluster_port(hosts)
+    cluster = LocalCluster(root, nodes=3, first_host=first_host, port=port, overrides=overrides)
     try:
         console.log(f"starting 3 nodes on {', '.join(cluster.bootstrap_servers)}")
         cluster.up(timeout_s=WAIT_S)
@@ -140,10 +144,15 @@ def cluster_in(
         shutil.rmtree(root, ignore_errors=True)
 
 
-def create_topic(cluster: LocalCluster, name: str, partitions: int) -> None:
+def create_topic(
+    cluster: LocalCluster, name: str, partitions: int, configs: dict[str, str] | None = None
+) -> None:
+    """RF 3, ``min.insync.replicas`` 2 unless ``configs`` says otherwise; returns once every
+    partition has a leader."""
     admin = AdminClient(cluster.bootstrap_servers)
     try:
-        errors = admin.create_topics([NewTopic(name, partitions, 3, {"min.insync.replicas": "2"})])
+        settings = {"min.insync.replicas": "2", **(configs or {})}
+        errors = admin.create_topics([NewTopic(name, partitions, 3, settings)])
         if errors[name] is not None:
             raise errors[name]  # type: ignore[misc]
         wait_for(f"leaders of {name}", lambda: all(

@@ -2,7 +2,7 @@
 3-node JetStream cluster (a replicas=3, file-backed stream) on 127.0.0.21-23 and a 3-node raftlog
 cluster on 127.0.0.11-13, each from its Python client (nats-py; raftlog's gRPC client).
 
-``python -m bench.peer_bench --out bench/results/latest.json [--quick]``
+``python -m bench.peer_bench --out bench/results/latest.json [--quick] [--fio-direct-mib N]``
 
 1. Produce 1 KiB records as fast as the client goes, every one acknowledged by the replicated
    store (raftlog: acks=all, RF 3, min.insync.replicas 2, one partition; JetStream: pipelined
@@ -17,19 +17,25 @@ Every measured run of either system starts the same way (``measured_run``): the 
 dirty data written back to the disk (``os.sync``), so no run pays for the writeback of what the
 runs before it wrote, and the heap set up before it frozen (``frozen_heap``), as long-running
 Python services do after start-up.
-4. Leader failover: SIGKILL the leader of the written partition (raftlog) / of the stream
+4. Sustained produce (``bench.sustained``), on a topic / stream of its own bounded by
+   ``retention.bytes`` / ``max_bytes``: as fast as the client goes for at least 30 s and until
+   the replicas wrote three times the kernel's dirty-page limit; records/s and the p99 latency
+   of the last 20 s.
+5. Leader failover: SIGKILL the leader of the written partition (raftlog) / of the stream
    (JetStream) under a writer sending one record at a time; seconds until the first write sent
    after the kill is acknowledged. The killed node is started again after each round.
 
-Each system's produce run (step 1) is also sampled system-wide with ``perf record -a``
-(``bench.cpu_profile``): CPU µs per record, split by who ran (raftlog's leader, followers and
-client; JetStream's servers and client; idle) and by what ran (the copy into page-cache pages,
+Each system's produce runs (steps 1 and 4) are also sampled system-wide with ``perf record -a``
+(``bench.cpu_profile``): CPU µs per record, split by who ran (each system's leader, each
+follower and the client, one process each; idle) and by what ran (the copy into page-cache pages,
 other kernel work, Python, gRPC's C core, libc, CRC32C), kernel and C libraries included, which
 py-spy does not see. At 999 samples a second per CPU, perf itself took 0.19 CPU seconds in a
 6 s recording of both cores kept busy here (~1.6% of the machine).
 
-Before either system starts, the machine's limits (``bench.limits``): fio's sequential 64 KiB
-writes (fdatasync and buffered) in the work directory and iperf3 over loopback. After raftlog's
+Before either system starts, the free space is checked against what the sustained runs may
+keep, then the machine's limits are measured (``bench.limits``): fio's sequential 64 KiB writes
+(fdatasync and buffered), its direct writes and reads of 4 GiB in the work directory, and
+iperf3 over loopback. After raftlog's
 measured runs, it produces and consumes once more while py-spy samples its brokers
 (``bench.profiles``; sampling slows them, so those runs are not figures): the folded stacks go
 to ``bench/results/profiles/`` and their summary (busiest functions; the share under the
@@ -37,12 +43,14 @@ per-record codec, which must be nil on the broker) into the results.
 
 Each process either system runs is stopped by its pid at the end, also on failure. The ratio
 columns are raftlog ÷ JetStream (above 1: raftlog is faster; for latency and failover, below 1)
-and raftlog ÷ the limit: produce MB/s against the disk's rate divided by the replication factor
-(three copies on one disk), consume MB/s against loopback TCP.
+and raftlog ÷ the limit: produce MB/s against the disk's rates divided by the replication factor
+(three copies on one disk; the target: sustained ≥ 90% of fio's direct write rate ÷ 3), consume
+MB/s against loopback TCP.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import functools
 import gc
@@ -63,14 +71,27 @@ import nats
 from nats.js.api import AckPolicy, ConsumerConfig, StorageType, StreamConfig
 from nats.js.client import JetStreamContext
 from rich.console import Console
-from rich.table import Table
 
-from bench import REPO_ROOT, bench_main
-from bench.cpu_profile import CATEGORIES, breakdown, system_sampling
-from bench.cpu_profile import OTHER as OTHER_ROLE
+from bench import REPO_ROOT, bench_main, machine_info, utc_now
+from bench.cpu_profile import STOP_TIMEOUT_S as PERF_READ_TIMEOUT_S
+from bench.cpu_profile import breakdown, system_sampling
 from bench.dataplane_bench import cluster_in, create_topic, failover_round
-from bench.limits import measure_limits, tool_version
+from bench.limits import FIO_DIRECT_BYTES, measure_limits, tool_version
+from bench.peer_report import print_report
 from bench.profiles import sampling, summarize
+from bench.sustained import (
+    FREE_MARGIN_BYTES,
+    RETENTION_CHECK_INTERVAL_MS,
+    SustainedPlan,
+    check_free_space,
+    device_written_bytes,
+    jetstream_config,
+    jetstream_sustained,
+    plan_for,
+    raftlog_sustained,
+    raftlog_topic_configs,
+    read_dirty_limit,
+)
 from dataplane.client import AdminClient
 from dataplane.client.admin import PartitionDescription
 from dataplane.tools.local_cluster import LocalCluster, free_port, wait_for
@@ -95,6 +116,8 @@ CONSUME_PASSES = 3  # each reads everything from the beginning; the median pass 
 LATENCY_LOAD = 0.5  # the latency run offers this fraction of the measured saturation rate
 PROFILES_DIR = REPO_ROOT / "bench" / "results" / "profiles"
 STREAM, SUBJECT, TOPIC = "BENCH", "bench.data", "peer-bench"
+SUSTAINED_STREAM, SUSTAINED_SUBJECT = "SUSTAINED", "bench.sustained"
+SUSTAINED_TOPIC = "peer-sustained"
 WAIT_S = 120.0
 NATS_PENDING = 4_000  # publish_async acknowledgements outstanding at once
 FETCH_BATCH = 1_000
@@ -365,20 +388,80 @@ async def nats_failover(cluster: JetStreamCluster, js: JetStreamContext) -> floa
     return resumed - killed
 
 
+async def _stream_pids(
+    cluster: JetStreamCluster, js: JetStreamContext, stream: str
+) -> dict[str, list[int]]:
+    """The pids of the stream's leader and of each follower, once it has a leader."""
+    deadline = time.monotonic() + WAIT_S
+    while (leader := (await js.stream_info(stream)).cluster) is None or leader.leader is None:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the stream {stream} has no leader")
+        await asyncio.sleep(0.2)  # polling a condition with a deadline
+    pids = {node.name: node.proc.pid for node in cluster.nodes if node.proc is not None}
+    followers = [pid for name, pid in pids.items() if name != leader.leader]
+    return process_roles(pids[leader.leader], followers)
+
+
+def process_roles(leader: int | None, followers: Sequence[int | None]) -> dict[str, list[int]]:
+    """The roles the CPU breakdown reports, one process each: ``leader``, ``follower_1``..."""
+    roles = {"leader": [] if leader is None else [leader]}
+    for n, pid in enumerate(followers, start=1):
+        roles[f"follower_{n}"] = [] if pid is None else [pid]
+    return roles
+
+
+async def _jetstream_sustained(
+    cluster: JetStreamCluster, js: JetStreamContext, plan: SustainedPlan, console: Console
+) -> dict[str, Any]:
+    """The sustained run on a stream of its own (bounded by ``max_bytes``), removed after."""
+    await js.add_stream(jetstream_config(SUSTAINED_STREAM, SUSTAINED_SUBJECT, plan))
+    roles = {**await _stream_pids(cluster, js, SUSTAINED_STREAM), "client": [os.getpid()]}
+    console.log(f"JetStream sustained: >= {plan.run_s_min:.0f} s, >= {plan.disk_bytes_min:,} B")
+    with measured_run(), system_sampling(cluster.root / "sustained.perf") as samples:
+        before = device_written_bytes(cluster.root)
+        sustained = await jetstream_sustained(js, SUSTAINED_SUBJECT, plan)
+        sustained["device_written_bytes"] = _written_since(cluster.root, before)
+    sustained["cpu"] = _sustained_cpu(samples, roles, sustained)
+    await js.delete_stream(SUSTAINED_STREAM)
+    return sustained
+
+
+def _written_since(path: Path, before: int | None) -> int | None:
+    after = device_written_bytes(path)
+    return None if before is None or after is None else after - before
+
+
+def _sustained_cpu(
+    samples: Path, roles: dict[str, list[int]], sustained: dict[str, Any]
+) -> dict[str, Any]:
+    """perf's breakdown of a sustained run (its file can be large: read, then removed)."""
+    try:
+        return breakdown(
+            samples, roles, sustained["records"], sustained["disk_bytes"],
+            timeout_s=PERF_READ_TIMEOUT_S + sustained["seconds"],
+        )  # fmt: skip
+    finally:
+        samples.unlink(missing_ok=True)
+
+
 async def run_jetstream(
-    cluster: JetStreamCluster, records: int, rounds: int, size: str, console: Console
+    cluster: JetStreamCluster,
+    records: int,
+    rounds: int,
+    size: str,
+    plan: SustainedPlan,
+    console: Console,
 ) -> dict[str, Any]:
     nc, js = await _connect(cluster)
     try:
         await _create_stream(js)
         console.log(f"JetStream produce: {records:,} records of {RECORD_BYTES} B")
+        roles = {**await _stream_pids(cluster, js, STREAM), "client": [os.getpid()]}
         with measured_run(), system_sampling(cluster.root / "produce.perf") as samples:
             produced = await nats_produce(js, records)
-        servers = [node.proc.pid for node in cluster.nodes if node.proc is not None]
         produced["cpu"] = breakdown(
-            samples, {"servers": servers, "client": [os.getpid()]}, produced["records"],
-            produced["records"] * RECORD_BYTES * COPIES,
-        )  # fmt: skip
+            samples, roles, produced["records"], produced["records"] * RECORD_BYTES * COPIES
+        )
         console.log(f"JetStream consume x{CONSUME_PASSES}")
         passes = []
         for n in range(CONSUME_PASSES):
@@ -389,12 +472,14 @@ async def run_jetstream(
         console.log(f"JetStream latency at {rate:,.0f} records/s")
         with measured_run():
             latency = await nats_latency(js, rate, LATENCY_SECONDS[size])
+        sustained = await _jetstream_sustained(cluster, js, plan, console)
         console.log(f"JetStream failover x{rounds}")
         failover = [round(await nats_failover(cluster, js), 3) for _ in range(rounds)]
     finally:
         await nc.close()
     return {
         "produce": produced,
+        "sustained": sustained,
         "consume": consumed,
         "latency_at_half_saturation": latency,
         "failover_s": failover,
@@ -402,35 +487,53 @@ async def run_jetstream(
 
 
 # -- raftlog ---------------------------------------------------------------------------------------
-def _replica_pids(cluster: LocalCluster) -> dict[str, list[int]]:
-    """The pids of the written partition's leader and of its followers."""
+def _replica_pids(cluster: LocalCluster, topic: str = TOPIC) -> dict[str, list[int]]:
+    """The pids of the written partition's leader and of each follower."""
     admin = AdminClient(cluster.bootstrap_servers)
 
     def described() -> PartitionDescription | None:
         try:
-            return admin.describe_topics([TOPIC])[TOPIC].partitions[0]
+            return admin.describe_topics([topic])[topic].partitions[0]
         except KafkaError as error:  # the broker asked may not know the new topic yet
             if error.retriable or error.error is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                 return None
             raise
 
     try:
-        partition = wait_for(f"{TOPIC} described", described)
+        partition = wait_for(f"{topic} described", described)
     finally:
         admin.close()
     followers = [cluster.pid(node) for node in partition.replicas if node != partition.leader]
-    leader = cluster.pid(partition.leader)
-    return {
-        "leader": [] if leader is None else [leader],
-        "followers": [pid for pid in followers if pid is not None],
-    }
+    return process_roles(cluster.pid(partition.leader), followers)
+
+
+def _raftlog_sustained(
+    cluster: LocalCluster, plan: SustainedPlan, console: Console
+) -> dict[str, Any]:
+    """The sustained run on a topic of its own (bounded by ``retention.bytes``), deleted after."""
+    create_topic(cluster, SUSTAINED_TOPIC, 1, raftlog_topic_configs(plan))
+    roles = {**_replica_pids(cluster, SUSTAINED_TOPIC), "client": [os.getpid()]}
+    console.log(f"raftlog sustained: >= {plan.run_s_min:.0f} s, >= {plan.disk_bytes_min:,} B")
+    with measured_run(), system_sampling(cluster.root / "sustained.perf") as samples:
+        before = device_written_bytes(cluster.root)
+        sustained = raftlog_sustained(cluster.bootstrap_servers, SUSTAINED_TOPIC, plan)
+        sustained["device_written_bytes"] = _written_since(cluster.root, before)
+    sustained["cpu"] = _sustained_cpu(samples, roles, sustained)
+    admin = AdminClient(cluster.bootstrap_servers)
+    try:
+        error = admin.delete_topics([SUSTAINED_TOPIC])[SUSTAINED_TOPIC]
+    finally:
+        admin.close()
+    if error is not None:
+        raise error
+    return sustained
 
 
 def _profiled_runs(cluster: LocalCluster, records: int, console: Console) -> dict[str, Any]:
     """Produce and consume once more with py-spy sampling the brokers. Apart from the figures
     above: sampling two brokers at 200 Hz took ~40% off the produce rate here."""
     replicas = _replica_pids(cluster)
-    brokers = {"leader": replicas["leader"][0], "follower": replicas["followers"][0]}
+    brokers = {"leader": replicas["leader"][0], "follower": replicas["follower_1"][0]}
     console.log(f"raftlog again, {records:,} records, py-spy on {brokers} (not in the figures)")
     with sampling(brokers, PROFILES_DIR, "produce") as produce_profiles:
         run_produce_perf(cluster.bootstrap_servers, TOPIC, records, RECORD_BYTES)
@@ -443,7 +546,12 @@ def _profiled_runs(cluster: LocalCluster, records: int, console: Console) -> dic
 
 
 def run_raftlog(
-    cluster: LocalCluster, records: int, rounds: int, size: str, console: Console
+    cluster: LocalCluster,
+    records: int,
+    rounds: int,
+    size: str,
+    plan: SustainedPlan,
+    console: Console,
 ) -> dict[str, Any]:
     create_topic(cluster, TOPIC, 1)  # min.insync.replicas 2, RF 3, once it has a leader
     roles = {**_replica_pids(cluster), "client": [os.getpid()]}
@@ -470,6 +578,7 @@ def run_raftlog(
             cluster.bootstrap_servers, TOPIC, max(1, int(rate * LATENCY_SECONDS[size])),
             RECORD_BYTES, throughput_per_s=rate,
         )  # fmt: skip
+    sustained = _raftlog_sustained(cluster, plan, console)
     profiles = _profiled_runs(cluster, records, console)
     console.log(f"raftlog failover x{rounds}")
     failover = [round(failover_round(cluster, TOPIC), 3) for _ in range(rounds)]
@@ -482,6 +591,7 @@ def run_raftlog(
             "mb_per_s": round(produced.records * RECORD_BYTES / produced.seconds / 1e6, 1),
             "cpu": cpu,
         },
+        "sustained": sustained,
         "consume": consumed,
         "latency_at_half_saturation": _latency_section(
             rate, LATENCY_SECONDS[size], steady.records, steady.errors, steady.latency_ms
@@ -492,20 +602,42 @@ def run_raftlog(
 
 
 # -- the run ---------------------------------------------------------------------------------------
-def run(workdir: Path, size: str, console: Console) -> dict[str, Any]:
+def run(
+    workdir: Path, size: str, console: Console, direct_bytes: int | None = None
+) -> dict[str, Any]:
+    """The whole comparison; ``direct_bytes``: the size of fio's direct jobs (default: 4 GiB,
+    64 MiB for a quick run)."""
     records, rounds = RECORDS[size], FAILOVER_ROUNDS[size]
+    dirty = read_dirty_limit()
+    plan = plan_for(size, dirty, COPIES, RECORD_BYTES)
+    fio_bytes = FIO_DIRECT_BYTES[size] if direct_bytes is None else direct_bytes
+    needed = max(plan.space_needed_bytes(), fio_bytes) + FREE_MARGIN_BYTES[size]
+    free = shutil.disk_usage(workdir).free
+    check_free_space(free, needed, workdir)
+    started = utc_now()
     console.log("the machine's limits: fio, iperf3")
     hosts = (f"127.0.0.{RAFTLOG_FIRST_HOST}", f"127.0.0.{RAFTLOG_FIRST_HOST + 1}")
-    limits = measure_limits(workdir, hosts, size)
+    limits = measure_limits(workdir, hosts, size, COPIES, direct_bytes)
     with jetstream_cluster(workdir, console) as jetstream:
-        peer = asyncio.run(run_jetstream(jetstream, records, rounds, size, console))
-    with cluster_in(workdir, console, RAFTLOG_FIRST_HOST) as cluster:
-        ours = run_raftlog(cluster, records, rounds, size, console)
+        peer = asyncio.run(run_jetstream(jetstream, records, rounds, size, plan, console))
+    # the sustained topic's segments are deleted every few seconds, not every 5 minutes
+    retention: dict[str, str | int] = {
+        "log.retention.check.interval.ms": RETENTION_CHECK_INTERVAL_MS
+    }
+    with cluster_in(workdir, console, RAFTLOG_FIRST_HOST, retention) as cluster:
+        ours = run_raftlog(cluster, records, rounds, size, plan, console)
     return {
+        "date": started,
+        "machine": machine_info(),
         "record_bytes": RECORD_BYTES,
         "records": records,
         "replication_factor": COPIES,
         "limits": limits,
+        "sustained_plan": {
+            **plan.to_json(),
+            "dirty_limit": dirty.to_json(),
+            "free_bytes_before": free,
+        },
         "raftlog": {**ours, "hosts": "127.0.0.11-13", "partitions": 1, "client": "gRPC client"},
         "jetstream": {
             **peer,
@@ -516,87 +648,17 @@ def run(workdir: Path, size: str, console: Console) -> dict[str, Any]:
     }
 
 
-def _ratio(ours: float, theirs: float) -> str:
-    return f"{ours / theirs:.2f}x" if theirs else "-"
-
-
-def print_report(console: Console, figures: dict[str, Any]) -> None:
-    ours, peer = figures["raftlog"], figures["jetstream"]
-    disk, network = figures["limits"]["disk"], figures["limits"]["network"]
-    copies = figures["replication_factor"]
-    table = Table(title="raftlog vs NATS JetStream: 1 KiB records, RF 3, Python clients")
-    for column in ("measure", "raftlog", "JetStream", "raftlog ÷ JetStream", "limit", "÷ limit"):
-        table.add_column(column, justify="right")
-    for name, key in (("produce records/s", "produce"), ("consume records/s", "consume")):
-        a, b = ours[key]["records_per_s"], peer[key]["records_per_s"]
-        table.add_row(name, f"{a:,}", f"{b:,}", _ratio(a, b), "", "")
-    produce_mb, peer_mb = ours["produce"]["mb_per_s"], peer["produce"]["mb_per_s"]
-    for limit_name, limit in (
-        (f"fio buffered ÷ {copies}", disk["buffered_mb_per_s"] / copies),
-        (f"fio fdatasync ÷ {copies}", disk["fdatasync_mb_per_s"] / copies),
-    ):
-        table.add_row(
-            "produce MB/s", str(produce_mb), str(peer_mb), _ratio(produce_mb, peer_mb),
-            f"{limit:.0f} ({limit_name})", _ratio(produce_mb, limit),
-        )  # fmt: skip
-    loopback = network["loopback_mb_per_s"]
-    table.add_row(
-        "consume MB/s", str(ours["consume"]["mb_per_s"]), "", "",
-        f"{loopback:,.0f} (iperf3)", _ratio(ours["consume"]["mb_per_s"], loopback),
-    )  # fmt: skip
-    ours_latency = ours["latency_at_half_saturation"]
-    peer_latency = peer["latency_at_half_saturation"]
-    for quantile in ("p50", "p99", "p999"):
-        a, b = ours_latency["latency_ms"][quantile], peer_latency["latency_ms"][quantile]
-        table.add_row(
-            f"produce latency {quantile} ms at ½ saturation", f"{a:.1f}", f"{b:.1f}",
-            _ratio(a, b), "", "",
-        )  # fmt: skip
-    worst_ours, worst_peer = max(ours["failover_s"]), max(peer["failover_s"])
-    table.add_row(
-        "leader failover s (worst)", f"{worst_ours:.2f}", f"{worst_peer:.2f}",
-        _ratio(worst_ours, worst_peer), "", "",
-    )  # fmt: skip
-    console.print(table)
-    console.print(_cpu_table(ours["produce"]["cpu"], peer["produce"]["cpu"]))
-    for name, profile in ours["broker_profiles"].items():
-        top = ", ".join(f"{f['function']} {f['percent']}%" for f in profile["top_own"][:3])
-        console.print(
-            f"py-spy {name}: {profile['busy_samples']} busy samples, "
-            f"{profile['per_record_codec_percent']}% under the per-record codec; top: {top}"
-        )
-
-
-def _cpu_table(ours: dict[str, Any], peer: dict[str, Any]) -> Table:
-    """CPU µs per record in each system's produce run, by what ran (rows) and who (columns)."""
-    table = Table(title="where the CPU went in the produce runs: µs per record (perf record -a)")
-    table.add_column("what ran")
-    columns = [
-        (f"{system} {role}", figures)
-        for system, cpu in (("raftlog", ours), ("JetStream", peer))
-        for role, figures in cpu["roles"].items()
-        if role != OTHER_ROLE
-    ]
-    for name, _ in columns:
-        table.add_column(name, justify="right")
-    for cat in CATEGORIES:
-        cells = [figures["us_per_record_by_category"].get(cat) for _, figures in columns]
-        if any(cells):
-            table.add_row(cat, *(f"{cell:.1f}" if cell else "" for cell in cells))
-    table.add_row("all", *(f"{figures['us_per_record']:.1f}" for _, figures in columns))
-    table.caption = (
-        "page-cache writes: "
-        f"{ours['page_cache_mb_per_cpu_second'] or 0:,} MB per CPU second in raftlog's run, "
-        f"{peer['page_cache_mb_per_cpu_second'] or 0:,} in JetStream's"
-    )
-    return table
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    def figures(workdir: Path, quick: bool, progress: Console) -> dict[str, Any]:
-        return run(workdir, "quick" if quick else "full", progress)
+    """``bench_main``'s options, and ``--fio-direct-mib``: the size of fio's direct jobs."""
+    own = argparse.ArgumentParser(add_help=False)
+    own.add_argument("--fio-direct-mib", type=int, default=None)
+    options, rest = own.parse_known_args(argv)
+    direct_bytes = None if options.fio_direct_mib is None else options.fio_direct_mib * 1024 * 1024
 
-    return bench_main(argv, __doc__.splitlines()[0], "peer", figures, print_report)
+    def figures(workdir: Path, quick: bool, progress: Console) -> dict[str, Any]:
+        return run(workdir, "quick" if quick else "full", progress, direct_bytes)
+
+    return bench_main(rest, __doc__.splitlines()[0], "peer", figures, print_report)
 
 
 if __name__ == "__main__":

@@ -26,15 +26,47 @@ SYNTHETIC = {
     "peer": {
         "record_bytes": 1024,
         "replication_factor": 3,
-        "limits": {"disk": {"buffered_mb_per_s": 3000.0, "fdatasync_mb_per_s": 300.0}},
+        "date": "2030-01-01T10:00:00+00:00",
+        "machine": {"cpu_count": 2, "mem_total_bytes": 25 << 30, "git_commit": "fedcba987654"},
+        "limits": {
+            "disk": {
+                "buffered_mb_per_s": 3000.0,
+                "fdatasync_mb_per_s": 300.0,
+                "direct_write_mb_per_s": 900.0,
+                "direct_read_mb_per_s": 1500.0,
+            }
+        },
+        "sustained_plan": {
+            "run_s_min": 30.0,
+            "disk_bytes_min": 15_000_000_000,
+            "dirty_limit": {"limit_bytes": 5_000_000_000, "source": "vm.dirty_bytes"},
+        },
         "raftlog": {
             "produce": {"records_per_s": 123456, "mb_per_s": 126.4},
+            "sustained": {
+                "seconds": 52.0,
+                "records": 5_000_000,
+                "reached_disk_bytes_min": True,
+                "mb_per_s": 250.0,
+                "last": {"window_s": 20.0, "records_per_s": 244140, "latency_ms": {"p99": 9.5}},
+                "cpu": {
+                    "roles": {
+                        "leader": {"us_per_record": 3.0},
+                        "follower_1": {"us_per_record": 1.5},
+                    }
+                },
+            },
             "consume": {"records_per_s": 654321, "passes_records_per_s": [1, 2, 3]},
             "latency_at_half_saturation": {"latency_ms": {"p99": 25.0}},
             "failover_s": [1.5, 2.5],
         },
         "jetstream": {
             "produce": {"records_per_s": 12345},
+            "sustained": {
+                "seconds": 600.0,
+                "reached_disk_bytes_min": False,
+                "last": {"records_per_s": 7000, "latency_ms": {"p99": 19.0}},
+            },
             "consume": {"records_per_s": 54321},
             "failover_s": [5.0, 6.0],
         },
@@ -50,6 +82,10 @@ NOTES = """# Performance
 
 <!-- table: peer_targets -->
 
+<!-- table: peer_sustained -->
+
+<!-- table: peer_cpu_sustained -->
+
 ## Spark
 
 <!-- table: spark -->
@@ -63,9 +99,21 @@ def test_a_synthetic_run_renders_its_figures_and_verdicts() -> None:
     assert "| produce records/s (1 KiB, RF 3) | 123,456 | 12,345 | 10.0x |" in rendered
     assert "| consume records/s (median of 3 passes) | 654,321 | 54,321 | 12.0x |" in rendered
     assert "`0123456`" in rendered and "2030-01-02 03:04 UTC" in rendered
-    # p99 25 ms misses its 20 ms target; 126.4 MB/s is 0.13x of 3,000 MB/s / 3
+    # p99 25 ms misses its 20 ms target
     assert "| p99 ≤ 20 ms at half saturation | 25.0 ms | **not met** |" in rendered
-    assert "| 0.13x | **not met** |" in rendered
+    # sustained beside the burst; 250 MB/s is 0.83x of fio's direct 900 MB/s / 3: below 90%
+    assert "| sustained records/s (last 20 s of 52) | 244,140 | 7,000 | 34.9x |" in rendered
+    assert "| sustained p99 ms (same window) | 9.5 | 19.0 | 0.50x |" in rendered
+    assert "| sustained MB/s | 250.0 | - | - | 300 (fio direct write 900 ÷ 3) | 0.83x |" in rendered
+    assert "direct write rate ÷ 3 | 0.83x | **not met** |" in rendered
+    assert "buffered" not in rendered.split("| target |")[1].split("\n\n")[0]  # no target
+    assert "(fio buffered 3,000 ÷ 3; a figure, no target: the page cache)" in rendered
+    assert "Measured 2030-01-01 10:00 UTC on 2 CPUs, 25.0 GiB" in rendered
+    # the run that stopped at its time bound says so; the limit's source is named
+    assert "| JetStream | 600.0 | - | - | - | - | **no**: time bound |" in rendered
+    assert "from vm.dirty_bytes" in rendered
+    # CPU per process, the roles the run has
+    assert "| what ran | leader | follower 1 |" in rendered and "| all | 3.00 | 1.50 |" in rendered
     assert "| below in every round |" in rendered
     # a benchmark that did not run is named, not an error
     assert "*No `spark` section in this results file: `make bench` writes it.*" in rendered
