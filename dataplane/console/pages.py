@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
 from html import escape
 from urllib.parse import quote, urlencode
 
@@ -35,6 +37,7 @@ tr.warn td{background:#fde2e1}.tag{padding:0 .4em;border-radius:3px;background:#
 .ok{background:#d7f0d8}.bad{background:#fde2e1}pre{margin:0;white-space:pre-wrap;max-width:60em}
 .fmt{color:#777;font-size:.8em}.charts svg{margin:0 1em 1em 0;border:1px solid #ddd}
 .error{color:#a00}form label{display:block;margin:.3em 0}
+nav form.who{display:inline;color:#fff;float:right}nav form.who button{margin-left:.5em}
 """
 
 _LIVE_SCRIPT = """
@@ -51,12 +54,41 @@ if (document.body.dataset.live) {
 """.replace("LIVE_REFRESH_MS", str(LIVE_REFRESH_MS))
 
 
+@dataclass(frozen=True)
+class Viewer:
+    """Who the page is rendered for: the logged-in user (None when nobody logs in) and the CSRF
+    token every form carries (dataplane/console/sessions.py)."""
+
+    user: str | None
+    csrf: str
+
+
+# set by the server for the request its thread renders (a thread per request)
+VIEWER: ContextVar[Viewer | None] = ContextVar("viewer", default=None)
+NOBODY = Viewer(None, "")
+
+
+def viewer() -> Viewer:
+    return VIEWER.get() or NOBODY
+
+
+def csrf_field() -> str:
+    return f'<input type="hidden" name="csrf" value="{escape(viewer().csrf)}">'
+
+
 def page(title: str, body: str, live: bool = False) -> str:
     """A whole document: the navigation, ``body`` in ``<main>``, the live-update script."""
+    user = viewer().user
+    logout = (
+        ""
+        if user is None
+        else f'<form method="post" action="/logout" id="logout" class="who">{escape(user)} '
+        f'{csrf_field()}<button type="submit">Log out</button></form>'
+    )
     nav = (
         '<nav><a class="brand" href="/">raftlog console</a><a href="/">Cluster</a>'
         '<a href="/topics">Topics</a><a href="/groups">Consumer groups</a>'
-        '<a href="/connect">Connect</a><a href="/chaos">Chaos reports</a></nav>'
+        f'<a href="/connect">Connect</a><a href="/chaos">Chaos reports</a>{logout}</nav>'
     )
     live_attribute = ' data-live="1"' if live else ""
     return (
@@ -68,6 +100,21 @@ def page(title: str, body: str, live: bool = False) -> str:
 
 def error_page(title: str, message: str) -> str:
     return page(title, f'<p class="error" id="error">{escape(message)}</p>')
+
+
+def login_page(next_path: str, message: str | None = None) -> str:
+    """The login form: a SCRAM user of the cluster and their password."""
+    error = "" if message is None else f'<p class="error" id="error">{escape(message)}</p>'
+    form = (
+        f'{error}<form method="post" action="/login" id="login">'
+        f'<input type="hidden" name="next" value="{escape(next_path)}">'
+        '<label>User <input name="user" autocomplete="username" required></label>'
+        '<label>Password <input name="password" type="password" '
+        'autocomplete="current-password" required></label>'
+        '<button type="submit">Log in</button></form>'
+        "<p>The cluster's own SCRAM users: what you see is what your ACLs let you describe.</p>"
+    )
+    return page("Log in", form)
 
 
 def _table(headers: Sequence[str], rows: Iterable[str], table_id: str) -> str:
@@ -270,7 +317,7 @@ def records_page(view: RecordsView, produced: str | None = None) -> str:
     table = _table(("OFFSET", "TIMESTAMP", "KEY", "VALUE", "HEADERS"), rows, "records")
     produce = (
         f'<h2>Produce a record</h2><form method="post" action="/topics/'
-        f'{quote(view.topic, safe="")}/produce" id="produce">'
+        f'{quote(view.topic, safe="")}/produce" id="produce">{csrf_field()}'
         f'<label>Partition <select name="partition"><option value="">by key</option>{options}'
         '</select></label><label>Key <input name="key" size="40"></label>'
         '<label>Value <textarea name="value" rows="4" cols="60"></textarea></label>'

@@ -12,16 +12,26 @@ Reads go through one admin client, made at the first request (the node's broker 
 serve yet when the node starts) and kept; consumers and the producer of the produce form live
 for one request. A KafkaError is a page saying it: 404 for an unknown topic or group, 403 when
 the principal may not describe it, else 503.
+
+With ``sessions`` (a cluster whose users log in with SCRAM), every page but ``/login`` needs a
+session: GET and POST ``/login``, POST ``/logout``; each user's pages are read with their own
+credentials (dataplane/console/sessions.py). Every POST carries the CSRF token of the form it
+came from and, when the browser names it, an ``Origin`` of this console; the server answers
+over HTTPS when given a TLS context.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
+import secrets
 import socket
+import ssl
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from http import HTTPStatus
+from http.cookies import CookieError, SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -29,6 +39,14 @@ from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
 from dataplane.client import AdminClient, Producer
 from dataplane.console import history, outside, pages, reads
+from dataplane.console.sessions import (
+    COOKIE,
+    LoginFailed,
+    Session,
+    Sessions,
+    same_origin,
+    tokens_match,
+)
 from metadata_quorum.security.channels import ClientSecurity
 from raftlog.errors import ErrorCode, KafkaError
 
@@ -38,6 +56,7 @@ REQUESTS_IN_FLIGHT_MAX = 8
 FORM_BYTES_MAX = 1024 * 1024  # the produce form's body (Kafka's default max.request.size)
 PRODUCE_TIMEOUT_S = 10.0
 RECORDS_PER_PAGE = 20
+HANDSHAKE_TIMEOUT_S = 10.0
 _NOT_FOUND = {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.GROUP_ID_NOT_FOUND}
 _FORBIDDEN = {
     ErrorCode.TOPIC_AUTHORIZATION_FAILED,
@@ -65,8 +84,11 @@ class Console:
         sample_interval_s: float = history.SAMPLE_INTERVAL_S,
         connect_url: str | None = None,
         chaos_reports: Path | None = None,
+        sessions: Sessions | None = None,
     ) -> None:
         self.bootstrap = bootstrap
+        self.sessions = sessions  # None: nobody logs in, the console reads with ``security``
+        self.csrf = secrets.token_urlsafe(32)  # the forms' token when nobody logs in
         self.connect_url = connect_url
         self.chaos_reports = None if chaos_reports is None else outside.ChaosReports(chaos_reports)
         self.security = security
@@ -89,29 +111,35 @@ class Console:
 
     def close(self) -> None:
         self.sampler.stop()
+        if self.sessions is not None:
+            self.sessions.close()
         with self._lock:
             if self._admin is not None:
                 self._admin.close()
                 self._admin = None
 
     # -- pages: (status, html) --------------------------------------------------------------
-    def get(self, path: str, query: dict[str, str]) -> str:
+    def get(self, path: str, query: dict[str, str], session: Session | None = None) -> str:
+        """The page at ``path``, read as ``session``'s user (None: the console's own
+        credentials)."""
         self.start_sampling()
+        admin = self.admin if session is None else lambda: session.admin
+        clients = self._clients(session)
         parts = [unquote(p) for p in path.strip("/").split("/")] if path.strip("/") else []
         match parts:
             case []:
-                return pages.cluster_page(reads.read_cluster(self.admin()))
+                return pages.cluster_page(reads.read_cluster(admin()))
             case ["topics"]:
-                return pages.topics_page(reads.read_topics(self.admin(), *self._clients()))
+                return pages.topics_page(reads.read_topics(admin(), *clients))
             case ["topics", name]:
-                view = reads.read_topic(self.admin(), *self._clients(), name)
+                view = reads.read_topic(admin(), *clients, name)
                 return pages.topic_page(view, self.sampler.history.samples())
             case ["topics", name, "records"]:
-                return self._records(name, query)
+                return self._records(admin(), clients, name, query)
             case ["groups"]:
-                return pages.groups_page(reads.read_groups(self.admin()))
+                return pages.groups_page(reads.read_groups(admin()))
             case ["groups", group]:
-                lag = reads.read_group(self.admin(), *self._clients(), group)
+                lag = reads.read_group(admin(), *clients, group)
                 return pages.group_page(lag, self.sampler.history.samples())
             case ["connect"]:
                 connectors = [] if self.connect_url is None else self._connectors(None)
@@ -137,20 +165,27 @@ class Console:
             status = HTTPStatus.NOT_FOUND if "HTTP 404" in str(error) else HTTPStatus.BAD_GATEWAY
             raise ConsoleError(status, f"Connect: {error}") from None
 
-    def _clients(self) -> tuple[list[str], ClientSecurity | None]:
-        return self.bootstrap, self.security
+    def _clients(self, session: Session | None) -> tuple[list[str], ClientSecurity | None]:
+        return self.bootstrap, self.security if session is None else session.security
 
-    def _records(self, topic: str, query: dict[str, str]) -> str:
+    def _records(
+        self,
+        admin: AdminClient,
+        clients: tuple[list[str], ClientSecurity | None],
+        topic: str,
+        query: dict[str, str],
+    ) -> str:
         view = reads.read_records(
-            self.admin(), *self._clients(), topic,
+            admin, *clients, topic,
             _int(query, "partition") or 0, _int(query, "offset"), _int(query, "timestamp"),
             _int(query, "limit") or RECORDS_PER_PAGE,
         )  # fmt: skip
         produced = query.get("produced")
         return pages.records_page(view, f"Produced at offset {produced}." if produced else None)
 
-    def produce(self, path: str, form: dict[str, str]) -> str:
-        """Produce the form's record; the records page to show it (a redirect's target)."""
+    def produce(self, path: str, form: dict[str, str], session: Session | None = None) -> str:
+        """Produce the form's record as ``session``'s user; the records page to show it (a
+        redirect's target)."""
         parts = [unquote(p) for p in path.strip("/").split("/")]
         if len(parts) != 3 or parts[0] != "topics" or parts[2] != "produce":
             raise ConsoleError(HTTPStatus.NOT_FOUND, f"no form {path}")
@@ -158,7 +193,8 @@ class Console:
         partition = _int(form, "partition")
         headers = [_header(line) for line in form.get("headers", "").splitlines() if line.strip()]
         key = form.get("key") or None
-        with Producer(self.bootstrap, security=self.security, linger_ms=0) as producer:
+        bootstrap, security = self._clients(session)
+        with Producer(bootstrap, security=security, linger_ms=0) as producer:
             future = producer.send(
                 topic, form.get("value", "").encode(), key.encode() if key else None,
                 partition=partition, headers=headers,
@@ -196,14 +232,23 @@ def _status_of(error: KafkaError) -> HTTPStatus:
     return HTTPStatus.SERVICE_UNAVAILABLE
 
 
-def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
+def _handler(console: Console, secure: bool) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "raftlog-console"
 
         def do_GET(self) -> None:
             url = urlsplit(self.path)
             query = {k: v[-1] for k, v in parse_qs(url.query).items()}
-            self._answer(lambda: (HTTPStatus.OK, console.get(url.path, query), None))
+            if console.sessions is not None and url.path == "/login":
+                target = _local_path(query.get("next"))
+                self._send(HTTPStatus.OK, pages.login_page(target))
+                return
+            session = self._session()
+            if console.sessions is not None and session is None:
+                self._to_login(self.path)
+                return
+            with _viewing(console, session):
+                self._answer(lambda: (HTTPStatus.OK, console.get(url.path, query, session), None))
 
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
@@ -214,7 +259,67 @@ def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
             body = self.rfile.read(length).decode("utf-8", errors="replace")
             form = {k: v[-1] for k, v in parse_qs(body, keep_blank_values=True).items()}
             path = urlsplit(self.path).path
-            self._answer(lambda: (HTTPStatus.SEE_OTHER, "", console.produce(path, form)))
+            origin, referer = self.headers.get("Origin"), self.headers.get("Referer")
+            if not same_origin(self.headers.get("Host"), origin, referer):
+                self._forbidden(f"a form posted from another site ({origin or referer})")
+                return
+            if console.sessions is not None and path == "/login":
+                self._login(form)
+                return
+            session = self._session()
+            if console.sessions is not None and session is None:
+                self._to_login(None)
+                return
+            expected = console.csrf if session is None else session.csrf
+            if not tokens_match(expected, form.get("csrf")):
+                self._forbidden("the form's CSRF token is missing or stale: reload the page")
+                return
+            if session is not None and path == "/logout":
+                assert console.sessions is not None
+                console.sessions.logout(self._cookie())
+                self._send(HTTPStatus.SEE_OTHER, "", "/login", cookie=_cookie_header("", secure))
+                return
+            with _viewing(console, session):
+                self._answer(
+                    lambda: (HTTPStatus.SEE_OTHER, "", console.produce(path, form, session))
+                )
+
+        def _login(self, form: dict[str, str]) -> None:
+            assert console.sessions is not None
+            target = _local_path(form.get("next"))
+            try:
+                token, session = console.sessions.login(
+                    form.get("user", ""), form.get("password", "")
+                )
+            except LoginFailed as error:
+                log.info("console login of %r refused: %s", form.get("user", ""), error)
+                self._send(HTTPStatus.UNAUTHORIZED, pages.login_page(target, f"{error}"))
+                return
+            except KafkaError as error:
+                message = f"{error.error.name}: {error.message}"
+                self._send(_status_of(error), pages.login_page(target, message))
+                return
+            log.info("console login of %s", session.user)
+            self._send(HTTPStatus.SEE_OTHER, "", target, cookie=_cookie_header(token, secure))
+
+        def _cookie(self) -> str | None:
+            try:
+                morsel = SimpleCookie(self.headers.get("Cookie") or "").get(COOKIE)
+            except CookieError:
+                return None
+            return None if morsel is None else morsel.value
+
+        def _session(self) -> Session | None:
+            return None if console.sessions is None else console.sessions.get(self._cookie())
+
+        def _to_login(self, path: str | None) -> None:
+            target = "/login" if path is None else f"/login?{urlencode({'next': path})}"
+            self._send(HTTPStatus.SEE_OTHER, "", target)
+
+        def _forbidden(self, message: str) -> None:
+            log.warning("console %s %s from %s refused: %s", self.command, self.path,
+                        self.address_string(), message)  # fmt: skip
+            self._send(HTTPStatus.FORBIDDEN, pages.error_page("Forbidden", message))
 
         def _answer(self, render: Callable[[], tuple[HTTPStatus, str, str | None]]) -> None:
             try:
@@ -235,14 +340,25 @@ def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
                 html, location = pages.error_page("Error", message), None
             self._send(status, html, location)
 
-        def _send(self, status: HTTPStatus, html: str, location: str | None = None) -> None:
+        def _send(
+            self,
+            status: HTTPStatus,
+            html: str,
+            location: str | None = None,
+            cookie: str | None = None,
+        ) -> None:
             data = html.encode()
             self.send_response(status)
             self.send_header("Content-Type", "text/html; charset=utf-8")
             self.send_header("Content-Length", str(len(data)))
             self.send_header("Cache-Control", "no-store")
+            # no other site may frame the console (clickjacking the produce form)
+            self.send_header("X-Frame-Options", "DENY")
+            self.send_header("Content-Security-Policy", "frame-ancestors 'none'")
             if location is not None:
                 self.send_header("Location", location)
+            if cookie is not None:
+                self.send_header("Set-Cookie", cookie)
             self.end_headers()
             self.wfile.write(data)
 
@@ -252,13 +368,40 @@ def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+@contextlib.contextmanager
+def _viewing(console: Console, session: Session | None) -> Iterator[None]:
+    """Renders for ``session``'s user (pages.VIEWER) while the block runs."""
+    user = None if session is None else session.user
+    token = pages.VIEWER.set(pages.Viewer(user, console.csrf if session is None else session.csrf))
+    try:
+        yield
+    finally:
+        pages.VIEWER.reset(token)
+
+
+def _local_path(target: str | None) -> str:
+    """A redirect target of this console only (an absolute path, never //host or a URL)."""
+    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return "/"
+    return target
+
+
+def _cookie_header(token: str, secure: bool) -> str:
+    """The session cookie (an empty one that expires at once: logged out)."""
+    expiry = "" if token else "; Max-Age=0"
+    flags = "; Secure" if secure else ""
+    return f"{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict{flags}{expiry}"
+
+
 class _BoundedServer(ThreadingHTTPServer):
     daemon_threads = True
     in_flight = threading.BoundedSemaphore(REQUESTS_IN_FLIGHT_MAX)
+    tls: ssl.SSLContext | None = None
 
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self.in_flight.acquire(blocking=False):
-            request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
+            if self.tls is None:  # over TLS, nothing can be said before the handshake
+                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
             self.shutdown_request(request)
             return
         super().process_request(request, client_address)
@@ -269,16 +412,33 @@ class _BoundedServer(ThreadingHTTPServer):
         finally:
             self.in_flight.release()
 
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        """Over HTTPS, the TLS handshake happens here, in the request's own thread (a slow
+        client holds up no other), within the request timeout."""
+        if self.tls is not None:
+            request.settimeout(HANDSHAKE_TIMEOUT_S)
+            try:
+                request = self.tls.wrap_socket(request, server_side=True)
+            except (OSError, ssl.SSLError) as error:
+                log.info("console TLS handshake with %s failed: %s", client_address[0], error)
+                return
+            request.settimeout(None)
+        super().finish_request(request, client_address)
+
 
 class ConsoleServer:
-    """The console on ``host:port`` (port 0: any free one), serving on its own thread."""
+    """The console on ``host:port`` (port 0: any free one), serving on its own thread; over
+    HTTPS with ``tls`` (a server context: the node's keystore)."""
 
-    def __init__(self, console: Console, host: str, port: int) -> None:
-        _warn_if_exposed(host)
+    def __init__(
+        self, console: Console, host: str, port: int, tls: ssl.SSLContext | None = None
+    ) -> None:
+        _warn_if_exposed(host, console.sessions is not None)
         self.console = console
         _BoundedServer.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self.http = _BoundedServer((host, port), _handler(console))
+        self.http = _BoundedServer((host, port), _handler(console, secure=tls is not None))
         self.http.in_flight = threading.BoundedSemaphore(REQUESTS_IN_FLIGHT_MAX)
+        self.http.tls = tls
         self._thread = threading.Thread(
             target=self.http.serve_forever, name="console-http", daemon=True
         )
@@ -287,7 +447,8 @@ class ConsoleServer:
     def url(self) -> str:
         host, port = self.http.server_address[:2]
         shown = host.decode() if isinstance(host, bytes) else host
-        return f"http://[{shown}]:{port}" if ":" in shown else f"http://{shown}:{port}"
+        scheme = "http" if self.http.tls is None else "https"
+        return f"{scheme}://[{shown}]:{port}" if ":" in shown else f"{scheme}://{shown}:{port}"
 
     def start(self) -> ConsoleServer:
         self._thread.start()
@@ -301,9 +462,11 @@ class ConsoleServer:
         self.console.close()
 
 
-def _warn_if_exposed(host: str) -> None:
-    """The console has no login: beyond loopback anyone who reaches it reads what its
+def _warn_if_exposed(host: str, login: bool) -> None:
+    """Without a login, beyond loopback anyone who reaches the console reads what its
     credentials may read and produces with them."""
+    if login:
+        return
     try:
         loopback = ipaddress.ip_address(host).is_loopback
     except ValueError:

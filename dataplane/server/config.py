@@ -754,8 +754,8 @@ class NodeConfig(BaseModel):
     @field_validator("console_listener")
     @classmethod
     def _check_console_listener(cls, value: str | None) -> str | None:
-        if value is not None and list(parse_listeners(value)) != ["HTTP"]:
-            raise ValueError(f"console.listener {value!r} is not HTTP://host:port")
+        if value is not None and list(parse_listeners(value)) not in (["HTTP"], ["HTTPS"]):
+            raise ValueError(f"console.listener {value!r} is not HTTP:// or HTTPS://host:port")
         return value
 
     @field_validator("controller_quorum_voters")
@@ -774,19 +774,29 @@ class NodeConfig(BaseModel):
 
     @model_validator(mode="after")
     def _console_reads_through_own_broker(self) -> NodeConfig:
-        """The console reads through this node's own BROKER listener, as a client without
-        credentials: only a broker with a PLAINTEXT BROKER listener can serve it (elsewhere,
-        ``raftlog console`` runs with a user's credentials, so ACLs decide what it shows)."""
+        """The console reads through this node's own BROKER listener: as a client without
+        credentials on PLAINTEXT; on SASL_SSL each user logs in with their SCRAM name and
+        password (dataplane/console/sessions.py), which must not cross the network in clear, so
+        the console is served over HTTPS there. An SSL listener (certificates only) has no
+        passwords to log in with: ``raftlog console --command-config`` serves that cluster."""
         if self.console_listener is None:
             return self
         if not self.is_broker or self.listener("BROKER") is None:
             raise ValueError("console.listener needs the broker role and a BROKER listener")
-        if self.security_protocol("BROKER") != "PLAINTEXT":
+        protocol = self.security_protocol("BROKER")
+        if protocol == "SSL":
             raise ValueError(
-                "console.listener: the console has no login yet, so a node serves it only when "
-                "its BROKER listener is PLAINTEXT; on a secure cluster run raftlog console "
-                "--command-config with a user's credentials"
+                "console.listener: users log in to the console with SCRAM, which an SSL BROKER "
+                "listener (certificates only) has not; run raftlog console --command-config "
+                "with a user's certificate instead"
             )
+        if protocol.startswith("SASL_") and not self.console_tls:
+            raise ValueError(
+                f"console.listener: users log in with their passwords on a {protocol} BROKER "
+                "listener, so the console must be HTTPS://host:port"
+            )
+        if self.console_tls and self.ssl_keystore_location is None:
+            raise ValueError("console.listener HTTPS:// needs ssl.keystore.location")
         return self
 
     @model_validator(mode="after")
@@ -876,7 +886,13 @@ class NodeConfig(BaseModel):
         """console.listener's host and port; None when unset."""
         if self.console_listener is None:
             return None
-        return parse_listeners(self.console_listener)["HTTP"]
+        return next(iter(parse_listeners(self.console_listener).values()))
+
+    @property
+    def console_tls(self) -> bool:
+        """Whether console.listener is HTTPS (the node's keystore)."""
+        listener = self.console_listener
+        return listener is not None and list(parse_listeners(listener)) == ["HTTPS"]
 
     @property
     def listener_map(self) -> dict[str, tuple[str, int]]:

@@ -30,6 +30,7 @@ from dataplane.broker.malloc_tuning import tune_malloc
 from dataplane.broker.metrics import ControllerGauge, NodeMetrics
 from dataplane.broker.replica_manager import ReplicaManagerConfig
 from dataplane.console.server import Console, ConsoleServer
+from dataplane.console.sessions import Sessions
 from dataplane.coordinator.classic_group import ClassicLimits
 from dataplane.coordinator.group_coordinator import GroupConfig
 from dataplane.coordinator.share_coordinator import ShareCoordinatorConfig
@@ -57,7 +58,9 @@ from metadata_quorum.raft import (
 from metadata_quorum.raft_tls import RaftPeers, RaftTlsFiles
 from metadata_quorum.records import NO_LEADER
 from metadata_quorum.security.authorization import AccessControl
+from metadata_quorum.security.channels import ClientSecurity
 from metadata_quorum.security.scram import ScramCredential, ScramMechanism
+from metadata_quorum.security.tls import TlsSettings
 from metadata_quorum.service import ControllerServicer, Voter, serve
 from metadata_quorum.voters import current_voters
 from protos import controller_pb2 as cpb
@@ -377,18 +380,42 @@ def _controller_gauge(role: ControllerRole | None) -> ControllerGauge | None:
 
 
 def start_console(config: NodeConfig) -> ConsoleServer | None:
-    """The web console on console.listener, reading through this node's BROKER listener (the
-    config allows it only on a PLAINTEXT one); its clients connect at the first request."""
+    """The web console on console.listener, reading through this node's BROKER listener; its
+    clients connect at the first request. On a SASL BROKER listener every user logs in with
+    their SCRAM name and password and reads as themselves; the charts' sampler reads as this
+    node (its certificate), and shows a user only what their own reads let them open."""
     address, broker = config.console_address, config.listener("BROKER")
     if address is None:
         return None
     assert broker is not None, "NodeConfig requires a BROKER listener with console.listener"
+    bootstrap = [f"{broker[0]}:{broker[1]}"]
+    sessions = None
+    protocol = config.security_protocol("BROKER")
+    if protocol.startswith("SASL_"):
+        mechanisms = sorted(config.sasl_mechanisms, key=lambda m: m != "SCRAM-SHA-512")
+
+        trusted = config.ssl_truststore_location if protocol == "SASL_SSL" else None
+
+        def security_for(user: str, password: str) -> ClientSecurity:
+            return ClientSecurity.model_validate({
+                "security_protocol": protocol, "ssl_ca_location": trusted,
+                "sasl_mechanism": mechanisms[0], "sasl_username": user, "sasl_password": password,
+            })  # fmt: skip
+
+        sessions = Sessions(bootstrap, security_for)
     console = Console(
-        [f"{broker[0]}:{broker[1]}"],
+        bootstrap,
+        security=config.node_client_security("BROKER"),
         sample_interval_s=config.console_sample_interval_ms / 1000,
         connect_url=config.console_connect_url,
+        sessions=sessions,
     )
-    return ConsoleServer(console, *address).start()
+    tls = None
+    if config.console_tls:
+        tls = TlsSettings(
+            config.ssl_keystore_location, config.ssl_truststore_location, config.ssl_key_password
+        ).server_context()
+    return ConsoleServer(console, *address, tls=tls).start()
 
 
 def run(config: NodeConfig) -> None:

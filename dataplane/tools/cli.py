@@ -174,10 +174,11 @@ def cluster_up(
     cluster = local_cluster(nodes, root, secure)
     cluster.up()
     _print_status(cluster)
-    consoles = [cluster.console_address(s.node_id) for s in cluster.specs]
+    consoles = [cluster.console_url(s.node_id) for s in cluster.specs]
     if any(consoles):
-        urls = ", ".join(f"http://{a}/" for a in consoles if a)
-        console.print(f"web console: {urls}", highlight=False, soft_wrap=True)
+        urls = ", ".join(u for u in consoles if u)
+        login = " (log in as a SCRAM user, e.g. admin)" if cluster.secure else ""
+        console.print(f"web console: {urls}{login}", highlight=False, soft_wrap=True)
     if cluster.schema_registry_urls:
         urls = ",".join(cluster.schema_registry_urls)
         console.print(f"schema registry (schema.registry.url): {urls}", highlight=False,

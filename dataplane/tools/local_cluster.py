@@ -3,8 +3,9 @@
 Node N binds 127.0.0.(first_host + N - 1) and runs in combined mode (controller and broker in
 one process). With ``port`` P every node listens on the same ports of its own address:
 BROKER P-1, CONTROLLER P, the Raft transport P+1 and METRICS P+2 (so 9092/9093/9094/9095 by
-default, as Kafka users expect), KAFKA P+3 and, unless the cluster is secure, the web console
-P+4 (HTTP, docs/console.md) and the schema registry P+5 (HTTP, docs/schema-registry.md).
+default, as Kafka users expect), KAFKA P+3, the web console P+4 (HTTP; on a secure cluster
+HTTPS with a login, docs/console.md) and, unless the cluster is secure, the schema registry P+5
+(HTTP, docs/schema-registry.md).
 Configuration, data and logs live under ``root/node-N/``; the
 pids are in ``root/cluster.json`` so a later command finds and stops exactly those processes,
 beside the cluster's layout (addresses, port, which nodes vote, nodes added and removed since it
@@ -240,20 +241,25 @@ class LocalCluster:
         return f"{self.spec(node_id).host}:{self.port + 3}"
 
     def console_address(self, node_id: int) -> str | None:
-        """The node's web console (HTTP); None on a controller-only node and on a secure
-        cluster, whose nodes serve none (the console has no login yet: ``raftlog console
-        --command-config`` serves one instead)."""
+        """The node's web console (HTTP; HTTPS with a login on a secure cluster: ``console_url``);
+        None on a controller-only node (it reads through the node's own BROKER listener)."""
         spec = self.spec(node_id)
-        if self.secure or "broker" not in self.roles_of(spec):
-            return None  # it reads through the node's own BROKER listener
+        if "broker" not in self.roles_of(spec):
+            return None
         return f"{spec.host}:{self.port + 4}"
 
+    def console_url(self, node_id: int) -> str | None:
+        address = self.console_address(node_id)
+        scheme = "https" if self.secure else "http"
+        return None if address is None else f"{scheme}://{address}/"
+
     def schema_registry_address(self, node_id: int) -> str | None:
-        """The node's schema registry (HTTP, Confluent's REST API); None where it serves no
-        console either (a controller-only node, a secure cluster: the registry has no
-        authentication yet)."""
+        """The node's schema registry (HTTP, Confluent's REST API); None on a controller-only
+        node and on a secure cluster (the registry has no authentication yet)."""
         console = self.console_address(node_id)
-        return None if console is None else f"{self.spec(node_id).host}:{self.port + 5}"
+        if console is None or self.secure:
+            return None
+        return f"{self.spec(node_id).host}:{self.port + 5}"
 
     @property
     def schema_registry_urls(self) -> list[str]:
@@ -292,9 +298,11 @@ class LocalCluster:
         values.update(self.node_overrides.get(spec.node_id, {}))
         console = self.console_address(spec.node_id)
         protocols = str(values.get("listener.security.protocol.map", ""))
-        if console and "BROKER:" not in protocols:
-            values.setdefault("console.listener", f"HTTP://{console}")  # docs/console.md
-            registry = self.schema_registry_address(spec.node_id)
+        if console and "BROKER:SSL" not in protocols and (self.secure or "BROKER:" not in protocols):
+            scheme = "HTTPS" if self.secure else "HTTP"  # users log in on a secure cluster
+            values.setdefault("console.listener", f"{scheme}://{console}")  # docs/console.md
+        registry = self.schema_registry_address(spec.node_id)
+        if registry and "BROKER:" not in protocols:
             values.setdefault("schema.registry.listener", f"HTTP://{registry}")
         return NodeConfig.parse(values)
 

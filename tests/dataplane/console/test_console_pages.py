@@ -108,7 +108,8 @@ def test_console_listener() -> None:
 @pytest.mark.parametrize(
     ("settings", "refusal"),
     [
-        ({"console.listener": "HTTPS://127.0.0.11:9097"}, "is not HTTP://host:port"),
+        ({"console.listener": "FTP://127.0.0.11:9097"}, "is not HTTP:// or HTTPS://host:port"),
+        ({"console.listener": "HTTPS://127.0.0.11:9097"}, "HTTPS:// needs ssl.keystore.location"),
         ({"console.listener": "127.0.0.11:9097"}, "is not NAME://host:port"),
         (
             {"console.listener": "HTTP://127.0.0.11:9097", "process.roles": "controller",
@@ -122,14 +123,19 @@ def test_console_listener_refused(settings: dict[str, Any], refusal: str) -> Non
         NodeConfig.parse(BASE | settings)
 
 
-def test_a_node_serves_no_console_over_a_secure_broker_listener(tmp_path: Path) -> None:
-    """The console has no login: reading as the node would show everything to anyone."""
+def test_a_secure_broker_listener_needs_a_login_over_https(tmp_path: Path) -> None:
+    """On SASL_SSL users log in with their passwords: only over HTTPS. On SSL (certificates
+    only) there is no password to log in with: no console on the node."""
     ca = make_ca(tmp_path)
     keystore = make_cert(ca, tmp_path, "node-1", ips=("127.0.0.11",))
-    secure = {
-        "ssl.keystore.location": str(keystore), "ssl.truststore.location": str(ca.cert),
-        "listener.security.protocol.map": "BROKER:SSL",
-    }  # fmt: skip
-    NodeConfig.parse(BASE | secure)
-    with pytest.raises(ConfigError, match="BROKER listener is PLAINTEXT"):
-        NodeConfig.parse(BASE | secure | {"console.listener": "HTTP://127.0.0.11:9097"})
+    tls = {"ssl.keystore.location": str(keystore), "ssl.truststore.location": str(ca.cert)}
+    sasl = tls | {"listener.security.protocol.map": "BROKER:SASL_SSL"}
+    with pytest.raises(ConfigError, match="must be HTTPS://host:port"):
+        NodeConfig.parse(BASE | sasl | {"console.listener": "HTTP://127.0.0.11:9097"})
+    config = NodeConfig.parse(BASE | sasl | {"console.listener": "HTTPS://127.0.0.11:9097"})
+    assert config.console_tls and config.console_address == ("127.0.0.11", 9097)
+    ssl_only = tls | {"listener.security.protocol.map": "BROKER:SSL"}
+    with pytest.raises(ConfigError, match="an SSL BROKER listener"):
+        NodeConfig.parse(BASE | ssl_only | {"console.listener": "HTTPS://127.0.0.11:9097"})
+    plain = NodeConfig.parse(BASE | tls | {"console.listener": "HTTPS://127.0.0.11:9097"})
+    assert plain.console_tls  # no login on PLAINTEXT, but HTTPS all the same

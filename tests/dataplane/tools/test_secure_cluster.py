@@ -4,12 +4,18 @@ confluent-kafka through it, the CLI with ``--command-config``, and what a plaint
 
 from __future__ import annotations
 
+import http.client
 import ipaddress
 import json
+import re
+import ssl
 import stat
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlencode, urlsplit
 
 import confluent_kafka
 import pytest
@@ -17,12 +23,22 @@ from cryptography import x509
 from typer.testing import CliRunner
 
 from dataplane.client import AdminClient, Consumer, NewTopic, Producer
+from dataplane.client._admin_security import UserScramCredentialUpsertion
 from dataplane.server.node import raft_options
 from dataplane.tools.cli import _print_client_settings, app
 from dataplane.tools.cluster_status import cluster_status_rows
 from dataplane.tools.command_config import read_command_config
 from dataplane.tools.local_cluster import LocalCluster, wait_for
+from dataplane.tools.owned_process import popen_owned
+from metadata_quorum.security.acl import (
+    AclBinding,
+    AclOperation,
+    PatternType,
+    PermissionType,
+    ResourceType,
+)
 from metadata_quorum.security.principal import KafkaPrincipal
+from metadata_quorum.security.scram import ScramMechanism
 from raftlog.errors import KafkaError
 from tests.dataplane.cluster_support import running_cluster
 
@@ -212,3 +228,145 @@ def test_cluster_up_prints_the_client_settings(
     password = cluster.secrets.admin_password()
     assert f"'sasl.password': '{password}'" in out
     assert cluster.kafka_bootstrap_servers[0] in out
+
+
+# -- the web console with a login (dataplane/console/sessions.py) -------------------------------
+class ConsoleHttp:
+    """An HTTPS client of one node's console that follows no redirect and keeps one cookie."""
+
+    def __init__(self, cluster: LocalCluster, url: str | None = None) -> None:
+        url = url or cluster.console_url(1)
+        assert url is not None and url.startswith("https://")
+        self.host = urlsplit(url).netloc
+        self.context = ssl.create_default_context(cafile=str(cluster.secrets.truststore))
+        self.cookie: str | None = None
+
+    def request(
+        self, method: str, path: str, form: dict[str, str] | None = None, origin: str | None = None
+    ) -> tuple[int, dict[str, str], str]:
+        host, port = self.host.rsplit(":", 1)
+        connection = http.client.HTTPSConnection(host, int(port), context=self.context, timeout=30)
+        headers = {"Host": self.host, "Origin": origin or f"https://{self.host}"}
+        if self.cookie:
+            headers["Cookie"] = self.cookie
+        body = None
+        if form is not None:
+            body = urlencode(form)
+            headers["Content-Type"] = "application/x-www-form-urlencoded"
+        try:
+            connection.request(method, path, body, headers)
+            answer = connection.getresponse()
+            text = answer.read().decode()
+            got = {k.lower(): v for k, v in answer.getheaders()}
+        finally:
+            connection.close()
+        if "set-cookie" in got:
+            self.cookie = got["set-cookie"].split(";")[0]
+        return answer.status, got, text
+
+    def csrf(self, path: str) -> str:
+        _, _, html = self.request("GET", path)
+        found = re.search(r'name="csrf" value="([^"]+)"', html)
+        assert found, f"no CSRF token on {path}"
+        return found.group(1)
+
+
+def test_the_console_asks_for_a_login_and_shows_each_user_what_their_acls_allow(
+    cluster: LocalCluster,
+) -> None:
+    """On a secure cluster every broker node serves the console over HTTPS (its keystore, the
+    cluster's CA) with a login: a user is a SCRAM user of the cluster and sees what their ACLs
+    let them describe. Every form needs its CSRF token and this console's Origin."""
+    with AdminClient(cluster.bootstrap_servers, security=cluster.admin_security) as admin:
+        for name in ("console-visible", "console-hidden"):
+            if name not in admin.list_topics():
+                admin.create_topics([NewTopic(name, 1, 2)])
+        admin.alter_user_scram_credentials(
+            [UserScramCredentialUpsertion("carol", ScramMechanism.SCRAM_SHA_512, "carol-secret")]
+        )
+        allow = AclBinding(
+            ResourceType.TOPIC, "console-visible", PatternType.LITERAL, "User:carol", "*",
+            AclOperation.DESCRIBE, PermissionType.ALLOW,
+        )  # fmt: skip
+        assert admin.create_acls([allow]) == {allow: None}
+    check_console_login(cluster, ConsoleHttp(cluster))
+
+
+def check_console_login(cluster: LocalCluster, carol: ConsoleHttp) -> None:
+    status, headers, _ = carol.request("GET", "/topics")
+    assert (status, headers.get("location")) == (303, "/login?next=%2Ftopics")
+    status, _, html = carol.request(
+        "POST", "/login", {"user": "carol", "password": "wrong", "next": "/topics"}
+    )
+    assert status == 401 and 'id="error"' in html and carol.cookie is None
+    status, _, _ = carol.request(
+        "POST", "/login", {"user": "carol", "password": "carol-secret"}, "https://evil.example"
+    )
+    assert status == 403, "a login posted from another site"
+    status, headers, _ = carol.request(
+        "POST", "/login", {"user": "carol", "password": "carol-secret", "next": "/topics"}
+    )
+    assert (status, headers.get("location")) == (303, "/topics")
+    assert carol.cookie is not None
+    assert all(flag in headers["set-cookie"] for flag in ("HttpOnly", "SameSite=Strict", "Secure"))
+
+    def listed() -> str | None:  # the ACL reaches the brokers' images
+        _, _, html = carol.request("GET", "/topics")
+        return html if "console-visible" in html else None
+
+    html = wait_for("carol's topics page", listed, 30)
+    assert "console-hidden" not in html and "carol" in html  # the nav names who is logged in
+    assert carol.request("GET", "/topics/console-hidden")[0] == 403
+    # carol may describe but not write: the form is hers, the cluster refuses the record
+    token = carol.csrf("/topics/console-visible/records")
+    form = {"value": "from carol", "key": "", "partition": "", "headers": ""}
+    assert carol.request("POST", "/topics/console-visible/produce", form)[0] == 403  # no token
+    assert carol.request("POST", "/topics/console-visible/produce", {**form, "csrf": token},
+                         "https://evil.example")[0] == 403  # fmt: skip
+    status, _, html = carol.request(
+        "POST", "/topics/console-visible/produce", {**form, "csrf": token}
+    )
+    assert status == 403 and "AUTHORIZATION_FAILED" in html  # Kafka's: IDEMPOTENT_WRITE first
+    # admin may write: the record lands and the redirect shows it
+    admin_http = ConsoleHttp(cluster, f"https://{carol.host}/")
+    password = cluster.secrets.admin_password()
+    assert admin_http.request("POST", "/login", {"user": "admin", "password": password})[0] == 303
+    token = admin_http.csrf("/topics/console-visible/records")
+    status, headers, _ = admin_http.request(
+        "POST", "/topics/console-visible/produce", {**form, "csrf": token, "value": "from admin"}
+    )
+    assert status == 303 and "produced=" in headers["location"]
+    assert "from admin" in admin_http.request("GET", headers["location"])[2]
+    # logging out ends the session: the old cookie leads to the login again
+    old = carol.cookie
+    assert carol.request("POST", "/logout", {"csrf": carol.csrf("/")})[0] == 303
+    carol.cookie = old
+    assert carol.request("GET", "/")[0] == 303
+
+
+def test_raftlog_console_on_its_own_with_a_login_over_https(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """``raftlog console --login --tls-keystore``: the command config's admin samples the
+    charts, each user logs in as themselves; the process is stopped by its pid."""
+    argv = [
+        sys.executable, "-m", "dataplane.tools.cli",
+        "--command-config", str(cluster.secrets.client_properties), "console",
+        "--bootstrap-server", ",".join(cluster.bootstrap_servers),
+        "--login", "--tls-keystore", str(cluster.secrets.node_keystore(1)),
+        "--listen", f"{cluster.spec(1).host}:0",
+    ]  # fmt: skip
+    out = tmp_path / "console.out"
+    with out.open("wb") as sink:
+        process = popen_owned(argv, stdout=sink, stderr=subprocess.STDOUT)
+    try:
+
+        def serving() -> str | None:
+            found = re.search(r"console: (https://\S+)/ ", out.read_text())
+            return found.group(1) if found else None
+
+        url = wait_for("raftlog console serving", serving, 60)
+        check_console_login(cluster, ConsoleHttp(cluster, url))
+    finally:
+        process.terminate()
+        process.wait(30)
