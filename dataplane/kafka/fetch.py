@@ -176,7 +176,9 @@ def _partition(p: pb.FetchPartitionResponse, records: bytes | memoryview) -> kc.
             {"producer_id": a.producer_id, "first_offset": a.first_offset}
             for a in p.aborted_transactions
         ],
-        "preferred_read_replica": _preferred(p), "records": bytes(records),
+        # the stored batches as the log read them, not copied: the frame holds them by
+        # reference and the socket takes them from there (kc.encode_response_parts)
+        "preferred_read_replica": _preferred(p), "records": records,
     }  # fmt: skip
 
 
