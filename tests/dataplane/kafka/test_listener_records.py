@@ -1,9 +1,10 @@
-"""A response frame as the buffers it is made of (kc.encode_response_parts) and their gather
-write (listener.send_frame): the records of a Fetch answer go to the socket by reference, and
-the bytes on the wire are exactly those of the frame encoded whole into one buffer, as kio
-writes it (every Fetch version served, legacy and flexible, null and empty records, aborted
-transactions). In process; the last test reads a Fetch answer over a socket pair from the
-listener's own connection loop.
+"""Records through the KAFKA listener without copies. A response frame as the buffers it is
+made of (kc.encode_response_parts) and their gather write (listener.send_frame): the records of
+a Fetch answer go to the socket by reference, and the bytes on the wire are exactly those of the
+frame encoded whole into one buffer, as kio writes it (every Fetch version served, legacy and
+flexible, null and empty records, aborted transactions). A Produce's records go to the broker
+beside a skeleton request, each to its own partition. In process; the Fetch test at the end
+reads its answer over a socket pair from the listener's own connection loop.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import threading
 from typing import Any
 
 import pytest
-from kio.serial import entity_writer
+from kio.serial import entity_reader, entity_writer
 
 from dataplane.kafka import codec as kc
 from dataplane.kafka.listener import IOV_MAX, send_frame
@@ -160,3 +161,38 @@ def _recv(client: socket.socket, size: int) -> bytes:
         assert chunk, "the listener closed the connection"
         data += chunk
     return bytes(data)
+
+
+def test_a_produce_appends_each_partitions_batch_as_sent(broker: InProcessBroker) -> None:
+    """Produce v9 naming a partition this broker leads and one it does not, in that order and
+    the reverse: each answer is its own partition's, and the batch read back is the one sent."""
+    batches = [
+        encode_batch([(None, os.urandom(1024), 1_700_000_000_000, ()) for _ in range(30)])
+        for _ in range(2)
+    ]
+    for order in ((0, 1), (1, 0)):
+        body = {"transactional_id": None, "acks": 1, "timeout": 1000, "topic_data": [
+            {"name": TOPIC, "partition_data": [
+                {"index": i, "records": batches[i]} for i in order
+            ]},
+        ]}  # fmt: skip
+        frame = request(kc.API_PRODUCE, 9, body)[kc.SIZE.size :]
+        answer = broker.listener.respond(frame)
+        assert answer is not None
+        parsed = _response(kc.API_PRODUCE, 9, b"".join(answer))
+        results = {p.index: p for p in parsed.responses[0].partition_responses}
+        assert [p.index for p in parsed.responses[0].partition_responses] == list(order)
+        assert results[1].error_code.value == 6  # NOT_LEADER_OR_FOLLOWER: broker 2 leads it
+        assert results[0].error_code.value == 0
+        read = broker.servicer.fetch(pb.FetchRequest(replica_id=-1, max_bytes=1 << 20, topics=[
+            pb.FetchTopic(name=TOPIC, partitions=[pb.FetchPartition(
+                partition=0, fetch_offset=results[0].base_offset, partition_max_bytes=1 << 20,
+            )]),
+        ]))  # fmt: skip
+        assert bytes(read.records[0][21 : len(batches[0])]) == batches[0][21:]
+
+
+def _response(api_key: int, version: int, frame: bytes) -> Any:
+    schema = kc.response_schema(api_key, version)
+    _, offset = entity_reader(schema.__header_schema__)(frame, kc.SIZE.size)
+    return entity_reader(schema)(frame, kc.SIZE.size + offset)[0]
