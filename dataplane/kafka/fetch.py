@@ -12,6 +12,10 @@ Fetch v11+ carries the consumer's rack (``client.rack``, KIP-392): it goes to th
 may answer a ``preferred_read_replica`` instead of records.
 
 Followers replicate over gRPC: a Fetch here with a replica id closes the connection.
+
+The answer carries each partition's records as the log read them (bytes, or views of them):
+`kc.encode_response_parts` keeps them by reference and the connection hands them to one
+``sendmsg``, so the listener copies no record.
 """
 
 from __future__ import annotations
