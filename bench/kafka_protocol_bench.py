@@ -9,8 +9,15 @@ temporary directory removed afterwards. One topic per client (6 partitions, repl
 
 1. confluent-kafka's Producer (``linger.ms`` 5, its default ``batch.size``), timed from the first
    ``produce`` to the end of ``flush``: records/s and MB/s of acknowledged records.
-2. confluent-kafka's Consumer (``assign``, every partition from the beginning, no group): records/s
-   until every record was read.
+2. confluent-kafka's Consumer (``assign``, every partition from the beginning, no group, its
+   default fetch settings: ``fetch.wait.max.ms`` 500, ``fetch.min.bytes`` 1,
+   ``max.partition.fetch.bytes`` 1 MiB, ``queued.max.messages.kbytes`` 64 MiB, as the gRPC
+   client's): records/s until every record was read, timed from ``assign`` once the consumer
+   has the topic's metadata, as the gRPC client is timed from its ``assign``. (Assigned a
+   partition whose leader it does not know yet, librdkafka starts an offset-query timer and
+   sends ListOffsets when it fires, ~0.5 s later in its debug log: that wait, not the broker,
+   put 0.5-1.2 s before the first record in runs of this bench, whose committed 200,000-record
+   consume took 2.2 s.)
 3. The same two figures with raftlog's gRPC client (``raftlog perf produce`` / ``perf consume``'s
    cores) and the same record count, on its own topic.
 
@@ -114,12 +121,13 @@ def rd_produce(servers: str, topic: str, records: int) -> dict[str, Any]:
 def rd_consume(servers: str, topic: str, records: int) -> dict[str, Any]:
     consumer = RdConsumer({
         "bootstrap.servers": servers, "group.id": "bench-assign-only",
-        "enable.auto.commit": False, "fetch.wait.max.ms": 100,
+        "enable.auto.commit": False,
     })  # fmt: skip
     try:
+        consumer.list_topics(topic, timeout=WAIT_S)  # the leaders, before the clock starts
+        started = time.perf_counter()
         consumer.assign([RdTopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
         read = 0
-        started = time.perf_counter()
         deadline = started + WAIT_S
         while read < records:
             if time.perf_counter() > deadline:

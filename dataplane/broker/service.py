@@ -264,8 +264,9 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
 
     # -- Produce -------------------------------------------------------------------------------
     def Produce(self, request: pb.ProduceRequest, context: Any) -> pb.ProduceResponse:
-        """A request with its records inside (in-process callers: the Kafka listener, which
-        serves a connection's requests in order: a sequence gap there is real, not waited on)."""
+        """A request with its records inside (in-process callers; the Kafka listener calls
+        `produce` with the records beside the request). Its requests come one at a time, in
+        order: a sequence gap there is real, not waited on."""
         records = [item.records for topic in request.topics for item in topic.partitions]
         return self.produce(request, records, context, sequence_wait_s=0.0)
 
@@ -447,7 +448,8 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
 
     # -- Fetch ---------------------------------------------------------------------------------
     def Fetch(self, request: pb.FetchRequest, context: Any) -> pb.FetchResponse:
-        """The response with its records inside (in-process callers: the Kafka listener)."""
+        """The response with its records inside (in-process callers; the Kafka listener
+        calls `fetch` and sends the records as they are)."""
         return self.fetch(request).message()
 
     def fetch(

@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
-import io
 import logging
 import struct
 import types
@@ -41,6 +40,10 @@ SIZE = struct.Struct(">i")
 API_KEY_VERSION = struct.Struct(">hh")
 MAX_FRAME_BYTES = 100 * 1024 * 1024  # socket.request.max.bytes
 Data = Mapping[str, Any]
+Buffer = bytes | bytearray | memoryview  # a part of a response frame
+# A response value this long (a partition's records) goes to the socket as it is, beside the
+# encoded fields, not copied into the frame; shorter ones are cheaper to copy than to send apart.
+BY_REFERENCE_MIN_BYTES = 16 * 1024
 
 # The APIs this listener serves, with the versions it advertises (kio holds every version Kafka
 # 4.x defines; these are the ones whose fields the handlers fill, topic names not ids).
@@ -257,16 +260,57 @@ def response_schema(api_key: int, api_version: int) -> Any:
 
 def encode_response(api_key: int, api_version: int, correlation_id: int, data: Data) -> bytes:
     """The whole response frame (size included) of `data` in the version's schema."""
+    return b"".join(encode_response_parts(api_key, api_version, correlation_id, data))
+
+
+def encode_response_parts(
+    api_key: int, api_version: int, correlation_id: int, data: Data
+) -> list[Buffer]:
+    """The response frame of `encode_response` as the buffers it is made of, in order: the
+    encoded fields, and between them by reference (not copied) every value of at least
+    `BY_REFERENCE_MIN_BYTES`, such as the records of a Fetch answer (the stored batches as the
+    log read them). The connection writes them with one ``sendmsg``."""
     schema = response_schema(api_key, api_version)
     header_schema = schema.__header_schema__
-    buffer = io.BytesIO()
-    buffer.write(b"\0\0\0\0")
+    frame = _Gather()
+    frame.write(b"\0\0\0\0")
     header = to_entity(header_schema, {"correlation_id": correlation_id})
-    entity_writer(header_schema)(buffer, header)
-    entity_writer(schema)(buffer, to_entity(schema, data))
-    frame = buffer.getbuffer()
-    SIZE.pack_into(frame, 0, len(frame) - SIZE.size)
-    return bytes(frame)
+    target = typing.cast(typing.IO[bytes], frame)  # kio's writers call only ``write``
+    entity_writer(header_schema)(target, header)
+    entity_writer(schema)(target, to_entity(schema, data))
+    parts = frame.parts()
+    assert isinstance(parts[0], bytearray), "the frame starts with its encoded size"
+    SIZE.pack_into(parts[0], 0, frame.size_bytes - SIZE.size)
+    return parts
+
+
+class _Gather:
+    """What kio's writers write to (they only call ``write``): small writes are copied into
+    one growing buffer, large ones kept as given, so a megabyte of records is not copied into
+    the frame (and copied again out of it) before it reaches the socket."""
+
+    def __init__(self) -> None:
+        self._parts: list[Buffer] = []
+        self._small = bytearray()
+        self.size_bytes = 0
+
+    def write(self, data: Buffer) -> int:
+        size = len(data)
+        if size >= BY_REFERENCE_MIN_BYTES:
+            if self._small:
+                self._parts.append(self._small)
+                self._small = bytearray()
+            self._parts.append(data)
+        else:
+            self._small += data
+        self.size_bytes += size
+        return size
+
+    def parts(self) -> list[Buffer]:
+        if self._small:
+            self._parts.append(self._small)
+            self._small = bytearray()
+        return self._parts
 
 
 def field(entity: Any, name: str, default: Any = None) -> Any:

@@ -12,6 +12,10 @@ Fetch v11+ carries the consumer's rack (``client.rack``, KIP-392): it goes to th
 may answer a ``preferred_read_replica`` instead of records.
 
 Followers replicate over gRPC: a Fetch here with a replica id closes the connection.
+
+The answer carries each partition's records as the log read them (bytes, or views of them):
+`kc.encode_response_parts` keeps them by reference and the connection hands them to one
+``sendmsg``, so the listener copies no record.
 """
 
 from __future__ import annotations
@@ -176,7 +180,9 @@ def _partition(p: pb.FetchPartitionResponse, records: bytes | memoryview) -> kc.
             {"producer_id": a.producer_id, "first_offset": a.first_offset}
             for a in p.aborted_transactions
         ],
-        "preferred_read_replica": _preferred(p), "records": bytes(records),
+        # the stored batches as the log read them, not copied: the frame holds them by
+        # reference and the socket takes them from there (kc.encode_response_parts)
+        "preferred_read_replica": _preferred(p), "records": records,
     }  # fmt: skip
 
 

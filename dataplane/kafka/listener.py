@@ -38,7 +38,9 @@ import contextlib
 import itertools
 import logging
 import math
+import os
 import socket
+import ssl
 import threading
 import time
 import uuid
@@ -105,6 +107,7 @@ from raftlog.log import (
 log = logging.getLogger(__name__)
 LISTENER = "KAFKA"
 ACCEPT_BACKLOG = 128
+IOV_MAX = os.sysconf("SC_IOV_MAX")  # the most buffers one sendmsg takes
 
 
 class _DropResponse(Exception):
@@ -314,7 +317,7 @@ class KafkaListener:
                     return
                 answer = self._serve_request(frame, f"/{peer[0]}", auth, connection_id)
                 if answer is not None:
-                    connection.sendall(answer)
+                    send_frame(connection, answer)
         except ClosingAnswer as closing:
             with contextlib.suppress(OSError):
                 connection.sendall(closing.answer)
@@ -338,13 +341,13 @@ class KafkaListener:
 
     def _serve_request(
         self, frame: bytes, client_host: str, auth: ConnectionAuthenticator, connection_id: str
-    ) -> bytes | None:
+    ) -> list[kc.Buffer] | None:
         """One request, served once queued.max.requests leaves room (while the connection
         waits it reads nothing more: back-pressure)."""
         if not self.requests.acquire(self._stopped):
             raise OSError("the listener stopped")
         try:
-            return self.handle(frame, client_host, auth, connection_id)
+            return self.respond(frame, client_host, auth, connection_id)
         except (OSError, kc.FrameError, _DropResponse):  # FrameError: ClosingAnswer too
             raise
         except Exception as error:  # a handler's bug: this connection closes, not the broker
@@ -392,20 +395,32 @@ class KafkaListener:
         """The response frame to one request frame (None: acks=0 produce, no answer), served
         as `auth`'s session (default: an ANONYMOUS PLAINTEXT connection). Raises FrameError
         for a frame that must close the connection (ClosingAnswer: after writing its answer)."""
+        parts = self.respond(frame, client_host, auth, connection_id)
+        return None if parts is None else b"".join(parts)
+
+    def respond(
+        self,
+        frame: bytes,
+        client_host: str = "",
+        auth: ConnectionAuthenticator | None = None,
+        connection_id: str = "",
+    ) -> list[kc.Buffer] | None:
+        """`handle`'s answer as the buffers of its frame (`kc.encode_response_parts`: a Fetch
+        answer's records by reference), which the connection sends as they are."""
         if auth is not None and auth.expects_raw_token:
-            return self._raw_token(frame, auth)
+            return [self._raw_token(frame, auth)]
         try:
             request = kc.parse_request(frame, client_host, connection_id)
         except kc.UnsupportedVersion as unsupported:
             if unsupported.api_key != kc.API_VERSIONS:
                 raise
             versions = self._api_versions_data(ErrorCode.UNSUPPORTED_VERSION)
-            return kc.encode_response(kc.API_VERSIONS, 0, unsupported.correlation_id, versions)
+            return [kc.encode_response(kc.API_VERSIONS, 0, unsupported.correlation_id, versions)]
         if auth is None:
             auth = ConnectionAuthenticator(PLAINTEXT, self._credentials, client_host.lstrip("/"))
         step = auth.receive(request, self._clock_ms())
         if not isinstance(step, Serve):
-            return self._sasl_answer(request, step)
+            return [self._sasl_answer(request, step)]
         with acting_as(auth.session):
             # an API the finalized feature levels switch off is refused (kafka/features.py)
             refused = feature_refusal(self.servicer.replicas.image, request)
@@ -418,7 +433,7 @@ class KafkaListener:
         )  # fmt: skip
         if data is None:
             return None
-        return kc.encode_response(
+        return kc.encode_response_parts(
             request.api_key, request.api_version, request.correlation_id, data
         )
 
@@ -529,24 +544,24 @@ class KafkaListener:
         return authz.authorized_operations(self.servicer.access, resource_type, name, requested)
 
     def _produce(self, request: kc.Request) -> kc.Data | None:
+        """The broker's produce of a skeleton request (no records in it) and the records
+        beside it, as its gRPC door takes them (protos.wire): a megabyte of records put in a
+        protobuf message was copied into each level of it and out again. A connection's
+        requests are served in order, so a sequence gap is real, not waited on."""
         body = request.body
         acks = int(body.acks)
-        produced = pb.ProduceRequest(
+        skeleton = pb.ProduceRequest(
             acks=acks,
             timeout_ms=kc.millis(body.timeout),
             transactional_id=kc.field(body, "transactional_id") or "",
-            topics=[
-                pb.ProduceTopic(
-                    name=topic.name,
-                    partitions=[
-                        pb.ProducePartition(partition=p.index, records=bytes(p.records or b""))
-                        for p in topic.partition_data
-                    ],
-                )
-                for topic in body.topic_data
-            ],
         )
-        answer = self.servicer.Produce(produced, _Call())
+        records: list[bytes] = []
+        for topic in body.topic_data:
+            partitions = skeleton.topics.add(name=topic.name).partitions
+            for p in topic.partition_data:
+                partitions.add(partition=p.index)
+                records.append(p.records or b"")
+        answer = self.servicer.produce(skeleton, records, _Call(), sequence_wait_s=0.0)
         if acks == 0:
             return None
         return {
@@ -777,6 +792,25 @@ def _read_frame(connection: socket.socket, max_bytes: int = kc.MAX_FRAME_BYTES) 
     if frame is None:
         raise kc.FrameError("the connection closed inside a frame")
     return frame
+
+
+def send_frame(connection: socket.socket, parts: list[kc.Buffer]) -> None:
+    """Write a response frame's buffers in order: one ``sendmsg`` (a gather write, as Kafka's
+    broker writes a response's buffers) and more only for what the socket did not take at
+    once. TLS encrypts in user space (no gather write): each buffer goes to ``sendall``."""
+    if isinstance(connection, ssl.SSLSocket):
+        for part in parts:
+            connection.sendall(part)
+        return
+    pending = [memoryview(part) for part in parts if len(part)]
+    first = 0
+    while first < len(pending):
+        sent = connection.sendmsg(pending[first : first + IOV_MAX])
+        while first < len(pending) and sent >= len(pending[first]):
+            sent -= len(pending[first])
+            first += 1
+        if sent:
+            pending[first] = pending[first][sent:]
 
 
 def _close(connection: socket.socket) -> None:
