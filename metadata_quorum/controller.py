@@ -72,13 +72,14 @@ class MetadataState:
 
     The history is the in-memory tail of the metadata log that FetchMetadata serves as deltas;
     a follower from before its oldest record gets the whole image instead. Kafka's metadata log
-    drops the records before its latest snapshot (the log start offset moves up to it) and a
-    fetcher from before then fetches the snapshot (FetchSnapshot); the history follows the
+    may delete what its latest snapshot covers (its log start offset moves up to the snapshot)
+    and a fetcher from before then fetches the snapshot (FetchSnapshot); the history follows the
     journal the same way: each compaction (`snapshot`, after which the journal is cut) drops the
     records the *previous* snapshot covers, so followers keep one compaction interval of deltas
     to catch up from. ``history_max`` is only a hard cap: alone, it let the history grow for as
-    long as 100,000 records take to commit (15 hours at the soak's ~110 records a minute from
-    topic churn and ISR changes: ~0.8 MiB every 10 minutes in every controller, docs/soak.md).
+    long as 100,000 records take to commit (10-17 hours at the soak's 100-175 records a minute
+    from topic churn and ISR changes: ~0.6 MiB every 10 minutes in every controller,
+    docs/soak.md#heap-profile).
     """
 
     def __init__(self, history_max: int = HISTORY_RECORDS_MAX) -> None:
