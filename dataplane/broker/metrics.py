@@ -16,7 +16,7 @@ import socket
 import ssl
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler
@@ -214,6 +214,22 @@ class NodeMetrics:
             "sessionless, error",
             ["context"], registry=self.registry,
         )  # fmt: skip
+
+    def forget_topics(self, hosted: Collection[str]) -> list[str]:
+        """Remove the per-topic series of every topic no longer in `hosted` (the topics this
+        broker hosts a partition of); returns the topics removed. Kafka's ReplicaManager does
+        the same (``maybeRemoveTopicMetrics``) when it stops a topic's last partition here:
+        without it every topic that ever carried traffic keeps its series for the life of the
+        process, a few hundred bytes each, and a workload that churns topics grows them."""
+        gone: set[str] = set()
+        for counter in (self.bytes_in, self.bytes_out, self.messages_in, self.follower_bytes_out):
+            topics = {
+                sample.labels["topic"] for family in counter.collect() for sample in family.samples
+            }
+            for topic in topics.difference(hosted):
+                counter.remove(topic)
+                gone.add(topic)
+        return sorted(gone)
 
     def watch_fetch_sessions(self, state: Callable[[], FetchSessionGauge]) -> None:
         """The Kafka listener's fetch session cache (Kafka's NumIncrementalFetchSessions,

@@ -53,3 +53,29 @@ def test_snapshot_and_restore_give_the_same_image() -> None:
     other = MetadataState()
     other.restore(state.snapshot())
     assert other.image == state.image
+
+
+def test_each_compaction_drops_the_history_the_previous_snapshot_covers() -> None:
+    """The history follows the journal (Kafka's log start offset follows its snapshots): what
+    the last snapshot covers stays one more compaction interval, what the one before covers
+    goes. Without it only the 100,000-record cap bounded the history (docs/soak.md)."""
+    state = MetadataState()
+    for n in range(5):
+        state.apply(encode_batch([_topic(n)]), n + 1)  # offsets 0-4
+    state.snapshot()  # covers 0-4: they stay until the next compaction
+    _, records, _ = state.updates_since(0, wait_s=0)
+    assert [offset for offset, _ in records] == [0, 1, 2, 3, 4]
+
+    for n in range(5, 8):
+        state.apply(encode_batch([_topic(n)]), n + 1)  # offsets 5-7
+    state.snapshot()  # covers 0-7: 0-4 (the previous snapshot's) go
+    image, records, high = state.updates_since(5, wait_s=0)
+    assert image is None and [offset for offset, _ in records] == [5, 6, 7] and high == 7
+    image, records, _ = state.updates_since(4, wait_s=0)  # behind the history: the image
+    assert image is not None and image.offset == 7 and records == []
+
+    state.snapshot()  # nothing new since: 5-7 go, a follower at 8 still gets what comes
+    assert state.updates_since(5, wait_s=0)[0] is not None
+    state.apply(encode_batch([_topic(8)]), 9)
+    image, records, _ = state.updates_since(8, wait_s=0)
+    assert image is None and [offset for offset, _ in records] == [8]

@@ -98,14 +98,9 @@ def test_metrics_are_served_over_http(cluster: LocalCluster) -> None:
     create(cluster, "metered", 1)
     with Producer(cluster.bootstrap_servers) as producer:
         producer.send("metered", b"x" * 100).result(timeout=30)
-    bodies = []
-    for spec in cluster.specs:
-        url = f"http://{cluster.metrics_address(spec.node_id)}/metrics"
-        with urllib.request.urlopen(url, timeout=5) as response:
-            bodies.append(response.read().decode())
-    text = "\n".join(bodies)
+    text = "\n".join(_scrape(cluster))
     for name in (
-        "raftlog_bytes_in_total",
+        'raftlog_bytes_in_total{topic="metered"}',
         "raftlog_request_latency_seconds_bucket",
         'raftlog_partition_high_watermark{partition="0",topic="metered"}',
         "raftlog_under_replicated_partitions",
@@ -114,7 +109,26 @@ def test_metrics_are_served_over_http(cluster: LocalCluster) -> None:
         "raftlog_page_cache_released_bytes_total",
     ):
         assert name in text, f"{name} missing from /metrics"
-    assert sum("raftlog_controller_active 1.0" in body for body in bodies) == 1
+    assert sum("raftlog_controller_active 1.0" in body for body in _scrape(cluster)) == 1
+    # a deleted topic's series go with it (Kafka's maybeRemoveTopicMetrics)
+    admin = AdminClient(cluster.bootstrap_servers)
+    try:
+        assert admin.delete_topics(["metered"]) == {"metered": None}
+    finally:
+        admin.close()
+    wait_for(
+        "the deleted topic's series to go",
+        lambda: not any('topic="metered"' in body for body in _scrape(cluster)),
+    )
+
+
+def _scrape(cluster: LocalCluster) -> list[str]:
+    bodies = []
+    for spec in cluster.specs:
+        url = f"http://{cluster.metrics_address(spec.node_id)}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            bodies.append(response.read().decode())
+    return bodies
 
 
 def test_leader_sigkill_under_acks_all_load_loses_nothing(cluster: LocalCluster) -> None:

@@ -52,7 +52,7 @@ def starting_broker(calls: list[tuple[str, int]]) -> Broker:
     broker.incarnation_id = b"\x01" * 16  # type: ignore[assignment]
     broker.settings = type("Settings", (), {"broker_id": 1})()
     for name in ("client", "replicas", "fetchers", "groups", "transactions",
-                 "share_coordinator", "share_manager", "health"):  # fmt: skip
+                 "share_coordinator", "share_manager", "health", "metrics"):  # fmt: skip
         setattr(broker, name, Recorder(calls, name))
     return broker
 
