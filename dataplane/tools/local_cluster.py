@@ -298,8 +298,10 @@ class LocalCluster:
         values.update(self.node_overrides.get(spec.node_id, {}))
         console = self.console_address(spec.node_id)
         protocols = str(values.get("listener.security.protocol.map", ""))
-        if console and "BROKER:SSL" not in protocols and (self.secure or "BROKER:" not in protocols):
-            scheme = "HTTPS" if self.secure else "HTTP"  # users log in on a secure cluster
+        # plaintext: HTTP; the secure cluster's SASL_SSL: HTTPS with a login; a BROKER listener
+        # given by the overrides: none (an SSL one has no passwords to log in with)
+        if console and (self.secure or "BROKER:" not in protocols):
+            scheme = "HTTPS" if self.secure else "HTTP"
             values.setdefault("console.listener", f"{scheme}://{console}")  # docs/console.md
         registry = self.schema_registry_address(spec.node_id)
         if registry and "BROKER:" not in protocols:
