@@ -348,4 +348,5 @@ def from_registry(
     data_type, _ = avro_to_spark(expanded)
     decode = decoder(url, _parsed(url, found), expanded, mode)
     target = F.col(column) if isinstance(column, str) else column
-    return F.udf(decode, data_type)(target)
+    # row by row: Arrow-optimised Python UDFs need pandas, which the spark extra leaves out
+    return F.udf(decode, data_type, useArrow=False)(target)
