@@ -167,13 +167,7 @@ def render_run(results: Results) -> str:
     commit_cell = MISSING if not commit else f"`{str(commit)[:7]}`"
     if machine.get("git_dirty"):
         commit_cell += " (with uncommitted changes)"
-    written = results.get("date")
-    if isinstance(written, str):
-        try:
-            when = datetime.datetime.fromisoformat(written).astimezone(datetime.UTC)
-            written = when.strftime("%Y-%m-%d %H:%M UTC")
-        except ValueError:
-            pass  # not ISO 8601: shown as stored
+    written = _utc_minute(results.get("date"))
     rows = [
         ("written", MISSING if written is None else str(written)),
         ("commit", commit_cell),
@@ -648,16 +642,21 @@ def _sustained_rows(peer: Mapping[str, Any]) -> list[Row]:
     ]
 
 
+def _utc_minute(stamp: Any) -> Any:
+    """An ISO 8601 time as "YYYY-MM-DD HH:MM UTC"; anything else as stored."""
+    if not isinstance(stamp, str):
+        return stamp
+    try:
+        when = datetime.datetime.fromisoformat(stamp).astimezone(datetime.UTC)
+    except ValueError:
+        return stamp
+    return when.strftime("%Y-%m-%d %H:%M UTC")
+
+
 def _peer_run(peer: Mapping[str, Any]) -> str:
     """When and where the peer section was measured (the file's own date is its last writer's)."""
     machine = peer.get("machine") or {}
-    when = peer.get("date")
-    if isinstance(when, str):
-        try:
-            when = datetime.datetime.fromisoformat(when).astimezone(datetime.UTC)
-            when = when.strftime("%Y-%m-%d %H:%M UTC")
-        except ValueError:
-            pass  # not ISO 8601: shown as stored
+    when = _utc_minute(peer.get("date"))
     commit = str(machine.get("git_commit") or MISSING)[:7]
     return (
         f"Measured {when or MISSING} on {count(machine.get('cpu_count'))} CPUs, "

@@ -7,10 +7,9 @@ from __future__ import annotations
 import datetime
 import io
 import json
-import threading
 from collections.abc import Iterator
 from decimal import Decimal
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import fastavro
@@ -27,6 +26,7 @@ from spark.registry import (
     register,
     wire_header,
 )
+from tests.http_support import serving
 
 URL = "http://registry.invalid:1"
 INNER = {"type": "record", "name": "Inner", "fields": [{"name": "x", "type": "int"}]}
@@ -233,15 +233,8 @@ class Registry(BaseHTTPRequestHandler):
 @pytest.fixture
 def stand_in() -> Iterator[str]:
     Registry.subjects = {}
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Registry)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with serving(Registry) as url:
+        yield url
 
 
 def test_register_and_fetch_over_http_trying_each_registry_in_turn(stand_in: str) -> None:

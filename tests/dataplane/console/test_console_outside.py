@@ -8,9 +8,8 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from threading import Thread
 from typing import Any
 
 import pytest
@@ -19,6 +18,7 @@ from chaos.history import Finding, History, Summary, Verdict
 from chaos.report import write_report
 from dataplane.console import outside, pages
 from dataplane.console.server import Console, ConsoleError
+from tests.http_support import serving
 
 MIRROR_STATUS = {
     "name": "MirrorSourceConnector",
@@ -97,15 +97,8 @@ def fake_connect_worker() -> Iterator[str]:
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeWorker)
-    thread = Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(10)
+    with serving(FakeWorker) as url:
+        yield url
 
 
 @pytest.fixture
