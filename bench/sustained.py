@@ -48,6 +48,7 @@ from numpy.typing import NDArray
 from dataplane.client import Producer
 from dataplane.client._config import DEFAULT_BATCH_SIZE
 from dataplane.client._record_future import BatchResult, RecordFuture
+from dataplane.tools.perf import BatchTimes
 
 MiB, GiB = 1 << 20, 1 << 30
 DIRTY_LIMIT_TIMES = 3  # the replicas write at least this many dirty limits in a run
@@ -257,15 +258,6 @@ def run_figures(
 
 
 # -- raftlog ---------------------------------------------------------------------------------
-class _Batch:
-    __slots__ = ("done_at", "error", "sent_at")
-
-    def __init__(self) -> None:
-        self.sent_at: list[float] = []
-        self.error: BaseException | None = None
-        self.done_at: float | None = None  # set last: then error is set too
-
-
 class _WindowRecorder:
     """``dataplane.tools.perf``'s recorder, feeding a :class:`TailWindow` instead of a sample of
     the whole run: one callback per batch notes when it completed (on the producer's sender
@@ -276,20 +268,20 @@ class _WindowRecorder:
         self.window = window
         self._clock = clock
         self._result: BatchResult | None = None
-        self._batch = _Batch()
-        self._pending: deque[_Batch] = deque()  # bounded by the producer's buffer.memory
+        self._batch = BatchTimes()
+        self._pending: deque[BatchTimes] = deque()  # bounded by the producer's buffer.memory
         self.acknowledged = 0
         self.failed = 0
 
     def watch(self, future: RecordFuture, sent_at: float) -> None:
         result = future.batch
         if result is not self._result:
-            self._result, self._batch = result, _Batch()
+            self._result, self._batch = result, BatchTimes()
             self._pending.append(self._batch)
             result.add_batch_callback(functools.partial(self._on_done, self._batch))
         self._batch.sent_at.append(sent_at)
 
-    def _on_done(self, batch: _Batch, result: BatchResult) -> None:
+    def _on_done(self, batch: BatchTimes, result: BatchResult) -> None:
         batch.error = result.error
         batch.done_at = self._clock()
 
@@ -306,7 +298,7 @@ class _WindowRecorder:
 
     def finish(self) -> None:
         """Count every batch; after the producer's flush, when every outcome is in."""
-        self._result, self._batch = None, _Batch()
+        self._result, self._batch = None, BatchTimes()
         self.count_done()
         if self._pending:
             raise RuntimeError(f"{len(self._pending)} batches without an outcome after a flush")

@@ -101,7 +101,7 @@ def latency_summary(
     )
 
 
-class _BatchTimes:
+class BatchTimes:
     """The send times of one batch's records, and its outcome once it arrived."""
 
     __slots__ = ("done_at", "error", "sent_at")
@@ -127,8 +127,8 @@ class _Recorder:
         self._clock = clock
         self._sample_every = max(1, -(-num_records // MAX_LATENCY_SAMPLES))
         self._batch: BatchResult | None = None  # the batch the last record went to
-        self._times = _BatchTimes()  # its records' send times
-        self._pending: deque[_BatchTimes] = deque()  # not yet counted, in send order
+        self._times = BatchTimes()  # its records' send times
+        self._pending: deque[BatchTimes] = deque()  # not yet counted, in send order
         self.acked = 0
         self.errors = 0
         self.total_ms = 0.0
@@ -139,13 +139,13 @@ class _Recorder:
     def watch(self, future: RecordFuture, sent_at: float) -> None:
         batch = future.batch
         if batch is not self._batch:  # the first record of a batch (or a refused record)
-            self._batch, self._times = batch, _BatchTimes()
+            self._batch, self._times = batch, BatchTimes()
             self._pending.append(self._times)
             self._count_done()
             batch.add_batch_callback(functools.partial(self._on_done, self._times))
         self._times.sent_at.append(sent_at)
 
-    def _on_done(self, times: _BatchTimes, batch: BatchResult) -> None:
+    def _on_done(self, times: BatchTimes, batch: BatchResult) -> None:
         # the producer's sender thread: note the outcome, the sending thread counts
         times.error = batch.error
         times.done_at = self._clock()
@@ -159,12 +159,12 @@ class _Recorder:
     def finish(self) -> None:
         """Count every batch; after the producer's flush, when every outcome is in."""
         self._batch = None
-        self._times = _BatchTimes()
+        self._times = BatchTimes()
         self._count_done()
         if self._pending:
             raise RuntimeError(f"{len(self._pending)} batches without an outcome after a flush")
 
-    def _count(self, times: _BatchTimes) -> None:
+    def _count(self, times: BatchTimes) -> None:
         sent_at, done_at, error = times.sent_at, times.done_at, times.error
         assert done_at is not None, "only finished batches are counted"
         if error is not None:
