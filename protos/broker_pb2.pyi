@@ -1402,6 +1402,104 @@ class DescribeProducersTopic(_message.Message):
 Global___DescribeProducersTopic: _TypeAlias = DescribeProducersTopic  # noqa: Y015
 
 @_typing.final
+class DescribeLogDirsRequest(_message.Message):
+    """Kafka's DescribeLogDirsRequest, sent to each broker."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPICS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The topics whose hosted replicas are described; none named: every replica."""
+
+    def __init__(
+        self,
+        *,
+        topics: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeLogDirsRequest: _TypeAlias = DescribeLogDirsRequest  # noqa: Y015
+
+@_typing.final
+class ReplicaLogDir(_message.Message):
+    """One hosted replica in the log directory."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    OFFSET_LAG_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    """The replica's topic."""
+    partition: _builtins.int
+    """The replica's partition."""
+    size_bytes: _builtins.int
+    """Its segments and indexes on disk, in bytes."""
+    offset_lag: _builtins.int
+    """Kafka's max(high watermark - log end offset, 0): 0 for a current replica."""
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        size_bytes: _builtins.int = ...,
+        offset_lag: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["offset_lag", b"offset_lag", "partition", b"partition", "size_bytes", b"size_bytes", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReplicaLogDir: _TypeAlias = ReplicaLogDir  # noqa: Y015
+
+@_typing.final
+class DescribeLogDirsResponse(_message.Message):
+    """The broker's one log directory (raftlog has no JBOD)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    LOG_DIR_FIELD_NUMBER: _builtins.int
+    TOTAL_BYTES_FIELD_NUMBER: _builtins.int
+    USABLE_BYTES_FIELD_NUMBER: _builtins.int
+    REPLICAS_FIELD_NUMBER: _builtins.int
+    error_code: _builtins.int
+    """CLUSTER_AUTHORIZATION_FAILED without DESCRIBE on the cluster (then nothing else is set)."""
+    log_dir: _builtins.str
+    """The log directory's absolute path."""
+    total_bytes: _builtins.int
+    """The size of the filesystem holding it, in bytes."""
+    usable_bytes: _builtins.int
+    """What is still free on that filesystem, in bytes."""
+    @_builtins.property
+    def replicas(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaLogDir]:
+        """The hosted replicas asked for, by topic and partition."""
+
+    def __init__(
+        self,
+        *,
+        error_code: _builtins.int = ...,
+        log_dir: _builtins.str = ...,
+        total_bytes: _builtins.int = ...,
+        usable_bytes: _builtins.int = ...,
+        replicas: _abc.Iterable[Global___ReplicaLogDir] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "log_dir", b"log_dir", "replicas", b"replicas", "total_bytes", b"total_bytes", "usable_bytes", b"usable_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeLogDirsResponse: _TypeAlias = DescribeLogDirsResponse  # noqa: Y015
+
+@_typing.final
 class DescribeProducersRequest(_message.Message):
     """Kafka's DescribeProducersRequest, sent to each partition's leader."""
 

@@ -98,6 +98,11 @@ class BrokerServiceStub:
                 request_serializer=protos_dot_broker__pb2.ShareAcknowledgeRequest.SerializeToString,
                 response_deserializer=protos_dot_broker__pb2.ShareAcknowledgeResponse.FromString,
                 _registered_method=True)
+        self.DescribeLogDirs = channel.unary_unary(
+                '/raftlog.broker.v1.BrokerService/DescribeLogDirs',
+                request_serializer=protos_dot_broker__pb2.DescribeLogDirsRequest.SerializeToString,
+                response_deserializer=protos_dot_broker__pb2.DescribeLogDirsResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServiceServicer:
@@ -221,6 +226,15 @@ class BrokerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DescribeLogDirs(self, request, context):
+        """Kafka's DescribeLogDirs (API key 35): this broker's log directory, its filesystem's total
+        and usable bytes and each hosted replica's size. Needs DESCRIBE on the cluster
+        (error_code CLUSTER_AUTHORIZATION_FAILED, nothing else answered).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -283,6 +297,11 @@ def add_BrokerServiceServicer_to_server(servicer, server):
                     servicer.ShareAcknowledge,
                     request_deserializer=protos_dot_broker__pb2.ShareAcknowledgeRequest.FromString,
                     response_serializer=protos_dot_broker__pb2.ShareAcknowledgeResponse.SerializeToString,
+            ),
+            'DescribeLogDirs': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeLogDirs,
+                    request_deserializer=protos_dot_broker__pb2.DescribeLogDirsRequest.FromString,
+                    response_serializer=protos_dot_broker__pb2.DescribeLogDirsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -613,6 +632,33 @@ class BrokerService:
             '/raftlog.broker.v1.BrokerService/ShareAcknowledge',
             protos_dot_broker__pb2.ShareAcknowledgeRequest.SerializeToString,
             protos_dot_broker__pb2.ShareAcknowledgeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeLogDirs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.broker.v1.BrokerService/DescribeLogDirs',
+            protos_dot_broker__pb2.DescribeLogDirsRequest.SerializeToString,
+            protos_dot_broker__pb2.DescribeLogDirsResponse.FromString,
             options,
             channel_credentials,
             insecure,

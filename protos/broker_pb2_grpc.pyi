@@ -112,6 +112,11 @@ class BrokerServiceStub:
     """Kafka's ShareAcknowledge (API key 79): accept, release or reject acquired records. Errors:
     INVALID_SHARE_SESSION_EPOCH, SHARE_SESSION_NOT_FOUND, per partition INVALID_RECORD_STATE.
     """
+    DescribeLogDirs: _grpc.UnaryUnaryMultiCallable[_broker_pb2.DescribeLogDirsRequest, _broker_pb2.DescribeLogDirsResponse]
+    """Kafka's DescribeLogDirs (API key 35): this broker's log directory, its filesystem's total
+    and usable bytes and each hosted replica's size. Needs DESCRIBE on the cluster
+    (error_code CLUSTER_AUTHORIZATION_FAILED, nothing else answered).
+    """
 
 @_typing.type_check_only
 class BrokerServiceAsyncStub(BrokerServiceStub):
@@ -187,6 +192,11 @@ class BrokerServiceAsyncStub(BrokerServiceStub):
     ShareAcknowledge: _aio.UnaryUnaryMultiCallable[_broker_pb2.ShareAcknowledgeRequest, _broker_pb2.ShareAcknowledgeResponse]  # type: ignore[assignment]
     """Kafka's ShareAcknowledge (API key 79): accept, release or reject acquired records. Errors:
     INVALID_SHARE_SESSION_EPOCH, SHARE_SESSION_NOT_FOUND, per partition INVALID_RECORD_STATE.
+    """
+    DescribeLogDirs: _aio.UnaryUnaryMultiCallable[_broker_pb2.DescribeLogDirsRequest, _broker_pb2.DescribeLogDirsResponse]  # type: ignore[assignment]
+    """Kafka's DescribeLogDirs (API key 35): this broker's log directory, its filesystem's total
+    and usable bytes and each hosted replica's size. Needs DESCRIBE on the cluster
+    (error_code CLUSTER_AUTHORIZATION_FAILED, nothing else answered).
     """
 
 class BrokerServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -332,6 +342,17 @@ class BrokerServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_broker_pb2.ShareAcknowledgeResponse, _abc.Awaitable[_broker_pb2.ShareAcknowledgeResponse]]:
         """Kafka's ShareAcknowledge (API key 79): accept, release or reject acquired records. Errors:
         INVALID_SHARE_SESSION_EPOCH, SHARE_SESSION_NOT_FOUND, per partition INVALID_RECORD_STATE.
+        """
+
+    @_abc_1.abstractmethod
+    def DescribeLogDirs(
+        self,
+        request: _broker_pb2.DescribeLogDirsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_broker_pb2.DescribeLogDirsResponse, _abc.Awaitable[_broker_pb2.DescribeLogDirsResponse]]:
+        """Kafka's DescribeLogDirs (API key 35): this broker's log directory, its filesystem's total
+        and usable bytes and each hosted replica's size. Needs DESCRIBE on the cluster
+        (error_code CLUSTER_AUTHORIZATION_FAILED, nothing else answered).
         """
 
 def add_BrokerServiceServicer_to_server(servicer: BrokerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -31,6 +31,7 @@ import grpc
 
 from dataplane.broker import authorization as authz
 from dataplane.broker import delete_records, fetch_stream, offset_for_leader_epoch
+from dataplane.broker.log_dirs import disk_usage, log_dir_path, replica_logs
 from dataplane.broker.metrics import NodeMetrics
 from dataplane.broker.partition import (
     ON_APPEND,
@@ -57,6 +58,7 @@ from metadata_quorum.grpc_standard import (
 )
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.replication import INTERNAL_TOPICS, validate_topic_name
+from metadata_quorum.request_authorization import check_cluster
 from metadata_quorum.request_handler_pool import KEEP_ALIVE_S, RequestHandlerPool
 from metadata_quorum.security.acl import AclOperation
 from metadata_quorum.security.authorization import ALLOW_ALL, AccessControl
@@ -822,6 +824,29 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
         return self.share_acknowledge(request)
 
     # -- DescribeProducers (KIP-664) -----------------------------------------------------------
+    def DescribeLogDirs(
+        self, request: pb.DescribeLogDirsRequest, context: Any
+    ) -> pb.DescribeLogDirsResponse:
+        """This broker's log directory (Kafka's DescribeLogDirs): the filesystem's total and
+        usable bytes and each hosted replica of ``topics`` (none named: all) with its size.
+        DESCRIBE on the cluster, as Kafka's KafkaApis asks."""
+        try:
+            check_cluster(self.access, "DescribeLogDirs")
+        except KafkaError as error:
+            return pb.DescribeLogDirsResponse(error_code=error.error.code)
+        wanted = set(request.topics)
+        total, usable = disk_usage(self.replicas.log_dir)
+        response = pb.DescribeLogDirsResponse(
+            log_dir=log_dir_path(self.replicas.log_dir), total_bytes=total, usable_bytes=usable
+        )
+        for replica in replica_logs(self.replicas.partitions()):
+            if not wanted or replica.topic in wanted:
+                response.replicas.add(
+                    topic=replica.topic, partition=replica.partition,
+                    size_bytes=replica.size_bytes, offset_lag=replica.offset_lag,
+                )  # fmt: skip
+        return response
+
     def DescribeProducers(
         self, request: pb.DescribeProducersRequest, context: Any
     ) -> pb.DescribeProducersResponse:

@@ -53,6 +53,7 @@ from dataplane.client._group import GroupClient, commit_request, from_wire
 from dataplane.client._types import OffsetAndMetadata, TopicPartition
 from metadata_quorum.client import ControllerClient
 from metadata_quorum.security.acl import AclBinding, AclFilter
+from protos import broker_pb2 as bpb
 from protos import controller_pb2 as pb
 from protos import group_pb2 as gpb
 from protos import metadata_pb2
@@ -263,6 +264,23 @@ class GroupListing(NamedTuple):
     group_id: str
     state: str
     group_type: str
+
+
+@dataclass(frozen=True)
+class LogDirDescription:
+    """One broker's log directory (Kafka's ``describeLogDirs``): the filesystem's total and
+    usable bytes and the size of each replica it hosts, keyed by partition."""
+
+    broker_id: int
+    path: str
+    total_bytes: int
+    usable_bytes: int
+    replica_bytes: Mapping[TopicPartition, int]
+
+    @property
+    def used_bytes(self) -> int:
+        """What the broker's replicas take (their segments and indexes)."""
+        return sum(self.replica_bytes.values())
 
 
 @dataclass(frozen=True)
@@ -821,6 +839,34 @@ class AdminClient(Closing):
         return txn_calls.list_transactions(
             cluster, states, producer_ids, duration_ms, self._timeout_s
         )
+
+    def describe_log_dirs(
+        self, broker_ids: Iterable[int] | None = None, topics: Iterable[str] = ()
+    ) -> dict[int, LogDirDescription]:
+        """Each broker's log directory (default: every live broker's), with the replicas of
+        ``topics`` it hosts (none named: all). Raises CLUSTER_AUTHORIZATION_FAILED without
+        DESCRIBE on the cluster."""
+        cluster = self._broker_cluster("describe_log_dirs")
+        brokers = cluster.refresh().brokers
+        wanted = sorted(brokers) if broker_ids is None else sorted(set(broker_ids))
+        request = bpb.DescribeLogDirsRequest(topics=sorted(set(topics)))
+        found: dict[int, LogDirDescription] = {}
+        for broker_id in wanted:
+            broker = brokers.get(broker_id)
+            if broker is None:
+                raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"no live broker {broker_id}")
+            try:
+                answer = cluster.stub(broker).DescribeLogDirs(request, timeout=self._timeout_s)
+            except grpc.RpcError as error:
+                raise rpc_error(error, f"DescribeLogDirs to broker {broker_id}") from error
+            if answer.error_code:
+                code = ErrorCode.from_code(answer.error_code)
+                raise KafkaError(code, f"DescribeLogDirs to broker {broker_id}")
+            sizes = {TopicPartition(r.topic, r.partition): r.size_bytes for r in answer.replicas}
+            found[broker_id] = LogDirDescription(
+                broker_id, answer.log_dir, answer.total_bytes, answer.usable_bytes, sizes
+            )
+        return found
 
     def describe_producers(
         self, partitions: Iterable[TopicPartition | tuple[str, int]]

@@ -128,6 +128,20 @@ def _cell(value: object, numeric: bool = False) -> str:
     return f'<td class="n">{escape(text)}</td>' if numeric else f"<td>{escape(text)}</td>"
 
 
+def _bytes(size: int | None) -> str | None:
+    """A size as people read it: 1,536 B, 12.0 KiB, 3.4 GiB (None: unknown)."""
+    if size is None:
+        return None
+    if size < 1024:
+        return f"{size:,} B"
+    value = float(size)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        value /= 1024
+        if value < 1024 or unit == "TiB":
+            break
+    return f"{value:.1f} {unit}"
+
+
 def _ids(ids: Iterable[int]) -> str:
     return ",".join(str(i) for i in ids)
 
@@ -152,6 +166,7 @@ def cluster_page(view: ClusterView) -> str:
             f'<tr data-broker="{b.broker_id}">{_cell(b.broker_id, True)}{_cell(address)}'
             f'<td><span class="tag {css}">{escape(state)}</span></td>{_cell(b.rack or None)}'
             f"{_cell(row.leaders, True)}{_cell(row.replicas, True)}"
+            f"{_cell(_bytes(row.disk_used), True)}{_cell(_bytes(row.disk_free), True)}"
             f"{_cell(b.broker_epoch, True)}</tr>"
         )
     quorum = view.quorum
@@ -174,13 +189,24 @@ def cluster_page(view: ClusterView) -> str:
         summary
         + "<h2>Brokers</h2>"
         + _table(
-            ("ID", "ADDRESS", "STATE", "RACK", "PARTITIONS LED", "REPLICAS", "EPOCH"),
+            (
+                "ID",
+                "ADDRESS",
+                "STATE",
+                "RACK",
+                "PARTITIONS LED",
+                "REPLICAS",
+                "DISK USED",
+                "DISK FREE",
+                "EPOCH",
+            ),
             brokers,
             "brokers",
         )
         + "<h2>Controllers</h2>"
         + _table(("ID", "ADDRESS", "ROLE", "MATCH INDEX", "LAG", "CONNECTED"), voters, "voters")
-        + "<p>Disk used per broker is not shown: the admin client has no DescribeLogDirs yet.</p>"
+        + "<p>Disk used: what the broker's replicas take (DescribeLogDirs); free: what is "
+        "left on its log directory's filesystem. Shown as - without DESCRIBE on the cluster.</p>"
     )
     return page("Cluster", body, live=True)
 
@@ -194,9 +220,10 @@ def topics_page(topics: Sequence[TopicView]) -> str:
         rows.append(
             f'<tr{css} data-topic="{escape(t.name)}"><td>{topic_link(t.name)}</td>'
             f"{_cell(len(t.partitions), True)}{_cell(replication, True)}"
-            f"{_cell(t.under_replicated, True)}{_cell(t.records, True)}</tr>"
+            f"{_cell(t.under_replicated, True)}{_cell(t.records, True)}"
+            f"{_cell(_bytes(t.size_bytes), True)}</tr>"
         )
-    headers = ("TOPIC", "PARTITIONS", "REPLICATION", "UNDER-REPLICATED", "RECORDS")
+    headers = ("TOPIC", "PARTITIONS", "REPLICATION", "UNDER-REPLICATED", "RECORDS", "SIZE")
     return page("Topics", _table(headers, rows, "topics"), live=True)
 
 
@@ -210,7 +237,7 @@ def _partition_tr(topic: str, row: PartitionRow) -> str:
         f"{_cell(p.leader if p.leader >= 0 else 'none')}{_cell(p.leader_epoch, True)}"
         f"{_cell(_ids(p.replicas))}{_cell(_ids(p.isr))}{_cell(_ids(p.elr) or None)}"
         f"{_cell(row.log_start_offset, True)}{_cell(row.log_end_offset, True)}"
-        f"{_cell(row.records, True)}</tr>"
+        f"{_cell(row.records, True)}{_cell(_bytes(row.size_bytes), True)}</tr>"
     )
 
 
@@ -248,6 +275,7 @@ def topic_page(view: TopicView, samples: Sequence[Sample] = ()) -> str:
                 "LOG START",
                 "LOG END (HW)",
                 "RECORDS",
+                "SIZE",
             ),
             partitions,
             "partitions",

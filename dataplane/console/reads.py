@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -23,9 +23,11 @@ from dataplane.client.admin import (
     ConfigEntry,
     ConfigResource,
     GroupListing,
+    LogDirDescription,
     PartitionDescription,
     QuorumDescription,
     ResourceType,
+    TopicDescription,
 )
 from dataplane.client.group_lag import GroupLag, describe_group_lag
 from dataplane.console.history import Sample
@@ -45,6 +47,8 @@ class BrokerRow:
     state: Literal["unfenced", "fenced", "shutting down"]
     leaders: int  # partitions it leads
     replicas: int  # replicas it hosts
+    disk_used: int | None = None  # bytes its replicas take (DescribeLogDirs); None: unknown
+    disk_free: int | None = None  # usable bytes left on its log directory's filesystem
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,7 @@ class PartitionRow:
     description: PartitionDescription
     log_start_offset: int | None
     log_end_offset: int | None  # the high watermark
+    size_bytes: int | None = None  # the leader's replica on disk; None: unknown
 
     @property
     def under_replicated(self) -> bool:
@@ -87,6 +92,12 @@ class TopicView:
     @property
     def records(self) -> int:
         return sum(p.records or 0 for p in self.partitions)
+
+    @property
+    def size_bytes(self) -> int | None:
+        """The leaders' replicas on disk, None when unknown (no DESCRIBE on the cluster)."""
+        sizes = [p.size_bytes for p in self.partitions]
+        return None if not sizes or None in sizes else sum(s or 0 for s in sizes)
 
 
 @dataclass(frozen=True)
@@ -115,8 +126,16 @@ def read_cluster(admin: AdminClient) -> ClusterView:
         for p in topic.partitions:
             leaders[p.leader] += 1
             replicas.update(p.replicas)
+    dirs = _log_dirs(admin)
     rows = tuple(
-        BrokerRow(b, _state(b), leaders[b.broker_id], replicas[b.broker_id])
+        BrokerRow(
+            b,
+            _state(b),
+            leaders[b.broker_id],
+            replicas[b.broker_id],
+            dirs[b.broker_id].used_bytes if b.broker_id in dirs else None,
+            dirs[b.broker_id].usable_bytes if b.broker_id in dirs else None,
+        )
         for b in sorted(cluster.brokers, key=lambda b: b.broker_id)
     )
     return ClusterView(
@@ -132,11 +151,12 @@ def read_topics(
     described = admin.describe_topics()
     tps = [TopicPartition(t, p.partition) for t, d in described.items() for p in d.partitions]
     starts, ends = _offsets(bootstrap, security, tps)
+    sizes = _leader_sizes(admin, described)
     return tuple(
         TopicView(
             name,
             d.topic_id,
-            tuple(_partition_row(name, p, starts, ends) for p in d.partitions),
+            tuple(_partition_row(name, p, starts, ends, sizes) for p in d.partitions),
             (),
         )
         for name, d in sorted(described.items())
@@ -152,8 +172,10 @@ def read_topic(
     starts, ends = _offsets(bootstrap, security, tps)
     configs = admin.describe_configs([ConfigResource(ResourceType.TOPIC, name)])
     entries = next(iter(configs.values()), {})
+    sizes = _leader_sizes(admin, {name: d})
     return TopicView(
-        name, d.topic_id, tuple(_partition_row(name, p, starts, ends) for p in d.partitions),
+        name, d.topic_id,
+        tuple(_partition_row(name, p, starts, ends, sizes) for p in d.partitions),
         tuple(entries[k] for k in sorted(entries)),
     )  # fmt: skip
 
@@ -163,9 +185,36 @@ def _partition_row(
     p: PartitionDescription,
     starts: dict[TopicPartition, int],
     ends: dict[TopicPartition, int],
+    sizes: dict[TopicPartition, int],
 ) -> PartitionRow:
     tp = TopicPartition(topic, p.partition)
-    return PartitionRow(p, starts.get(tp), ends.get(tp))
+    return PartitionRow(p, starts.get(tp), ends.get(tp), sizes.get(tp))
+
+
+def _log_dirs(admin: AdminClient, topics: Iterable[str] = ()) -> dict[int, LogDirDescription]:
+    """Every live broker's log directory; none when the user may not DESCRIBE the cluster
+    (Kafka's rule for DescribeLogDirs) or a broker does not answer: the sizes show as -."""
+    try:
+        return admin.describe_log_dirs(topics=topics)
+    except KafkaError:
+        return {}
+
+
+def _leader_sizes(
+    admin: AdminClient, described: Mapping[str, TopicDescription]
+) -> dict[TopicPartition, int]:
+    """Each partition's size on disk at its leader."""
+    if not described:
+        return {}
+    dirs = _log_dirs(admin, described)
+    sizes = {}
+    for name, d in described.items():
+        for p in d.partitions:
+            tp = TopicPartition(name, p.partition)
+            found = dirs.get(p.leader)
+            if found is not None and tp in found.replica_bytes:
+                sizes[tp] = found.replica_bytes[tp]
+    return sizes
 
 
 def _offsets(

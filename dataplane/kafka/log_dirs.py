@@ -18,56 +18,21 @@ AlterReplicaLogDirs (refused: every partition CLUSTER_AUTHORIZATION_FAILED).
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
+from dataplane.broker.log_dirs import (
+    Partition,
+    ReplicaLog,
+    disk_usage,
+    log_dir_path,
+    replica_logs,
+)
 from dataplane.kafka import codec as kc
 from metadata_quorum.request_authorization import check_cluster
 from metadata_quorum.security.authorization import AccessControl
 from raftlog.errors import ErrorCode, KafkaError
-
-
-class _Log(Protocol):
-    @property
-    def size_bytes(self) -> int: ...
-    @property
-    def log_end_offset(self) -> int: ...
-
-
-class Partition(Protocol):
-    """What is read of a hosted replica (dataplane.broker.partition.Partition)."""
-
-    topic: str
-    partition: int
-    high_watermark: int
-
-    @property
-    def log(self) -> _Log: ...
-
-
-@dataclass(frozen=True)
-class ReplicaLog:
-    """What DescribeLogDirs tells of one hosted replica."""
-
-    topic: str
-    partition: int
-    size_bytes: int
-    offset_lag: int
-
-
-def replica_logs(partitions: Iterable[Partition]) -> list[ReplicaLog]:
-    return [
-        ReplicaLog(
-            p.topic,
-            p.partition,
-            p.log.size_bytes,
-            max(p.high_watermark - p.log.log_end_offset, 0),
-        )
-        for p in partitions
-    ]
 
 
 def describe_log_dir(
@@ -113,7 +78,7 @@ class KafkaLogDirs:
         partitions: Callable[[], Iterable[Partition]],
         access: AccessControl,
     ) -> None:
-        self.log_dir = os.path.normpath(log_dir.absolute())
+        self.log_dir = log_dir_path(log_dir)
         self.partitions = partitions
         self.access = access
 
@@ -131,9 +96,8 @@ class KafkaLogDirs:
             return {**answer, "error_code": error.error.code, "results": []}
         topics = request.body.topics
         wanted = None if topics is None else {(t.topic, p) for t in topics for p in t.partitions}
-        usage = shutil.disk_usage(self.log_dir)
         result = describe_log_dir(
-            self.log_dir, replica_logs(self.partitions()), wanted, (usage.total, usage.free)
+            self.log_dir, replica_logs(self.partitions()), wanted, disk_usage(Path(self.log_dir))
         )
         return {**answer, "error_code": ErrorCode.NONE.code, "results": [result]}
 

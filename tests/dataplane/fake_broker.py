@@ -308,6 +308,12 @@ class FakeBroker(pb_grpc.BrokerServiceServicer):
         context.abort(grpc.StatusCode.UNIMPLEMENTED, "the fake broker serves no share groups")
         raise AssertionError("unreachable: abort raises")
 
+    def DescribeLogDirs(
+        self, request: pb.DescribeLogDirsRequest, context: grpc.ServicerContext
+    ) -> pb.DescribeLogDirsResponse:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "the fake broker keeps no log directory")
+        raise AssertionError("unreachable: abort raises")
+
     def ShareAcknowledge(
         self, request: pb.ShareAcknowledgeRequest, context: grpc.ServicerContext
     ) -> pb.ShareAcknowledgeResponse:

@@ -113,7 +113,9 @@ def test_cluster_page(browser: Any, cluster: LocalCluster, screenshots: Path) ->
     with AdminClient(cluster.bootstrap_servers) as admin:
         described, quorum = admin.describe_cluster(), admin.describe_quorum()
         topics = admin.describe_topics()  # __consumer_offsets' partitions included
+        disk = admin.describe_log_dirs()[1]
     led = sum(p.leader == 1 for t in topics.values() for p in t.partitions)
+    assert disk.used_bytes > 0 and disk.replica_bytes[TopicPartition(TOPIC, 0)] > 0
     _open(browser, cluster, "/")
     assert browser.find_element(By.ID, "cluster-id").text == described.cluster_id
     assert browser.find_element(By.ID, "active-controller").text == str(quorum.leader_id)
@@ -121,6 +123,7 @@ def test_cluster_page(browser: Any, cluster: LocalCluster, screenshots: Path) ->
     broker = _cells(browser, 'tr[data-broker="1"]')
     assert broker[0] == "1" and broker[1] == cluster.broker_address(1)
     assert broker[2] == "unfenced" and broker[4] == str(led)
+    assert broker[6].endswith(("B", "KiB", "MiB")) and broker[7].endswith(("MiB", "GiB", "TiB"))
     assert _cells(browser, 'tr[data-voter="1"]')[2] == "active"
     browser.save_screenshot(str(screenshots / "cluster.png"))
 
@@ -129,14 +132,16 @@ def test_topics_and_topic_pages(browser: Any, cluster: LocalCluster, screenshots
     with AdminClient(cluster.bootstrap_servers) as admin:
         topic = admin.describe_topics([TOPIC])[TOPIC]
     _open(browser, cluster, "/topics")
-    assert _cells(browser, f'tr[data-topic="{TOPIC}"]') == [TOPIC, "2", "1", "0", "8"]
+    row = _cells(browser, f'tr[data-topic="{TOPIC}"]')
+    assert row[:5] == [TOPIC, "2", "1", "0", "8"] and row[5].endswith(("B", "KiB"))
     browser.save_screenshot(str(screenshots / "topics.png"))
     browser.find_element(By.LINK_TEXT, TOPIC).click()
     for p in topic.partitions:
         cells = _cells(browser, f'tr[data-partition="{p.partition}"]')
         assert cells[1] == str(p.leader)
         assert cells[3] == ",".join(map(str, p.replicas)) and cells[4] == ",".join(map(str, p.isr))
-    assert _cells(browser, 'tr[data-partition="0"]')[6:] == ["0", "5", "5"]
+    assert _cells(browser, 'tr[data-partition="0"]')[6:9] == ["0", "5", "5"]
+    assert _cells(browser, 'tr[data-partition="0"]')[9].endswith(("B", "KiB"))
     assert browser.find_element(By.CSS_SELECTOR, 'tr[data-config="retention.ms"]')
     browser.save_screenshot(str(screenshots / "topic.png"))
 

@@ -8,14 +8,10 @@ from typing import Any
 
 import pytest
 
+from dataplane.broker.log_dirs import ReplicaLog
 from dataplane.kafka import codec as kc
 from dataplane.kafka.features import api_versions_features
-from dataplane.kafka.log_dirs import (
-    KafkaLogDirs,
-    ReplicaLog,
-    alter_replica_log_dir,
-    describe_log_dir,
-)
+from dataplane.kafka.log_dirs import KafkaLogDirs, alter_replica_log_dir, describe_log_dir
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.security.authorization import ALLOW_ALL, AccessControl, AuthorizerSettings
 from metadata_quorum.security.principal import KafkaPrincipal, Session, acting_as

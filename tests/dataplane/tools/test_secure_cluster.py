@@ -37,9 +37,10 @@ from metadata_quorum.security.acl import (
     PermissionType,
     ResourceType,
 )
+from metadata_quorum.security.channels import ClientSecurity
 from metadata_quorum.security.principal import KafkaPrincipal
 from metadata_quorum.security.scram import ScramMechanism
-from raftlog.errors import KafkaError
+from raftlog.errors import ErrorCode, KafkaError
 from tests.dataplane.cluster_support import running_cluster
 
 TWO_NODES: dict[str, str | int] = {
@@ -289,6 +290,16 @@ def test_the_console_asks_for_a_login_and_shows_each_user_what_their_acls_allow(
             AclOperation.DESCRIBE, PermissionType.ALLOW,
         )  # fmt: skip
         assert admin.create_acls([allow]) == {allow: None}
+        disks = admin.describe_log_dirs()
+        assert sorted(disks) == [1, 2] and all(d.usable_bytes > 0 for d in disks.values())
+    carol = ClientSecurity(
+        security_protocol="SASL_SSL", ssl_ca_location=cluster.secrets.truststore,
+        sasl_mechanism="SCRAM-SHA-512", sasl_username="carol", sasl_password="carol-secret",
+    )  # fmt: skip
+    with AdminClient(cluster.bootstrap_servers, security=carol) as as_carol:
+        with pytest.raises(KafkaError) as refused:  # Kafka's rule: DESCRIBE on the cluster
+            as_carol.describe_log_dirs()
+        assert refused.value.error is ErrorCode.CLUSTER_AUTHORIZATION_FAILED
     check_console_login(cluster, ConsoleHttp(cluster))
 
 
