@@ -426,7 +426,8 @@ def run_benchmark(
     """Every figure of the ``metadata_scale`` section, on one cluster. ``profile_s`` > 0:
     py-spy on node 1 for that long from the first CreateTopics, and on the restarted node."""
     load_start = os.getloadavg()
-    profile_dir = Path(tempfile.mkdtemp(prefix="scale-profile-")) if profile_s else None
+    # kept for reading (py-spy's raw folded stacks): its path is logged
+    profile_dir = Path(tempfile.mkdtemp(prefix="scale-profile-", dir=workdir)) if profile_s else None
     hot: dict[str, Any] = {}
     try:
         with cluster_in(workdir, console, first_host) as cluster:
@@ -454,7 +455,7 @@ def run_benchmark(
                 client.close()
     finally:
         if profile_dir:
-            shutil.rmtree(profile_dir, ignore_errors=True)
+            console.log(f"py-spy's folded stacks are in {profile_dir}")
     figures: dict[str, Any] = {
         "nodes": NODES,
         "partitions": sizes.partitions,
