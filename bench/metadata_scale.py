@@ -75,7 +75,7 @@ UP_TIMEOUT_S = 60.0
 READY_TIMEOUT_S = 1800.0  # 10,000 partitions on a slow 2-core machine
 WRITE_TIMEOUT_S = 60.0
 METRICS_TIMEOUT_S = 30.0
-POLL_S = 0.5  # the gauges list every partition: not polled faster
+POLL_S = 1.0  # the gauges list every partition: not polled faster
 SNAPSHOT_WAIT_MS = 200
 
 
@@ -427,7 +427,9 @@ def run_benchmark(
     py-spy on node 1 for that long from the first CreateTopics, and on the restarted node."""
     load_start = os.getloadavg()
     # kept for reading (py-spy's raw folded stacks): its path is logged
-    profile_dir = Path(tempfile.mkdtemp(prefix="scale-profile-", dir=workdir)) if profile_s else None
+    profile_dir = (
+        Path(tempfile.mkdtemp(prefix="scale-profile-", dir=workdir)) if profile_s else None
+    )
     hot: dict[str, Any] = {}
     try:
         with cluster_in(workdir, console, first_host) as cluster:
