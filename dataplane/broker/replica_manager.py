@@ -180,14 +180,7 @@ class ReplicaManager:
                 stale = self._stale_of(image, changed, wanted)
         for partition in stale:
             self._remove(partition)
-        settings = {} if changed is None else dict(self._settings)
-        if changed is not None:
-            gone = {t.name for tid in changed if (t := self.image.topics.get(tid)) is not None}
-            for name in gone - {t.name for tid in changed if (t := image.topics.get(tid))}:
-                settings.pop(name, None)
-            for tid in changed:
-                if (topic := image.topics.get(tid)) is not None:
-                    settings[topic.name] = self._topic_settings(image, topic.name)
+        settings = self._settings_after(image, changed)
         followed = {} if changed is None else dict(self._followed)
         for key in [k for k in followed if k not in self._partitions or k in wanted]:
             del followed[key]
@@ -214,6 +207,22 @@ class ReplicaManager:
             self._remove_strays()
             self._strays_removed = True
         return by_leader
+
+    def _settings_after(
+        self, image: MetadataImage, changed: set[uuid.UUID] | None
+    ) -> dict[str, TopicSettings]:
+        """The topics' settings under ``image``: those of the changed topics computed again,
+        the removed ones' dropped (all of them left to compute when ``changed`` is None)."""
+        if changed is None:
+            return {}
+        settings = dict(self._settings)
+        before = {t.name for tid in changed if (t := self.image.topics.get(tid)) is not None}
+        after = {t.name for tid in changed if (t := image.topics.get(tid)) is not None}
+        for name in before - after:
+            settings.pop(name, None)
+        for name in after:
+            settings[name] = self._topic_settings(image, name)
+        return settings
 
     def _changed_topics(self, image: MetadataImage, may_lead: bool) -> set[uuid.UUID] | None:
         """The ids of the topics added, changed or removed since the image applied last (a
