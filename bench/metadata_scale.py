@@ -136,8 +136,12 @@ def broker_gauges(cluster: LocalCluster, node_id: int) -> dict[str, float] | Non
 
 
 def all_hosted_and_in_sync(cluster: LocalCluster, partitions: int) -> bool:
-    """Every broker hosts ``partitions`` replicas and no leader has one out of its ISR."""
+    """Every broker hosts ``partitions`` replicas and no leader has one out of its ISR. A node
+    that died meanwhile fails the run at once (its log says why: at ~4,000 partitions a
+    broker once ran out of file descriptors)."""
     for spec in cluster.specs:
+        if cluster.pid(spec.node_id) is None:
+            raise RuntimeError(f"node {spec.node_id} died: see {spec.log_path}")
         gauges = broker_gauges(cluster, spec.node_id)
         if gauges is None or gauges["raftlog_partitions"] != partitions:
             return False
