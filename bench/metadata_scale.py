@@ -414,12 +414,19 @@ def cluster_in(workdir: Path, console: Console, first_host: int) -> Iterator[Loc
     root = Path(tempfile.mkdtemp(prefix="metadata-scale-", dir=workdir))
     hosts = [f"127.0.0.{first_host + n}" for n in range(NODES)]
     cluster = LocalCluster(root, nodes=NODES, first_host=first_host, port=pick_cluster_port(hosts))
+    failed = True
     try:
         console.log(f"starting {NODES} nodes on {', '.join(cluster.bootstrap_servers)}")
         cluster.up(timeout_s=UP_TIMEOUT_S)
         yield cluster
+        failed = False
     finally:
         cluster.down()
+        for spec in cluster.specs if failed else ():
+            if spec.log_path.exists():
+                logs = root.parent / f"{root.name}-node-{spec.node_id}.log"
+                shutil.copyfile(spec.log_path, logs)
+                console.log(f"the run failed: node {spec.node_id}'s log is kept in {logs}")
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -74,13 +74,20 @@ class _IndexFile:
         os.close(self._fd)
         self._fd = -1
 
-    def _resize(self, length: int) -> None:
+    def _resize(self, length: int, *, mapped: bool = False) -> None:
+        """Set the file's length; map it if it has entries or ``mapped`` (an append is next).
+        An empty index stays unmapped: a partition that never had a record holds no map and
+        no descriptor for it (its active segment's preallocation comes here too)."""
         self._stores_until = 0  # past a truncation, a page may be a hole again
         if self._mmap is not None:
             self._mmap.close()
             self._mmap = None
         os.ftruncate(self._file(), length)
-        self._map(length)
+        if self.entries or mapped:
+            self._map(length)
+        else:
+            os.close(self._fd)
+            self._fd = -1
 
     def _file(self) -> int:
         """The descriptor, opened again if :meth:`_map` closed it."""
@@ -143,7 +150,8 @@ class _IndexFile:
             # is an ENOSPC OSError. The map is MAP_SHARED over the same page cache, so lookups
             # see the entry at once.
             if self._mmap is None or len(self._mmap) < end:
-                self.preallocate()  # an index trimmed on roll or close, appended to again
+                # an index trimmed on roll or close appended to again, or the first entry
+                self._resize(max(self.max_entries, entries) * self._entry_size, mapped=True)
             assert self._mmap is not None, "preallocated above"
             fd = self._file()
             try:

@@ -173,6 +173,10 @@ def test_an_index_holds_no_descriptor_of_its_own(tmp_path: Path) -> None:
     index = OffsetIndex(path, base_offset=0, max_index_bytes=64 * 1024)
     assert _descriptors_of(path) == 0  # empty: preallocated, not mapped yet
     assert path.stat().st_size == 64 * 1024
+    index.trim()
+    index.preallocate()  # what a segment becoming active does: still no map
+    assert _descriptors_of(path) == 0 and path.stat().st_size == 64 * 1024
+    assert index.lookup(5) == (0, 0)
     for n in range(1, 1500):  # three pages of entries: each page's first entry is a pwrite
         index.append(n, n * 100)
     assert _descriptors_of(path) == 1  # the map's own duplicate
