@@ -114,6 +114,7 @@ bench: DEB_NEEDS += nats-server:nats-server fio:fio iperf3:iperf3
 bench: deps
 	$(BIN)/python -m bench.storage_bench --out bench/results/latest.json
 	$(BIN)/python -m bench.quorum_bench --out bench/results/latest.json
+	$(BIN)/python -m bench.metadata_scale --partitions 10000 --out bench/results/latest.json
 	$(BIN)/python -m bench.dataplane_bench --out bench/results/latest.json
 	$(BIN)/python -m bench.groups_bench --out bench/results/latest.json
 	$(BIN)/python -m bench.elastic_bench --out bench/results/latest.json

@@ -298,6 +298,41 @@ def render_quorum_failover(results: Results) -> str:
     return table(("controller failover after SIGKILL", "figure"), rows, "lr")
 
 
+def render_metadata_scale(results: Results) -> str:
+    scale = _section(results, "metadata_scale")
+    created, memory = scale.get("create") or {}, scale.get("memory") or {}
+    snapshot, produce = scale.get("snapshot") or {}, scale.get("produce") or {}
+    failover, restart = scale.get("controller_failover") or {}, scale.get("broker_restart") or {}
+    many = produce.get("partitions")
+    rows = [
+        ("partitions (RF 3, topics of " + count(scale.get("topic_partitions")) + ")",
+         count(scale.get("partitions"))),
+        ("create: until the last CreateTopics committed, s", fig(created.get("create_seconds"))),
+        ("create: metadata records/s", count(created.get("metadata_records_per_s"))),
+        ("create: CreateTopics ms, median of the first / last tenth",
+         f"{fig(created.get('create_topic_first_tenth_ms'))} / "
+         f"{fig(created.get('create_topic_last_tenth_ms'))}"),
+        ("create: until every broker hosts every partition, all in sync, s",
+         fig(created.get("ready_seconds"))),
+        ("broker RSS per partition hosted (median of 3), bytes",
+         count(memory.get("rss_bytes_per_partition_median"))),
+        ("metadata snapshot, bytes (per partition)",
+         f"{count(snapshot.get('snapshot_bytes'))} "
+         f"({fig(snapshot.get('snapshot_bytes_per_partition'))})"),
+        ("produce to 1 partition, records/s", count(produce.get("one_partition_records_per_s"))),
+        (f"produce to {count(many)} partitions, records/s (share of 1)",
+         f"{count(produce.get('many_partitions_records_per_s'))} "
+         f"({fixed(produce.get('many_to_one_ratio'), 2)})"),
+        (f"target ≥ {plain(produce.get('target_ratio'))} of 1", met(produce.get("meets_target"))),
+        ("controller failover after SIGKILL, s", fixed(failover.get("seconds"), 2)),
+        (f"target ≤ {plain(failover.get('target_s'))} s", met(failover.get("meets_target"))),
+        ("broker restart after SIGKILL: unfenced, s", fig(restart.get("unfenced_s"))),
+        ("broker restart: every replica back in the ISR, s", fig(restart.get("all_in_isr_s"))),
+        (f"target ≤ {plain(restart.get('target_s'))} s", met(restart.get("meets_target"))),
+    ]  # fmt: skip
+    return table(("metadata at scale", "figure"), rows, "lr")
+
+
 def _latency(latency: Any, keys: Sequence[str] = ("p50", "p99", "p999", "max")) -> str:
     return " / ".join(fixed(_get(latency, key), 1) for key in keys)
 
@@ -1119,6 +1154,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "storage_recovery": render_storage_recovery,
     "quorum": render_quorum,
     "quorum_failover": render_quorum_failover,
+    "metadata_scale": render_metadata_scale,
     "dataplane": render_dataplane,
     "idempotence_produce": render_idempotence_produce,
     "idempotence_open": render_idempotence_open,

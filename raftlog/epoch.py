@@ -44,12 +44,17 @@ class LeaderEpochCache:
         """Replace the entries from ``start_offset`` on with those of (partition leader epoch,
         base offset) of the batches from there, oldest first, in one durable write. After an
         unclean start the recovered batches are the truth: the checkpoint, fsynced on every
-        change, may describe batches a power cut took back (a follower's truncation undone)."""
+        change, may describe batches a power cut took back (a follower's truncation undone).
+        Entries equal to the checkpoint's are not written again (each partition of a broker
+        that was killed comes through here: an fsync each for nothing); should that file
+        itself not be durable yet, the next unclean start derives it again."""
+        before = list(self._entries)
         self._entries = [entry for entry in self._entries if entry.start_offset < start_offset]
         for epoch, base_offset in batches:
             if epoch > self.latest_epoch:
                 self._entries.append(EpochEntry(epoch, base_offset))
-        self._flush()
+        if self._entries != before:
+            self._flush()
 
     @property
     def entries(self) -> tuple[EpochEntry, ...]:

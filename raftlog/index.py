@@ -48,8 +48,12 @@ class _IndexFile:
         # 0: none since this file was opened or resized.
         self._stores_until = 0
         if length == 0:
+            # Preallocated, and mapped only at the first append: an empty index (a partition
+            # that never had a record) holds no descriptor and no map.
             self.entries = 0
-            self._resize(self.max_entries * self._entry_size)
+            os.ftruncate(self._fd, self.max_entries * self._entry_size)
+            os.close(self._fd)
+            self._fd = -1
         else:
             if length % self._entry_size:
                 self.entries = 0
@@ -60,24 +64,30 @@ class _IndexFile:
 
     # -- file management -------------------------------------------------------------------
     def _map(self, length: int) -> None:
-        """Map ``length`` bytes. A file no longer preallocated past its entries (a segment's
-        that was rolled, or loaded) is not written again until :meth:`_resize`: its descriptor
-        is closed (Kafka closes the file once its index is mapped), as the map needs none. A
-        broker holds one per index of an active segment only; Python's map keeps a duplicate
-        of its own, so a rolled segment holds three descriptors (log, two maps) instead of
-        five."""
+        """Map ``length`` bytes and close the descriptor (Kafka closes the file once its index
+        is mapped): the map needs none, and the rare writes that do (the first entry of each
+        page, a resize) open the file for the call. Python's map keeps a duplicate of its own,
+        so a segment holds three descriptors (log, two maps); it held five while active, and
+        with an active segment per partition a broker ran out of descriptors at ~4,000
+        partitions (``ulimit -n`` 20,000 here)."""
         self._mmap = mmap.mmap(self._fd, length) if length else None
-        if length == self.entries * self._entry_size:
-            os.close(self._fd)
-            self._fd = -1
+        os.close(self._fd)
+        self._fd = -1
 
-    def _resize(self, length: int) -> None:
+    def _resize(self, length: int, *, mapped: bool = False) -> None:
+        """Set the file's length; map it if it has entries or ``mapped`` (an append is next).
+        An empty index stays unmapped: a partition that never had a record holds no map and
+        no descriptor for it (its active segment's preallocation comes here too)."""
         self._stores_until = 0  # past a truncation, a page may be a hole again
         if self._mmap is not None:
             self._mmap.close()
             self._mmap = None
         os.ftruncate(self._file(), length)
-        self._map(length)
+        if self.entries or mapped:
+            self._map(length)
+        else:
+            os.close(self._fd)
+            self._fd = -1
 
     def _file(self) -> int:
         """The descriptor, opened again if :meth:`_map` closed it."""
@@ -140,9 +150,15 @@ class _IndexFile:
             # is an ENOSPC OSError. The map is MAP_SHARED over the same page cache, so lookups
             # see the entry at once.
             if self._mmap is None or len(self._mmap) < end:
-                self.preallocate()  # an index trimmed on roll or close, appended to again
+                # an index trimmed on roll or close appended to again, or the first entry
+                self._resize(max(self.max_entries, entries) * self._entry_size, mapped=True)
             assert self._mmap is not None, "preallocated above"
-            os.pwrite(self._file(), self.ENTRY.pack(key, value), position)
+            fd = self._file()
+            try:
+                os.pwrite(fd, self.ENTRY.pack(key, value), position)
+            finally:
+                os.close(fd)
+                self._fd = -1
             page_end = ((end - 1) // mmap.PAGESIZE + 1) * mmap.PAGESIZE
             self._stores_until = min(page_end, len(self._mmap))
         self.entries = entries + 1

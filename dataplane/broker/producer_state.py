@@ -518,7 +518,10 @@ class SnapshotFiles:
 
     def sync(self) -> None:
         """fsync the snapshots written without it, then the directory. One deleted meanwhile
-        is skipped: only what exists needs to be durable."""
+        is skipped: only what exists needs to be durable. Nothing written: no lock taken (the
+        maintenance thread calls this for every partition each tick)."""
+        if not self._unsynced:
+            return
         with self._lock:
             pending, self._unsynced = self._unsynced, set()
         for path in sorted(pending):

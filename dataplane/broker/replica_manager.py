@@ -90,6 +90,9 @@ class ReplicaManager:
         self._image_changed = threading.Condition()  # notified by each apply_image
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._settings: dict[str, TopicSettings] = {}
+        # the followed partitions' leaders, and may_lead, as the last apply_image left them
+        self._followed: dict[tuple[str, int], int] = {}
+        self._applied_may_lead: bool | None = None
         self._strays_removed = False
         self.leader_quota = ReplicationQuota("leader", clock_ms)
         self.follower_quota = ReplicationQuota("follower", clock_ms)
@@ -159,44 +162,119 @@ class ReplicaManager:
         """Give every hosted partition its role under ``image``; return the partitions to fetch,
         by leader broker id. Without ``may_lead`` (this incarnation is not registered and
         unfenced yet) a partition the image says this broker leads is left as it is: that
-        leadership belongs to a previous incarnation the controller has not fenced yet."""
-        wanted = dict(self._assigned(image))
+        leadership belongs to a previous incarnation the controller has not fenced yet.
+
+        Only the topics the image changed are looked at (Kafka's ``applyDelta`` of the topics
+        delta): a metadata update touches a few topics, and a pass over every hosted partition
+        for each one made the work of N partitions' updates grow as N squared (a CreateTopics,
+        an ISR change, each paid for all the partitions hosted). Every partition is looked at
+        again when the configs changed (they set each topic's log config and throttles) or
+        ``may_lead`` did."""
+        changed = self._changed_topics(image, may_lead)
+        wanted = dict(self._assigned(image, changed))
         self._set_quotas(image)
         with self._lock:
-            previous = dict(self._partitions)
-        for key in previous.keys() - wanted.keys():
-            self._remove(previous[key])
-        followed: dict[int, list[Partition]] = {}
-        settings: dict[str, TopicSettings] = {}
+            if changed is None:
+                stale = [p for key, p in self._partitions.items() if key not in wanted]
+            else:
+                stale = self._stale_of(image, changed, wanted)
+        for partition in stale:
+            self._remove(partition)
+        settings = self._settings_after(image, changed)
+        followed = {} if changed is None else dict(self._followed)
+        for key in [k for k in followed if k not in self._partitions or k in wanted]:
+            del followed[key]
         for (topic, partition_id), (topic_id, reg) in wanted.items():
             if topic not in settings:
                 settings[topic] = self._topic_settings(image, topic)
-            partition = previous.get((topic, partition_id))
-            if partition is None or partition.topic_id != topic_id:
-                if partition is not None:
-                    self._remove(partition)
-                partition = self._open(topic, partition_id, topic_id, settings[topic].log_config)
-            elif partition.log.config != settings[topic].log_config:
-                partition.log.config = settings[topic].log_config
-            partition.min_insync_replicas = settings[topic].min_insync_replicas
-            partition.leader_throttled = settings[topic].leader_throttled.covers(
-                partition_id, self.broker_id
-            )
-            partition.follower_throttled = settings[topic].follower_throttled.covers(
-                partition_id, self.broker_id
-            )
-            self._set_role(partition, reg, followed, may_lead)
+            partition = self._opened(topic, partition_id, topic_id, settings[topic])
+            leader = self._set_role(partition, reg, may_lead)
+            if leader is not None:
+                followed[(topic, partition_id)] = leader
             with self._lock:
                 self._partitions[(topic, partition_id)] = partition
         with self._lock:
             self.image = image
             self._settings = settings
+            self._followed = followed
+            self._applied_may_lead = may_lead
+            by_leader: dict[int, list[Partition]] = {}
+            for key, leader in followed.items():
+                by_leader.setdefault(leader, []).append(self._partitions[key])
         with self._image_changed:
             self._image_changed.notify_all()
         if caught_up and not self._strays_removed:
             self._remove_strays()
             self._strays_removed = True
-        return followed
+        return by_leader
+
+    def _settings_after(
+        self, image: MetadataImage, changed: set[uuid.UUID] | None
+    ) -> dict[str, TopicSettings]:
+        """The topics' settings under ``image``: those of the changed topics computed again,
+        the removed ones' dropped (all of them left to compute when ``changed`` is None)."""
+        if changed is None:
+            return {}
+        settings = dict(self._settings)
+        before = {t.name for tid in changed if (t := self.image.topics.get(tid)) is not None}
+        after = {t.name for tid in changed if (t := image.topics.get(tid)) is not None}
+        for name in before - after:
+            settings.pop(name, None)
+        for name in after:
+            settings[name] = self._topic_settings(image, name)
+        return settings
+
+    def _changed_topics(self, image: MetadataImage, may_lead: bool) -> set[uuid.UUID] | None:
+        """The ids of the topics added, changed or removed since the image applied last (a
+        MetadataDelta keeps the TopicImage of every topic it did not touch: identity says
+        which changed); None when every hosted partition must be looked at."""
+        before = self.image
+        if self._applied_may_lead is not may_lead or image.configs != before.configs:
+            return None
+        changed = {
+            tid for tid, topic in image.topics.items() if before.topics.get(tid) is not topic
+        }
+        return changed | (before.topics.keys() - image.topics.keys())
+
+    def _stale_of(
+        self,
+        image: MetadataImage,
+        changed: set[uuid.UUID],
+        wanted: dict[tuple[str, int], tuple[uuid.UUID, PartitionRegistration]],
+    ) -> list[Partition]:
+        """Hosted partitions of the changed topics that ``image`` no longer gives this broker
+        (under ``_lock``): those of the previous image's version of each changed topic."""
+        stale = []
+        for tid in changed:
+            for topic in (self.image.topics.get(tid), image.topics.get(tid)):
+                if topic is None:
+                    continue
+                for partition_id in topic.partitions:
+                    key = (topic.name, partition_id)
+                    hosted = self._partitions.get(key)
+                    if hosted is not None and key not in wanted and hosted not in stale:
+                        stale.append(hosted)
+        return stale
+
+    def _opened(
+        self, topic: str, partition_id: int, topic_id: uuid.UUID, settings: TopicSettings
+    ) -> Partition:
+        """The hosted partition, opened (or re-opened for a new topic id), with the topic's
+        settings applied."""
+        with self._lock:
+            partition = self._partitions.get((topic, partition_id))
+        if partition is None or partition.topic_id != topic_id:
+            if partition is not None:
+                self._remove(partition)
+            partition = self._open(topic, partition_id, topic_id, settings.log_config)
+        elif partition.log.config != settings.log_config:
+            partition.log.config = settings.log_config
+        partition.min_insync_replicas = settings.min_insync_replicas
+        partition.leader_throttled = settings.leader_throttled.covers(partition_id, self.broker_id)
+        partition.follower_throttled = settings.follower_throttled.covers(
+            partition_id, self.broker_id
+        )
+        return partition
 
     def _isr_eligible(self, broker_id: int) -> bool:
         """Kafka's ``isReplicaIsrEligible``: registered, unfenced, not shutting down."""
@@ -204,9 +282,13 @@ class ReplicaManager:
         return broker is not None and not broker.fenced and not broker.in_controlled_shutdown
 
     def _assigned(
-        self, image: MetadataImage
+        self, image: MetadataImage, only: set[uuid.UUID] | None = None
     ) -> Iterator[tuple[tuple[str, int], tuple[uuid.UUID, PartitionRegistration]]]:
-        for topic in image.topics.values():
+        """This broker's partitions in ``image`` (of the topics ``only`` names, if given)."""
+        topics = image.topics.values() if only is None else (
+            topic for tid in only if (topic := image.topics.get(tid)) is not None
+        )  # fmt: skip
+        for topic in topics:
             for partition_id, reg in topic.partitions.items():
                 if self.broker_id in reg.replicas:
                     yield (topic.name, partition_id), (topic.topic_id, reg)
@@ -233,26 +315,22 @@ class ReplicaManager:
                          self.broker_id, quota.side, rate)  # fmt: skip
 
     def _set_role(
-        self,
-        partition: Partition,
-        reg: PartitionRegistration,
-        followed: dict[int, list[Partition]],
-        may_lead: bool,
-    ) -> None:
+        self, partition: Partition, reg: PartitionRegistration, may_lead: bool
+    ) -> int | None:
+        """Make the partition leader or follower under ``reg``; the leader to fetch from."""
         partition.isr_eligible = self._isr_eligible
         if reg.leader == self.broker_id:
-            if not may_lead:
-                return
-            if partition.make_leader(reg):
+            if may_lead and partition.make_leader(reg):
                 log.info("%s: leader at epoch %d", partition.name, reg.leader_epoch)
-        elif reg.leader >= 0:
+            return None
+        if reg.leader >= 0:
             if partition.make_follower(reg):
                 log.info(
                     "%s: follower of %d at epoch %d", partition.name, reg.leader, reg.leader_epoch
                 )
-            followed.setdefault(reg.leader, []).append(partition)
-        else:
-            partition.make_follower(reg)  # offline: no leader to fetch from
+            return reg.leader
+        partition.make_follower(reg)  # offline: no leader to fetch from
+        return None
 
     def _open(
         self, topic: str, partition_id: int, topic_id: uuid.UUID, config: LogConfig

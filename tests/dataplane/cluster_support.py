@@ -120,6 +120,9 @@ RANGES = {
     # tests/dataplane/schema_registry/test_registry_cluster.py: 174-176, "kafka_groups"'s range
     # (no iptables there; distinct ports keep the two apart, pick_cluster_port)
     "schema_registry": 174,
+    # tests/bench/test_metadata_scale.py: 14-16 (bench/metadata_scale.py in miniature; the
+    # benchmark itself runs on the local cluster's 11-13)
+    "metadata_scale": 14,
     # 127.0.0.251-254 are tests/metadata_quorum/test_raft_secret.py's (three voters, an outsider)
     # and bench/security_bench.py's (benchmarks run alone; 189-190 are its too)
     # 127.0.0.236-241 are tests/metadata_quorum/test_controller_membership.py's too: distinct

@@ -39,3 +39,19 @@ def test_truncation_from_both_ends(tmp_path: Path) -> None:
     cache.truncate_from_start(120)
     assert [tuple(e) for e in cache.entries] == [(3, 120)]
     assert cache.epoch_for_offset(500) == 3 and cache.epoch_for_offset(10) == UNDEFINED_EPOCH
+
+
+def test_a_rebuild_that_changes_nothing_writes_nothing(tmp_path: Path) -> None:
+    """Every partition of a killed broker rebuilds its epochs from the recovered batches: one
+    that agrees with the checkpoint costs no write (and no fsync); one that differs is written."""
+    cache = LeaderEpochCache(tmp_path)
+    cache.assign(1, 0)
+    cache.assign(3, 10)
+    checkpoint = tmp_path / "leader-epoch-checkpoint"
+    written = checkpoint.stat().st_mtime_ns
+    inode = checkpoint.stat().st_ino
+    cache.rebuild_from(10, [(3, 10)])
+    assert checkpoint.stat().st_ino == inode and checkpoint.stat().st_mtime_ns == written
+    cache.rebuild_from(10, [(2, 10), (4, 12)])  # the recovered batches say otherwise
+    assert checkpoint.stat().st_ino != inode
+    assert [tuple(e) for e in LeaderEpochCache(tmp_path).entries] == [(1, 0), (2, 10), (4, 12)]

@@ -152,3 +152,41 @@ def test_entries_across_pages_go_by_pwrite_then_into_the_map_and_survive_reopen(
     assert reopened.lookup(per_page + 1) == (per_page + 1, (per_page + 1) * 100)
     assert reopened.lookup(10**6) == (per_page + 2, (per_page + 2) * 100)
     reopened.close()
+
+
+def _descriptors_of(path: Path) -> int:
+    """This process's descriptors open on ``path`` (a map's duplicate included)."""
+    found = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            found += os.readlink(f"/proc/self/fd/{fd}") == str(path)
+        except OSError:
+            continue  # the listing's own descriptor, closed already
+    return found
+
+
+def test_an_index_holds_no_descriptor_of_its_own(tmp_path: Path) -> None:
+    """Every partition has an active segment: with two descriptors per index (its own and its
+    map's) a broker ran out of them at ~4,000 partitions. An empty index holds none, a mapped
+    one only the map's, appending across pages included."""
+    path = tmp_path / "00000000000000000000.index"
+    index = OffsetIndex(path, base_offset=0, max_index_bytes=64 * 1024)
+    assert _descriptors_of(path) == 0  # empty: preallocated, not mapped yet
+    assert path.stat().st_size == 64 * 1024
+    index.trim()
+    index.preallocate()  # what a segment becoming active does: still no map
+    assert _descriptors_of(path) == 0 and path.stat().st_size == 64 * 1024
+    assert index.lookup(5) == (0, 0)
+    for n in range(1, 1500):  # three pages of entries: each page's first entry is a pwrite
+        index.append(n, n * 100)
+    assert _descriptors_of(path) == 1  # the map's own duplicate
+    assert index.lookup(1000) == (1000, 100_000)
+    index.trim()
+    assert _descriptors_of(path) == 1
+    index.close()
+    assert _descriptors_of(path) == 0
+    reopened = OffsetIndex(path, base_offset=0, max_index_bytes=64 * 1024)
+    assert reopened.entries == 1499 and reopened.lookup(1499) == (1499, 149_900)
+    reopened.append(1500, 150_000)  # appended to again: preallocated again, no descriptor kept
+    assert _descriptors_of(path) == 1
+    reopened.close()

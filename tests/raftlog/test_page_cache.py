@@ -140,6 +140,35 @@ def test_a_range_is_advised_for_the_retry_window_and_then_left_alone(
     log.close()
 
 
+def test_an_idle_log_is_answered_without_its_lock_until_it_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The broker visits every log each tick: at 10,000 partitions, taking each idle log's lock
+    and walking its segments was most of an idle broker's CPU. Once nothing is left to advise,
+    the next call returns before the lock, until an append, a roll or a truncation."""
+    advised: list[tuple[int, int]] = []
+
+    def spy(cached: CachedRange) -> None:
+        advised.append((cached.position, cached.length))
+        release_cached(cached)
+
+    monkeypatch.setattr(log_module, "release_cached", spy)
+    clock = ManualClock()
+    log, _ = filled_log(tmp_path, clock, 3)
+    log.flush()
+    log.release_page_cache(MiB)
+    clock.advance(CACHE_RELEASE_RETRY_MS)
+    assert log.release_page_cache(MiB) == 0  # retries done: idle from here
+    lock, log._lock = log._lock, None  # type: ignore[assignment]
+    assert log.release_page_cache(MiB) == 0  # answered without the lock
+    assert log.maybe_flush() is False  # nothing unflushed: no lock either
+    log._lock = lock
+    advised.clear()
+    log.append(make_batch(values_of(1024, size=1000)), leader_epoch=0)  # 1 MiB more
+    assert log.release_page_cache(MiB) > 0 and advised  # the log changed: looked at again
+    log.close()
+
+
 def test_what_a_segment_held_when_opened_and_a_zero_keep_are_the_kernels(tmp_path: Path) -> None:
     clock = ManualClock()
     log, values = filled_log(tmp_path, clock, 3)
