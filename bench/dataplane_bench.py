@@ -516,13 +516,18 @@ def print_report(console: Console, figures: dict[str, Any]) -> None:
         table.add_row(name, value)
     console.print(table)
     for process, functions in figures["profile"].items():
-        hot = Table(title=f"produce path profile: {process} (share of busy samples)")
-        hot.add_column("self %", justify="right")
-        hot.add_column("incl %", justify="right")
-        hot.add_column("function")
-        for entry in functions:
-            hot.add_row(str(entry["self_pct"]), str(entry["inclusive_pct"]), entry["function"])
-        console.print(hot)
+        print_hot_functions(console, f"produce path profile: {process}", functions)
+
+
+def print_hot_functions(console: Console, title: str, functions: list[dict[str, Any]]) -> None:
+    """A py-spy summary (``hot_functions``) as a table: self and inclusive share per function."""
+    hot = Table(title=f"{title} (share of busy samples)")
+    hot.add_column("self %", justify="right")
+    hot.add_column("incl %", justify="right")
+    hot.add_column("function")
+    for entry in functions:
+        hot.add_row(str(entry["self_pct"]), str(entry["inclusive_pct"]), entry["function"])
+    console.print(hot)
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:

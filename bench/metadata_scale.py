@@ -51,7 +51,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench import REPO_ROOT, write_section
-from bench.dataplane_bench import hot_functions, profile
+from bench.dataplane_bench import hot_functions, print_hot_functions, profile
 from dataplane.broker.malloc_tuning import tune_malloc
 from dataplane.client import Producer
 from dataplane.tools.local_cluster import LocalCluster, pick_cluster_port, wait_for
@@ -525,13 +525,7 @@ def print_report(console: Console, figures: dict[str, Any]) -> None:
         table.add_row(name, value)
     console.print(table)
     for phase, functions in figures.get("profile", {}).items():
-        hot = Table(title=f"py-spy, {phase} (share of busy samples)")
-        hot.add_column("self %", justify="right")
-        hot.add_column("incl %", justify="right")
-        hot.add_column("function")
-        for entry in functions:
-            hot.add_row(str(entry["self_pct"]), str(entry["inclusive_pct"]), entry["function"])
-        console.print(hot)
+        print_hot_functions(console, f"py-spy, {phase}", functions)
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:

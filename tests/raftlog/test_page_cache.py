@@ -114,16 +114,22 @@ def test_dirty_bytes_leave_the_cache_on_a_later_advice_once_written_back(tmp_pat
     log.close()
 
 
-def test_a_range_is_advised_for_the_retry_window_and_then_left_alone(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    advised: list[tuple[int, int]] = []
+@pytest.fixture
+def advised(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """(position, length) of each range the log advises the kernel to drop, as it does."""
+    ranges: list[tuple[int, int]] = []
 
     def spy(cached: CachedRange) -> None:
-        advised.append((cached.position, cached.length))
+        ranges.append((cached.position, cached.length))
         release_cached(cached)
 
     monkeypatch.setattr(log_module, "release_cached", spy)
+    return ranges
+
+
+def test_a_range_is_advised_for_the_retry_window_and_then_left_alone(
+    tmp_path: Path, advised: list[tuple[int, int]]
+) -> None:
     clock = ManualClock()
     log, _ = filled_log(tmp_path, clock, 3)
     released = log.release_page_cache(MiB)
@@ -141,18 +147,11 @@ def test_a_range_is_advised_for_the_retry_window_and_then_left_alone(
 
 
 def test_an_idle_log_is_answered_without_its_lock_until_it_changes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, advised: list[tuple[int, int]]
 ) -> None:
     """The broker visits every log each tick: at 10,000 partitions, taking each idle log's lock
     and walking its segments was most of an idle broker's CPU. Once nothing is left to advise,
     the next call returns before the lock, until an append, a roll or a truncation."""
-    advised: list[tuple[int, int]] = []
-
-    def spy(cached: CachedRange) -> None:
-        advised.append((cached.position, cached.length))
-        release_cached(cached)
-
-    monkeypatch.setattr(log_module, "release_cached", spy)
     clock = ManualClock()
     log, _ = filled_log(tmp_path, clock, 3)
     log.flush()
