@@ -16,11 +16,19 @@ them and 60 µs with them.) They
 keep freed buffers in the process for the next request, as the JVM's heap does for Kafka:
 
 - ``M_MMAP_THRESHOLD`` 32 MiB (glibc's ceiling): buffers below it come from the arenas;
-- ``M_TRIM_THRESHOLD`` 64 MiB: an arena gives memory back only above this much free at its top.
+- ``M_TRIM_THRESHOLD`` 64 MiB: an arena gives memory back only above this much free at its top;
+- ``M_ARENA_MAX`` 2: at most two arenas. glibc gives each thread that meets a locked arena a new
+  one, up to 8 per core, and a node runs 30-90 threads (gRPC's pool, fetchers, the Kafka
+  listener, pysyncobj). Each arena keeps up to the trim threshold free, so with many arenas the
+  bursts of catch-ups after faults land on different ones and every arena's high-water mark
+  creeps up: the 2-hour soak's RSS rose ~1 MiB per 10 minutes with a flat Python heap
+  (docs/soak.md). Nearly every allocation is made holding the GIL, so a second arena is already
+  more than the threads contend for (``MALLOC_ARENA_MAX=2`` is the usual setting for Python and
+  Ruby servers).
 
-The operator's own ``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_`` environment variables
-win: a setting given there is left alone. On a C library without ``mallopt`` (musl) nothing is
-done.
+The operator's own ``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_`` / ``MALLOC_ARENA_MAX``
+environment variables win: a setting given there is left alone. On a C library without
+``mallopt`` (musl) nothing is done.
 """
 
 from __future__ import annotations
@@ -34,17 +42,20 @@ log = logging.getLogger(__name__)
 
 M_TRIM_THRESHOLD = -1  # glibc's malloc.h
 M_MMAP_THRESHOLD = -3
+M_ARENA_MAX = -8
 MMAP_THRESHOLD_BYTES = 32 * 1024 * 1024  # HEAP_MAX_SIZE / 2 on 64-bit: mallopt refuses more
 TRIM_THRESHOLD_BYTES = 64 * 1024 * 1024
+ARENA_MAX = 2
 SETTINGS = {
     "MALLOC_MMAP_THRESHOLD_": (M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES),
     "MALLOC_TRIM_THRESHOLD_": (M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES),
+    "MALLOC_ARENA_MAX": (M_ARENA_MAX, ARENA_MAX),
 }
 
 
 def tune_malloc() -> dict[str, int]:
     """Apply the settings the environment does not give; return those applied (env name ->
-    bytes). Empty when the C library has no ``mallopt``."""
+    value: bytes, or arenas). Empty when the C library has no ``mallopt``."""
     name = ctypes.util.find_library("c")
     try:
         mallopt = ctypes.CDLL(name).mallopt

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from dataplane.broker.malloc_tuning import MMAP_THRESHOLD_BYTES, TRIM_THRESHOLD_BYTES
+from dataplane.broker.malloc_tuning import ARENA_MAX, MMAP_THRESHOLD_BYTES, TRIM_THRESHOLD_BYTES
 
 GLIBC = platform.libc_ver()[0] == "glibc"
 PROBE = (
@@ -37,14 +37,15 @@ def _clean_env() -> dict[str, str]:
 
 
 @pytest.mark.skipif(not GLIBC, reason="mallopt is glibc's")
-def test_both_thresholds_are_set_on_glibc() -> None:
+def test_the_thresholds_and_the_arena_cap_are_set_on_glibc() -> None:
     assert _applied(_clean_env()) == {
         "MALLOC_MMAP_THRESHOLD_": MMAP_THRESHOLD_BYTES,
         "MALLOC_TRIM_THRESHOLD_": TRIM_THRESHOLD_BYTES,
+        "MALLOC_ARENA_MAX": ARENA_MAX,
     }
 
 
 @pytest.mark.skipif(not GLIBC, reason="mallopt is glibc's")
 def test_a_threshold_the_operator_set_is_left_alone() -> None:
-    env = {**_clean_env(), "MALLOC_TRIM_THRESHOLD_": "1048576"}
+    env = {**_clean_env(), "MALLOC_TRIM_THRESHOLD_": "1048576", "MALLOC_ARENA_MAX": "8"}
     assert _applied(env) == {"MALLOC_MMAP_THRESHOLD_": MMAP_THRESHOLD_BYTES}
