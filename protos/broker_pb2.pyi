@@ -2038,7 +2038,9 @@ class ShareAcknowledgementBatch(_message.Message):
     """The last offset of the run (inclusive)."""
     @_builtins.property
     def acknowledge_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
-        """One type for the whole range, or one per offset: 0 gap, 1 accept, 2 release, 3 reject."""
+        """One type for the whole range, or one per offset: 0 gap, 1 accept, 2 release, 3 reject,
+        4 renew (KIP-1222: the record stays acquired, its lock starts again).
+        """
 
     def __init__(
         self,
@@ -2456,10 +2458,13 @@ class ShareAcknowledgeResponse(_message.Message):
     ERROR_CODE_FIELD_NUMBER: _builtins.int
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
     TOPICS_FIELD_NUMBER: _builtins.int
+    ACQUISITION_LOCK_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     error_code: _builtins.int
     """The session's or the group's error, 0 = NONE."""
     error_message: _builtins.str
     """A human-readable reason with a non-zero error_code."""
+    acquisition_lock_timeout_ms: _builtins.int
+    """The group's lock duration in ms: how long a renewed record stays acquired (KIP-1222)."""
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___ShareAcknowledgeTopicResponse]:
         """The topics' outcomes."""
@@ -2470,10 +2475,11 @@ class ShareAcknowledgeResponse(_message.Message):
         error_code: _builtins.int = ...,
         error_message: _builtins.str = ...,
         topics: _abc.Iterable[Global___ShareAcknowledgeTopicResponse] | None = ...,
+        acquisition_lock_timeout_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acquisition_lock_timeout_ms", b"acquisition_lock_timeout_ms", "error_code", b"error_code", "error_message", b"error_message", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

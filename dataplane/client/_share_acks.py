@@ -17,6 +17,13 @@ Kafka's two acknowledgement modes (``share.acknowledgement.mode``):
 What is acknowledged is *ready*: sent on the next request to the leader the records came from
 (piggybacked on its ShareFetch, or a ShareAcknowledge from ``commit_*`` / ``close``), as runs of
 consecutive offsets of one type.
+
+**RENEW** (KIP-1222, Kafka 4.2's ``AcknowledgeType.RENEW``; explicit mode): the application is
+still working on a record and asks the leader to restart its lock. The renewal is sent like any
+acknowledgement, and the record stays owed: it counts as acknowledged for the next ``poll``'s
+check, and stays the application's to acknowledge (ACCEPT, RELEASE, REJECT or RENEW again)
+across later polls. Kafka's Java consumer instead hands a renewed record back from a later
+``poll``; here the application keeps the record it has, and acknowledges it when done.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ class AcknowledgeType(enum.IntEnum):
     ACCEPT = 1
     RELEASE = 2
     REJECT = 3
+    RENEW = 4  # KIP-1222: restart the record's lock (explicit mode; the record stays owed)
 
 
 class IllegalStateError(RuntimeError):
@@ -75,13 +83,17 @@ class Acknowledgements:
         # the last poll's records: source -> offset -> type (None: not acknowledged yet)
         self._delivered: dict[Source, dict[int, int | None]] = {}
         self._ready: dict[Source, dict[int, int]] = {}  # acknowledged, to be sent
+        # renewed records still owed a final acknowledgement (kept across polls)
+        self._renewed: dict[Source, set[int]] = {}
 
     # -- what the consumer hands out --------------------------------------------------------------
     def delivered(self, address: str, tp: TopicPartition, offsets: Iterable[int]) -> None:
         """``poll`` returns the records at ``offsets`` of ``tp`` fetched from ``address``."""
         pending = self._delivered.setdefault((address, tp), {})
+        renewed = self._renewed.get((address, tp), set())
         for offset in offsets:
             pending[offset] = None
+            renewed.discard(offset)  # delivered anew (its lock passed): a fresh acquisition
 
     def gaps(self, address: str, tp: TopicPartition, offsets: Iterable[int]) -> None:
         """Acquired offsets with no record: acknowledged as GAP at once."""
@@ -99,10 +111,16 @@ class Acknowledgements:
                 "every record on the next poll or commit)"
             )
         kind = AcknowledgeType(kind)
-        for (_, source_tp), pending in self._delivered.items():
-            if source_tp == tp and offset in pending:
+        for source, pending in self._delivered.items():
+            if source[1] == tp and offset in pending:
                 if pending[offset] is not None:
                     raise IllegalStateError(f"{tp.topic}-{tp.partition}@{offset} is acknowledged")
+                renewed = self._renewed.setdefault(source, set())
+                if kind is AcknowledgeType.RENEW:  # sent now, the record stays owed
+                    self._ready.setdefault(source, {})[offset] = int(kind)
+                    renewed.add(offset)
+                    return
+                renewed.discard(offset)
                 pending[offset] = kind
                 return
         raise IllegalStateError(
@@ -110,7 +128,13 @@ class Acknowledgements:
         )
 
     def unacknowledged(self) -> int:
-        return sum(1 for p in self._delivered.values() for t in p.values() if t is None)
+        """The last poll's records not acknowledged (a renewed one counts as acknowledged)."""
+        return sum(
+            1
+            for source, p in self._delivered.items()
+            for offset, t in p.items()
+            if t is None and offset not in self._renewed.get(source, ())
+        )
 
     # -- the consumer's steps -----------------------------------------------------------------
     def before_poll(self) -> None:
@@ -122,7 +146,11 @@ class Acknowledgements:
                 "(explicit mode: acknowledge each before the next poll)"
             )
         self._settle(accept=True)
-        self._delivered.clear()
+        kept: dict[Source, dict[int, int | None]] = {  # renewed ones stay the app's to settle
+            source: dict.fromkeys(o for o in self._renewed.get(source, ()) if o in pending)
+            for source, pending in self._delivered.items()
+        }
+        self._delivered = {source: owed for source, owed in kept.items() if owed}
 
     def before_commit(self) -> None:
         """A commit: implicit mode accepts the last poll's records; explicit mode sends those
@@ -132,7 +160,10 @@ class Acknowledgements:
     def _settle(self, accept: bool) -> None:
         for source, pending in self._delivered.items():
             ready = self._ready.setdefault(source, {})
+            renewed = self._renewed.get(source, set())
             for offset, kind in list(pending.items()):
+                if kind is None and offset in renewed:
+                    continue  # renewed: still owed, never accepted on the application's behalf
                 settled = AcknowledgeType.ACCEPT if kind is None and accept else kind
                 if settled is not None:
                     ready[offset] = int(settled)
@@ -164,4 +195,5 @@ class Acknowledgements:
         released those records); the last poll's records from it are forgotten too."""
         for source in [s for s in self._delivered if s[0] == address]:
             del self._delivered[source]
+            self._renewed.pop(source, None)
         return self.take(address)

@@ -18,10 +18,12 @@ to ``max_poll_records`` (the rest wait for the next poll, their locks running).
 Acknowledgements (see :mod:`dataplane.client._share_acks`): implicit mode accepts everything
 the previous poll returned at the next ``poll`` / ``commit_*`` / ``close``; explicit mode takes
 ``acknowledge(record, AcknowledgeType.ACCEPT | RELEASE | REJECT)`` for each record before the
-next poll. They ride on the next ShareFetch to the leader the records came from, or go at once
-in a ShareAcknowledge with ``commit_sync()`` (which answers each partition's outcome) or
-``commit_async()``; each outcome is also passed to ``acknowledgement_commit_callback(offsets,
-error)`` when one is set.
+next poll, or ``AcknowledgeType.RENEW`` (KIP-1222, as Kafka 4.2's Java consumer takes it) for a
+record still being worked on: the leader restarts its lock and the record stays owed (to be
+acknowledged later, across polls). They ride on the next ShareFetch to the leader the records
+came from, or go at once in a ShareAcknowledge with ``commit_sync()`` (which answers each
+partition's outcome) or ``commit_async()``; each outcome is also passed to
+``acknowledgement_commit_callback(offsets, error)`` when one is set.
 
 Errors: NOT_LEADER_OR_FOLLOWER and the other leader errors, network failures refresh metadata:
 the partition is forgotten in the old leader's session and added to the new leader's (a new
@@ -375,7 +377,8 @@ class ShareConsumer(Closing):
         self, record: ShareConsumerRecord, type: AcknowledgeType = AcknowledgeType.ACCEPT
     ) -> None:
         """Explicit mode: acknowledge a record the last poll returned (sent with the next poll
-        or commit)."""
+        or commit). RENEW restarts the record's lock at its leader and leaves it to be
+        acknowledged later (see :mod:`dataplane.client._share_acks`)."""
         self._check_open()
         self._acks.acknowledge(TopicPartition(record.topic, record.partition), record.offset, type)
 

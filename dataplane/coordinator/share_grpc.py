@@ -5,7 +5,10 @@ under; the rules are :mod:`dataplane.coordinator.share_requests`', shared with t
 listener's ShareFetch / ShareAcknowledge, so a member sees the same sessions, errors and records
 whichever door it uses. A topic name the broker does not know gets UNKNOWN_TOPIC_OR_PARTITION
 for its partitions (they join no session). A partition answered NOT_LEADER_OR_FOLLOWER carries
-the current leader as the metadata image knows it.
+the current leader as the metadata image knows it. RENEW (4, KIP-1222) is served as on the
+Kafka listener's v2; an RPC has no version to withhold it from, and its ShareFetch has no
+``IsRenewAck`` (a renewal rides on a fetch like any acknowledgement, or goes alone in a
+ShareAcknowledge, which answers the group's lock duration as Kafka's v2 does).
 """
 
 from __future__ import annotations
@@ -89,7 +92,9 @@ class GrpcShare:
             return pb.ShareAcknowledgeResponse(
                 error_code=error.error.code, error_message=error.message
             )
-        response = pb.ShareAcknowledgeResponse()
+        response = pb.ShareAcknowledgeResponse(
+            acquisition_lock_timeout_ms=self.requests.lock_duration_ms(request.group_id)
+        )
         topics: dict[str, pb.ShareAcknowledgeTopicResponse] = {}
         names = self.requests.names()
         answers: list[tuple[str, int, KafkaError | None, ShareItem | None]] = [
@@ -160,7 +165,7 @@ def _named(
                     item.ack_error = KafkaError(
                         ErrorCode.INVALID_REQUEST,
                         f"acknowledgement batch {batch.first_offset}-{batch.last_offset} with "
-                        f"types {list(batch.acknowledge_types)} (one or one per offset, 0-3)",
+                        f"types {list(batch.acknowledge_types)} (one or one per offset, 0-4)",
                     )
                     continue
                 item.acks.append(AckBatch(batch.first_offset, batch.last_offset, types))

@@ -535,23 +535,27 @@ class SharePartitionManager:
         self, group_id: str, member_id: str, acks: Sequence[tuple[ShareTarget, list[AckBatch]]]
     ) -> list[KafkaError | None]:
         """Apply and write each partition's acknowledgements, all or none per partition; the
-        error of each (None: done)."""
+        error of each (None: done). A RENEW restarts the lock for the group's
+        ``share.record.lock.duration.ms`` as it is now (read anew, as a fetch does); renewals
+        alone change nothing stored, so they are not written."""
         out: list[KafkaError | None] = []
         released = False
+        lock_ms = self.group_configs(group_id).share_record_lock_duration_ms
         for target, batches in acks:
             try:
                 entry = self._entry(group_id, target)
                 key = (group_id, target.topic_id, target.partition)
+                kinds = {kind for b in batches for kind in b.types}
                 with entry.lock:
-                    undo = entry.share.acknowledge(member_id, batches)
+                    entry.share.lock_duration_ms = lock_ms
+                    undo = entry.share.acknowledge(member_id, batches, self.clock_ms())
                     try:
-                        self._persist(key, entry)
+                        if kinds != {AckType.RENEW}:
+                            self._persist(key, entry)
                     except KafkaError:
                         entry.share.undo(undo)
                         raise
-                released = released or any(
-                    kind is not AckType.ACCEPT for b in batches for kind in b.types
-                )
+                released = released or bool(kinds - {AckType.ACCEPT, AckType.RENEW})
                 out.append(None)
             except KafkaError as error:
                 out.append(error)

@@ -4,7 +4,8 @@ them, how often each was delivered. Pure: no IO, the clock passed in.
 A share group's members read the same partitions cooperatively; each record is *acquired* by
 one member at a time, under a lock (``group.share.record.lock.duration.ms``), and acknowledged by
 it: ACCEPT (done), RELEASE (give it back: another member gets it) or REJECT (never deliver it
-again). A record whose lock expires, or whose member leaves, is released. Each acquisition counts
+again); or RENEW (KIP-1222, Kafka 4.2: still working on it, restart the lock). A record whose
+lock expires, or whose member leaves, is released. Each acquisition counts
 a delivery; a record released after ``group.share.delivery.count.limit`` deliveries is archived
 instead (a poison record stops coming back).
 
@@ -66,6 +67,10 @@ class AckType(enum.IntEnum):
     ACCEPT = 1
     RELEASE = 2
     REJECT = 3
+    RENEW = 4  # KIP-1222 (ShareFetch / ShareAcknowledge v2): the lock starts again
+
+
+SETTLING = frozenset({AckType.ACCEPT, AckType.RELEASE, AckType.REJECT})
 
 
 @dataclass
@@ -236,10 +241,19 @@ class SharePartition:
         self._advance()
 
     # -- acknowledging -------------------------------------------------------------------------
-    def acknowledge(self, member_id: str, batches: Sequence[AckBatch]) -> Undo:
+    def acknowledge(
+        self, member_id: str, batches: Sequence[AckBatch], now_ms: int | None = None
+    ) -> Undo:
         """Apply a member's acknowledgements, all or none: INVALID_RECORD_STATE when an offset
         is not acquired by this member (never fetched, acknowledged already, lock expired).
-        Answers how to take them back (:meth:`undo`) should their write fail."""
+        Answers how to take them back (:meth:`undo`) should their write fail.
+
+        RENEW (KIP-1222) keeps the record ACQUIRED by the member and restarts its lock: it
+        expires ``lock_duration_ms`` (the group's ``share.record.lock.duration.ms``) after
+        ``now_ms``; no delivery is counted and nothing stored changes (locks are not written),
+        so a renewal alone leaves :meth:`delta` as it was. Like the other types it needs the
+        record acquired by this member: a record whose lock already expired cannot be renewed
+        (it may be someone else's by now)."""
         changes: dict[int, AckType] = {}
         for batch in batches:
             if batch.last_offset < batch.first_offset or not batch.types:
@@ -263,16 +277,33 @@ class SharePartition:
                     raise invalid_state(f"offset {offset} is not acquired")
                 if record.member_id != member_id:
                     raise invalid_state(f"offset {offset} is held by another member")
+                if kind is AckType.RENEW and now_ms is None:
+                    raise KafkaError(ErrorCode.INVALID_REQUEST, "RENEW needs the time")
                 changes[offset] = kind
         undo = Undo(self.start_offset, self.end_offset)
         self._journal = undo.records
         try:
             for offset, kind in changes.items():
-                self._apply(offset, kind)
+                if kind is AckType.RENEW:
+                    assert now_ms is not None
+                    self._renew(offset, now_ms + self.lock_duration_ms)
+                else:
+                    self._apply(offset, kind)
             self._advance()
         finally:
             self._journal = None
         return undo
+
+    def _renew(self, offset: int, deadline_ms: int) -> None:
+        """Restart an acquired record's lock. Journaled (an undo puts the old deadline back)
+        but not dirty: the stored state (AVAILABLE with its deliveries, as an acquired record is
+        written) does not change."""
+        journal = self._journal
+        record = self._records[offset]
+        if journal is not None and offset not in journal:
+            journal[offset] = replace(record)
+        record.lock_deadline_ms = deadline_ms
+        self._push_lock(deadline_ms, offset)  # the old entry is dropped when it reaches the top
 
     def _apply(self, offset: int, kind: AckType) -> None:
         record = self._records.get(offset)

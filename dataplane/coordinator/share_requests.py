@@ -15,6 +15,11 @@ is answered alone (top-level), nothing read or acknowledged. Then:
   fetched; otherwise every partition of the session is fetched (``max_records``, ``max_bytes``;
   a fetch with nothing to acquire waits up to ``max_wait_ms``).
 
+A ShareFetch v2 flagged ``IsRenewAck`` (KIP-1222: its acknowledgements include RENEW) only
+acknowledges: Kafka's client sends it with every fetch limit 0 (``MaxBytes``, ``MinBytes``,
+``MaxRecords``, ``MaxWaitMs``) and Kafka's broker refuses one with any limit set
+(INVALID_REQUEST, top-level, nothing done) and fetches nothing for the others.
+
 ShareAcknowledge applies its acknowledgements; with epoch -1 it then closes the session and
 releases the member's other records. A session that ends (closed, replaced by the member's new
 one, evicted, or its Kafka connection closed: :meth:`ShareRequests.connection_closed`)
@@ -78,6 +83,11 @@ class FetchLimits:
     max_records: int = 500
     max_bytes: int = 64 * 1024 * 1024
     max_wait_ms: int = 0
+    min_bytes: int = 0  # Kafka's MinBytes: only checked (a renewal's must be 0)
+
+    def none(self) -> bool:
+        """Every limit 0: what a renewal (``IsRenewAck``) fetch carries."""
+        return not (self.max_records or self.max_bytes or self.max_wait_ms or self.min_bytes)
 
 
 class ShareRequests:
@@ -111,14 +121,22 @@ class ShareRequests:
         forgotten: Iterable[PartitionId],
         limits: FetchLimits,
         connection_id: str = "",
+        renew_ack: bool = False,
     ) -> KafkaError | None:
         """ShareFetch: fills ``named`` (adding the session's other partitions fetched); the
         request's top-level error, if any (then nothing was done). A session it opens belongs
-        to ``connection_id`` (the Kafka listener's connection; "" for gRPC)."""
+        to ``connection_id`` (the Kafka listener's connection; "" for gRPC). ``renew_ack``
+        (v2's ``IsRenewAck``): acknowledge only, every limit must be 0."""
         has_acks = any(p.acks for p in named.values())
         sessions, manager = self.manager.sessions, self.manager
         try:
             self._check_request(group_id, member_id)
+            if renew_ack and not limits.none():
+                raise KafkaError(
+                    ErrorCode.INVALID_REQUEST,
+                    "a ShareFetch with IsRenewAck has MaxBytes, MinBytes, MaxRecords and "
+                    "MaxWaitMs 0",
+                )
             with manager.sessions_lock:
                 if epoch == INITIAL_EPOCH:
                     if has_acks:
@@ -144,7 +162,7 @@ class ShareRequests:
         self._acknowledge(group_id, member_id, named, names)
         if epoch == FINAL_EPOCH:
             self._release(session, names)
-        else:
+        elif not renew_ack:
             self._fetch(group_id, member_id, session, named, names, limits)
         return None
 

@@ -114,10 +114,12 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     # share groups' membership: v1 is Kafka 4.1's (v0 was 4.0's early access, never served)
     API_SHARE_GROUP_HEARTBEAT: (1, 1),
     API_SHARE_GROUP_DESCRIBE: (1, 1),
-    # KIP-932's data path as of Kafka 4.1 (v0 was 4.0's early access; v2 adds KIP-1222's RENEW,
-    # which librdkafka does not send)
-    API_SHARE_FETCH: (1, 1),
-    API_SHARE_ACKNOWLEDGE: (1, 1),
+    # KIP-932's data path (v0 was 4.0's early access); v2 is Kafka 4.2's: KIP-1222's RENEW
+    # acknowledgements (IsRenewAck; ShareAcknowledge answers the lock duration) and, in
+    # ShareFetch, KIP-1206's ShareAcquireMode (either is served: raftlog never acquires more
+    # than MaxRecords, record_limit's rule, which batch_optimized allows too)
+    API_SHARE_FETCH: (1, 2),
+    API_SHARE_ACKNOWLEDGE: (1, 2),
     # Transactions as of KIP-98/447 and KIP-890 part 1 (transaction.version 1): the versions that
     # go with part 2 (an epoch bump per transaction: EndTxn v5, TxnOffsetCommit v5, ...) are not
     # advertised, so clients stay on the part-1 protocol.

@@ -83,8 +83,8 @@ def feature_refusal(image: MetadataImage, request: kc.Request) -> kc.Data | None
     if request.api_key in (kc.API_CONSUMER_GROUP_HEARTBEAT, kc.API_SHARE_GROUP_HEARTBEAT):
         return {**answer, "member_id": None, "member_epoch": 0, "heartbeat_interval": 0,
                 "assignment": None}  # fmt: skip
-    if request.api_key == kc.API_SHARE_FETCH:
-        answer["acquisition_lock_timeout"] = 0
+    if request.api_key in (kc.API_SHARE_FETCH, kc.API_SHARE_ACKNOWLEDGE):
+        answer["acquisition_lock_timeout"] = 0  # ShareAcknowledge: v2+ (dropped below)
     return {**answer, "responses": [], "node_endpoints": []}
 
 

@@ -4,6 +4,12 @@ data path (KIP-932). The rules (share sessions, acknowledgements, fetching, auth
 reads Kafka's request bodies (topics by id; a topic may come more than once: librdkafka repeats
 it) and writes the answers: the partitions with records, an error or an acknowledgement, and
 ``node_endpoints`` the current leaders of those answered NOT_LEADER_OR_FOLLOWER.
+
+Versions 1 (Kafka 4.1) and 2 (Kafka 4.2). v2 adds KIP-1222's acknowledge type RENEW (4),
+``IsRenewAck`` (a ShareFetch that only acknowledges, see :mod:`share_requests`) and
+ShareAcknowledge's ``AcquisitionLockTimeoutMs`` (the group's lock duration, what a renewal
+restarts); a RENEW in a v1 request is an unknown type there (the partition's acknowledgement
+error INVALID_REQUEST, nothing of it applied), as Kafka's client never sends one below v2.
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ class KafkaShare:
 
     def share_fetch(self, request: kc.Request) -> kc.Data:
         body = request.body
-        named = _named(body.topics, "partitions")
+        named = _named(body.topics, "partitions", request.api_version)
         forgotten = [
             (t.topic_id.bytes, index)
             for t in kc.field(body, "forgotten_topics_data", ()) or ()
@@ -54,10 +60,12 @@ class KafkaShare:
             int(kc.field(body, "max_records", 500)),
             int(kc.field(body, "max_bytes", kc.MAX_FRAME_BYTES)),
             kc.millis(body.max_wait),
+            int(body.min_bytes),
         )
         error = self.requests.fetch(
             body.group_id or "", body.member_id or "", body.share_session_epoch, named,
             forgotten, limits, request.connection_id,
+            renew_ack=bool(kc.field(body, "is_renew_ack", False)),
         )  # fmt: skip
         if error is not None:
             return _fetch_answer(error, 0, [], [])
@@ -71,13 +79,14 @@ class KafkaShare:
 
     def share_acknowledge(self, request: kc.Request) -> kc.Data:
         body = request.body
-        named = _named(body.topics, "partitions")
+        named = _named(body.topics, "partitions", request.api_version)
         error = self.requests.acknowledge(
             body.group_id or "", body.member_id or "", body.share_session_epoch, named
         )
         if error is not None:
-            return _ack_answer(error, [], [])
-        return _ack_answer(None, *self._topics(named, fetch=False))
+            return _ack_answer(error, 0, [], [])
+        lock_ms = self.requests.lock_duration_ms(body.group_id or "")
+        return _ack_answer(None, lock_ms, *self._topics(named, fetch=False))
 
     def _topics(self, named: Named, fetch: bool) -> tuple[list[kc.Data], list[kc.Data]]:
         """The answer's topics (partitions with something to say) and node endpoints."""
@@ -113,9 +122,14 @@ class KafkaShare:
         return out
 
 
-def _named(topics: Any, partitions_field: str) -> Named:
+RENEW_FROM_VERSION = 2  # KIP-1222
+
+
+def _named(topics: Any, partitions_field: str, api_version: int) -> Named:
     """The request's partitions (a topic may come more than once: librdkafka repeats it), each
-    with its acknowledgement batches; bad ones get INVALID_REQUEST as their ack error."""
+    with its acknowledgement batches; bad ones get INVALID_REQUEST as their ack error (RENEW
+    is a type from v2 on)."""
+    top = AckType.RENEW if api_version >= RENEW_FROM_VERSION else AckType.REJECT
     named: Named = {}
     for topic in topics:
         topic_id = topic.topic_id.bytes if topic.topic_id is not None else bytes(16)
@@ -126,10 +140,13 @@ def _named(topics: Any, partitions_field: str) -> Named:
             for batch in kc.field(p, "acknowledgement_batches", ()) or ():
                 try:
                     types = tuple(AckType(t) for t in batch.acknowledge_types)
+                    if any(t > top for t in types):
+                        raise ValueError
                 except ValueError:
                     item.ack_error = KafkaError(
                         ErrorCode.INVALID_REQUEST,
-                        f"acknowledge types {list(batch.acknowledge_types)} (0-3 are served)",
+                        f"acknowledge types {list(batch.acknowledge_types)} (0-{int(top)} are "
+                        f"served at v{api_version})",
                     )
                     continue
                 item.acks.append(AckBatch(batch.first_offset, batch.last_offset, types))
@@ -179,12 +196,13 @@ def _fetch_answer(
 
 
 def _ack_answer(
-    error: KafkaError | None, topics: list[kc.Data], endpoints: list[kc.Data]
+    error: KafkaError | None, lock_ms: int, topics: list[kc.Data], endpoints: list[kc.Data]
 ) -> kc.Data:
     return {
         "throttle_time": 0,
         "error_code": (error.error if error is not None else ErrorCode.NONE).code,
         "error_message": error.message if error is not None else None,
+        "acquisition_lock_timeout": lock_ms,  # v2+ (KIP-1222)
         "responses": topics,
         "node_endpoints": endpoints,
     }

@@ -113,3 +113,35 @@ def test_member_ids_and_session_epochs() -> None:
     ids = {new_member_id() for _ in range(10)}
     assert len(ids) == 10 and all(len(i) == 22 for i in ids)
     assert [next_epoch(e) for e in (0, 1, 2**31 - 1, -1)] == [1, 2, 1, 1]
+
+
+def test_a_renewed_record_is_sent_now_and_stays_owed_across_polls() -> None:
+    """KIP-1222's RENEW (explicit mode): ready at once (the next request restarts the lock),
+    counts as acknowledged for the next poll, is never accepted on the application's behalf,
+    and stays acknowledgeable (ACCEPT at last, or RENEW again) across polls."""
+    renew = AcknowledgeType.RENEW
+    acks = Acknowledgements(explicit=True)
+    acks.delivered(A, TP, [3, 4])
+    acks.acknowledge(TP, 3, renew)
+    acks.acknowledge(TP, 4, ACCEPT)
+    acks.before_commit()
+    assert acks.take(A) == {TP: [AckRun(3, 3, renew), AckRun(4, 4, ACCEPT)]}
+    acks.before_poll()  # 3 renewed: the poll is allowed
+    assert acks.take(A) == {}  # and 3 is not accepted for the application
+    acks.delivered(A, TP, [5])
+    acks.acknowledge(TP, 3, renew)  # a poll later: renewed again
+    acks.acknowledge(TP, 5, ACCEPT)
+    acks.before_poll()
+    assert acks.take(A) == {TP: [AckRun(3, 3, renew), AckRun(5, 5, ACCEPT)]}
+    assert acks.unacknowledged() == 0  # 3 is owed but renewed: the next poll is allowed
+    with pytest.raises(IllegalStateError):
+        acks.acknowledge(TP, 5, ACCEPT)  # 5 was settled by the last poll
+    acks.acknowledge(TP, 3, RELEASE)  # done with it at last
+    acks.before_poll()
+    assert acks.take(A) == {TP: [AckRun(3, 3, RELEASE)]}
+    with pytest.raises(IllegalStateError):
+        acks.acknowledge(TP, 3, ACCEPT)  # settled: no longer owed
+    implicit = Acknowledgements(explicit=False)
+    implicit.delivered(A, TP, [1])
+    with pytest.raises(IllegalStateError):
+        implicit.acknowledge(TP, 1, renew)  # as Kafka: RENEW needs explicit mode

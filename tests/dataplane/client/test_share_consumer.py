@@ -304,3 +304,53 @@ def test_the_grpc_door_answers_session_and_topic_errors(cluster: LocalCluster) -
             pb.ShareAcknowledgeRequest(group_id=g, member_id=m, share_session_epoch=-1), timeout=30
         )
         assert closed.error_code == 0
+
+
+def test_renew_keeps_a_record_owed_and_the_leader_renews_its_lock(cluster: LocalCluster) -> None:
+    """KIP-1222 through our consumer (``acknowledge(record, AcknowledgeType.RENEW)``): the
+    leader accepts the renewal (commit_sync's outcome None), the record stays the consumer's to
+    acknowledge across the next poll and is then accepted; over the gRPC door a ShareAcknowledge
+    answers the group's lock duration, and a RENEW of a record not held is INVALID_RECORD_STATE.
+    (That a renewal holds records past the lock is test_share_groups.py's, with a 3 s lock.)"""
+    leaders = create_topic(cluster, "sc-renew", 1)
+    (consumer,) = consumers(cluster, "sc-renew-group", "sc-renew", 1)
+    try:
+        warm_up(cluster, "sc-renew", [accept_all(consumer)])
+        produce(cluster, "sc-renew", [b"slow"])
+        slow = wait_for(
+            "the record", lambda: [r for r in consumer.poll(300) if r.value == b"slow"] or None, 30
+        )[0]
+        consumer.acknowledge(slow, AcknowledgeType.RENEW)
+        assert set(consumer.commit_sync().values()) == {None}
+        assert [r.value for r in consumer.poll(300)] == []  # allowed: the record was renewed
+        consumer.acknowledge(slow, AcknowledgeType.RENEW)  # still owed: renewed again
+        consumer.acknowledge(slow, AcknowledgeType.ACCEPT)  # done at last
+        assert set(consumer.commit_sync().values()) == {None}
+        with pytest.raises(IllegalStateError):
+            consumer.poll(0)
+            consumer.acknowledge(slow, AcknowledgeType.RENEW)  # settled: no longer owed
+    finally:
+        consumer.close()
+    topic = pb.ShareRequestTopic(name="sc-renew", partitions=[pb.ShareRequestPartition()])
+    g, m = "sc-renew-door", "m"
+    with grpc.insecure_channel(cluster.broker_address(leaders[0].leader_id)) as channel:
+        stub = pb_grpc.BrokerServiceStub(channel)
+        opened = stub.ShareFetch(
+            pb.ShareFetchRequest(group_id=g, member_id=m, share_session_epoch=0, topics=[topic]),
+            timeout=30,
+        )
+        assert opened.error_code == 0, opened
+        renew = pb.ShareRequestTopic(name="sc-renew", partitions=[pb.ShareRequestPartition(
+            acknowledgement_batches=[pb.ShareAcknowledgementBatch(
+                first_offset=0, last_offset=0, acknowledge_types=[4],
+            )],
+        )])  # fmt: skip
+        answer = stub.ShareAcknowledge(
+            pb.ShareAcknowledgeRequest(
+                group_id=g, member_id=m, share_session_epoch=1, topics=[renew]
+            ),
+            timeout=30,
+        )
+        assert answer.error_code == 0 and answer.acquisition_lock_timeout_ms == 30_000, answer
+        (p,) = answer.topics[0].partitions
+        assert p.error_code == ErrorCode.INVALID_RECORD_STATE.code

@@ -352,3 +352,49 @@ def test_read_committed_never_delivers_aborted_records_nor_open_transactions(
     assert fetch(manager, "m1").acquired == [AcquiredRange(6, 7, 1)]
     (everything,) = manager.fetch("uncommitted", "m2", [TARGET], 100, 1 << 20, 0)
     assert everything.acquired == [AcquiredRange(0, 3, 1), AcquiredRange(6, 7, 1)]
+
+
+def test_renew_keeps_records_past_the_groups_lock_and_writes_nothing(
+    replicas: ReplicaManager,
+) -> None:
+    """KIP-1222: a RENEW restarts the lock for the group's share.record.lock.duration.ms as it
+    is at the renewal (its override here); nothing stored changes, so nothing is written; the
+    records go to the next member a lock after the last renewal, their delivery counted once."""
+    persister, clock = MemoryPersister(), Clock()
+    manager = manager_for(replicas, persister, clock)
+    produce(replicas, b"slow")
+    assert fetch(manager, "holder").acquired == [AcquiredRange(0, 0, 1)]
+    set_group_configs(replicas, GROUP, {"share.record.lock.duration.ms": "20000"})
+    writes = persister.writes
+    clock.now_ms += LOCK_MS - 1
+    assert ack(manager, "holder", 0, 0, AckType.RENEW) is None
+    assert persister.writes == writes
+    clock.now_ms += 20_000 - 1
+    assert fetch(manager, "other").acquired == []  # the renewed lock still holds
+    clock.now_ms += 1
+    assert fetch(manager, "other").acquired == [AcquiredRange(0, 0, 2)]
+    error = ack(manager, "holder", 0, 0, AckType.RENEW)  # not the holder's any more
+    assert error is not None and error.error is ErrorCode.INVALID_RECORD_STATE
+
+
+def test_a_renewal_fetch_only_acknowledges_and_wants_no_limits(replicas: ReplicaManager) -> None:
+    """ShareFetch v2's IsRenewAck: every limit must be 0 (else INVALID_REQUEST, nothing done,
+    the session's epoch not taken); a valid one renews and fetches nothing."""
+    clock = Clock()
+    manager = manager_for(replicas, MemoryPersister(), clock)
+    requests = ShareRequests(manager, lambda: replicas.image, ALLOW_ALL, clock)
+    pid = (TOPIC_ID.bytes, 0)
+    produce(replicas, b"a")
+    named: Named = {pid: ShareItem(*pid)}
+    assert requests.fetch(GROUP, "m1", 0, named, [], FetchLimits(max_records=10)) is None
+    produce(replicas, b"b")  # there would be something to fetch
+    renewal = [AckBatch(0, 0, (AckType.RENEW,))]
+    for limits in (FetchLimits(max_records=10, max_bytes=0), FetchLimits(0, 0, 0, min_bytes=1)):
+        named = {pid: ShareItem(*pid, acks=list(renewal))}
+        error = requests.fetch(GROUP, "m1", 1, named, [], limits, renew_ack=True)
+        assert error is not None and error.error is ErrorCode.INVALID_REQUEST
+    named = {pid: ShareItem(*pid, acks=list(renewal))}
+    assert requests.fetch(GROUP, "m1", 1, named, [], FetchLimits(0, 0, 0), renew_ack=True) is None
+    assert named[pid].acknowledged and named[pid].ack_error is None
+    assert named[pid].fetched is None  # nothing fetched
+    assert fetch(manager, "m2").acquired == [AcquiredRange(1, 1, 1)]

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from dataplane.coordinator.share_partition import (
+    SETTLING,
     AckBatch,
     AckType,
     AcquiredRange,
@@ -143,10 +144,65 @@ def test_a_snapshot_keeps_states_and_deliveries_but_not_locks() -> None:
     assert got == [AcquiredRange(0, 0, 2), AcquiredRange(2, 5, 2), AcquiredRange(6, 7, 1)]
 
 
+def test_renew_restarts_the_lock_of_a_held_record_and_counts_no_delivery() -> None:
+    share = partition()
+    share.acquire("a", range(0, 3), 0, max_records=10)
+    share.delta_written()
+    share.acknowledge("a", [ack(0, 1, AckType.RENEW)], now_ms=20_000)
+    assert share.state_of(0) == share.state_of(1) == (RecordState.ACQUIRED, 1)
+    assert share.delta() == (0, [])  # locks are not stored: nothing to write
+    assert share.expire_locks(LOCK_MS) == 1  # offset 2: its first lock
+    assert share.state_of(2) == (RecordState.AVAILABLE, 1)
+    assert share.next_lock_deadline_ms() == 20_000 + LOCK_MS
+    assert share.expire_locks(20_000 + LOCK_MS - 1) == 0
+    share.acknowledge("a", [ack(0, 0, AckType.RENEW)], now_ms=40_000)  # again
+    assert share.expire_locks(20_000 + LOCK_MS) == 1  # offset 1 only
+    assert share.state_of(0) == (RecordState.ACQUIRED, 1)
+    share.acknowledge("a", [ack(0, 0, AckType.ACCEPT)])
+    assert share.start_offset == 1  # accepted at last
+    assert share.acquire("b", range(1, 3), 50_000, max_records=10) == [AcquiredRange(1, 2, 2)]
+
+
+def test_renew_is_refused_for_records_the_member_does_not_hold() -> None:
+    share = partition()
+    share.acquire("a", range(0, 2), 0, max_records=10)
+    share.acknowledge("a", [ack(1, 1, AckType.ACCEPT)])
+    for member, offset in (("b", 0), ("a", 1), ("a", 5)):  # another's, acknowledged, never had
+        with pytest.raises(KafkaError) as refused:
+            share.acknowledge(member, [ack(offset, offset, AckType.RENEW)], now_ms=1)
+        assert refused.value.error is ErrorCode.INVALID_RECORD_STATE
+    share.expire_locks(LOCK_MS)  # a's lock on 0 passed: too late to renew
+    with pytest.raises(KafkaError) as refused:
+        share.acknowledge("a", [ack(0, 0, AckType.RENEW)], now_ms=LOCK_MS + 1)
+    assert refused.value.error is ErrorCode.INVALID_RECORD_STATE
+
+
+def test_renew_mixes_with_other_types_all_or_nothing_and_undoes() -> None:
+    share = partition()
+    share.acquire("a", range(0, 3), 0, max_records=10)
+    with pytest.raises(KafkaError):  # offset 5 is not held: nothing applies, 0 not renewed
+        share.acknowledge(
+            "a", [ack(0, 1, AckType.RENEW, AckType.ACCEPT), ack(5, 5, AckType.RENEW)], 9
+        )
+    assert share.next_lock_deadline_ms() == LOCK_MS
+    undo = share.acknowledge("a", [ack(0, 2, AckType.RENEW, AckType.ACCEPT, AckType.RELEASE)], 9)
+    assert [share.state_of(o) for o in range(3)] == [
+        (RecordState.ACQUIRED, 1),
+        (RecordState.ACKNOWLEDGED, 1),
+        (RecordState.AVAILABLE, 1),
+    ]
+    assert share.next_lock_deadline_ms() == 9 + LOCK_MS
+    share.undo(undo)  # the write failed: the old lock, and the others held again
+    assert share.next_lock_deadline_ms() == LOCK_MS
+    assert [share.state_of(o) for o in range(3)] == [(RecordState.ACQUIRED, 1)] * 3
+
+
 class Members(RuleBasedStateMachine):
-    """Members fetch, acknowledge, die and time out at random; a record is acknowledged
+    """Members fetch, acknowledge, renew, die and time out at random; a record is acknowledged
     (ACCEPT) at most once, a rejected or archived one is never delivered again, no record is
-    delivered more than the limit, and the start never moves back."""
+    delivered more than the limit (a renewal counts none), a renewed lock expires a lock
+    duration after the renewal, a renewal of a record the member does not hold is refused and
+    changes nothing, and the start never moves back."""
 
     LOG_END = 40
     LIMIT = 3
@@ -172,7 +228,7 @@ class Members(RuleBasedStateMachine):
                 assert got.delivery_count == self.deliveries[offset] <= self.LIMIT
                 self.held[member][offset] = self.now + LOCK_MS
 
-    @rule(member=st.sampled_from("abc"), kind=st.sampled_from(list(AckType)[1:]))
+    @rule(member=st.sampled_from("abc"), kind=st.sampled_from(sorted(SETTLING)))
     def acknowledge(self, member: str, kind: AckType) -> None:
         if not self.held[member]:
             return
@@ -185,6 +241,25 @@ class Members(RuleBasedStateMachine):
         if kind is not AckType.RELEASE:
             self.finished.add(offset)
         self._released([offset] if kind is AckType.RELEASE else [])
+
+    @rule(member=st.sampled_from("abc"), newest=st.booleans())
+    def renew(self, member: str, newest: bool) -> None:
+        if not self.held[member]:
+            return
+        offset = (max if newest else min)(self.held[member])
+        self.share.acknowledge(member, [ack(offset, offset, AckType.RENEW)], self.now)
+        self.held[member][offset] = self.now + LOCK_MS
+        assert self.share.state_of(offset) == (RecordState.ACQUIRED, self.deliveries[offset])
+
+    @rule(member=st.sampled_from("abc"), offset=st.integers(0, LOG_END - 1))
+    def renew_what_it_does_not_hold(self, member: str, offset: int) -> None:
+        if offset in self.held[member]:
+            return
+        before = self.share.state_of(offset)
+        with pytest.raises(KafkaError) as refused:
+            self.share.acknowledge(member, [ack(offset, offset, AckType.RENEW)], self.now)
+        assert refused.value.error is ErrorCode.INVALID_RECORD_STATE
+        assert self.share.state_of(offset) == before
 
     @rule(member=st.sampled_from("abc"))
     def leave(self, member: str) -> None:

@@ -10,7 +10,11 @@ a failover of the partition's leader keeps what was acknowledged (``__share_grou
 redelivers what was in flight, so does a failover of the share coordinator after many
 acknowledgements (each written as an update record, a snapshot every
 ``share.coordinator.snapshot.update.records.per.snapshot``: 8 here), and ShareFetch answers the
-group's ``share.record.lock.duration.ms`` as its acquisition lock timeout."""
+group's ``share.record.lock.duration.ms`` as its acquisition lock timeout. Kafka 4.2's v2
+(KIP-1222): a member keeps records past the lock by renewing them (RENEW, in ShareAcknowledge
+and in an ``IsRenewAck`` ShareFetch), nobody else gets them meanwhile, and once it stops they go
+to another member with their second delivery; RENEW of a record not held, RENEW in v1 and an
+``IsRenewAck`` fetch with limits are refused as Kafka refuses them."""
 
 from __future__ import annotations
 
@@ -46,7 +50,7 @@ LOCK_MS = 3_000
 DELIVERY_LIMIT = 3
 SNAPSHOT_EVERY = 8
 STATE_PARTITIONS = 3
-ACCEPT, RELEASE, REJECT = 1, 2, 3
+ACCEPT, RELEASE, REJECT, RENEW = 1, 2, 3, 4
 
 
 @pytest.fixture(scope="module")
@@ -81,14 +85,14 @@ class Member:
     correlation_id: int = 0
     connection: socket.socket | None = None
 
-    def call(self, api_key: int, data: dict[str, Any]) -> Any:
+    def call(self, api_key: int, data: dict[str, Any], version: int = 1) -> Any:
         if self.connection is None:
             host, port = self.address.rsplit(":", 1)
             self.connection = socket.create_connection((host, int(port)), timeout=60)
         self.correlation_id += 1
-        schema = kc.request_schema(api_key, 1)
+        schema = kc.request_schema(api_key, version)
         header = kc.to_entity(schema.__header_schema__, {
-            "request_api_key": api_key, "request_api_version": 1,
+            "request_api_key": api_key, "request_api_version": version,
             "correlation_id": self.correlation_id, "client_id": "share-test",
         })  # fmt: skip
         buffer = io.BytesIO()
@@ -98,7 +102,7 @@ class Member:
         self.connection.sendall(kc.SIZE.pack(len(frame)) + frame)
         (size,) = kc.SIZE.unpack(self.connection.recv(kc.SIZE.size, socket.MSG_WAITALL))
         answer = self.connection.recv(size, socket.MSG_WAITALL)
-        response = kc.response_schema(api_key, 1)
+        response = kc.response_schema(api_key, version)
         head, offset = entity_reader(response.__header_schema__)(answer, 0)
         assert head.correlation_id == self.correlation_id
         return entity_reader(response)(answer, offset)[0]
@@ -110,29 +114,39 @@ class Member:
         max_records: int = 5,
         wait_ms: int = 500,
         epoch: int | None = None,
+        version: int = 1,
+        renew: bool = False,  # v2's IsRenewAck, with every limit 0 as Kafka's client sends it
     ) -> Any:
         answer = self.call(kc.API_SHARE_FETCH, {
             "group_id": self.group, "member_id": self.member_id,
             "share_session_epoch": self.epoch if epoch is None else epoch,
-            "max_wait": wait_ms, "min_bytes": 1, "max_bytes": 1 << 20,
-            "max_records": max_records, "batch_size": max_records,
+            "max_wait": 0 if renew else wait_ms, "min_bytes": 0 if renew else 1,
+            "max_bytes": 0 if renew else 1 << 20,
+            "max_records": 0 if renew else max_records, "batch_size": max_records,
+            "is_renew_ack": renew,
             "topics": [{"topic_id": topic_id, "partitions": [
                 {"partition_index": 0, "acknowledgement_batches": _batches(acks)}]}],
             "forgotten_topics_data": [],
-        })  # fmt: skip
+        }, version)  # fmt: skip
         if answer.error_code == 0 and epoch is None:
             self.epoch = 1 if self.epoch in (0, -1) else self.epoch + 1
         return answer
 
     def acknowledge(
-        self, topic_id: uuid.UUID, acks: list[tuple[int, int, list[int]]], epoch: int | None = None
+        self,
+        topic_id: uuid.UUID,
+        acks: list[tuple[int, int, list[int]]],
+        epoch: int | None = None,
+        version: int = 1,
     ) -> Any:
+        renew = any(RENEW in types for _, _, types in acks)
         answer = self.call(kc.API_SHARE_ACKNOWLEDGE, {
             "group_id": self.group, "member_id": self.member_id,
             "share_session_epoch": self.epoch if epoch is None else epoch,
+            "is_renew_ack": renew,
             "topics": [{"topic_id": topic_id, "partitions": [
                 {"partition_index": 0, "acknowledgement_batches": _batches(acks)}]}],
-        })  # fmt: skip
+        }, version)  # fmt: skip
         if answer.error_code == 0 and epoch is None:
             self.epoch += 1
         return answer
@@ -582,3 +596,64 @@ def test_read_committed_share_group_skips_aborted_transactions(cluster: LocalClu
     assert consumed(committed_group, 3) == {b"kept-1", b"kept-2", b"plain"}
     everything = {b"kept-1", b"kept-2", b"aborted-1", b"aborted-2", b"plain"}
     assert consumed(uncommitted_group, 5) == everything
+
+
+def test_a_member_keeps_records_past_the_lock_by_renewing_them(cluster: LocalCluster) -> None:
+    """KIP-1222 (v2): the holder renews its records (alternately in a ShareAcknowledge and in an
+    IsRenewAck ShareFetch) for over twice the 3 s lock; the other member, long-polling all the
+    while, gets none of them; once the holder stops they come to the other with delivery
+    count 2 (a renewal counts no delivery). Refused as Kafka refuses them: the old holder's
+    RENEW (INVALID_RECORD_STATE), RENEW in a v1 request (an unknown type there:
+    INVALID_REQUEST) and an IsRenewAck fetch with limits (top-level INVALID_REQUEST)."""
+    tid, leader = queue_topic(cluster, "share-renew")
+    holder, other = Member(leader, "share-renew-group"), Member(leader, "share-renew-group")
+    holder.fetch(tid, wait_ms=0, version=2)
+    other.fetch(tid, wait_ms=0, version=2)
+    produce(cluster, "share-renew", [b"slow-1", b"slow-2"])
+    held = wait_for(
+        "the holder acquires both",
+        lambda: deliveries(holder.fetch(tid, max_records=10)) or None,
+        30,
+    )
+    acquired_at = time.monotonic()
+    assert [(d.offset, d.delivery_count) for d in held] == [(0, 1), (1, 1)]
+    renewals = 0
+    while time.monotonic() - acquired_at < 2.5 * LOCK_MS / 1000:
+        # the other member long-polls ~1 s (the pace of the renewals): nothing for it
+        assert deliveries(other.fetch(tid, wait_ms=1_000, version=2)) == []
+        acks = [(0, 1, [RENEW])]
+        if renewals % 2:
+            answer = holder.fetch(tid, acks, version=2, renew=True)
+            assert answer.error_code == 0 and ack_errors(answer) == [0], answer
+            assert deliveries(answer) == []  # a renewal fetches nothing
+        else:
+            answer = holder.acknowledge(tid, acks, version=2)
+            assert answer.error_code == 0 and ack_errors(answer, "error_code") == [0], answer
+            assert lock_ms(answer) == LOCK_MS
+        renewals += 1
+    assert renewals >= 3
+    plain = holder.fetch(tid, [(0, 1, [RENEW])], wait_ms=0, version=2)  # a fetch renewing too
+    assert plain.error_code == 0 and ack_errors(plain) == [0], plain
+    with_limits = holder.call(kc.API_SHARE_FETCH, {
+        "group_id": holder.group, "member_id": holder.member_id,
+        "share_session_epoch": holder.epoch, "max_wait": 0, "min_bytes": 0, "max_bytes": 0,
+        "max_records": 10, "batch_size": 10, "is_renew_ack": True,
+        "topics": [{"topic_id": tid, "partitions": [
+            {"partition_index": 0, "acknowledgement_batches": _batches([(0, 1, [RENEW])])}]}],
+        "forgotten_topics_data": [],
+    }, 2)  # fmt: skip
+    assert with_limits.error_code == ErrorCode.INVALID_REQUEST.code  # nothing done, epoch kept
+    as_v1 = holder.acknowledge(tid, [(0, 1, [RENEW])], version=1)
+    assert ack_errors(as_v1, "error_code") == [ErrorCode.INVALID_REQUEST.code]
+    # the holder stops: a lock later the records are the other member's, second delivery
+    again = wait_for(
+        "the records after the holder stopped renewing",
+        lambda: deliveries(other.fetch(tid, max_records=10, version=2)) or None, 30,
+    )  # fmt: skip
+    assert [(d.offset, d.delivery_count) for d in again] == [(0, 2), (1, 2)]
+    late = holder.acknowledge(tid, [(0, 1, [RENEW])], version=2)
+    assert ack_errors(late, "error_code") == [ErrorCode.INVALID_RECORD_STATE.code]
+    done = other.acknowledge(tid, [(0, 1, [ACCEPT])], version=2)
+    assert ack_errors(done, "error_code") == [0]
+    for member in (holder, other):
+        member.close()
