@@ -221,7 +221,9 @@ def test_three_members_share_a_partition_and_a_dead_members_records_go_to_the_ot
     values = [f"job-{n}".encode() for n in range(30)]
     produce(cluster, "share-queue", values)
     dead, alive = members[0], members[1:]
-    held = wait_for("the dead member acquires records", lambda: deliveries(dead.fetch(tid)), 30)
+    held = wait_for(
+        "the dead member acquires records", lambda: deliveries(dead.fetch(tid)) or None, 30
+    )
     accepted: dict[int, int] = {}  # offset -> acceptances
     rejected: set[int] = set()
     seen: list[Delivery] = []
@@ -263,7 +265,9 @@ def test_a_record_released_delivery_count_limit_times_is_archived(cluster: Local
     member = Member(leader, "share-poison-group")
     member.fetch(tid, wait_ms=0)
     produce(cluster, "share-poison", [b"poison", b"fine"])
-    got = wait_for("the poison record", lambda: deliveries(member.fetch(tid, max_records=1)), 30)
+    got = wait_for(
+        "the poison record", lambda: deliveries(member.fetch(tid, max_records=1)) or None, 30
+    )
     counts = [got[0].delivery_count]
     for _ in range(DELIVERY_LIMIT - 1):
         (poison,) = got
@@ -293,10 +297,14 @@ def test_session_errors_and_a_closed_session_hands_its_records_on(cluster: Local
         p.error_code for t in unknown.responses for p in t.partitions
     ]
     produce(cluster, "share-sessions", [b"a", b"b"])
-    held = wait_for("records acquired", lambda: deliveries(first.fetch(tid, max_records=10)), 30)
+    held = wait_for(
+        "records acquired", lambda: deliveries(first.fetch(tid, max_records=10)) or None, 30
+    )
     assert [d.delivery_count for d in held] == [1, 1]
     assert first.fetch(tid, epoch=-1).error_code == 0  # closes: its records are released now
-    again = wait_for("released records", lambda: deliveries(second.fetch(tid, max_records=10)), 5)
+    again = wait_for(
+        "released records", lambda: deliveries(second.fetch(tid, max_records=10)) or None, 5
+    )
     assert [(d.offset, d.delivery_count) for d in again] == [(d.offset, 2) for d in held]
     for member in (first, second, stranger):
         member.close()
@@ -536,14 +544,16 @@ def test_a_dropped_connection_hands_its_records_on_at_once(cluster: LocalCluster
     dying.fetch(tid, wait_ms=0)
     other.fetch(tid, wait_ms=0)
     produce(cluster, "share-disconnect", [b"a", b"b", b"c"])
-    held = wait_for("records acquired", lambda: deliveries(dying.fetch(tid, max_records=10)), 30)
+    held = wait_for(
+        "records acquired", lambda: deliveries(dying.fetch(tid, max_records=10)) or None, 30
+    )
     # a long poll past the broker's 3 s lock: the group's 60 s lock holds them
     assert deliveries(other.fetch(tid, wait_ms=LOCK_MS + 1_000)) == []
     dropped_at = time.monotonic()
     dying.close()  # no ShareFetch with epoch -1: the connection just goes
     again = wait_for(
         "the records handed on",
-        lambda: deliveries(other.fetch(tid, max_records=10, wait_ms=1000)),
+        lambda: deliveries(other.fetch(tid, max_records=10, wait_ms=1000)) or None,
         30,
     )
     assert time.monotonic() - dropped_at < 30  # well inside the 60 s lock
