@@ -611,7 +611,8 @@ class Broker:
 
     def _send_isr_changes(self) -> None:
         """Kafka's AlterPartitionManager: one request at a time with every change not yet
-        answered; a request that failed as a whole goes again after a short backoff."""
+        answered; what is to be sent again (the request failed, the answer lacked it) goes
+        after a short backoff."""
         while not self._stop.is_set():
             batch = self._isr_changes.take(ALTER_PARTITION_BATCH_MAX, timeout_s=0.5)
             wanted = []
@@ -625,7 +626,8 @@ class Broker:
                 self._stop.wait(ALTER_PARTITION_RETRY_BACKOFF_S)
 
     def _alter_partitions(self, batch: list[tuple[tuple[str, int], IsrItem]]) -> bool:
-        """Send ``batch``; False if the request failed as a whole (its changes stay queued)."""
+        """Send ``batch``; False if some of it is to be sent again (the request failed as a
+        whole, or the answer lacks a change): the caller backs off first."""
         request = cpb.AlterPartitionRequest(
             broker_id=self.settings.broker_id,
             broker_epoch=self.broker_epoch,
@@ -648,13 +650,16 @@ class Broker:
             log.warning("AlterPartition of %d changes failed, to be sent again: %s",
                         len(batch), error)  # fmt: skip
             return False
+        complete = True
         by_id = {(s.topic_id, s.partition): s for s in response.partitions if s.topic_id}
         by_name = {(s.topic, s.partition): s for s in response.partitions if s.topic}
         for key, item in batch:
             change, partition = item
-            state = by_id.get((change.topic_id.bytes, change.partition)) or by_name.get(key)
+            state = by_id.get((change.topic_id.bytes, change.partition))
+            state = by_name.get(key) if state is None else state
             if state is None and partition is not None and partition.proposes(change):
                 log.warning("%s-%d: the AlterPartition answer lacks it; sent again", *key)
+                complete = False
                 continue
             self._isr_changes.done(key, item)
             if state is None or partition is None:
@@ -672,7 +677,7 @@ class Broker:
                     state.partition_epoch,
                 ),
             )  # fmt: skip
-        return True
+        return complete
 
     # -- internal topics ---------------------------------------------------------------------
     def _create_topic(
