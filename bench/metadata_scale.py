@@ -380,12 +380,19 @@ def failover_and_restart(
     # broker restarts into.
     cluster.wait_for_brokers([n for n in (1, 2, 3) if n != killed], timeout_s=UP_TIMEOUT_S)
     wait_for(f"node {killed} fenced", lambda: _fenced(client, killed), timeout_s=UP_TIMEOUT_S)
+    old_epoch = _broker_epoch(client, killed)
     console.log(f"restart node {killed}")
     log_offsets = {spec.node_id: _log_size(spec.log_path) for spec in cluster.specs}
     restarted_at = time.perf_counter()
     pid = cluster.start_node(killed)
     spies = profile({"restart": pid}, 20, profile_dir) if profile_dir else []
-    cluster.wait_for_brokers([killed], timeout_s=READY_TIMEOUT_S)
+    # Registered again (a new broker epoch) and unfenced: a controller whose image is behind
+    # still shows the old registration unfenced (one run measured 0.0 s that way).
+    wait_for(
+        f"node {killed} registered again and unfenced",
+        lambda: _broker_epoch(client, killed, unfenced=True) not in (None, old_epoch),
+        timeout_s=READY_TIMEOUT_S,
+    )
     unfenced_s = time.perf_counter() - restarted_at
     wait_polling(
         f"node {killed}'s replicas back in the ISR",
@@ -431,6 +438,15 @@ def isr_refusals(cluster: LocalCluster, offsets: dict[int, int]) -> dict[str, in
                 if found:
                     counts[found.group(1).decode()] += 1
     return dict(sorted(counts.items()))
+
+
+def _broker_epoch(client: ControllerClient, broker_id: int, unfenced: bool = False) -> int | None:
+    """The broker's registered epoch (only if unfenced, with ``unfenced``); None if none."""
+    described = client.checked("DescribeCluster", pb.DescribeClusterRequest())
+    for broker in described.brokers:
+        if broker.broker_id == broker_id and not (unfenced and broker.fenced):
+            return int(broker.broker_epoch)
+    return None
 
 
 def _fenced(client: ControllerClient, broker_id: int) -> bool:
