@@ -329,8 +329,17 @@ def render_metadata_scale(results: Results) -> str:
         ("broker restart after SIGKILL: unfenced, s", fig(restart.get("unfenced_s"))),
         ("broker restart: every replica back in the ISR, s", fig(restart.get("all_in_isr_s"))),
         (f"target ≤ {plain(restart.get('target_s'))} s", met(restart.get("meets_target"))),
+        ("broker restart: ISR changes the controller refused", _refusals(restart)),
     ]  # fmt: skip
     return table(("metadata at scale", "figure"), rows, "lr")
+
+
+def _refusals(restart: dict[str, Any]) -> str:
+    """The refused ISR changes by error (``isr_refusals``), absent from older results."""
+    refused = restart.get("isr_refusals")
+    if refused is None:
+        return "—"
+    return ", ".join(f"{count(n)} {error}" for error, n in refused.items()) or "none"
 
 
 def _latency(latency: Any, keys: Sequence[str] = ("p50", "p99", "p999", "max")) -> str:

@@ -789,6 +789,8 @@ def _partition_result(result: ItemResult) -> pb.PartitionState:
         message = _partition_state(result.name, result.topic_id, result.partition, result.state)
     else:
         message = pb.PartitionState(topic=result.name, partition=result.partition)
+        if result.topic_id is not None:  # a broker matches a refusal to its change by id
+            message.topic_id = result.topic_id.bytes
     message.error_code = result.error.code
     message.error_message = result.message
     return message

@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from dataplane.broker import replica_state as rs
+from dataplane.broker.alter_partition import Refusal, refusal
 from dataplane.broker.producer_state import (
     SENTINEL,
     OutOfOrderSequenceError,
@@ -725,16 +726,42 @@ class Partition:
                 return None
             return self._propose(tuple(b for b in self.isr if b not in lagging))
 
-    def isr_change_done(self, change: IsrChange, reg: PartitionRegistration | None) -> None:
-        """The controller's answer to ``change``: the new registration, or None if refused."""
+    def proposes(self, change: IsrChange) -> bool:
+        """Is ``change`` still this leader's pending proposal? (Metadata that brought a newer
+        partition epoch or another leadership reset it: it need not be sent any more.)"""
         with self._lock:
-            if self.pending_isr != change.new_isr or self.leader_epoch != change.leader_epoch:
+            return self._proposes(change)
+
+    def _proposes(self, change: IsrChange) -> bool:
+        return (
+            self.role is Role.LEADER
+            and self.pending_isr == change.new_isr
+            and self.leader_epoch == change.leader_epoch
+            and self.partition_epoch == change.partition_epoch
+        )
+
+    def isr_change_done(
+        self,
+        change: IsrChange,
+        reg: PartitionRegistration | None,
+        error: ErrorCode = ErrorCode.NONE,
+    ) -> None:
+        """The controller's answer to ``change``: the new registration, or None and the error
+        it was refused with. A refusal that says this leader's view is stale (the partition
+        epoch moved: INVALID_UPDATE_VERSION) keeps the change pending until the metadata brings
+        the newer epoch (``make_leader`` resets it); any other resets it, and the next proposal
+        waits ``ISR_RETRY_BACKOFF_MS`` (see :mod:`dataplane.broker.alter_partition`). An answer
+        to an older proposal (the partition epoch moved since) is ignored."""
+        with self._lock:
+            if not self._proposes(change):
                 return
             if reg is not None and reg.leader_epoch > self.leader_epoch:
                 # The change committed with a reassignment's completion that moved the
                 # leadership away. Until the metadata demotes this replica, the high watermark
                 # keeps waiting on the larger set, as while the change was in flight (Kafka
                 # keeps its pending ISR too): the new leader may lack what the old ISR has.
+                return
+            if reg is None and refusal(error) is Refusal.AWAIT_METADATA:
                 return
             self.pending_isr = None
             if reg is None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import enum
 import logging
 import os
-import queue
 import threading
 import time
 import uuid
@@ -27,6 +26,7 @@ from pathlib import Path
 
 import grpc
 
+from dataplane.broker.alter_partition import PendingChanges
 from dataplane.broker.fetcher import FetcherConfig, FetcherManager
 from dataplane.broker.metrics import NodeMetrics, PartitionGauge
 from dataplane.broker.partition import IsrChange, Partition
@@ -90,9 +90,12 @@ CONTROLLER_DEADLINE_S = 5.0
 CONTROLLED_SHUTDOWN_ATTEMPTS = 2  # heartbeats in a row no controller answered: stop anyway
 CONTROLLER_RPC_TIMEOUT_S = 1.5  # per controller tried: a paused one must not hold a heartbeat
 ALTER_PARTITION_BATCH_MAX = 1000
-ALTER_PARTITION_QUEUE_MAX = 100_000
 ALTER_PARTITION_DEADLINE_S = 10.0
+ALTER_PARTITION_RETRY_BACKOFF_S = 0.1  # after a failed request (Kafka waits 50 ms)
 LOG_DIR_FAILURE_STATUS = 1  # the exit status of a broker whose log directory failed
+
+
+IsrItem = tuple[IsrChange, "Partition | None"]  # a change and its partition, if hosted
 
 
 class BrokerState(enum.Enum):
@@ -232,9 +235,8 @@ class Broker:
             settings.controller_addresses, deadline_s=CONTROLLER_DEADLINE_S,
             rpc_timeout_s=CONTROLLER_RPC_TIMEOUT_S, security=settings.controller_client_security,
         )  # fmt: skip
-        self._isr_queue: queue.Queue[tuple[IsrChange, Partition | None]] = queue.Queue(
-            maxsize=ALTER_PARTITION_QUEUE_MAX
-        )
+        # the leaders' ISR changes not yet answered by the controller, one per partition
+        self._isr_changes: PendingChanges[tuple[str, int], IsrItem] = PendingChanges()
         # KIP-966: the last incarnation's proof of a clean shutdown (removed before any log
         # opens: a crash of this incarnation must not leave it behind), or that it died on this
         # boot (its page cache kept everything it wrote); sent at registration
@@ -591,6 +593,9 @@ class Broker:
 
     # -- AlterPartition ------------------------------------------------------------------------
     def _enqueue_isr(self, change: IsrChange) -> None:
+        """A leader's ISR change, to go in the next AlterPartition request; refused with
+        OPERATION_NOT_ATTEMPTED while the partition has one on the way (see
+        :mod:`dataplane.broker.alter_partition`)."""
         try:
             partition: Partition | None = self.replicas.get(change.topic, change.partition)
         except KafkaError:
@@ -598,28 +603,31 @@ class Broker:
         if partition is not None:
             shrink = len(change.new_isr) < len(partition.isr)
             (self.metrics.isr_shrinks if shrink else self.metrics.isr_expands).inc()
-        try:
-            self._isr_queue.put_nowait((change, partition))
-        except queue.Full:
-            log.warning("AlterPartition queue full: dropping %s", change)
+        if not self._isr_changes.submit((change.topic, change.partition), (change, partition)):
+            log.info("%s-%d: an ISR change is already on its way; %s not sent",
+                     change.topic, change.partition, change.new_isr)  # fmt: skip
             if partition is not None:
-                partition.isr_change_done(change, None)
+                partition.isr_change_done(change, None, ErrorCode.OPERATION_NOT_ATTEMPTED)
 
     def _send_isr_changes(self) -> None:
+        """Kafka's AlterPartitionManager: one request at a time with every change not yet
+        answered; what is to be sent again (the request failed, the answer lacked it) goes
+        after a short backoff."""
         while not self._stop.is_set():
-            try:
-                first = self._isr_queue.get(timeout=0.5)
-            except queue.Empty:
-                continue
-            batch = [first]
-            while len(batch) < ALTER_PARTITION_BATCH_MAX:
-                try:
-                    batch.append(self._isr_queue.get_nowait())
-                except queue.Empty:
-                    break
-            self._alter_partitions(batch)
+            batch = self._isr_changes.take(ALTER_PARTITION_BATCH_MAX, timeout_s=0.5)
+            wanted = []
+            for key, item in batch:
+                change, partition = item
+                if partition is not None and not partition.proposes(change):
+                    self._isr_changes.done(key, item)  # newer metadata reset it meanwhile
+                else:
+                    wanted.append((key, item))
+            if wanted and not self._alter_partitions(wanted):
+                self._stop.wait(ALTER_PARTITION_RETRY_BACKOFF_S)
 
-    def _alter_partitions(self, batch: list[tuple[IsrChange, Partition | None]]) -> None:
+    def _alter_partitions(self, batch: list[tuple[tuple[str, int], IsrItem]]) -> bool:
+        """Send ``batch``; False if some of it is to be sent again (the request failed as a
+        whole, or the answer lacks a change): the caller backs off first."""
         request = cpb.AlterPartitionRequest(
             broker_id=self.settings.broker_id,
             broker_epoch=self.broker_epoch,
@@ -631,27 +639,36 @@ class Broker:
                     new_isr=c.new_isr,
                     partition_epoch=c.partition_epoch,
                 )
-                for c, _ in batch
+                for _, (c, _) in batch
             ],
         )
         try:
             response = self.client.checked(
                 "AlterPartition", request, deadline_s=ALTER_PARTITION_DEADLINE_S
             )
-            states = {(s.topic, s.partition): s for s in response.partitions}
         except KafkaError as error:
-            log.warning("AlterPartition failed: %s", error)
-            states = {}
-        for change, partition in batch:
-            if partition is None:
+            log.warning("AlterPartition of %d changes failed, to be sent again: %s",
+                        len(batch), error)  # fmt: skip
+            return False
+        complete = True
+        by_id = {(s.topic_id, s.partition): s for s in response.partitions if s.topic_id}
+        by_name = {(s.topic, s.partition): s for s in response.partitions if s.topic}
+        for key, item in batch:
+            change, partition = item
+            state = by_id.get((change.topic_id.bytes, change.partition))
+            state = by_name.get(key) if state is None else state
+            if state is None and partition is not None and partition.proposes(change):
+                log.warning("%s-%d: the AlterPartition answer lacks it; sent again", *key)
+                complete = False
                 continue
-            state = states.get((change.topic, change.partition))
-            if state is None or state.error_code:
-                reason = (
-                    "no answer" if state is None else ErrorCode.from_code(state.error_code).name
-                )
-                log.info("%s: ISR change to %s refused: %s", partition.name, change.new_isr, reason)
-                partition.isr_change_done(change, None)
+            self._isr_changes.done(key, item)
+            if state is None or partition is None:
+                continue
+            if state.error_code:
+                refused = ErrorCode.from_code(state.error_code)
+                log.info("%s: ISR change to %s refused: %s", partition.name, change.new_isr,
+                         refused.name)  # fmt: skip
+                partition.isr_change_done(change, None, refused)
                 continue
             partition.isr_change_done(
                 change,
@@ -660,6 +677,7 @@ class Broker:
                     state.partition_epoch,
                 ),
             )  # fmt: skip
+        return complete
 
     # -- internal topics ---------------------------------------------------------------------
     def _create_topic(

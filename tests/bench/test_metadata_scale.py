@@ -60,7 +60,9 @@ SECTION = {
                     "target_ratio": 0.5, "meets_target": False},
         "controller_failover": {"seconds": 1.234, "target_s": 3.0, "meets_target": True},
         "broker_restart": {"unfenced_s": 20.0, "all_in_isr_s": 45.5, "target_s": 60.0,
-                           "meets_target": True},
+                           "meets_target": True,
+                           "isr_refusals": {"INVALID_UPDATE_VERSION": 1200,
+                                            "OPERATION_NOT_ATTEMPTED": 3}},
     }
 }  # fmt: skip
 
@@ -71,4 +73,8 @@ def test_the_performance_page_renders_the_section() -> None:
     assert "| produce to 1,000 partitions, records/s (share of 1) | 9,000 (0.45) |" in rendered
     assert "| controller failover after SIGKILL, s | 1.23 |" in rendered
     assert "| broker restart: every replica back in the ISR, s | 45.5 |" in rendered
+    assert (
+        "| broker restart: ISR changes the controller refused | "
+        "1,200 INVALID_UPDATE_VERSION, 3 OPERATION_NOT_ATTEMPTED |"
+    ) in rendered
     assert "No `metadata_scale` section" in page.render_page({}, "<!-- table: metadata_scale -->")
