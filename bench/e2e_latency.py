@@ -311,7 +311,7 @@ def saturation(cluster: LocalCluster, size: str, console: Console) -> dict[str, 
         admin.close()
     if error is not None:
         raise error
-    return {"seconds": figures["seconds"], "records_per_s": figures["last"]["records_per_s"]}
+    return {"records_per_s": figures["last"]["records_per_s"]}
 
 
 def measure(
@@ -326,7 +326,7 @@ def measure(
     """The section's figures on a running cluster (``bench.netem`` runs it in namespaces)."""
     figures: dict[str, Any] = {
         "record_bytes": RECORD_BYTES, "replication_factor": COPIES, "acks": "all",
-        "load": LOAD, "seconds": SECONDS[size], "p99_target_ms": P99_TARGET_MS,
+        "load": LOAD, "offered_s": SECONDS[size], "p99_target_ms": P99_TARGET_MS,
     }  # fmt: skip
     if rate_per_s is None:
         figures["saturation"] = saturation(cluster, size, console)
@@ -401,7 +401,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run(workdir, size, progress, options.rate, options.first_host)
 
     return bench_main(
-        rest, __doc__.splitlines()[0] if __doc__ else "", "e2e_latency", figures, report
+        rest, __doc__.splitlines()[0] if __doc__ else "", "end_to_end", figures, report
     )
 
 

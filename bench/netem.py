@@ -1,29 +1,39 @@
 """Across machines, simulated: the 3-node cluster with each node in a network namespace of its
-own and ``tc netem`` delay between them (issue 32). Needs root and iproute2 (``ip``, ``tc``).
+own and a delay between them (issue 32). Needs root and iproute2 (``ip``, ``tc``).
 
-``python -m bench.netem --out bench/results/latest.json [--quick] [--delays 0,0.2,2,20]``
+``python -m bench.netem --out bench/results/latest.json [--quick] [--delays 0,0.2,2,20]
+[--wire auto|netem|tun]``
 
-The network (:func:`netem_network`, created and removed by this module)::
+The network (:func:`netem_network`, created and removed by this module), ``netem`` wire::
 
     namespace rlnetem-<pid>-n1  rn<pid>n1 10.77.0.1/24 --veth--+
     namespace rlnetem-<pid>-n2  rn<pid>n2 10.77.0.2/24 --veth--+-- bridge br0 in namespace
     namespace rlnetem-<pid>-n3  rn<pid>n3 10.77.0.3/24 --veth--+   rlnetem-<pid>-br
     this namespace              rn<pid>h  10.77.0.254/24 -veth-+
 
-``netem delay D`` sits on the egress of every end outside the bridge (each node's and this
+``tc netem delay D`` sits on the egress of every end outside the bridge (each node's and this
 process's), so a packet between any two of them, the clients' included, takes D one way: D is
 the one-way delay between machines (0.2 ms: one rack, 2 ms: one region, 20 ms: across zones),
 a round trip 2D. netem's queue holds ``NETEM_LIMIT`` packets (its default, 1,000, would drop
-packets of a fast producer at 20 ms). Node processes run under ``ip netns exec`` (it execs:
-the pid is the node's, and it dies with this process as every owned node does,
-``dataplane.tools.owned_process``); clients run here and reach them through ``rn<pid>h``.
+packets of a fast producer at 20 ms).
+
+A kernel built without netem (``CONFIG_NET_SCH_NETEM``; the machine this was written on has no
+qdisc that delays at all) gets the ``tun`` wire: the same namespaces and addresses, each with a
+TUN device instead of a veth, and ``bench.delay_line``, a process of this harness's, forwarding
+every packet between the devices D later. Both give every hop D; the delay line adds its own
+wake-up jitter and CPU (``--wire auto``, the default, picks netem where a probe namespace takes
+it). The results say which wire ran.
+
+Node processes run under ``ip netns exec`` (it execs: the pid is the node's, and it dies with
+this process as every owned node does, ``dataplane.tools.owned_process``); clients run here and
+reach them through ``rn<pid>h``.
 
 Everything is removed on the way out, by exception, SIGINT or SIGTERM too (SIGTERM is turned
-into ``SystemExit`` while the network exists); a run killed by SIGKILL leaves its namespaces,
-and the next run removes those of runs whose pid is gone (:func:`sweep`). Deleting a namespace
-deletes the veth ends in it, and with them their peers.
+into ``SystemExit`` while the network exists); a run killed by SIGKILL leaves its namespaces
+(its delay line dies with it), and the next run removes those of runs whose pid is gone
+(:func:`sweep`). Deleting a namespace deletes the devices in it, and a veth's peer with it.
 
-For each delay a fresh cluster (``bench.e2e_latency``'s figures and the failovers):
+For each delay a fresh network and cluster:
 
 1. produce throughput: ``bench.e2e_latency``'s saturation run (as fast as the gRPC client goes,
    acks=all, RF 3, 1 KiB);
@@ -32,7 +42,8 @@ For each delay a fresh cluster (``bench.e2e_latency``'s figures and the failover
 4. leader failover (``bench.dataplane_bench.failover_round``) and controller failover
    (``bench.quorum_bench.failover_once``): SIGKILL, seconds to the next acknowledged write.
 
-Each latency is also given in one-way delays (``*_in_delays``): what the delay is multiplied by.
+Each median latency is also given in one-way delays (``p50_in_delays``): what multiplies the
+delay.
 """
 
 from __future__ import annotations
@@ -58,14 +69,16 @@ from rich.table import Table
 
 from bench import RECORD_BYTES, bench_main
 from bench.dataplane_bench import create_topic, failover_round
+from bench.delay_line import MTU as DELAY_LINE_MTU
 from bench.e2e_latency import LOAD, e2e_run, saturation
 from bench.quorum_bench import CLIENT_DEADLINE_S, failover_once
-from dataplane.tools.local_cluster import LocalCluster, NodeSpec
+from dataplane.tools.local_cluster import LocalCluster, NodeSpec, wait_for
 from dataplane.tools.owned_process import popen_owned
 from dataplane.tools.perf import run_produce_perf
 from metadata_quorum.client import ControllerClient
 
 DELAYS_MS = (0.0, 0.2, 2.0, 20.0)  # one way; 0: the namespaces without netem
+WIRES = ("netem", "tun")
 SUBNET = "10.77.0"  # /24; node N is .N, this process .254
 CLIENT_HOST = 254
 NETEM_LIMIT = 100_000  # packets netem may hold (its default 1,000 drops at 20 ms)
@@ -89,10 +102,12 @@ class NetemPlan:
     tag: int
     nodes: int = 3
     subnet: str = SUBNET
+    wire: str = "netem"  # or "tun": bench.delay_line's devices instead of veths and a bridge
 
     def __post_init__(self) -> None:
         assert 1 <= self.nodes < CLIENT_HOST, "nodes fit the /24 below the client's address"
         assert len(self.host_veth + "b") <= 15, "interface names of at most 15 characters"
+        assert self.wire in WIRES, f"a wire is one of {WIRES}"
 
     @property
     def bridge_namespace(self) -> str:
@@ -103,6 +118,9 @@ class NetemPlan:
 
     def node_veth(self, node: int) -> str:
         return f"rn{self.tag}n{node}"
+
+    def node_tun(self, node: int) -> str:
+        return f"rn{self.tag}t{node}"
 
     def bridge_port(self, node: int) -> str:
         return f"rn{self.tag}b{node}"
@@ -120,14 +138,25 @@ class NetemPlan:
 
     @property
     def namespaces(self) -> list[str]:
-        return [self.bridge_namespace] + [self.namespace(n) for n in self.node_ids]
+        nodes = [self.namespace(n) for n in self.node_ids]
+        return [self.bridge_namespace, *nodes] if self.wire == "netem" else nodes
 
     @property
     def node_ids(self) -> range:
         return range(1, self.nodes + 1)
 
     def setup_commands(self) -> list[list[str]]:
-        """The bridge's namespace, a namespace and a veth pair per node, this process's veth."""
+        """netem: the bridge's namespace, a namespace and a veth pair per node, this process's
+        veth; tun: the nodes' namespaces (the delay line makes the devices)."""
+        if self.wire == "tun":
+            return [
+                command
+                for node in self.node_ids
+                for command in (
+                    ["ip", "netns", "add", self.namespace(node)],
+                    ["ip", "-n", self.namespace(node), "link", "set", "lo", "up"],
+                )
+            ]
         br = self.bridge_namespace
         commands = [
             ["ip", "netns", "add", br],
@@ -155,6 +184,29 @@ class NetemPlan:
             ["ip", "link", "set", host, "up"],
         ]
         return commands
+
+    def delay_line_devices(self) -> list[str]:
+        """``bench.delay_line``'s NAME=ADDRESS arguments: one device per node, one here."""
+        nodes = [f"{self.node_tun(n)}={self.address(n)}" for n in self.node_ids]
+        return [*nodes, f"{self.host_veth}={self.client_address}"]
+
+    def tun_commands(self) -> list[list[str]]:
+        """Once the delay line made its devices: each node's into its namespace, addresses,
+        the large MTU, up."""
+        commands = []
+        for node in self.node_ids:
+            ns, tun = self.namespace(node), self.node_tun(node)
+            commands += [
+                ["ip", "link", "set", tun, "netns", ns],
+                ["ip", "-n", ns, "addr", "add", f"{self.address(node)}/24", "dev", tun],
+                ["ip", "-n", ns, "link", "set", tun, "mtu", str(DELAY_LINE_MTU), "up"],
+            ]
+        host = self.host_veth
+        return [
+            *commands,
+            ["ip", "addr", "add", f"{self.client_address}/24", "dev", host],
+            ["ip", "link", "set", host, "mtu", str(DELAY_LINE_MTU), "up"],
+        ]
 
     def delay_commands(self, delay_ms: float) -> list[list[str]]:
         """netem on every end outside the bridge (``replace``: a first one adds it); 0 removes
@@ -260,18 +312,62 @@ def _sigterm_raises() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def netem_network(plan: NetemPlan) -> Iterator[NetemPlan]:
-    """The plan's namespaces, veths and bridge, removed on the way out whatever the way."""
+def netem_network(plan: NetemPlan, delay_ms: float = 0.0) -> Iterator[NetemPlan]:
+    """The plan's namespaces and wire with ``delay_ms`` one way, removed on the way out
+    whatever the way (the delay line, a process, stopped by its pid first)."""
     check_available()
     sweep()
     with _sigterm_raises():
+        delay_line: subprocess.Popen[bytes] | None = None
         try:
             for command in plan.setup_commands():
                 _run(command)
+            if plan.wire == "tun":
+                delay_line = _start_delay_line(plan, delay_ms)
+                for command in plan.tun_commands():
+                    _run(command)
+            elif delay_ms > 0:
+                set_delay(plan, delay_ms)
             yield plan
         finally:
+            if delay_line is not None:
+                delay_line.kill()  # its devices go with it
+                delay_line.wait(timeout=IP_TIMEOUT_S)
             for command in plan.teardown_commands():
                 _run(command, check=False)  # those not made yet (a failed set-up) are no error
+
+
+def _start_delay_line(plan: NetemPlan, delay_ms: float) -> subprocess.Popen[bytes]:
+    """``bench.delay_line`` (owned: it dies with this process), once its devices exist."""
+    ready = Path(tempfile.mkdtemp(prefix="delay-line-")) / "ready"
+    argv = [sys.executable, "-m", "bench.delay_line", "--delay-ms", str(delay_ms)]
+    proc = popen_owned([*argv, "--ready", str(ready), *plan.delay_line_devices()])
+    try:
+        wait_for("the delay line's devices", lambda: ready.exists() or proc.poll() is not None)
+        if proc.poll() is not None:
+            raise RuntimeError(f"the delay line exited {proc.returncode}")
+    except BaseException:
+        proc.kill()
+        proc.wait(timeout=IP_TIMEOUT_S)
+        raise
+    finally:
+        shutil.rmtree(ready.parent, ignore_errors=True)
+    return proc
+
+
+def netem_supported(tag: int) -> bool:
+    """Whether this kernel has the netem qdisc: tried on the loopback of a namespace made for
+    the question (its name is the harness's, so a crash leaves nothing `sweep` misses)."""
+    probe = f"{NAME_PREFIX}-{tag}-probe"
+    _run(["ip", "netns", "add", probe])
+    try:
+        done = subprocess.run(
+            ["tc", "-n", probe, "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"],
+            capture_output=True, text=True, timeout=IP_TIMEOUT_S, check=False,
+        )  # fmt: skip
+        return done.returncode == 0
+    finally:
+        _run(["ip", "netns", "del", probe], check=False)
 
 
 class NetemCluster(LocalCluster):
@@ -331,9 +427,8 @@ def controller_failovers(cluster: LocalCluster, rounds: int) -> list[float]:
 def one_delay(
     plan: NetemPlan, delay_ms: float, size: str, workdir: Path, console: Console
 ) -> dict[str, Any]:
-    set_delay(plan, delay_ms)
-    console.log(f"one-way delay {delay_ms} ms")
-    with netem_cluster(plan, workdir, console) as cluster:
+    console.log(f"one-way delay {delay_ms} ms ({plan.wire})")
+    with netem_network(plan, delay_ms), netem_cluster(plan, workdir, console) as cluster:
         produced = saturation(cluster, size, console)
         rate = produced["records_per_s"] * LOAD
         create_topic(cluster, TOPIC, 1)
@@ -352,28 +447,29 @@ def one_delay(
         "delay_ms": delay_ms,
         "produce": produced,
         "offered_records_per_s": round(rate),
-        "produce_latency": _latency(paced.latency_ms, delay_ms),
-        "e2e_latency": {**e2e, "p50_in_delays": in_delays(median, delay_ms)},
+        "produce_paced": _latency(paced.latency_ms, delay_ms),
+        "end_to_end": {**e2e, "p50_in_delays": in_delays(median, delay_ms)},
         "leader_failover_s": leader,
         "controller_failover_s": controller,
     }
 
 
-def run(workdir: Path, size: str, console: Console, delays: Sequence[float]) -> dict[str, Any]:
-    plan = NetemPlan(os.getpid())
+def run(
+    workdir: Path, size: str, console: Console, delays: Sequence[float], wire: str
+) -> dict[str, Any]:
+    """Every delay on a network and a cluster of its own; ``wire`` "auto": netem where the
+    kernel has it, else the delay line."""
+    check_available()
+    if wire == "auto":
+        wire = "netem" if netem_supported(os.getpid()) else "tun"
+    plan = NetemPlan(os.getpid(), wire=wire)
     scratch = Path(tempfile.mkdtemp(prefix="netem-run-", dir=workdir))
-    runs = []
     try:
-        with netem_network(plan):
-            for delay_ms in delays:
-                try:
-                    runs.append(one_delay(plan, delay_ms, size, scratch, console))
-                except NetemUnavailable as missing:
-                    console.log(f"[red]{delay_ms} ms not run[/red]: {missing}")
-                    runs.append({"delay_ms": delay_ms, "not_run": str(missing)})
+        runs = [one_delay(plan, delay_ms, size, scratch, console) for delay_ms in delays]
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return {
+        "wire": wire,
         "subnet": f"{plan.subnet}.0/24",
         "record_bytes": RECORD_BYTES,
         "replication_factor": 3,
@@ -388,14 +484,11 @@ def report(console: Console, figures: dict[str, Any]) -> None:
         "e2e p50 in delays", "leader failover s", "controller failover s",
     )  # fmt: skip
     for found in figures["runs"]:
-        if "not_run" in found:
-            table.add_row(str(found["delay_ms"]), f"not run: {found['not_run']}")
-            continue
-        produce, e2e = found["produce_latency"]["latency_ms"], found["e2e_latency"]["latency_ms"]
+        produce, e2e = found["produce_paced"]["latency_ms"], found["end_to_end"]["latency_ms"]
         table.add_row(
             str(found["delay_ms"]), f"{found['produce']['records_per_s']:,}",
             f"{produce['p50']} / {produce['p99']}", f"{e2e['p50']} / {e2e['p99']}",
-            str(found["e2e_latency"]["p50_in_delays"]),
+            str(found["end_to_end"]["p50_in_delays"]),
             str(max(found["leader_failover_s"])), str(max(found["controller_failover_s"])),
         )  # fmt: skip
     console.print(table)
@@ -405,11 +498,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``bench_main``'s options and ``--delays`` (one-way ms, comma-separated)."""
     own = argparse.ArgumentParser(add_help=False)
     own.add_argument("--delays", default=",".join(str(d) for d in DELAYS_MS))
+    own.add_argument("--wire", choices=("auto", *WIRES), default="auto")
     options, rest = own.parse_known_args(argv)
     delays = [float(d) for d in options.delays.split(",")]
 
     def figures(workdir: Path, quick: bool, progress: Console) -> dict[str, Any]:
-        return run(workdir, "quick" if quick else "full", progress, delays)
+        return run(workdir, "quick" if quick else "full", progress, delays, options.wire)
 
     return bench_main(rest, __doc__.splitlines()[0] if __doc__ else "", "netem", figures, report)
 

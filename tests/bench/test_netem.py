@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from bench.delay_line import DelayQueue, destination
 from bench.netem import (
     NAME_PREFIX,
     NetemPlan,
@@ -164,3 +165,58 @@ def test_a_killed_runs_namespaces_are_swept() -> None:
         assert dead.bridge_namespace not in listed_namespaces()
     finally:
         subprocess.run(["ip", "netns", "del", dead.bridge_namespace], check=False)
+
+
+def test_the_delay_line_wire_has_no_bridge_and_a_device_per_node_and_here() -> None:
+    plan = NetemPlan(7, subnet="10.77.9", wire="tun")
+    assert plan.namespaces == [plan.namespace(n) for n in (1, 2, 3)]
+    assert plan.delay_line_devices() == [
+        "rn7t1=10.77.9.1", "rn7t2=10.77.9.2", "rn7t3=10.77.9.3", "rn7h=10.77.9.254",
+    ]  # fmt: skip
+    moved = [c for c in plan.tun_commands() if c[:3] == ["ip", "link", "set"] and "netns" in c]
+    assert [c[3] for c in moved] == ["rn7t1", "rn7t2", "rn7t3"]
+
+
+def test_the_delay_queue_holds_each_packet_the_delay_in_order() -> None:
+    now = [0.0]
+    queue = DelayQueue(0.020, clock=lambda: now[0])
+    queue.add(1, b"a")
+    now[0] = 0.005
+    queue.add(2, b"b")
+    assert queue.due() == [] and queue.wait_s() == pytest.approx(0.015)
+    now[0] = 0.021
+    assert queue.due() == [(1, b"a")]
+    now[0] = 0.030
+    assert queue.due() == [(2, b"b")] and queue.wait_s() is None
+
+
+def test_packets_are_routed_by_their_ipv4_destination() -> None:
+    header = (
+        bytes([0x45]) + bytes(11) + socket.inet_aton("10.77.0.1") + socket.inet_aton("10.77.0.3")
+    )
+    assert destination(header) == socket.inet_aton("10.77.0.3")
+    assert destination(bytes([0x60]) + bytes(39)) is None  # IPv6: not routed
+    assert destination(b"\x45") is None
+
+
+@needs_root_and_ip
+def test_the_delay_line_delays_every_hop_and_goes_with_the_network() -> None:
+    plan = NetemPlan(os.getpid(), subnet=TEST_SUBNET, wire="tun")
+    delay_ms = 20.0
+    with netem_network(plan, delay_ms):
+        assert sorted(_ours(plan)) == sorted(plan.namespaces)
+        with socket.create_server((plan.client_address, 0)) as server:
+            port = server.getsockname()[1]
+            dial = (
+                "import socket, time; t = time.monotonic(); "
+                f"socket.create_connection(('{plan.client_address}', {port}), 5); "
+                "print((time.monotonic() - t) * 1000)"
+            )
+            done = subprocess.run(
+                ["ip", "netns", "exec", plan.namespace(2), sys.executable, "-c", dial],
+                capture_output=True, text=True, timeout=30, check=False,
+            )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert float(done.stdout) >= 2 * delay_ms  # SYN there, SYN-ACK back
+    assert _ours(plan) == []
+    assert plan.host_veth not in _links()
