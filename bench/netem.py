@@ -37,13 +37,16 @@ For each delay a fresh network and cluster:
 
 1. produce throughput: ``bench.e2e_latency``'s saturation run (as fast as the gRPC client goes,
    acks=all, RF 3, 1 KiB);
-2. produce latency at half of it (``raftlog perf produce``'s core, paced): p50, p99, p999;
+2. produce latency at half of it (``raftlog perf produce``'s core, paced; ``--rate N``: at N):
+   p50, p99, p999;
 3. end-to-end latency at half of it, to a consumer process (``bench.e2e_latency``, gRPC);
-4. leader failover (``bench.dataplane_bench.failover_round``) and controller failover
+4. both also at ``PROBE_RATE_PER_S`` (``probe``, run first, on the fresh cluster), a rate the
+   machine's CPU does not limit: there the delay's multiple shows;
+5. leader failover (``bench.dataplane_bench.failover_round``) and controller failover
    (``bench.quorum_bench.failover_once``): SIGKILL, seconds to the next acknowledged write.
 
 Each median latency is also given in one-way delays (``p50_in_delays``): what multiplies the
-delay.
+delay. The failovers SIGKILL the leader of the half-saturation run's topic.
 """
 
 from __future__ import annotations
@@ -86,7 +89,9 @@ NAME_PREFIX = "rlnetem"
 PORT = 9093  # every node has its own address: the ports need not be picked
 IP_TIMEOUT_S = 30.0
 LATENCY_S = {"full": 10.0, "quick": 2.0}
-E2E_S = {"full": 10.0, "quick": 2.0}
+# a rate the machine's CPU does not limit: the latency of the network's round trips
+PROBE_RATE_PER_S = 100
+PROBE_S = {"full": 10.0, "quick": 3.0}
 FAILOVER_ROUNDS = {"full": 3, "quick": 1}
 WAIT_S = 120.0
 TOPIC = "netem"
@@ -424,38 +429,65 @@ def controller_failovers(cluster: LocalCluster, rounds: int) -> list[float]:
         client.close()
 
 
-def one_delay(
-    plan: NetemPlan, delay_ms: float, size: str, workdir: Path, console: Console
+def at_rate(
+    cluster: LocalCluster, rate: float, seconds: float, delay_ms: float, workdir: Path, name: str
 ) -> dict[str, Any]:
+    """Produce latency, then end-to-end latency, each at ``rate`` for ``seconds`` on a
+    one-partition topic of its own."""
+    create_topic(cluster, f"{TOPIC}-{name}", 1)
+    paced = run_produce_perf(
+        cluster.bootstrap_servers, f"{TOPIC}-{name}", max(1, int(rate * seconds)), RECORD_BYTES,
+        throughput_per_s=rate,
+    )  # fmt: skip
+    create_topic(cluster, f"{TOPIC}-{name}-e2e", 1)
+    e2e = e2e_run(cluster.bootstrap_servers, "grpc", f"{TOPIC}-{name}-e2e", rate, seconds, workdir)
+    return {
+        "offered_records_per_s": round(rate),
+        "produce_paced": _latency(paced.latency_ms, delay_ms),
+        "end_to_end": {**e2e, "p50_in_delays": in_delays(e2e["latency_ms"]["p50"], delay_ms)},
+    }
+
+
+def one_delay(
+    plan: NetemPlan,
+    delay_ms: float,
+    size: str,
+    workdir: Path,
+    console: Console,
+    rate_per_s: float | None = None,
+) -> dict[str, Any]:
+    """The figures at one delay; ``rate_per_s``: offered instead of half the saturation."""
     console.log(f"one-way delay {delay_ms} ms ({plan.wire})")
     with netem_network(plan, delay_ms), netem_cluster(plan, workdir, console) as cluster:
+        # the probe first, on a cluster that has done nothing yet: after the loaded runs the
+        # consumers' backlog and the followers' catch-up were still in its figures here
+        console.log(f"latency at {PROBE_RATE_PER_S} records/s")
+        probe = at_rate(cluster, PROBE_RATE_PER_S, PROBE_S[size], delay_ms, workdir, "probe")
         produced = saturation(cluster, size, console)
-        rate = produced["records_per_s"] * LOAD
-        create_topic(cluster, TOPIC, 1)
-        console.log(f"produce latency at {rate:,.0f} records/s")
-        paced = run_produce_perf(
-            cluster.bootstrap_servers, TOPIC, max(1, int(rate * LATENCY_S[size])), RECORD_BYTES,
-            throughput_per_s=rate,
-        )  # fmt: skip
-        create_topic(cluster, f"{TOPIC}-e2e", 1)
-        e2e = e2e_run(cluster.bootstrap_servers, "grpc", f"{TOPIC}-e2e", rate, E2E_S[size], workdir)
-        median = e2e["latency_ms"]["p50"]
+        rate = produced["records_per_s"] * LOAD if rate_per_s is None else rate_per_s
+        console.log(f"latency at {rate:,.0f} records/s")
+        loaded = at_rate(cluster, rate, LATENCY_S[size], delay_ms, workdir, "half")
         console.log(f"failovers x{FAILOVER_ROUNDS[size]}")
-        leader = [round(failover_round(cluster, TOPIC), 3) for _ in range(FAILOVER_ROUNDS[size])]
+        topic = f"{TOPIC}-half"
+        leader = [round(failover_round(cluster, topic), 3) for _ in range(FAILOVER_ROUNDS[size])]
         controller = controller_failovers(cluster, FAILOVER_ROUNDS[size])
     return {
         "delay_ms": delay_ms,
         "produce": produced,
-        "offered_records_per_s": round(rate),
-        "produce_paced": _latency(paced.latency_ms, delay_ms),
-        "end_to_end": {**e2e, "p50_in_delays": in_delays(median, delay_ms)},
+        **loaded,
+        "probe": probe,
         "leader_failover_s": leader,
         "controller_failover_s": controller,
     }
 
 
 def run(
-    workdir: Path, size: str, console: Console, delays: Sequence[float], wire: str
+    workdir: Path,
+    size: str,
+    console: Console,
+    delays: Sequence[float],
+    wire: str,
+    rate_per_s: float | None = None,
 ) -> dict[str, Any]:
     """Every delay on a network and a cluster of its own; ``wire`` "auto": netem where the
     kernel has it, else the delay line."""
@@ -465,7 +497,7 @@ def run(
     plan = NetemPlan(os.getpid(), wire=wire)
     scratch = Path(tempfile.mkdtemp(prefix="netem-run-", dir=workdir))
     try:
-        runs = [one_delay(plan, delay_ms, size, scratch, console) for delay_ms in delays]
+        runs = [one_delay(plan, d, size, scratch, console, rate_per_s) for d in delays]
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return {
@@ -480,15 +512,20 @@ def run(
 
 def report(console: Console, figures: dict[str, Any]) -> None:
     table = Table(
-        "one way ms", "produce records/s", "produce p50/p99 ms", "e2e p50/p99 ms",
-        "e2e p50 in delays", "leader failover s", "controller failover s",
+        "one way ms", "produce records/s", "offered", "produce p50/p99 ms", "e2e p50/p99 ms",
+        f"at {PROBE_RATE_PER_S}/s: produce p50 ms", "e2e p50 ms", "e2e p50 in delays",
+        "leader failover s", "controller failover s",
     )  # fmt: skip
     for found in figures["runs"]:
         produce, e2e = found["produce_paced"]["latency_ms"], found["end_to_end"]["latency_ms"]
+        probe = found["probe"]
         table.add_row(
             str(found["delay_ms"]), f"{found['produce']['records_per_s']:,}",
+            f"{found['offered_records_per_s']:,}",
             f"{produce['p50']} / {produce['p99']}", f"{e2e['p50']} / {e2e['p99']}",
-            str(found["end_to_end"]["p50_in_delays"]),
+            str(probe["produce_paced"]["latency_ms"]["p50"]),
+            str(probe["end_to_end"]["latency_ms"]["p50"]),
+            str(probe["end_to_end"]["p50_in_delays"]),
             str(max(found["leader_failover_s"])), str(max(found["controller_failover_s"])),
         )  # fmt: skip
     console.print(table)
@@ -499,11 +536,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     own = argparse.ArgumentParser(add_help=False)
     own.add_argument("--delays", default=",".join(str(d) for d in DELAYS_MS))
     own.add_argument("--wire", choices=("auto", *WIRES), default="auto")
+    own.add_argument("--rate", type=float, default=None)
     options, rest = own.parse_known_args(argv)
     delays = [float(d) for d in options.delays.split(",")]
 
     def figures(workdir: Path, quick: bool, progress: Console) -> dict[str, Any]:
-        return run(workdir, "quick" if quick else "full", progress, delays, options.wire)
+        size = "quick" if quick else "full"
+        return run(workdir, size, progress, delays, options.wire, options.rate)
 
     return bench_main(rest, __doc__.splitlines()[0] if __doc__ else "", "netem", figures, report)
 
