@@ -993,23 +993,28 @@ def _worst(values: Any) -> str:
 
 
 def render_netem(results: Results) -> str:
+    """Two rows per delay: the probe's low rate, then half the saturation (with the
+    saturation itself and the failovers)."""
     section = _section(results, "netem")
     rows = []
     for found in section.get("runs") or []:
-        produce = _get(found, "produce_paced.latency_ms")
-        e2e = _get(found, "end_to_end.latency_ms")
-        rows.append((
-            f"{plain(found.get('delay_ms'))} ms", count(_get(found, "produce.records_per_s")),
-            count(found.get("offered_records_per_s")),
-            _latency(produce, ("p50", "p99")), _latency(e2e, ("p50", "p99")),
-            plain(_get(found, "produce_paced.p50_in_delays")),
-            plain(_get(found, "end_to_end.p50_in_delays")),
-            _worst(found.get("leader_failover_s")), _worst(found.get("controller_failover_s")),
-        ))  # fmt: skip
+        delay = f"{plain(found.get('delay_ms'))} ms"
+        for rate, part in (("probe", found.get("probe")), ("half", found)):
+            produce, e2e = _get(part, "produce_paced"), _get(part, "end_to_end")
+            last = rate == "half"
+            rows.append((
+                delay, count(_get(part, "offered_records_per_s")),
+                _latency(_get(produce, "latency_ms"), ("p50", "p99")),
+                _latency(_get(e2e, "latency_ms"), ("p50", "p99")),
+                plain(_get(produce, "p50_in_delays")), plain(_get(e2e, "p50_in_delays")),
+                count(_get(found, "produce.records_per_s")) if last else "",
+                _worst(found.get("leader_failover_s")) if last else "",
+                _worst(found.get("controller_failover_s")) if last else "",
+            ))  # fmt: skip
     header = (
-        f"one-way delay ({section.get('wire') or MISSING})", "produce records/s",
-        "offered records/s", "produce ms p50 / p99", "send → received ms p50 / p99",
-        "produce p50 in delays", "send → received p50 in delays", "leader failover s (worst)",
+        f"one-way delay ({section.get('wire') or MISSING} wire)", "offered records/s",
+        "produce ms p50 / p99", "send → received ms p50 / p99", "produce p50 in delays",
+        "send → received p50 in delays", "saturation records/s", "leader failover s (worst)",
         "controller failover s (worst)",
     )  # fmt: skip
     return table(header, rows, "rrrrrrrrr")
