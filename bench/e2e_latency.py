@@ -22,14 +22,21 @@ removed afterwards.
      500) on the BROKER listener;
    - ``kafka``: confluent-kafka (librdkafka, its defaults but acks=all) on the KAFKA listener.
 
+3. JetStream (``bench.peer_bench``'s 3-node cluster on 127.0.0.21-23, a replicas=3 file stream,
+   nats-py; skipped when nats-server is missing), at half of *its own* saturation (raftlog's
+   rate would swamp it), measured the same way (``bench.sustained``'s JetStream run, time-bound):
+   a consumer process with an ordered push consumer from the stream's start, the publisher's
+   ``publish_async`` paced in this process. It runs first, and raftlog's gRPC clients run
+   again at its rate (``grpc_at_jetstream_rate``): the same load for both.
+
 The figures: p50, p99, p999 and max of receive - send, per client, and the records counted.
-JetStream is not run here (its harness in ``bench.peer_bench`` is a produce benchmark; a consumer
-process for nats-py is work not done yet).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import functools
 import os
 import shutil
 import struct
@@ -45,15 +52,21 @@ from pathlib import Path
 from typing import Any
 
 import confluent_kafka
+import nats
 import numpy
+from nats.js.api import StorageType, StreamConfig
+from nats.js.client import JetStreamContext
 from rich.console import Console
 from rich.table import Table
 
 from bench import RECORD_BYTES, bench_main
 from bench.dataplane_bench import cluster_in, create_topic
+from bench.peer_bench import jetstream_cluster
 from bench.sustained import (
     QUANTILES,
     SustainedPlan,
+    jetstream_config,
+    jetstream_sustained,
     nearest_rank,
     raftlog_sustained,
     raftlog_topic_configs,
@@ -71,7 +84,11 @@ SATURATION_S = {"full": 10.0, "quick": 2.0}
 SATURATION_WINDOW_S = {"full": 5.0, "quick": 1.0}
 SEGMENT_BYTES = 16 * 1024 * 1024
 WARMUP_RECORDS = 20
-CLIENTS = ("grpc", "kafka")
+CLIENTS = ("grpc", "kafka")  # on raftlog; "jetstream": the peer, on its own cluster
+JETSTREAM = "jetstream"
+GRPC_AT_JETSTREAM_RATE = "grpc_at_jetstream_rate"  # raftlog's clients at JetStream's rate
+JS_STREAM, JS_SUBJECT = "E2E", "e2e.data"
+JS_SATURATION_STREAM, JS_SATURATION_SUBJECT = "E2ESAT", "e2e.saturation"
 P99_TARGET_MS = 10.0
 WAIT_S = 120.0
 # a value: the send time (ns, CLOCK_MONOTONIC) first; warm-up records carry WARMUP_STAMP
@@ -168,6 +185,8 @@ def consume(job: ConsumerJob, deadline_s: float = WAIT_S) -> None:
     deadline = time.monotonic() + deadline_s
     if job.client == "grpc":
         _consume_grpc(job, collector, deadline)
+    elif job.client == JETSTREAM:
+        asyncio.run(_consume_jetstream(job, collector, deadline))
     else:
         _consume_kafka(job, collector, deadline)
     job.out_path.write_bytes(collector.latencies.tobytes())
@@ -198,6 +217,27 @@ def _consume_kafka(job: ConsumerJob, collector: _Collector, deadline: float) -> 
             collector.add([m.value() or b"" for m in messages if m.error() is None], received_ns)
     finally:
         consumer.close()
+
+
+async def _quiet(*_: Any) -> None:
+    """nats-py's error callback: a server not up yet is retried, not news."""
+
+
+async def _consume_jetstream(job: ConsumerJob, collector: _Collector, deadline: float) -> None:
+    """An ordered push consumer from the stream's start (nats-py's low-latency reader: the
+    server pushes each message as it is stored; no pull round trip)."""
+    nc = await nats.connect(job.bootstrap, connect_timeout=5, error_cb=_quiet)
+    try:
+        js = nc.jetstream(timeout=10)
+        subscription = await js.subscribe(job.topic, ordered_consumer=True)
+        while not collector.done and time.monotonic() < deadline:
+            try:
+                message = await subscription.next_msg(timeout=0.1)
+            except nats.errors.TimeoutError:
+                continue
+            collector.add([message.data], time.monotonic_ns())
+    finally:
+        await nc.close()
 
 
 @contextmanager
@@ -294,6 +334,80 @@ def e2e_run(
     return summary(latencies.tolist(), count)
 
 
+async def _add_stream(js: JetStreamContext, config: StreamConfig) -> None:
+    """Add the stream once the cluster has a JetStream meta leader."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        try:
+            await js.add_stream(config)
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)  # polling a condition with a deadline
+
+
+async def _jetstream_figures(
+    servers: list[str], size: str, workdir: Path, console: Console
+) -> dict[str, Any]:
+    """JetStream at half of its own saturation (its own rate: raftlog's would swamp it)."""
+    nc = await nats.connect(servers, connect_timeout=5, error_cb=_quiet)
+    try:
+        js = nc.jetstream(timeout=10)
+        plan = saturation_plan(size)
+        await _add_stream(js, jetstream_config(JS_SATURATION_STREAM, JS_SATURATION_SUBJECT, plan))
+        console.log(f"JetStream saturation: {plan.run_s_min:.0f} s")
+        saturated = await jetstream_sustained(js, JS_SATURATION_SUBJECT, plan)
+        await js.delete_stream(JS_SATURATION_STREAM)
+        rate = saturated["last"]["records_per_s"] * LOAD
+        config = StreamConfig(
+            name=JS_STREAM, subjects=[JS_SUBJECT], num_replicas=COPIES, storage=StorageType.FILE
+        )
+        await _add_stream(js, config)
+        count = max(1, int(rate * SECONDS[size]))
+        job = ConsumerJob(
+            JETSTREAM, servers, JS_SUBJECT, count, workdir / "js.ready", workdir / "js.latencies"
+        )
+        console.log(f"jetstream: {rate:,.0f} records/s for {SECONDS[size]:.0f} s")
+        with consumer_process(job) as proc:
+            for _ in range(WARMUP_RECORDS):
+                await js.publish(JS_SUBJECT, STAMP.pack(WARMUP_STAMP))
+            loop = asyncio.get_running_loop()
+            deadline = time.monotonic() + WAIT_S
+            while not job.ready_path.exists() and proc.poll() is None:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the jetstream consumer did not fetch")
+                await asyncio.sleep(0.05)  # polling a condition with a deadline
+            padding = os.urandom(RECORD_BYTES - STAMP.size)
+            pending = []
+            start = time.monotonic()
+            for sent in range(count):
+                ahead_s = due_in_s(start, sent, rate, time.monotonic())
+                if ahead_s >= THROTTLE_MIN_SLEEP_S:
+                    await asyncio.sleep(ahead_s)  # pacing the offered rate
+                value = stamped(time.monotonic_ns(), padding)
+                pending.append(await js.publish_async(JS_SUBJECT, value, wait_stall=WAIT_S))
+            await asyncio.wait_for(asyncio.gather(*pending, return_exceptions=True), WAIT_S)
+            status = await loop.run_in_executor(None, functools.partial(proc.wait, WAIT_S))
+        if status != 0:
+            raise RuntimeError(f"the jetstream consumer exited {status}: {job.out_path}.log")
+        latencies = numpy.frombuffer(job.out_path.read_bytes(), dtype=numpy.float64)
+        return {
+            "saturation": {"records_per_s": saturated["last"]["records_per_s"]},
+            "offered_records_per_s": round(rate),
+            **summary(latencies.tolist(), count),
+        }
+    finally:
+        await nc.close()
+
+
+def jetstream_figures(size: str, workdir: Path, console: Console) -> dict[str, Any]:
+    """The same run against a 3-node JetStream cluster (``bench.peer_bench``'s, 127.0.0.21-23),
+    from nats-py; a consumer process with an ordered push consumer."""
+    with jetstream_cluster(workdir, console) as cluster:
+        return asyncio.run(_jetstream_figures(cluster.servers, size, workdir, console))
+
+
 def kafka_bootstrap(cluster: LocalCluster, client: str) -> list[str]:
     return cluster.bootstrap_servers if client == "grpc" else cluster.kafka_bootstrap_servers
 
@@ -345,10 +459,31 @@ def measure(
 def run(
     workdir: Path, size: str, console: Console, rate_per_s: float | None, first_host: int
 ) -> dict[str, Any]:
+    """JetStream first (so raftlog's gRPC clients run at its rate too), then raftlog."""
     scratch = Path(tempfile.mkdtemp(prefix="e2e-", dir=workdir))
     try:
+        peer = None
+        if shutil.which("nats-server") is None:
+            console.log(
+                "[yellow]no nats-server: JetStream not run[/yellow] (make bench installs it)"
+            )
+        else:
+            peer = jetstream_figures(size, scratch, console)
         with cluster_in(workdir, console, first_host) as cluster:
-            return measure(cluster, size, console, scratch, rate_per_s)
+            figures = measure(cluster, size, console, scratch, rate_per_s)
+            if peer is not None:
+                rate = peer["offered_records_per_s"]
+                create_topic(cluster, "e2e-grpc-at-jetstream", 1)
+                console.log(f"grpc at JetStream's rate: {rate:,} records/s")
+                figures[GRPC_AT_JETSTREAM_RATE] = {
+                    "offered_records_per_s": rate,
+                    **e2e_run(
+                        cluster.bootstrap_servers, "grpc", "e2e-grpc-at-jetstream", rate,
+                        SECONDS[size], scratch,
+                    ),
+                }  # fmt: skip
+                figures[JETSTREAM] = peer
+        return figures
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -357,13 +492,14 @@ def report(console: Console, figures: dict[str, Any]) -> None:
     table = Table(
         "client", "offered records/s", "received", "p50 ms", "p99 ms", "p999 ms", "max ms"
     )
-    for client in CLIENTS:
+    for client in (*CLIENTS, GRPC_AT_JETSTREAM_RATE, JETSTREAM):
         found = figures.get(client)
         if found is None:
             continue
         latency = found["latency_ms"]
+        offered = found.get("offered_records_per_s", figures["offered_records_per_s"])
         table.add_row(
-            client, f"{figures['offered_records_per_s']:,}", f"{found['received']:,}",
+            client, f"{offered:,}", f"{found['received']:,}",
             *(str(latency[q]) for q in ("p50", "p99", "p999", "max")),
         )  # fmt: skip
     console.print(table)
@@ -371,7 +507,7 @@ def report(console: Console, figures: dict[str, Any]) -> None:
 
 def _consume_main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="bench.e2e_latency consume")
-    parser.add_argument("--client", choices=CLIENTS, required=True)
+    parser.add_argument("--client", choices=(*CLIENTS, JETSTREAM), required=True)
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--topic", required=True)
     parser.add_argument("--count", type=int, required=True)
