@@ -91,6 +91,7 @@ JS_STREAM, JS_SUBJECT = "E2E", "e2e.data"
 JS_SATURATION_STREAM, JS_SATURATION_SUBJECT = "E2ESAT", "e2e.saturation"
 P99_TARGET_MS = 10.0
 WAIT_S = 120.0
+ABANDON_S = 1.0  # a failed run's producer: how long close() may still deliver
 # a value: the send time (ns, CLOCK_MONOTONIC) first; warm-up records carry WARMUP_STAMP
 STAMP = struct.Struct(">q")
 WARMUP_STAMP = -1
@@ -260,13 +261,19 @@ Send = Callable[[bytes], None]
 
 @contextmanager
 def grpc_producer(bootstrap: list[str], topic: str) -> Iterator[Send]:
-    with Producer(bootstrap, acks="all") as producer:
+    producer = Producer(bootstrap, acks="all")
 
-        def send(value: bytes) -> None:
-            producer.send(topic, value, partition=0)
+    def send(value: bytes) -> None:
+        producer.send(topic, value, partition=0)
 
+    delivered = False
+    try:
         yield send
         producer.flush(WAIT_S)
+        delivered = True
+    finally:
+        # a run that failed or was stopped (SIGTERM) does not wait for its records' delivery
+        producer.close(None if delivered else ABANDON_S)
 
 
 @contextmanager

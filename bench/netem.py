@@ -346,7 +346,11 @@ def _start_delay_line(plan: NetemPlan, delay_ms: float) -> subprocess.Popen[byte
     """``bench.delay_line`` (owned: it dies with this process), once its devices exist."""
     ready = Path(tempfile.mkdtemp(prefix="delay-line-")) / "ready"
     argv = [sys.executable, "-m", "bench.delay_line", "--delay-ms", str(delay_ms)]
-    proc = popen_owned([*argv, "--ready", str(ready), *plan.delay_line_devices()])
+    # a session of its own: a signal to this process's group (Ctrl-C, `timeout`) must not take
+    # the network away under the teardown (clients flushing, nodes stopping); stopped by its pid
+    proc = popen_owned(
+        [*argv, "--ready", str(ready), *plan.delay_line_devices()], start_new_session=True
+    )
     try:
         wait_for("the delay line's devices", lambda: ready.exists() or proc.poll() is not None)
         if proc.poll() is not None:
