@@ -109,8 +109,9 @@ pipeline: deps
 demo-storage: deps
 	$(BIN)/raftlog demo storage
 
-# The benchmark peer (NATS JetStream) and the limit tools (fio, iperf3) are Debian packages: only `make bench` needs them.
-bench: DEB_NEEDS += nats-server:nats-server fio:fio iperf3:iperf3
+# The benchmark peer (NATS JetStream) and the limit tools (fio, iperf3) are Debian packages: only `make bench` needs them;
+# bench.netem's namespaces and delays need iproute2 (ip, tc) and root (without root it says so and is skipped).
+bench: DEB_NEEDS += nats-server:nats-server fio:fio iperf3:iperf3 ip:iproute2 tc:iproute2
 bench: deps
 	$(BIN)/python -m bench.storage_bench --out bench/results/latest.json
 	$(BIN)/python -m bench.quorum_bench --out bench/results/latest.json
@@ -123,6 +124,8 @@ bench: deps
 	$(BIN)/python -m bench.peer_bench --out bench/results/latest.json
 	$(BIN)/python -m bench.grpc_bench --out bench/results/latest.json
 	$(BIN)/python -m bench.fetch_stream_bench --out bench/results/latest.json
+	$(BIN)/python -m bench.e2e_latency --out bench/results/latest.json
+	$(BIN)/python -m bench.netem --out bench/results/latest.json
 	$(BIN)/python -m bench.connect_bench --out bench/results/latest.json
 	$(BIN)/python -m bench.txn_bench --out bench/results/latest.json
 	$(BIN)/python -m bench.security_bench --out bench/results/latest.json

@@ -93,10 +93,11 @@ LOWER_IS_BETTER_UNDER = ("latency", "failover")  # anywhere in its path
 # a "seconds" beside a "records" that changed timed another workload: not judged
 WORKLOAD_KEY = "records"
 # keys that name a node, a count, a position or a setting, also under those: never judged
-# ("window_s": the length of the window a sustained run's figures are taken over)
+# ("window_s": the length of the window a sustained run's figures are taken over; "delay_ms":
+# the network delay bench.netem set; "offered_s": how long bench.e2e_latency offered records)
 NOT_FIGURES = (
     "killed", "new_controller", "attempts", "metadata_offset", "leader", "node", "acknowledged",
-    "window_s",
+    "window_s", "delay_ms", "offered_s",
 )  # fmt: skip
 
 

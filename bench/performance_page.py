@@ -968,6 +968,72 @@ def render_fetch_stream(results: Results) -> str:
     return table(header, rows, "llrrrrr")
 
 
+E2E_CLIENTS = (
+    ("grpc", "raftlog's Producer and Consumer", "BROKER (gRPC)"),
+    ("kafka", "confluent-kafka (librdkafka)", "KAFKA"),
+    ("grpc_at_jetstream_rate", "raftlog's Producer and Consumer", "BROKER, at JetStream's rate"),
+    ("jetstream", "nats-py, ordered push consumer", "JetStream (at its own half saturation)"),
+)
+
+
+def render_end_to_end(results: Results) -> str:
+    section = _section(results, "end_to_end")
+    target = _number(section.get("p99_target_ms"))
+    rows = []
+    for key, client, listener in E2E_CLIENTS:
+        found = section.get(key)
+        if not isinstance(found, Mapping):
+            continue
+        p99 = _number(_get(found, "latency_ms.p99"))
+        verdict = MISSING if p99 is None or target is None else met(p99 <= target)
+        if key == "jetstream":
+            verdict = ""  # the target is raftlog's
+        offered = found.get("offered_records_per_s", section.get("offered_records_per_s"))
+        rows.append((
+            client, listener, count(offered),
+            f"{count(found.get('received'))} of {count(found.get('records'))}",
+            _latency(found.get("latency_ms")), verdict,
+        ))  # fmt: skip
+    header = (
+        "client", "listener", "offered records/s", "records received",
+        "send → received ms p50 / p99 / p999 / max", f"p99 ≤ {plain(target)} ms",
+    )  # fmt: skip
+    return table(header, rows, "llrrrl")
+
+
+def _worst(values: Any) -> str:
+    found = [v for v in values or [] if _number(v) is not None]
+    return fixed(max(found), 2) if found else MISSING
+
+
+def render_netem(results: Results) -> str:
+    """Two rows per delay: the probe's low rate, then half the saturation (with the
+    saturation itself and the failovers)."""
+    section = _section(results, "netem")
+    rows = []
+    for found in section.get("runs") or []:
+        delay = f"{plain(found.get('delay_ms'))} ms"
+        for rate, part in (("probe", found.get("probe")), ("half", found)):
+            produce, e2e = _get(part, "produce_paced"), _get(part, "end_to_end")
+            last = rate == "half"
+            rows.append((
+                delay, count(_get(part, "offered_records_per_s")),
+                _latency(_get(produce, "latency_ms"), ("p50", "p99")),
+                _latency(_get(e2e, "latency_ms"), ("p50", "p99")),
+                plain(_get(produce, "p50_in_delays")), plain(_get(e2e, "p50_in_delays")),
+                count(_get(found, "produce.records_per_s")) if last else "",
+                _worst(found.get("leader_failover_s")) if last else "",
+                _worst(found.get("controller_failover_s")) if last else "",
+            ))  # fmt: skip
+    header = (
+        f"one-way delay ({section.get('wire') or MISSING} wire)", "offered records/s",
+        "produce ms p50 / p99", "send → received ms p50 / p99", "produce p50 in delays",
+        "send → received p50 in delays", "saturation records/s", "leader failover s (worst)",
+        "controller failover s (worst)",
+    )  # fmt: skip
+    return table(header, rows, "rrrrrrrrr")
+
+
 def render_connect(results: Results) -> str:
     connect = _section(results, "connect")
     mirror, lag, source = (
@@ -1179,6 +1245,8 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "peer_profiles": render_peer_profiles,
     "grpc_transport": render_grpc,
     "fetch_stream": render_fetch_stream,
+    "end_to_end": render_end_to_end,
+    "netem": render_netem,
     "connect": render_connect,
     "transactions_produce": render_transactions_produce,
     "transactions_consume": render_transactions_consume,
