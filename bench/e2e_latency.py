@@ -55,13 +55,12 @@ import confluent_kafka
 import nats
 import numpy
 from nats.js.api import StorageType, StreamConfig
-from nats.js.client import JetStreamContext
 from rich.console import Console
 from rich.table import Table
 
 from bench import RECORD_BYTES, bench_main
 from bench.dataplane_bench import cluster_in, create_topic
-from bench.peer_bench import jetstream_cluster
+from bench.peer_bench import add_stream, jetstream_cluster
 from bench.sustained import (
     QUANTILES,
     SustainedPlan,
@@ -341,19 +340,6 @@ def e2e_run(
     return summary(latencies.tolist(), count)
 
 
-async def _add_stream(js: JetStreamContext, config: StreamConfig) -> None:
-    """Add the stream once the cluster has a JetStream meta leader."""
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        try:
-            await js.add_stream(config)
-            return
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.2)  # polling a condition with a deadline
-
-
 async def _jetstream_figures(
     servers: list[str], size: str, workdir: Path, console: Console
 ) -> dict[str, Any]:
@@ -362,7 +348,7 @@ async def _jetstream_figures(
     try:
         js = nc.jetstream(timeout=10)
         plan = saturation_plan(size)
-        await _add_stream(js, jetstream_config(JS_SATURATION_STREAM, JS_SATURATION_SUBJECT, plan))
+        await add_stream(js, jetstream_config(JS_SATURATION_STREAM, JS_SATURATION_SUBJECT, plan))
         console.log(f"JetStream saturation: {plan.run_s_min:.0f} s")
         saturated = await jetstream_sustained(js, JS_SATURATION_SUBJECT, plan)
         await js.delete_stream(JS_SATURATION_STREAM)
@@ -370,7 +356,7 @@ async def _jetstream_figures(
         config = StreamConfig(
             name=JS_STREAM, subjects=[JS_SUBJECT], num_replicas=COPIES, storage=StorageType.FILE
         )
-        await _add_stream(js, config)
+        await add_stream(js, config)
         count = max(1, int(rate * SECONDS[size]))
         job = ConsumerJob(
             JETSTREAM, servers, JS_SUBJECT, count, workdir / "js.ready", workdir / "js.latencies"

@@ -216,9 +216,14 @@ async def _connect(cluster: JetStreamCluster) -> tuple[Any, JetStreamContext]:
 
 
 async def _create_stream(js: JetStreamContext) -> None:
-    """Add the replicas=3 file stream once the cluster has a JetStream meta leader."""
-    deadline = time.monotonic() + WAIT_S
+    """Add the replicas=3 file stream."""
     config = StreamConfig(name=STREAM, subjects=[SUBJECT], num_replicas=3, storage=StorageType.FILE)
+    await add_stream(js, config)
+
+
+async def add_stream(js: JetStreamContext, config: StreamConfig) -> None:
+    """Add a stream once the cluster has a JetStream meta leader."""
+    deadline = time.monotonic() + WAIT_S
     while True:
         try:
             await js.add_stream(config)
