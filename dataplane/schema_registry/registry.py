@@ -225,10 +225,29 @@ class Registry:
         producer.begin_transaction()
         futures = [producer.send(TOPIC, value, key) for key, value in records]
         producer.commit_transaction(self.timeout_s)
+        last: dict[TopicPartition, int] = {}
         for future in futures:
-            future.result(timeout=self.timeout_s)
-        self.read_to_end()
+            written = future.result(timeout=self.timeout_s)
+            tp = TopicPartition(written.topic, written.partition)
+            last[tp] = max(last.get(tp, -1), written.offset)
+        self._read_past(last)
         return answer
+
+    def _read_past(self, offsets: dict[TopicPartition, int]) -> None:
+        """Replay until this write's own records (up to ``offsets``) are applied, so the node
+        that took a write answers reads with it. Reading to the end is not enough: the
+        transaction coordinator writes the commit markers after ``commit_transaction``
+        returns (as Kafka's does), so the last stable offset passes the records a moment
+        later, and a read_committed consumer's end is the last stable offset."""
+        deadline = time.monotonic() + self.timeout_s
+        with self._lock:
+            if not self._open(create=False):
+                return
+            assert self._consumer is not None
+            while any(self._consumer.position(tp) <= offset for tp, offset in offsets.items()):
+                if time.monotonic() > deadline:
+                    raise errors.operation_timed_out(f"{TOPIC}: a write not read back in time")
+                self._poll(TAIL_POLL_MS)
 
     def _writer(self) -> Producer:
         if self._producer is None:
