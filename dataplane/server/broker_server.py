@@ -747,11 +747,16 @@ class Broker:
             self.kafka.stop()
         if self.server is not None:
             self.server.stop(grace=1.0).wait(5.0)
+        # Before the joins: closing the controller client ends its retry loops and cancels its
+        # calls in flight, so a thread in the middle of one (an AlterPartition resent to
+        # controllers that are stopping too, a heartbeat) ends now rather than after its
+        # deadline (10 s for AlterPartition, twice the join's 5 s): a stopping cluster waited
+        # on each of its brokers in turn.
+        self.client.close()
         for thread in self._threads:
             if thread.is_alive():
                 thread.join(timeout=5.0)
         self.replicas.close()
-        self.client.close()
         self._mark_clean_shutdown()
 
     def _mark_clean_shutdown(self) -> None:
