@@ -161,6 +161,17 @@ def create_topic(
         admin.close()
 
 
+def delete_topic(cluster: LocalCluster, name: str) -> None:
+    """Delete ``name``; its error raised, if any."""
+    admin = AdminClient(cluster.bootstrap_servers)
+    try:
+        error = admin.delete_topics([name])[name]
+    finally:
+        admin.close()
+    if error is not None:
+        raise error
+
+
 # -- failover ----------------------------------------------------------------------------------
 def failover_round(cluster: LocalCluster, topic: str) -> float:
     """Seconds from SIGKILL of the partition's leader to the first acks=all write after it."""

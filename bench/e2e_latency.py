@@ -59,7 +59,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench import RECORD_BYTES, bench_main
-from bench.dataplane_bench import cluster_in, create_topic
+from bench.dataplane_bench import cluster_in, create_topic, delete_topic
 from bench.peer_bench import add_stream, jetstream_cluster
 from bench.sustained import (
     QUANTILES,
@@ -70,7 +70,7 @@ from bench.sustained import (
     raftlog_sustained,
     raftlog_topic_configs,
 )
-from dataplane.client import AdminClient, Consumer, Producer, TopicPartition
+from dataplane.client import Consumer, Producer, TopicPartition
 from dataplane.tools.local_cluster import LocalCluster, wait_for
 from dataplane.tools.owned_process import popen_owned
 from dataplane.tools.perf import THROTTLE_MIN_SLEEP_S
@@ -411,13 +411,7 @@ def saturation(cluster: LocalCluster, size: str, console: Console) -> dict[str, 
     create_topic(cluster, topic, 1, raftlog_topic_configs(plan))
     console.log(f"saturation: {plan.run_s_min:.0f} s as fast as the gRPC client goes")
     figures = raftlog_sustained(cluster.bootstrap_servers, topic, plan)
-    admin = AdminClient(cluster.bootstrap_servers)
-    try:
-        error = admin.delete_topics([topic])[topic]
-    finally:
-        admin.close()
-    if error is not None:
-        raise error
+    delete_topic(cluster, topic)
     return {"records_per_s": figures["last"]["records_per_s"]}
 
 

@@ -75,7 +75,7 @@ from rich.console import Console
 from bench import REPO_ROOT, bench_main, machine_info, utc_now
 from bench.cpu_profile import STOP_TIMEOUT_S as PERF_READ_TIMEOUT_S
 from bench.cpu_profile import breakdown, system_sampling
-from bench.dataplane_bench import cluster_in, create_topic, failover_round
+from bench.dataplane_bench import cluster_in, create_topic, delete_topic, failover_round
 from bench.limits import FIO_DIRECT_BYTES, measure_limits, tool_version
 from bench.peer_report import print_report
 from bench.profiles import sampling, summarize
@@ -524,13 +524,7 @@ def _raftlog_sustained(
         sustained = raftlog_sustained(cluster.bootstrap_servers, SUSTAINED_TOPIC, plan)
         sustained["device_written_bytes"] = _written_since(cluster.root, before)
     sustained["cpu"] = _sustained_cpu(samples, roles, sustained)
-    admin = AdminClient(cluster.bootstrap_servers)
-    try:
-        error = admin.delete_topics([SUSTAINED_TOPIC])[SUSTAINED_TOPIC]
-    finally:
-        admin.close()
-    if error is not None:
-        raise error
+    delete_topic(cluster, SUSTAINED_TOPIC)
     return sustained
 
 
