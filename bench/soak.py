@@ -89,6 +89,15 @@ INDEX_BYTES = 4 * 1024
 # a partition from minute ~5 on, well inside the 10-minute warm-up.
 ROLL_MS = 60_000
 RETENTION_MS = 240_000
+# The Spark job's input keeps more: the job starts (a JVM, a session, its first micro-batch)
+# minutes after the clicks begin on a loaded machine, and starts again after a crash; at the
+# brokers' 64 KiB (~100 s of clicks on the busiest partition) retention deleted clicks the
+# job had not read yet, and its query failed on the data loss for good. 8 minutes (the size
+# bound, 1 MiB, is not reached before: ~1.3 KB/s on that partition) still levels off inside
+# the warm-up.
+CLICKS_RETENTION: dict[str, str] = {
+    "retention.ms": str(8 * 60_000), "retention.bytes": str(1024 * 1024),
+}  # fmt: skip
 # Broker defaults every topic the soak does not configure itself inherits (Kafka's names).
 RETENTION_OVERRIDES: dict[str, str | int] = {
     "log.retention.bytes": RETENTION_BYTES,
@@ -285,7 +294,14 @@ class SoakExtras:
         rf = min(3, len(self.local.specs))
         configs = {"min.insync.replicas": str(min(2, rf))}
         raise_for_errors(
-            self.admin.create_topics([NewTopic(n, EXTRA_PARTITIONS, rf, configs) for n in names])
+            self.admin.create_topics(
+                [
+                    NewTopic(
+                        n, EXTRA_PARTITIONS, rf, configs | (CLICKS_RETENTION if n == CLICKS else {})
+                    )
+                    for n in names
+                ]
+            )
         )
 
         def led() -> bool:

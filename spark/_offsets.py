@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 from dataplane.client import TopicPartition
-from spark.errors import OptionError, UnknownTopicError
+from spark.errors import DataLossError, OptionError, UnknownTopicError
+
+log = logging.getLogger(__name__)
 
 EARLIEST = -2
 LATEST = -1
@@ -151,6 +154,32 @@ def offset_ranges(
         if end[tp] > from_offset:
             ranges.append(OffsetRange(tp.topic, tp.partition, from_offset, end[tp]))
     return ranges
+
+
+def stream_offset_ranges(
+    start: Mapping[TopicPartition, int], end: Mapping[TopicPartition, int], fail_on_data_loss: bool
+) -> list[OffsetRange]:
+    """A micro-batch's ranges. A batch's end is logged before it runs; if the query died in
+    its first batch, Spark asks the source for its initial offsets again when it restarts, and
+    with ``startingOffsets`` earliest those are the log start *now*: when retention deleted
+    what the logged batch was to read, the start is past the end. Those records are lost, as
+    Kafka's source reports it (``reportDataLoss``): DataLossError, or with
+    ``failOnDataLoss=false`` a warning and nothing read from that partition."""
+    passed = sorted(tp for tp in end if end[tp] < start.get(tp, 0))
+    if not passed:
+        return offset_ranges(start, end)
+    lost = ", ".join(f"{tp.topic}-{tp.partition} [.., {end[tp]})" for tp in passed)
+    message = (
+        f"the batch's offsets were deleted (retention) before they were read: {lost}; the "
+        f"logs now start past them"
+    )
+    if fail_on_data_loss:
+        raise DataLossError(
+            message + ". Some data may have been lost. Set failOnDataLoss=false to skip "
+            "deleted records with a warning instead."
+        )
+    log.warning("%s; skipping them (failOnDataLoss=false)", message)
+    return offset_ranges(start, {tp: max(o, start.get(tp, 0)) for tp, o in end.items()})
 
 
 def split_ranges(ranges: list[OffsetRange], min_partitions: int | None) -> list[OffsetRange]:

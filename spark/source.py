@@ -60,6 +60,7 @@ from spark._offsets import (
     rate_limit,
     resolve_spec,
     split_ranges,
+    stream_offset_ranges,
 )
 from spark._options import ReadOptions, parse_read_options, parse_write_options
 from spark._reader import read_range
@@ -198,7 +199,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return offsets_to_json(self._latest())
 
     def partitions(self, start: OffsetsJson, end: OffsetsJson) -> Sequence[InputPartition]:
-        ranges = offset_ranges(offsets_from_json(start), offsets_from_json(end))
+        ranges = stream_offset_ranges(
+            offsets_from_json(start), offsets_from_json(end), self.options.fail_on_data_loss
+        )
         return [RangePartition(r) for r in split_ranges(ranges, self.options.min_partitions)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

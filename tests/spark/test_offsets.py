@@ -20,9 +20,10 @@ from spark._offsets import (
     rate_limit,
     resolve_spec,
     split_ranges,
+    stream_offset_ranges,
 )
 from spark._options import parse_read_options, parse_write_options
-from spark.errors import OptionError, UnknownTopicError
+from spark.errors import DataLossError, OptionError, UnknownTopicError
 
 pytestmark = pytest.mark.timeout(60)
 T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)
@@ -65,6 +66,19 @@ def test_ranges_and_json() -> None:
         offset_ranges({T0: 6}, {T0: 5})
     assert offsets_from_json(offsets_to_json({T0: 1, T1: 2})) == {T0: 1, T1: 2}
     assert offsets_to_json({T1: 2, T0: 1}) == {"t": {"0": 1, "1": 2}}
+
+
+def test_a_batch_whose_offsets_retention_deleted_is_data_loss(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A query that died in its first batch restarts from initial offsets taken again: with
+    earliest, past what the logged batch was to read once retention moved the log start."""
+    with pytest.raises(DataLossError, match=r"t-0 \[\.\., 716\).*failOnDataLoss=false"):
+        stream_offset_ranges({T0: 1177, T1: 0}, {T0: 716, T1: 3}, fail_on_data_loss=True)
+    ranges = stream_offset_ranges({T0: 1177, T1: 0}, {T0: 716, T1: 3}, fail_on_data_loss=False)
+    assert ranges == [OffsetRange("t", 1, 0, 3)]
+    assert "skipping them" in caplog.text
+    assert stream_offset_ranges({T0: 2}, {T0: 5}, True) == [OffsetRange("t", 0, 2, 5)]
 
 
 @given(
