@@ -313,6 +313,9 @@ class FetchRequest(_message.Message):
     TOPICS_FIELD_NUMBER: _builtins.int
     ISOLATION_LEVEL_FIELD_NUMBER: _builtins.int
     RACK_ID_FIELD_NUMBER: _builtins.int
+    SESSION_EPOCH_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    FORGOTTEN_TOPICS_FIELD_NUMBER: _builtins.int
     replica_id: _builtins.int
     """Kafka's `ReplicaId`: -1 = a consumer; else the fetching follower's broker id."""
     broker_epoch: _builtins.int
@@ -332,9 +335,22 @@ class FetchRequest(_message.Message):
     client metadata): a follower may serve it, and a leader under replica.selector.class may
     answer a preferred read replica instead of records. Unset: the leader serves, as before.
     """
+    session_epoch: _builtins.int
+    """Fetch sessions (KIP-227), what followers send: unset, the fetch has no session and names
+    every partition (as before sessions). Set, Kafka's `SessionEpoch`: 0 a full fetch that asks
+    for a session (and closes `session_id`'s), -1 a full fetch without one, 1, 2, ... an
+    incremental fetch of session `session_id` that names only the partitions added or whose
+    fetch position changed, and in `forgotten_topics` the ones it no longer fetches.
+    """
+    session_id: _builtins.int
+    """Kafka's `SessionId`: the session this fetch belongs to, 0 = none."""
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___FetchTopic]:
         """The partitions to fetch."""
+
+    @_builtins.property
+    def forgotten_topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___ForgottenTopic]:
+        """Kafka's `ForgottenTopicsData`: partitions to drop from the session."""
 
     def __init__(
         self,
@@ -347,16 +363,52 @@ class FetchRequest(_message.Message):
         topics: _abc.Iterable[Global___FetchTopic] | None = ...,
         isolation_level: _builtins.int = ...,
         rack_id: _builtins.str | None = ...,
+        session_epoch: _builtins.int | None = ...,
+        session_id: _builtins.int = ...,
+        forgotten_topics: _abc.Iterable[Global___ForgottenTopic] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_rack_id", b"_rack_id", "rack_id", b"rack_id"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_rack_id", b"_rack_id", "_session_epoch", b"_session_epoch", "rack_id", b"rack_id", "session_epoch", b"session_epoch"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_rack_id", b"_rack_id", "broker_epoch", b"broker_epoch", "isolation_level", b"isolation_level", "max_bytes", b"max_bytes", "max_wait_ms", b"max_wait_ms", "min_bytes", b"min_bytes", "rack_id", b"rack_id", "replica_id", b"replica_id", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_rack_id", b"_rack_id", "_session_epoch", b"_session_epoch", "broker_epoch", b"broker_epoch", "forgotten_topics", b"forgotten_topics", "isolation_level", b"isolation_level", "max_bytes", b"max_bytes", "max_wait_ms", b"max_wait_ms", "min_bytes", b"min_bytes", "rack_id", b"rack_id", "replica_id", b"replica_id", "session_epoch", b"session_epoch", "session_id", b"session_id", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__rack_id: _TypeAlias = _typing.Literal["rack_id"]  # noqa: Y015
     _WhichOneofArgType__rack_id: _TypeAlias = _typing.Literal["_rack_id", b"_rack_id"]  # noqa: Y015
+    _WhichOneofReturnType__session_epoch: _TypeAlias = _typing.Literal["session_epoch"]  # noqa: Y015
+    _WhichOneofArgType__session_epoch: _TypeAlias = _typing.Literal["_session_epoch", b"_session_epoch"]  # noqa: Y015
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__rack_id) -> _WhichOneofReturnType__rack_id | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__session_epoch) -> _WhichOneofReturnType__session_epoch | None: ...
 
 Global___FetchRequest: _TypeAlias = FetchRequest  # noqa: Y015
+
+@_typing.final
+class ForgottenTopic(_message.Message):
+    """Partitions an incremental fetch drops from its session (Kafka's ForgottenTopic)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The topic's name."""
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The partition indexes."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        partitions: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ForgottenTopic: _TypeAlias = ForgottenTopic  # noqa: Y015
 
 @_typing.final
 class EpochEndOffset(_message.Message):
@@ -522,21 +574,32 @@ class FetchResponse(_message.Message):
 
     ERROR_CODE_FIELD_NUMBER: _builtins.int
     TOPICS_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
     error_code: _builtins.int
     """Request-level error (e.g. a follower fetch from a stale broker epoch), 0 = NONE."""
+    session_id: _builtins.int
+    """Kafka's `SessionId`: the fetch session this answer belongs to (a full fetch's new one), 0 =
+    none (a sessionless fetch, or the broker's session cache had no room). With error_code
+    FETCH_SESSION_ID_NOT_FOUND (70) or INVALID_FETCH_SESSION_EPOCH (71) nothing was read: the
+    follower starts again with a full fetch.
+    """
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___FetchTopicResponse]:
-        """The topics' answers."""
+        """The topics' answers. An incremental fetch's answer names only the partitions with
+        something to say (records, a new high watermark, last stable or log start offset, an error,
+        a diverging epoch): the others are as the session last told them.
+        """
 
     def __init__(
         self,
         *,
         error_code: _builtins.int = ...,
         topics: _abc.Iterable[Global___FetchTopicResponse] | None = ...,
+        session_id: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "session_id", b"session_id", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

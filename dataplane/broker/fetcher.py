@@ -6,6 +6,14 @@ its high watermark, or a diverging epoch: the follower then truncates to the lea
 for that epoch (or its own, if smaller) and fetches again. A partition whose leader refuses it
 (not leader, fenced epoch) is backed off until the metadata moves it.
 
+Fetch sessions (KIP-227, the follower's side: Kafka's ``FetchSessionHandler``): the first fetch
+from a leader is full (every partition, ``session_epoch`` 0) and asks for a session; once the
+leader gave one, each fetch names only the partitions added or whose fetch state moved (fetch
+offset, last fetched epoch, leader epoch, log start offset) and forgets those it no longer
+fetches (backed off, no longer followed), and the answer names only the partitions with
+something to say (dataplane.broker.follower_sessions is the leader's side). A session error,
+an answer of another session or a failed call start a new session with a full fetch.
+
 Replication throttles, the follower's side: while the broker's follower quota is exceeded, the
 partitions it throttles (named in the topic's ``follower.replication.throttled.replicas`` and out
 of the ISR) are left out of the fetch request, and the bytes fetched for them are recorded against
@@ -18,9 +26,11 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import grpc
 
+from dataplane.broker.fetch_sessions import INITIAL_EPOCH, INVALID_SESSION_ID, next_epoch
 from dataplane.broker.partition import Partition
 from dataplane.broker.replication_quota import ReplicationQuota
 from metadata_quorum.security.channels import ClientSecurity, open_channel
@@ -34,6 +44,9 @@ log = logging.getLogger(__name__)
 BACKOFF_MS = 100
 BACKOFF_MAX_MS = 1000
 RPC_MARGIN_S = 5.0
+SESSION_ERRORS = frozenset({
+    ErrorCode.FETCH_SESSION_ID_NOT_FOUND.code, ErrorCode.INVALID_FETCH_SESSION_EPOCH.code,
+})  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -73,11 +86,17 @@ class FetcherThread(threading.Thread):
         self._channel: grpc.Channel | None = None
         self._fetch: grpc.UnaryUnaryMultiCallable | None = None
         self._address: str | None = None
+        self.session = FollowerSession()
+        # each partition's fetch state as of its change count (``Partition.changes``: appends,
+        # truncations, log start and role changes move it), so an unchanged partition's is not
+        # taken again under its lock for every fetch
+        self._states: dict[tuple[str, int], tuple[Partition, int, FetchState]] = {}
 
     # -- membership (metadata thread) --------------------------------------------------------------
     def set_partitions(self, partitions: list[Partition]) -> None:
         with self._lock:
             self._partitions = {(p.topic, p.partition): p for p in partitions}
+            self._states = {k: v for k, v in self._states.items() if k in self._partitions}
             self._delayed_until_ms = {
                 k: v for k, v in self._delayed_until_ms.items() if k in self._partitions
             }
@@ -113,6 +132,7 @@ class FetcherThread(threading.Thread):
                 )
             except grpc.RpcError as error:
                 log.debug("fetch from %d failed: %s", self.source_id, error)
+                self.session.failed()
                 self._stopped.wait(backoff_ms / 1000)
                 backoff_ms = min(backoff_ms * 2, BACKOFF_MAX_MS)
                 self._drop_channel()
@@ -120,6 +140,10 @@ class FetcherThread(threading.Thread):
             backoff_ms = BACKOFF_MS
             if self._stopped.is_set():
                 break  # stopped while fetching: the broker may have closed the logs already
+            if not self.session.answered(request, answer.response):
+                log.debug("fetch from %d: session error %d, starting a new session",
+                          self.source_id, answer.response.error_code)  # fmt: skip
+                continue
             self._handle(answer, sent)
         self._drop_channel()
 
@@ -128,15 +152,20 @@ class FetcherThread(threading.Thread):
         follower quota holds throttled partitions back, how long until it lets them go."""
         now_ms = self.clock_ms()
         with self._lock:
-            ready = [
-                p
-                for key, p in self._partitions.items()
-                if self._delayed_until_ms.get(key, 0) <= now_ms
-            ]
+            if self._delayed_until_ms:
+                ready = [
+                    p
+                    for key, p in self._partitions.items()
+                    if self._delayed_until_ms.get(key, 0) <= now_ms
+                ]
+            else:
+                ready = list(self._partitions.values())
             pending = [t - now_ms for t in self._delayed_until_ms.values() if t > now_ms]
         wait_ms = min(pending, default=BACKOFF_MAX_MS)
+        if self.quota is None or not self.quota.exceeded():
+            return ready, wait_ms, None
         throttled = {id(p) for p in ready if p.follower_throttles()}
-        if not throttled or self.quota is None or not self.quota.exceeded():
+        if not throttled:
             return ready, wait_ms, None
         quota_wait_ms = self.quota.delay_ms()
         ready = [p for p in ready if id(p) not in throttled]
@@ -163,32 +192,35 @@ class FetcherThread(threading.Thread):
     def _request(
         self, partitions: list[Partition]
     ) -> tuple[pb.FetchRequest, dict[tuple[str, int], tuple[Partition, int, int]]]:
-        topics: dict[str, list[pb.FetchPartition]] = {}
+        """The next fetch of ``partitions`` (those of the session that moved, in a session),
+        and every partition it fetches, named or not, with the fetch offset and leader epoch
+        its answer is for."""
+        states: dict[tuple[str, int], FetchState] = {}
         sent: dict[tuple[str, int], tuple[Partition, int, int]] = {}
+        known = self._states
         for partition in partitions:
-            state = partition.fetch_state()
-            if state is None:
-                continue  # stopped or now leading: the next reconcile drops it
-            fetch_offset, last_epoch, leader_epoch, log_start = state
-            topics.setdefault(partition.topic, []).append(
-                pb.FetchPartition(
-                    partition=partition.partition,
-                    fetch_offset=fetch_offset,
-                    current_leader_epoch=leader_epoch,
-                    last_fetched_epoch=last_epoch,
-                    partition_max_bytes=self.config.replica_fetch_max_bytes,
-                    log_start_offset=log_start,
-                )
-            )
-            sent[(partition.topic, partition.partition)] = (partition, fetch_offset, leader_epoch)
+            key = (partition.topic, partition.partition)
+            changes = partition.changes  # before the state: a change after it counts again
+            cached = known.get(key)
+            if cached is not None and cached[0] is partition and cached[1] == changes:
+                state = cached[2]
+            else:
+                fetched = partition.fetch_state()
+                if fetched is None:
+                    known.pop(key, None)
+                    continue  # stopped or now leading: the next reconcile drops it
+                state = FetchState(*fetched)
+                known[key] = (partition, changes, state)
+            states[key] = state
+            sent[key] = (partition, state.fetch_offset, state.leader_epoch)
         request = pb.FetchRequest(
             replica_id=self.broker_id,
             broker_epoch=self.broker_epoch(),
             max_wait_ms=self.config.replica_fetch_wait_max_ms,
             min_bytes=self.config.replica_fetch_min_bytes,
             max_bytes=self.config.replica_fetch_response_max_bytes,
-            topics=[pb.FetchTopic(name=t, partitions=ps) for t, ps in topics.items()],
         )
+        self.session.build(request, states, self.config.replica_fetch_max_bytes)
         return request, sent
 
     def _handle(
@@ -215,6 +247,87 @@ class FetcherThread(threading.Thread):
             self._delayed_until_ms[(partition.topic, partition.partition)] = (
                 self.clock_ms() + BACKOFF_MS
             )
+
+
+class FetchState(NamedTuple):
+    """What a follower's fetch says of one partition (``Partition.fetch_state``)."""
+
+    fetch_offset: int
+    last_fetched_epoch: int
+    leader_epoch: int
+    log_start_offset: int
+
+
+class FollowerSession:
+    """The follower's side of a fetch session with one leader (Kafka's ``FetchSessionHandler``):
+    what the session holds as the leader was last told it, its id and the next epoch. Used by
+    one fetcher thread."""
+
+    def __init__(self) -> None:
+        self.id = INVALID_SESSION_ID
+        self.epoch = INITIAL_EPOCH  # the next fetch's; INITIAL_EPOCH: a full fetch
+        self.told: dict[tuple[str, int], FetchState] = {}
+        self._pending: dict[tuple[str, int], FetchState] = {}
+        self.full_fetches = 0
+        self.incremental_fetches = 0
+
+    def build(
+        self, request: pb.FetchRequest, states: dict[tuple[str, int], FetchState], max_bytes: int
+    ) -> None:
+        """Fill ``request``'s session fields and partitions for fetching ``states``: all of
+        them in a full fetch; else those new or moved, and the others the session holds as
+        forgotten."""
+        request.session_id = self.id
+        request.session_epoch = self.epoch
+        full = self.epoch == INITIAL_EPOCH
+        topics: dict[str, Any] = {}
+        for key, state in states.items():
+            if not full and self.told.get(key) == state:
+                continue
+            topic = topics.get(key[0])
+            if topic is None:
+                topic = topics[key[0]] = request.topics.add(name=key[0])
+            topic.partitions.add(
+                partition=key[1], fetch_offset=state.fetch_offset,
+                current_leader_epoch=state.leader_epoch,
+                last_fetched_epoch=state.last_fetched_epoch,
+                partition_max_bytes=max_bytes, log_start_offset=state.log_start_offset,
+            )  # fmt: skip
+        if not full:
+            forgotten: dict[str, list[int]] = {}
+            for key in self.told.keys() - states.keys():
+                forgotten.setdefault(key[0], []).append(key[1])
+            for name, indexes in forgotten.items():
+                request.forgotten_topics.add(name=name, partitions=sorted(indexes))
+        self._pending = states
+        if full:
+            self.full_fetches += 1
+        else:
+            self.incremental_fetches += 1
+
+    def answered(self, request: pb.FetchRequest, response: pb.FetchResponse) -> bool:
+        """Take the leader's answer to ``request``: False if it is a session error (nothing
+        was read; the next fetch is full)."""
+        if response.error_code in SESSION_ERRORS:
+            self.failed()
+            return False
+        if request.session_epoch == INITIAL_EPOCH:
+            # a new session, or none (the leader's cache had no room): full fetches again
+            self.id = response.session_id
+            self.epoch = INITIAL_EPOCH if self.id == INVALID_SESSION_ID else next_epoch(0)
+        elif response.session_id != self.id:
+            self.failed()  # a leader that answered without the session: start one again
+            return True  # the answer itself names every partition it read
+        else:
+            self.epoch = next_epoch(self.epoch)
+        self.told = self._pending
+        return True
+
+    def failed(self) -> None:
+        """The fetch failed (or the leader lost the session): the next one is full and closes
+        this session on the leader."""
+        self.epoch = INITIAL_EPOCH
+        self.told = {}
 
 
 def apply_fetched(

@@ -148,18 +148,19 @@ class FetchSessionGauge:
 
 
 class _FetchSessionCollector(Collector):
-    def __init__(self, state: Callable[[], FetchSessionGauge]) -> None:
+    def __init__(self, state: Callable[[], FetchSessionGauge], prefix: str) -> None:
         self._state = state
+        self._prefix = prefix
 
     def collect(self) -> Iterator[Any]:
-        state = self._state()
-        yield _gauge("raftlog_kafka_fetch_sessions", "fetch sessions cached", state.sessions)
+        state, prefix = self._state(), self._prefix
+        yield _gauge(f"{prefix}_fetch_sessions", "fetch sessions cached", state.sessions)
         yield _gauge(
-            "raftlog_kafka_fetch_session_partitions", "partitions of the cached fetch sessions",
+            f"{prefix}_fetch_session_partitions", "partitions of the cached fetch sessions",
             state.partitions,
         )  # fmt: skip
         yield CounterMetricFamily(
-            "raftlog_kafka_fetch_session_evictions", "fetch sessions evicted for new ones",
+            f"{prefix}_fetch_session_evictions", "fetch sessions evicted for new ones",
             value=state.evictions,
         )  # fmt: skip
 
@@ -208,6 +209,12 @@ class NodeMetrics:
             "record bytes returned to consumers by this broker as a follower (KIP-392)",
             ["topic"], registry=self.registry,
         )  # fmt: skip
+        self.replica_fetches = Counter(
+            "raftlog_replica_fetch_requests",
+            "followers' fetches this leader served, by fetch session context (KIP-227): full, "
+            "incremental, sessionless, error",
+            ["context"], registry=self.registry,
+        )  # fmt: skip
         self.kafka_fetches = Counter(
             "raftlog_kafka_fetch_requests",
             "Kafka listener fetches by fetch session context (KIP-227): full, incremental, "
@@ -231,10 +238,13 @@ class NodeMetrics:
                 gone.add(topic)
         return sorted(gone)
 
-    def watch_fetch_sessions(self, state: Callable[[], FetchSessionGauge]) -> None:
-        """The Kafka listener's fetch session cache (Kafka's NumIncrementalFetchSessions,
-        NumIncrementalFetchPartitionsCached, IncrementalFetchSessionEvictionsPerSec)."""
-        self.registry.register(_FetchSessionCollector(state))
+    def watch_fetch_sessions(
+        self, state: Callable[[], FetchSessionGauge], prefix: str = "raftlog_kafka"
+    ) -> None:
+        """A fetch session cache (Kafka's NumIncrementalFetchSessions,
+        NumIncrementalFetchPartitionsCached, IncrementalFetchSessionEvictionsPerSec): the
+        Kafka listener's (``raftlog_kafka_*``) or the followers' (``raftlog_replica_*``)."""
+        self.registry.register(_FetchSessionCollector(state, prefix))
 
     def watch(
         self,

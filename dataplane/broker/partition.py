@@ -175,6 +175,9 @@ class Partition:
         self._lock = threading.Lock()
         # a waiter's high watermark to wake at (an acks=all produce), None: every change
         self._waiters: dict[threading.Event, int | None] = {}
+        # how many times the waiters were woken: a follower's fetch session reads this replica
+        # again only once it moved (dataplane.broker.follower_sessions)
+        self.changes = 0
         # idempotent batches that overtook a batch of their producer, waiting for it
         self._sequenced = threading.Condition(self._lock)
         self._sequence_waiters = 0
@@ -203,12 +206,18 @@ class Partition:
         self.producers = self._load_producer_state()
         self._active_base_offset = log.active.base_offset  # a change means the log rolled
         self._next_expiry_check_ms = 0  # the first append checks
-        log.log_start_listener = self.snapshots.delete_below
+        log.log_start_listener = self._log_start_moved
         log.segments_replaced_listener = self.snapshots.delete_inside
 
     @property
     def name(self) -> str:
         return f"{self.topic}-{self.partition}"
+
+    def _log_start_moved(self, offset: int) -> None:
+        """The log start moved (retention, DeleteRecords): a change for the fetch sessions,
+        and the producer-state snapshots below it go."""
+        self.changes += 1
+        self.snapshots.delete_below(offset)
 
     # -- waiting -------------------------------------------------------------------------------
     def add_waiter(self, event: threading.Event, high_watermark: int | None = None) -> None:
@@ -234,6 +243,7 @@ class Partition:
         follower fetch woke all five to find nothing to answer), and after a high watermark
         move not the followers' fetches (each woke the other follower's parked fetch to read
         nothing new)."""
+        self.changes += 1
         if self._sequence_waiters:
             self._sequenced.notify_all()
         hw = self.high_watermark
@@ -276,6 +286,7 @@ class Partition:
                     self._set_registration(reg)
                     self.pending_isr = None
                     self._maybe_advance_hw()
+                    self.changes += 1  # the replicas may have changed: followers' sessions look
                 return False
             self._transition_to(Role.LEADER)
             self._set_registration(reg)
@@ -820,6 +831,7 @@ class Partition:
                 return self.log.log_end_offset
             before = self.log.log_end_offset
             end = self.log.truncate_to(offset)
+            self.changes += 1  # the fetch state moved (dataplane.broker.fetcher)
             self.high_watermark = min(self.high_watermark, end)
             if end < before:
                 self.producers = self._load_producer_state()
@@ -832,6 +844,7 @@ class Partition:
             if self.role is not Role.FOLLOWER or self.leader_epoch != leader_epoch:
                 return
             self.log.truncate_fully_and_start_at(offset)
+            self.changes += 1  # the fetch state moved (dataplane.broker.fetcher)
             self.high_watermark = offset
             self.snapshots.delete_all()
             self.producers = ProducerStates()

@@ -31,6 +31,8 @@ import grpc
 
 from dataplane.broker import authorization as authz
 from dataplane.broker import delete_records, fetch_stream, offset_for_leader_epoch
+from dataplane.broker.fetch_sessions import CACHE_SLOTS_DEFAULT
+from dataplane.broker.follower_sessions import FollowerSessions
 from dataplane.broker.log_dirs import disk_usage, log_dir_path, replica_logs
 from dataplane.broker.metrics import NodeMetrics
 from dataplane.broker.partition import (
@@ -245,6 +247,7 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
         drop_produce_response_every: int = 0,
         access: AccessControl = ALLOW_ALL,
         replica_selector: str | None = None,
+        fetch_session_cache_slots: int = CACHE_SLOTS_DEFAULT,
     ) -> None:
         self.broker_id = broker_id
         self.access = access  # who may do what (dataplane.broker.authorization)
@@ -263,6 +266,11 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
         # internal topic -> how its coordinator writes a marker there (``__consumer_offsets``:
         # the group coordinator, which also applies the transaction's pending offsets)
         self.marker_writers: dict[str, MarkerWriter] = {}
+        # followers' fetch sessions (KIP-227): dataplane.broker.follower_sessions
+        self.follower_sessions = FollowerSessions(
+            self, replicas.clock_ms, lambda: replicas.config.replica_lag_time_max_ms,
+            metrics.replica_fetches, fetch_session_cache_slots,
+        )  # fmt: skip
 
     # -- Produce -------------------------------------------------------------------------------
     def Produce(self, request: pb.ProduceRequest, context: Any) -> pb.ProduceResponse:
@@ -461,6 +469,25 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
         an endpoint there, KIP-392); ``context``: the gRPC call's, whose end (a cancel, a
         passed deadline) ends the long poll at once (`wait_until`)."""
         started = time.perf_counter()
+        if (
+            request.replica_id >= 0
+            and request.HasField("session_epoch")
+            and not self._fetch_denied(request)
+        ):
+            max_wait_ms = min(max(request.max_wait_ms, 0), MAX_WAIT_MS_MAX)
+            deadline = time.monotonic() + max_wait_ms / 1000
+            answer = self.follower_sessions.fetch(request, deadline, context)
+        else:
+            answer = self.read_request(request, context, listener)
+        kind = "fetch_follower" if request.replica_id >= 0 else "fetch_consumer"
+        self.metrics.request_latency.labels(kind).observe(time.perf_counter() - started)
+        return answer
+
+    def read_request(
+        self, request: pb.FetchRequest, context: Any, listener: str = BROKER_LISTENER
+    ) -> FetchAnswer:
+        """Every partition the request names, read, and read again as they change until
+        ``min_bytes`` are ready or ``max_wait_ms`` passed."""
         max_wait_ms = min(max(request.max_wait_ms, 0), MAX_WAIT_MS_MAX)
         deadline = time.monotonic() + max_wait_ms / 1000
         denied = self._fetch_denied(request)
@@ -481,9 +508,24 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
             if request.replica_id >= 0:
                 deadline = min(deadline, self._quota_deadline(request.replica_id, hosted))
             wait_until(hosted, deadline, done, marks, context)
-        kind = "fetch_follower" if request.replica_id >= 0 else "fetch_consumer"
-        self.metrics.request_latency.labels(kind).observe(time.perf_counter() - started)
         return answer
+
+    # the follower sessions' reader (dataplane.broker.follower_sessions.SessionReader)
+    def lookup(self, topic: str, partition: int) -> Partition:
+        return self.replicas.get(topic, partition)
+
+    def read_partition(
+        self, request: pb.FetchRequest, partition: Partition, item: pb.FetchPartition,
+        max_bytes: int, first: bool, result: pb.FetchPartitionResponse,
+    ) -> Records:  # fmt: skip
+        return self._read(request, partition, item, max_bytes, first, result, BROKER_LISTENER)
+
+    def wait(
+        self, partitions: list[Partition], deadline: float, done: Callable[[], bool],
+        marks: list[int], context: Any, replica_id: int,
+    ) -> None:  # fmt: skip
+        deadline = min(deadline, self._quota_deadline(replica_id, partitions))
+        wait_until(partitions, deadline, done, marks, context)
 
     # -- FetchStream ---------------------------------------------------------------------------
     def FetchStream(

@@ -1,7 +1,7 @@
 """Fetch (API 1) on the KAFKA listener: fetch sessions (KIP-227) around the broker's fetch.
 
 Each request gets its fetch session context from the listener's `FetchSessionCache`
-(dataplane/kafka/fetch_sessions.py, the pure core): the partitions to read are the request's
+(dataplane/broker/fetch_sessions.py, the pure core): the partitions to read are the request's
 (a full or sessionless fetch) or the session's (an incremental one). They are read by the same
 ``BrokerServicer.fetch`` the gRPC door calls (long poll, ``min_bytes``, authorization, isolation
 level), and the context decides which partitions the answer names and with which session id.
@@ -23,10 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from dataplane.broker.metrics import FetchSessionGauge
-from dataplane.broker.service import BrokerServicer
-from dataplane.kafka import codec as kc
-from dataplane.kafka.fetch_sessions import (
+from dataplane.broker.fetch_sessions import (
     NO_PREFERRED_REPLICA,
     FetchContext,
     FetchSessionCache,
@@ -36,10 +33,13 @@ from dataplane.kafka.fetch_sessions import (
     SessionErrorContext,
     SessionlessContext,
 )
+from dataplane.broker.follower_sessions import CONTEXTS, outcome_of
+from dataplane.broker.metrics import FetchSessionGauge
+from dataplane.broker.service import BrokerServicer
+from dataplane.kafka import codec as kc
 from protos import broker_pb2 as pb
 from protos.wire import FetchAnswer, each_partition
 
-CONTEXTS = ("full", "incremental", "sessionless", "error")
 RACK_ID_VERSION = 11  # Fetch v11 added rack_id and preferred_read_replica (KIP-392)
 
 
@@ -132,18 +132,7 @@ def _forgotten(body: Any) -> list[PartitionKey]:
 
 
 def _outcomes(fetched: FetchAnswer) -> list[PartitionOutcome]:
-    return [
-        PartitionOutcome(
-            len(records),
-            p.error_code,
-            p.high_watermark,
-            p.last_stable_offset,
-            p.log_start_offset,
-            _preferred(p),
-            p.HasField("diverging_epoch"),
-        )
-        for _, p, records in each_partition(fetched.response, fetched.records)
-    ]
+    return [outcome_of(p, r) for _, p, r in each_partition(fetched.response, fetched.records)]
 
 
 def _preferred(p: pb.FetchPartitionResponse) -> int:

@@ -48,6 +48,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dataplane.broker import authorization as authz
+from dataplane.broker.fetch_sessions import CACHE_SLOTS_DEFAULT
 from dataplane.broker.service import BrokerServicer
 from dataplane.coordinator.group_coordinator import GroupServicer
 from dataplane.coordinator.share_manager import SharePartitionManager
@@ -66,7 +67,6 @@ from dataplane.kafka.describe_quorum import KafkaDescribeQuorum
 from dataplane.kafka.describe_topic_partitions import KafkaDescribeTopicPartitions
 from dataplane.kafka.features import api_versions_features, disabled_apis, feature_refusal
 from dataplane.kafka.fetch import KafkaFetch
-from dataplane.kafka.fetch_sessions import CACHE_SLOTS_DEFAULT
 from dataplane.kafka.groups import KafkaGroups
 from dataplane.kafka.log_dirs import KafkaLogDirs
 from dataplane.kafka.sasl import (

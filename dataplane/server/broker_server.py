@@ -258,6 +258,7 @@ class Broker:
             settings.controller_addresses, self._enqueue_isr, self.allocate_producer_id,
             drop_produce_response_every=settings.fault_produce_drop_response_every,
             access=self.access, replica_selector=settings.replica_selector,
+            fetch_session_cache_slots=settings.fetch_session_cache_slots,
         )  # fmt: skip
         self.groups = GroupCoordinator(
             settings.broker_id, settings.groups, self.replicas, self._create_topic, clock_ms

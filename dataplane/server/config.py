@@ -185,7 +185,8 @@ class NodeConfig(BaseModel):
     )
     # KIP-392: which replica a consumer that sends its rack reads from (None: the leader)
     replica_selector_class: str | None = Field(None, alias="replica.selector.class")
-    # KIP-227: fetch sessions the KAFKA listener keeps (0: none, every fetch is full)
+    # KIP-227: fetch sessions each listener keeps, the KAFKA listener's for consumers, the
+    # BROKER listener's for followers (0: none, every fetch is full)
     max_incremental_fetch_session_cache_slots: int = Field(
         1000, alias="max.incremental.fetch.session.cache.slots", ge=0, le=1_000_000
     )

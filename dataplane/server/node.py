@@ -439,6 +439,7 @@ def run(config: NodeConfig) -> None:
     )
     if broker is not None:
         metrics.watch_replication_quotas(broker.quota_gauges)
+        metrics.watch_fetch_sessions(broker.servicer.follower_sessions.gauge, "raftlog_replica")
         if broker.kafka is not None:
             metrics.watch_fetch_sessions(broker.kafka.fetch.gauge)
     metrics_listener = config.listener("METRICS")

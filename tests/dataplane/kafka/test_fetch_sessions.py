@@ -58,7 +58,8 @@ def metric(cluster: LocalCluster, node_id: int, name: str, labels: str) -> float
     url = f"http://{cluster.metrics_address(node_id)}/metrics"
     with urllib.request.urlopen(url, timeout=10) as response:
         text = response.read().decode()
-    found = re.search(rf"^{name}\{{{re.escape(labels)}\}} (\S+)$", text, re.M)
+    sample = rf"{name}\{{{re.escape(labels)}\}}" if labels else name
+    found = re.search(rf"^{sample} (\S+)$", text, re.M)
     return float(found.group(1)) if found else 0.0
 
 
@@ -327,3 +328,32 @@ def test_raw_fetches_open_use_and_close_a_session_with_kafkas_errors(
         assert (final.error_code, final.session_id, named(final)) == (0, 0, [0])
     finally:
         raw.socket.close()
+
+
+def test_followers_replicate_through_incremental_fetch_sessions(cluster: LocalCluster) -> None:
+    """Over gRPC, the followers' fetchers hold a session with each leader (the BROKER
+    listener's cache) and fetch incrementally; librdkafka's acks=all produce to 12 partitions
+    completes through them, and a consumer reads every record back."""
+    create_topic(cluster, "replicated", 12)
+
+    def incremental() -> float:
+        label = 'context="incremental"'
+        return sum(
+            metric(cluster, n, "raftlog_replica_fetch_requests_total", label) for n in (1, 2, 3)
+        )
+
+    before = incremental()
+    values = {p: [b"r-%d-%d" % (p, n) for n in range(25)] for p in range(12)}
+    produce(cluster, "replicated", values)
+    wait_for("incremental follower fetches", lambda: incremental() > before + 10, WAIT_S)
+    for node in (1, 2, 3):  # every node leads some of the 12 partitions: two followers each
+        sessions = metric(cluster, node, "raftlog_replica_fetch_sessions", "")
+        assert sessions >= 2, f"node {node}: {sessions} follower sessions"
+    consumer = kp_consumer(cluster)
+    try:
+        consumer.assign([KpTopicPartition("replicated", p) for p in range(12)])
+        got: dict[int, list[bytes]] = {}
+        kp_read(consumer, 300, got)
+        assert got == values
+    finally:
+        consumer.close()

@@ -1,4 +1,4 @@
-"""The fetch session core (KIP-227, dataplane/kafka/fetch_sessions.py) as Kafka's
+"""The fetch session core (KIP-227, dataplane/broker/fetch_sessions.py) as Kafka's
 FetchSessionTest states it: contexts by session id and epoch, incremental answers naming only
 what changed, forgotten partitions, and the cache's eviction order."""
 
@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from dataplane.kafka.fetch_sessions import (
+from dataplane.broker.fetch_sessions import (
     FINAL_EPOCH,
     INITIAL_EPOCH,
     INVALID_SESSION_ID,

@@ -9,9 +9,12 @@ log start offset, an error, a preferred read replica, a diverging epoch). Epoch 
 is a full fetch without a session (and closes the one named), which is what librdkafka always
 sends: it never opens a session.
 
-This module is Kafka's ``FetchSession.scala`` without IO (dataplane/kafka/fetch.py is its
-shell): :meth:`FetchSessionCache.new_context` is ``FetchManager.newContext`` and gives one of
-Kafka's four contexts, whose ``respond`` is ``updateAndGenerateResponseData``.
+This module is Kafka's ``FetchSession.scala`` without IO. It has two shells, each with its own
+cache: dataplane/kafka/fetch.py (consumers on the KAFKA listener) and
+dataplane/broker/follower_sessions.py (followers over gRPC, which also skips reading what cannot
+have changed: ``CachedPartition.seen``, `FetchSessionCache.answer_read`).
+:meth:`FetchSessionCache.new_context` is ``FetchManager.newContext`` and gives one of Kafka's
+four contexts, whose ``respond`` is ``updateAndGenerateResponseData``.
 The clock is passed in (``now_ms``) and so is the random generator of session ids.
 
 The cache holds at most ``max.incremental.fetch.session.cache.slots`` sessions (Kafka's one
@@ -25,7 +28,8 @@ of each session's last use (as Kafka's ``touch`` files it). A session's lookup a
 O(partitions in the request + partitions in the session); eviction scans the cache (only when
 a full fetch finds it full).
 
-Sessions here name topics (Fetch up to v12, what the listener serves); ids come with v13.
+Sessions here name topics (Fetch up to v12, what the listener serves, and BrokerService's
+FetchRequest); ids come with v13.
 """
 
 from __future__ import annotations
@@ -33,9 +37,9 @@ from __future__ import annotations
 import random
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from raftlog.errors import ErrorCode
 
@@ -65,6 +69,7 @@ class PartitionRequest(NamedTuple):
     current_leader_epoch: int
     log_start_offset: int  # the fetcher's (followers); -1 from consumers
     max_bytes: int
+    last_fetched_epoch: int = -1  # the epoch of the follower's last batch (KIP-320); -1 consumers
 
 
 class PartitionOutcome(NamedTuple):
@@ -91,10 +96,18 @@ class Answer(NamedTuple):
 class CachedPartition:
     """A partition of a session: the fetcher's last request and what it was last told."""
 
-    __slots__ = ("high_watermark", "last_stable_offset", "log_start_offset", "request")
+    __slots__ = (
+        "high_watermark", "last_stable_offset", "log_start_offset", "request", "seen",
+        "seen_of",
+    )  # fmt: skip
 
     def __init__(self, request: PartitionRequest, outcome: PartitionOutcome | None = None) -> None:
         self.request = request
+        # A follower's session (dataplane.broker.follower_sessions): the replica object and
+        # its change count when a read of it last left nothing to tell; it is not read again
+        # until that count moves. -1: read it at the next fetch.
+        self.seen = -1
+        self.seen_of: Any = None
         self.high_watermark = -1 if outcome is None else outcome.high_watermark
         self.last_stable_offset = -1 if outcome is None else outcome.last_stable_offset
         self.log_start_offset = -1 if outcome is None else outcome.log_start_offset
@@ -133,6 +146,7 @@ class FetchSession:
     last_used_ms: int
     epoch: int
     cached_size: int = -1  # the partition count as of its last touch
+    swept_ms: int = 0  # when a fetch of this session last read every partition
     evictable_by_all: bool = False
     evictable_by_privileged: bool = False
 
@@ -153,6 +167,7 @@ class FetchSession:
                 partitions[key] = CachedPartition(request)
             else:
                 cached.request = request
+                cached.seen = -1
         for key in forgotten:
             partitions.pop(key, None)
 
@@ -284,6 +299,29 @@ class FetchSessionCache:
             session.epoch = next_epoch(session.epoch)
             return IncrementalContext(self, session)
 
+    def answer_read(
+        self, context: IncrementalContext, outcomes: Mapping[PartitionKey, PartitionOutcome]
+    ) -> tuple[ErrorCode, set[PartitionKey]]:
+        """As `incremental_answer`, for a fetch that read only some of the session's
+        partitions (a follower's: the others had nothing to say): which of those read the
+        answer names."""
+        session = context.session
+        with self._lock:
+            if (
+                session.epoch != context.expected_epoch
+                or self._sessions.get(session.id) is not session
+            ):
+                return ErrorCode.INVALID_FETCH_SESSION_EPOCH, set()
+            partitions = session.partitions
+            included = set()
+            for key, outcome in outcomes.items():
+                cached = partitions.get(key)
+                if cached is not None and cached.must_respond(outcome):
+                    included.add(key)
+                    if outcome.records_bytes > 0:
+                        partitions.move_to_end(key)
+            return ErrorCode.NONE, included
+
     def incremental_answer(
         self, context: IncrementalContext, outcomes: Sequence[PartitionOutcome]
     ) -> Answer:
@@ -333,6 +371,19 @@ class FetchSessionCache:
             self._sessions[session.id] = session
             self._touch(session, now_ms)
             return session.id
+
+    def drop_stale(self, now_ms: int) -> int:
+        """Remove the sessions unused for longer than ``eviction_ms`` (how many). Kafka evicts
+        them only when the cache is full; the followers' cache calls this on each full fetch,
+        so the sessions of fetchers that are gone (a restarted broker, a leader that moved) do
+        not stay for the broker's life."""
+        with self._lock:
+            stale = [
+                s for s in self._sessions.values() if now_ms - s.last_used_ms > self.eviction_ms
+            ]
+            for session in stale:
+                self._remove(session.id)
+            return len(stale)
 
     def _new_session_id(self) -> int:
         while True:
