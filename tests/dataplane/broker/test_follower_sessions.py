@@ -25,7 +25,7 @@ from dataplane.broker.replica_manager import ReplicaManager, ReplicaManagerConfi
 from dataplane.broker.service import BrokerServicer
 from metadata_quorum.image import MetadataImage, PartitionRegistration, TopicImage
 from protos import broker_pb2 as pb
-from protos.wire import FetchAnswer
+from protos.wire import FetchAnswer, Records
 from raftlog.errors import ErrorCode
 from raftlog.records import encode_batch
 from tests.dataplane.broker.test_replication_core import Clock
@@ -78,9 +78,12 @@ class Pair:
         self.reads: list[int] = []  # the partitions the leader read, in order
         read = self.service.read_partition
 
-        def counted(*args: object, **kwargs: object) -> object:
-            self.reads.append(args[1].partition)  # type: ignore[attr-defined]
-            return read(*args, **kwargs)  # type: ignore[arg-type]
+        def counted(
+            request: pb.FetchRequest, partition: Partition, item: pb.FetchPartition,
+            max_bytes: int, first: bool, result: pb.FetchPartitionResponse,
+        ) -> Records:  # fmt: skip
+            self.reads.append(partition.partition)
+            return read(request, partition, item, max_bytes, first, result)
 
         self.service.read_partition = counted  # type: ignore[method-assign]
 
