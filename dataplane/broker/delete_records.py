@@ -22,7 +22,8 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from dataplane.broker import authorization as authz
-from dataplane.broker.partition import NotLeader, Partition
+from dataplane.broker.answer_errors import fill_error
+from dataplane.broker.partition import Partition
 from dataplane.broker.replica_manager import ReplicaManager
 from metadata_quorum.security.acl import AclOperation
 from metadata_quorum.security.authorization import AccessControl
@@ -80,7 +81,7 @@ def start(
                 result.low_watermark = partition.low_watermark(alive)
                 result.leader_id, result.leader_epoch = partition.leader_id, partition.leader_epoch
             except KafkaError as error:
-                _error(result, error)
+                fill_error(result, error)
                 continue
             # Until every replica follows, a timeout answers REQUEST_TIMED_OUT (Kafka's status).
             entry = Pending(partition, required, result)
@@ -101,7 +102,7 @@ def complete(pending: list[Pending], alive: Collection[int]) -> bool:
         try:
             low = entry.partition.low_watermark(alive)
         except KafkaError as error:
-            _error(result, error)
+            fill_error(result, error)
             result.low_watermark = INVALID_LOW_WATERMARK
             entry.done = True
             continue
@@ -114,10 +115,3 @@ def complete(pending: list[Pending], alive: Collection[int]) -> bool:
 
 def timeout_ms(request: pb.DeleteRecordsRequest) -> int:
     return min(max(request.timeout_ms, 0), DELETE_RECORDS_TIMEOUT_MS_MAX)
-
-
-def _error(result: pb.DeleteRecordsPartitionResponse, error: KafkaError) -> None:
-    result.error_code = error.error.code
-    result.error_message = error.message
-    if isinstance(error, NotLeader):
-        result.leader_id, result.leader_epoch = error.leader_id, error.leader_epoch

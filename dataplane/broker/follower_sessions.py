@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 from prometheus_client import Counter
 
+from dataplane.broker.answer_errors import fill_error
 from dataplane.broker.fetch_sessions import (
     CACHE_SLOTS_DEFAULT,
     NO_PREFERRED_REPLICA,
@@ -100,11 +101,6 @@ def wanted_of(request: pb.FetchRequest) -> list[tuple[PartitionKey, PartitionReq
 
 def forgotten_of(request: pb.FetchRequest) -> list[PartitionKey]:
     return [(t.name, index) for t in request.forgotten_topics for index in t.partitions]
-
-
-def _fill_error(result: pb.FetchPartitionResponse, error: KafkaError) -> None:
-    result.error_code = error.error.code
-    result.error_message = error.message
 
 
 class FollowerSessions:
@@ -260,7 +256,7 @@ class _IncrementalFetch:
         error: KafkaError | None,
     ) -> None:  # fmt: skip
         if error is not None:
-            _fill_error(result, error)
+            fill_error(result, error)
             self.urgent = True
         elif result.HasField("diverging_epoch"):
             self.urgent = True

@@ -31,6 +31,7 @@ import grpc
 
 from dataplane.broker import authorization as authz
 from dataplane.broker import delete_records, fetch_stream, offset_for_leader_epoch
+from dataplane.broker.answer_errors import fill_error
 from dataplane.broker.fetch_sessions import CACHE_SLOTS_DEFAULT
 from dataplane.broker.follower_sessions import FollowerSessions
 from dataplane.broker.log_dirs import disk_usage, log_dir_path, replica_logs
@@ -41,7 +42,6 @@ from dataplane.broker.partition import (
     READ_UNCOMMITTED,
     IsrChange,
     LeaderView,
-    NotLeader,
     Partition,
     Role,
 )
@@ -125,14 +125,6 @@ def _call_deadline(context: Any) -> float | None:
     """The gRPC call's deadline on the monotonic clock; None: the client set none."""
     remaining_s = context.time_remaining()
     return None if remaining_s is None else time.monotonic() + remaining_s
-
-
-def _error(message: Any, error: KafkaError) -> None:
-    message.error_code = error.error.code
-    message.error_message = error.message
-    if isinstance(error, NotLeader) and "leader_id" in message.DESCRIPTOR.fields_by_name:
-        message.leader_id = error.leader_id
-        message.leader_epoch = error.leader_epoch
 
 
 def wait_until(
@@ -334,7 +326,7 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
                         request, topic.name, item.partition, data, result, sequence_wait_s
                     )
                 except KafkaError as error:
-                    _error(result, error)
+                    fill_error(result, error)
                     self.metrics.request_errors.labels("produce", error.error.name).inc()
         if waiting:
             timeout_ms = min(max(request.timeout_ms, 0), PRODUCE_TIMEOUT_MS_MAX)
@@ -438,7 +430,7 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
                 try:
                     outcome = partition.acks_all_outcome(required, epoch, min_isr)
                 except KafkaError as error:
-                    _error(result, error)
+                    fill_error(result, error)
                     if "base_offset" in result.DESCRIPTOR.fields_by_name:
                         result.base_offset = -1
                     outcome = error.error
@@ -640,12 +632,12 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
                     )
                     size = len(records[-1])
                 except OffsetOutOfRangeError as error:
-                    _error(result, error)
+                    fill_error(result, error)
                     result.log_start_offset = partition.log.log_start_offset
                     result.log_end_offset = partition.log.log_end_offset
                     continue
                 except KafkaError as error:
-                    _error(result, error)
+                    fill_error(result, error)
                     continue
                 total += size
                 remaining = max(0, remaining - size)
@@ -729,7 +721,7 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
                         topic.name, item, result, request.replica_id, request.isolation_level
                     )
                 except KafkaError as error:
-                    _error(result, error)
+                    fill_error(result, error)
         return response
 
     def _list_offset(
@@ -810,7 +802,7 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
                             raise refused
                         waiting += self._write_marker(marker, topic.name, index, result)
                     except KafkaError as error:
-                        _error(result, error)
+                        fill_error(result, error)
                         self.metrics.request_errors.labels(
                             "write_txn_markers", error.error.name
                         ).inc()
@@ -907,7 +899,7 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
                         raise authz.topic_denied(AclOperation.READ, topic.name)
                     producers = self.replicas.get(topic.name, index).active_producers()
                 except KafkaError as error:
-                    _error(result, error)
+                    fill_error(result, error)
                     continue
                 for producer_id, entry in producers:
                     result.active_producers.add(
@@ -940,7 +932,7 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
         for name in names:
             out = response.topics.add(name=name)
             if name in denied:  # whether it exists is not told
-                _error(out, authz.topic_denied(AclOperation.DESCRIBE, name))
+                fill_error(out, authz.topic_denied(AclOperation.DESCRIBE, name))
                 continue
             _describe_topic(image, name, out)
         return response
@@ -987,7 +979,7 @@ def _describe_topic(image: MetadataImage, name: str, out: pb.TopicMetadata) -> N
     try:
         validate_topic_name(name)
     except KafkaError as error:
-        _error(out, error)
+        fill_error(out, error)
         return
     topic = image.topic(name)
     if topic is None:
