@@ -11,8 +11,8 @@ sends: it never opens a session.
 
 This module is Kafka's ``FetchSession.scala`` without IO. It has two shells, each with its own
 cache: dataplane/kafka/fetch.py (consumers on the KAFKA listener) and
-dataplane/broker/follower_sessions.py (followers over gRPC, which also skips reading what cannot
-have changed: ``CachedPartition.seen``, `FetchSessionCache.answer_read`).
+dataplane/broker/follower_sessions.py (followers over gRPC, which reads only what changed:
+``FetchSession.on_removed``, `FetchSessionCache.answer_read`).
 :meth:`FetchSessionCache.new_context` is ``FetchManager.newContext`` and gives one of Kafka's
 four contexts, whose ``respond`` is ``updateAndGenerateResponseData``.
 The clock is passed in (``now_ms``) and so is the random generator of session ids.
@@ -37,7 +37,7 @@ from __future__ import annotations
 import random
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -96,18 +96,10 @@ class Answer(NamedTuple):
 class CachedPartition:
     """A partition of a session: the fetcher's last request and what it was last told."""
 
-    __slots__ = (
-        "high_watermark", "last_stable_offset", "log_start_offset", "request", "seen",
-        "seen_of",
-    )  # fmt: skip
+    __slots__ = ("high_watermark", "last_stable_offset", "log_start_offset", "request")
 
     def __init__(self, request: PartitionRequest, outcome: PartitionOutcome | None = None) -> None:
         self.request = request
-        # A follower's session (dataplane.broker.follower_sessions): the replica object and
-        # its change count when a read of it last left nothing to tell; it is not read again
-        # until that count moves. -1: read it at the next fetch.
-        self.seen = -1
-        self.seen_of: Any = None
         self.high_watermark = -1 if outcome is None else outcome.high_watermark
         self.last_stable_offset = -1 if outcome is None else outcome.last_stable_offset
         self.log_start_offset = -1 if outcome is None else outcome.log_start_offset
@@ -147,6 +139,10 @@ class FetchSession:
     epoch: int
     cached_size: int = -1  # the partition count as of its last touch
     swept_ms: int = 0  # when a fetch of this session last read every partition
+    # a follower's session: what watches its partitions (follower_sessions.SessionWatch), and
+    # what to call once the cache let the session go (evicted, closed, replaced)
+    watch: Any = None
+    on_removed: Callable[[], None] | None = None
     evictable_by_all: bool = False
     evictable_by_privileged: bool = False
 
@@ -167,7 +163,6 @@ class FetchSession:
                 partitions[key] = CachedPartition(request)
             else:
                 cached.request = request
-                cached.seen = -1
         for key in forgotten:
             partitions.pop(key, None)
 
@@ -227,11 +222,15 @@ class IncrementalContext:
 
     kind = "incremental"
 
-    def __init__(self, cache: FetchSessionCache, session: FetchSession) -> None:
+    def __init__(self, cache: FetchSessionCache, session: FetchSession, listed: bool) -> None:
         self.cache = cache
         self.session = session
         self.expected_epoch = session.epoch  # the session moved to it for this fetch
-        self.partitions = [(key, cached.request) for key, cached in session.partitions.items()]
+        # every partition of the session, in its order, taken under the cache's lock: a
+        # consumer's fetch reads them all; a follower's reads what changed, never lists them
+        self.partitions: list[tuple[PartitionKey, PartitionRequest]] = (
+            [(key, cached.request) for key, cached in session.partitions.items()] if listed else []
+        )
 
     def respond(self, outcomes: Sequence[PartitionOutcome] | None, now_ms: int) -> Answer:
         assert outcomes is not None and len(outcomes) == len(self.partitions), "one per partition"
@@ -297,7 +296,7 @@ class FetchSessionCache:
                 return SessionlessContext(wanted)
             self._touch(session, now_ms)
             session.epoch = next_epoch(session.epoch)
-            return IncrementalContext(self, session)
+            return IncrementalContext(self, session, listed=not privileged)
 
     def answer_read(
         self, context: IncrementalContext, outcomes: Mapping[PartitionKey, PartitionOutcome]
@@ -421,6 +420,8 @@ class FetchSessionCache:
         session = self._sessions.pop(session_id, None)
         if session is not None:
             self.total_partitions -= session.cached_size
+            if session.on_removed is not None:
+                session.on_removed()
         return session
 
     def _touch(self, session: FetchSession, now_ms: int) -> None:

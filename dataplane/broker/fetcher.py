@@ -14,6 +14,13 @@ fetches (backed off, no longer followed), and the answer names only the partitio
 something to say (dataplane.broker.follower_sessions is the leader's side). A session error,
 an answer of another session or a failed call start a new session with a full fetch.
 
+Within a session the fetcher's own work is O(partitions changed) too: it watches its partitions
+(``Partition.watch``, as the leader's sessions do), and while the set it fetches stays the same
+(no partition added, removed or backed off, the follower quota not exceeded) a fetch takes the
+fetch state of the partitions that changed since the last one (an append, a truncation, a role
+or log start change) and names those whose state moved; the others are neither looked at nor
+named. Anything else builds the request from every partition, as the first fetch does.
+
 Replication throttles, the follower's side: while the broker's follower quota is exceeded, the
 partitions it throttles (named in the topic's ``follower.replication.throttled.replicas`` and out
 of the ISR) are left out of the fetch request, and the bytes fetched for them are recorded against
@@ -24,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -91,20 +98,43 @@ class FetcherThread(threading.Thread):
         # truncations, log start and role changes move it), so an unchanged partition's is not
         # taken again under its lock for every fetch
         self._states: dict[tuple[str, int], tuple[Partition, int, FetchState]] = {}
+        # what changed since the last request (``changed``, from the partitions' watch), the
+        # version of the partition set (moved by set_partitions and backoffs), and the last
+        # request's every state and sent entry as of that version (None: build from scratch)
+        self._dirty: set[tuple[str, int]] = set()
+        self._version = 0
+        self._built: _Built | None = None
 
     # -- membership (metadata thread) --------------------------------------------------------------
     def set_partitions(self, partitions: list[Partition]) -> None:
         with self._lock:
+            old = self._partitions
             self._partitions = {(p.topic, p.partition): p for p in partitions}
             self._states = {k: v for k, v in self._states.items() if k in self._partitions}
             self._delayed_until_ms = {
                 k: v for k, v in self._delayed_until_ms.items() if k in self._partitions
             }
+            self._version += 1
+            new = self._partitions
+        for key, partition in old.items():
+            if new.get(key) is not partition:
+                partition.unwatch(self)
+        for key, partition in new.items():
+            if old.get(key) is not partition:
+                partition.watch(self, key)
         self._wake.set()
+
+    def changed(self, key: tuple[str, int], wakes: bool) -> None:
+        """A followed partition changed (``Partition.watch``; on the changing thread)."""
+        self._dirty.add(key)
 
     def stop(self) -> None:
         self._stopped.set()
         self._wake.set()
+        with self._lock:
+            partitions, self._partitions = self._partitions, {}
+        for partition in partitions.values():
+            partition.unwatch(self)
 
     # -- the loop ----------------------------------------------------------------------------------
     def run(self) -> None:
@@ -149,7 +179,11 @@ class FetcherThread(threading.Thread):
 
     def _ready_partitions(self) -> tuple[list[Partition], int, int | None]:
         """The partitions to fetch now; how long to wait when there are none; and, when the
-        follower quota holds throttled partitions back, how long until it lets them go."""
+        follower quota holds throttled partitions back, how long until it lets them go.
+        `Every` partition when none is backed off or held back."""
+        if not self._delayed_until_ms and (self.quota is None or not self.quota.exceeded()):
+            with self._lock:
+                return Every(self._partitions.values(), self._version), BACKOFF_MAX_MS, None
         now_ms = self.clock_ms()
         with self._lock:
             if self._delayed_until_ms:
@@ -161,6 +195,11 @@ class FetcherThread(threading.Thread):
             else:
                 ready = list(self._partitions.values())
             pending = [t - now_ms for t in self._delayed_until_ms.values() if t > now_ms]
+            if len(pending) < len(self._delayed_until_ms):  # backoffs over: fetched again
+                self._delayed_until_ms = {
+                    k: t for k, t in self._delayed_until_ms.items() if t > now_ms
+                }
+                self._version += 1
         wait_ms = min(pending, default=BACKOFF_MAX_MS)
         if self.quota is None or not self.quota.exceeded():
             return ready, wait_ms, None
@@ -189,12 +228,59 @@ class FetcherThread(threading.Thread):
             self._channel.close()
         self._channel, self._fetch, self._address = None, None, None
 
+    def _unchanged_set(self) -> _Built | None:
+        """The last request's states when this one fetches the same set of partitions in the
+        same session (nothing added, removed or backed off; the quota not in the way)."""
+        built = self._built
+        if (
+            built is None
+            or not self._partitions
+            or built.version != self._version
+            or self._delayed_until_ms
+            or self.session.epoch == INITIAL_EPOCH
+            or (self.quota is not None and self.quota.exceeded())
+        ):
+            return None
+        return built
+
     def _request(
         self, partitions: list[Partition]
     ) -> tuple[pb.FetchRequest, dict[tuple[str, int], tuple[Partition, int, int]]]:
         """The next fetch of ``partitions`` (those of the session that moved, in a session),
         and every partition it fetches, named or not, with the fetch offset and leader epoch
         its answer is for."""
+        request = pb.FetchRequest(
+            replica_id=self.broker_id,
+            broker_epoch=self.broker_epoch(),
+            max_wait_ms=self.config.replica_fetch_wait_max_ms,
+            min_bytes=self.config.replica_fetch_min_bytes,
+            max_bytes=self.config.replica_fetch_response_max_bytes,
+        )
+        every = partitions if isinstance(partitions, Every) else None
+        built = None if every is None else self._unchanged_set()
+        if built is not None and every is not None and built.version != every.version:
+            built = None  # the set moved since the list was taken
+        if built is not None:  # only what changed since the last request is looked at
+            changed = []
+            while self._dirty:
+                changed.append(self._dirty.pop())
+            for key in changed:
+                partition = self._partitions.get(key)
+                fetched = None if partition is None else partition.fetch_state()
+                if partition is None or fetched is None:
+                    built.states.pop(key, None)
+                    built.sent.pop(key, None)
+                    continue
+                state = FetchState(*fetched)
+                built.states[key] = state
+                built.sent[key] = (partition, state.fetch_offset, state.leader_epoch)
+            self.session.build_changes(
+                request, built.states, changed, self.config.replica_fetch_max_bytes
+            )
+            return request, built.sent
+        # a set held back in part: the next request builds from scratch too
+        version = -1 if every is None else every.version
+        self._dirty.clear()  # every state is taken below
         states: dict[tuple[str, int], FetchState] = {}
         sent: dict[tuple[str, int], tuple[Partition, int, int]] = {}
         known = self._states
@@ -213,14 +299,8 @@ class FetcherThread(threading.Thread):
                 known[key] = (partition, changes, state)
             states[key] = state
             sent[key] = (partition, state.fetch_offset, state.leader_epoch)
-        request = pb.FetchRequest(
-            replica_id=self.broker_id,
-            broker_epoch=self.broker_epoch(),
-            max_wait_ms=self.config.replica_fetch_wait_max_ms,
-            min_bytes=self.config.replica_fetch_min_bytes,
-            max_bytes=self.config.replica_fetch_response_max_bytes,
-        )
         self.session.build(request, states, self.config.replica_fetch_max_bytes)
+        self._built = _Built(version, dict(states), dict(sent))
         return request, sent
 
     def _handle(
@@ -247,6 +327,27 @@ class FetcherThread(threading.Thread):
             self._delayed_until_ms[(partition.topic, partition.partition)] = (
                 self.clock_ms() + BACKOFF_MS
             )
+            self._version += 1
+
+
+class Every(list[Partition]):
+    """`FetcherThread._ready_partitions`: every partition of the fetcher, none held back, as
+    of its partition set's ``version``."""
+
+    def __init__(self, partitions: Iterable[Partition], version: int) -> None:
+        super().__init__(partitions)
+        self.version = version
+
+
+@dataclass
+class _Built:
+    """The last request built from every partition of the fetcher's set ``version``: each
+    partition's fetch state and what its answer is for, kept up to date by the requests that
+    follow (only the changed partitions' entries move)."""
+
+    version: int
+    states: dict[tuple[str, int], FetchState]
+    sent: dict[tuple[str, int], tuple[Partition, int, int]]
 
 
 class FetchState(NamedTuple):
@@ -267,7 +368,10 @@ class FollowerSession:
         self.id = INVALID_SESSION_ID
         self.epoch = INITIAL_EPOCH  # the next fetch's; INITIAL_EPOCH: a full fetch
         self.told: dict[tuple[str, int], FetchState] = {}
+        # what the request being answered tells: every state (`build`) or the changes to
+        # ``told``, None for a partition forgotten (`build_changes`)
         self._pending: dict[tuple[str, int], FetchState] = {}
+        self._pending_changes: dict[tuple[str, int], FetchState | None] | None = None
         self.full_fetches = 0
         self.incremental_fetches = 0
 
@@ -300,10 +404,49 @@ class FollowerSession:
             for name, indexes in forgotten.items():
                 request.forgotten_topics.add(name=name, partitions=sorted(indexes))
         self._pending = states
+        self._pending_changes = None
         if full:
             self.full_fetches += 1
         else:
             self.incremental_fetches += 1
+
+    def build_changes(
+        self,
+        request: pb.FetchRequest,
+        states: dict[tuple[str, int], FetchState],
+        changed: list[tuple[str, int]],
+        max_bytes: int,
+    ) -> None:
+        """`build` of an incremental fetch when only the ``changed`` keys of ``states`` can
+        differ from what the leader was told (a key missing from ``states``: forgotten)."""
+        assert self.epoch != INITIAL_EPOCH, "a full fetch names every partition: build"
+        request.session_id = self.id
+        request.session_epoch = self.epoch
+        topics: dict[str, Any] = {}
+        forgotten: dict[str, list[int]] = {}
+        changes: dict[tuple[str, int], FetchState | None] = {}
+        told = self.told
+        for key in changed:
+            state = states.get(key)
+            if state == told.get(key):
+                continue
+            changes[key] = state
+            if state is None:
+                forgotten.setdefault(key[0], []).append(key[1])
+                continue
+            topic = topics.get(key[0])
+            if topic is None:
+                topic = topics[key[0]] = request.topics.add(name=key[0])
+            topic.partitions.add(
+                partition=key[1], fetch_offset=state.fetch_offset,
+                current_leader_epoch=state.leader_epoch,
+                last_fetched_epoch=state.last_fetched_epoch,
+                partition_max_bytes=max_bytes, log_start_offset=state.log_start_offset,
+            )  # fmt: skip
+        for name, indexes in forgotten.items():
+            request.forgotten_topics.add(name=name, partitions=sorted(indexes))
+        self._pending_changes = changes
+        self.incremental_fetches += 1
 
     def answered(self, request: pb.FetchRequest, response: pb.FetchResponse) -> bool:
         """Take the leader's answer to ``request``: False if it is a session error (nothing
@@ -320,7 +463,15 @@ class FollowerSession:
             return True  # the answer itself names every partition it read
         else:
             self.epoch = next_epoch(self.epoch)
-        self.told = self._pending
+        changes = self._pending_changes
+        if changes is None:
+            self.told = self._pending
+            return True
+        for key, state in changes.items():
+            if state is None:
+                self.told.pop(key, None)
+            else:
+                self.told[key] = state
         return True
 
     def failed(self) -> None:

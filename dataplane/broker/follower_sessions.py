@@ -14,15 +14,22 @@ to one (docs/performance.md, metadata scale). With a session, as Kafka's followe
 - the answer names only the partitions with something to say: records, a new high watermark,
   last stable or log start offset, an error, a diverging epoch.
 
-Kafka's leader still reads every partition of the session on each fetch. Here the leader also
-skips what cannot have changed: a partition whose read left nothing to tell (no records, no
-error, the follower at the leader's log end and in the ISR) is not read again until the
-partition's change count moves (``Partition.changes``: every append, high watermark move, role,
-epoch or ISR change, truncation and log start move counts). So an incremental fetch costs a
-glance at each partition of the session and a read of those that changed. The follower's
-caught-up time (which ``replica.lag.time.max.ms`` judges; reading a partition is what renews it)
-is covered by a sweep: a fetch reads every partition of its session when the last such read is
-older than a quarter of ``replica.lag.time.max.ms`` (at most `SWEEP_MS_MAX`).
+Kafka's leader still reads every partition of the session on each fetch. Here the leader reads
+only what changed, and finds it without looking at the rest: each session watches its
+partitions (:class:`SessionWatch`, ``Partition.watch``). Every change of a partition (append,
+high watermark move, role, epoch or ISR change, truncation, log start move) marks it *dirty* in
+the sessions that hold it, and those that would wake a follower's long poll (an append, a role,
+epoch or ISR change; not a high watermark move alone) set the session's event, which its parked
+fetch waits on. A fetch reads the dirty partitions, those the request names, and those whose
+last read was *unsettled* (records or an error to tell, the follower behind the leader's log end
+or out of the ISR: out of it, each fetch may be the one that lets it back in). A partition whose
+read left nothing to tell is not read again until it changes. So an incremental fetch and its
+long poll cost O(partitions changed), not O(partitions in the session), and no waiter is
+registered per partition. The follower's caught-up time (which ``replica.lag.time.max.ms``
+judges; reading a partition is what renews it) is covered by a sweep: a fetch reads every
+partition of its session when the last such read is older than a quarter of
+``replica.lag.time.max.ms`` (at most `SWEEP_MS_MAX`). The watches end with the session (the
+cache's ``on_removed``) and with each partition the follower forgets.
 
 A consumer's fetch over gRPC has no session (it is answered in full, session id 0): consumers
 use sessions on the KAFKA listener (`dataplane.kafka.fetch`).
@@ -30,7 +37,9 @@ use sessions on the KAFKA listener (`dataplane.kafka.fetch`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from prometheus_client import Counter
@@ -48,13 +57,15 @@ from dataplane.broker.fetch_sessions import (
     SessionErrorContext,
 )
 from dataplane.broker.metrics import FetchSessionGauge
-from dataplane.broker.partition import ON_APPEND, Partition
+from dataplane.broker.partition import Partition
 from protos import broker_pb2 as pb
 from protos.wire import FetchAnswer, Records, each_partition
 from raftlog.errors import ErrorCode, KafkaError, OffsetOutOfRangeError
 
 CONTEXTS = ("full", "incremental", "sessionless", "error")
 SWEEP_MS_MAX = 5_000
+# a fetch that reads more than 1/ORDERED_SHARE of its session reads in the session's order
+ORDERED_SHARE = 8
 SWEEP_MS_MIN = 100
 
 
@@ -72,10 +83,7 @@ class SessionReader(Protocol):
         max_bytes: int, first: bool, result: pb.FetchPartitionResponse,
     ) -> Records: ...  # fmt: skip
 
-    def wait(
-        self, partitions: list[Partition], deadline: float, done: Callable[[], bool],
-        marks: list[int], context: Any, replica_id: int,
-    ) -> None: ...  # fmt: skip
+    def quota_deadline(self, replica_id: int, hosted: list[Partition]) -> float: ...
 
 
 def outcome_of(p: pb.FetchPartitionResponse, records: Records) -> PartitionOutcome:
@@ -103,6 +111,65 @@ def forgotten_of(request: pb.FetchRequest) -> list[PartitionKey]:
     return [(t.name, index) for t in request.forgotten_topics for index in t.partitions]
 
 
+class SessionWatch:
+    """A follower session's watch on its partitions: the keys changed since its last read
+    (``dirty``), those whose last read was not settled, the replicas it watches, and the event
+    its parked fetch waits on. ``changed`` runs on the changing thread (``Partition._changed``):
+    it only takes note (``set.add`` and ``Event.set`` are safe without a lock of its own)."""
+
+    __slots__ = ("_lock", "dirty", "event", "released", "unsettled", "watched")
+
+    def __init__(self) -> None:
+        self.dirty: set[PartitionKey] = set()
+        self.unsettled: set[PartitionKey] = set()
+        self.watched: dict[PartitionKey, Partition] = {}
+        self.event = threading.Event()
+        self.released = False
+        self._lock = threading.Lock()  # watch, forget and release against each other
+
+    def changed(self, key: PartitionKey, wakes: bool) -> None:
+        self.dirty.add(key)
+        if wakes:
+            self.event.set()
+
+    def take_dirty(self) -> list[PartitionKey]:
+        """The keys marked since the last take (a change while they are read marks again)."""
+        dirty, taken = self.dirty, []
+        while dirty:
+            taken.append(dirty.pop())  # atomic: a concurrent mark is taken now or next time
+        return taken
+
+    def watch(self, key: PartitionKey, partition: Partition) -> None:
+        """Watch ``partition`` as ``key`` (a replica replaced under the key: the new one)."""
+        with self._lock:
+            if self.released:
+                return
+            old = self.watched.get(key)
+            if old is partition:
+                return
+            if old is not None:
+                old.unwatch(self)
+            self.watched[key] = partition
+        partition.watch(self, key)
+
+    def forget(self, key: PartitionKey) -> None:
+        with self._lock:
+            old = self.watched.pop(key, None)
+        if old is not None:
+            old.unwatch(self)
+        self.unsettled.discard(key)
+        self.dirty.discard(key)
+
+    def release(self) -> None:
+        """The session is gone: no more watching, and a parked fetch of it wakes."""
+        with self._lock:
+            self.released = True
+            watched, self.watched = self.watched, {}
+        for partition in watched.values():
+            partition.unwatch(self)
+        self.event.set()
+
+
 class FollowerSessions:
     """The followers' session cache of one broker and the reads of their fetches."""
 
@@ -119,6 +186,17 @@ class FollowerSessions:
         self.lag_max_ms = lag_max_ms
         self.cache = FetchSessionCache(cache_slots)
         self.counted = {kind: counter.labels(kind) for kind in CONTEXTS}
+        self._parked = 0  # incremental fetches in their long poll now
+        self._parked_lock = threading.Lock()
+
+    @property
+    def parked(self) -> int:
+        """Incremental fetches in their long poll now."""
+        return self._parked
+
+    def _park(self, by: int) -> None:
+        with self._parked_lock:
+            self._parked += by
 
     def gauge(self) -> FetchSessionGauge:
         cache = self.cache
@@ -130,15 +208,22 @@ class FollowerSessions:
     def fetch(self, request: pb.FetchRequest, deadline: float, context: Any) -> FetchAnswer:
         """A follower's fetch that carries ``session_epoch``."""
         now_ms = self.clock_ms()
+        wanted, forgotten = wanted_of(request), forgotten_of(request)
         session_context = self.cache.new_context(
-            request.session_id, request.session_epoch, wanted_of(request),
-            forgotten_of(request), now_ms, privileged=True,
+            request.session_id, request.session_epoch, wanted, forgotten, now_ms,
+            privileged=True,
         )  # fmt: skip
         self.counted[session_context.kind].inc()
         if isinstance(session_context, SessionErrorContext):
             return FetchAnswer(pb.FetchResponse(error_code=session_context.error.code), [])
         if isinstance(session_context, IncrementalContext):
-            return _IncrementalFetch(self, session_context, request, now_ms).run(deadline, context)
+            watch = session_context.session.watch
+            if watch is not None:  # named: added or moved; forgotten: no longer watched
+                for key in forgotten:
+                    watch.forget(key)
+                watch.dirty.update(key for key, _ in wanted)
+            fetch = _IncrementalFetch(self, session_context, request, now_ms)
+            return fetch.run(deadline, context)
         answer = self.reader.read_request(request, context)  # it names every partition
         if isinstance(session_context, FullContext) and self.cache.max_entries > 0:
             self.cache.drop_stale(now_ms)
@@ -150,61 +235,96 @@ class FollowerSessions:
 
 
 class _IncrementalFetch:
-    """One incremental fetch: the session's partitions that may have changed are read (all of
-    them when the sweep is due), then, if that found less than ``min_bytes``, read again as
-    they change until it does or the wait is over; the answer names what has something to
-    say."""
+    """One incremental fetch: the session's partitions that changed are read (all of them the
+    first time and when the sweep is due), then, if that found less than ``min_bytes``, read
+    again as they change until it does or the wait is over; the answer names what has
+    something to say."""
 
     def __init__(
         self, sessions: FollowerSessions, context: IncrementalContext, request: pb.FetchRequest,
         now_ms: int,
     ) -> None:  # fmt: skip
+        self.sessions = sessions
         self.reader = sessions.reader
         self.cache = sessions.cache
         self.context = context
         self.request = request
         session = context.session
+        if session.watch is None:  # its first incremental fetch: watch every partition
+            session.watch = SessionWatch()
+            session.on_removed = session.watch.release
+            session.swept_ms = 0
+        self.watch: SessionWatch = session.watch
         self.sweep = now_ms - session.swept_ms >= sessions.sweep_ms()
         if self.sweep:
             session.swept_ms = now_ms
         self.reads: dict[PartitionKey, tuple[pb.FetchPartitionResponse, Records]] = {}
-        self.hosted: dict[PartitionKey, Partition] = {}
+        self.hosted: dict[PartitionKey, Partition] = {}  # those read by this fetch
         self.total = 0
         self.limit = request.max_bytes if request.max_bytes > 0 else 2**31 - 1
         self.urgent = False  # an error or a diverging epoch: answer without waiting
 
     def run(self, deadline: float, context: Any) -> FetchAnswer:
+        watch = self.watch
+        watch.event.clear()  # a change from here on wakes the wait below
         self.scan(everything=self.sweep)
         if not self.enough() and self.request.max_wait_ms > 0:
-
-            def done() -> bool:
-                self.scan(everything=False)
-                return self.enough()
-
-            partitions = list(self.hosted.values())
-            marks = [ON_APPEND] * len(partitions)
-            self.reader.wait(partitions, deadline, done, marks, context, self.request.replica_id)
+            self.long_poll(deadline, context)
         return self.answer()
+
+    def long_poll(self, deadline: float, context: Any) -> None:
+        """Wait on the session's event (an append to one of its partitions, a role, epoch or
+        ISR change, the gRPC call's end, the session's end) and read what changed, until
+        ``min_bytes`` or the deadline (sooner when throttled replicas wait for the quota)."""
+        replica_id = self.request.replica_id
+        deadline = min(deadline, self.reader.quota_deadline(replica_id, list(self.hosted.values())))
+        event = self.watch.event
+        if context is not None:
+            context.add_callback(event.set)  # False: it has ended already, is_active says so
+        self.sessions._park(1)
+        try:
+            while not self.enough() and not self.watch.released:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or (context is not None and not context.is_active()):
+                    return
+                event.wait(remaining)
+                event.clear()
+                self.scan(everything=False)
+        finally:
+            self.sessions._park(-1)
 
     def enough(self) -> bool:
         return self.urgent or self.total >= max(self.request.min_bytes, 1)
 
     def scan(self, everything: bool) -> None:
-        session = self.context.session
-        for key, cached in list(session.partitions.items()):
-            seen_of = cached.seen_of
-            if not everything and seen_of is not None and cached.seen == seen_of.changes:
-                # unchanged since a read left nothing to tell (a replica replaced since was
-                # stopped, which counts as a change): not even looked up
-                self.hosted[key] = seen_of
+        """Read the partitions that changed or were not settled (``everything``: all of the
+        session's), and take note of which are settled now."""
+        watch = self.watch
+        partitions = self.context.session.partitions
+        dirty = watch.take_dirty()
+        keys: Iterable[PartitionKey] = partitions
+        if not everything:
+            chosen = watch.unsettled.union(dirty)
+            # in the session's order when many are read (those that returned records last:
+            # max_bytes favours the others, as Kafka's order does); a few, as they come
+            if len(chosen) * ORDERED_SHARE < len(partitions):
+                keys = chosen
+            else:
+                keys = [key for key in partitions if key in chosen]
+        keys = list(keys)
+        for key in keys:
+            cached = partitions.get(key)
+            if cached is None:  # forgotten by the follower since it was marked
+                watch.forget(key)
                 continue
             try:
                 partition = self.reader.lookup(*key)
             except KafkaError as gone:  # not hosted here any more
                 self._store(key, self._result(key), b"", gone)
+                watch.unsettled.add(key)
                 continue
+            watch.watch(key, partition)
             self.hosted[key] = partition
-            changes = partition.changes
             wanted = cached.request
             result, records, error = self._read(key, partition, wanted)
             self._store(key, result, records, error)
@@ -217,7 +337,10 @@ class _IncrementalFetch:
                 # expansion is proposed again after a backoff, at a read): read every time
                 and self.request.replica_id in partition.isr
             )
-            cached.seen, cached.seen_of = (changes, partition) if settled else (-1, None)
+            if settled:
+                watch.unsettled.discard(key)
+            else:
+                watch.unsettled.add(key)
 
     def _result(self, key: PartitionKey) -> pb.FetchPartitionResponse:
         return pb.FetchPartitionResponse(

@@ -56,7 +56,7 @@ import uuid
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from dataplane.broker import replica_state as rs
 from dataplane.broker.alter_partition import Refusal, refusal
@@ -98,6 +98,12 @@ ISR_RETRY_BACKOFF_MS = 500
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1  # Kafka's isolation levels
 # Kafka's producer.id.expiration.check.interval.ms (or producer.id.expiration.ms if shorter)
 PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS = 600_000
+
+
+class Watcher(Protocol):
+    """What watches a replica's changes (a follower's fetch session on the leader)."""
+
+    def changed(self, key: tuple[str, int], wakes: bool) -> None: ...
 
 
 class Role(enum.Enum):
@@ -175,9 +181,14 @@ class Partition:
         self._lock = threading.Lock()
         # a waiter's high watermark to wake at (an acks=all produce), None: every change
         self._waiters: dict[threading.Event, int | None] = {}
-        # how many times the waiters were woken: a follower's fetch session reads this replica
-        # again only once it moved (dataplane.broker.follower_sessions)
+        # how many times this replica changed (appends, high watermark, role, epoch, ISR, log
+        # start, truncation): the follower's fetcher takes its fetch state again only once it
+        # moved (dataplane.broker.fetcher)
         self.changes = 0
+        # the followers' fetch sessions holding this replica (dataplane.broker.follower_sessions)
+        # and its key in each: each change marks it for their next read, and those that wake a
+        # follower's long poll (not a high watermark move alone) wake theirs
+        self._watchers: dict[Watcher, tuple[str, int]] = {}
         # idempotent batches that overtook a batch of their producer, waiting for it
         self._sequenced = threading.Condition(self._lock)
         self._sequence_waiters = 0
@@ -216,8 +227,30 @@ class Partition:
     def _log_start_moved(self, offset: int) -> None:
         """The log start moved (retention, DeleteRecords): a change for the fetch sessions,
         and the producer-state snapshots below it go."""
-        self.changes += 1
+        self._changed(wakes=False)
         self.snapshots.delete_below(offset)
+
+    def watch(self, watcher: Watcher, key: tuple[str, int]) -> None:
+        """Tell ``watcher`` of every change of this replica from now on (``changed(key,
+        wakes)``, on the changing thread: it must only take note)."""
+        with self._lock:
+            self._watchers[watcher] = key
+
+    def unwatch(self, watcher: Watcher) -> None:
+        with self._lock:
+            self._watchers.pop(watcher, None)
+
+    @property
+    def watcher_count(self) -> int:
+        """Followers' fetch sessions watching this replica."""
+        with self._lock:
+            return len(self._watchers)
+
+    def _changed(self, wakes: bool) -> None:
+        self.changes += 1
+        if self._watchers:
+            for watcher, key in tuple(self._watchers.items()):
+                watcher.changed(key, wakes)
 
     # -- waiting -------------------------------------------------------------------------------
     def add_waiter(self, event: threading.Event, high_watermark: int | None = None) -> None:
@@ -243,7 +276,7 @@ class Partition:
         follower fetch woke all five to find nothing to answer), and after a high watermark
         move not the followers' fetches (each woke the other follower's parked fetch to read
         nothing new)."""
-        self.changes += 1
+        self._changed(wakes=everyone or appended)
         if self._sequence_waiters:
             self._sequenced.notify_all()
         hw = self.high_watermark
@@ -286,7 +319,7 @@ class Partition:
                     self._set_registration(reg)
                     self.pending_isr = None
                     self._maybe_advance_hw()
-                    self.changes += 1  # the replicas may have changed: followers' sessions look
+                    self._changed(wakes=False)  # the replicas may have changed: sessions look
                 return False
             self._transition_to(Role.LEADER)
             self._set_registration(reg)
@@ -831,7 +864,7 @@ class Partition:
                 return self.log.log_end_offset
             before = self.log.log_end_offset
             end = self.log.truncate_to(offset)
-            self.changes += 1  # the fetch state moved (dataplane.broker.fetcher)
+            self._changed(wakes=False)  # the fetch state moved (dataplane.broker.fetcher)
             self.high_watermark = min(self.high_watermark, end)
             if end < before:
                 self.producers = self._load_producer_state()
@@ -844,7 +877,7 @@ class Partition:
             if self.role is not Role.FOLLOWER or self.leader_epoch != leader_epoch:
                 return
             self.log.truncate_fully_and_start_at(offset)
-            self.changes += 1  # the fetch state moved (dataplane.broker.fetcher)
+            self._changed(wakes=False)  # the fetch state moved (dataplane.broker.fetcher)
             self.high_watermark = offset
             self.snapshots.delete_all()
             self.producers = ProducerStates()

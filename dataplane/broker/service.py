@@ -498,7 +498,7 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
             # a follower waits for appends; the high watermark it learns on its next fetch
             marks = [ON_APPEND] * len(hosted) if request.replica_id >= 0 else None
             if request.replica_id >= 0:
-                deadline = min(deadline, self._quota_deadline(request.replica_id, hosted))
+                deadline = min(deadline, self.quota_deadline(request.replica_id, hosted))
             wait_until(hosted, deadline, done, marks, context)
         return answer
 
@@ -511,13 +511,6 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
         max_bytes: int, first: bool, result: pb.FetchPartitionResponse,
     ) -> Records:  # fmt: skip
         return self._read(request, partition, item, max_bytes, first, result, BROKER_LISTENER)
-
-    def wait(
-        self, partitions: list[Partition], deadline: float, done: Callable[[], bool],
-        marks: list[int], context: Any, replica_id: int,
-    ) -> None:  # fmt: skip
-        deadline = min(deadline, self._quota_deadline(replica_id, partitions))
-        wait_until(partitions, deadline, done, marks, context)
 
     # -- FetchStream ---------------------------------------------------------------------------
     def FetchStream(
@@ -578,7 +571,7 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
         chosen = preferred_read_replica(self.replica_selector, request.rack_id, leader, candidates)
         return None if chosen is None else (view, chosen)
 
-    def _quota_deadline(self, replica_id: int, hosted: list[Partition]) -> float:
+    def quota_deadline(self, replica_id: int, hosted: list[Partition]) -> float:
         """A fetch that holds back throttled replicas is answered (empty) once the leader's
         quota is out of debt, not at ``max_wait_ms``: the follower asks again at once."""
         if any(p.leader_throttles(replica_id) for p in hosted):

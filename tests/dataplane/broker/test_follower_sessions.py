@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -86,6 +87,14 @@ class Pair:
             return read(request, partition, item, max_bytes, first, result)
 
         self.service.read_partition = counted  # type: ignore[method-assign]
+        self.lookups: list[int] = []  # the partitions the leader looked up, in order
+        lookup = self.service.lookup
+
+        def looked_up(topic: str, partition: int) -> Partition:
+            self.lookups.append(partition)
+            return lookup(topic, partition)
+
+        self.service.lookup = looked_up  # type: ignore[method-assign]
 
     def close(self) -> None:
         self.leader.close()
@@ -96,6 +105,7 @@ class Pair:
         request, sent = self.fetcher._request(ready)
         request.max_wait_ms = max_wait_ms
         self.reads.clear()
+        self.lookups.clear()
         answer = self.service.fetch(request)
         if self.fetcher.session.answered(request, answer.response):
             self.fetcher._handle(answer, sent)
@@ -168,10 +178,10 @@ def test_a_partition_with_nothing_new_is_not_read_until_it_changes_or_the_sweep(
     pair.produce(0, b"x")
     settle(pair)
     pair.round()
-    assert pair.reads == []  # settled: glanced at, not read
+    assert pair.reads == [] and pair.lookups == []  # settled: not even looked at
     pair.produce(1, b"y")
     pair.round()
-    assert pair.reads == [1]
+    assert pair.reads == [1] and pair.lookups == [1]
     settle(pair)
     pair.clock.now_ms += max(SWEEP_MS_MIN, LAG_MAX_MS // 4)
     _, answer = pair.round()
@@ -189,7 +199,7 @@ def test_a_long_poll_answers_as_soon_as_a_partition_of_the_session_is_appended(
     poll = threading.Thread(target=lambda: done.append(pair.round(max_wait_ms=20_000)[1]))
     poll.start()
     deadline = time.monotonic() + 10
-    while pair.replica(pair.leader, 3).waiter_count == 0:  # parked
+    while pair.service.follower_sessions.parked == 0:  # parked
         assert time.monotonic() < deadline, "the fetch did not wait"
         time.sleep(0.01)
     started = time.monotonic()
@@ -200,6 +210,41 @@ def test_a_long_poll_answers_as_soon_as_a_partition_of_the_session_is_appended(
     assert pair.replica(pair.follower, 3).log.log_end_offset == 1
 
 
+def test_a_parked_fetch_waits_on_its_session_not_on_each_partition(pair: Pair) -> None:
+    """The long poll registers no waiter on the session's partitions (each change marks its
+    partition in the sessions watching it); an append wakes it, and only the appended
+    partition is looked up and read."""
+    settle(pair)
+    leaders = [pair.replica(pair.leader, p) for p in range(PARTITIONS)]
+    assert [p.watcher_count for p in leaders] == [1] * PARTITIONS
+    done: list[FetchAnswer] = []
+    poll = threading.Thread(target=lambda: done.append(pair.round(max_wait_ms=20_000)[1]))
+    poll.start()
+    deadline = time.monotonic() + 10
+    while pair.service.follower_sessions.parked == 0:  # parked
+        assert time.monotonic() < deadline, "the fetch did not wait"
+        time.sleep(0.01)
+    assert [p.waiter_count for p in leaders] == [0] * PARTITIONS
+    pair.produce(2, b"w")
+    poll.join(15)
+    assert done and answered(done[0]) == [2] and pair.reads == [2]
+    assert pair.lookups == [2]
+
+
+def test_a_session_that_ends_stops_watching_its_partitions(pair: Pair) -> None:
+    """A new session (the follower's full fetch closes its old one) watches each partition
+    once; the old one's watches are gone."""
+    settle(pair)
+    old = pair.fetcher.session.id
+    pair.fetcher.session.failed()  # the next fetch is full and closes the old session
+    settle(pair)
+    assert pair.fetcher.session.id != old
+    leaders = [pair.replica(pair.leader, p) for p in range(PARTITIONS)]
+    assert [p.watcher_count for p in leaders] == [1] * PARTITIONS
+    pair.service.follower_sessions.cache.drop_stale(pair.clock.now_ms + 10**9)
+    assert [p.watcher_count for p in leaders] == [0] * PARTITIONS
+
+
 def test_partitions_the_follower_stops_fetching_are_forgotten(pair: Pair) -> None:
     settle(pair)
     pair.fetcher.set_partitions([pair.replica(pair.follower, p) for p in (0, 1)])
@@ -207,6 +252,8 @@ def test_partitions_the_follower_stops_fetching_are_forgotten(pair: Pair) -> Non
     assert forgotten(request) == [2, 3] and named(request) == []
     session = pair.service.follower_sessions.cache.get(request.session_id)
     assert session is not None and sorted(k[1] for k in session.partitions) == [0, 1]
+    watchers = [pair.replica(pair.leader, p).watcher_count for p in range(PARTITIONS)]
+    assert watchers == [1, 1, 0, 0]  # the forgotten ones are no longer watched
     pair.fetcher.set_partitions([pair.replica(pair.follower, p) for p in range(PARTITIONS)])
     request, answer = pair.round()
     assert named(request) == [2, 3] and forgotten(request) == []
@@ -289,3 +336,39 @@ def test_a_truncated_follower_names_the_partition_again_from_its_new_end(pair: P
     assert answered(answer) == [0]
     settle(pair)
     assert follower.log.log_end_offset == 2
+
+
+def test_the_fetcher_takes_the_state_of_only_the_partitions_that_changed(
+    pair: Pair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a settled session the follower's request looks at no partition that did not change
+    (``Partition.watch``): an append it fetched marks that partition, and only its fetch state
+    is taken and named; a new partition set builds from every partition again."""
+    settle(pair)
+    taken: list[int] = []
+    for p in range(PARTITIONS):
+        replica = pair.replica(pair.follower, p)
+        original = replica.fetch_state
+
+        def counted(original: Any = original, index: int = p) -> Any:
+            taken.append(index)
+            return original()
+
+        monkeypatch.setattr(replica, "fetch_state", counted)
+    request, answer = pair.round()
+    assert taken == [] and named(request) == [] and answered(answer) == []
+    pair.produce(1, b"m")
+    request, answer = pair.round()  # brings the record: nothing of the follower moved yet
+    assert taken == [] and answered(answer) == [1]
+    request, _ = pair.round()  # the append marked partition 1: its new end is named
+    assert taken == [1] and named(request) == [1]
+    assert pair.replica(pair.follower, 1).log.log_end_offset == 1
+    taken.clear()
+    version = pair.fetcher._version
+    pair.fetcher.set_partitions([pair.replica(pair.follower, p) for p in range(PARTITIONS)])
+    request, _ = pair.round()
+    # built from every partition again (for the new set), naming none: nothing moved
+    built = pair.fetcher._built
+    assert built is not None and built.version == version + 1 == pair.fetcher._version
+    assert sorted(built.states) == [(TOPIC, p) for p in range(PARTITIONS)]
+    assert named(request) == []
