@@ -214,7 +214,8 @@ class Partition:
         self.high_watermark = min(self._read_hw_checkpoint(), log.log_end_offset)
         self._checkpointed_hw = self.high_watermark
         self.snapshots = SnapshotFiles(log.directory)
-        self.producers = self._load_producer_state()
+        # a replica whose directory was just made has no snapshot and no batch to read
+        self.producers = ProducerStates() if log.created else self._load_producer_state()
         self._active_base_offset = log.active.base_offset  # a change means the log rolled
         self._next_expiry_check_ms = 0  # the first append checks
         log.log_start_listener = self._log_start_moved
