@@ -23,6 +23,9 @@ broker hosts every partition.
 5. Broker restart: the node killed in 4 started again; the time until it is unfenced, and
    until it hosts every partition and every replica is back in the ISR; target <= 60 s.
 
+``--set KEY=VALUE`` (repeatable): a node setting every node starts with (for instance Kafka's
+``controller.quorum.election.timeout.ms=1000``); the figures name them (``node_settings``).
+
 ``--profile``: py-spy (if it can attach) samples node 1 during creation and the restarted node
 during its restart; the busiest functions are printed and stored beside the figures.
 
@@ -456,10 +459,15 @@ def _fenced(client: ControllerClient, broker_id: int) -> bool:
 
 # -- the run -------------------------------------------------------------------------------------
 @contextmanager
-def cluster_in(workdir: Path, console: Console, first_host: int) -> Iterator[LocalCluster]:
+def cluster_in(
+    workdir: Path, console: Console, first_host: int, overrides: dict[str, str] | None = None
+) -> Iterator[LocalCluster]:
     root = Path(tempfile.mkdtemp(prefix="metadata-scale-", dir=workdir))
     hosts = [f"127.0.0.{first_host + n}" for n in range(NODES)]
-    cluster = LocalCluster(root, nodes=NODES, first_host=first_host, port=pick_cluster_port(hosts))
+    cluster = LocalCluster(
+        root, nodes=NODES, first_host=first_host, port=pick_cluster_port(hosts),
+        overrides=dict(overrides or {}),
+    )  # fmt: skip
     failed = True
     try:
         console.log(f"starting {NODES} nodes on {', '.join(cluster.bootstrap_servers)}")
@@ -478,10 +486,11 @@ def cluster_in(workdir: Path, console: Console, first_host: int) -> Iterator[Loc
 
 def run_benchmark(
     workdir: Path, sizes: Sizes, console: Console, first_host: int = FIRST_HOST,
-    profile_s: int = 0,
+    profile_s: int = 0, overrides: dict[str, str] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Every figure of the ``metadata_scale`` section, on one cluster. ``profile_s`` > 0:
-    py-spy on node 1 for that long from the first CreateTopics, and on the restarted node."""
+    py-spy on node 1 for that long from the first CreateTopics, and on the restarted node.
+    ``overrides``: node settings every node starts with (``--set``), named in the figures."""
     load_start = os.getloadavg()
     # kept for reading (py-spy's raw folded stacks): its path is logged
     profile_dir = (
@@ -489,7 +498,7 @@ def run_benchmark(
     )
     hot: dict[str, Any] = {}
     try:
-        with cluster_in(workdir, console, first_host) as cluster:
+        with cluster_in(workdir, console, first_host, overrides) as cluster:
             client = ControllerClient(cluster.controller_addresses, deadline_s=WRITE_TIMEOUT_S)
             try:
                 before = node_resources(cluster)
@@ -525,6 +534,7 @@ def run_benchmark(
         "produce": produce,
         "controller_failover": failover,
         "broker_restart": restart,
+        "node_settings": dict(overrides or {}),
         "load_avg_start": [round(x, 2) for x in load_start],
         "load_avg_end": [round(x, 2) for x in os.getloadavg()],
     }
@@ -599,13 +609,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="SECONDS",
         help="py-spy node 1 for SECONDS from the first CreateTopics",
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a node setting for every node (repeatable), e.g. "
+        "controller.quorum.election.timeout.ms=1000",
+    )
     args = parser.parse_args(argv)
+    overrides = dict(item.split("=", 1) for item in args.set)
     signal.signal(signal.SIGTERM, _interrupt)
     args.workdir.mkdir(parents=True, exist_ok=True)
     tune_malloc()  # the producer runs in this process, as the raftlog CLI's does
     sizes = sizes_for(args.partitions, args.produce_records)
     figures = run_benchmark(
-        args.workdir, sizes, Console(stderr=True), args.first_host, args.profile
+        args.workdir, sizes, Console(stderr=True), args.first_host, args.profile, overrides
     )
     if args.out is not None:
         write_section(args.out, "metadata_scale", figures)
