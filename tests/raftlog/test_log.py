@@ -557,3 +557,26 @@ def test_the_log_start_listener_hears_retention_and_full_truncation(tmp_path: Pa
     log.truncate_fully_and_start_at(500)
     assert heard[-1] == 500
     log.close()
+
+
+def test_a_log_in_a_directory_it_made_opens_without_scanning_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new partition's directory holds nothing of an earlier life: opening it skips the
+    recovery's directory scans (``created``); opened again, the log is scanned and recovered."""
+    scanned: list[str] = []
+    glob = Path.glob
+
+    def counted(self: Path, pattern: str) -> object:
+        scanned.append(pattern)
+        return glob(self, pattern)
+
+    monkeypatch.setattr(Path, "glob", counted)
+    log = open_log(tmp_path)
+    assert log.created and scanned == []
+    log.append(make_batch(values_of(2)), leader_epoch=0)
+    log.close()
+    again = open_log(tmp_path)
+    assert not again.created and scanned  # the loader looks for segments and leftovers
+    assert again.log_end_offset == 2
+    again.close()
