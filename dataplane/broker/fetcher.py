@@ -388,15 +388,7 @@ class FollowerSession:
         for key, state in states.items():
             if not full and self.told.get(key) == state:
                 continue
-            topic = topics.get(key[0])
-            if topic is None:
-                topic = topics[key[0]] = request.topics.add(name=key[0])
-            topic.partitions.add(
-                partition=key[1], fetch_offset=state.fetch_offset,
-                current_leader_epoch=state.leader_epoch,
-                last_fetched_epoch=state.last_fetched_epoch,
-                partition_max_bytes=max_bytes, log_start_offset=state.log_start_offset,
-            )  # fmt: skip
+            _name(request, topics, key, state, max_bytes)
         if not full:
             forgotten: dict[str, list[int]] = {}
             for key in self.told.keys() - states.keys():
@@ -434,15 +426,7 @@ class FollowerSession:
             if state is None:
                 forgotten.setdefault(key[0], []).append(key[1])
                 continue
-            topic = topics.get(key[0])
-            if topic is None:
-                topic = topics[key[0]] = request.topics.add(name=key[0])
-            topic.partitions.add(
-                partition=key[1], fetch_offset=state.fetch_offset,
-                current_leader_epoch=state.leader_epoch,
-                last_fetched_epoch=state.last_fetched_epoch,
-                partition_max_bytes=max_bytes, log_start_offset=state.log_start_offset,
-            )  # fmt: skip
+            _name(request, topics, key, state, max_bytes)
         for name, indexes in forgotten.items():
             request.forgotten_topics.add(name=name, partitions=sorted(indexes))
         self._pending_changes = changes
@@ -479,6 +463,25 @@ class FollowerSession:
         this session on the leader."""
         self.epoch = INITIAL_EPOCH
         self.told = {}
+
+
+def _name(
+    request: pb.FetchRequest,
+    topics: dict[str, Any],
+    key: tuple[str, int],
+    state: FetchState,
+    max_bytes: int,
+) -> None:
+    """Name partition ``key`` in ``request`` at ``state`` (``topics``: the request's topics
+    added so far, by name)."""
+    topic = topics.get(key[0])
+    if topic is None:
+        topic = topics[key[0]] = request.topics.add(name=key[0])
+    topic.partitions.add(
+        partition=key[1], fetch_offset=state.fetch_offset,
+        current_leader_epoch=state.leader_epoch, last_fetched_epoch=state.last_fetched_epoch,
+        partition_max_bytes=max_bytes, log_start_offset=state.log_start_offset,
+    )  # fmt: skip
 
 
 def apply_fetched(

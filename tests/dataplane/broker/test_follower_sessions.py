@@ -191,17 +191,24 @@ def test_a_partition_with_nothing_new_is_not_read_until_it_changes_or_the_sweep(
     assert leader.followers[2].last_caught_up_ms == pair.clock.now_ms
 
 
-def test_a_long_poll_answers_as_soon_as_a_partition_of_the_session_is_appended(
-    pair: Pair,
-) -> None:
-    settle(pair)
+def parked_poll(pair: Pair) -> tuple[threading.Thread, list[FetchAnswer]]:
+    """A round with a 20 s long poll on a thread, once the leader has parked it; its answer
+    lands in the list."""
     done: list[FetchAnswer] = []
     poll = threading.Thread(target=lambda: done.append(pair.round(max_wait_ms=20_000)[1]))
     poll.start()
     deadline = time.monotonic() + 10
-    while pair.service.follower_sessions.parked == 0:  # parked
+    while pair.service.follower_sessions.parked == 0:  # a condition polled with a deadline
         assert time.monotonic() < deadline, "the fetch did not wait"
         time.sleep(0.01)
+    return poll, done
+
+
+def test_a_long_poll_answers_as_soon_as_a_partition_of_the_session_is_appended(
+    pair: Pair,
+) -> None:
+    settle(pair)
+    poll, done = parked_poll(pair)
     started = time.monotonic()
     pair.produce(3, b"z")
     poll.join(15)
@@ -217,13 +224,7 @@ def test_a_parked_fetch_waits_on_its_session_not_on_each_partition(pair: Pair) -
     settle(pair)
     leaders = [pair.replica(pair.leader, p) for p in range(PARTITIONS)]
     assert [p.watcher_count for p in leaders] == [1] * PARTITIONS
-    done: list[FetchAnswer] = []
-    poll = threading.Thread(target=lambda: done.append(pair.round(max_wait_ms=20_000)[1]))
-    poll.start()
-    deadline = time.monotonic() + 10
-    while pair.service.follower_sessions.parked == 0:  # parked
-        assert time.monotonic() < deadline, "the fetch did not wait"
-        time.sleep(0.01)
+    poll, done = parked_poll(pair)
     assert [p.waiter_count for p in leaders] == [0] * PARTITIONS
     pair.produce(2, b"w")
     poll.join(15)
