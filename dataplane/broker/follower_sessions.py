@@ -319,9 +319,10 @@ class _IncrementalFetch:
                 continue
             try:
                 partition = self.reader.lookup(*key)
-            except KafkaError as gone:  # not hosted here any more
+            except KafkaError as gone:  # not hosted here any more: its replica let go
                 self._store(key, self._result(key), b"", gone)
-                watch.unsettled.add(key)
+                watch.forget(key)
+                watch.unsettled.add(key)  # read (refused) until the follower forgets it
                 continue
             watch.watch(key, partition)
             self.hosted[key] = partition

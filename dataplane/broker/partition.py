@@ -101,7 +101,8 @@ PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS = 600_000
 
 
 class Watcher(Protocol):
-    """What watches a replica's changes (a follower's fetch session on the leader)."""
+    """What watches a replica's changes: a follower's fetch session on the leader, the
+    replica fetcher on a follower."""
 
     def changed(self, key: tuple[str, int], wakes: bool) -> None: ...
 
@@ -185,9 +186,10 @@ class Partition:
         # start, truncation): the follower's fetcher takes its fetch state again only once it
         # moved (dataplane.broker.fetcher)
         self.changes = 0
-        # the followers' fetch sessions holding this replica (dataplane.broker.follower_sessions)
-        # and its key in each: each change marks it for their next read, and those that wake a
-        # follower's long poll (not a high watermark move alone) wake theirs
+        # what watches this replica, with its key in each: on a leader the followers' fetch
+        # sessions holding it (dataplane.broker.follower_sessions), on a follower the fetcher
+        # fetching it (dataplane.broker.fetcher). Each change marks it for their next look;
+        # ``wakes``: the change would wake a follower's long poll (not a high watermark move)
         self._watchers: dict[Watcher, tuple[str, int]] = {}
         # idempotent batches that overtook a batch of their producer, waiting for it
         self._sequenced = threading.Condition(self._lock)
