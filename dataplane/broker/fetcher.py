@@ -99,8 +99,8 @@ class FetcherThread(threading.Thread):
         # taken again under its lock for every fetch
         self._states: dict[tuple[str, int], tuple[Partition, int, FetchState]] = {}
         # what changed since the last request (``changed``, from the partitions' watch), the
-        # version of the partition set (moved by set_partitions and backoffs), and the last
-        # request's every state and sent entry as of that version (None: build from scratch)
+        # version of the partition set (moved by set_partitions), and the last request's every
+        # state and sent entry as of that version (-1: a set held back in part, never reused)
         self._dirty: set[tuple[str, int]] = set()
         self._version = 0
         self._built: _Built | None = None
@@ -199,7 +199,6 @@ class FetcherThread(threading.Thread):
                 self._delayed_until_ms = {
                     k: t for k, t in self._delayed_until_ms.items() if t > now_ms
                 }
-                self._version += 1
         wait_ms = min(pending, default=BACKOFF_MAX_MS)
         if self.quota is None or not self.quota.exceeded():
             return ready, wait_ms, None
@@ -228,21 +227,6 @@ class FetcherThread(threading.Thread):
             self._channel.close()
         self._channel, self._fetch, self._address = None, None, None
 
-    def _unchanged_set(self) -> _Built | None:
-        """The last request's states when this one fetches the same set of partitions in the
-        same session (nothing added, removed or backed off; the quota not in the way)."""
-        built = self._built
-        if (
-            built is None
-            or not self._partitions
-            or built.version != self._version
-            or self._delayed_until_ms
-            or self.session.epoch == INITIAL_EPOCH
-            or (self.quota is not None and self.quota.exceeded())
-        ):
-            return None
-        return built
-
     def _request(
         self, partitions: list[Partition]
     ) -> tuple[pb.FetchRequest, dict[tuple[str, int], tuple[Partition, int, int]]]:
@@ -256,11 +240,16 @@ class FetcherThread(threading.Thread):
             min_bytes=self.config.replica_fetch_min_bytes,
             max_bytes=self.config.replica_fetch_response_max_bytes,
         )
-        every = partitions if isinstance(partitions, Every) else None
-        built = None if every is None else self._unchanged_set()
-        if built is not None and every is not None and built.version != every.version:
-            built = None  # the set moved since the list was taken
-        if built is not None:  # only what changed since the last request is looked at
+        # `Every` partition of the set the last request was built from (its version; a request
+        # of a set held back in part has -1), in the same session: only what changed is looked at
+        version = partitions.version if isinstance(partitions, Every) else -1
+        built = self._built
+        if (
+            built is not None
+            and version >= 0
+            and built.version == version
+            and self.session.epoch != INITIAL_EPOCH
+        ):
             changed = []
             while self._dirty:
                 changed.append(self._dirty.pop())
@@ -278,8 +267,6 @@ class FetcherThread(threading.Thread):
                 request, built.states, changed, self.config.replica_fetch_max_bytes
             )
             return request, built.sent
-        # a set held back in part: the next request builds from scratch too
-        version = -1 if every is None else every.version
         self._dirty.clear()  # every state is taken below
         states: dict[tuple[str, int], FetchState] = {}
         sent: dict[tuple[str, int], tuple[Partition, int, int]] = {}
@@ -327,7 +314,6 @@ class FetcherThread(threading.Thread):
             self._delayed_until_ms[(partition.topic, partition.partition)] = (
                 self.clock_ms() + BACKOFF_MS
             )
-            self._version += 1
 
 
 class Every(list[Partition]):
