@@ -314,9 +314,7 @@ class Consumer(Closing):
             self._states[tp].from_committed = self._group is not None
         self._cluster.add_topics(tp.topic for tp in wanted)
 
-    def _new_state(self, committed: int | None = None) -> _PartitionState:
-        if committed is not None and committed >= 0:
-            return _PartitionState(position=committed, reset=None)
+    def _new_state(self) -> _PartitionState:
         reset = None if self.config.auto_offset_reset == "none" else self.config.auto_offset_reset
         return _PartitionState(position=None, reset=reset)
 
@@ -397,10 +395,11 @@ class Consumer(Closing):
                 del self._states[tp]
         added = target - owned
         if added:
-            committed = self.committed(added)
             for tp in added:
-                found = committed.get(tp)
-                self._states[tp] = self._new_state(None if found is None else found.offset)
+                # Starts at the group's committed offset, fetched (stable, KIP-447) before
+                # the partition's first fetch, or at a seek the listener makes.
+                self._states[tp] = self._new_state()
+                self._states[tp].from_committed = True
             self._cluster.add_topics(tp.topic for tp in added)
         if revoked or added:
             membership.owned(frozenset(self._states))
@@ -512,21 +511,57 @@ class Consumer(Closing):
         return membership is not None and membership.is_member(member_id)
 
     def committed(
-        self, partitions: Iterable[PartitionLike]
+        self, partitions: Iterable[PartitionLike], timeout_s: float | None = None
     ) -> dict[TopicPartition, OffsetAndMetadata | None]:
-        """The group's committed offset of each partition (None where nothing is committed)."""
-        group = self._require_group()
+        """The group's committed offset of each partition (None where nothing is committed).
+
+        Stable, as Kafka's consumer asks (KIP-447, ``require_stable``): while a transaction's
+        offsets for a partition wait for its commit or abort marker, the coordinator answers
+        UNSTABLE_OFFSET_COMMIT and the call asks again for up to ``timeout_s`` (the request
+        timeout), then raises it. So a partition handed over from a transactional
+        consumer-producer starts after what that one's last transaction read."""
         wanted = [TopicPartition(*tp) for tp in partitions]
+        found, unstable = self._fetch_committed(wanted, timeout_s)
+        if unstable:
+            raise KafkaError(
+                ErrorCode.UNSTABLE_OFFSET_COMMIT,
+                f"group {self._require_group().group_id!r}: the offsets of "
+                f"{', '.join(f'{tp.topic}-{tp.partition}' for tp in sorted(unstable))} still "
+                "wait for a transaction's marker",
+            )
+        return found
+
+    def _fetch_committed(
+        self, wanted: list[TopicPartition], timeout_s: float | None
+    ) -> tuple[dict[TopicPartition, OffsetAndMetadata | None], set[TopicPartition]]:
+        """(committed offsets, partitions still UNSTABLE_OFFSET_COMMIT once ``timeout_s`` is
+        over). One OffsetFetch at least, repeated while some partitions are unstable."""
+        group = self._require_group()
         if not wanted:
-            return {}
-        request = gpb.OffsetFetchRequest(group_id=group.group_id)
+            return {}, set()
+        request = gpb.OffsetFetchRequest(group_id=group.group_id, require_stable=True)
         for topic in sorted({tp.topic for tp in wanted}):
             request.topics.add(
                 topic=topic, partitions=sorted(tp.partition for tp in wanted if tp.topic == topic)
             )
-        response = group.call("OffsetFetch", request, self._request_timeout_s)
-        if response.error_code:
-            raise KafkaError(ErrorCode.from_code(response.error_code), response.error_message)
+        deadline = self._clock() + (self._request_timeout_s if timeout_s is None else timeout_s)
+        while True:
+            response = group.call("OffsetFetch", request, self._request_timeout_s)
+            if response.error_code:
+                raise KafkaError(ErrorCode.from_code(response.error_code), response.error_message)
+            unstable: set[TopicPartition] = set()
+            for topic in response.topics:
+                for p in topic.partitions:
+                    code = ErrorCode.from_code(p.error_code)
+                    tp = TopicPartition(topic.name, p.partition)
+                    if code is ErrorCode.UNSTABLE_OFFSET_COMMIT:
+                        unstable.add(tp)
+                    elif code is not ErrorCode.NONE:
+                        raise KafkaError(code, f"group {group.group_id!r}: offset of {tp}")
+            backoff = self._cluster.backoff_s()
+            if not unstable or self._clock() + backoff >= deadline:
+                break
+            self._closed.wait(backoff)
         found: dict[TopicPartition, OffsetAndMetadata | None] = dict.fromkeys(wanted)
         for topic in response.topics:
             for p in topic.partitions:
@@ -534,7 +569,7 @@ class Consumer(Closing):
                     found[TopicPartition(topic.name, p.partition)] = OffsetAndMetadata(
                         p.committed_offset, p.metadata, p.committed_leader_epoch
                     )
-        return found
+        return found, unstable
 
     def _maybe_auto_commit(self) -> None:
         if self._group is None or not self.config.enable_auto_commit:
@@ -615,13 +650,27 @@ class Consumer(Closing):
         assert state.position is not None, "_reset_positions sets every position or raises"
         return state.position
 
-    def _reset_positions(self) -> None:
+    def _reset_positions(self, deadline: float | None = None) -> None:
+        """Set every position to be reset: from the group's committed offset, else by
+        ``auto.offset.reset``. With ``deadline`` (a poll's), a partition whose offsets a
+        transaction still holds pending past it stays without a position (not fetched) until
+        a later poll, as Kafka's poll returns without it; without, that raises."""
         pending = {tp: s for tp, s in self._states.items() if s.position is None}
         if not pending:
             return
         from_committed = [tp for tp, s in pending.items() if s.from_committed]
         if from_committed:
-            for tp, found in self.committed(from_committed).items():
+            unstable: set[TopicPartition] = set()
+            if deadline is None:
+                committed = self.committed(from_committed)
+            else:
+                wait_s = max(0.0, deadline - self._clock())
+                committed, unstable = self._fetch_committed(from_committed, wait_s)
+            for tp in unstable:
+                del pending[tp]  # still from_committed: asked again at the next poll
+            for tp, found in committed.items():
+                if tp in unstable:
+                    continue
                 pending[tp].from_committed = False
                 if found is not None:
                     pending[tp].position, pending[tp].reset = found.offset, None
@@ -778,7 +827,7 @@ class Consumer(Closing):
                 # emptied goes now and is served while the caller works on these records.
                 self._send_fetches(self.config.fetch_max_wait_ms / 1000)
                 return drained
-            self._reset_positions()
+            self._reset_positions(deadline)
             self._validate_positions()
             remaining = deadline - self._clock()
             self._send_fetches(max(0.0, min(self.config.fetch_max_wait_ms / 1000, remaining)))

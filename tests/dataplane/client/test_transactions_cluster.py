@@ -27,7 +27,7 @@ from dataplane.client import (
     TopicPartition,
 )
 from dataplane.tools.local_cluster import LocalCluster, wait_for
-from raftlog.errors import ErrorCode
+from raftlog.errors import ErrorCode, KafkaError
 from tests.dataplane.cluster_support import create_topic, running_cluster
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("dataplane-txn-client")]
@@ -44,7 +44,7 @@ RAFTLOG = [sys.executable, "-c", "from dataplane.tools.cli import main; main()"]
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     with running_cluster(tmp_path_factory.mktemp("txn-client"), "txn_client", OVERRIDES) as running:
-        for topic in ("input", "output", "visible", "fenced", "mixed"):
+        for topic in ("input", "output", "visible", "fenced", "mixed", "handover"):
             create_topic(running, topic, PARTITIONS)
         yield running
 
@@ -155,6 +155,55 @@ def test_an_open_transaction_holds_read_committed_back(cluster: LocalCluster) ->
             wait_for(
                 "the LSO to pass the commit", lambda: committed.end_offsets([tp])[tp] > high, 30
             )
+
+
+def test_a_partition_handed_over_mid_commit_starts_after_the_transactions_offsets(
+    cluster: LocalCluster,
+) -> None:
+    """KIP-447: a member given a partition whose offsets a transaction holds pending (its
+    commit returned, the marker not yet at the group coordinator; here the transaction still
+    open) waits for them (``require_stable``) instead of starting from the last stable commit
+    (here none: ``auto.offset.reset`` would re-read what the transaction consumed)."""
+    tp = TopicPartition("handover", 0)
+    with Producer(cluster.bootstrap_servers, **SETTINGS) as plain:
+        for n in range(10):
+            plain.send("handover", b"in-%d" % n, partition=0)
+        plain.flush(30)
+    consumer = Consumer(
+        cluster.bootstrap_servers, group_id="handover", enable_auto_commit=False,
+        auto_offset_reset="earliest", isolation_level="read_committed", request_timeout_ms=2_000,
+    )  # fmt: skip
+    with consumer, Producer(cluster.bootstrap_servers, transactional_id="handover-0",
+                            **SETTINGS) as producer:  # fmt: skip
+        producer.init_transactions(60)
+        producer.begin_transaction()
+        producer.send("output", b"out", partition=0)
+        producer.send_offsets_to_transaction({tp: 5}, "handover", 30)
+        with pytest.raises(KafkaError) as unstable:
+            consumer.committed([tp])
+        assert unstable.value.error is ErrorCode.UNSTABLE_OFFSET_COMMIT
+        consumer.subscribe(["handover"])
+        seen: list[int] = []
+
+        def poll() -> None:  # no records of the partition while its offsets are pending
+            seen.extend(r.offset for rs in consumer.poll(200).values() for r in rs)
+
+        def assigned() -> bool:
+            poll()
+            return tp in consumer.assignment()
+
+        wait_for("the partition assigned", assigned, 60)
+        poll()
+        assert seen == []  # nothing read while the offsets are pending
+        producer.commit_transaction(30)
+
+        def read_five() -> bool:
+            poll()
+            return len(seen) >= 5
+
+        wait_for("the records after the offsets", read_five, 60)
+        assert seen == [5, 6, 7, 8, 9]
+        assert consumer.committed([tp])[tp] is not None
 
 
 def test_a_zombie_is_fenced_and_never_visible(cluster: LocalCluster) -> None:
