@@ -90,6 +90,18 @@ product node runs TLS when its CONTROLLER listener is SSL or SASL_SSL (as Kafka 
 quorum with that listener's protocol), the secret on a plaintext one; why, measured:
 docs/security.md#raft-transport.
 
+Elections (`_PreVote`, KIP-996 in Kafka): pysyncobj 0.3.17 raises its term as soon as a
+follower's election timer runs out, and its leader steps down on any vote request of a later
+term, so a voter that alone cannot hear the leader (cut off from it, or its tick thread starved)
+unseated a healthy leader every election timeout. Here a voter whose timer runs out first asks
+the others in a pre-vote round (``pre_vote``: the term it would stand in, its last log term and
+index); each grants it, changing nothing, when it would vote for it and has not heard a leader
+within the shortest election timeout (or leads). Only with a majority of grants does
+pysyncobj's election run. And a voter that hears its leader ignores vote requests of a later
+term (Raft §4.2.3), unless they say the leader handed its leadership over (``transfer``, set on
+the vote requests of an election that pysyncobj's ``timeout_now`` started). Voters of an older
+raftlog do not answer pre-votes: upgrade a quorum whole, not one voter at a time.
+
 pysyncobj behaviours worked around here: a failed snapshot load is logged and ignored (we stop
 the node); a leader resends entries already in flight and a follower then truncates entries
 it had applied (``_RaftNode.before_receive``); its tick thread stops when the thread that
@@ -795,6 +807,8 @@ class _RaftTransport(TCPTransport):  # type: ignore[misc]
         so the connection's later messages are still read."""
         if self._syncObj.storage_full is not None:
             return
+        if self._syncObj.election_message(node, message):
+            return  # a pre-vote, or a vote request a voter that hears its leader ignores
         next_index = self._syncObj.before_receive(node, message)
         try:
             super()._onMessageReceived(node, message)
@@ -805,6 +819,66 @@ class _RaftTransport(TCPTransport):  # type: ignore[misc]
         self._syncObj.after_receive(node, next_index)
 
 
+_PRE_VOTE = "pre_vote"
+_PRE_VOTE_RESPONSE = "pre_vote_response"
+
+
+class _PreVote:
+    """A voter's pre-vote bookkeeping (Raft thesis §9.6; Kafka's KIP-996), tick thread only.
+
+    pysyncobj 0.3.17 has no pre-vote: a voter whose election timer runs out raises its term
+    and asks for votes at once, and a leader that sees a later term steps down. A voter that
+    cannot hear the leader while the others can (cut off from it alone, or its tick starved
+    of CPU by a broker opening thousands of partitions) so unseated a healthy leader every
+    election timeout (docs/performance.md#metadata-scale-history). Here it first asks
+    whether a majority would vote for it, which they refuse while they hear the leader; its
+    term moves only once they would."""
+
+    def __init__(self, election_min_s: float) -> None:
+        self._min_s = election_min_s
+        self._heard_at = float("-inf")  # when an append_entries of the current term came
+        self._term = -1  # the term the round asks about
+        self._granted: set[str] = set()
+        self._won_at: float | None = None
+        self.rounds = 0  # rounds started since the leader was last heard
+        self.transfer = False  # this tick's election was asked for by the leader
+
+    def heard_leader(self, now: float) -> None:
+        self._heard_at = now
+        self.rounds = 0
+
+    def heard_within(self, now: float) -> bool:
+        return now - self._heard_at < self._min_s
+
+    def start(self, term: int) -> int:
+        self._term, self._granted, self._won_at = term, set(), None
+        self.rounds += 1
+        return self.rounds
+
+    def granted(self, term: Any, voter: str, next_term: int, majority: int, now: float) -> bool:
+        """Count a grant; True when it completes a majority (this voter's own vote included)
+        of the round that asks about ``next_term`` (a round overtaken by a term change is
+        void)."""
+        if term != self._term or term != next_term or self._won_at is not None:
+            return False
+        self._granted.add(voter)
+        if len(self._granted) + 1 < majority:
+            return False
+        self._won_at = now
+        return True
+
+    def won(self, term: int, now: float) -> bool:
+        """The round about ``term`` reached a majority moments ago (its election runs now);
+        used once."""
+        won_at, self._won_at = self._won_at, None
+        return won_at is not None and term == self._term and now - won_at < self._min_s
+
+    def worth_logging(self) -> bool:
+        """Rounds 1, 2, 4, 8, ... since the leader was last heard: a voter cut off for long
+        says so without a line per election timeout."""
+        return self.rounds & (self.rounds - 1) == 0
+
+
 class _RaftNode(SyncObj):  # type: ignore[misc]
     """The SyncObj. Its attributes are pysyncobj's state only; the application state lives in
     the state machine, reached through ``_state_machine`` and never pickled (the custom
@@ -812,6 +886,8 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
 
     Reads of pysyncobj internals (name-mangled ``_SyncObj__*``) happen on the tick thread only,
     except ``_SyncObj__raftMatchIndex.get`` (one atomic dict read) in ``match_index``."""
+
+    _SyncObj__raftElectionDeadline: float  # pysyncobj's, monotonic: a follower's next election
 
     def __init__(
         self,
@@ -839,6 +915,7 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
         self._full_since = 0.0
         self._probe_at = 0.0
         self._snapshot_path = data_dir / SNAPSHOT_FILE
+        self._election = _PreVote(timing.election_min_s)
         self.voters: frozenset[str] = frozenset((self_address, *partners))  # latest config
         self._tick_tasks: collections.deque[Callable[[], None]] = collections.deque(
             maxlen=_TICK_TASKS_MAX
@@ -987,6 +1064,8 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
         if self.storage_full is not None:
             return False  # a voter waiting for space says nothing (see _stop_serving)
         kind = message.get("type") if isinstance(message, dict) else None
+        if kind == "request_vote" and self._election.transfer:
+            message["transfer"] = True  # the leader asked for this election (timeout_now)
         if kind == "apply_command" and _membership_change(message["command"]) is not None:
             self._refuse_forwarded(message)
             return False
@@ -1039,10 +1118,101 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
             self._tick_while_full(timeToWait)
             return
         try:
+            self._before_election()
             SyncObj._onTick(self, timeToWait)
         except OSError as error:
             if not self.on_storage_error(error):
                 raise
+        finally:
+            self._election.transfer = False
+
+    # -- pre-vote and leader stickiness --------------------------------------------------------
+    def _before_election(self) -> None:
+        """Runs before pysyncobj's tick, which starts an election (term + 1) as soon as this
+        voter's election deadline passes. Unless a pre-vote round has just been won, or the
+        leader handed its leadership over (``timeout_now``), the deadline is moved on and a
+        pre-vote round asks the other voters instead: the election runs once a majority
+        would vote for this voter (`election_message`)."""
+        state = self._SyncObj__raftState
+        if state == _RAFT_STATE.LEADER or self._SyncObj__selfNode is None or not self.otherNodes:
+            return
+        now = time.monotonic()
+        if self._SyncObj__raftElectionDeadline >= now or not self._SyncObj__connectedToAnyone():
+            return
+        term = cast(int, self._SyncObj__raftCurrentTerm) + 1
+        if self._SyncObj__transferInProgress:
+            self._election.transfer = True  # its vote requests say so (stickiness yields)
+            return
+        if self._election.won(term, now):
+            return  # pysyncobj's election, in this tick
+        self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()
+        rounds = self._election.start(term)
+        if self._election.worth_logging():
+            logger.info(
+                "raft %s: no leader heard; asking the voters whether they would elect it in "
+                "term %d (pre-vote round %d)", self.selfNode, term, rounds,
+            )  # fmt: skip
+        request = {
+            "type": _PRE_VOTE,
+            "term": term,
+            "last_log_index": self._SyncObj__getCurrentLogIndex(),
+            "last_log_term": self._SyncObj__getCurrentLogTerm(),
+        }
+        for node in self.otherNodes:
+            self._SyncObj__transport.send(node, dict(request))
+
+    def election_message(self, node: Any, message: Any) -> bool:
+        """A message about elections, on the tick thread before pysyncobj sees it. True: it is
+        handled here (pysyncobj must not see it).
+
+        - ``append_entries`` of the current term or a later one: the leader was heard.
+        - A pre-vote request: answered, granted when this voter would vote for the sender in
+          the term it names (a later term than this voter's, a log at least as up to date)
+          and hears no leader (`_hears_leader`). Nothing changes here: no term, no vote.
+        - A pre-vote answer of this voter's round: counted; with a majority the election
+          deadline is set to now, so the next tick runs pysyncobj's election.
+        - A vote request of a later term while this voter hears its leader: ignored (Raft
+          §4.2.3), unless the leader handed its leadership to the sender (``transfer``). So
+          a voter that lost touch with the leader alone cannot unseat it by its term."""
+        kind = message.get("type") if isinstance(message, dict) else None
+        current = cast(int, self._SyncObj__raftCurrentTerm)
+        if kind == "append_entries":
+            if message.get("term", -1) >= current:
+                self._election.heard_leader(time.monotonic())
+            return False
+        if kind == "request_vote":
+            stale = message.get("term", -1) > current and not message.get("transfer")
+            return bool(stale and self._hears_leader())
+        if kind == _PRE_VOTE:
+            if self._SyncObj__selfNode is not None:
+                self._SyncObj__transport.send(node, {
+                    "type": _PRE_VOTE_RESPONSE,
+                    "term": message["term"],
+                    "granted": self._would_vote(message, current),
+                })  # fmt: skip
+            return True
+        if kind == _PRE_VOTE_RESPONSE:
+            majority = (len(self.otherNodes) + 1) // 2 + 1
+            if message.get("granted") and self._election.granted(
+                message.get("term"), str(node.id), current + 1, majority, time.monotonic()
+            ):
+                self._SyncObj__raftElectionDeadline = 0.0
+            return True
+        return False
+
+    def _would_vote(self, message: dict[str, Any], current: int) -> bool:
+        if message["term"] <= current or self._hears_leader():
+            return False
+        mine = (self._SyncObj__getCurrentLogTerm(), self._SyncObj__getCurrentLogIndex())
+        return bool((message["last_log_term"], message["last_log_index"]) >= mine)
+
+    def _hears_leader(self) -> bool:
+        """This voter leads (pysyncobj steps a leader down once a majority is silent for the
+        leader fallback time), or heard its leader within the shortest election timeout."""
+        if self._isLeader():
+            return True
+        leader = self._SyncObj__raftLeader
+        return leader is not None and self._election.heard_within(time.monotonic())
 
     def on_storage_error(self, error: OSError) -> bool:
         """A write failed on the tick thread: ENOSPC / EDQUOT stop this voter serving until

@@ -1,4 +1,5 @@
-"""Cut the active controller off with iptables: the majority goes on, the minority commits nothing.
+"""Cut the active controller off with iptables: the majority goes on, the minority commits nothing;
+cut one voter off from the leader alone: nothing moves (pre-vote).
 
 Each controller runs as its own system user on 127.0.0.61-63 so rules can match the socket owner
 (see chaos/network.py); every rule is removed when the NetworkFaults context exits, also on
@@ -129,6 +130,57 @@ def test_isolated_active_controller_commits_nothing_and_catches_up_after_heal(
             "the healed node to catch up with the majority",
         )
         create_topics(client, ["after-heal"])
+    finally:
+        client.close()
+
+
+def test_a_controller_cut_off_from_the_leader_alone_does_not_unseat_it(
+    partitioned: tuple[LocalCluster, NetworkFaults], identities: dict[int, NodeIdentity]
+) -> None:
+    """KIP-996's pre-vote and Raft's leader stickiness (metadata_quorum/raft.py, `_PreVote`).
+    A voter that cannot hear the active controller while the third voter can asks, once its
+    election timer runs out, whether the others would elect it; the third refuses while it
+    hears the leader, so no term moves and the leader keeps leading. Without it the cut-off
+    voter raised its term every election timeout and the third, taking the later term,
+    stopped following the leader: a new election each time."""
+    cluster, faults = partitioned
+    client = cluster.client()
+    try:
+        register_brokers(client, [1, 2, 3])
+        create_topics(client, ["before-cut"])
+        leader = cluster.wait_for_leader()
+        term = _term(cluster, leader)
+        cut_off = next(n for n in range(1, 4) if n != leader)
+        log = cluster.spec(cut_off).log_path
+        faults.cut(identities[cut_off], identities[leader])
+        wait_for(
+            lambda: "(pre-vote round 4)" in log.read_text(errors="replace"),
+            30,
+            "four pre-vote rounds of the cut-off voter",
+        )
+        create_topics(client, ["during-cut"])  # the leader commits with the third voter
+        assert _leads(cluster, leader)
+        assert [_term(cluster, n) for n in range(1, 4)] == [term] * 3
+
+        faults.heal()
+        expected = topic_summary(describe_node(cluster, leader) or pb.DescribeTopicsResponse())
+        assert set(expected) == {"before-cut", "during-cut"}
+        wait_for(
+            lambda: (d := describe_node(cluster, cut_off)) and topic_summary(d) == expected,
+            30,
+            "the cut-off voter to catch up",
+        )
+        assert [_term(cluster, n) for n in range(1, 4)] == [term] * 3
+        assert _leads(cluster, leader)
+    finally:
+        client.close()
+
+
+def _term(cluster: LocalCluster, node_id: int) -> int:
+    spec = cluster.spec(node_id)
+    client = ControllerClient([f"{spec.host}:{cluster.port}"])
+    try:
+        return int(client.describe_quorum(f"{spec.host}:{cluster.port}").term)
     finally:
         client.close()
 
