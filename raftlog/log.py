@@ -259,6 +259,7 @@ class Log:
             fsync_path(self.directory.parent)
         self._notes: list[str] = []
         self._rebuild_epochs = False
+        self._metadata_unsynced = False  # partition.metadata written, its fsync left to flush()
         self.topic_id = self._load_topic_id(topic_id)
         self.epochs = self._load_epochs()
         self._unflushed_records = 0
@@ -310,7 +311,12 @@ class Log:
                 f"{self.directory} belongs to topic id {stored}, not {expected}",
             )
         if stored is None and expected is not None:
-            write_atomically(path, f"version: 0\ntopic_id: {expected}\n".encode())
+            # Not fsynced here (two fsyncs of the few a new partition costs the broker opening
+            # it): the first flush() makes it durable before any record (Kafka flushes it
+            # asynchronously too). Until then a power cut may lose or tear it; the broker opens
+            # the directory from its metadata image and writes it again.
+            write_atomically(path, f"version: 0\ntopic_id: {expected}\n".encode(), durable=False)
+            self._metadata_unsynced = True
         return stored or expected
 
     def _load(self) -> RecoveryReport:
@@ -718,11 +724,15 @@ class Log:
         makes durable (Kafka's ``LocalLog.flush``): without it a power cut loses the whole file,
         fsynced records and all, and every segment after it with them."""
         with self._lock:
+            metadata = self._metadata_unsynced
+            if metadata:  # the topic id before the records it names (and its name with theirs)
+                fsync_path(self.directory / PARTITION_METADATA)
             first = max(0, bisect.bisect_right(self._base_offsets, self.recovery_point) - 1)
             for segment in self._segments[first:]:
                 segment.flush()
-            if self._base_offsets[-1] >= self.recovery_point:
+            if metadata or self._base_offsets[-1] >= self.recovery_point:
                 fsync_path(self.directory)
+            self._metadata_unsynced = False
             self.recovery_point = self.log_end_offset
             self._unflushed_records = 0
             self._last_flush_ms = self.clock()

@@ -41,7 +41,12 @@ from metadata_quorum.configs import ThrottledReplicas
 from metadata_quorum.image import MetadataImage, PartitionRegistration
 from raftlog.config import LogConfig
 from raftlog.errors import ErrorCode, KafkaError, LogDirIOError, StorageError
-from raftlog.log import Log, parse_partition_dir_name, read_partition_metadata
+from raftlog.log import (
+    PARTITION_METADATA,
+    Log,
+    parse_partition_dir_name,
+    read_partition_metadata,
+)
 
 log = logging.getLogger(__name__)
 HW_CHECKPOINT_INTERVAL_MS = 5000
@@ -336,11 +341,10 @@ class ReplicaManager:
         self, topic: str, partition_id: int, topic_id: uuid.UUID, config: LogConfig
     ) -> Partition:
         directory = self.log_dir / f"{topic}-{partition_id}"
-        stored = (
-            read_partition_metadata(directory / "partition.metadata")
-            if directory.exists()
-            else None
-        )
+        try:
+            stored = read_partition_metadata(directory / PARTITION_METADATA)
+        except StorageError:
+            stored = None  # torn by a power cut before its first flush: Log writes it again
         if stored is not None and stored != topic_id:
             log.warning(
                 "%s held topic id %s, now %s: deleting the old data", directory, stored, topic_id

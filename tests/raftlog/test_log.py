@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import raftlog.log as log_module
+from raftlog import checkpoint
 from raftlog.batch import HEADER_SIZE, compute_crc, read_header, verify_batch
 from raftlog.config import LogConfig
 from raftlog.errors import CorruptRecordError, ErrorCode, KafkaError
@@ -579,4 +580,32 @@ def test_a_log_in_a_directory_it_made_opens_without_scanning_it(
     again = open_log(tmp_path)
     assert not again.created and scanned  # the loader looks for segments and leftovers
     assert again.log_end_offset == 2
+    again.close()
+
+
+def test_a_new_logs_topic_id_is_fsynced_by_its_first_flush_and_a_torn_one_rewritten(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """partition.metadata costs a new partition no fsync when written (a broker opening 10,000
+    new partitions paid two each); the first flush syncs it, and the directory naming it,
+    before any record. A file a power cut tore is written again from the topic id given."""
+    synced: list[str] = []
+
+    def recorded(path: Path) -> None:
+        synced.append(path.name)
+        checkpoint.fsync_path(path)
+
+    monkeypatch.setattr(log_module, "fsync_path", recorded)
+    topic_id = uuid.uuid4()
+    log = Log(tmp_path / "t-0", topic_id=topic_id)
+    assert "partition.metadata" not in synced
+    log.append(make_batch(values_of(2)), leader_epoch=0)
+    log.flush()
+    first = synced.index("partition.metadata")
+    assert "t-0" in synced[first:]  # then the directory: the file's name with the segment's
+    log.close()
+    (tmp_path / "t-0" / "partition.metadata").write_text("version: 0\ntopic_id: 3f")  # torn
+    again = Log(tmp_path / "t-0", topic_id=topic_id)
+    assert again.topic_id == topic_id and again.log_end_offset == 2
+    assert f"topic_id: {topic_id}" in (tmp_path / "t-0" / "partition.metadata").read_text()
     again.close()
