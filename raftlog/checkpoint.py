@@ -53,10 +53,10 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
-def write_checkpoint(path: Path, entries: list[tuple[int, ...]]) -> None:
+def write_checkpoint(path: Path, entries: list[tuple[int, ...]], *, durable: bool = True) -> None:
     lines = [str(CHECKPOINT_VERSION), str(len(entries))]
     lines += [" ".join(str(field) for field in entry) for entry in entries]
-    write_atomically(path, ("\n".join(lines) + "\n").encode())
+    write_atomically(path, ("\n".join(lines) + "\n").encode(), durable=durable)
 
 
 def read_checkpoint(path: Path, fields: int) -> list[tuple[int, ...]] | None:

@@ -312,8 +312,8 @@ class Log:
             )
         if stored is None and expected is not None:
             # Not fsynced here (two fsyncs of the few a new partition costs the broker opening
-            # it): the first flush() makes it durable before any record (Kafka flushes it
-            # asynchronously too). Until then a power cut may lose or tear it; the broker opens
+            # it): the first flush() makes it durable, so before the recovery point passes any
+            # record (Kafka flushes it asynchronously too). Until then a power cut may lose or tear it; the broker opens
             # the directory from its metadata image and writes it again.
             write_atomically(path, f"version: 0\ntopic_id: {expected}\n".encode(), durable=False)
             self._metadata_unsynced = True
@@ -724,13 +724,17 @@ class Log:
         makes durable (Kafka's ``LocalLog.flush``): without it a power cut loses the whole file,
         fsynced records and all, and every segment after it with them."""
         with self._lock:
-            metadata = self._metadata_unsynced
-            if metadata:  # the topic id before the records it names (and its name with theirs)
-                fsync_path(self.directory / PARTITION_METADATA)
             first = max(0, bisect.bisect_right(self._base_offsets, self.recovery_point) - 1)
             for segment in self._segments[first:]:
                 segment.flush()
-            if metadata or self._base_offsets[-1] >= self.recovery_point:
+            # The epochs and the topic id of the records made durable, before the recovery
+            # point can pass them; after the records: a directory fsync before them would make
+            # a new segment's name durable while its records are not (a gap at recovery).
+            renamed = self.epochs.sync_file()
+            if self._metadata_unsynced:
+                fsync_path(self.directory / PARTITION_METADATA)
+                renamed = True
+            if renamed or self._base_offsets[-1] >= self.recovery_point:
                 fsync_path(self.directory)
             self._metadata_unsynced = False
             self.recovery_point = self.log_end_offset
@@ -927,9 +931,11 @@ class Log:
         return the new log end offset. Below the log start this empties the log.
 
         The truncation is durable before anything else is written: the leader-epoch checkpoint
-        and the epochs appended next are fsynced at once, and a power cut that brought the cut
-        batches back under them would hand their offsets to the wrong epoch (issue 30 §1). One
-        fsync of the segment, and of the directory if whole segments went: divergence is rare."""
+        is rewritten durably at once, and the epochs appended next reach the disk (by a flush,
+        or rebuilt from their batches by recovery); a power cut that brought the cut batches
+        back under them would hand their offsets to the wrong epoch (issue 30 §1). One fsync
+        of the directory if whole segments went (before the cut segment's: never a gap between
+        them), and of the segment: divergence is rare."""
         with self._lock:
             if offset < self._log_start_offset:
                 self.truncate_fully_and_start_at(offset)
@@ -942,10 +948,10 @@ class Log:
                 return offset
             removed = keep < len(self._segments)
             self._delete_segments(keep, len(self._segments))
+            if removed:  # gone first: a power cut must not keep them after a truncated one
+                fsync_path(self.directory)  # (a gap between the two the recovery kept)
             self.active.truncate_to(offset)
             self.active.flush()
-            if removed:
-                fsync_path(self.directory)
             cleaner.truncate_checkpoint(self, self.log_end_offset)
             self.active.on_become_active(self._preallocate_bytes)
             self.epochs.truncate_from_end(self.log_end_offset)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import raftlog.epoch as epoch_module
 import raftlog.log as log_module
 from raftlog import checkpoint
 from raftlog.batch import HEADER_SIZE, compute_crc, read_header, verify_batch
@@ -583,26 +584,37 @@ def test_a_log_in_a_directory_it_made_opens_without_scanning_it(
     again.close()
 
 
-def test_a_new_logs_topic_id_is_fsynced_by_its_first_flush_and_a_torn_one_rewritten(
+def test_a_new_logs_topic_id_and_epochs_are_fsynced_by_its_flush_and_a_torn_id_rewritten(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """partition.metadata costs a new partition no fsync when written (a broker opening 10,000
-    new partitions paid two each); the first flush syncs it, and the directory naming it,
-    before any record. A file a power cut tore is written again from the topic id given."""
+    """partition.metadata and a new epoch cost no fsync when written (a broker opening 10,000
+    new partitions paid two each for each file; Kafka's KAFKA-15046 for the epochs); the next
+    flush syncs them after its records, then the directory naming them all. A truncation is
+    durable at once. A topic id a power cut tore is written again from the one given."""
     synced: list[str] = []
+
+    fsync_path = checkpoint.fsync_path
 
     def recorded(path: Path) -> None:
         synced.append(path.name)
-        checkpoint.fsync_path(path)
+        fsync_path(path)
 
     monkeypatch.setattr(log_module, "fsync_path", recorded)
+    monkeypatch.setattr(epoch_module, "fsync_path", recorded)
+    monkeypatch.setattr(checkpoint, "fsync_path", recorded)  # a durable write's directory
     topic_id = uuid.uuid4()
     log = Log(tmp_path / "t-0", topic_id=topic_id)
-    assert "partition.metadata" not in synced
-    log.append(make_batch(values_of(2)), leader_epoch=0)
+    log.assign_leader_epoch(3)  # a new leader's epoch: written, not fsynced either
+    assert "partition.metadata" not in synced and "leader-epoch-checkpoint" not in synced
+    log.append(make_batch(values_of(2)), leader_epoch=3)
     log.flush()
-    first = synced.index("partition.metadata")
-    assert "t-0" in synced[first:]  # then the directory: the file's name with the segment's
+    last = max(synced.index("partition.metadata"), synced.index("leader-epoch-checkpoint"))
+    assert "t-0" in synced[last:]  # then the directory: the files' names with the segment's
+    synced.clear()
+    log.assign_leader_epoch(4)
+    log.append(make_batch(values_of(2)), leader_epoch=4)
+    log.truncate_to(2)  # a truncation's rewrite of the epochs is durable at once
+    assert not log.epochs.unsynced and "t-0" in synced  # written durably: file, then dir
     log.close()
     (tmp_path / "t-0" / "partition.metadata").write_text("version: 0\ntopic_id: 3f")  # torn
     again = Log(tmp_path / "t-0", topic_id=topic_id)

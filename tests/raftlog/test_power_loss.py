@@ -188,10 +188,11 @@ def follower_truncation_workload(directory: Path, model: Model) -> None:
     model.promise(log)
     assert len(log.segments()) > 2, "the truncation removes whole segments"
     truncate_at = log.segments()[1].base_offset + 3
+    # the leader said they diverged: the flush's promise for them ends as the truncation starts
+    model.flushed_offset = min(model.flushed_offset, truncate_at)
     log.truncate_to(truncate_at)
     for offset in [offset for offset in model.records if offset >= truncate_at]:
         del model.records[offset]  # durable now: they must not come back
-    model.flushed_offset = min(model.flushed_offset, truncate_at)
     for _ in range(3):
         _append_as_follower(log, model, 2, epoch=7)
     log.flush()
@@ -357,14 +358,19 @@ def _points(trace: list[FsyncEvent], seed: int, name: str) -> list[int]:
 
 
 def _truncation_points(trace: list[FsyncEvent]) -> set[int]:
-    """The follower truncation's own crash points: as it fsyncs the truncated segment, and
-    just after the epoch-7 checkpoint is durable while no later flush has run (issue 30 §1:
-    the truncation undone under that checkpoint)."""
-    last_epochs = max(
-        k for k, event in enumerate(trace) if event.path.endswith("leader-epoch-checkpoint.tmp")
+    """The follower truncation's own crash points: as it makes the removal of whole segments
+    and the cut segment durable (before it checkpoints the lowered recovery point: a power cut
+    between the two once left a gap), as the last flush syncs the epoch-7 batches (written,
+    not synced: the torn cut has something to tear), and as it makes the epoch-7 checkpoint
+    durable after them, before the directory naming it (issue 30 §1: the truncation undone
+    under that checkpoint)."""
+    lowered = min(
+        k for k, e in enumerate(trace) if e.path.endswith("recovery-point-offset-checkpoint.tmp")
     )
-    truncation = [k for k in range(last_epochs - 8, last_epochs) if trace[k].path.endswith(".log")]
-    return {last_epochs + 2, *truncation}
+    truncation = range(lowered - 6, lowered)
+    synced = max(k for k, e in enumerate(trace) if e.path.endswith("leader-epoch-checkpoint"))
+    last_flush = [k for k in range(synced - 4, synced) if trace[k].path.endswith(".log")]
+    return {synced, synced + 1, *last_flush, *truncation}
 
 
 def crash_at(
