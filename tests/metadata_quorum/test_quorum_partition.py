@@ -85,9 +85,7 @@ def test_isolated_active_controller_commits_nothing_and_catches_up_after_heal(
     cluster, faults = partitioned
     client = cluster.client()
     try:
-        register_brokers(client, [1, 2, 3])
-        create_topics(client, ["before-partition"])
-        old = cluster.wait_for_leader()
+        old = _with_a_topic(cluster, client, "before-partition")
         faults.isolate(identities[old], [i for n, i in identities.items() if n != old])
 
         majority = [f"{s.host}:{cluster.port}" for s in cluster.specs if s.node_id != old]
@@ -146,9 +144,7 @@ def test_a_controller_cut_off_from_the_leader_alone_does_not_unseat_it(
     cluster, faults = partitioned
     client = cluster.client()
     try:
-        register_brokers(client, [1, 2, 3])
-        create_topics(client, ["before-cut"])
-        leader = cluster.wait_for_leader()
+        leader = _with_a_topic(cluster, client, "before-cut")
         term = _term(cluster, leader)
         cut_off = next(n for n in range(1, 4) if n != leader)
         log = cluster.spec(cut_off).log_path
@@ -176,22 +172,31 @@ def test_a_controller_cut_off_from_the_leader_alone_does_not_unseat_it(
         client.close()
 
 
+def _with_a_topic(cluster: LocalCluster, client: ControllerClient, topic: str) -> int:
+    """Three registered brokers and ``topic`` committed; the active controller's id."""
+    register_brokers(client, [1, 2, 3])
+    create_topics(client, [topic])
+    return cluster.wait_for_leader()
+
+
 def _term(cluster: LocalCluster, node_id: int) -> int:
-    spec = cluster.spec(node_id)
-    client = ControllerClient([f"{spec.host}:{cluster.port}"])
-    try:
-        return int(client.describe_quorum(f"{spec.host}:{cluster.port}").term)
-    finally:
-        client.close()
+    quorum = _quorum(cluster, node_id)
+    assert quorum is not None, f"node {node_id} did not answer DescribeQuorum"
+    return int(quorum.term)
 
 
 def _leads(cluster: LocalCluster, node_id: int) -> bool:
+    quorum = _quorum(cluster, node_id)
+    return bool(quorum is not None and quorum.leader_id == node_id and quorum.has_quorum)
+
+
+def _quorum(cluster: LocalCluster, node_id: int) -> pb.DescribeQuorumResponse | None:
+    """The quorum as one node sees it; None if it does not answer."""
     spec = cluster.spec(node_id)
     client = ControllerClient([f"{spec.host}:{cluster.port}"])
     try:
-        quorum = client.describe_quorum(f"{spec.host}:{cluster.port}")
+        return client.describe_quorum(f"{spec.host}:{cluster.port}")
     except grpc.RpcError:
-        return False
+        return None
     finally:
         client.close()
-    return bool(quorum.leader_id == node_id and quorum.has_quorum)

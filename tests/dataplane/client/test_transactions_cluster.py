@@ -73,16 +73,26 @@ def read_values(
         return seen
 
 
+def produce(cluster: LocalCluster, topic: str, values: list[bytes], partitions: int) -> None:
+    """``values`` round robin over the first ``partitions`` partitions, plainly."""
+    with Producer(cluster.bootstrap_servers, **SETTINGS) as plain:
+        for n, value in enumerate(values):
+            plain.send(topic, value, partition=n % partitions)
+        plain.flush(30)
+
+
+def transforming_consumer(cluster: LocalCluster, group: str, **settings: Any) -> Consumer:
+    """The consumer side of a consume-transform-produce loop: read_committed, no auto-commit."""
+    return Consumer(
+        cluster.bootstrap_servers, group_id=group, enable_auto_commit=False,
+        auto_offset_reset="earliest", isolation_level="read_committed", **settings,
+    )  # fmt: skip
+
+
 def test_consume_transform_produce_is_exactly_once(cluster: LocalCluster) -> None:
     records = [b"record-%03d" % n for n in range(60)]
-    with Producer(cluster.bootstrap_servers, **SETTINGS) as plain:
-        for n, value in enumerate(records):
-            plain.send("input", value, partition=n % PARTITIONS)
-        plain.flush(30)
-    consumer = Consumer(
-        cluster.bootstrap_servers, group_id="transformer", enable_auto_commit=False,
-        auto_offset_reset="earliest", isolation_level="read_committed", max_poll_records=7,
-    )  # fmt: skip
+    produce(cluster, "input", records, PARTITIONS)
+    consumer = transforming_consumer(cluster, "transformer", max_poll_records=7)
     with consumer, Producer(cluster.bootstrap_servers, transactional_id="transformer-0",
                             **SETTINGS) as producer:  # fmt: skip
         consumer.subscribe(["input"])
@@ -165,14 +175,8 @@ def test_a_partition_handed_over_mid_commit_starts_after_the_transactions_offset
     open) waits for them (``require_stable``) instead of starting from the last stable commit
     (here none: ``auto.offset.reset`` would re-read what the transaction consumed)."""
     tp = TopicPartition("handover", 0)
-    with Producer(cluster.bootstrap_servers, **SETTINGS) as plain:
-        for n in range(10):
-            plain.send("handover", b"in-%d" % n, partition=0)
-        plain.flush(30)
-    consumer = Consumer(
-        cluster.bootstrap_servers, group_id="handover", enable_auto_commit=False,
-        auto_offset_reset="earliest", isolation_level="read_committed", request_timeout_ms=2_000,
-    )  # fmt: skip
+    produce(cluster, "handover", [b"in-%d" % n for n in range(10)], 1)
+    consumer = transforming_consumer(cluster, "handover", request_timeout_ms=2_000)
     with consumer, Producer(cluster.bootstrap_servers, transactional_id="handover-0",
                             **SETTINGS) as producer:  # fmt: skip
         producer.init_transactions(60)
