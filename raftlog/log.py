@@ -313,8 +313,8 @@ class Log:
         if stored is None and expected is not None:
             # Not fsynced here (two fsyncs of the few a new partition costs the broker opening
             # it): the first flush() makes it durable, so before the recovery point passes any
-            # record (Kafka flushes it asynchronously too). Until then a power cut may lose or tear it; the broker opens
-            # the directory from its metadata image and writes it again.
+            # record (Kafka flushes it asynchronously too). Until then a power cut may lose or
+            # tear it; the broker opens the directory from its image and writes it again.
             write_atomically(path, f"version: 0\ntopic_id: {expected}\n".encode(), durable=False)
             self._metadata_unsynced = True
         return stored or expected
