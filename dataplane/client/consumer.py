@@ -966,9 +966,9 @@ class Consumer(Closing):
         answered: bool | None = None
         for address, fetch in list(self._fetches.items()):
             try:
-                answer: FetchAnswer = fetch.call.result(
-                    timeout=max(0.0, deadline - time.monotonic())
-                )
+                # positional: with a client interceptor (a secure cluster's) a call that failed
+                # at once is gRPC's _FailureOutcome, whose result() names it ignored_timeout
+                answer: FetchAnswer = fetch.call.result(max(0.0, deadline - time.monotonic()))
             except grpc.FutureTimeoutError:
                 continue
             except grpc.FutureCancelledError:
