@@ -31,7 +31,7 @@ class LeaderEpochCache:
         self._path = directory / CHECKPOINT_NAME
         loaded = (read_checkpoint(self._path, fields=2) or []) if load else []
         self._entries = [EpochEntry(epoch, offset) for epoch, offset in loaded]
-        self.unsynced = False  # an assign's write waits for `sync` (the log's flush)
+        self.unsynced = False  # an assign's write waits for `sync_file` (the log's flush)
 
     def rebuild(self, batches: Iterable[tuple[int, int]]) -> None:
         """Rebuild from (partition leader epoch, base offset) of every batch, oldest first."""
@@ -75,9 +75,10 @@ class LeaderEpochCache:
 
         Written, not fsynced (Kafka's KAFKA-15046: an fsync per leader change, on every
         partition a broker leads, stalled it 100-400 ms under writeback; here it was two of
-        the few fsyncs a new partition cost). The log's ``flush`` calls `sync` before the
-        records it makes durable; a new epoch whose records a power cut left beyond the
-        recovery point is rebuilt from their batches when the log recovers them. Truncations
+        the few fsyncs a new partition cost). The log's ``flush`` calls `sync_file` after the
+        records it makes durable and before it returns, so before the recovery point passes
+        them; a new epoch whose records a power cut left beyond the recovery point is rebuilt
+        from their batches when the log recovers them. Truncations
         stay durable at once (they must not be undone under later epochs)."""
         if epoch < 0 or epoch <= self.latest_epoch:
             return
