@@ -43,19 +43,22 @@ class LeaderEpochCache:
 
     def rebuild_from(self, start_offset: int, batches: Iterable[tuple[int, int]]) -> None:
         """Replace the entries from ``start_offset`` on with those of (partition leader epoch,
-        base offset) of the batches from there, oldest first, in one durable write. After an
-        unclean start the recovered batches are the truth: the checkpoint, fsynced on every
-        change, may describe batches a power cut took back (a follower's truncation undone).
-        Entries equal to the checkpoint's are not written again (each partition of a broker
-        that was killed comes through here: an fsync each for nothing); should that file
-        itself not be durable yet, the next unclean start derives it again."""
+        base offset) of the batches from there, oldest first. After an unclean start the
+        recovered batches are the truth: the checkpoint may describe batches a power cut took
+        back (a follower's truncation undone). Entries equal to the checkpoint's are not written
+        again (each partition of a broker that was killed comes through here). Written, not
+        fsynced (Kafka's loader truncates its cache with ``truncateFromEndAsyncFlush``): the
+        log fsyncs it (`sync_file`) before it moves its recovery point past the recovered
+        batches; until then a power cut leaves them to be recovered, and this derived, again.
+        A killed broker's empty partitions, whose leader epoch started at an empty log, so
+        cost no fsync here."""
         before = list(self._entries)
         self._entries = [entry for entry in self._entries if entry.start_offset < start_offset]
         for epoch, base_offset in batches:
             if epoch > self.latest_epoch:
                 self._entries.append(EpochEntry(epoch, base_offset))
         if self._entries != before:
-            self._flush()
+            self._flush(durable=False)
 
     @property
     def entries(self) -> tuple[EpochEntry, ...]:

@@ -345,10 +345,14 @@ class Log:
         self.epochs.truncate_from_end(self.log_end_offset)
         self.epochs.truncate_from_start(self._log_start_offset)
         cleaner.truncate_checkpoint(self, self.log_end_offset)
-        if recovered or deleted or self.recovery_point > self.log_end_offset:
+        if deleted or self.recovery_point != self.log_end_offset or _found_bytes(recovered):
+            # the recovered records, then the epochs rebuilt from them, then the point passes
             for segment in self._segments:
                 segment.flush()
+            self.epochs.sync_file()
             self._set_recovery_point(self.log_end_offset)
+        # else: only empty segments were recovered (every partition of a killed broker that
+        # had no record beyond its recovery point): nothing to make durable, no fsync
         marker.unlink(missing_ok=True)
         duration_ms = (time.perf_counter() - started) * 1000
         return RecoveryReport(
@@ -1221,6 +1225,11 @@ def _check_keys_present(view: memoryview, position: int) -> None:
     _, records = decode_batch(view, position)
     if any(record.key is None for record in records):
         raise InvalidRecordError("a compacted topic cannot accept a record without a key")
+
+
+def _found_bytes(recovered: list[RecoveryResult]) -> bool:
+    """A recovery read or cut bytes (not only empty segments)."""
+    return any(result.valid_bytes or result.dropped_bytes for result in recovered)
 
 
 def _remove_orphan_indexes(directory: Path, base_offsets: set[int]) -> None:

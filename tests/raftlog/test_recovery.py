@@ -3,6 +3,8 @@ never raises on start."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -196,4 +198,39 @@ def test_an_unclean_start_takes_the_epochs_from_the_batches_not_the_checkpoint(
     reopened.close()
     again = Log(directory, CONFIG)
     assert [tuple(e) for e in again.epochs.entries] == [(5, 0), (6, 12 * PER_BATCH)], "durable"
+    again.close()
+
+
+def test_an_unclean_start_of_a_log_without_records_makes_nothing_durable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every partition of a killed broker that had no record beyond its recovery point: its
+    open costs no fsync. The epoch a new leader assigned at the empty log's end starts no
+    batch, so the rebuild drops it; the file is written, and made durable by the next flush."""
+    directory = tmp_path / "t-0"
+    log = Log(directory, CONFIG)
+    log.assign_leader_epoch(3)
+    log.flush()
+    log.abandon()
+    synced: list[int] = []
+
+    def counted(real: Callable[[int], None]) -> Callable[[int], None]:
+        def call(fd: int) -> None:
+            synced.append(fd)
+            real(fd)
+
+        return call
+
+    monkeypatch.setattr(os, "fsync", counted(os.fsync))
+    monkeypatch.setattr(os, "fdatasync", counted(os.fdatasync))
+    reopened = Log(directory, CONFIG)
+    assert not reopened.recovery.clean_shutdown
+    assert [r.valid_bytes for r in reopened.recovery.recovered] == [0]
+    assert reopened.epochs.entries == ()
+    assert synced == [], "a reopen that found nothing made something durable"
+    reopened.flush()
+    assert synced, "the flush makes the rebuilt epochs durable"
+    reopened.close()
+    again = Log(directory, CONFIG)
+    assert again.recovery.clean_shutdown and again.epochs.entries == ()
     again.close()
