@@ -170,6 +170,12 @@ class NodeConfig(BaseModel):
     controller_quorum_election_timeout_ms: int = Field(
         600, alias="controller.quorum.election.timeout.ms", ge=50, le=10_000
     )
+    # Not a Kafka setting: CPython's thread switch interval (sys.setswitchinterval), in
+    # microseconds. A thread that waits for the GIL gets it after at most this long per busy
+    # thread ahead of it, each time a system call gave it up: the Raft tick thread makes several
+    # per tick, so at CPython's 5,000 the busy threads of a node hosting thousands of partitions
+    # delayed its heartbeats past the election timeout (docs/operations.md#many-partitions).
+    gil_switch_interval_us: int = Field(1000, alias="gil.switch.interval.us", ge=100, le=100_000)
 
     broker_rack: str | None = Field(None, alias="broker.rack", min_length=1, max_length=255)
     # Not a Kafka setting (Redpanda's console idea, issue 33): HTTP://host:port of the web

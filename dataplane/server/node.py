@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import signal
 import ssl
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -418,9 +419,17 @@ def start_console(config: NodeConfig) -> ConsoleServer | None:
     return ConsoleServer(console, *address, tls=tls).start()
 
 
+def tune_interpreter(config: NodeConfig) -> None:
+    """The process-wide settings a node runs with, for good: glibc's malloc (malloc_tuning.py)
+    and CPython's thread switch interval (``gil.switch.interval.us``, docs/operations.md)."""
+    log.info("malloc settings applied: %s", tune_malloc() or "none")
+    sys.setswitchinterval(config.gil_switch_interval_us / 1_000_000)
+    log.info("GIL switch interval: %d us", config.gil_switch_interval_us)
+
+
 def run(config: NodeConfig) -> None:
     """Run until SIGTERM/SIGINT."""
-    log.info("malloc settings applied: %s", tune_malloc() or "none")
+    tune_interpreter(config)
     Path(config.log_dirs).mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
 

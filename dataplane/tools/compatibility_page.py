@@ -207,6 +207,7 @@ RAFTLOG_ONLY: dict[str, str] = {
     "controlled.shutdown.timeout.ms": "bounds a broker's controlled shutdown",
     "fault.produce.drop.response.every": "fault injection for chaos tests",
     "log.cache.tail.bytes": "page cache kept per partition",
+    "gil.switch.interval.us": "CPython's thread switch interval (docs/operations.md)",
     **{
         key: "gRPC keepalive of the BROKER and CONTROLLER listeners (docs/api.md)"
         for key in (

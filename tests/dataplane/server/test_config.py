@@ -3,7 +3,10 @@ its key (INVALID_CONFIG), and a round trip through to_toml."""
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +46,7 @@ def test_a_combined_node() -> None:
             {"group.consumer.heartbeat.interval.ms": 50_000},
             "group.consumer.heartbeat.interval.ms",
         ),
+        ({"gil.switch.interval.us": 50}, "gil.switch.interval.us"),
     ],
 )
 def test_a_bad_value_is_refused_naming_its_key(change: dict[str, Any], named: str) -> None:
@@ -159,3 +163,27 @@ def test_bad_bootstrap_servers_are_refused(values: dict[str, Any], named: str) -
     assert refused.value.error is ErrorCode.INVALID_CONFIG
     assert named in refused.value.message
     assert "controller.quorum" in refused.value.message
+
+
+TUNE = (
+    "import json, sys; from dataplane.server.config import NodeConfig; "
+    "from dataplane.server.node import tune_interpreter; "
+    "tune_interpreter(NodeConfig.parse(json.loads(sys.argv[1]))); print(sys.getswitchinterval())"
+)
+
+
+@pytest.mark.parametrize(
+    ("given", "interval_s"), [({}, 0.001), ({"gil.switch.interval.us": 250}, 0.00025)]
+)
+def test_a_node_sets_the_switch_interval_of_its_interpreter(
+    given: dict[str, Any], interval_s: float
+) -> None:
+    """In a fresh interpreter: the setting changes the process for good."""
+    done = subprocess.run(
+        [sys.executable, "-c", TUNE, json.dumps({**BASE, **given})],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert float(done.stdout) == pytest.approx(interval_s)
