@@ -311,6 +311,7 @@ class QuorumStatus:
     # this node has applied the commit index a leader told it (or is the leader): until then
     # its image is a replay under way, older than what was committed (Kafka's initial catch-up)
     caught_up: bool = True
+    tick_gap_max_s: float = 0.0  # the longest time between two Raft ticks, last 10 s window
 
 
 class MetadataLogError(Exception):
@@ -879,6 +880,53 @@ class _PreVote:
         return self.rounds & (self.rounds - 1) == 0
 
 
+class _TickWatch:
+    """How far apart this node's Raft ticks run (tick thread only; ``longest_s`` is read by
+    any thread). A leader sends its heartbeats from the tick, every append period, and a
+    follower that hears none for the shortest election timeout asks to stand (`_PreVote`): a
+    tick that comes that late, on the leader, lets both followers ask at once, and they elect
+    one of them. What delays a tick is rarely its own work: the thread waits for the CPU and,
+    after each of its system calls, for the GIL behind the process's busy threads
+    (docs/operations.md#many-partitions). Gaps longer than the shortest election timeout are
+    logged, once per window, with how much of the longest the tick before it spent applying
+    entries; the longest gap of the last window is a gauge."""
+
+    WINDOW_S = 10.0
+
+    def __init__(self, election_min_s: float, self_address: str) -> None:
+        self._limit_s = election_min_s
+        self._address = self_address
+        self._started: float | None = None
+        self._window_start = float("-inf")
+        self._window_longest = (0.0, 0.0)  # (gap, applying in the tick before it)
+        self._late = 0  # gaps over the limit in the window
+        self.applying_s = 0.0  # of the tick under way (`_RaftNode._apply_entry` adds)
+        self.longest_s = 0.0  # the longest gap of the last whole window
+
+    def tick(self, now: float) -> None:
+        """A tick starts."""
+        if self._started is not None:
+            gap = now - self._started
+            if gap > self._window_longest[0]:
+                self._window_longest = (gap, self.applying_s)
+            if gap > self._limit_s:
+                self._late += 1
+        self._started, self.applying_s = now, 0.0
+        if now - self._window_start < self.WINDOW_S:
+            return
+        gap, applying = self._window_longest
+        self.longest_s = gap
+        if self._late:
+            logger.warning(
+                "raft %s: %d ticks came more than %.0f ms after the one before in the last "
+                "%.0f s, the longest %.0f ms after (%.0f ms of it applying entries); a follower "
+                "that hears no heartbeat for %.0f ms asks to stand for election: this process "
+                "is short of CPU or of the GIL", self._address, self._late, self._limit_s * 1000,
+                self.WINDOW_S, gap * 1000, applying * 1000, self._limit_s * 1000,
+            )  # fmt: skip
+        self._window_start, self._window_longest, self._late = now, (0.0, 0.0), 0
+
+
 class _RaftNode(SyncObj):  # type: ignore[misc]
     """The SyncObj. Its attributes are pysyncobj's state only; the application state lives in
     the state machine, reached through ``_state_machine`` and never pickled (the custom
@@ -916,6 +964,7 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
         self._probe_at = 0.0
         self._snapshot_path = data_dir / SNAPSHOT_FILE
         self._election = _PreVote(timing.election_min_s)
+        self.ticks = _TickWatch(timing.election_min_s, self_address)
         self.voters: frozenset[str] = frozenset((self_address, *partners))  # latest config
         self._tick_tasks: collections.deque[Callable[[], None]] = collections.deque(
             maxlen=_TICK_TASKS_MAX
@@ -1000,11 +1049,14 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
             raise _NodeStopped(self.fatal)
         if entry[2] != int.from_bytes(command[:_TERM_BYTES], "big"):
             return _FENCED
+        started = time.monotonic()
         try:
             return self._state_machine.apply(command[_TERM_BYTES:], index)
         except Exception as error:
             logger.exception("the state machine failed to apply entry %d", index)
             return _ApplyFailure(error)
+        finally:
+            self.ticks.applying_s += time.monotonic() - started
 
     def _publish_view(self) -> None:
         while self._tick_tasks:
@@ -1117,6 +1169,7 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
         if self.storage_full is not None:
             self._tick_while_full(timeToWait)
             return
+        self.ticks.tick(time.monotonic())
         try:
             self._before_election()
             SyncObj._onTick(self, timeToWait)
@@ -1545,6 +1598,7 @@ class MetadataLog:
             voters=tuple(voters),
             storage_full=node.storage_full,
             caught_up=bool(node.isReady()),
+            tick_gap_max_s=node.ticks.longest_s,
         )
 
     # -- lifecycle ---------------------------------------------------------------------------

@@ -57,6 +57,7 @@ class ControllerGauge:
     metadata_offset: int
     term: int
     has_quorum: bool
+    tick_gap_max_s: float = 0.0
 
 
 class _StateCollector(Collector):
@@ -80,6 +81,11 @@ class _StateCollector(Collector):
             yield _gauge("raftlog_controller_raft_term", "current Raft term", state.term)
             yield _gauge(
                 "raftlog_controller_has_quorum", "1 if a quorum is reachable", state.has_quorum
+            )
+            yield _gauge(
+                "raftlog_controller_raft_tick_gap_max_seconds",
+                "longest time between two Raft ticks in the last 10 s window",
+                state.tick_gap_max_s,
             )
 
     def _partition_metrics(self, partitions: list[PartitionGauge]) -> Iterator[Any]:

@@ -377,6 +377,7 @@ def _controller_gauge(role: ControllerRole | None) -> ControllerGauge | None:
         metadata_offset=role.state.image.offset,
         term=status.term,
         has_quorum=status.has_quorum,
+        tick_gap_max_s=status.tick_gap_max_s,
     )
 
 

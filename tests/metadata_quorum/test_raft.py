@@ -25,6 +25,7 @@ from metadata_quorum.raft import (
     RaftStorageError,
     RaftTiming,
     TooManyInFlightError,
+    _TickWatch,
 )
 from tests.metadata_quorum.raft_node import HOSTS, Cluster, ListMachine, free_port
 
@@ -103,6 +104,39 @@ def test_every_configurable_election_timeout_gives_a_valid_timing(timeout_ms: in
     assert timing.election_max_s == timeout_ms / 1000
     assert timing.election_min_s == timing.election_max_s / 2
     assert timing.tick_period_s == timing.append_period_s <= 0.05
+
+
+def test_ticks_that_come_later_than_an_election_timeout_are_logged_once_a_window(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A leader's heartbeats go from its tick: a tick 0.85 s after the one before, with 0.2 s
+    of the tick before it applying entries, is past the 0.3 s a follower waits. Logged once
+    the 10 s window ends, and the window's longest gap is the gauge's value until the next."""
+    watch = _TickWatch(election_min_s=0.3, self_address="127.0.0.141:9094")
+    now = 0.0
+    watch.tick(now)  # opens the first window
+    for _ in range(10):
+        now += 0.05
+        watch.tick(now)
+    watch.applying_s = 0.2
+    now += 0.85
+    watch.tick(now)
+    while now < 10.0:
+        now += 0.05
+        watch.tick(now)
+    assert watch.longest_s == pytest.approx(0.85)
+    late = [r.getMessage() for r in caplog.records if "ticks came" in r.getMessage()]
+    assert late == [
+        "raft 127.0.0.141:9094: 1 ticks came more than 300 ms after the one before in the last "
+        "10 s, the longest 850 ms after (200 ms of it applying entries); a follower that hears "
+        "no heartbeat for 300 ms asks to stand for election: this process is short of CPU or "
+        "of the GIL"
+    ]
+    while now < 20.1:  # a window of ticks on time: nothing logged, the gauge falls back
+        now += 0.05
+        watch.tick(now)
+    assert watch.longest_s == pytest.approx(0.05)
+    assert len([r for r in caplog.records if "ticks came" in r.getMessage()]) == 1
 
 
 def test_options_out_of_bounds_are_refused() -> None:

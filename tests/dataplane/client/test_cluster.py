@@ -105,6 +105,7 @@ def test_metrics_are_served_over_http(cluster: LocalCluster) -> None:
         'raftlog_partition_high_watermark{partition="0",topic="metered"}',
         "raftlog_under_replicated_partitions",
         "raftlog_controller_active",
+        "raftlog_controller_raft_tick_gap_max_seconds",
         "raftlog_isr_shrinks_total",
         "raftlog_page_cache_released_bytes_total",
     ):
