@@ -565,21 +565,28 @@ def test_a_log_in_a_directory_it_made_opens_without_scanning_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A new partition's directory holds nothing of an earlier life: opening it skips the
-    recovery's directory scans (``created``); opened again, the log is scanned and recovered."""
+    recovery's directory scans (``created``); opened again, the log reads its directory's
+    names once (not a scan per pattern) and recovers."""
     scanned: list[str] = []
-    glob = Path.glob
+    glob, listdir = Path.glob, os.listdir
 
-    def counted(self: Path, pattern: str) -> object:
-        scanned.append(pattern)
+    def counted_glob(self: Path, pattern: str) -> object:
+        scanned.append(f"glob {pattern}")
         return glob(self, pattern)
 
-    monkeypatch.setattr(Path, "glob", counted)
+    def counted_listdir(path: str | Path) -> list[str]:
+        if Path(path).is_relative_to(tmp_path):
+            scanned.append(f"listdir {Path(path).name}")
+        return listdir(path)
+
+    monkeypatch.setattr(Path, "glob", counted_glob)
+    monkeypatch.setattr(os, "listdir", counted_listdir)
     log = open_log(tmp_path)
     assert log.created and scanned == []
     log.append(make_batch(values_of(2)), leader_epoch=0)
     log.close()
     again = open_log(tmp_path)
-    assert not again.created and scanned  # the loader looks for segments and leftovers
+    assert not again.created and scanned == [f"listdir {again.directory.name}"]
     assert again.log_end_offset == 2
     again.close()
 
