@@ -822,6 +822,7 @@ class _RaftTransport(TCPTransport):  # type: ignore[misc]
 
 _PRE_VOTE = "pre_vote"
 _PRE_VOTE_RESPONSE = "pre_vote_response"
+_LATER_TERM = "later_term"  # to a leader whose append came from an older term than ours
 
 
 class _PreVote:
@@ -1226,13 +1227,34 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
           deadline is set to now, so the next tick runs pysyncobj's election.
         - A vote request of a later term while this voter hears its leader: ignored (Raft
           §4.2.3), unless the leader handed its leadership to the sender (``transfer``). So
-          a voter that lost touch with the leader alone cannot unseat it by its term."""
+          a voter that lost touch with the leader alone cannot unseat it by its term.
+
+        Terms still only move up, and a voter at a later term than the others is brought
+        back, as etcd's raft and Kafka's KIP-996 do. A voter can get there: it wins a
+        pre-vote round while the others briefly miss the leader, raises its term, and by the
+        time its vote requests arrive they hear the leader again and ignore them. pysyncobj's
+        follower then ignores the leader's appends (an older term) and its leader learns of
+        later terms only from vote requests, so the voter stayed out of the quorum while that
+        leader lived, and when it died, the voter with the later term and the older log and
+        the one with the newer log and the older term refused each other's pre-votes for good
+        (the 10,000-partition run of 2026-11-28 03:22: no controller for 80 s). Now:
+
+        - an append of an older term is answered ``later_term`` with this voter's term, and a
+          leader told of a later term steps down to it (a follower in that term), so the next
+          election, among voters that hear no leader, runs in a term every voter can vote in;
+        - a pre-vote answer carries the voter's term, and a refused candidate whose term is
+          older takes it (a follower in it) before its next round."""
         kind = message.get("type") if isinstance(message, dict) else None
         current = cast(int, self._SyncObj__raftCurrentTerm)
         if kind == "append_entries":
             if message.get("term", -1) >= current:
                 self._election.heard_leader(time.monotonic())
+            elif self._SyncObj__selfNode is not None:
+                self._SyncObj__transport.send(node, {"type": _LATER_TERM, "term": current})
             return False
+        if kind == _LATER_TERM:
+            self._take_later_term(message.get("term", -1), current, "a voter answered an append")
+            return True
         if kind == "request_vote":
             stale = message.get("term", -1) > current and not message.get("transfer")
             return bool(stale and self._hears_leader())
@@ -1242,6 +1264,7 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
                     "type": _PRE_VOTE_RESPONSE,
                     "term": message["term"],
                     "granted": self._would_vote(message, current),
+                    "voter_term": current,
                 })  # fmt: skip
             return True
         if kind == _PRE_VOTE_RESPONSE:
@@ -1250,8 +1273,23 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
                 message.get("term"), str(node.id), current + 1, majority, time.monotonic()
             ):
                 self._SyncObj__raftElectionDeadline = 0.0
+            elif not message.get("granted"):
+                voter_term = message.get("voter_term", -1)
+                self._take_later_term(voter_term, current, "a voter refused a pre-vote")
             return True
         return False
+
+    def _take_later_term(self, term: Any, current: int, why: str) -> None:
+        """Become a follower, without a leader or a vote, in ``term`` if it is later than
+        ``current`` (pysyncobj's own step-down on a vote request of a later term)."""
+        if not isinstance(term, int) or term <= current:
+            return
+        logger.info(
+            "raft %s: %s in term %d; this voter was in %d", self.selfNode, why, term, current
+        )
+        self._SyncObj__setCurrentTerm(term, None)
+        self._SyncObj__setState(_RAFT_STATE.FOLLOWER)
+        self._SyncObj__raftLeader = None
 
     def _would_vote(self, message: dict[str, Any], current: int) -> bool:
         if message["term"] <= current or self._hears_leader():

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
+from pysyncobj.syncobj import _RAFT_STATE
 
 from metadata_quorum.raft import (
     JOURNAL_FILE,
@@ -348,6 +349,93 @@ def test_an_entry_proposed_in_an_earlier_term_is_skipped(tmp_path: Path) -> None
 
 
 # -- three voters ------------------------------------------------------------------------------
+
+
+def _three_voters(tmp_path: Path) -> tuple[list[str], list[Recorder], list[MetadataLog]]:
+    addresses = [f"{host}:{free_port(host)}" for host in HOSTS]
+    machines = [Recorder() for _ in addresses]
+    logs = [
+        MetadataLog(address, addresses, tmp_path / f"n{i}", machine)
+        for i, (address, machine) in enumerate(zip(addresses, machines, strict=True))
+    ]
+    return addresses, machines, logs
+
+
+def _in_a_later_term(log: MetadataLog, term: int) -> None:
+    """On its tick thread: ``log``'s voter in ``term``, a follower without a leader or a vote,
+    where a won pre-vote round and an election the others ignored leave a voter."""
+    node = log._node
+
+    def later() -> None:
+        node._SyncObj__setCurrentTerm(term, None)
+        node._SyncObj__setState(_RAFT_STATE.FOLLOWER)
+        node._SyncObj__raftLeader = None
+
+    node._tick_tasks.append(later)
+
+
+@pytest.mark.timeout(90)
+def test_a_voter_in_a_later_term_than_its_leader_brings_the_quorum_to_that_term(
+    tmp_path: Path,
+) -> None:
+    """The stuck voter of the 10,000-partition run (raft.py, `election_message`): a follower
+    whose term got ahead of its leader's ignored the leader's appends, and the leader, which
+    learns of later terms only from vote requests the others ignore while they hear it, kept
+    leading without it. It now answers the appends with its term, the leader steps down, and
+    a leader of a later term commits with every voter."""
+    _, machines, logs = _three_voters(tmp_path)
+    try:
+        leader = wait_until(lambda: next((g for g in logs if g.is_leader()), None), 10, "a leader")
+        leader.append(b"before").result(timeout=10)
+        term = leader.status().term
+        stuck = next(log for log in logs if log is not leader)
+        _in_a_later_term(stuck, term + 3)
+        later = wait_until(
+            lambda: next((g for g in logs if g.is_leader() and g.status().term > term + 3), None),
+            30,
+            "a leader in a term after the stuck voter's",
+        )
+        later.append(b"after").result(timeout=10)
+        for machine in machines:
+            wait_until(lambda m=machine: entries(m) == ["before", "after"], 10, "every voter")  # type: ignore[misc]
+    finally:
+        for log in logs:
+            log.close()
+
+
+@pytest.mark.timeout(90)
+def test_the_voters_left_elect_when_one_has_the_later_term_and_the_other_the_newer_log(
+    tmp_path: Path,
+) -> None:
+    """The deadlock after the leader of that run was killed: one voter in a later term with an
+    older log, the other with the newer log in an older term. Each refused the other's
+    pre-vote (a term not after its own; a log not as up to date) for good. A refused
+    candidate now takes the refusing voter's later term, and its next round wins."""
+    addresses, machines, logs = _three_voters(tmp_path)
+    try:
+        leader = wait_until(lambda: next((g for g in logs if g.is_leader()), None), 10, "a leader")
+        leader.append(b"both").result(timeout=10)
+        behind_index = next(i for i, g in enumerate(logs) if g is not leader)
+        wait_until(lambda: entries(machines[behind_index]) == ["both"], 10, "the voter to lag")
+        logs[behind_index].close()
+        leader.append(b"newer").result(timeout=10)  # the leader and the third voter
+        term = leader.status().term
+        leader.close()
+        behind = MetadataLog(
+            addresses[behind_index], addresses, tmp_path / f"n{behind_index}", Recorder()
+        )
+        logs[behind_index] = behind
+        _in_a_later_term(behind, term + 3)
+        left = [g for g in logs if g is not leader]
+        elected = wait_until(
+            lambda: next((g for g in left if g.is_leader()), None), 30, "a leader of the two left"
+        )
+        assert elected is not behind, "the voter with the older log cannot win"
+        elected.append(b"after").result(timeout=10)
+        assert elected.status().term > term + 3
+    finally:
+        for log in logs:
+            log.close()
 
 
 @pytest.mark.slow
