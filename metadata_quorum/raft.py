@@ -1167,10 +1167,10 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
         """pysyncobj's tick, or, while the disk is full, `_tick_while_full`. A journal or meta
         write that fails in the tick (an append on the leader, a vote, the meta timer) leaves
         the journal as it was (raft_journal.py) and lands here."""
+        self.ticks.tick(time.monotonic())
         if self.storage_full is not None:
             self._tick_while_full(timeToWait)
             return
-        self.ticks.tick(time.monotonic())
         try:
             self._before_election()
             SyncObj._onTick(self, timeToWait)
