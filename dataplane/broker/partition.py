@@ -834,6 +834,24 @@ class Partition:
                 self.log.log_start_offset,
             )
 
+    def follower_log_end(self, leader_epoch: int) -> int | None:
+        """The log end offset while this replica follows at ``leader_epoch``; None once it
+        does not (a fetcher's answer must not read a log the broker stopped, and maybe closed,
+        while the fetch was out: a reassignment that moved the replica away)."""
+        with self._lock:
+            if self.role is not Role.FOLLOWER or self.leader_epoch != leader_epoch:
+                return None
+            return self.log.log_end_offset
+
+    def follower_end_of_epoch(self, epoch: int, leader_epoch: int) -> int | None:
+        """Where this follower's ``epoch`` ends (its log start offset when it has no such
+        epoch); None unless it follows at ``leader_epoch`` (`follower_log_end`)."""
+        with self._lock:
+            if self.role is not Role.FOLLOWER or self.leader_epoch != leader_epoch:
+                return None
+            found, end = self.log.end_offset_for_epoch(epoch)
+            return end if found >= 0 else self.log.log_start_offset
+
     def append_as_follower(
         self,
         records: bytes | memoryview,

@@ -344,6 +344,29 @@ def test_a_leader_batch_below_the_follower_log_end_truncates_there(tmp_path: Pat
     assert b.log.epochs.entries == a.log.epochs.entries
 
 
+def test_an_answer_for_a_replica_stopped_and_closed_meanwhile_is_dropped(tmp_path: Path) -> None:
+    """A chaos run's find: a reassignment moved a follower's replica away (stopped, its log
+    closed) while a fetch for it was out; applying the answer read the closed log
+    (IndexError), which ended the fetcher thread, and with it every partition it fetched."""
+    clock = Clock()
+    a, b = replica(tmp_path, 1, clock), replica(tmp_path, 2, clock)
+    a.make_leader(registration(1, 0, (1, 2)))
+    b.make_follower(registration(1, 0, (1, 2)))
+    a.append_as_leader(batch(b"x"), acks=1, min_insync_replicas=1)
+    state = b.fetch_state()
+    assert state is not None
+    fetch_offset, last_epoch, leader_epoch, _ = state
+    read, _change = a.read_for_follower(2, fetch_offset, last_epoch, leader_epoch, 1 << 20)
+    answer = pb.FetchPartitionResponse(high_watermark=read.high_watermark)
+    diverged = pb.FetchPartitionResponse()
+    diverged.diverging_epoch.epoch, diverged.diverging_epoch.end_offset = 0, 0
+    b.stop()  # what the replica manager does to a replica moved away
+    b.log.close()
+    records = memoryview(read.records)
+    assert apply_fetched(b, fetch_offset, leader_epoch, answer, records) is ErrorCode.NONE
+    assert apply_fetched(b, fetch_offset, leader_epoch, diverged, records[:0]) is ErrorCode.NONE
+
+
 def test_the_high_watermark_waits_while_the_isr_is_under_min_isr(tmp_path: Path) -> None:
     """KIP-966 (Kafka's maybeIncrementLeaderHW since 3.7): an acks=1 append under min ISR is
     in the log but not committed until the ISR is back at min ISR, so a replica that left the
