@@ -443,16 +443,22 @@ def test_the_voters_left_elect_when_one_has_the_later_term_and_the_other_the_new
 def test_three_voters_in_one_process_commit_1000_pipelined_appends_in_order(
     tmp_path: Path,
 ) -> None:
+    """About the pipeline, not elections: three voters share this process's GIL (5 ms switch
+    interval, where a node runs at 1 ms), and on a loaded CI machine the leader's tick came
+    later than the default 0.3-0.6 s election timeout: an election took the leadership away
+    and the appends in flight failed with NotLeaderError. A 3 s timeout keeps the leader
+    while the thousand appends are in flight."""
     addresses = [f"{host}:{free_port(host)}" for host in HOSTS]
     machines = [Recorder() for _ in addresses]
     logs: list[MetadataLog] = []
+    timing = RaftTiming.for_election_timeout(3.0)
     try:
         for i, (address, machine) in enumerate(zip(addresses, machines, strict=True)):
             options = RaftOptions(max_in_flight_appends=1000)
             logs.append(
-                MetadataLog(address, addresses, tmp_path / f"n{i}", machine, options=options)
+                MetadataLog(address, addresses, tmp_path / f"n{i}", machine, timing, options)
             )
-        leader = wait_until(lambda: next((g for g in logs if g.is_leader()), None), 10, "a leader")
+        leader = wait_until(lambda: next((g for g in logs if g.is_leader()), None), 15, "a leader")
         expected = [f"e{i}" for i in range(1000)]
         futures = [leader.append(payload.encode()) for payload in expected]
         assert [future.result(timeout=30) for future in futures] == list(range(1, 1001))
