@@ -6,6 +6,7 @@ Kafka's checkpoint text format: a version line, an entry-count line, then one en
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from raftlog.errors import StorageError
@@ -77,3 +78,37 @@ def read_checkpoint(path: Path, fields: int) -> list[tuple[int, ...]] | None:
     except (ValueError, IndexError) as error:
         raise StorageError(f"checkpoint {path} is malformed: {error}") from error
     return entries
+
+
+def write_offset_checkpoint(
+    path: Path, offsets: Mapping[tuple[str, int], int], *, durable: bool = True
+) -> None:
+    """Kafka's ``OffsetCheckpointFile`` (``replication-offset-checkpoint``): one entry per
+    partition, ``topic partition offset``. Topic names hold no whitespace (Kafka's legal
+    characters), so a space separates the fields."""
+    lines = [str(CHECKPOINT_VERSION), str(len(offsets))]
+    lines += [f"{topic} {partition} {offset}" for (topic, partition), offset in offsets.items()]
+    write_atomically(path, ("\n".join(lines) + "\n").encode(), durable=durable)
+
+
+def read_offset_checkpoint(path: Path) -> dict[tuple[str, int], int] | None:
+    """The entries of :func:`write_offset_checkpoint`'s file, None if it does not exist; a
+    malformed one is a StorageError naming the file, as :func:`read_checkpoint`."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    lines = text.split("\n")
+    try:
+        version, count = int(lines[0]), int(lines[1])
+        if version != CHECKPOINT_VERSION or not 0 <= count <= MAX_CHECKPOINT_ENTRIES:
+            raise ValueError(f"version {version}, {count} entries")
+        offsets: dict[tuple[str, int], int] = {}
+        for line in lines[2 : 2 + count]:
+            topic, partition, offset = line.split(" ")
+            offsets[(topic, int(partition))] = int(offset)
+        if len(offsets) != count:
+            raise ValueError("entries do not match the count")
+    except (ValueError, IndexError) as error:
+        raise StorageError(f"checkpoint {path} is malformed: {error}") from error
+    return offsets

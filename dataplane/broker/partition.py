@@ -55,7 +55,6 @@ import time
 import uuid
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from pathlib import Path
 from typing import NamedTuple, Protocol
 
 from dataplane.broker import replica_state as rs
@@ -77,7 +76,7 @@ from raftlog.batch import (
     read_header,
     verify_batch,
 )
-from raftlog.checkpoint import read_checkpoint, write_checkpoint
+from raftlog.checkpoint import read_checkpoint
 from raftlog.epoch import UNDEFINED_EPOCH
 from raftlog.errors import (
     ErrorCode,
@@ -90,6 +89,7 @@ from raftlog.log import AppendInfo, Log
 from raftlog.txn import AbortedTxn, Marker, encode_marker, read_marker
 
 log = logging.getLogger(__name__)
+# the high watermark, one file per partition: what versions before 2026-11-28 wrote (read once)
 HIGH_WATERMARK_CHECKPOINT = "high-watermark-checkpoint"
 NO_LEADER = -1
 DELETE_TO_HIGH_WATERMARK = -1  # DeleteRecords' offset for "up to the high watermark"
@@ -172,7 +172,11 @@ class Partition:
         log: Log,
         broker_id: int,
         clock_ms: Callable[[], int],
+        high_watermark: int | None = None,
     ) -> None:
+        """``high_watermark``: the one the broker's ``replication-offset-checkpoint`` holds for
+        this partition (dataplane.broker.replica_manager); None: read the per-partition file of
+        older versions, if there is one (``legacy_hw_checkpoint`` says so), else 0."""
         self.topic = topic
         self.partition = partition
         self.topic_id = topic_id
@@ -213,8 +217,10 @@ class Partition:
         # does not advance while the ISR is smaller (KIP-966)
         self.min_insync_replicas = 1
         self._isr_retry_at_ms = 0  # after a refused ISR change, wait before proposing again
-        self.high_watermark = min(self._read_hw_checkpoint(), log.log_end_offset)
-        self._checkpointed_hw = self.high_watermark
+        self.legacy_hw_checkpoint = (log.directory / HIGH_WATERMARK_CHECKPOINT).exists()
+        if high_watermark is None:
+            high_watermark = self._read_legacy_hw_checkpoint()
+        self.high_watermark = min(high_watermark, log.log_end_offset)
         self.snapshots = SnapshotFiles(log.directory)
         # a replica whose directory was just made has no snapshot and no batch to read
         self.producers = ProducerStates() if log.created else self._load_producer_state()
@@ -940,6 +946,7 @@ class Partition:
             # partition's lock held. A snapshot a crash tears is found corrupt when read and
             # an older one is used, the log rescanned from it.
             self._write_snapshot(base_offset, durable=False)
+            self.log.notify_work()
 
     def sync_snapshots(self) -> None:
         """fsync the snapshots written on rolls (the broker's maintenance thread calls this)."""
@@ -947,6 +954,11 @@ class Partition:
             self.snapshots.sync()
         except OSError as error:
             log.warning("%s: producer-state snapshots not synced: %s", self.name, error)
+
+    def has_timed_work(self) -> bool:
+        """Whether the maintenance thread's next tick may find work here: the log's (a flush
+        by ``flush.ms``, delayed file deletions) or snapshots awaiting their fsync."""
+        return self.log.has_timed_work() or self.snapshots.unsynced
 
     def _write_snapshot(self, offset: int, *, durable: bool = True) -> None:
         try:
@@ -971,21 +983,21 @@ class Partition:
                      removed, expiration_ms)  # fmt: skip
 
     # -- durability --------------------------------------------------------------------------------
-    def _hw_path(self) -> Path:
-        return self.log.directory / HIGH_WATERMARK_CHECKPOINT
-
-    def _read_hw_checkpoint(self) -> int:
+    def _read_legacy_hw_checkpoint(self) -> int:
+        if not self.legacy_hw_checkpoint:
+            return 0
         try:
-            entries = read_checkpoint(self._hw_path(), fields=1)
+            entries = read_checkpoint(self.log.directory / HIGH_WATERMARK_CHECKPOINT, fields=1)
         except StorageError:
             return 0
         return entries[0][0] if entries else 0
 
-    def checkpoint_high_watermark(self) -> None:
-        hw = self.high_watermark
-        if hw != self._checkpointed_hw:
-            write_checkpoint(self._hw_path(), [(hw,)])
-            self._checkpointed_hw = hw
+    def drop_legacy_hw_checkpoint(self) -> None:
+        """Remove the per-partition high-watermark file of older versions, once the broker's
+        ``replication-offset-checkpoint`` holds this partition durably."""
+        if self.legacy_hw_checkpoint:
+            (self.log.directory / HIGH_WATERMARK_CHECKPOINT).unlink(missing_ok=True)
+            self.legacy_hw_checkpoint = False
 
 
 def _is_marker(header: BatchHeader) -> bool:

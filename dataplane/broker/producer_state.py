@@ -518,8 +518,7 @@ class SnapshotFiles:
 
     def sync(self) -> None:
         """fsync the snapshots written without it, then the directory. One deleted meanwhile
-        is skipped: only what exists needs to be durable. Nothing written: no lock taken (the
-        maintenance thread calls this for every partition each tick)."""
+        is skipped: only what exists needs to be durable. Nothing written: no lock taken."""
         if not self._unsynced:
             return
         with self._lock:
@@ -531,6 +530,11 @@ class SnapshotFiles:
                 continue
         if pending:
             fsync_path(self.directory)
+
+    @property
+    def unsynced(self) -> bool:
+        """Snapshots written without an fsync wait for :meth:`sync`."""
+        return bool(self._unsynced)
 
     def load_latest(self, max_offset: int) -> tuple[int, ProducerStates] | None:
         """The newest valid snapshot at or below ``max_offset``: (its offset, its state). A

@@ -219,3 +219,36 @@ def test_a_failed_advice_is_warned_of_once_and_stores_nothing_differently(
     assert len(os.listdir("/proc/self/fd")) == fds  # no duplicate descriptor left open
     assert read_values(log) == values
     log.close()
+
+
+def test_a_log_tells_its_owner_of_work_and_says_when_it_is_idle(tmp_path: Path) -> None:
+    """The broker's timers visit only the logs that told of work (``work_listener``) until
+    they are idle again: an append leaves page cache to release; a deletion set aside waits
+    for file.delete.delay.ms; a time-based flush waits for flush.ms."""
+    clock = ManualClock()
+    config = LogConfig(segment_bytes=MiB, file_delete_delay_ms=1000, flush_ms=5000)
+    log = Log(tmp_path / "t-0", config, clock=clock)
+    told: list[int] = []
+    log.work_listener = lambda: told.append(1)
+    assert not log.has_timed_work()
+    assert log.cache_release_pending(MiB)  # never looked at
+    assert log.release_page_cache(MiB) == 0 and not log.cache_release_pending(MiB)
+    for _ in range(3):
+        log.append(make_batch(values_of(1024, size=1000)), leader_epoch=0)
+    assert told and log.cache_release_pending(MiB)
+    assert log.has_timed_work()  # unflushed records, and flush.ms applies
+    clock.advance(5000)
+    assert log.maybe_flush() and not log.has_timed_work()
+    log.release_page_cache(MiB)
+    clock.advance(CACHE_RELEASE_RETRY_MS)
+    log.release_page_cache(MiB)
+    assert not log.cache_release_pending(MiB)  # idle: visited again only once told
+    told.clear()
+    log.truncate_to(1)  # the truncated segments wait for file.delete.delay.ms
+    assert told and log.has_timed_work() and log.cache_release_pending(MiB)
+    clock.advance(1000)
+    assert log.delete_due_segment_files() > 0 and not log.has_timed_work()
+    told.clear()
+    log.config = LogConfig(segment_bytes=MiB, flush_ms=10)  # a new policy for what is stored
+    assert told
+    log.close()

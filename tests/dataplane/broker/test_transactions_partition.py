@@ -35,9 +35,11 @@ def txn_batch(producer_id: int, sequence: int, *values: bytes, epoch: int = 0) -
     )
 
 
-def replica(root: Path, broker_id: int, clock: Clock) -> Partition:
+def replica(
+    root: Path, broker_id: int, clock: Clock, high_watermark: int | None = None
+) -> Partition:
     log = Log(root / f"broker-{broker_id}" / "t-0", topic_id=TOPIC_ID, clock=clock)
-    return Partition("t", 0, TOPIC_ID, log, broker_id, clock)
+    return Partition("t", 0, TOPIC_ID, log, broker_id, clock, high_watermark)
 
 
 def lead(partition: Partition, epoch: int = 0, isr: tuple[int, ...] = (1, 2)) -> None:
@@ -131,11 +133,11 @@ def test_the_state_survives_a_reopen_by_snapshot_and_by_rescan(tmp_path: Path) -
     a.append_as_leader(txn_batch(7, 0, b"x"), -1, 1)  # 0
     a.append_marker(7, 0, commit=False, coordinator_epoch=1)  # 1
     a.append_as_leader(txn_batch(8, 0, b"y"), -1, 1)  # 2, open
-    a.checkpoint_high_watermark()
+    high_watermark = a.high_watermark  # the broker's replication-offset-checkpoint keeps it
     a.stop()  # a clean stop snapshots at the log end (version 2, with the open transaction)
     a.log.close()
     directory = tmp_path / "broker-1" / "t-0"
-    reopened = replica(tmp_path, 1, clock)
+    reopened = replica(tmp_path, 1, clock, high_watermark)
     assert reopened.snapshots.offsets() == [3]
     assert reopened.producers.open_transactions() == [(2, 8)]
     assert reopened.last_stable_offset == 2
@@ -143,7 +145,7 @@ def test_the_state_survives_a_reopen_by_snapshot_and_by_rescan(tmp_path: Path) -
     # without snapshots or the .txnindex the rescan finds both again, markers read from the log
     for path in [*directory.glob("*.snapshot"), *directory.glob(f"*{TXN_INDEX_SUFFIX}")]:
         path.unlink()
-    rescanned = replica(tmp_path, 1, clock)
+    rescanned = replica(tmp_path, 1, clock, high_watermark)
     assert rescanned.producers.open_transactions() == [(2, 8)]
     assert rescanned.last_stable_offset == 2
     assert rescanned.log.aborted_transactions(0, 3) == [AbortedTxn(7, 0, 1, 2)]
