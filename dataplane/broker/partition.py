@@ -100,6 +100,13 @@ READ_UNCOMMITTED, READ_COMMITTED = 0, 1  # Kafka's isolation levels
 PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS = 600_000
 
 
+class Waker(Protocol):
+    """What a waiter registers (``add_waiter``): a ``threading.Event``, or anything set like
+    one (``dataplane.broker.service.wait_for_each`` learns which partition woke it)."""
+
+    def set(self) -> None: ...
+
+
 class Watcher(Protocol):
     """What watches a replica's changes: a follower's fetch session on the leader, the
     replica fetcher on a follower."""
@@ -185,7 +192,7 @@ class Partition:
         self.clock_ms = clock_ms
         self._lock = threading.Lock()
         # a waiter's high watermark to wake at (an acks=all produce), None: every change
-        self._waiters: dict[threading.Event, int | None] = {}
+        self._waiters: dict[Waker, int | None] = {}
         # how many times this replica changed (appends, high watermark, role, epoch, ISR, log
         # start, truncation): the follower's fetcher takes its fetch state again only once it
         # moved (dataplane.broker.fetcher)
@@ -262,14 +269,14 @@ class Partition:
                 watcher.changed(key, wakes)
 
     # -- waiting -------------------------------------------------------------------------------
-    def add_waiter(self, event: threading.Event, high_watermark: int | None = None) -> None:
+    def add_waiter(self, event: Waker, high_watermark: int | None = None) -> None:
         """Set ``event`` on changes: all of them; or with ``high_watermark`` only on those of
         role, epoch or ISR and once the high watermark reaches it; or with ``ON_APPEND`` (a
         follower's fetch) on those and on appends, not on high watermark moves."""
         with self._lock:
             self._waiters[event] = high_watermark
 
-    def remove_waiter(self, event: threading.Event) -> None:
+    def remove_waiter(self, event: Waker) -> None:
         with self._lock:
             self._waiters.pop(event, None)
 
