@@ -55,28 +55,21 @@ def fsync_path(path: Path) -> None:
 
 
 def write_checkpoint(path: Path, entries: list[tuple[int, ...]], *, durable: bool = True) -> None:
-    lines = [str(CHECKPOINT_VERSION), str(len(entries))]
-    lines += [" ".join(str(field) for field in entry) for entry in entries]
-    write_atomically(path, ("\n".join(lines) + "\n").encode(), durable=durable)
+    _write_entries(path, [" ".join(str(field) for field in entry) for entry in entries], durable)
 
 
 def read_checkpoint(path: Path, fields: int) -> list[tuple[int, ...]] | None:
     """Entries of a checkpoint file, None if it does not exist. A malformed file is a
     StorageError naming the file: it was written atomically, so damage means outside hands."""
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
+    lines = _read_entries(path)
+    if lines is None:
         return None
-    lines = text.split("\n")
     try:
-        version, count = int(lines[0]), int(lines[1])
-        if version != CHECKPOINT_VERSION or not 0 <= count <= MAX_CHECKPOINT_ENTRIES:
-            raise ValueError(f"version {version}, {count} entries")
-        entries = [tuple(int(field) for field in line.split()) for line in lines[2 : 2 + count]]
-        if any(len(entry) != fields for entry in entries) or len(entries) != count:
-            raise ValueError("entries do not match the count or the field count")
-    except (ValueError, IndexError) as error:
-        raise StorageError(f"checkpoint {path} is malformed: {error}") from error
+        entries = [tuple(int(field) for field in line.split()) for line in lines]
+        if any(len(entry) != fields for entry in entries):
+            raise ValueError("entries do not match the field count")
+    except ValueError as error:
+        raise _malformed(path, error) from error
     return entries
 
 
@@ -86,14 +79,36 @@ def write_offset_checkpoint(
     """Kafka's ``OffsetCheckpointFile`` (``replication-offset-checkpoint``): one entry per
     partition, ``topic partition offset``. Topic names hold no whitespace (Kafka's legal
     characters), so a space separates the fields."""
-    lines = [str(CHECKPOINT_VERSION), str(len(offsets))]
-    lines += [f"{topic} {partition} {offset}" for (topic, partition), offset in offsets.items()]
-    write_atomically(path, ("\n".join(lines) + "\n").encode(), durable=durable)
+    lines = [f"{topic} {partition} {offset}" for (topic, partition), offset in offsets.items()]
+    _write_entries(path, lines, durable)
 
 
 def read_offset_checkpoint(path: Path) -> dict[tuple[str, int], int] | None:
     """The entries of :func:`write_offset_checkpoint`'s file, None if it does not exist; a
     malformed one is a StorageError naming the file, as :func:`read_checkpoint`."""
+    lines = _read_entries(path)
+    if lines is None:
+        return None
+    offsets: dict[tuple[str, int], int] = {}
+    try:
+        for line in lines:
+            topic, partition, offset = line.split(" ")
+            offsets[(topic, int(partition))] = int(offset)
+        if len(offsets) != len(lines):
+            raise ValueError("a partition appears twice")
+    except ValueError as error:
+        raise _malformed(path, error) from error
+    return offsets
+
+
+def _write_entries(path: Path, entries: list[str], durable: bool) -> None:
+    lines = [str(CHECKPOINT_VERSION), str(len(entries)), *entries]
+    write_atomically(path, ("\n".join(lines) + "\n").encode(), durable=durable)
+
+
+def _read_entries(path: Path) -> list[str] | None:
+    """The entry lines of a checkpoint file (its version and count checked), None if it does
+    not exist."""
     try:
         text = path.read_text()
     except FileNotFoundError:
@@ -103,12 +118,13 @@ def read_offset_checkpoint(path: Path) -> dict[tuple[str, int], int] | None:
         version, count = int(lines[0]), int(lines[1])
         if version != CHECKPOINT_VERSION or not 0 <= count <= MAX_CHECKPOINT_ENTRIES:
             raise ValueError(f"version {version}, {count} entries")
-        offsets: dict[tuple[str, int], int] = {}
-        for line in lines[2 : 2 + count]:
-            topic, partition, offset = line.split(" ")
-            offsets[(topic, int(partition))] = int(offset)
-        if len(offsets) != count:
+        entries = lines[2 : 2 + count]
+        if len(entries) != count:
             raise ValueError("entries do not match the count")
     except (ValueError, IndexError) as error:
-        raise StorageError(f"checkpoint {path} is malformed: {error}") from error
-    return offsets
+        raise _malformed(path, error) from error
+    return entries
+
+
+def _malformed(path: Path, error: Exception) -> StorageError:
+    return StorageError(f"checkpoint {path} is malformed: {error}")
