@@ -394,7 +394,8 @@ class ReplicaManager:
         opened.io_failure_listener = self._log_dir_failed
         if opened.recovery.recovered or opened.recovery.notes:
             log.info("%s: recovered %s", directory.name, opened.recovery)
-        stored_hw = self._stored_high_watermarks().get((topic, partition_id))
+        key = (topic, partition_id)  # what this process last wrote, else what it found
+        stored_hw = self._written_hws.get(key, self._stored_high_watermarks().get(key))
         partition = Partition(
             topic, partition_id, topic_id, opened, self.broker_id, self.clock_ms, stored_hw
         )
