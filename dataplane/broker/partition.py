@@ -224,7 +224,9 @@ class Partition:
         # does not advance while the ISR is smaller (KIP-966)
         self.min_insync_replicas = 1
         self._isr_retry_at_ms = 0  # after a refused ISR change, wait before proposing again
-        self.legacy_hw_checkpoint = (log.directory / HIGH_WATERMARK_CHECKPOINT).exists()
+        self.legacy_hw_checkpoint = (
+            not log.created and (log.directory / HIGH_WATERMARK_CHECKPOINT).exists()
+        )
         if high_watermark is None:
             high_watermark = self._read_legacy_hw_checkpoint()
         self.high_watermark = min(high_watermark, log.log_end_offset)

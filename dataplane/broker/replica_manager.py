@@ -75,6 +75,11 @@ class _Due:
         self._partitions: set[Partition] = set()
 
     def add(self, partition: Partition) -> None:
+        """Called on every append: a partition already due is left without the lock. Sound
+        unlocked: ``take`` swaps the set before the timer visits any of it, so a partition
+        seen in a set the timer has taken is visited after this caller's change."""
+        if partition in self._partitions:
+            return
         with self._lock:
             self._partitions.add(partition)
 

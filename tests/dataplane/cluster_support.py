@@ -17,8 +17,8 @@ from typing import Any
 import grpc
 
 from dataplane.client import AdminClient, Consumer, NewTopic, Producer
+from dataplane.client._cluster import CHANNEL_OPTIONS
 from dataplane.tools.local_cluster import LocalCluster, pick_cluster_port, wait_for
-from protos import RECONNECT_OPTIONS
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc as pb_grpc
 from raftlog.records import Record, encode_batch, iter_records
@@ -231,14 +231,13 @@ _CHANNELS: dict[str, grpc.Channel] = {}
 
 
 def stub(address: str) -> pb_grpc.BrokerServiceStub:
-    """A stub on one cached channel per address, with the product's reconnect backoff: with
-    gRPC's own (1 s, growing to 120 s) a channel to a broker killed and restarted failed every
-    call without trying for seconds, and a test missed the whole window in which the restarted
-    broker refused clients while catching up (a CI failure of test_restart)."""
+    """A stub on one cached channel per address, with the client's channel options and so its
+    reconnect backoff: with gRPC's own (1 s, growing to 120 s) a channel to a broker killed and
+    restarted failed every call without trying for seconds, and a test missed the whole window
+    in which the restarted broker refused clients while catching up (a CI failure)."""
     channel = _CHANNELS.get(address)
     if channel is None:
-        options = [("grpc.max_receive_message_length", 100 * 1024 * 1024), *RECONNECT_OPTIONS]
-        channel = grpc.insecure_channel(address, options=options)
+        channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
         _CHANNELS[address] = channel
     return pb_grpc.BrokerServiceStub(channel)
 

@@ -105,16 +105,19 @@ def test_the_high_watermarks_survive_a_restart_in_one_file_of_the_log_directory(
     replicas.get("a", 0).high_watermark, replicas.get("b", 0).high_watermark = 3, 4
     path = tmp_path / REPLICATION_OFFSET_CHECKPOINT
     replicas.checkpoint(replicas.partitions())
-    written = path.stat().st_mtime_ns
+    written = path.stat().st_ino  # a rewrite renames a new file over it: another inode
     replicas.checkpoint(replicas.partitions())  # nothing moved: not written again
-    assert path.stat().st_mtime_ns == written
-    assert read_offset_checkpoint(path) == {("a", 0): 3, ("b", 0): 4}
+    assert path.stat().st_ino == written
+    replicas.get("a", 0).high_watermark = 4
+    replicas.checkpoint(replicas.partitions())
+    assert path.stat().st_ino != written
+    assert read_offset_checkpoint(path) == {("a", 0): 4, ("b", 0): 4}
     assert not any((tmp_path / f"{t}-0" / HIGH_WATERMARK_CHECKPOINT).exists() for t in ids)
     for partition in replicas.partitions():
         partition.log.close()
     again = manager(tmp_path, [])
     opened = {t: again._open(t, 0, topic_id, LogConfig()) for t, topic_id in ids.items()}
-    assert {t: p.high_watermark for t, p in opened.items()} == {"a": 3, "b": 4}
+    assert {t: p.high_watermark for t, p in opened.items()} == {"a": 4, "b": 4}
     for partition in opened.values():
         partition.log.close()
 
