@@ -63,6 +63,7 @@ STOP_TIMEOUT_S = 30.0  # a transformer's last transaction after SIGTERM
 UNKNOWN_EXIT_STATUS = 3  # chaos/transformer.py: a transaction's outcome is unknown
 TRANSFORMER_ID_PREFIX = "chaos-transformer"  # transformer i's transactional id: <prefix>-<i>
 CLIENT_ERRORS = (KafkaError, grpc.RpcError, TimeoutError, OSError)
+VICTIM_TIMEOUT_S = 10.0  # as long as a controller-kill waits for the active controller
 
 
 @dataclass(frozen=True)
@@ -431,14 +432,25 @@ class TxnWorkload:
 
     # fault hooks (chaos/faults.py FaultInjector.inject)
     def victim(self, admin: AdminClient, fault: PlannedFault) -> int:
-        """The node a txn-coordinator-kill or output-leader-kill kills (-1: nobody known)."""
+        """The node a txn-coordinator-kill or output-leader-kill kills (-1: nobody known within
+        VICTIM_TIMEOUT_S: the partition stayed leaderless, or no broker answered). A lookup
+        that fails is asked again: the fault may come while an earlier one's election is on."""
+        transactional_id = self.fleet.ids[fault.node % len(self.fleet.ids)]
+
+        def lookup() -> int | None:
+            try:
+                if fault.kind == "output-leader-kill":
+                    node = partition_leader(admin, self.settings.output_topic, fault.partition)
+                else:
+                    node = coordinator_leader(admin, transactional_id)
+            except CLIENT_ERRORS as error:
+                log.warning("the victim of %s: %s", fault.kind, error)
+                return None
+            return node if node >= 0 else None
+
         try:
-            if fault.kind == "output-leader-kill":
-                return partition_leader(admin, self.settings.output_topic, fault.partition)
-            transactional_id = self.fleet.ids[fault.node % len(self.fleet.ids)]
-            return coordinator_leader(admin, transactional_id)
-        except CLIENT_ERRORS as error:
-            log.warning("the victim of %s: %s", fault.kind, error)
+            return wait_for(f"the victim of {fault.kind}", lookup, VICTIM_TIMEOUT_S)
+        except TimeoutError:
             return -1
 
     def kill_transformer(self, fault: PlannedFault) -> tuple[list[int], str, Callable[[], None]]:

@@ -50,6 +50,7 @@ from raftlog.errors import ErrorCode, KafkaError
 
 Launcher = Callable[[int, list[str], Path], "subprocess.Popen[bytes]"]
 STOP_TIMEOUT_S = 10.0
+UP_TIMEOUT_S = 60.0  # a controller active, every broker unfenced (loaded CI: 30 s was short)
 POLL_S = 0.05
 MAX_NODE_ID = 9  # nodes 1..9 on consecutive addresses
 
@@ -427,7 +428,7 @@ class LocalCluster:
         self._save_pids(pids)
         return proc.pid
 
-    def up(self, timeout_s: float = 30.0) -> None:
+    def up(self, timeout_s: float = UP_TIMEOUT_S) -> None:
         """Start every node; return once a controller is active and every broker unfenced."""
         for spec in self.specs:
             self.start_node(spec.node_id)

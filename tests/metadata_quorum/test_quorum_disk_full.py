@@ -72,7 +72,7 @@ def test_a_full_controller_stops_serving_and_catches_up(tmp_path: Path) -> None:
             disks.mount(spec.node_id, spec.directory / "data", os.getuid(), os.getgid())
         client = cluster.client()
         try:
-            cluster.up(timeout_s=30)
+            cluster.up(timeout_s=60)
             register_brokers(client, [1, 2, 3])
             create_topics(client, ["before"])
             full = fill_and_step_down(cluster, disks, client)
