@@ -41,8 +41,10 @@ class _IndexFile:
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         length = os.fstat(self._fd).st_size
         self._mmap: mmap.mmap | None = None
-        # The last entry, kept beside the file so an append checks order without reading it back.
-        self._last: tuple[int, int] | None = None
+        # The last entry, kept beside the file so an append checks order without reading it back
+        # (_last_unread: not read from the map yet, see _last).
+        self._last_entry: tuple[int, int] | None = None
+        self._last_unread = False
         # The end of the page(s) the last pwrite put an entry in (within the map): they have
         # blocks now, so stores into the map below it cannot fault for space (see _append_raw).
         # 0: none since this file was opened or resized.
@@ -60,7 +62,20 @@ class _IndexFile:
                 raise CorruptIndexError(f"{path}: length {length} is not whole entries")
             self.entries = length // self._entry_size
             self._map(length)
-            self._last = self._raw(self.entries - 1)
+            self._last_unread = True
+
+    @property
+    def _last(self) -> tuple[int, int] | None:
+        """The last entry, read from the map at its first use after opening. A crash leaves the
+        active segment's indexes preallocated, a hole after their entries, and recovery rebuilds
+        them without a look at it; reading the last entry at open faulted in the hole's last
+        page, and the kernel's read-around zero-filled 4 MiB with it: 1.7 ms a file on ext4,
+        19.5 s of the 29 s a broker with 3,000 partitions took to open its logs after a
+        SIGKILL."""
+        if self._last_unread:
+            self._last_unread = False
+            self._last_entry = self._raw(self.entries - 1) if self.entries else None
+        return self._last_entry
 
     # -- file management -------------------------------------------------------------------
     def _map(self, length: int) -> None:
@@ -162,11 +177,12 @@ class _IndexFile:
             page_end = ((end - 1) // mmap.PAGESIZE + 1) * mmap.PAGESIZE
             self._stores_until = min(page_end, len(self._mmap))
         self.entries = entries + 1
-        self._last = (key, value)
+        self._last_entry, self._last_unread = (key, value), False
 
     def truncate_entries(self, entries: int) -> None:
         self.entries = max(0, min(entries, self.entries))
-        self._last = self._raw(self.entries - 1) if self.entries else None
+        self._last_entry = self._raw(self.entries - 1) if self.entries else None
+        self._last_unread = False
 
     def _search(self, key: int, column: int) -> int:
         """Index of the last entry whose ``column`` is <= key, or -1."""

@@ -14,6 +14,7 @@ from raftlog.config import LogConfig
 from raftlog.log import Log
 from raftlog.records import Record, encode_batch, iter_records
 from tests.raftlog.batches import make_batch, values_of
+from tests.raftlog.test_page_cache import resident_pages
 
 CONFIG = LogConfig.parse({"segment.bytes": 8192, "index.interval.bytes": 1024})
 BATCHES = 40
@@ -234,3 +235,31 @@ def test_an_unclean_start_of_a_log_without_records_makes_nothing_durable(
     again = Log(directory, CONFIG)
     assert again.recovery.clean_shutdown and again.epochs.entries == ()
     again.close()
+
+
+def test_an_unclean_start_does_not_read_the_preallocated_indexes_it_rebuilds(
+    tmp_path: Path,
+) -> None:
+    """A crash leaves the active segment's indexes at their preallocated length, a hole after
+    their entries. Opening one read its last entry, faulting in the hole's last page (and 4 MiB
+    of zeros around it), before recovery threw the index away to rebuild it: 1.7 ms on ext4 for
+    each of two files per partition, 19.5 s of the 29 s a broker with 3,000 partitions took to
+    open them after a SIGKILL. The last page stays out of the page cache now (mincore: the
+    kernel's own answer)."""
+    directory = tmp_path / "t-0"
+    log = Log(directory, LogConfig.parse({"index.interval.bytes": 1024}))
+    for n in range(5):
+        log.append(make_batch(values_of(PER_BATCH, size=300, tag=f"b{n}-")), leader_epoch=0)
+    indexes = sorted(directory.glob("*.index")) + sorted(directory.glob("*.timeindex"))
+    preallocated = [path.stat().st_size for path in indexes]
+    assert len(indexes) == 2 and min(preallocated) > 1 << 20
+    log.abandon()  # trims the indexes, as a close does: a SIGKILL leaves them preallocated
+    for path, size in zip(indexes, preallocated, strict=True):
+        os.truncate(path, size)
+    assert not any(resident_pages(path)[-1] for path in indexes), "untouched before the reopen"
+    reopened = Log(directory, LogConfig.parse({"index.interval.bytes": 1024}))
+    assert not reopened.recovery.clean_shutdown
+    assert reopened.log_end_offset == 5 * PER_BATCH
+    assert [not resident_pages(path)[-1] for path in indexes] == [True, True]
+    assert reopened.active.offset_index.lookup(2**62)[0] > 0, "the entries were rebuilt"
+    reopened.close()
