@@ -104,9 +104,12 @@ raftlog do not answer pre-votes: upgrade a quorum whole, not one voter at a time
 
 pysyncobj behaviours worked around here: a failed snapshot load is logged and ignored (we stop
 the node); a leader resends entries already in flight and a follower then truncates entries
-it had applied (``_RaftNode.before_receive``); its tick thread stops when the thread that
-built it exits. Not worked around: commands are pickled with protocol 2, which stores bytes
-as latin-1 text, so binary payloads take ~1.5x their size in the journal and on the wire.
+it had applied (``_RaftNode.before_receive``); an entry larger than an append message is sent
+in pieces, and the leader marks the last one by the command's length, not the pickled entry's,
+so pieces before the last are marked last too (``_RaftNode._reassemble``); its tick thread
+stops when the thread that built it exits. Not worked around: commands are pickled with
+protocol 2, which stores bytes as latin-1 text, so binary payloads take ~1.5x their size in the
+journal and on the wire.
 
 Cost, ``python -m tests.metadata_quorum.raft_node bench --count 20000`` (3 processes on
 127.0.0.141-143, 2 cores, ext4 on a virtio disk, 1 KiB payloads, 500 appends in flight,
@@ -124,6 +127,7 @@ import functools
 import itertools
 import logging
 import os
+import pickle
 import re
 import socket
 import struct
@@ -1082,6 +1086,7 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
         leader's ``nextIndex`` to restore after an ack; trims duplicates off an append."""
         kind = message.get("type") if isinstance(message, dict) else None
         if kind == "append_entries":
+            self._reassemble(message)
             self._trim_duplicates(message)
         elif kind == "next_node_idx" and message["success"] and not message["reset"]:
             return cast(int | None, self._SyncObj__raftNextIndex.get(node))
@@ -1095,6 +1100,27 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
             and indexes.get(node, next_index) < next_index
         ):
             indexes[node] = next_index  # an ack never moves nextIndex back; a reset still does
+
+    def _reassemble(self, message: dict[str, Any]) -> None:
+        """The pieces of an entry larger than an append message: pysyncobj's leader marks a
+        piece ``finish`` once it reaches the command's length, but it sends the pickled entry,
+        which is longer (protocol 2 stores bytes as latin-1 text: ~1.5x), so the pieces past
+        the command's length are all marked ``finish``. Its follower unpickled each: the
+        truncated ones raised out of the tick (``failed _onTick``, the rest of the tick's
+        messages left for the next), after a second, pure-Python try over the whole buffer.
+        Here a ``finish`` whose pieces do not yet make an entry is an ordinary piece, and the
+        whole one becomes a plain append of that entry (what pysyncobj makes of it)."""
+        if message.get("transmission") != "finish":
+            return
+        data = (vars(self).get("_SyncObj__recvTransmission") or b"") + message["data"]
+        try:
+            entry = pickle.loads(data)  # C only: the entry was pickled by this Python's pickle
+        except (pickle.UnpicklingError, EOFError):
+            message["transmission"] = "process"  # more pieces follow
+            return
+        self._SyncObj__recvTransmission = ""
+        del message["transmission"], message["data"]
+        message["entries"] = [entry]
 
     def _trim_duplicates(self, message: dict[str, Any]) -> None:
         """If this log ends with an entry of the sender's term, the whole log is a prefix of the

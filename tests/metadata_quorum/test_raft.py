@@ -5,6 +5,7 @@ Addresses 127.0.0.141-143 are reserved for this module; ports are picked free pe
 
 from __future__ import annotations
 
+import logging
 import struct
 import threading
 import time
@@ -484,6 +485,33 @@ def test_three_voters_in_one_process_commit_1000_pipelined_appends_in_order(
         for log, machine in zip(logs, machines, strict=True):
             last = machine.leader_changes[-1]
             assert last == (leader.self_address, log is leader)
+    finally:
+        for log in logs:
+            log.close()
+
+
+def test_an_entry_larger_than_an_append_message_reaches_every_voter_without_an_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An entry larger than an append message (64 KiB) goes in pieces. pysyncobj's leader marks
+    each piece past the command's length the last (the pickled entry is longer: bytes above
+    0x7f take two as latin-1 text), and its followers' ticks failed on each of them with
+    ``failed _onTick`` (UnpicklingError), seen with metadata records at 3,000 partitions."""
+    addresses = [f"{host}:{free_port(host)}" for host in HOSTS]
+    machines = [ListMachine() for _ in addresses]
+    logs: list[MetadataLog] = []
+    big = bytes(range(128, 256)) * 2048  # 256 KiB: ~512 KiB pickled, 4 pieces marked early
+    try:
+        for i, (address, machine) in enumerate(zip(addresses, machines, strict=True)):
+            timing = RaftTiming.for_election_timeout(3.0)  # one GIL for three voters
+            logs.append(MetadataLog(address, addresses, tmp_path / f"n{i}", machine, timing))
+        leader = wait_until(lambda: next((g for g in logs if g.is_leader()), None), 15, "a leader")
+        with caplog.at_level(logging.ERROR):
+            leader.append(big).result(timeout=30)
+            leader.append(b"after").result(timeout=30)
+            for machine in machines:
+                wait_until(lambda m=machine: m.entries[-2:] == [big, b"after"], 10, "applied")  # type: ignore[misc]
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
     finally:
         for log in logs:
             log.close()
