@@ -1112,6 +1112,8 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
         whole one becomes a plain append of that entry (what pysyncobj makes of it)."""
         if message.get("transmission") != "finish":
             return
+        if message["term"] < self._SyncObj__raftCurrentTerm:
+            return  # a deposed leader's: pysyncobj ignores it, and the buffer is the new one's
         data = (vars(self).get("_SyncObj__recvTransmission") or b"") + message["data"]
         try:
             entry = pickle.loads(data)  # C only: the entry was pickled by this Python's pickle
