@@ -43,12 +43,9 @@ LATENCY_BUCKETS_S = (
 class PartitionGauge:
     topic: str
     partition: int
-    role: str
     high_watermark: int
     log_end_offset: int
     log_start_offset: int
-    isr_size: int
-    replicas: int
 
 
 @dataclass(frozen=True)
@@ -60,18 +57,71 @@ class ControllerGauge:
     tick_gap_max_s: float = 0.0
 
 
-class _StateCollector(Collector):
-    def __init__(
-        self,
-        partitions: Callable[[], list[PartitionGauge]],
-        controller: Callable[[], ControllerGauge | None],
-    ) -> None:
+@dataclass(frozen=True)
+class PartitionCounts:
+    hosted: int
+    leaders: int
+    under_replicated: int  # led here, with an ISR smaller than the replica set
+
+
+PARTITION_FAMILIES = (
+    ("raftlog_partition_high_watermark", "high watermark"),
+    ("raftlog_partition_log_end_offset", "log end offset"),
+    ("raftlog_partition_log_start_offset", "log start offset"),
+)
+_PARTITION_LABELS = ["topic", "partition"]
+
+
+class _PartitionCollector(Collector):
+    """The per-partition series: three for each replica hosted, the most of a scrape (at 10,000
+    partitions 30,000 series, ~0.5 s of this process's CPU). A scrape restricted by name
+    (``/metrics?name[]=...``) to other series does not build them: ``describe`` names them."""
+
+    def __init__(self, partitions: Callable[[], list[PartitionGauge]]) -> None:
         self.partitions = partitions
-        self.controller = controller
+
+    def describe(self) -> Iterator[Any]:
+        for name, documentation in PARTITION_FAMILIES:
+            yield GaugeMetricFamily(name, documentation, labels=_PARTITION_LABELS)
 
     def collect(self) -> Iterator[Any]:
-        yield from self._partition_metrics(self.partitions())
-        state = self.controller()
+        hw, leo, start = self.describe()
+        for p in self.partitions():
+            values = [p.topic, str(p.partition)]
+            hw.add_metric(values, p.high_watermark)
+            leo.add_metric(values, p.log_end_offset)
+            start.add_metric(values, p.log_start_offset)
+        yield from (hw, leo, start)
+
+
+class _StateCollector(Collector):
+    """The broker's partition counts and the controller's state: a few series, whatever the
+    partition count (``describe`` names them, so a restricted scrape builds only these)."""
+
+    def __init__(
+        self,
+        counts: Callable[[], PartitionCounts],
+        controller: Callable[[], ControllerGauge | None],
+    ) -> None:
+        self.counts = counts
+        self.controller = controller
+
+    def describe(self) -> Iterator[Any]:
+        yield from self._families(PartitionCounts(0, 0, 0), ControllerGauge(False, 0, 0, False))
+
+    def collect(self) -> Iterator[Any]:
+        yield from self._families(self.counts(), self.controller())
+
+    def _families(self, counts: PartitionCounts, state: ControllerGauge | None) -> Iterator[Any]:
+        yield _gauge(
+            "raftlog_under_replicated_partitions",
+            "partitions led here whose ISR is smaller than the replica set",
+            counts.under_replicated,
+        )
+        yield _gauge("raftlog_leader_partitions", "partitions led by this broker", counts.leaders)
+        yield _gauge(
+            "raftlog_partitions", "partition replicas hosted by this broker", counts.hosted
+        )
         if state is not None:
             yield _gauge("raftlog_controller_active", "1 on the active controller", state.active)
             yield _gauge(
@@ -87,34 +137,6 @@ class _StateCollector(Collector):
                 "longest time between two Raft ticks in the last 10 s window",
                 state.tick_gap_max_s,
             )
-
-    def _partition_metrics(self, partitions: list[PartitionGauge]) -> Iterator[Any]:
-        labels = ["topic", "partition"]
-        hw = GaugeMetricFamily("raftlog_partition_high_watermark", "high watermark", labels=labels)
-        leo = GaugeMetricFamily("raftlog_partition_log_end_offset", "log end offset", labels=labels)
-        start = GaugeMetricFamily(
-            "raftlog_partition_log_start_offset", "log start offset", labels=labels
-        )
-        under = 0
-        leaders = 0
-        for p in partitions:
-            values = [p.topic, str(p.partition)]
-            hw.add_metric(values, p.high_watermark)
-            leo.add_metric(values, p.log_end_offset)
-            start.add_metric(values, p.log_start_offset)
-            if p.role == "leader":
-                leaders += 1
-                under += p.isr_size < p.replicas
-        yield from (hw, leo, start)
-        yield _gauge(
-            "raftlog_under_replicated_partitions",
-            "partitions led here whose ISR is smaller than the replica set",
-            under,
-        )
-        yield _gauge("raftlog_leader_partitions", "partitions led by this broker", leaders)
-        yield _gauge(
-            "raftlog_partitions", "partition replicas hosted by this broker", len(partitions)
-        )
 
 
 class _QuotaCollector(Collector):
@@ -255,9 +277,13 @@ class NodeMetrics:
     def watch(
         self,
         partitions: Callable[[], list[PartitionGauge]],
+        counts: Callable[[], PartitionCounts],
         controller: Callable[[], ControllerGauge | None],
     ) -> None:
-        self.registry.register(_StateCollector(partitions, controller))
+        """The per-partition series (`partitions`), the broker's partition counts and the
+        controller's state, read at scrape time."""
+        self.registry.register(_PartitionCollector(partitions))
+        self.registry.register(_StateCollector(counts, controller))
 
     def watch_replication_quotas(self, quotas: Callable[[], list[QuotaGauge]]) -> None:
         self.registry.register(_QuotaCollector(quotas))

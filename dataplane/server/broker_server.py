@@ -28,8 +28,8 @@ import grpc
 
 from dataplane.broker.alter_partition import PendingChanges
 from dataplane.broker.fetcher import FetcherConfig, FetcherManager
-from dataplane.broker.metrics import NodeMetrics, PartitionGauge
-from dataplane.broker.partition import IsrChange, Partition
+from dataplane.broker.metrics import NodeMetrics, PartitionCounts, PartitionGauge
+from dataplane.broker.partition import IsrChange, Partition, Role
 from dataplane.broker.replica_manager import ReplicaManager, ReplicaManagerConfig
 from dataplane.broker.replication_quota import QuotaGauge
 from dataplane.broker.service import BrokerServicer, serve
@@ -776,17 +776,17 @@ class Broker:
     def partition_gauges(self) -> list[PartitionGauge]:
         return [
             PartitionGauge(
-                p.topic,
-                p.partition,
-                p.role.value,
-                p.high_watermark,
-                p.log.log_end_offset,
+                p.topic, p.partition, p.high_watermark, p.log.log_end_offset,
                 p.log.log_start_offset,
-                len(p.isr),
-                len(p.replicas),
             )
             for p in self.replicas.partitions()
-        ]
+        ]  # fmt: skip
+
+    def partition_counts(self) -> PartitionCounts:
+        hosted = self.replicas.partitions()
+        led = [p for p in hosted if p.role is Role.LEADER]
+        under = sum(len(p.isr) < len(p.replicas) for p in led)
+        return PartitionCounts(len(hosted), len(led), under)
 
     def quota_gauges(self) -> list[QuotaGauge]:
         return [self.replicas.leader_quota.gauge(), self.replicas.follower_quota.gauge()]

@@ -28,7 +28,7 @@ import grpc
 
 from dataplane.broker.fetcher import FetcherConfig
 from dataplane.broker.malloc_tuning import tune_malloc
-from dataplane.broker.metrics import ControllerGauge, NodeMetrics
+from dataplane.broker.metrics import ControllerGauge, NodeMetrics, PartitionCounts
 from dataplane.broker.replica_manager import ReplicaManagerConfig
 from dataplane.console.server import Console, ConsoleServer
 from dataplane.console.sessions import Sessions
@@ -445,6 +445,7 @@ def run(config: NodeConfig) -> None:
     broker = start_broker(config, metrics) if config.is_broker else None
     metrics.watch(
         broker.partition_gauges if broker is not None else list,
+        broker.partition_counts if broker is not None else lambda: PartitionCounts(0, 0, 0),
         lambda: _controller_gauge(controller),
     )
     if broker is not None:
