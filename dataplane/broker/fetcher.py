@@ -107,15 +107,20 @@ class FetcherThread(threading.Thread):
 
     # -- membership (metadata thread) --------------------------------------------------------------
     def set_partitions(self, partitions: list[Partition]) -> None:
+        """Fetch ``partitions`` from now on. The same set again (most metadata updates change
+        other partitions) keeps the request built for it: a new set is a new version, and the
+        next request builds every partition's state again."""
+        new = {(p.topic, p.partition): p for p in partitions}
         with self._lock:
             old = self._partitions
-            self._partitions = {(p.topic, p.partition): p for p in partitions}
+            if new == old:
+                return
+            self._partitions = new
             self._states = {k: v for k, v in self._states.items() if k in self._partitions}
             self._delayed_until_ms = {
                 k: v for k, v in self._delayed_until_ms.items() if k in self._partitions
             }
             self._version += 1
-            new = self._partitions
         for key, partition in old.items():
             if new.get(key) is not partition:
                 partition.unwatch(self)

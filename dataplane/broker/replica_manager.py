@@ -141,6 +141,7 @@ class ReplicaManager:
         self._followed: dict[tuple[str, int], int] = {}
         self._applied_may_lead: bool | None = None
         self._strays_removed = False
+        self._removed = False  # a partition was removed since topics_after_removals last looked
         self.leader_quota = ReplicationQuota("leader", clock_ms)
         self.follower_quota = ReplicationQuota("follower", clock_ms)
         self._set_quotas(self.image)  # the config file's rates, before any image arrives
@@ -161,6 +162,26 @@ class ReplicaManager:
     def partitions(self) -> list[Partition]:
         with self._lock:
             return list(self._partitions.values())
+
+    def partitions_of(self, topic: str) -> list[Partition]:
+        """The hosted partitions of ``topic``: a look-up per partition the image gives it, not a
+        pass over every hosted one (a coordinator asks after each metadata update)."""
+        with self._lock:
+            found = self.image.topic(topic)
+            if found is None:
+                return []
+            hosted = (self._partitions.get((topic, pid)) for pid in found.partitions)
+            return [p for p in hosted if p is not None]
+
+    def topics_after_removals(self) -> set[str] | None:
+        """The topics hosted, if a partition was removed since the last call (a topic may no
+        longer be hosted: the broker forgets its metrics), else None: no pass over every hosted
+        partition for each metadata update."""
+        with self._lock:
+            if not self._removed:
+                return None
+            self._removed = False
+            return {topic for topic, _ in self._partitions}
 
     def settings(self, topic: str) -> TopicSettings:
         with self._lock:
@@ -429,6 +450,7 @@ class ReplicaManager:
         with self._lock:
             if self._partitions.get((partition.topic, partition.partition)) is partition:
                 del self._partitions[(partition.topic, partition.partition)]
+            self._removed = True
         partition.stop()
         partition.log.close()
         log.info("%s: removed (topic id %s)", partition.name, partition.topic_id)

@@ -177,11 +177,7 @@ class CoordinatorRuntime(Generic[S]):
         """After the replica manager applied an image: load the partitions of the topic this
         broker now leads, drop the ones it no longer leads."""
         name = self.topic.name
-        led = {
-            p.partition: p
-            for p in self.replicas.partitions()
-            if p.topic == name and p.role is Role.LEADER
-        }
+        led = {p.partition: p for p in self.replicas.partitions_of(name) if p.role is Role.LEADER}
         dropped: list[Shard[S]] = []
         with self._lock:
             for pid, shard in list(self._shards.items()):

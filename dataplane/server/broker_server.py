@@ -577,7 +577,9 @@ class Broker:
         me = image.brokers.get(self.settings.broker_id)
         may_lead = me is not None and me.incarnation_id == self.incarnation_id and not me.fenced
         followed = self.replicas.apply_image(image, caught_up=caught_up, may_lead=may_lead)
-        self.metrics.forget_topics({p.topic for p in self.replicas.partitions()})
+        hosted = self.replicas.topics_after_removals()
+        if hosted is not None:
+            self.metrics.forget_topics(hosted)
         self.fetchers.reconcile(followed)
         self.groups.on_image(image)
         self.transactions.on_image()

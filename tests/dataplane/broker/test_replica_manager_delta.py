@@ -135,3 +135,28 @@ def test_a_config_change_or_may_lead_looks_at_every_partition(replicas: ReplicaM
     visited.clear()
     replicas.apply_image(configured, caught_up=True, may_lead=False)
     assert len(visited) == 4
+
+
+def test_a_topics_partitions_and_the_hosted_topics_after_a_removal_need_no_full_pass(
+    replicas: ReplicaManager,
+) -> None:
+    """What the broker asks after each metadata update: a coordinator the partitions of its
+    topic, the metrics the topics still hosted once a partition went. Each was a pass over
+    every hosted partition, 4 coordinators and the metrics for every ISR change at 10,000."""
+    orders, audit = topic("orders", 3, leader=ME), topic("audit", 2, leader=2)
+    first = with_topics(MetadataImage(), orders, audit)
+    replicas.apply_image(first, caught_up=True)
+    assert sorted(p.name for p in replicas.partitions_of("orders")) == [
+        "orders-0",
+        "orders-1",
+        "orders-2",
+    ]
+    assert replicas.partitions_of("nothing") == []
+    assert replicas.topics_after_removals() is None  # nothing removed yet
+    moved = {p: PartitionRegistration((1, 2, 3), (1, 2, 3), 2, 1, 1) for p in range(3)}
+    replicas.apply_image(with_topics(first, replace(orders, partitions=moved)), caught_up=True)
+    assert replicas.topics_after_removals() is None  # a new leader removes nothing
+    replicas.apply_image(without(first, audit), caught_up=True)
+    assert replicas.topics_after_removals() == {"orders"}
+    assert replicas.topics_after_removals() is None  # told once
+    assert replicas.partitions_of("audit") == []
