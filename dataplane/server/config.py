@@ -200,6 +200,10 @@ class NodeConfig(BaseModel):
         30_000, alias="replica.lag.time.max.ms", ge=100, le=3_600_000
     )
     replica_fetch_wait_max_ms: int = Field(500, alias="replica.fetch.wait.max.ms", ge=0, le=60_000)
+    # a follower's fetch gives up after this (Kafka's: at least replica.fetch.wait.max.ms)
+    replica_socket_timeout_ms: int = Field(
+        30_000, alias="replica.socket.timeout.ms", ge=1_000, le=3_600_000
+    )
     replica_fetch_max_bytes: int = Field(
         1024 * 1024, alias="replica.fetch.max.bytes", ge=1024, le=64 * 1024 * 1024
     )
@@ -265,6 +269,16 @@ class NodeConfig(BaseModel):
                 "HTTP://host:port"
             )
         return listener["HTTP"]
+
+    @model_validator(mode="after")
+    def _replica_socket_timeout(self) -> NodeConfig:
+        """Kafka's rule: a fetch must not time out while the leader may still be holding it."""
+        if self.replica_socket_timeout_ms < self.replica_fetch_wait_max_ms:
+            raise ValueError(
+                f"replica.socket.timeout.ms {self.replica_socket_timeout_ms} must be at least "
+                f"replica.fetch.wait.max.ms {self.replica_fetch_wait_max_ms}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _connection_limits(self) -> NodeConfig:

@@ -288,6 +288,7 @@ def start_broker(config: NodeConfig, metrics: NodeMetrics) -> Broker:
             replica_fetch_max_bytes=config.replica_fetch_max_bytes,
             replica_fetch_response_max_bytes=config.replica_fetch_response_max_bytes,
             replica_fetch_wait_max_ms=config.replica_fetch_wait_max_ms,
+            replica_socket_timeout_ms=config.replica_socket_timeout_ms,
         ),
         groups=GroupConfig(
             session_timeout_ms=config.group_consumer_session_timeout_ms,

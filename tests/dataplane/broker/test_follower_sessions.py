@@ -390,3 +390,10 @@ def test_the_fetcher_takes_the_state_of_only_the_partitions_that_changed(
     assert built is not None and built.version == version + 1 == pair.fetcher._version
     assert sorted(built.states) == [(TOPIC, p) for p in range(PARTITIONS - 1)]
     assert named(request) == [] and forgotten(request) == [PARTITIONS - 1]
+
+
+def test_a_fetch_waits_for_its_answer_as_long_as_replica_socket_timeout_ms() -> None:
+    """Kafka's replica.socket.timeout.ms (30 s), never less than the long poll and a margin."""
+    assert FetcherConfig().fetch_timeout_s == 30.0
+    assert FetcherConfig(replica_socket_timeout_ms=1_000).fetch_timeout_s == 5.5
+    assert FetcherConfig(replica_socket_timeout_ms=60_000).fetch_timeout_s == 60.0

@@ -47,6 +47,10 @@ def test_a_combined_node() -> None:
             "group.consumer.heartbeat.interval.ms",
         ),
         ({"gil.switch.interval.us": 50}, "gil.switch.interval.us"),
+        (  # Kafka's rule: not below the follower's long poll
+            {"replica.socket.timeout.ms": 2_000, "replica.fetch.wait.max.ms": 3_000},
+            "replica.socket.timeout.ms 2000 must be at least replica.fetch.wait.max.ms 3000",
+        ),
     ],
 )
 def test_a_bad_value_is_refused_naming_its_key(change: dict[str, Any], named: str) -> None:
