@@ -143,6 +143,7 @@ class FetchSession:
     # what to call once the cache let the session go (evicted, closed, replaced)
     watch: Any = None
     on_removed: Callable[[], None] | None = None
+    owner: int | None = None  # a follower's broker id: it has one session here at a time
     evictable_by_all: bool = False
     evictable_by_privileged: bool = False
 
@@ -205,14 +206,18 @@ class FullContext:
         cache: FetchSessionCache,
         partitions: list[tuple[PartitionKey, PartitionRequest]],
         privileged: bool,
+        owner: int | None = None,
     ) -> None:
         self.cache = cache
         self.partitions = partitions
         self.privileged = privileged
+        self.owner = owner
 
     def respond(self, outcomes: Sequence[PartitionOutcome] | None, now_ms: int) -> Answer:
         assert outcomes is not None and len(outcomes) == len(self.partitions), "one per partition"
-        session_id = self.cache.maybe_create(self.privileged, self.partitions, outcomes, now_ms)
+        session_id = self.cache.maybe_create(
+            self.privileged, self.partitions, outcomes, now_ms, self.owner
+        )
         return Answer(ErrorCode.NONE, session_id, None)
 
 
@@ -275,15 +280,17 @@ class FetchSessionCache:
         forgotten: list[PartitionKey],
         now_ms: int,
         privileged: bool = False,
+        owner: int | None = None,
     ) -> FetchContext:
-        """The context of one fetch request (Kafka's ``FetchManager.newContext``)."""
+        """The context of one fetch request (Kafka's ``FetchManager.newContext``). ``owner``:
+        the follower whose fetch it is; its new session replaces any other it has here."""
         if epoch in (INITIAL_EPOCH, FINAL_EPOCH):  # a full fetch closes the session it names
             if session_id != INVALID_SESSION_ID:
                 with self._lock:
                     self._remove(session_id)
             if epoch == FINAL_EPOCH:
                 return SessionlessContext(wanted)
-            return FullContext(self, wanted, privileged)
+            return FullContext(self, wanted, privileged, owner)
         with self._lock:
             session = self._sessions.get(session_id)
             if session is None:
@@ -350,10 +357,18 @@ class FetchSessionCache:
         partitions: list[tuple[PartitionKey, PartitionRequest]],
         outcomes: Sequence[PartitionOutcome],
         now_ms: int,
+        owner: int | None = None,
     ) -> int:
         """A new session of these partitions, as told by these outcomes: its id, or
-        INVALID_SESSION_ID if the cache is full and nothing in it may be evicted for it."""
+        INVALID_SESSION_ID if the cache is full and nothing in it may be evicted for it. A
+        follower's (``owner``) replaces its other sessions: it fetches from this broker in one
+        thread, and a session whose answer it never got (a fetch it gave up on) stayed until
+        eviction, marked by every change of its partitions (a restarted follower once left
+        135 of 8,000 partitions each on its leader)."""
         with self._lock:
+            if owner is not None:
+                for old in [s.id for s in self._sessions.values() if s.owner == owner]:
+                    self._remove(old)
             size = len(partitions)
             if len(self._sessions) >= self.max_entries and not self._try_evict(
                 privileged, size, now_ms
@@ -365,7 +380,7 @@ class FetchSessionCache:
             )
             session = FetchSession(
                 self._new_session_id(), privileged, cached, now_ms, now_ms,
-                next_epoch(INITIAL_EPOCH),
+                next_epoch(INITIAL_EPOCH), owner=owner,
             )  # fmt: skip
             self._sessions[session.id] = session
             self._touch(session, now_ms)

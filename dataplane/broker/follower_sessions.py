@@ -211,7 +211,7 @@ class FollowerSessions:
         wanted, forgotten = wanted_of(request), forgotten_of(request)
         session_context = self.cache.new_context(
             request.session_id, request.session_epoch, wanted, forgotten, now_ms,
-            privileged=True,
+            privileged=True, owner=request.replica_id,
         )  # fmt: skip
         self.counted[session_context.kind].inc()
         if isinstance(session_context, SessionErrorContext):
