@@ -78,6 +78,7 @@ from metadata_quorum.security.authorization import ALLOW_ALL, AccessControl
 from metadata_quorum.security.channels import ClientSecurity, open_channel
 from metadata_quorum.security.grpc_auth import AUTHENTICATION_SERVICE, ServerSecurity
 from metadata_quorum.security_service import SecurityRpcs
+from protos import MAX_MESSAGE_BYTES
 from protos import controller_pb2 as pb
 from protos import controller_pb2_grpc as pb_grpc
 from raftlog.errors import ErrorCode, KafkaError
@@ -971,7 +972,11 @@ def serve(
     server = grpc.server(
         RequestHandlerPool(max_workers, keep_alive_s=keep_alive_s, thread_name_prefix="ctl"),
         interceptors=interceptors,
-        options=keepalive.options(),
+        options=[
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),  # a CreateTopics of many
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            *keepalive.options(),
+        ],
     )
     pb_grpc.add_ControllerServiceServicer_to_server(servicer, server)
     services = [pb.DESCRIPTOR.services_by_name["ControllerService"].full_name]

@@ -23,3 +23,15 @@ RECONNECT_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
 )
+
+# gRPC refuses a message over 4 MiB by default, a receive limit per channel. A follower's
+# catch-up fetch is answered up to replica.fetch.response.max.bytes (10 MiB), a metadata
+# snapshot grows with the partitions: at 10,000 partitions a follower 333 partitions behind its
+# restarted leader was refused its 10 MiB answer (RESOURCE_EXHAUSTED) every second, and those
+# partitions stayed out of the ISR. Every raftlog channel takes messages this large.
+MAX_MESSAGE_BYTES = 128 * 1024 * 1024
+CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    *RECONNECT_OPTIONS,
+)

@@ -25,7 +25,7 @@ import grpc
 
 from metadata_quorum.grpc_errors import kafka_error_of
 from metadata_quorum.security.channels import ClientSecurity, open_channel
-from protos import RECONNECT_OPTIONS, wire
+from protos import CHANNEL_OPTIONS, wire
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc as pb_grpc
 from protos import group_pb2_grpc as gpb_grpc
@@ -34,12 +34,6 @@ from raftlog.errors import ErrorCode, KafkaError
 
 _NO_ERROR = ErrorCode.NONE  # an enum member's class attribute costs ~90 ns: send reads this
 
-MAX_MESSAGE_BYTES = 128 * 1024 * 1024  # gRPC's own limit on one message (default 4 MiB)
-CHANNEL_OPTIONS = (
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    *RECONNECT_OPTIONS,
-)
 NO_LEADER = -1
 
 # what the public clients take as `security`: a ClientSecurity or its dotted properties

@@ -37,7 +37,7 @@ import grpc
 from dataplane.coordinator.transaction_state import MarkerJob, TopicPartition
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.security.channels import ClientSecurity, open_channel
-from protos import RECONNECT_OPTIONS
+from protos import CHANNEL_OPTIONS
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc as pb_grpc
 from protos import transaction_pb2 as tpb
@@ -114,7 +114,7 @@ class Channels:
             channel = self._channels.get(address)
             if channel is None:
                 channel = self._channels[address] = open_channel(
-                    address, self.security, RECONNECT_OPTIONS
+                    address, self.security, CHANNEL_OPTIONS
                 )
             return channel
 

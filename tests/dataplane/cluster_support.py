@@ -65,6 +65,7 @@ RANGES = {
     "mirror_eos_target": 44,
     "orphans": 211,  # tests/dataplane/tools/test_orphans.py (its child pytest sessions)
     "reassignment": 231,  # four nodes: 231-234
+    "follower_sessions": 235,  # tests/dataplane/broker/test_follower_sessions.py: in process
     "throttle": 224,  # tests/dataplane/broker/test_throttle_cluster.py: four nodes, 224-227
     "elastic_brokers": 246,  # tests/dataplane/broker/test_elastic_brokers.py: up to five, 246-250
     "failover_fencing": 228,  # tests/dataplane/server/test_failover_fencing.py: 228-230

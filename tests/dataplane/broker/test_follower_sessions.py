@@ -23,7 +23,8 @@ from dataplane.broker.follower_sessions import SWEEP_MS_MIN
 from dataplane.broker.metrics import NodeMetrics
 from dataplane.broker.partition import IsrChange, Partition
 from dataplane.broker.replica_manager import ReplicaManager, ReplicaManagerConfig
-from dataplane.broker.service import BrokerServicer
+from dataplane.broker.service import BrokerServicer, serve
+from dataplane.tools.local_cluster import free_port, wait_for
 from metadata_quorum.image import MetadataImage, PartitionRegistration, TopicImage
 from protos import broker_pb2 as pb
 from protos.wire import FetchAnswer, Records
@@ -35,6 +36,7 @@ TOPIC = "sessions"
 TOPIC_ID = uuid.UUID(int=227)
 PARTITIONS = 4
 LAG_MAX_MS = 10_000
+HOST = "127.0.0.235"  # tests/dataplane/cluster_support.py RANGES "follower_sessions"
 
 
 def image() -> MetadataImage:
@@ -75,7 +77,8 @@ class Pair:
             2, 1, lambda b: None, lambda: 10, FetcherConfig(replica_fetch_wait_max_ms=0),
             self.clock,
         )  # fmt: skip
-        self.fetcher.set_partitions(followed[1])
+        self.followed = followed[1]
+        self.fetcher.set_partitions(self.followed)
         self.reads: list[int] = []  # the partitions the leader read, in order
         read = self.service.read_partition
 
@@ -413,3 +416,35 @@ def test_a_followers_new_session_replaces_the_ones_whose_answers_it_never_got(pa
     for _ in range(3):  # three answers the follower never got
         pair.service.fetch(full)
     assert len(cache) == 1 and cache.total_partitions == PARTITIONS
+
+
+def test_a_catch_up_larger_than_grpc_s_default_message_limit_comes_over_the_wire(
+    pair: Pair,
+) -> None:
+    """The fetcher's own thread and channel against the leader's servicer served over gRPC.
+    Found at 10,000 partitions: a restarted leader's follower, 333 partitions behind, was
+    answered 10 MiB (``replica.fetch.response.max.bytes``), over gRPC's default 4 MiB a
+    message. The fetcher's channel had that default: RESOURCE_EXHAUSTED, a new session, the
+    same answer again, every second, and the partitions stayed out of the ISR."""
+    value = b"v" * (700 * 1024)
+    for p in range(PARTITIONS):
+        pair.produce(p, value)
+        pair.produce(p, value)  # 1.4 MiB a partition, 5.6 MiB in all: over 4 MiB
+    config = FetcherConfig(replica_fetch_max_bytes=2 * 1024 * 1024, replica_fetch_wait_max_ms=100)
+    address = f"{HOST}:{free_port(HOST)}"
+    server = serve(pair.service, address)
+    fetcher = FetcherThread(2, 1, lambda b: address, lambda: 10, config, pair.clock)
+    fetcher.set_partitions(pair.followed)
+    fetcher.start()
+    try:
+        wait_for(
+            "the follower to catch up",
+            lambda: all(
+                pair.replica(pair.follower, p).log.log_end_offset == 2 for p in range(PARTITIONS)
+            ),
+            timeout_s=20.0,
+        )
+    finally:
+        fetcher.stop()
+        fetcher.join(timeout=10)
+        server.stop(grace=None)
