@@ -465,8 +465,9 @@ def _fenced(client: ControllerClient, broker_id: int) -> bool:
 # -- the run -------------------------------------------------------------------------------------
 @contextmanager
 def cluster_in(
-    workdir: Path, console: Console, first_host: int, overrides: dict[str, str] | None = None
-) -> Iterator[LocalCluster]:
+    workdir: Path, console: Console, first_host: int, overrides: dict[str, str] | None = None,
+    keep_logs: bool = False,
+) -> Iterator[LocalCluster]:  # fmt: skip
     root = Path(tempfile.mkdtemp(prefix="metadata-scale-", dir=workdir))
     hosts = [f"127.0.0.{first_host + n}" for n in range(NODES)]
     cluster = LocalCluster(
@@ -481,17 +482,18 @@ def cluster_in(
         failed = False
     finally:
         cluster.down()
-        for spec in cluster.specs if failed else ():
+        for spec in cluster.specs if failed or keep_logs else ():
             if spec.log_path.exists():
                 logs = root.parent / f"{root.name}-node-{spec.node_id}.log"
                 shutil.copyfile(spec.log_path, logs)
-                console.log(f"the run failed: node {spec.node_id}'s log is kept in {logs}")
+                why = "the run failed" if failed else "--keep-logs"
+                console.log(f"{why}: node {spec.node_id}'s log is kept in {logs}")
         shutil.rmtree(root, ignore_errors=True)
 
 
 def run_benchmark(
     workdir: Path, sizes: Sizes, console: Console, first_host: int = FIRST_HOST,
-    profile_s: int = 0, overrides: dict[str, str] | None = None,
+    profile_s: int = 0, overrides: dict[str, str] | None = None, keep_logs: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
     """Every figure of the ``metadata_scale`` section, on one cluster. ``profile_s`` > 0:
     py-spy on node 1 for that long from the first CreateTopics, and on the restarted node.
@@ -503,7 +505,7 @@ def run_benchmark(
     )
     hot: dict[str, Any] = {}
     try:
-        with cluster_in(workdir, console, first_host, overrides) as cluster:
+        with cluster_in(workdir, console, first_host, overrides, keep_logs) as cluster:
             client = ControllerClient(cluster.controller_addresses, deadline_s=WRITE_TIMEOUT_S)
             try:
                 before = node_resources(cluster)
@@ -622,6 +624,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="a node setting for every node (repeatable), e.g. "
         "controller.quorum.election.timeout.ms=1000",
     )
+    parser.add_argument(
+        "--keep-logs",
+        action="store_true",
+        help="keep the nodes' logs beside the work directory (a failed run keeps them anyway)",
+    )
     args = parser.parse_args(argv)
     overrides = dict(item.split("=", 1) for item in args.set)
     signal.signal(signal.SIGTERM, _interrupt)
@@ -629,8 +636,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     tune_malloc()  # the producer runs in this process, as the raftlog CLI's does
     sizes = sizes_for(args.partitions, args.produce_records)
     figures = run_benchmark(
-        args.workdir, sizes, Console(stderr=True), args.first_host, args.profile, overrides
-    )
+        args.workdir, sizes, Console(stderr=True), args.first_host, args.profile, overrides,
+        args.keep_logs,
+    )  # fmt: skip
     if args.out is not None:
         write_section(args.out, "metadata_scale", figures)
     print_report(Console(), figures)
