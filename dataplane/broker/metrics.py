@@ -232,6 +232,18 @@ class NodeMetrics:
             registry=self.registry,
         )
 
+        self.metadata_load_errors = Counter(
+            "raftlog_metadata_load_errors",
+            "metadata updates this broker could not read into an image (Kafka's "
+            "metadata-load-error-count)",
+            registry=self.registry,
+        )
+        self.metadata_apply_errors = Counter(
+            "raftlog_metadata_apply_errors",
+            "faults of a publisher applying a metadata image: replicas, coordinators (Kafka's "
+            "metadata-apply-error-count)",
+            registry=self.registry,
+        )
         self.follower_bytes_out = Counter(
             "raftlog_follower_bytes_out",
             "record bytes returned to consumers by this broker as a follower (KIP-392)",

@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -86,6 +87,7 @@ from raftlog.errors import ErrorCode, KafkaError
 log = logging.getLogger(__name__)
 METADATA_STREAM_WAIT_MS = 3000
 METADATA_STREAM_DEADLINE_S = 5.0  # a stream from a paused controller is abandoned this soon
+METADATA_FAULT_BACKOFF_S = 1.0  # after an update that could not be applied, before asking again
 CONTROLLER_DEADLINE_S = 5.0
 CONTROLLED_SHUTDOWN_ATTEMPTS = 2  # heartbeats in a row no controller answered: stop anyway
 CONTROLLER_RPC_TIMEOUT_S = 1.5  # per controller tried: a paused one must not hold a heartbeat
@@ -541,6 +543,14 @@ class Broker:
                 progressed = True
         except grpc.RpcError as error:
             log.debug("metadata stream from %s ended: %s", address, error)
+        except Exception:
+            # Kafka's metadata loading fault: counted and logged, and the broker goes on (the
+            # stream starts again from the image's offset), never a silent end of this thread,
+            # which would leave every partition at the last image published.
+            self.metrics.metadata_load_errors.inc()
+            log.exception("broker %d: metadata update from %s not applied",
+                          self.settings.broker_id, address)  # fmt: skip
+            self._stop.wait(METADATA_FAULT_BACKOFF_S)
         return progressed
 
     def _apply_update(self, update: cpb.MetadataUpdate) -> None:
@@ -576,15 +586,11 @@ class Broker:
             return
         me = image.brokers.get(self.settings.broker_id)
         may_lead = me is not None and me.incarnation_id == self.incarnation_id and not me.fenced
-        followed = self.replicas.apply_image(image, caught_up=caught_up, may_lead=may_lead)
-        hosted = self.replicas.topics_after_removals()
-        if hosted is not None:
-            self.metrics.forget_topics(hosted)
-        self.fetchers.reconcile(followed)
-        self.groups.on_image(image)
-        self.transactions.on_image()
-        self.share_coordinator.on_image()
-        self.share_manager.on_image()
+        self._publish_to("replicas", self._publish_replicas, image, caught_up, may_lead)
+        self._publish_to("group coordinator", self.groups.on_image, image)
+        self._publish_to("transaction coordinator", self.transactions.on_image)
+        self._publish_to("share coordinator", self.share_coordinator.on_image)
+        self._publish_to("share partitions", self.share_manager.on_image)
         if caught_up and not self.serving.is_set():
             self.serving.set()
             with self._state_lock:
@@ -593,6 +599,25 @@ class Broker:
                 "broker %d: caught up with the metadata at offset %d; serving clients",
                 self.settings.broker_id, image.offset,
             )  # fmt: skip
+
+    def _publish_replicas(self, image: MetadataImage, caught_up: bool, may_lead: bool) -> None:
+        followed = self.replicas.apply_image(image, caught_up=caught_up, may_lead=may_lead)
+        hosted = self.replicas.topics_after_removals()
+        if hosted is not None:
+            self.metrics.forget_topics(hosted)
+        self.fetchers.reconcile(followed)
+
+    def _publish_to(self, publisher: str, publish: Callable[..., None], *args: Any) -> None:
+        """One publisher's part of an image (Kafka's BrokerMetadataPublisher and its fault
+        handler): a fault is counted and logged, and the others still get the image. The next
+        image catches the faulty one up: the replica manager looks at every topic changed
+        since the image it last applied whole."""
+        try:
+            publish(*args)
+        except Exception:
+            self.metrics.metadata_apply_errors.inc()
+            log.exception("broker %d: the %s did not apply the metadata at offset %d",
+                          self.settings.broker_id, publisher, self.image.offset)  # fmt: skip
 
     # -- AlterPartition ------------------------------------------------------------------------
     def _enqueue_isr(self, change: IsrChange) -> None:

@@ -17,6 +17,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from dataplane.broker.metrics import NodeMetrics
+from dataplane.server import broker_server
 from dataplane.server.broker_server import Broker, BrokerState
 from metadata_quorum.codec import record_to_proto
 from metadata_quorum.image import MetadataImage
@@ -138,3 +142,58 @@ def test_a_registration_streamed_before_its_answer_is_published_at_the_answer(
     assert broker.serving.is_set()
     assert ("replicas.apply_image", REGISTERED_AT) in calls
     assert broker._published_offset() == REGISTERED_AT
+
+
+def errors(metrics: NodeMetrics, name: str) -> float:
+    value = metrics.registry.get_sample_value(f"{name}_total")
+    return 0.0 if value is None else value
+
+
+def test_a_publisher_fault_is_counted_and_the_others_and_the_next_image_go_on() -> None:
+    """Kafka's metadata publishing fault handler: a publisher that raises is logged and counted
+    (``metadata-apply-error-count``), the other publishers still get the image, and the thread
+    that follows the metadata goes on. Before, the exception ended that thread: the image (and
+    so the Metadata answers) stayed current while every partition kept its last role and ISR."""
+    calls: list[tuple[str, int]] = []
+    broker = starting_broker(calls)
+    broker.metrics = NodeMetrics()
+    faults = [RuntimeError("a replica could not be opened")]
+
+    class Faulty(Recorder):
+        def apply_image(self, image: MetadataImage, **_: Any) -> dict[str, Any]:
+            calls.append(("replicas.apply_image", image.offset))
+            if faults:
+                raise faults.pop()
+            return {}
+
+    broker.replicas = Faulty(calls, "replicas")  # type: ignore[assignment]
+    broker._apply_update(update(0, 6))
+    assert ("groups.on_image", 6) in calls, "the fault kept the image from the other publishers"
+    assert broker.image.offset == 6
+    assert errors(broker.metrics, "raftlog_metadata_apply_errors") == 1
+    broker._apply_update(update(7, 7))
+    assert ("replicas.apply_image", 7) in calls
+    assert errors(broker.metrics, "raftlog_metadata_apply_errors") == 1
+
+
+def test_an_update_that_cannot_be_applied_ends_the_stream_not_the_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A fault reading an update into an image (Kafka's metadata loading fault) is counted and
+    logged; the stream is asked for again from the image's offset."""
+    calls: list[tuple[str, int]] = []
+    broker = starting_broker(calls)
+    broker.metrics = NodeMetrics()
+    broker._stop = threading.Event()
+    monkeypatch.setattr(broker_server, "METADATA_FAULT_BACKOFF_S", 0.0)
+    streamed = [update(0, 6), update(9, 9)]  # not contiguous: the second cannot be applied
+
+    class Stub:
+        def FetchMetadata(self, request: cpb.FetchMetadataRequest, timeout: float) -> Any:
+            assert request.from_offset == broker.image.offset + 1
+            return iter(streamed)
+
+    broker.client = type("Client", (), {"stub": lambda self, address: Stub()})()
+    assert broker._stream_from("127.0.0.1:1") is True, "the first update was applied"
+    assert broker.image.offset == 6
+    assert errors(broker.metrics, "raftlog_metadata_load_errors") == 1
