@@ -244,6 +244,11 @@ class NodeMetrics:
             "metadata-apply-error-count)",
             registry=self.registry,
         )
+        self.gc_pauses = Histogram(
+            "raftlog_gc_pause_seconds",
+            "CPython garbage collections by generation: how long each held every thread",
+            ["generation"], buckets=LATENCY_BUCKETS_S, registry=self.registry,
+        )  # fmt: skip
         self.follower_bytes_out = Counter(
             "raftlog_follower_bytes_out",
             "record bytes returned to consumers by this broker as a follower (KIP-392)",

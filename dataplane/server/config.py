@@ -176,6 +176,13 @@ class NodeConfig(BaseModel):
     # per tick, so at CPython's 5,000 the busy threads of a node hosting thousands of partitions
     # delayed its heartbeats past the election timeout (docs/operations.md#many-partitions).
     gil_switch_interval_us: int = Field(1000, alias="gil.switch.interval.us", ge=100, le=100_000)
+    # Not a Kafka setting: how often CPython's garbage collector visits every object (a full
+    # scan). Between full scans the survivors of each collection are frozen (gc.freeze), which
+    # no collection visits; 0 leaves CPython's collector as it is, whose full collections at
+    # 10,000 partitions paused a node 400-800 ms every 7-17 s (dataplane/broker/gc_pauses.py).
+    gc_full_scan_interval_ms: int = Field(
+        600_000, alias="gc.full.scan.interval.ms", ge=0, le=86_400_000
+    )
 
     broker_rack: str | None = Field(None, alias="broker.rack", min_length=1, max_length=255)
     # Not a Kafka setting (Redpanda's console idea, issue 33): HTTP://host:port of the web

@@ -27,6 +27,7 @@ from types import FrameType
 import grpc
 
 from dataplane.broker.fetcher import FetcherConfig
+from dataplane.broker.gc_pauses import GcPolicy
 from dataplane.broker.malloc_tuning import tune_malloc
 from dataplane.broker.metrics import ControllerGauge, NodeMetrics, PartitionCounts
 from dataplane.broker.replica_manager import ReplicaManagerConfig
@@ -442,6 +443,7 @@ def run(config: NodeConfig) -> None:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     metrics = NodeMetrics()
+    GcPolicy(metrics.gc_pauses, config.gc_full_scan_interval_ms / 1000).install(stop)
     controller = start_controller(config) if config.is_controller else None
     broker = start_broker(config, metrics) if config.is_broker else None
     metrics.watch(

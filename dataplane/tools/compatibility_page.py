@@ -208,6 +208,7 @@ RAFTLOG_ONLY: dict[str, str] = {
     "fault.produce.drop.response.every": "fault injection for chaos tests",
     "log.cache.tail.bytes": "page cache kept per partition",
     "gil.switch.interval.us": "CPython's thread switch interval (docs/operations.md)",
+    "gc.full.scan.interval.ms": "CPython's full garbage collections (docs/operations.md)",
     **{
         key: "gRPC keepalive of the BROKER and CONTROLLER listeners (docs/api.md)"
         for key in (

@@ -1,0 +1,108 @@
+"""CPython's garbage collector in a node (dataplane/broker/gc_pauses.py): each collection's
+pause timed, and full scans bounded to one per interval by freezing what survives."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import weakref
+from collections.abc import Iterator
+
+import pytest
+
+from dataplane.broker.gc_pauses import GcPolicy
+from dataplane.broker.metrics import NodeMetrics
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
+@pytest.fixture
+def metrics() -> Iterator[NodeMetrics]:
+    yield NodeMetrics()
+    assert gc.get_freeze_count() == 0, "a policy left objects frozen"
+
+
+def pauses(metrics: NodeMetrics, generation: int) -> float:
+    count = metrics.registry.get_sample_value(
+        "raftlog_gc_pause_seconds_count", {"generation": str(generation)}
+    )
+    return 0.0 if count is None else count
+
+
+def test_each_collection_is_timed_by_generation_and_a_slow_one_logged(
+    metrics: NodeMetrics, caplog: pytest.LogCaptureFixture
+) -> None:
+    policy = GcPolicy(metrics.gc_pauses, slow_s=0.0).install()
+    try:
+        with caplog.at_level(logging.WARNING, logger="dataplane.broker.gc_pauses"):
+            gc.collect(2)
+            gc.collect(0)
+    finally:
+        policy.uninstall()
+    assert policy not in gc.callbacks
+    assert pauses(metrics, 2) >= 1 and pauses(metrics, 0) >= 1
+    assert any("generation 2 paused the process" in r.getMessage() for r in caplog.records)
+
+
+def test_a_quick_collection_is_not_logged_and_nothing_is_frozen_without_an_interval(
+    metrics: NodeMetrics, caplog: pytest.LogCaptureFixture
+) -> None:
+    policy = GcPolicy(metrics.gc_pauses, slow_s=60.0).install()
+    try:
+        with caplog.at_level(logging.WARNING, logger="dataplane.broker.gc_pauses"):
+            gc.collect(2)
+        assert gc.get_freeze_count() == 0
+    finally:
+        policy.uninstall()
+    assert pauses(metrics, 2) >= 1
+    assert not caplog.records
+
+
+def test_survivors_of_a_full_collection_are_frozen_until_the_interval_s_full_scan(
+    metrics: NodeMetrics,
+) -> None:
+    clock = Clock()
+    policy = GcPolicy(metrics.gc_pauses, full_scan_interval_s=600.0, clock=clock).install()
+    try:
+        kept = Cycle()
+        gc.collect(2)  # it survives: frozen with the rest of the heap
+        assert gc.get_freeze_count() > 0
+        garbage = weakref.ref(kept)
+        del kept  # a cycle among frozen objects: only a full scan frees it
+        gc.collect(2)
+        assert garbage() is not None, "a collection before the interval visited frozen objects"
+        clock.now = 600.0
+        assert policy.full_scan_due()
+        gc.collect(2)
+        assert garbage() is None, "the interval's full scan did not visit the frozen objects"
+        assert not policy.full_scan_due()
+        assert gc.get_freeze_count() > 0, "the full scan's survivors are frozen again"
+    finally:
+        policy.uninstall()
+
+
+def test_reference_counting_still_frees_a_frozen_object(metrics: NodeMetrics) -> None:
+    policy = GcPolicy(metrics.gc_pauses, full_scan_interval_s=600.0, clock=Clock()).install()
+    try:
+
+        class Plain:
+            pass
+
+        kept = Plain()
+        gc.collect(2)
+        freed = weakref.ref(kept)
+        del kept
+        assert freed() is None
+    finally:
+        policy.uninstall()
