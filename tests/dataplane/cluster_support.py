@@ -17,8 +17,8 @@ from typing import Any
 import grpc
 
 from dataplane.client import AdminClient, Consumer, NewTopic, Producer
-from dataplane.client._cluster import CHANNEL_OPTIONS
 from dataplane.tools.local_cluster import LocalCluster, pick_cluster_port, wait_for
+from protos import CHANNEL_OPTIONS
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc as pb_grpc
 from raftlog.records import Record, encode_batch, iter_records
