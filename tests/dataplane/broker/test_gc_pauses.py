@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import threading
 import weakref
 from collections.abc import Iterator
 
@@ -12,6 +13,7 @@ import pytest
 
 from dataplane.broker.gc_pauses import GcPolicy
 from dataplane.broker.metrics import NodeMetrics
+from dataplane.tools.local_cluster import wait_for
 
 
 class Clock:
@@ -106,3 +108,21 @@ def test_reference_counting_still_frees_a_frozen_object(metrics: NodeMetrics) ->
         assert freed() is None
     finally:
         policy.uninstall()
+
+
+def test_a_thread_makes_sure_the_full_scan_comes_on_a_process_that_allocates_little(
+    metrics: NodeMetrics,
+) -> None:
+    stop = threading.Event()
+    policy = GcPolicy(metrics.gc_pauses, full_scan_interval_s=0.2).install(stop)
+    try:
+        wait_for("a full scan", lambda: pauses(metrics, 2) >= 1, timeout_s=10.0)
+        assert any(t.name == "gc-full-scan" for t in threading.enumerate())
+    finally:
+        stop.set()
+        policy.uninstall()
+    wait_for(
+        "the thread to end",
+        lambda: not any(t.name == "gc-full-scan" for t in threading.enumerate()),
+        timeout_s=5.0,
+    )
