@@ -8,6 +8,8 @@ import logging
 import threading
 import weakref
 from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import pytest
 
@@ -42,17 +44,29 @@ def pauses(metrics: NodeMetrics, generation: int) -> float:
     return 0.0 if count is None else count
 
 
+@contextmanager
+def governing(
+    metrics: NodeMetrics, stop: threading.Event | None = None, **settings: Any
+) -> Iterator[GcPolicy]:
+    policy = GcPolicy(metrics.gc_pauses, **settings).install(stop)
+    try:
+        yield policy
+    finally:
+        if stop is not None:
+            stop.set()
+        policy.uninstall()
+    assert policy not in gc.callbacks
+
+
 def test_each_collection_is_timed_by_generation_and_a_slow_one_logged(
     metrics: NodeMetrics, caplog: pytest.LogCaptureFixture
 ) -> None:
-    policy = GcPolicy(metrics.gc_pauses, slow_s=0.0).install()
-    try:
-        with caplog.at_level(logging.WARNING, logger="dataplane.broker.gc_pauses"):
-            gc.collect(2)
-            gc.collect(0)
-    finally:
-        policy.uninstall()
-    assert policy not in gc.callbacks
+    with (
+        governing(metrics, slow_s=0.0),
+        caplog.at_level(logging.WARNING, logger="dataplane.broker.gc_pauses"),
+    ):
+        gc.collect(2)
+        gc.collect(0)
     assert pauses(metrics, 2) >= 1 and pauses(metrics, 0) >= 1
     assert any("generation 2 paused the process" in r.getMessage() for r in caplog.records)
 
@@ -60,13 +74,10 @@ def test_each_collection_is_timed_by_generation_and_a_slow_one_logged(
 def test_a_quick_collection_is_not_logged_and_nothing_is_frozen_without_an_interval(
     metrics: NodeMetrics, caplog: pytest.LogCaptureFixture
 ) -> None:
-    policy = GcPolicy(metrics.gc_pauses, slow_s=60.0).install()
-    try:
+    with governing(metrics, slow_s=60.0):
         with caplog.at_level(logging.WARNING, logger="dataplane.broker.gc_pauses"):
             gc.collect(2)
         assert gc.get_freeze_count() == 0
-    finally:
-        policy.uninstall()
     assert pauses(metrics, 2) >= 1
     assert not caplog.records
 
@@ -75,8 +86,7 @@ def test_survivors_of_a_full_collection_are_frozen_until_the_interval_s_full_sca
     metrics: NodeMetrics,
 ) -> None:
     clock = Clock()
-    policy = GcPolicy(metrics.gc_pauses, full_scan_interval_s=600.0, clock=clock).install()
-    try:
+    with governing(metrics, full_scan_interval_s=600.0, clock=clock) as policy:
         kept = Cycle()
         gc.collect(2)  # it survives: frozen with the rest of the heap
         assert gc.get_freeze_count() > 0
@@ -90,13 +100,10 @@ def test_survivors_of_a_full_collection_are_frozen_until_the_interval_s_full_sca
         assert garbage() is None, "the interval's full scan did not visit the frozen objects"
         assert not policy.full_scan_due()
         assert gc.get_freeze_count() > 0, "the full scan's survivors are frozen again"
-    finally:
-        policy.uninstall()
 
 
 def test_reference_counting_still_frees_a_frozen_object(metrics: NodeMetrics) -> None:
-    policy = GcPolicy(metrics.gc_pauses, full_scan_interval_s=600.0, clock=Clock()).install()
-    try:
+    with governing(metrics, full_scan_interval_s=600.0, clock=Clock()):
 
         class Plain:
             pass
@@ -106,21 +113,14 @@ def test_reference_counting_still_frees_a_frozen_object(metrics: NodeMetrics) ->
         freed = weakref.ref(kept)
         del kept
         assert freed() is None
-    finally:
-        policy.uninstall()
 
 
 def test_a_thread_makes_sure_the_full_scan_comes_on_a_process_that_allocates_little(
     metrics: NodeMetrics,
 ) -> None:
-    stop = threading.Event()
-    policy = GcPolicy(metrics.gc_pauses, full_scan_interval_s=0.2).install(stop)
-    try:
+    with governing(metrics, threading.Event(), full_scan_interval_s=0.2):
         wait_for("a full scan", lambda: pauses(metrics, 2) >= 1, timeout_s=10.0)
         assert any(t.name == "gc-full-scan" for t in threading.enumerate())
-    finally:
-        stop.set()
-        policy.uninstall()
     wait_for(
         "the thread to end",
         lambda: not any(t.name == "gc-full-scan" for t in threading.enumerate()),
