@@ -6,8 +6,9 @@ full collection (generation 2) visits every tracked object, and a broker hosting
 partitions holds millions of them (each partition's log, index, state and their dicts) that
 live as long as the process and are never garbage. Measured on the 10,000-partition benchmark
 (`bench/metadata_scale.py`): a full collection every 7-17 s on each node, each pausing it
-400-800 ms and freeing 0-100 objects; Raft's ticks came up to 0.9 s late and a new controller
-fenced a broker whose heartbeats a pause had held.
+400-1,190 ms (median 721) and freeing 0-100 objects; Raft's ticks came up to a second late,
+the controllers went through 46 terms in one run, and a new controller fenced brokers whose
+heartbeats a pause had held.
 
 So, with ``gc.full.scan.interval.ms`` > 0 (:class:`GcPolicy`), what survives a full collection
 is frozen (``gc.freeze``: moved to the permanent generation, which no collection visits) and the

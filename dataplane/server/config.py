@@ -179,7 +179,7 @@ class NodeConfig(BaseModel):
     # Not a Kafka setting: how often CPython's garbage collector visits every object (a full
     # scan). Between full scans the survivors of each collection are frozen (gc.freeze), which
     # no collection visits; 0 leaves CPython's collector as it is, whose full collections at
-    # 10,000 partitions paused a node 400-800 ms every 7-17 s (dataplane/broker/gc_pauses.py).
+    # 10,000 partitions paused a node 400-1,190 ms every 7-17 s (dataplane/broker/gc_pauses.py).
     gc_full_scan_interval_ms: int = Field(
         600_000, alias="gc.full.scan.interval.ms", ge=0, le=86_400_000
     )
