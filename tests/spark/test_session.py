@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from spark.session import bundled_zip, worker_python
+
 pytestmark = [pytest.mark.timeout(180), pytest.mark.xdist_group("spark-session"), pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,3 +59,22 @@ def test_a_session_prints_only_spark_errors() -> None:
         if " WARN " in line or line.startswith("WARNING:") or "log4j" in line or "log level" in line
     ]
     assert noise == [], "\n".join(noise)
+
+
+def test_workers_start_from_the_installed_pyspark_not_its_bytecode_less_zip() -> None:
+    """Spark puts the pip-installed pyspark's ``pyspark.zip`` first on its workers' path; the
+    launcher takes it off (only that zip), so a worker imports PySpark's cached bytecode, and
+    runs this interpreter with the rest of the path as Spark gave it."""
+    launcher = worker_python()
+    assert worker_python() == launcher, "one launcher per interpreter"
+    other = "/opt/spark-elsewhere/python/lib/pyspark.zip"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([bundled_zip(), other, str(REPO)])}
+    probe = "import os, sys, pyspark; print(sys.executable); print(pyspark.__file__); " \
+        "print(os.environ['PYTHONPATH'])"  # fmt: skip
+    done = subprocess.run(
+        [launcher, "-c", probe], env=env, capture_output=True, text=True, timeout=60, check=True
+    )
+    executable, imported, path = done.stdout.splitlines()
+    assert executable == sys.executable
+    assert not imported.startswith(bundled_zip())
+    assert path == os.pathsep.join([other, str(REPO)])
