@@ -136,7 +136,8 @@ def bundled_zip() -> str:
 
 def worker_python() -> str:
     """A launcher for Spark's Python workers (see the module's docstring): this interpreter,
-    with `bundled_zip` taken off ``PYTHONPATH``. Written once per process, removed at exit."""
+    with `bundled_zip` taken off ``PYTHONPATH``. Written once per process, removed at exit;
+    this interpreter itself where the temporary directory allows no execution (noexec)."""
     with _launcher_lock:
         launcher = _launchers.get(sys.executable)
         if launcher is None or not os.path.exists(launcher):
@@ -146,7 +147,9 @@ def worker_python() -> str:
             zip_path, python = shlex.quote(bundled_zip()), shlex.quote(sys.executable)
             path.write_text(WORKER_LAUNCHER.format(zip=zip_path, python=python))
             path.chmod(0o700)
-            launcher = _launchers[sys.executable] = str(path)
+            # Linux refuses X_OK on a noexec mount: Spark could not start the workers there
+            usable = os.access(path, os.X_OK)
+            launcher = _launchers[sys.executable] = str(path) if usable else sys.executable
         return launcher
 
 

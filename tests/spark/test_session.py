@@ -7,10 +7,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
+import spark.session as session_module
 from spark.session import bundled_zip, worker_python
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.xdist_group("spark-session"), pytest.mark.slow]
@@ -78,3 +80,14 @@ def test_workers_start_from_the_installed_pyspark_not_its_bytecode_less_zip() ->
     assert executable == sys.executable
     assert not imported.startswith(bundled_zip())
     assert path == os.pathsep.join([other, str(REPO)])
+
+
+def test_where_the_launcher_cannot_run_the_workers_run_this_interpreter(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A temporary directory on a noexec mount (Linux refuses ``X_OK`` there): Spark could not
+    start a worker through the launcher, so the workers run this interpreter as before."""
+    monkeypatch.setattr(session_module, "_launchers", {})
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    assert worker_python() == sys.executable
