@@ -17,7 +17,6 @@ import grpc
 
 from metadata_quorum.grpc_errors import kafka_error_of
 from metadata_quorum.security.channels import ClientSecurity, open_channel
-from protos import CHANNEL_OPTIONS
 from protos import controller_pb2 as pb
 from protos import controller_pb2_grpc as pb_grpc
 from raftlog.errors import ErrorCode, KafkaError
@@ -62,7 +61,7 @@ class ControllerClient:
         with self._lock:
             channel = self._channels.get(address)
             if channel is None:
-                channel = open_channel(address, self.security, CHANNEL_OPTIONS)
+                channel = open_channel(address, self.security)
                 self._channels[address] = channel
         return pb_grpc.ControllerServiceStub(channel)
 

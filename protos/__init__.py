@@ -28,7 +28,8 @@ RECONNECT_OPTIONS: tuple[tuple[str, int], ...] = (
 # catch-up fetch is answered up to replica.fetch.response.max.bytes (10 MiB), a metadata
 # snapshot grows with the partitions: at 10,000 partitions a follower 333 partitions behind its
 # restarted leader was refused its 10 MiB answer (RESOURCE_EXHAUSTED) every second, and those
-# partitions stayed out of the ISR. Every raftlog channel takes messages this large.
+# partitions stayed out of the ISR. Every raftlog channel takes messages this large: these are
+# the default of open_channel (metadata_quorum.security.channels), through which all are opened.
 MAX_MESSAGE_BYTES = 128 * 1024 * 1024
 CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),

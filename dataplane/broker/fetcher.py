@@ -41,7 +41,6 @@ from dataplane.broker.fetch_sessions import INITIAL_EPOCH, INVALID_SESSION_ID, n
 from dataplane.broker.partition import Partition
 from dataplane.broker.replication_quota import ReplicationQuota
 from metadata_quorum.security.channels import ClientSecurity, open_channel
-from protos import CHANNEL_OPTIONS
 from protos import broker_pb2 as pb
 from protos.wire import FetchAnswer, Records, each_partition, fetch_method
 from raftlog.batch import OFFSET_LENGTH_EPOCH, OFFSET_LENGTH_EPOCH_SIZE
@@ -233,7 +232,7 @@ class FetcherThread(threading.Thread):
             return None
         if address != self._address:
             self._drop_channel()
-            self._channel = open_channel(address, self.security, CHANNEL_OPTIONS)
+            self._channel = open_channel(address, self.security)
             self._fetch = fetch_method(self._channel)
             self._address = address
         return self._fetch

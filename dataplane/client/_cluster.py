@@ -25,11 +25,11 @@ import grpc
 
 from metadata_quorum.grpc_errors import kafka_error_of
 from metadata_quorum.security.channels import ClientSecurity, open_channel
-from protos import CHANNEL_OPTIONS, wire
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc as pb_grpc
 from protos import group_pb2_grpc as gpb_grpc
 from protos import transaction_pb2_grpc as tpb_grpc
+from protos import wire
 from raftlog.errors import ErrorCode, KafkaError
 
 _NO_ERROR = ErrorCode.NONE  # an enum member's class attribute costs ~90 ns: send reads this
@@ -413,7 +413,7 @@ class Cluster:
                 raise KafkaError(ErrorCode.NETWORK_EXCEPTION, "the client is closed")
             channel = self._channels.get(address)
             if channel is None:
-                channel = BrokerChannel(open_channel(address, self.security, CHANNEL_OPTIONS))
+                channel = BrokerChannel(open_channel(address, self.security))
                 self._channels[address] = channel
         return channel
 

@@ -37,7 +37,6 @@ import grpc
 from dataplane.coordinator.transaction_state import MarkerJob, TopicPartition
 from metadata_quorum.image import MetadataImage
 from metadata_quorum.security.channels import ClientSecurity, open_channel
-from protos import CHANNEL_OPTIONS
 from protos import broker_pb2 as pb
 from protos import broker_pb2_grpc as pb_grpc
 from protos import transaction_pb2 as tpb
@@ -113,9 +112,7 @@ class Channels:
                 raise KafkaError(ErrorCode.NETWORK_EXCEPTION, "the broker is stopping")
             channel = self._channels.get(address)
             if channel is None:
-                channel = self._channels[address] = open_channel(
-                    address, self.security, CHANNEL_OPTIONS
-                )
+                channel = self._channels[address] = open_channel(address, self.security)
             return channel
 
     def close(self) -> None:

@@ -44,6 +44,7 @@ from metadata_quorum.security.scram import (
     plain_message,
 )
 from metadata_quorum.security.tls import TlsError, TlsSettings, _blocks, _decrypt_key, _read
+from protos import CHANNEL_OPTIONS
 from protos import auth_pb2 as apb
 from protos import auth_pb2_grpc as apb_grpc
 from raftlog.errors import ErrorCode, KafkaError
@@ -229,10 +230,11 @@ def _parse_jaas(text: str) -> tuple[str, str, str]:
 def open_channel(
     address: str,
     security: ClientSecurity | None,
-    options: Sequence[tuple[str, Any]] = (),
+    options: Sequence[tuple[str, Any]] = CHANNEL_OPTIONS,
 ) -> grpc.Channel:
     """A channel to a BROKER or CONTROLLER listener at ``host:port`` secured as `security` says
-    (None or PLAINTEXT: insecure)."""
+    (None or PLAINTEXT: insecure), with raftlog's channel options unless told otherwise
+    (``protos.CHANNEL_OPTIONS``: messages up to 128 MiB, a reconnect within a second)."""
     if security is None or security.security_protocol == "PLAINTEXT":
         return grpc.insecure_channel(address, options=list(options))
     if security.uses_tls:
