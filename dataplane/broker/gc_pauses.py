@@ -50,7 +50,9 @@ class GcPolicy:
         slow_s: float = SLOW_PAUSE_S,
         clock: Any = time.monotonic,
     ) -> None:
-        self.pauses = pauses
+        # one series per generation, bound once: a young collection comes every few hundred
+        # allocations, and ``labels`` would look its series up under a lock each time
+        self.pauses = [pauses.labels(str(generation)) for generation in range(FULL + 1)]
         self.full_scan_interval_s = full_scan_interval_s
         self.slow_s = slow_s
         self.clock = clock
@@ -89,7 +91,7 @@ class GcPolicy:
             self._started = time.perf_counter()
             return
         paused = time.perf_counter() - self._started
-        self.pauses.labels(str(generation)).observe(paused)
+        self.pauses[generation].observe(paused)
         if generation == FULL and self.full_scan_interval_s > 0:
             gc.freeze()
         if paused >= self.slow_s:

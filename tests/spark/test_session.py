@@ -71,8 +71,10 @@ def test_workers_start_from_the_installed_pyspark_not_its_bytecode_less_zip() ->
     assert worker_python() == launcher, "one launcher per interpreter"
     other = "/opt/spark-elsewhere/python/lib/pyspark.zip"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([bundled_zip(), other, str(REPO)])}
-    probe = "import os, sys, pyspark; print(sys.executable); print(pyspark.__file__); " \
-        "print(os.environ['PYTHONPATH'])"  # fmt: skip
+    probe = (
+        "import os, sys, pyspark\n"
+        "print(sys.executable, pyspark.__file__, os.environ['PYTHONPATH'], sep='\\n')"
+    )
     done = subprocess.run(
         [launcher, "-c", probe], env=env, capture_output=True, text=True, timeout=60, check=True
     )
