@@ -675,7 +675,18 @@ class Run:
         with Consumer(
             bootstrap, request_timeout_ms=10_000, security=self.harness_security
         ) as reader:
-            ends = reader.end_offsets(tps)
+
+            def read_ends() -> dict[TopicPartition, int] | None:
+                try:
+                    return reader.end_offsets(tps)
+                except CLIENT_ERRORS:  # a leader still busy after the heal (a loaded machine)
+                    return None
+
+            try:
+                ends = wait_for("the partitions' end offsets", read_ends, RECOVERY_TIMEOUT_S)
+            except TimeoutError as error:
+                self._problem(f"the end offsets could not be read after healing: {error}")
+                return
 
         def caught_up() -> bool:
             return all(
