@@ -24,7 +24,6 @@ import shutil
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -40,6 +39,7 @@ from rich.table import Table
 from bench import RECORD_BYTES, REPO_ROOT, bench_main
 from bench.dataplane_bench import cluster_in, create_topic
 from dataplane.client import Consumer, Producer, TopicPartition
+from dataplane.tools.entry import COMMAND as RAFTLOG
 from dataplane.tools.local_cluster import LocalCluster, free_port, wait_for
 from dataplane.tools.owned_process import popen_owned
 from raftlog.errors import KafkaError
@@ -48,7 +48,6 @@ SOURCE_HOST, TARGET_HOST, WORKER_HOST = 201, 204, "127.0.0.207"
 PARTITIONS = 6
 WAIT_S = 300.0
 SAMPLE_S = 0.1
-RAFTLOG = [sys.executable, "-c", "from dataplane.tools.cli import main; main()"]
 
 
 @contextmanager

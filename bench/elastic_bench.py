@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -43,6 +42,7 @@ from bench import RECORD_BYTES, bench_main
 from dataplane.client import AdminClient, NewTopic
 from dataplane.client.admin import ConfigResource, RaftVoter, ResourceType
 from dataplane.server.config import NodeConfig
+from dataplane.tools.entry import COMMAND
 from dataplane.tools.local_cluster import LocalCluster, pick_cluster_port, wait_for
 from dataplane.tools.owned_process import popen_owned
 from dataplane.tools.partition_commands import clear_throttles, plan_throttles, set_throttles
@@ -179,7 +179,7 @@ def controllers(root: Path, records: int) -> dict[str, Any]:
     procs: dict[int, subprocess.Popen[bytes]] = {}
     try:
         for node_id in (1, 2, 3, 4):
-            argv = [sys.executable, "-m", "dataplane.tools.cli", "node", "--config",
+            argv = [*COMMAND, "node", "--config",
                     str(_controller_config(root, node_id, port))]  # fmt: skip
             with (root / f"c{node_id}.log").open("ab") as out:
                 procs[node_id] = popen_owned(argv, stdout=out, stderr=subprocess.STDOUT)

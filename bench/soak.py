@@ -69,6 +69,7 @@ from chaos.schedule import LENGTH_S, PartitionShape, PlannedFault
 from chaos.workloads import CLIENT_ERRORS, Recorder
 from dataplane.client import AdminClient, NewTopic
 from dataplane.client.admin import raise_for_errors
+from dataplane.tools.entry import COMMAND
 from dataplane.tools.local_cluster import LocalCluster, free_port, wait_for
 from spark.pipeline.events import CLICK_SCHEMA, value_subject
 from spark.registry import register
@@ -283,7 +284,7 @@ class SoakExtras:
         servers = ",".join(bootstrap)
         host = self.settings.spare_host
         return [
-            sys.executable, "-c", "from dataplane.tools.cli import main; main()", "mirror",
+            *COMMAND, "mirror",
             "--source-bootstrap", servers, "--target-bootstrap", servers,
             "--source-alias", MIRROR_ALIAS, "--topics", MIRROR_SOURCE,
             "--listeners", f"http://{host}:{free_port(host)}",

@@ -207,7 +207,7 @@ class VoterChanges:
         )  # in a secure cluster this made the new controller's certificate too
         if self._local.secure:
             share_secrets(self._local.secrets, self.spare_id, self._identity)
-        argv = [self._python, "-m", "dataplane.tools.cli", "node", "--config", str(config_path)]
+        argv = [self._python, "-m", "dataplane.tools.entry", "node", "--config", str(config_path)]
         with (directory / "node.log").open("ab") as out:
             self._proc = spawn(
                 self._identity, argv, cwd=self._repo, stdout=out, stderr=subprocess.STDOUT

@@ -5,10 +5,9 @@ from __future__ import annotations
 import sys
 
 if __name__ == "__main__":  # a node or a command of its own (``python -m dataplane.tools.cli``)
-    # kio's types import hypothesis when it is installed (a development venv) for strategies
-    # no node uses: a third of every node's and command's start-up CPU. Not in a process that
-    # imports this module by name (a test session, which needs hypothesis).
-    sys.modules["hypothesis"] = None  # type: ignore[assignment]
+    from dataplane.tools.entry import keep_hypothesis_out
+
+    keep_hypothesis_out()
 
 import json
 import logging

@@ -28,7 +28,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ import grpc
 from dataplane.client._cluster import Cluster
 from dataplane.client.admin import AdminClient, UserScramCredentialUpsertion
 from dataplane.server.config import NodeConfig
+from dataplane.tools.entry import COMMAND
 from dataplane.tools.owned_process import popen_owned
 from dataplane.tools.secure_cluster import ADMIN_USER, ClusterSecrets
 from metadata_quorum.client import ControllerClient
@@ -413,14 +413,7 @@ class LocalCluster:
         if self.secure:
             self.secrets.ensure([(spec.node_id, spec.host)])
         spec.config_path.write_text(self.config(spec).to_toml())
-        argv = [
-            sys.executable,
-            "-m",
-            "dataplane.tools.cli",
-            "node",
-            "--config",
-            str(spec.config_path),
-        ]
+        argv = [*COMMAND, "node", "--config", str(spec.config_path)]
         proc = self.launcher(node_id, argv, spec.log_path)
         self._procs[node_id] = proc
         pids = self._load_pids()

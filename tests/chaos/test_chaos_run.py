@@ -20,7 +20,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +27,7 @@ import pytest
 
 from chaos.history import FAULT_KINDS
 from chaos.report import load_report
+from dataplane.tools.entry import COMMAND
 from dataplane.tools.owned_process import popen_owned
 
 pytestmark = [
@@ -60,7 +60,7 @@ def running_chaos(
     run is stopped and every node it recorded is killed by pid."""
     report, work_dir = tmp_path / "report", tmp_path / "cluster"
     argv = [
-        sys.executable, "-m", "dataplane.tools.cli", "chaos", "run", *args,
+        *COMMAND, "chaos", "run", *args,
         "--report", str(report), "--work-dir", str(work_dir),
     ]  # fmt: skip
     proc = popen_owned(

@@ -7,17 +7,16 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from dataplane.tools.entry import COMMAND as RAFTLOG
 from dataplane.tools.local_cluster import LocalCluster, free_port, wait_for
 from dataplane.tools.owned_process import popen_owned
 
 REPO = Path(__file__).resolve().parents[2]
-RAFTLOG = [sys.executable, "-c", "from dataplane.tools.cli import main; main()"]
 HTTP_TIMEOUT_S = 30.0
 # Small timeouts so the tests see rebalances and expiries within seconds.
 CLUSTER_OVERRIDES: dict[str, str | int] = {

@@ -26,8 +26,9 @@ import pytest
 
 from dataplane.client import AdminClient, Consumer, Producer, TopicPartition
 from dataplane.client.admin import ConfigResource, ResourceType
+from dataplane.tools.entry import COMMAND as RAFTLOG
 from dataplane.tools.local_cluster import LocalCluster, free_port, wait_for
-from tests.connect.support import CLUSTER_OVERRIDES, RAFTLOG, MirrorProcess
+from tests.connect.support import CLUSTER_OVERRIDES, MirrorProcess
 from tests.dataplane.cluster_support import create_topic, running_cluster
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("mirror")]

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from dataplane.tools.entry import COMMAND as RAFTLOG
 from dataplane.tools.local_cluster import LocalCluster, wait_for
 from tests.connect.support import (
     CLUSTER_OVERRIDES,
-    RAFTLOG,
     Worker,
     lines,
     worker_config,

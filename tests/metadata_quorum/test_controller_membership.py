@@ -17,7 +17,6 @@ import signal
 import socket
 import struct
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -33,6 +32,7 @@ from kio.serial import entity_reader, entity_writer
 from dataplane.client.admin import AdminClient, RaftVoter
 from dataplane.kafka import codec as kc
 from dataplane.server.config import NodeConfig
+from dataplane.tools.entry import COMMAND
 from dataplane.tools.local_cluster import pick_cluster_port
 from dataplane.tools.owned_process import popen_owned
 from metadata_quorum.client import ControllerClient
@@ -86,7 +86,7 @@ class Nodes:
         return path
 
     def start(self, node_id: int) -> None:
-        argv = [sys.executable, "-m", "dataplane.tools.cli", "node", "--config"]
+        argv = [*COMMAND, "node", "--config"]
         argv.append(str(self.config_path(node_id)))
         with (self.root / f"node-{node_id}" / "node.log").open("ab") as out:
             self.procs[node_id] = popen_owned(

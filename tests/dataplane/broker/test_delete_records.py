@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,13 +27,13 @@ from kafka import KafkaAdminClient
 from kafka import TopicPartition as KpTopicPartition
 
 from dataplane.client import AdminClient, TopicPartition
+from dataplane.tools.entry import COMMAND as RAFTLOG
 from dataplane.tools.local_cluster import LocalCluster, wait_for
 from raftlog.errors import ErrorCode, KafkaError
 from tests.dataplane.cluster_support import create_topic, running_cluster, wait_for_leaders
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("dataplane-transactions-broker")]
 
-RAFTLOG = [sys.executable, "-c", "from dataplane.tools.cli import main; main()"]
 OVERRIDES: dict[str, str | int] = {
     "offsets.topic.replication.factor": 2,
     "offsets.topic.num.partitions": 3,

@@ -13,7 +13,6 @@ import signal
 import socket
 import struct
 import subprocess
-import sys
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ import pytest
 from kafka.admin import KafkaAdminClient
 
 from dataplane.client import AdminClient, NewTopic, Producer
+from dataplane.tools.entry import COMMAND as RAFTLOG
 from dataplane.tools.local_cluster import LocalCluster, pick_cluster_port, wait_for
 from metadata_quorum.rebalance import plan_reassignment
 from raftlog.errors import ErrorCode, KafkaError
@@ -32,7 +32,6 @@ from tests.dataplane.cluster_support import RANGES, fetch, read_all, wait_for_le
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("dataplane-elastic-brokers")]
 SPAN = 5  # addresses the module's clusters may grow onto
-RAFTLOG = [sys.executable, "-m", "dataplane.tools.cli"]
 
 
 @contextmanager

@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ from kafka.errors import InvalidReplicationAssignmentError, NoReassignmentInProg
 
 from dataplane.client import AdminClient, NewTopic, Producer, TopicPartition
 from dataplane.client.admin import ConfigResource, ResourceType, TopicDescription
+from dataplane.tools.entry import COMMAND
 from dataplane.tools.local_cluster import LocalCluster, wait_for
 from raftlog.errors import ErrorCode, KafkaError
 from tests.dataplane.cluster_support import fetch, read_all, running_cluster, wait_for_leaders
@@ -259,7 +259,7 @@ def test_the_cli_generates_executes_and_verifies_a_balanced_plan(
     bootstrap = ",".join(cluster.bootstrap_servers)
 
     def raftlog(*args: str) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "-m", "dataplane.tools.cli", "partitions", "reassign"]
+        command = [*COMMAND, "partitions", "reassign"]
         return subprocess.run(
             [*command, *args, "--bootstrap-server", bootstrap],
             env=env, capture_output=True, text=True, timeout=90, check=False,

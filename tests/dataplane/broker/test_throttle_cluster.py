@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -26,6 +25,7 @@ from kafka.admin import ConfigResourceType as KpResourceType
 
 from dataplane.client import AdminClient, NewTopic, Producer, TopicPartition
 from dataplane.client.admin import ConfigResource, ResourceType
+from dataplane.tools.entry import COMMAND
 from dataplane.tools.local_cluster import LocalCluster, wait_for
 from tests.dataplane.cluster_support import running_cluster, wait_for_leaders
 
@@ -141,7 +141,7 @@ def test_a_throttled_move_takes_size_over_rate_and_live_produce_goes_on(
     bootstrap = ",".join(cluster.bootstrap_servers)
 
     def reassign(*args: str) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "-m", "dataplane.tools.cli", "partitions", "reassign"]
+        command = [*COMMAND, "partitions", "reassign"]
         return subprocess.run(
             [*command, *args, "--bootstrap-server", bootstrap],
             env=env, capture_output=True, text=True, timeout=90, check=False,

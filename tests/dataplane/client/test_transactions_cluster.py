@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -26,6 +25,7 @@ from dataplane.client import (
     ProducerFencedError,
     TopicPartition,
 )
+from dataplane.tools.entry import COMMAND as RAFTLOG
 from dataplane.tools.local_cluster import LocalCluster, wait_for
 from raftlog.errors import ErrorCode, KafkaError
 from tests.dataplane.cluster_support import create_topic, running_cluster
@@ -38,7 +38,6 @@ OVERRIDES: dict[str, str | int] = {
 }
 PARTITIONS = 3
 SETTINGS: dict[str, Any] = {"request_timeout_ms": 10_000, "max_block_ms": 60_000}
-RAFTLOG = [sys.executable, "-c", "from dataplane.tools.cli import main; main()"]
 
 
 @pytest.fixture(scope="module")

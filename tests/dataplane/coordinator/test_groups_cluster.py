@@ -26,6 +26,7 @@ from dataplane.client import (
     TopicPartition,
 )
 from dataplane.client._group import GroupClient
+from dataplane.tools.entry import COMMAND as RAFTLOG
 from dataplane.tools.local_cluster import LocalCluster, wait_for
 from dataplane.tools.owned_process import popen_owned
 from protos import group_pb2 as gpb
@@ -47,7 +48,6 @@ OVERRIDES: dict[str, str | int] = {
     "group.consumer.heartbeat.interval.ms": 300,
 }
 REPO = Path(__file__).resolve().parents[3]
-RAFTLOG = [sys.executable, "-c", "from dataplane.tools.cli import main; main()"]
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -54,6 +53,7 @@ from kafka.errors import GroupAuthorizationFailedError, TopicAuthorizationFailed
 from dataplane.client import AdminClient, Consumer, NewTopic, Producer
 from dataplane.client.admin import AclBinding
 from dataplane.tools.certificates import make_cert
+from dataplane.tools.entry import COMMAND as RAFTLOG
 from dataplane.tools.local_cluster import LocalCluster, wait_for
 from metadata_quorum.security.acl import AclOperation, PatternType, PermissionType, ResourceType
 from metadata_quorum.security.channels import ClientSecurity, open_channel
@@ -64,7 +64,6 @@ from tests.dataplane.cluster_support import RANGES, running_cluster
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.xdist_group("kafka-acls")]
 KCAT = shutil.which("kcat")
-RAFTLOG = [sys.executable, "-c", "from dataplane.tools.cli import main; main()"]
 PASSWORDS = {"alice": "alice-secret", "bob": "bob-secret", "carol": "carol-secret"}
 MECHANISMS = {"alice": "SCRAM-SHA-512", "bob": "SCRAM-SHA-256", "carol": "SCRAM-SHA-512"}
 TOPICS = ("orders", "orders-eu", "ordersx", "payroll", "hidden", "shared")

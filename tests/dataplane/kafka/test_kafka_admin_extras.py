@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,12 +25,12 @@ from kafka import errors as kafka_errors
 from kafka.structs import OffsetAndMetadata
 
 from dataplane.client import AdminClient
+from dataplane.tools.entry import COMMAND as RAFTLOG
 from dataplane.tools.local_cluster import LocalCluster, wait_for
 from raftlog.errors import ErrorCode
 from tests.dataplane.cluster_support import create_topic, running_cluster
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("kafka-protocol")]
-RAFTLOG = [sys.executable, "-c", "from dataplane.tools.cli import main; main()"]
 
 
 @pytest.fixture(scope="module")

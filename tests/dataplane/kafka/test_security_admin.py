@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future
 from pathlib import Path
@@ -50,6 +49,7 @@ from dataplane.client.admin import (
     UserScramCredentialDeletion,
     UserScramCredentialUpsertion,
 )
+from dataplane.tools.entry import COMMAND as RAFTLOG
 from dataplane.tools.local_cluster import LocalCluster, wait_for
 from metadata_quorum.security.acl import (
     CLUSTER_NAME,
@@ -69,7 +69,6 @@ SECURED: dict[str, str | int] = {
 }
 SHA256, SHA512 = ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512
 K = TypeVar("K")
-RAFTLOG = [sys.executable, "-c", "from dataplane.tools.cli import main; main()"]
 
 
 def acl(

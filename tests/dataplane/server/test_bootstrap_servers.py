@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,6 +25,7 @@ import pytest
 from dataplane.client import AdminClient, NewTopic, Producer
 from dataplane.server.config import NodeConfig
 from dataplane.tools.cluster_status import cluster_status_rows
+from dataplane.tools.entry import COMMAND as RAFTLOG
 from dataplane.tools.local_cluster import LocalCluster, pick_cluster_port, wait_for
 from dataplane.tools.owned_process import popen_owned
 from metadata_quorum.client import ControllerClient
@@ -35,7 +35,6 @@ from tests.dataplane.cluster_support import RANGES, fetch, read_all, wait_for_le
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("dataplane-bootstrap-servers")]
 SPAN = 4  # three combined nodes and the one that joins with bootstrap servers only
-RAFTLOG = [sys.executable, "-m", "dataplane.tools.cli"]
 
 
 @contextmanager

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import re
 import ssl
-import sys
 import urllib.error
 import urllib.request
 import uuid
@@ -42,6 +41,7 @@ import pytest
 from dataplane.client import AdminClient, Consumer, NewTopic, Producer, TopicPartition
 from dataplane.server.config import NodeConfig
 from dataplane.tools.certificates import make_ca, make_cert
+from dataplane.tools.entry import COMMAND
 from dataplane.tools.local_cluster import (
     LOCAL_DEFAULTS,
     LocalCluster,
@@ -343,7 +343,7 @@ def test_a_rogue_controller_gets_no_vote(
     config, port = _rogue_controller_config(cluster, rogue_keys[key], tmp_path, raft)
     config_path = tmp_path / "node.toml"
     config_path.write_text(config.to_toml())
-    argv = [sys.executable, "-m", "dataplane.tools.cli", "node", "--config", str(config_path)]
+    argv = [*COMMAND, "node", "--config", str(config_path)]
     rogue = owned_launcher(ROGUE_ID, argv, tmp_path / "node.log")
 
     def refused_by(node_id: int) -> bool:

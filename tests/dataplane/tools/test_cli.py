@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from importlib.metadata import EntryPoint
 from pathlib import Path
 
 import pytest
 
 from dataplane.tools import cli
+from dataplane.tools.entry import COMMAND as RAFTLOG
 from raftlog.log import Log
 from raftlog.records import Record, encode_batch
 from raftlog.txn import encode_marker
 from tests.raftlog.batches import make_batch, values_of
-
-RAFTLOG = [sys.executable, "-c", "from dataplane.tools.cli import main; main()"]
 
 
 def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from dataplane.tools.entry import COMMAND
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("dataplane-demo")]
 
@@ -16,7 +17,7 @@ pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("dataplane-demo"
 def test_cluster_demo_end_to_end(tmp_path: Path) -> None:
     repo = Path(__file__).resolve().parents[3]
     result = subprocess.run(
-        [sys.executable, "-c", "from dataplane.tools.cli import main; main()", "demo", "cluster",
+        [*COMMAND, "demo", "cluster",
          "--records", "20000"],
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(repo), "COLUMNS": "160", "NO_COLOR": "1"},

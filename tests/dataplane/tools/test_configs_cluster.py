@@ -8,19 +8,18 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from dataplane.tools.entry import COMMAND as RAFTLOG
 from dataplane.tools.local_cluster import LocalCluster
 from tests.dataplane.cluster_support import running_cluster
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("dataplane-cli")]
 
-RAFTLOG = [sys.executable, "-c", "from dataplane.tools.cli import main; main()"]
 Run = Callable[..., subprocess.CompletedProcess[str]]
 
 

@@ -11,7 +11,6 @@ import re
 import ssl
 import stat
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +27,7 @@ from dataplane.server.node import raft_options
 from dataplane.tools.cli import _print_client_settings, app
 from dataplane.tools.cluster_status import cluster_status_rows
 from dataplane.tools.command_config import read_command_config
+from dataplane.tools.entry import COMMAND
 from dataplane.tools.local_cluster import LocalCluster, wait_for
 from dataplane.tools.owned_process import popen_owned
 from metadata_quorum.security.acl import (
@@ -361,7 +361,7 @@ def test_raftlog_console_on_its_own_with_a_login_over_https(
     """``raftlog console --login --tls-keystore``: the command config's admin samples the
     charts, each user logs in as themselves; the process is stopped by its pid."""
     argv = [
-        sys.executable, "-m", "dataplane.tools.cli",
+        *COMMAND,
         "--command-config", str(cluster.secrets.client_properties), "console",
         "--bootstrap-server", ",".join(cluster.bootstrap_servers),
         "--login", "--tls-keystore", str(cluster.secrets.node_keystore(1)),
