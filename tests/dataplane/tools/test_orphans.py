@@ -137,7 +137,10 @@ def kill_session_and_check(root: Path, signum: signal.Signals, *pytest_args: str
         nodes = session.wait_until_up()
         assert len(nodes) == 3 and all(running(pid, NODE) for pid in nodes), nodes
         os.kill(session.proc.pid, signum)
-        session.proc.wait(timeout=GONE_S)
+        try:
+            session.proc.wait(timeout=GONE_S)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the session lived {GONE_S} s after {signum.name}:\n{session.tail()}")
         left = survivors(nodes, NODE)
         assert not left, f"nodes {left} outlived the session ({signum.name}):\n{session.tail()}"
         assert session.holder is not None and not survivors([session.holder], PYTHON)
