@@ -185,10 +185,13 @@ def bench_main(
     section: str,
     run: Callable[[Path, bool, Console], dict[str, Any]],
     report: Callable[[Console, dict[str, Any]], None],
+    own: argparse.ArgumentParser | None = None,
 ) -> int:
     """The command line of a benchmark that writes one section: ``--out``, ``--quick`` and
-    ``--workdir``; ``run(workdir, quick, progress)`` gives the figures, ``report`` prints them."""
-    parser = argparse.ArgumentParser(description=description)
+    ``--workdir``; ``run(workdir, quick, progress)`` gives the figures, ``report`` prints them.
+    ``own``: the benchmark's own options (a parser without help, parsed by the benchmark), so
+    ``--help`` lists them too."""
+    parser = argparse.ArgumentParser(description=description, parents=[own] if own else [])
     parser.add_argument("--out", type=Path, required=True, help="results JSON file to update")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
     parser.add_argument("--workdir", type=Path, default=REPO_ROOT / ".raftlog" / "bench")

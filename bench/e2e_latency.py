@@ -515,8 +515,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args[:1] == ["consume"]:
         return _consume_main(args[1:])
     own = argparse.ArgumentParser(add_help=False)
-    own.add_argument("--rate", type=float, default=None)
-    own.add_argument("--first-host", type=int, default=FIRST_HOST)
+    own.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        help="records/s offered (default: half the saturation measured first)",
+    )
+    own.add_argument(
+        "--first-host",
+        type=int,
+        default=FIRST_HOST,
+        help=f"the cluster's first address, 127.0.0.N (default {FIRST_HOST})",
+    )
     options, rest = own.parse_known_args(args)
 
     def figures(workdir: Path, quick: bool, progress: Console) -> dict[str, Any]:
@@ -524,7 +534,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run(workdir, size, progress, options.rate, options.first_host)
 
     return bench_main(
-        rest, __doc__.splitlines()[0] if __doc__ else "", "end_to_end", figures, report
+        rest, __doc__.splitlines()[0] if __doc__ else "", "end_to_end", figures, report, own
     )
 
 

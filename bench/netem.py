@@ -538,9 +538,23 @@ def report(console: Console, figures: dict[str, Any]) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """``bench_main``'s options and ``--delays`` (one-way ms, comma-separated)."""
     own = argparse.ArgumentParser(add_help=False)
-    own.add_argument("--delays", default=",".join(str(d) for d in DELAYS_MS))
-    own.add_argument("--wire", choices=("auto", *WIRES), default="auto")
-    own.add_argument("--rate", type=float, default=None)
+    own.add_argument(
+        "--delays",
+        default=",".join(str(d) for d in DELAYS_MS),
+        help="one-way delays in ms, comma-separated",
+    )
+    own.add_argument(
+        "--wire",
+        choices=("auto", *WIRES),
+        default="auto",
+        help="how the delay is made (auto: netem where the kernel has it)",
+    )
+    own.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        help="records/s offered (default: half the saturation measured first)",
+    )
     options, rest = own.parse_known_args(argv)
     delays = [float(d) for d in options.delays.split(",")]
     try:
@@ -553,7 +567,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         size = "quick" if quick else "full"
         return run(workdir, size, progress, delays, options.wire, options.rate)
 
-    return bench_main(rest, __doc__.splitlines()[0] if __doc__ else "", "netem", figures, report)
+    return bench_main(
+        rest, __doc__.splitlines()[0] if __doc__ else "", "netem", figures, report, own
+    )
 
 
 if __name__ == "__main__":

@@ -650,14 +650,19 @@ def run(
 def main(argv: Sequence[str] | None = None) -> int:
     """``bench_main``'s options, and ``--fio-direct-mib``: the size of fio's direct jobs."""
     own = argparse.ArgumentParser(add_help=False)
-    own.add_argument("--fio-direct-mib", type=int, default=None)
+    own.add_argument(
+        "--fio-direct-mib",
+        type=int,
+        default=None,
+        help="the size of fio's direct jobs in MiB (default 4,096; less with --quick)",
+    )
     options, rest = own.parse_known_args(argv)
     direct_bytes = None if options.fio_direct_mib is None else options.fio_direct_mib * 1024 * 1024
 
     def figures(workdir: Path, quick: bool, progress: Console) -> dict[str, Any]:
         return run(workdir, "quick" if quick else "full", progress, direct_bytes)
 
-    return bench_main(rest, __doc__.splitlines()[0], "peer", figures, print_report)
+    return bench_main(rest, __doc__.splitlines()[0], "peer", figures, print_report, own)
 
 
 if __name__ == "__main__":
