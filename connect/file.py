@@ -38,7 +38,7 @@ from connect.api import (
 )
 
 log = logging.getLogger(__name__)
-READ_BYTES = 64 * 1024
+READ_BYTES = 1024 * 1024
 MAX_LINE_BYTES_MAX = 16 * 1024 * 1024
 
 
@@ -128,7 +128,11 @@ class FileStreamSourceTask(SourceTask):
         try:
             with open(path, "rb") as f:
                 f.seek(position)
-                data = f.read(min(READ_BYTES, self.max_line_bytes + 1) if records_max else 0)
+                size = min(READ_BYTES, self.max_line_bytes + 1) if records_max else 0
+                data = f.read(size)
+                if size and len(data) == size and data.find(b"\n") < 0:
+                    # a line longer than one read but maybe within max.line.bytes
+                    data += f.read(self.max_line_bytes + 1 - size)
         except FileNotFoundError:
             return []
         records: list[SourceRecord] = []

@@ -27,6 +27,31 @@ def offset_key(connector: str, partition: Mapping[str, Any]) -> str:
     return json.dumps([connector, dict(partition)], sort_keys=True, separators=(",", ":"))
 
 
+class OffsetKeys:
+    """``offset_key`` of one connector's source partitions, remembered: a source task names the
+    same few partitions (a file, a topic partition) on every record, and the JSON text cost more
+    than the rest of a record's bookkeeping. A partition with an unhashable value is encoded
+    each time; at most ``MEMO_MAX`` are remembered."""
+
+    MEMO_MAX = 10_000
+
+    def __init__(self, connector: str) -> None:
+        self.connector = connector
+        self._memo: dict[tuple[tuple[str, Any], ...], str] = {}
+
+    def __call__(self, partition: Mapping[str, Any]) -> str:
+        try:
+            memo_key = tuple(sorted(partition.items()))
+            key = self._memo.get(memo_key)
+        except TypeError:  # an unhashable value (a list, a dict)
+            return offset_key(self.connector, partition)
+        if key is None:
+            if len(self._memo) >= self.MEMO_MAX:
+                self._memo.clear()
+            key = self._memo[memo_key] = offset_key(self.connector, partition)
+        return key
+
+
 def parse_offset_key(key: str) -> tuple[str, JsonDict]:
     connector, partition = json.loads(key)
     if not isinstance(connector, str) or not isinstance(partition, dict):

@@ -39,7 +39,7 @@ from connect.api import (
     SourceTask,
 )
 from connect.assignment import ConnectorTaskId
-from connect.offsets import SubmittedRecord, SubmittedRecords, offset_key
+from connect.offsets import OffsetKeys, SubmittedRecord, SubmittedRecords
 from connect.plugins import Validated
 from connect.worker_config import WorkerConfig
 from dataplane.client import (
@@ -138,6 +138,7 @@ class WorkerSourceTask(WorkerTask):
         self.offsets = offsets
         self._lock = threading.Lock()
         self._submitted = SubmittedRecords()
+        self._offset_keys = OffsetKeys(self.id.connector)
         self._acked = threading.Event()
         self._send_error: BaseException | None = None
         self._metrics: JsonDict = {}
@@ -196,12 +197,12 @@ class WorkerSourceTask(WorkerTask):
         """A poll's records were handed to the producer (exactly-once commits here)."""
 
     def _send(self, producer: Producer, record: SourceRecord) -> None:
-        key = offset_key(self.id.connector, record.source_partition)
+        key = self._offset_keys(record.source_partition)
         with self._lock:
             submitted = self._submitted.submit(key, dict(record.source_offset))
         producer.send(
             record.topic, record.value, record.key, partition=record.partition,
-            timestamp_ms=record.timestamp_ms, headers=record.headers,
+            timestamp_ms=record.timestamp_ms, headers=record.headers or None,
             callback=lambda m, e: self._on_ack(submitted, record, m, e),
         )  # fmt: skip
 

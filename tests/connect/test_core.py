@@ -18,8 +18,8 @@ from connect.assignment import (
     assign,
 )
 from connect.config_state import Change, ConfigState, task_records
-from connect.file import FileStreamSinkTask, FileStreamSource, FileStreamSourceTask
-from connect.offsets import SubmittedRecords, offset_key
+from connect.file import READ_BYTES, FileStreamSinkTask, FileStreamSource, FileStreamSourceTask
+from connect.offsets import OffsetKeys, SubmittedRecords, offset_key
 from connect.plugins import ConfigInvalid, validate
 from connect.storage import FileOffsetStore
 
@@ -197,10 +197,12 @@ class Offsets(OffsetReader):
         return None if position is None else {"position": position}
 
 
-def source_task(path: Path, offsets: dict[str, int], batch: int = 100) -> FileStreamSourceTask:
+def source_task(
+    path: Path, offsets: dict[str, int], batch: int = 100, max_line_bytes: int = 64
+) -> FileStreamSourceTask:
     task = FileStreamSourceTask()
     config = {"topic": "t", "files": str(path), "batch.size": batch, "poll.interval.ms": 1,
-              "max.line.bytes": 64}  # fmt: skip
+              "max.line.bytes": max_line_bytes}  # fmt: skip
     task.start(config, Offsets(offsets))
     return task
 
@@ -221,6 +223,32 @@ def test_file_source_emits_complete_lines_and_resumes_at_a_position(tmp_path: Pa
     resumed = source_task(path, {str(path): 9}, batch=1)
     assert [r.value for r in resumed.poll()] == [b"three"], "batch.size bounds a poll"
     assert [r.value for r in resumed.poll()] == [b"four"]
+
+
+def test_a_poll_of_1_kib_lines_fills_its_batch_and_a_line_longer_than_one_read_comes_whole(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "in.txt"
+    line = b"x" * 1023 + b"\n"
+    path.write_bytes(line * 1500)
+    task = source_task(path, {}, batch=1000, max_line_bytes=1024 * 1024)
+    assert [len(r.value or b"") for r in task.poll()] == [1023] * 1000
+    long_line = b"y" * (READ_BYTES + READ_BYTES // 2)
+    path.write_bytes(long_line + b"\n" + line)
+    task = source_task(path, {}, batch=10, max_line_bytes=2 * READ_BYTES)
+    assert [r.value for r in task.poll()] == [long_line, line[:-1]]
+
+
+def test_offset_keys_remember_offset_key_per_source_partition() -> None:
+    keys = OffsetKeys("c")
+    first = keys({"filename": "f"})
+    assert first == offset_key("c", {"filename": "f"})
+    assert keys({"filename": "f"}) is first, "the same partition's key is not encoded again"
+    assert keys({"topic": "t", "partition": 1}) == offset_key("c", {"partition": 1, "topic": "t"})
+    assert keys({"files": ["a", "b"]}) == offset_key("c", {"files": ["a", "b"]}), "unhashable"
+    keys.MEMO_MAX = 2  # a full memo starts again
+    third = keys({"filename": "g"})
+    assert third == offset_key("c", {"filename": "g"}) and keys({"filename": "g"}) is third
 
 
 def test_file_source_refuses_a_line_longer_than_max_line_bytes(tmp_path: Path) -> None:
