@@ -30,8 +30,9 @@ def offset_key(connector: str, partition: Mapping[str, Any]) -> str:
 class OffsetKeys:
     """``offset_key`` of one connector's source partitions, remembered: a source task names the
     same few partitions (a file, a topic partition) on every record, and the JSON text cost more
-    than the rest of a record's bookkeeping. A partition with an unhashable value is encoded
-    each time; at most ``MEMO_MAX`` are remembered."""
+    than the rest of a record's bookkeeping. Only partitions of str and int values are
+    remembered (``True`` and ``1`` are one dict key but two JSON texts); others are encoded each
+    time. At most ``MEMO_MAX`` are remembered."""
 
     MEMO_MAX = 10_000
 
@@ -40,11 +41,10 @@ class OffsetKeys:
         self._memo: dict[tuple[tuple[str, Any], ...], str] = {}
 
     def __call__(self, partition: Mapping[str, Any]) -> str:
-        try:
-            memo_key = tuple(sorted(partition.items()))
-            key = self._memo.get(memo_key)
-        except TypeError:  # an unhashable value (a list, a dict)
+        memo_key = tuple(sorted(partition.items()))
+        if not all(v.__class__ is str or v.__class__ is int for _, v in memo_key):
             return offset_key(self.connector, partition)
+        key = self._memo.get(memo_key)
         if key is None:
             if len(self._memo) >= self.MEMO_MAX:
                 self._memo.clear()

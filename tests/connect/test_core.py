@@ -246,6 +246,7 @@ def test_offset_keys_remember_offset_key_per_source_partition() -> None:
     assert keys({"filename": "f"}) is first, "the same partition's key is not encoded again"
     assert keys({"topic": "t", "partition": 1}) == offset_key("c", {"partition": 1, "topic": "t"})
     assert keys({"files": ["a", "b"]}) == offset_key("c", {"files": ["a", "b"]}), "unhashable"
+    assert keys({"p": 1}) != keys({"p": True}), "equal as dict keys, not as JSON"
     keys.MEMO_MAX = 2  # a full memo starts again
     third = keys({"filename": "g"})
     assert third == offset_key("c", {"filename": "g"}) and keys({"filename": "g"}) is third
