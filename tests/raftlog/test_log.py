@@ -163,8 +163,17 @@ class _HeldRead:
         return reader, got
 
 
-def _open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
+def _open_fds(under: Path) -> int:
+    """This process's descriptors of files under ``under``: only the test's own, so a descriptor
+    another test's leftovers close meanwhile (a collected object, a thread) does not count."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except FileNotFoundError:  # closed since the listing (listdir's own, say)
+            continue
+        count += target.startswith(f"{under}/")
+    return count
 
 
 def test_a_read_holds_no_lock_while_it_reads(
@@ -194,7 +203,7 @@ def test_a_read_survives_its_segment_going_away(
     """A planned read has a descriptor of its own: retention deleting the segment or the log
     closing meanwhile neither fails the read nor points it at another file; and no descriptor
     is left open after it."""
-    baseline = _open_fds()
+    baseline = _open_fds(tmp_path)
     log = open_log(tmp_path, **{"segment.bytes": 2048, "retention.bytes": 1})
     for _ in range(6):
         log.append(make_batch(values_of(4, size=200)), leader_epoch=0)
@@ -216,7 +225,7 @@ def test_a_read_survives_its_segment_going_away(
     assert [r.offset for r in iter_records(got[0])][:4] == [0, 1, 2, 3]
     if change == "retention":
         log.close()
-    assert _open_fds() == baseline, "the read's descriptors are closed, the segments' too"
+    assert _open_fds(tmp_path) == baseline, "the read's descriptors are closed, the segments' too"
 
 
 def test_a_read_that_fails_planning_leaves_no_descriptor(
@@ -224,11 +233,11 @@ def test_a_read_that_fails_planning_leaves_no_descriptor(
 ) -> None:
     """A failure planning a later segment (a corrupt header, say) closes the descriptors the
     earlier plans took."""
-    baseline = _open_fds()
+    baseline = _open_fds(tmp_path)
     log = open_log(tmp_path, **{"segment.bytes": 2048})
     for _ in range(6):
         log.append(make_batch(values_of(4, size=200)), leader_epoch=0)
-    planned = _open_fds()
+    planned = _open_fds(tmp_path)
     real = LogSegment.plan_read
     calls: list[int] = []
 
@@ -241,9 +250,9 @@ def test_a_read_that_fails_planning_leaves_no_descriptor(
     monkeypatch.setattr(LogSegment, "plan_read", plan_read)
     with pytest.raises(CorruptRecordError):
         log.read(0, 1 << 20)
-    assert _open_fds() == planned, "the first segment's duplicate is closed"
+    assert _open_fds(tmp_path) == planned, "the first segment's duplicate is closed"
     log.close()
-    assert _open_fds() == baseline
+    assert _open_fds(tmp_path) == baseline
 
 
 def test_reads_that_continue_where_a_batch_ended_agree_with_the_index(tmp_path: Path) -> None:

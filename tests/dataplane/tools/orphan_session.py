@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,10 @@ HOLD_S = 150.0  # longer than the killing test waits; an unkilled session fails
 def test_hold_a_cluster_until_killed() -> None:
     if ORPHAN_DIR not in os.environ:
         pytest.skip(f"run by tests/dataplane/tools/test_orphans.py, which sets {ORPHAN_DIR}")
+    # Ctrl-C's KeyboardInterrupt, whatever this process inherited: a shell runs a command it
+    # puts in the background without job control with SIGINT ignored (POSIX), and a session
+    # started under one (`nohup make test &`) would ignore test_orphans.py's SIGINT.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     out = Path(os.environ[ORPHAN_DIR])
     with running_cluster(out / "cluster", "orphans") as cluster:
         nodes = {spec.node_id: cluster.pid(spec.node_id) for spec in cluster.specs}

@@ -25,7 +25,6 @@ import pytest
 
 from dataplane.tools import cli
 from dataplane.tools.local_cluster import (
-    STOP_TIMEOUT_S,
     LocalCluster,
     detached_launcher,
     owned_launcher,
@@ -48,10 +47,6 @@ PYTHON = b"python"
 UP_S = 90.0  # the child session's start and its cluster's
 GONE_S = 60.0  # from the kill to the last node gone (after SIGINT: the session's own teardown,
 # three clean node stops: over 20 s on a loaded 2-core CI machine, in two CI runs)
-# After SIGINT the session stops its cluster itself: `LocalCluster.down` may take STOP_TIMEOUT_S
-# for a node's SIGTERM and as long again after its SIGKILL, one node after the other (60 s for
-# three), and pytest exits after that. Two CI runs found the session alive at 60 s.
-SIGINT_GONE_S = 6 * STOP_TIMEOUT_S + GONE_S
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
 
@@ -155,11 +150,10 @@ def kill_session_and_check(root: Path, signum: signal.Signals, *pytest_args: str
         nodes = session.wait_until_up()
         assert len(nodes) == 3 and all(running(pid, NODE) for pid in nodes), nodes
         os.kill(session.proc.pid, signum)
-        gone_s = SIGINT_GONE_S if signum == signal.SIGINT else GONE_S
         try:
-            session.proc.wait(timeout=gone_s)
+            session.proc.wait(timeout=GONE_S)
         except subprocess.TimeoutExpired:
-            pytest.fail(f"the session lived {gone_s} s after {signum.name}:\n{session.tail()}\n"
+            pytest.fail(f"the session lived {GONE_S} s after {signum.name}:\n{session.tail()}\n"
                         f"{session.nodes_state(nodes)}")  # fmt: skip
         left = survivors(nodes, NODE)
         assert not left, f"nodes {left} outlived the session ({signum.name}):\n{session.tail()}"
