@@ -50,15 +50,23 @@ GONE_S = 60.0  # from the kill to the last node gone (after SIGINT: the session'
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
 
+def process_state(pid: int) -> str | None:
+    """``pid``'s state letter in /proc (R, S, D, Z, ...); None once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
 def running(pid: int, marker: bytes) -> bool:
     """Whether ``pid`` is a live process (a zombie is not) whose command line holds ``marker``
     (so a reused pid is not taken for ours)."""
+    state = process_state(pid)
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except (FileNotFoundError, ProcessLookupError):
         return False
-    return stat.rpartition(")")[2].split()[0] != "Z" and marker in cmdline
+    return state not in (None, "Z") and marker in cmdline
 
 
 def survivors(pids: Iterable[int], marker: bytes, timeout_s: float = GONE_S) -> list[int]:
@@ -115,13 +123,7 @@ class ChildSession:
 
     def nodes_state(self, nodes: list[int]) -> str:
         """Each node's process state and the end of its log: where a slow teardown waits."""
-        lines = []
-        for pid in nodes:
-            try:
-                state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-            except FileNotFoundError:
-                state = "gone"
-            lines.append(f"node pid {pid}: {state}")
+        lines = [f"node pid {pid}: {process_state(pid) or 'gone'}" for pid in nodes]
         for log in sorted((self.root / "cluster").glob("node-*/node.log")):
             lines.append(f"---- {log}\n{log.read_text(errors='replace')[-1500:]}")
         return "\n".join(lines)
