@@ -1,4 +1,5 @@
-"""CPython's garbage collector in a node: its pauses timed, and the full scans bounded.
+"""CPython's garbage collector in a node or a client's process: its pauses timed, and the full
+scans bounded.
 
 A collection runs in whichever thread's allocation crossed a threshold, holding the GIL: every
 other thread of the process (Raft's ticks, the fetchers, gRPC's handlers) waits for it to end. A
@@ -19,6 +20,14 @@ of one every few seconds). 0 leaves CPython's collector as it is.
 
 Either way each collection's pause is observed in ``raftlog_gc_pause_seconds`` (by generation)
 and one of ``SLOW_PAUSE_S`` or more is logged: the JVM's GC log, for a node.
+
+A process that moves records through the client library meets the same collector the other way
+round: its heap is small but every record in flight (up to ``buffer.memory`` of them, with its
+future, callback and, in Connect, its source offset) lives long enough to be promoted to
+generation 2, so full collections come every second or so, each visiting the whole heap.
+Measured on a Connect worker's file source (100,000 lines of 1 KiB): 14 full collections took
+4.1-4.2 s of an 18 s run. :func:`govern_collector` gives such a process the nodes' policy; the
+``raftlog`` command line installs it for every command (a node then installs its own).
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ log = logging.getLogger(__name__)
 
 SLOW_PAUSE_S = 0.2  # a third of the default election timeout: worth a line
 FULL = 2  # the oldest generation: a collection of it visits every tracked object
+FULL_SCAN_INTERVAL_S = 600.0  # gc.full.scan.interval.ms's default, for a client's process
 
 
 class GcPolicy:
@@ -60,9 +70,13 @@ class GcPolicy:
         self._scanned_all_at = clock()  # the process's start: nothing was frozen before it
 
     def install(self, stop: threading.Event | None = None) -> GcPolicy:
-        """Time (and govern) every collection from now on; with `stop` and an interval, a thread
-        also makes sure a full scan comes once per interval until `stop` is set (a process
-        that allocates little may not reach generation 2's threshold for hours)."""
+        """Time (and govern) every collection from now on, in place of any policy installed
+        before (one governs a process: the CLI installs one for every command, a node its
+        own with its metrics); with `stop` and an interval, a thread also makes sure a full
+        scan comes once per interval until `stop` is set (a process that allocates little may
+        not reach generation 2's threshold for hours)."""
+        for other in [c for c in gc.callbacks if isinstance(c, GcPolicy) and c is not self]:
+            other.uninstall()
         if self not in gc.callbacks:
             gc.callbacks.append(self)
         if stop is not None and self.full_scan_interval_s > 0:
@@ -72,7 +86,7 @@ class GcPolicy:
         return self
 
     def _scan_while(self, stop: threading.Event) -> None:
-        while not stop.wait(self.full_scan_interval_s / 4):
+        while not stop.wait(self.full_scan_interval_s / 4) and self in gc.callbacks:
             if self.full_scan_due():
                 gc.collect(FULL)
 
@@ -104,3 +118,15 @@ class GcPolicy:
     def full_scan_due(self) -> bool:
         interval = self.full_scan_interval_s
         return interval > 0 and self.clock() - self._scanned_all_at >= interval
+
+
+def govern_collector(full_scan_interval_s: float = FULL_SCAN_INTERVAL_S) -> GcPolicy:
+    """Install the nodes' policy in a process that produces or consumes (the ``raftlog``
+    commands; an application using the client library at high rates may call it at
+    start-up): survivors of each full collection frozen, everything visited once per
+    ``full_scan_interval_s``. Its pauses are timed in a histogram no registry exports."""
+    pauses = Histogram(
+        "raftlog_gc_pause_seconds", "CPython garbage collections by generation",
+        ["generation"], registry=None,
+    )  # fmt: skip
+    return GcPolicy(pauses, full_scan_interval_s).install(threading.Event())

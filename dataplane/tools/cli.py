@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from dataplane.broker.gc_pauses import govern_collector
 from dataplane.broker.malloc_tuning import tune_malloc
 from dataplane.client import TopicPartition
 from dataplane.server.config import NodeConfig
@@ -584,6 +585,7 @@ def add_stand_in(name: str, about: str, extra: str, missing: list[str]) -> None:
 
 def main() -> None:
     tune_malloc()  # produce, consume and perf move megabytes a second (a node does it anyway)
+    govern_collector()  # their records in flight made full collections frequent (gc_pauses.py)
     add_plugin_commands()
     app()
 

@@ -1,5 +1,6 @@
-"""CPython's garbage collector in a node (dataplane/broker/gc_pauses.py): each collection's
-pause timed, and full scans bounded to one per interval by freezing what survives."""
+"""CPython's garbage collector in a node or a client's process (dataplane/broker/gc_pauses.py):
+each collection's pause timed, and full scans bounded to one per interval by freezing what
+survives."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from dataplane.broker.gc_pauses import GcPolicy
+from dataplane.broker.gc_pauses import FULL_SCAN_INTERVAL_S, GcPolicy, govern_collector
 from dataplane.broker.metrics import NodeMetrics
 from dataplane.tools.local_cluster import wait_for
 
@@ -115,3 +116,35 @@ def test_a_thread_makes_sure_the_full_scan_comes_on_a_process_that_allocates_lit
         lambda: not any(t.name == "gc-full-scan" for t in threading.enumerate()),
         timeout_s=5.0,
     )
+
+
+def scan_threads() -> int:
+    return sum(t.name == "gc-full-scan" for t in threading.enumerate())
+
+
+def test_a_policy_installed_takes_the_place_of_the_one_before_and_its_thread(
+    metrics: NodeMetrics,
+) -> None:
+    """The CLI installs a policy for every command; a node's own replaces it."""
+    with governing(metrics, threading.Event(), full_scan_interval_s=0.2) as first:
+        wait_for("the first policy's scan thread", lambda: scan_threads() == 1, timeout_s=5.0)
+        gc.collect(2)
+        assert gc.get_freeze_count() > 0
+        with governing(metrics, slow_s=60.0) as second:
+            assert first not in gc.callbacks and second in gc.callbacks
+            assert gc.get_freeze_count() == 0, "the replaced policy's frozen objects stay frozen"
+            wait_for("the first policy's thread to end", lambda: scan_threads() == 0, 5.0)
+            gc.collect(2)
+            assert gc.get_freeze_count() == 0, "the replaced policy still freezes"
+
+
+def test_a_client_process_gets_the_nodes_policy_with_its_default_interval() -> None:
+    policy = govern_collector()
+    try:
+        assert policy in gc.callbacks
+        assert policy.full_scan_interval_s == FULL_SCAN_INTERVAL_S
+        gc.collect(2)
+        assert gc.get_freeze_count() > 0, "a full collection's survivors were not frozen"
+    finally:
+        policy.uninstall()
+    assert gc.get_freeze_count() == 0
