@@ -160,11 +160,11 @@ class ExactlyOnceWorkerSourceTask(WorkerSourceTask):
         finally:
             producer.close(config.offset_flush_timeout_ms / 1000)
 
-    def _send(self, producer: Producer, record: SourceRecord) -> None:
+    def _send(self, producer: Producer, records: list[SourceRecord]) -> None:
         if not self._in_transaction:
             producer.begin_transaction()
             self._in_transaction = True
-        super()._send(producer, record)
+        super()._send(producer, records)
 
     def _after_poll(self) -> None:
         if self.boundary == "poll":

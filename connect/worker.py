@@ -43,10 +43,11 @@ from connect.offsets import OffsetKeys, SubmittedRecord, SubmittedRecords
 from connect.plugins import Validated
 from connect.worker_config import WorkerConfig
 from dataplane.client import (
+    BatchResult,
     Consumer,
     ConsumerRebalanceListener,
     Producer,
-    RecordMetadata,
+    RecordFuture,
     TopicPartition,
 )
 from raftlog.errors import KafkaError
@@ -122,6 +123,10 @@ class WorkerTask:
         raise NotImplementedError
 
 
+# a record sent: its submission, the record (for commit_record) and its future
+Sent = tuple[SubmittedRecord, SourceRecord, RecordFuture]
+
+
 class WorkerSourceTask(WorkerTask):
     def __init__(
         self,
@@ -138,6 +143,10 @@ class WorkerSourceTask(WorkerTask):
         self.offsets = offsets
         self._lock = threading.Lock()
         self._submitted = SubmittedRecords()
+        # the records sent, per producer batch they went to, until it completes (_on_batch)
+        self._batches: dict[BatchResult, list[Sent]] = {}
+        # SourceTask.commit_record is a no-op unless the connector overrides it
+        self._commit_each = type(task).commit_record is not SourceTask.commit_record
         self._offset_keys = OffsetKeys(self.id.connector)
         self._acked = threading.Event()
         self._send_error: BaseException | None = None
@@ -188,43 +197,73 @@ class WorkerSourceTask(WorkerTask):
                 self._acked.clear()
                 continue
             records = self.task.poll()
-            for record in records:
-                self._send(producer, record)
             if records:
+                self._send(producer, records)
                 self._after_poll()
 
     def _after_poll(self) -> None:
         """A poll's records were handed to the producer (exactly-once commits here)."""
 
-    def _send(self, producer: Producer, record: SourceRecord) -> None:
-        key = self._offset_keys(record.source_partition)
+    def _send(self, producer: Producer, records: list[SourceRecord]) -> None:
+        """Send a poll's records, then submit them (their offsets, in order) under one lock
+        and watch each producer batch they went to with one callback (``_on_batch``), not one
+        per record: the per-record callback, its lock and wake-up were the worker's largest
+        cost after the producer's ``send``. A record is submitted before its batch's callback
+        can see it, so none is acknowledged before it is submitted."""
+        keys = self._offset_keys
+        sent = [
+            (
+                keys(record.source_partition), dict(record.source_offset), record,
+                producer.send(
+                    record.topic, record.value, record.key, partition=record.partition,
+                    timestamp_ms=record.timestamp_ms, headers=record.headers or None,
+                ),
+            )
+            for record in records
+        ]  # fmt: skip
+        watch: list[BatchResult] = []
+        batches = self._batches
         with self._lock:
-            submitted = self._submitted.submit(key, dict(record.source_offset))
-        producer.send(
-            record.topic, record.value, record.key, partition=record.partition,
-            timestamp_ms=record.timestamp_ms, headers=record.headers or None,
-            callback=lambda m, e: self._on_ack(submitted, record, m, e),
-        )  # fmt: skip
+            submit = self._submitted.submit
+            for key, offset, record, future in sent:
+                entry = (submit(key, offset), record, future)
+                batch = future.batch
+                group = batches.get(batch)
+                if group is None:  # a new batch, or one whose callback already took its group
+                    batches[batch] = [entry]
+                    watch.append(batch)
+                else:
+                    group.append(entry)
+        for batch in watch:  # outside the lock: a completed batch's callback runs at once
+            batch.add_batch_callback(self._on_batch)
 
-    def _on_ack(
-        self,
-        submitted: SubmittedRecord,
-        record: SourceRecord,
-        metadata: RecordMetadata | None,
-        error: BaseException | None,
-    ) -> None:
-        if error is None and metadata is not None:
-            try:
-                self.task.commit_record(record, metadata)
-            except Exception as raised:  # connector code: the task fails on its thread
-                log.exception("task %s: commit_record failed", self.id)
-                error = raised
-        if error is not None:
-            self._send_error = error
-            return
+    def _on_batch(self, batch: BatchResult) -> None:
+        """The producer's thread: a batch completed; acknowledge its records (and with a
+        connector's own ``commit_record``, call it for each, as Kafka's per-record callback
+        does)."""
         with self._lock:
-            self._submitted.ack(submitted)
+            group = self._batches.pop(batch, [])
+        acked: list[SubmittedRecord] = []
+        for submitted, record, future in group:
+            error = batch.error if batch.parts is None else future.exception(0)
+            if error is None and self._commit_each:
+                error = self._commit_record(record, future)
+            if error is not None:
+                self._send_error = error
+                break
+            acked.append(submitted)
+        with self._lock:
+            for submitted in acked:
+                self._submitted.ack(submitted)
         self._acked.set()
+
+    def _commit_record(self, record: SourceRecord, future: RecordFuture) -> Exception | None:
+        try:
+            self.task.commit_record(record, future.result(0))
+        except Exception as raised:  # connector code: the task fails on its thread
+            log.exception("task %s: commit_record failed", self.id)
+            return raised
+        return None
 
     def _report_metrics(self) -> None:
         metrics = self.task.metrics()

@@ -8,6 +8,7 @@ from dataplane.client._prepared import (
     PreparedTransactionFencedError,
     complete_prepared_transaction,
 )
+from dataplane.client._record_future import BatchResult
 from dataplane.client._transactions import (
     AbortableTransactionError,
     FatalTransactionError,
@@ -38,6 +39,7 @@ __all__ = [
     "AbortableTransactionError",
     "AcknowledgeType",
     "AdminClient",
+    "BatchResult",
     "Closing",
     "Consumer",
     "ConsumerGroupMetadata",

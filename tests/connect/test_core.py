@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from connect.api import OffsetReader, SinkRecord
+from connect.api import OffsetReader, SinkRecord, SourceRecord, SourceTask
 from connect.assignment import (
     Assignment,
     ConnectorTaskId,
@@ -22,6 +22,10 @@ from connect.file import READ_BYTES, FileStreamSinkTask, FileStreamSource, FileS
 from connect.offsets import OffsetKeys, SubmittedRecords, offset_key
 from connect.plugins import ConfigInvalid, validate
 from connect.storage import FileOffsetStore
+from connect.worker import WorkerSourceTask
+from connect.worker_config import WorkerConfig
+from dataplane.client import BatchResult, RecordFuture, RecordMetadata, TopicPartition
+from raftlog.errors import ErrorCode, KafkaError
 
 
 def tid(name: str, task: int) -> ConnectorTaskId:
@@ -176,6 +180,88 @@ def test_an_offset_is_committable_only_after_every_earlier_record_of_its_partiti
     assert submitted.committable() == {"A": {"position": 3}}
     assert submitted.outstanding == 0 and submitted.pending() == 0
     assert submitted.committable() == {}
+
+
+class BatchingProducer:
+    """Stands in for the producer's ``send``: records go to real producer batches
+    (``BatchResult``), ``per_batch`` of them each; the test completes the batches."""
+
+    def __init__(self, per_batch: int) -> None:
+        self.per_batch = per_batch
+        self.batches: list[BatchResult] = []
+        self._in_last = per_batch
+
+    def send(self, topic: str, value: bytes | None, key: bytes | None, **_: Any) -> RecordFuture:
+        if self._in_last == self.per_batch:
+            self.batches.append(BatchResult(TopicPartition(topic, 0)))
+            self._in_last = 0
+        self._in_last += 1
+        return RecordFuture(self.batches[-1], self._in_last - 1, (key, value, 0, ()))
+
+
+class QuietTask(SourceTask):
+    """A task the test feeds by hand (``WorkerSourceTask._send``), not through ``poll``."""
+
+    def start(self, config: dict[str, Any], offsets: OffsetReader) -> None:
+        pass
+
+    def poll(self) -> list[SourceRecord]:
+        return []
+
+    def stop(self) -> None:
+        pass
+
+
+class CommittingTask(QuietTask):
+    def __init__(self) -> None:
+        self.committed: list[tuple[int, int]] = []  # (the record's position, its offset)
+
+    def commit_record(self, record: SourceRecord, metadata: RecordMetadata) -> None:
+        self.committed.append((record.source_offset["position"], metadata.offset))
+
+
+def source_worker(task: SourceTask) -> WorkerSourceTask:
+    config = WorkerConfig.model_validate({"bootstrap.servers": ["127.0.0.1:1"]})
+    return WorkerSourceTask(
+        tid("c", 0), config, lambda *_: None, task, {}, FileOffsetStore(Path("unused"))
+    )
+
+
+def lines(first: int, count: int) -> list[SourceRecord]:
+    return [
+        SourceRecord({"file": "f"}, {"position": n}, "t", value=b"x")
+        for n in range(first, first + count)
+    ]
+
+
+def test_a_source_task_s_records_are_acknowledged_per_producer_batch_in_order() -> None:
+    """One callback per batch, not per record; a batch completed before the next poll sent
+    more records to it is watched again (the records join it after its callback ran)."""
+    task = CommittingTask()
+    worker = source_worker(task)
+    producer = BatchingProducer(per_batch=3)
+    worker._send(producer, lines(0, 4))  # type: ignore[arg-type]
+    first, second = producer.batches
+    second.succeed(base_offset=103, log_append_time_ms=-1)
+    assert worker._submitted.outstanding == 3
+    assert worker._submitted.committable() == {}, "records 0-2 are not acknowledged yet"
+    first.succeed(base_offset=100, log_append_time_ms=-1)
+    assert worker._submitted.committable() == {offset_key("c", {"file": "f"}): {"position": 3}}
+    worker._send(producer, lines(4, 1))  # type: ignore[arg-type]  # joins the completed batch
+    assert producer.batches[-1] is second and len(second._callbacks) == 0
+    assert worker._submitted.outstanding == 0, "a completed batch's new record was not acked"
+    assert task.committed == [(3, 103), (0, 100), (1, 101), (2, 102), (4, 104)]
+    assert worker._batches == {}, "a completed batch's records are kept"
+
+
+def test_a_failed_batch_fails_the_task_and_its_records_stay_unacknowledged() -> None:
+    worker = source_worker(QuietTask())
+    producer = BatchingProducer(per_batch=2)
+    worker._send(producer, lines(0, 2))  # type: ignore[arg-type]
+    producer.batches[0].fail(KafkaError(ErrorCode.MESSAGE_TOO_LARGE, "too large"))
+    assert worker._submitted.outstanding == 2
+    with pytest.raises(RuntimeError, match="was not delivered"):
+        worker._raise_send_error()
 
 
 def test_file_offset_store_survives_a_reload(tmp_path: Path) -> None:
