@@ -138,9 +138,19 @@ def test_a_policy_installed_takes_the_place_of_the_one_before_and_its_thread(
             assert gc.get_freeze_count() == 0, "the replaced policy still freezes"
 
 
-def test_a_client_process_gets_the_nodes_policy_with_its_default_interval() -> None:
+def test_a_client_process_gets_the_nodes_policy_with_its_default_interval(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """And no log line, however long a pause: a command's stderr is its own."""
     policy = govern_collector()
     try:
+        with caplog.at_level(logging.WARNING, logger="dataplane.broker.gc_pauses"):
+            policy(  # a pause of 1 s
+                "start", {"generation": 2, "collected": 0, "uncollectable": 0}
+            )
+            policy._started -= 1.0
+            policy("stop", {"generation": 2, "collected": 0, "uncollectable": 0})
+        assert not caplog.records, "a client's process logged a collection"
         assert policy in gc.callbacks
         assert policy.full_scan_interval_s == FULL_SCAN_INTERVAL_S
         gc.collect(2)
