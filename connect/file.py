@@ -136,6 +136,7 @@ class FileStreamSourceTask(SourceTask):
         except FileNotFoundError:
             return []
         records: list[SourceRecord] = []
+        partition = {"filename": path}  # one for the read's records: one offset key (worker.py)
         start = 0
         while len(records) < records_max:
             end = data.find(b"\n", start)
@@ -145,7 +146,7 @@ class FileStreamSourceTask(SourceTask):
             start = end + 1
             records.append(
                 SourceRecord(
-                    source_partition={"filename": path},
+                    source_partition=partition,
                     source_offset={"position": position + start},
                     topic=self.topic,
                     value=line[:-1] if line.endswith(b"\r") else line,

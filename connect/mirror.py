@@ -386,20 +386,25 @@ class MirrorSourceTask(SourceTask):
                 return []
             self._send_syncs()
             batch = self._consumer.poll(POLL_MS)
-        return [
-            SourceRecord(
-                source_partition=source_partition(self.alias, r.topic, r.partition),
-                source_offset={"offset": r.offset},
-                topic=remote_topic(self.alias, r.topic),
-                partition=r.partition,
-                key=r.key,
-                value=r.value,
-                headers=tuple(r.headers),
-                timestamp_ms=r.timestamp,
-            )
-            for records in batch.values()
-            for r in records
-        ]
+        polled: list[SourceRecord] = []
+        for tp, records in batch.items():
+            # one source partition and remote topic for the partition's records, not per record
+            partition = source_partition(self.alias, tp.topic, tp.partition)
+            topic = remote_topic(self.alias, tp.topic)
+            polled += [
+                SourceRecord(
+                    partition,
+                    {"offset": r.offset},
+                    topic,
+                    r.value,
+                    r.key,
+                    tp.partition,
+                    tuple(r.headers),
+                    r.timestamp,
+                )
+                for r in records
+            ]
+        return polled
 
     def commit_record(self, record: SourceRecord, metadata: RecordMetadata) -> None:
         tp = (str(record.source_partition["topic"]), int(record.source_partition["partition"]))

@@ -209,18 +209,23 @@ class WorkerSourceTask(WorkerTask):
         and watch each producer batch they went to with one callback (``_on_batch``), not one
         per record: the per-record callback, its lock and wake-up were the worker's largest
         cost after the producer's ``send``. A record is submitted before its batch's callback
-        can see it, so none is acknowledged before it is submitted."""
-        keys = self._offset_keys
-        sent = [
-            (
-                keys(record.source_partition), dict(record.source_offset), record,
-                producer.send(
-                    record.topic, record.value, record.key, partition=record.partition,
-                    timestamp_ms=record.timestamp_ms, headers=record.headers or None,
-                ),
-            )
-            for record in records
-        ]  # fmt: skip
+        can see it, so none is acknowledged before it is submitted.
+
+        Records that share one source partition object (a mirror's poll gives each topic
+        partition's records one) share its offset key: the object's contents are what they are
+        now, whoever filled it, so one encoding serves all of them."""
+        sent: list[tuple[str, JsonDict, SourceRecord, RecordFuture]] = []
+        partition: object = None
+        key = ""
+        for record in records:
+            if record.source_partition is not partition:
+                partition = record.source_partition
+                key = self._offset_keys(record.source_partition)
+            future = producer.send(
+                record.topic, record.value, record.key, partition=record.partition,
+                timestamp_ms=record.timestamp_ms, headers=record.headers or None,
+            )  # fmt: skip
+            sent.append((key, dict(record.source_offset), record, future))
         watch: list[BatchResult] = []
         batches = self._batches
         with self._lock:

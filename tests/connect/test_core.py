@@ -254,6 +254,25 @@ def test_a_source_task_s_records_are_acknowledged_per_producer_batch_in_order() 
     assert worker._batches == {}, "a completed batch's records are kept"
 
 
+def test_records_sharing_a_source_partition_object_share_one_offset_key_encoding() -> None:
+    worker = source_worker(QuietTask())
+    asked: list[dict[str, Any]] = []
+    encode = worker._offset_keys
+
+    def counting(partition: Mapping[str, Any]) -> str:
+        asked.append(dict(partition))
+        return encode(partition)
+
+    worker._offset_keys = counting  # type: ignore[assignment]
+    shared = {"file": "f"}
+    records = [SourceRecord(shared, {"position": n}, "t", value=b"x") for n in range(3)]
+    records += lines(3, 2)  # equal partitions, each its own object
+    worker._send(BatchingProducer(per_batch=10), records)  # type: ignore[arg-type]
+    assert asked == [{"file": "f"}] * 3, "one encoding for the shared object, one per other"
+    assert list(worker._submitted._by_partition) == [offset_key("c", {"file": "f"})]
+    assert worker._submitted.outstanding == 5
+
+
 def test_a_failed_batch_fails_the_task_and_its_records_stay_unacknowledged() -> None:
     worker = source_worker(QuietTask())
     producer = BatchingProducer(per_batch=2)
