@@ -250,7 +250,7 @@ class WorkerSourceTask(WorkerTask):
             group = self._batches.pop(batch, [])
         acked: list[SubmittedRecord] = []
         for submitted, record, future in group:
-            error = batch.error if batch.parts is None else future.exception(0)
+            error = future.exception(0)  # its own part's outcome if the batch was split
             if error is None and self._commit_each:
                 error = self._commit_record(record, future)
             if error is not None:

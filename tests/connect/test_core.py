@@ -248,7 +248,7 @@ def test_a_source_task_s_records_are_acknowledged_per_producer_batch_in_order() 
     first.succeed(base_offset=100, log_append_time_ms=-1)
     assert worker._submitted.committable() == {offset_key("c", {"file": "f"}): {"position": 3}}
     worker._send(producer, lines(4, 1))  # type: ignore[arg-type]  # joins the completed batch
-    assert producer.batches[-1] is second and len(second._callbacks) == 0
+    assert producer.batches[-1] is second, "the record did not join the completed batch"
     assert worker._submitted.outstanding == 0, "a completed batch's new record was not acked"
     assert task.committed == [(3, 103), (0, 100), (1, 101), (2, 102), (4, 104)]
     assert worker._batches == {}, "a completed batch's records are kept"
