@@ -8,6 +8,19 @@ a *speculative* image (committed + proposed, so pipelined requests see each othe
 as one Raft entry and answers when they commit. A newly active controller first commits a
 ``LeaderChange`` record, so its image holds everything earlier leaders committed, and grants every
 broker a full session before fencing anyone.
+
+The speculative image is only right while it is the committed image plus this controller's
+proposals still in flight, in order. A write that fails (it timed out, the log refused it, a
+record came back rejected at replay) or a Raft term that moved on breaks that: the entry may still
+commit, or may be gone, or committed differently. The controller then stops serving writes and
+activates again (Kafka's ``renounce`` and reload, without giving up the leadership): it commits a
+new ``LeaderChange`` and starts from the committed image, which then holds every entry before it.
+Generating on a diverged image loses acknowledged records (tests/metadata_quorum/
+test_controller_resync.py): an ISR change timed out but committed after the controller had dropped
+it from its image; the next change, computed on the old ISR, was rejected at replay but stayed in
+the image; the one after passed the partition-epoch check (the epochs coincided) with an ISR
+computed on that image, and made a replica that lacked the acknowledged records the leader (the
+likely cause of 110 acknowledged records a CI chaos run lost after 72 rejections at replay).
 """
 
 from __future__ import annotations
@@ -49,6 +62,7 @@ T = TypeVar("T")
 # A hard cap on the history; what bounds it in practice is the compaction (`MetadataState`).
 HISTORY_RECORDS_MAX = 100_000
 WRITE_TIMEOUT_S = 10.0
+TERM_MOVED_ON = "the Raft term moved on"
 
 
 class NotControllerError(KafkaError):
@@ -210,6 +224,7 @@ class QuorumController:
         self._write_lock = threading.Lock()
         self._speculative: MetadataImage | None = None  # set while active
         self._active_term = -1
+        self._activation = 0  # bumped at each activation: a write's failure resyncs only its own
         self._stop = threading.Event()
         self._next_rebalance_ms = 0
         self._thread = threading.Thread(target=self._run, name=f"controller-{node_id}", daemon=True)
@@ -259,6 +274,9 @@ class QuorumController:
             image = self._speculative
             if image is None or not self.log.is_leader():
                 raise NotControllerError(self._leader_id_of(self.log.leader()))
+            if self.log.status().term != self._active_term:
+                self._drop_image(TERM_MOVED_ON, logging.INFO)  # a handover, an election
+                raise NotControllerError(self._leader_id_of(self.log.leader()))
             records, response = generate(image)
             if not records:
                 return response, -1
@@ -268,26 +286,28 @@ class QuorumController:
             if delta.rejected:
                 raise AssertionError(f"generated a record that replays with: {delta.rejected[0]}")
             self._speculative = delta.image()
+            activation = self._activation
             future = self.log.append(encode_batch(records))
-        applied = self._wait(future)
+        applied = self._wait(future, activation)
         if applied.rejected:
-            raise KafkaError(
-                ErrorCode.REQUEST_TIMED_OUT,
-                f"a concurrent change won: {applied.rejected[0].reason}; retry",
-            )
+            reason = applied.rejected[0].reason
+            self._resync(activation, f"a record it proposed was rejected at replay: {reason}")
+            message = f"a concurrent change won: {reason}; retry"
+            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, message)
         return response, applied.first_offset
 
-    def _wait(self, future: Future[object]) -> AppliedBatch:
+    def _wait(self, future: Future[object], activation: int | None) -> AppliedBatch:
+        """The applied batch of ``future``; a failure resyncs ``activation`` (None: none)."""
         try:
             result = future.result(timeout=WRITE_TIMEOUT_S)
         except FutureTimeout as error:
-            self._reset_speculative()
+            self._resync(activation, "a write did not commit in time")
             raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "the write did not commit") from error
-        except KafkaError:
-            self._reset_speculative()
+        except KafkaError as error:
+            self._resync(activation, f"a write failed: {error}")
             raise
         except MetadataLogError as error:  # NotLeaderError, CommitTimeoutError, ...
-            self._reset_speculative()
+            self._resync(activation, f"a write failed: {error!r}")
             if not self.log.is_leader():
                 raise NotControllerError(self._leader_id_of(self.log.leader())) from error
             raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"the write failed: {error}") from error
@@ -295,10 +315,21 @@ class QuorumController:
             raise AssertionError(f"the state machine returns AppliedBatch, got {result!r}")
         return result
 
-    def _reset_speculative(self) -> None:
+    def _resync(self, activation: int | None, why: str) -> None:
+        """Stop serving writes on a speculative image that may no longer be the committed one
+        plus the writes in flight (module docstring); the tick activates again. Only the
+        activation that proposed the failed write: a later one's LeaderChange committed after
+        that write, so its image already holds the write's outcome."""
         with self._write_lock:
-            if self._speculative is not None:
-                self._speculative = self.state.image
+            if activation == self._activation:
+                self._drop_image(why, logging.INFO if why == TERM_MOVED_ON else logging.WARNING)
+
+    def _drop_image(self, why: str, level: int = logging.WARNING) -> None:
+        """Under the write lock: no writes until the tick has activated this node again."""
+        if self._speculative is not None:
+            self._speculative = None
+            log.log(level, "node %d activates again from the committed metadata: %s",
+                    self.node_id, why)  # fmt: skip
 
     # -- leadership and timers ---------------------------------------------------------------
     def in_serving_quorum(self) -> bool:
@@ -330,6 +361,9 @@ class QuorumController:
 
     def _tick(self) -> None:
         leading = self.log.is_leader()
+        moved_on = self._speculative is not None and self.log.status().term != self._active_term
+        if leading and moved_on:
+            self._resync(self._activation, TERM_MOVED_ON)
         if leading and self._speculative is None:
             self._activate()
         elif not leading and self._speculative is not None:
@@ -353,20 +387,24 @@ class QuorumController:
                 self.write(lambda image: (generate_preferred_rebalance(image), None))
 
     def _activate(self) -> None:
-        """Commit a LeaderChange so the image holds every earlier commit, then serve writes."""
+        """Commit a LeaderChange so the image holds every earlier commit, then serve writes.
+        Activated again within its term (a resync), the controller keeps the brokers' sessions
+        and its rebalance timer."""
         term = self.log.status().term
         future = self.log.append(encode_batch([LeaderChange(self.node_id, term)]))
         try:
-            self._wait(future)
+            self._wait(future, None)
         except KafkaError as error:
             log.info("activation in term %d failed: %s", term, error)
             return
         now = self.now_ms()
         with self._write_lock:
-            self.sessions.grant_all(list(self.state.image.brokers), now)
+            if term != self._active_term:
+                self.sessions.grant_all(list(self.state.image.brokers), now)
+                self._next_rebalance_ms = now + self._rebalance_interval_ms
             self._speculative = self.state.image
             self._active_term = term
-            self._next_rebalance_ms = now + self._rebalance_interval_ms
+            self._activation += 1
         log.info("node %d is the active controller (term %d)", self.node_id, term)
 
     # -- controller membership (KIP-853; the decisions are in metadata_quorum.voters) -------
