@@ -26,6 +26,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -260,6 +261,24 @@ class ProduceResponseDropper:
         )
 
 
+@dataclass
+class PendingProduce:
+    """A produce appended, its acks=all partitions still waiting for the ISR."""
+
+    servicer: BrokerServicer
+    request: pb.ProduceRequest
+    response: pb.ProduceResponse
+    waiting: list[tuple[Partition, int, int, int, Any]]
+    context: Any
+    started: float
+    call_deadline: float | None
+    grpc_deadline: bool
+
+    def finish(self) -> pb.ProduceResponse:
+        """Wait for the replication (up to the request's timeout) and answer."""
+        return self.servicer._finish_produce(self)
+
+
 class BrokerServicer(pb_grpc.BrokerServiceServicer):
     # Set by the broker server: InitProducerId with a transactional id, answered by this
     # broker's transaction coordinator (dataplane.coordinator.transaction_coordinator).
@@ -346,6 +365,24 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
         waiting when it passes (or the client cancels) and ends DEADLINE_EXCEEDED. What was
         appended stays: the producer's retry of the same batch (same producer id, epoch and
         sequence) is answered with its first offsets, not stored again."""
+        appended = self.produce_append(
+            request, records, context, sequence_wait_s=sequence_wait_s, grpc_deadline=grpc_deadline
+        )
+        return appended if isinstance(appended, pb.ProduceResponse) else appended.finish()
+
+    def produce_append(
+        self,
+        request: pb.ProduceRequest,
+        records: Sequence[Records],
+        context: Any,
+        *,
+        sequence_wait_s: float = SEQUENCE_WAIT_S,
+        grpc_deadline: bool = False,
+    ) -> pb.ProduceResponse | PendingProduce:
+        """`produce` up to its wait for acks=all: the answer, or the appended request still
+        waiting for the ISR (its `finish` waits and answers). The Kafka listener appends a
+        connection's requests in order and lets their replication waits overlap (dataplane/
+        kafka/listener.py)."""
         started = time.perf_counter()
         call_deadline = _call_deadline(context) if grpc_deadline else None
         if call_deadline is not None and call_deadline <= time.monotonic():
@@ -383,23 +420,34 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
                 except KafkaError as error:
                     fill_error(result, error)
                     self.metrics.request_errors.labels("produce", error.error.name).inc()
+        pending = PendingProduce(
+            self, request, response, waiting, context, started, call_deadline, grpc_deadline
+        )
+        return pending if waiting else pending.finish()
+
+    def _finish_produce(self, pending: PendingProduce) -> pb.ProduceResponse:
+        """`PendingProduce.finish`: the wait for acks=all, then the answer."""
+        request, context, call_deadline = pending.request, pending.context, pending.call_deadline
+        waiting = pending.waiting
         if waiting:
             timeout_ms = min(max(request.timeout_ms, 0), PRODUCE_TIMEOUT_MS_MAX)
             deadline = time.monotonic() + timeout_ms / 1000
             if call_deadline is not None and call_deadline < deadline:
-                pending = self._await_replication(waiting, call_deadline, context)
-                if pending:
+                left = self._await_replication(waiting, call_deadline, context)
+                if left:
                     abort(
                         context,
                         KafkaError(ErrorCode.REQUEST_TIMED_OUT, DEADLINE_PASSED_REPLICATING),
                     )
             else:
-                self._await_replication(waiting, deadline, context if grpc_deadline else None)
-        self.metrics.request_latency.labels("produce").observe(time.perf_counter() - started)
+                grpc_context = context if pending.grpc_deadline else None
+                self._await_replication(waiting, deadline, grpc_context)
+        elapsed = time.perf_counter() - pending.started
+        self.metrics.request_latency.labels("produce").observe(elapsed)
         if request.acks == 0:
             return pb.ProduceResponse()
         self.produce_faults.maybe_drop(context)
-        return response
+        return pending.response
 
     def _append(
         self,

@@ -8,7 +8,13 @@ producer ids), and the answer is written back in the version the client asked fo
 points clients at every live broker's KAFKA endpoint (brokers register it with the controller).
 
 Connections are served one request at a time, in order, as a Kafka broker does (a client may
-pipeline; responses keep the order; nothing is read ahead of the request being served). Kafka's
+pipeline; responses keep the order; nothing is read ahead of the request being served), with one
+difference: an acks=all Produce is appended in order and then waits for its ISR on the
+connection's `_InOrder` responder, while the next request is read and served; answers still
+leave in request order. Kafka keeps the connection muted through that wait, so one connection
+carries one produce per replication round; a round took ~9 ms here at low rates (the Python
+client's sequential acks=all p50), and librdkafka, sending a request per linger.ms (5 ms),
+fell behind at 300 records/s (end-to-end p50 833 ms and growing). Kafka's
 limits bound what clients can hold: socket.request.max.bytes, queued.max.requests,
 max.connections, max.connections.per.ip(.overrides) and connections.max.idle.ms
 (dataplane/kafka/connection_limits.py). A frame that is not a request closes its connection only;
@@ -39,6 +45,7 @@ import itertools
 import logging
 import math
 import os
+import queue
 import socket
 import ssl
 import threading
@@ -108,6 +115,7 @@ log = logging.getLogger(__name__)
 LISTENER = "KAFKA"
 ACCEPT_BACKLOG = 128
 IOV_MAX = os.sysconf("SC_IOV_MAX")  # the most buffers one sendmsg takes
+CLOSING_DRAIN_S = 5.0  # a closing answer waits this long for the answers still replicating
 
 
 class _DropResponse(Exception):
@@ -127,6 +135,90 @@ class _RequestFailed(Exception):
             f"{correlation_id}): {type(cause).__name__}: {cause}"
         )
         self.cause = cause
+
+
+class Replicating:
+    """A Produce answer still waiting for the ISR: ``finish`` waits and gives the data."""
+
+    def __init__(self, finish: Callable[[], kc.Data]) -> None:
+        self.finish = finish
+
+
+class _Later:
+    """A response frame still to be made: ``finish`` waits for it (see `_InOrder`)."""
+
+    def __init__(self, finish: Callable[[], list[kc.Buffer]]) -> None:
+        self.finish = finish
+
+
+Outgoing = list[kc.Buffer] | _Later
+Handled = kc.Data | Replicating | None  # a handler's answer (None: acks=0, no answer)
+
+
+class _InOrder:
+    """A connection's answers that must wait for earlier ones still replicating: sent in
+    request order by one thread, started when the first acks=all Produce waits. While it holds
+    any, every later answer of the connection goes through it too. A failure (the peer gone,
+    a dropped answer, a handler's bug) closes the connection, which ends the reading thread."""
+
+    def __init__(self, connection: socket.socket, peer: Any, release: Callable[[], None]) -> None:
+        self._connection = connection
+        self._peer = peer
+        self._release = release  # the request permit a `_Later` held
+        self._queue: queue.SimpleQueue[Outgoing | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._held = 0  # answers queued or being sent
+        self._thread = threading.Thread(target=self._run, name="kafka-conn-answers", daemon=True)
+        self._thread.start()
+
+    @property
+    def busy(self) -> bool:
+        with self._lock:
+            return self._held > 0
+
+    def put(self, answer: Outgoing) -> None:
+        with self._lock:
+            self._held += 1
+        self._queue.put(answer)
+
+    def close(self) -> None:
+        """No more answers: the thread ends once it has sent (or dropped) what it holds."""
+        self._queue.put(None)
+
+    def drain(self, timeout_s: float) -> None:
+        """Wait (up to ``timeout_s``) until every answer queued is sent."""
+        deadline = time.monotonic() + timeout_s
+        while self.busy and time.monotonic() < deadline and self._thread.is_alive():
+            self._thread.join(0.01)
+
+    def _run(self) -> None:
+        failed = False
+        while (answer := self._queue.get()) is not None:
+            try:
+                if isinstance(answer, _Later):
+                    try:  # a closed connection's answers are not waited for
+                        parts = None if failed else answer.finish()
+                    finally:
+                        self._release()
+                else:
+                    parts = answer
+                if not failed and parts is not None:
+                    send_frame(self._connection, parts)
+            except (OSError, _DropResponse) as error:
+                failed = self._fail(failed, error, logging.INFO)
+            except Exception as error:  # noqa: BLE001  (a bug: this connection closes, not the broker)
+                failed = self._fail(failed, error, logging.ERROR)
+            finally:
+                with self._lock:
+                    self._held -= 1
+
+    def _fail(self, failed: bool, error: Exception, level: int) -> bool:
+        if not failed:
+            log.log(level, "Kafka connection from %s closed: %s", self._peer, error,
+                    exc_info=level >= logging.ERROR)  # fmt: skip
+            with contextlib.suppress(OSError):
+                self._connection.shutdown(socket.SHUT_RDWR)  # the reading thread ends
+        return True
 
 
 # Served by the connection's authenticator (dataplane/kafka/sasl.py), not by a handler.
@@ -192,7 +284,7 @@ class KafkaListener:
         self._connection_index = itertools.count()
         # Fetch with its sessions (KIP-227), max.incremental.fetch.session.cache.slots of them
         self.fetch = KafkaFetch(servicer, LISTENER, fetch_session_cache_slots, clock_ms)
-        self._handlers: dict[int, Callable[[kc.Request], kc.Data | None]] = {
+        self._handlers: dict[int, Callable[[kc.Request], Handled]] = {
             kc.API_VERSIONS: self._api_versions,
             kc.API_METADATA: self._metadata,
             kc.API_PRODUCE: self._produce,
@@ -302,6 +394,7 @@ class KafkaListener:
 
     def _serve(self, connection: socket.socket, peer: Any) -> None:
         connection_id = self._connection_id(peer)
+        in_order: _InOrder | None = None  # once an answer waits for replication
         try:
             connection, auth = self._authenticator(connection, peer[0])
             while not self._stopped.is_set():
@@ -316,9 +409,17 @@ class KafkaListener:
                 if frame is None:
                     return
                 answer = self._serve_request(frame, f"/{peer[0]}", auth, connection_id)
-                if answer is not None:
+                if answer is None:
+                    continue
+                if isinstance(answer, _Later) or (in_order is not None and in_order.busy):
+                    if in_order is None:
+                        in_order = _InOrder(connection, peer, self.requests.release)
+                    in_order.put(answer)
+                else:
                     send_frame(connection, answer)
         except ClosingAnswer as closing:
+            if in_order is not None:  # its answer goes after those of earlier requests
+                in_order.drain(CLOSING_DRAIN_S)
             with contextlib.suppress(OSError):
                 connection.sendall(closing.answer)
             log.info("Kafka connection from %s closed: %s", peer, closing)
@@ -327,6 +428,8 @@ class KafkaListener:
         except (OSError, kc.FrameError, _DropResponse) as error:
             log.info("Kafka connection from %s closed: %s", peer, error)
         finally:
+            if in_order is not None:
+                in_order.close()
             with self._lock:
                 self._connections.discard(connection)
             _close(connection)
@@ -341,19 +444,23 @@ class KafkaListener:
 
     def _serve_request(
         self, frame: bytes, client_host: str, auth: ConnectionAuthenticator, connection_id: str
-    ) -> list[kc.Buffer] | None:
+    ) -> Outgoing | None:
         """One request, served once queued.max.requests leaves room (while the connection
-        waits it reads nothing more: back-pressure)."""
+        waits it reads nothing more: back-pressure). An answer still replicating (`_Later`)
+        keeps its permit until the connection's `_InOrder` has finished it."""
         if not self.requests.acquire(self._stopped):
             raise OSError("the listener stopped")
+        answer = None
         try:
-            return self.respond(frame, client_host, auth, connection_id)
+            answer = self._respond(frame, client_host, auth, connection_id)
+            return answer
         except (OSError, kc.FrameError, _DropResponse):  # FrameError: ClosingAnswer too
             raise
         except Exception as error:  # a handler's bug: this connection closes, not the broker
             raise _RequestFailed(frame, error) from error
         finally:
-            self.requests.release()
+            if not isinstance(answer, _Later):
+                self.requests.release()
 
     def _authenticator(
         self, connection: socket.socket, host: str
@@ -407,6 +514,18 @@ class KafkaListener:
     ) -> list[kc.Buffer] | None:
         """`handle`'s answer as the buffers of its frame (`kc.encode_response_parts`: a Fetch
         answer's records by reference), which the connection sends as they are."""
+        answer = self._respond(frame, client_host, auth, connection_id)
+        return answer.finish() if isinstance(answer, _Later) else answer
+
+    def _respond(
+        self,
+        frame: bytes,
+        client_host: str = "",
+        auth: ConnectionAuthenticator | None = None,
+        connection_id: str = "",
+    ) -> Outgoing | None:
+        """`respond`, but an acks=all Produce's answer still waiting for the ISR is a
+        `_Later`, made once it is replicated."""
         if auth is not None and auth.expects_raw_token:
             return [self._raw_token(frame, auth)]
         try:
@@ -433,11 +552,18 @@ class KafkaListener:
         )  # fmt: skip
         if data is None:
             return None
+        if isinstance(data, Replicating):
+            finish = data.finish
+            return _Later(
+                lambda: kc.encode_response_parts(
+                    request.api_key, request.api_version, request.correlation_id, finish()
+                )
+            )
         return kc.encode_response_parts(
             request.api_key, request.api_version, request.correlation_id, data
         )
 
-    def _handler(self, request: kc.Request) -> Callable[[kc.Request], kc.Data | None]:
+    def _handler(self, request: kc.Request) -> Callable[[kc.Request], Handled]:
         """The API's handler. One this listener was built without (the admin APIs need the
         controller) is not advertised, and a request for it closes the connection, as Kafka's
         broker does for an API it has not enabled."""
@@ -543,7 +669,7 @@ class KafkaListener:
     def _operations(self, resource_type: ResourceType, name: str, requested: bool) -> int:
         return authz.authorized_operations(self.servicer.access, resource_type, name, requested)
 
-    def _produce(self, request: kc.Request) -> kc.Data | None:
+    def _produce(self, request: kc.Request) -> Handled:
         """The broker's produce of a skeleton request (no records in it) and the records
         beside it, as its gRPC door takes them (protos.wire): a megabyte of records put in a
         protobuf message was copied into each level of it and out again. A connection's
@@ -561,13 +687,12 @@ class KafkaListener:
             for p in topic.partition_data:
                 partitions.add(partition=p.index)
                 records.append(p.records or b"")
-        answer = self.servicer.produce(skeleton, records, _Call(), sequence_wait_s=0.0)
+        appended = self.servicer.produce_append(skeleton, records, _Call(), sequence_wait_s=0.0)
         if acks == 0:
             return None
-        return {
-            "responses": _by_topic(answer.topics, "name", "partition_responses", _produced),
-            "throttle_time": 0,
-        }
+        if isinstance(appended, pb.ProduceResponse):
+            return _produce_data(appended)
+        return Replicating(lambda: _produce_data(appended.finish()))
 
     def _list_offsets(self, request: kc.Request) -> kc.Data:
         """A partition whose timestamp is a sentinel its version does not know (or no sentinel
@@ -694,6 +819,13 @@ def _epoch_end(p: pb.OffsetForLeaderEpochPartitionResponse) -> kc.Data:
         "error_code": p.error_code, "partition": p.partition,
         "leader_epoch": p.leader_epoch, "end_offset": p.end_offset,
     }  # fmt: skip
+
+
+def _produce_data(answer: pb.ProduceResponse) -> kc.Data:
+    return {
+        "responses": _by_topic(answer.topics, "name", "partition_responses", _produced),
+        "throttle_time": 0,
+    }
 
 
 def _produced(p: pb.ProducePartitionResponse) -> kc.Data:
