@@ -273,6 +273,7 @@ class PendingProduce:
     started: float
     call_deadline: float | None
     grpc_deadline: bool
+    deadline: float  # monotonic: the end of the request's timeout_ms, counted from the append
 
     def finish(self) -> pb.ProduceResponse:
         """Wait for the replication (up to the request's timeout) and answer."""
@@ -420,9 +421,13 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
                 except KafkaError as error:
                     fill_error(result, error)
                     self.metrics.request_errors.labels("produce", error.error.name).inc()
+        # the request's timeout runs from its append, also when its wait starts later (the
+        # Kafka listener finishes a connection's requests in order)
+        timeout_ms = min(max(request.timeout_ms, 0), PRODUCE_TIMEOUT_MS_MAX)
         pending = PendingProduce(
-            self, request, response, waiting, context, started, call_deadline, grpc_deadline
-        )
+            self, request, response, waiting, context, started, call_deadline, grpc_deadline,
+            time.monotonic() + timeout_ms / 1000,
+        )  # fmt: skip
         return pending if waiting else pending.finish()
 
     def _finish_produce(self, pending: PendingProduce) -> pb.ProduceResponse:
@@ -430,8 +435,7 @@ class BrokerServicer(pb_grpc.BrokerServiceServicer):
         request, context, call_deadline = pending.request, pending.context, pending.call_deadline
         waiting = pending.waiting
         if waiting:
-            timeout_ms = min(max(request.timeout_ms, 0), PRODUCE_TIMEOUT_MS_MAX)
-            deadline = time.monotonic() + timeout_ms / 1000
+            deadline = pending.deadline
             if call_deadline is not None and call_deadline < deadline:
                 left = self._await_replication(waiting, call_deadline, context)
                 if left:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -70,6 +71,7 @@ def test_requests_behind_a_replicating_produce_are_served_and_answered_in_order(
         wait_for("the second produce's append", lambda: partition.log.log_end_offset == start + 7,
                  DEADLINE_S)  # fmt: skip
         assert len(waits) >= 1 and broker.listener.requests.in_flight >= 2
+        opened = time.monotonic()
         gate.set()
         first, second = answer(client, kc.API_PRODUCE, 9), answer(client, kc.API_PRODUCE, 9)
         metadata = answer(client, kc.API_METADATA, 9)
@@ -80,6 +82,8 @@ def test_requests_behind_a_replicating_produce_are_served_and_answered_in_order(
     offsets = [r.responses[0].partition_responses[0] for r in (first, second)]
     assert [(p.error_code.value, p.base_offset) for p in offsets] == [(0, start), (0, start + 3)]
     assert TOPIC in [t.name for t in metadata.topics]
+    # the second request's 30 s timeout runs from its append, not from the end of the first wait
+    assert len(waits) == 2 and waits[1].deadline < opened + 30.0
     wait_for("the permits back", lambda: broker.listener.requests.in_flight == 0, DEADLINE_S)
 
 
