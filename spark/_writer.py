@@ -57,7 +57,6 @@ import logging
 import os
 import signal
 import uuid
-from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -79,6 +78,7 @@ from pyspark.sql.types import (
 
 from dataplane.client import (
     AdminClient,
+    BatchResult,
     OffsetAndMetadata,
     PreparedTransaction,
     PreparedTransactionFencedError,
@@ -86,9 +86,10 @@ from dataplane.client import (
     TopicPartition,
     complete_prepared_transaction,
 )
-from dataplane.client.producer import RecordFuture
 from raftlog.errors import ErrorCode, KafkaError
+from spark._key_hash import positive_murmur2
 from spark._options import WriteOptions
+from spark._worker import tune_worker
 from spark.errors import MissingColumnError
 
 FLUSH_TIMEOUT_S = 300.0
@@ -159,24 +160,60 @@ def _as_bytes(value: bytes | str | None) -> bytes | None:
 
 
 class _Pending:
-    """Futures of sent records, oldest first, settled in order as they complete."""
+    """The batches holding sent records, oldest first, each with how many of this task's
+    records it holds, settled in order as they complete. A record's outcome is its batch's
+    (a batch split as too large completes with its parts' first error), so settling costs
+    per batch, not per record."""
 
     def __init__(self) -> None:
-        self.futures: deque[RecordFuture] = deque()
+        self.batches: dict[BatchResult, int] = {}  # insertion order: oldest first
         self.result = WriteResult()
 
     def settle(self) -> None:
-        """Count the acknowledged records from the oldest on; raise the first failure."""
-        futures, counts = self.futures, self.result.records
-        while futures and futures[0].done():
-            metadata = futures.popleft().result()  # raises the record's delivery error
-            key = (metadata.topic, metadata.partition)
-            counts[key] = counts.get(key, 0) + 1
+        """Count the acknowledged records from the oldest batch on; raise the first failure."""
+        batches, counts = self.batches, self.result.records
+        for batch in list(batches):
+            if not batch.done():
+                return
+            records = batches.pop(batch)
+            if batch.error is not None:
+                raise batch.error
+            key = (batch.tp.topic, batch.tp.partition)
+            counts[key] = counts.get(key, 0) + records
 
 
 def _column(batch: pa.RecordBatch, name: str) -> list[object] | None:
     index = batch.schema.get_field_index(name)
     return None if index < 0 else batch.column(index).to_pylist()
+
+
+def _key_partitions(
+    producer: Producer, batch: pa.RecordBatch, topics: Sequence[object]
+) -> Sequence[object] | None:
+    """Each row's partition: the ``partition`` column where set, else murmur2 of the key (the
+    whole column hashed at once) over its topic's partition count, else None (no key: the
+    producer's sticky partitioner). None when no row has either."""
+    explicit = _column(batch, "partition")
+    index = batch.schema.get_field_index("key")
+    keys = None if index < 0 else batch.column(index)
+    if keys is None or keys.null_count == len(keys):
+        return explicit
+    hashes = positive_murmur2(keys).tolist()
+    keyed = keys.is_valid().to_pylist()
+    counts: dict[str, int] = {}
+    chosen: list[object] = [None] * batch.num_rows
+    for row in range(batch.num_rows):
+        if explicit is not None and explicit[row] is not None:
+            chosen[row] = explicit[row]
+        elif keyed[row]:
+            topic = topics[row]
+            if not isinstance(topic, str):
+                continue  # the send loop names the null topic
+            count = counts.get(topic)
+            if count is None:
+                count = counts[topic] = len(producer.partitions_for(topic))
+            chosen[row] = hashes[row] % count
+    return chosen
 
 
 def _send_batch(
@@ -186,26 +223,25 @@ def _send_batch(
     assert values is not None, "check_write_schema requires a value column"
     keys = _column(batch, "key") or [None] * batch.num_rows
     topics = [topic] * batch.num_rows if topic is not None else _column(batch, "topic")
-    partitions = _column(batch, "partition") or [None] * batch.num_rows
-    headers = _column(batch, "headers") or [None] * batch.num_rows
     assert topics is not None, "check_write_schema requires a topic option or column"
-    send, append = producer.send, pending.futures.append
+    partitions = _key_partitions(producer, batch, topics) or [None] * batch.num_rows
+    headers = _column(batch, "headers") or [None] * batch.num_rows
+    send, batches = producer.send, pending.batches
     for row in range(batch.num_rows):
         row_topic = topics[row]
         if not isinstance(row_topic, str):
             raise MissingColumnError(f"row {row} of a written batch has a null topic")
         row_headers = headers[row]
-        append(
-            send(
-                row_topic,
-                _as_bytes(values[row]),  # type: ignore[arg-type]
-                key=_as_bytes(keys[row]),  # type: ignore[arg-type]
-                partition=partitions[row],  # type: ignore[arg-type]
-                headers=None
-                if row_headers is None
-                else [(h["key"], _as_bytes(h["value"])) for h in row_headers],  # type: ignore[attr-defined]
-            )
-        )
+        sent = send(
+            row_topic,
+            _as_bytes(values[row]),  # type: ignore[arg-type]
+            key=_as_bytes(keys[row]),  # type: ignore[arg-type]
+            partition=partitions[row],  # type: ignore[arg-type]
+            headers=None
+            if row_headers is None
+            else [(h["key"], _as_bytes(h["value"])) for h in row_headers],  # type: ignore[attr-defined]
+        ).batch
+        batches[sent] = batches.get(sent, 0) + 1
         if row % SETTLE_EVERY_ROWS == 0:
             pending.settle()
 
@@ -218,6 +254,7 @@ def write_batches(options: WriteOptions, batches: Iterator[pa.RecordBatch]) -> W
     pending = _Pending()
     if first is None:
         return pending.result
+    tune_worker()
     with Producer(
         list(options.bootstrap_servers),
         acks="all",
@@ -231,7 +268,7 @@ def write_batches(options: WriteOptions, batches: Iterator[pa.RecordBatch]) -> W
             _send_batch(producer, batch, options.topic, pending)
         producer.flush(timeout=FLUSH_TIMEOUT_S)
         pending.settle()
-    assert not pending.futures, "flush() returned with records unsettled"
+    assert not pending.batches, "flush() returned with records unsettled"
     return pending.result
 
 
@@ -307,6 +344,7 @@ def write_transactional(
     pending = _Pending()
     if first is None:
         return pending.result
+    tune_worker()
     record_tp = TopicPartition(_first_topic(options, first), 0)
     with Producer(
         list(options.bootstrap_servers),
@@ -336,7 +374,7 @@ def write_transactional(
         except BaseException:
             _abort_quietly(producer, task)  # else it holds read_committed readers until its timeout
             raise
-    assert not pending.futures, "prepare_transaction() returned with records unsettled"
+    assert not pending.batches, "prepare_transaction() returned with records unsettled"
     _fail_once_for_test(options, task.partition_id)
     pending.result.prepared = prepared
     return pending.result

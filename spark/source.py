@@ -64,6 +64,7 @@ from spark._offsets import (
 )
 from spark._options import ReadOptions, parse_read_options, parse_write_options
 from spark._reader import read_range
+from spark._worker import tune_worker
 from spark._writer import BatchWriter, StreamWriter, check_write_schema
 from spark.errors import OptionError
 
@@ -110,6 +111,7 @@ def _starting_offsets(
 
 def _read_partition(options: ReadOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     assert isinstance(partition, RangePartition), f"not a raftlog partition: {partition!r}"
+    tune_worker()
     return read_range(
         options.bootstrap_servers,
         partition.range,

@@ -249,7 +249,9 @@ class Producer(Closing):
             )
         count = self._cluster.snapshot().partition_count(topic)
         max_block_s = self._max_block_s
-        if count is None or partition is not None:  # a metadata wait takes from max.block.ms
+        # a metadata wait (or a refresh for a partition past the cached count) takes from
+        # max.block.ms; a partition the cache knows needs neither
+        if count is None or (partition is not None and not 0 <= partition < count):
             started = self._clock()
             count = self._partition_count(topic, partition, started + max_block_s)
             max_block_s = max(0.0, started + max_block_s - self._clock())

@@ -20,8 +20,6 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from dataplane.broker.gc_pauses import govern_collector
-from dataplane.broker.malloc_tuning import tune_malloc
 from dataplane.client import TopicPartition
 from dataplane.server.config import NodeConfig
 from dataplane.server.node import run
@@ -50,6 +48,7 @@ from dataplane.tools.extras import EXTRAS, install_command, missing_extra_messag
 from dataplane.tools.group_commands import group_app
 from dataplane.tools.local_cluster import LocalCluster, detached_launcher
 from dataplane.tools.partition_commands import partitions_app
+from dataplane.tools.process_tuning import tune_process
 from dataplane.tools.quorum_commands import quorum_app
 from dataplane.tools.records_commands import topic_delete_records
 from dataplane.tools.security_commands import acl_app, user_app
@@ -584,8 +583,9 @@ def add_stand_in(name: str, about: str, extra: str, missing: list[str]) -> None:
 
 
 def main() -> None:
-    tune_malloc()  # produce, consume and perf move megabytes a second (a node does it anyway)
-    govern_collector()  # their records in flight made full collections frequent (gc_pauses.py)
+    # produce, consume and perf move megabytes a second, and their records in flight made
+    # full collections frequent (a node applies its own settings anyway)
+    tune_process()
     add_plugin_commands()
     app()
 

@@ -14,7 +14,7 @@ from importlib.util import find_spec
 
 # extra -> the top-level modules (import names) its distributions provide
 EXTRAS: dict[str, tuple[str, ...]] = {
-    "spark": ("pyspark", "pyarrow", "fastavro"),
+    "spark": ("pyspark", "pyarrow", "fastavro", "numpy"),
     "connect": ("fastapi", "uvicorn", "httpx"),
     "chaos": ("matplotlib", "numpy", "pyfuse3", "trio"),
 }
