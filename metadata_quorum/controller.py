@@ -192,6 +192,7 @@ class MetadataLogLike(Protocol):
     def is_leader(self) -> bool: ...
     def leader(self) -> str | None: ...
     def status(self) -> QuorumStatus: ...
+    def term(self) -> int: ...
     def close(self) -> None: ...
 
 
@@ -274,7 +275,7 @@ class QuorumController:
             image = self._speculative
             if image is None or not self.log.is_leader():
                 raise NotControllerError(self._leader_id_of(self.log.leader()))
-            if self.log.status().term != self._active_term:
+            if self.log.term() != self._active_term:
                 self._drop_image(TERM_MOVED_ON, logging.INFO)  # a handover, an election
                 raise NotControllerError(self._leader_id_of(self.log.leader()))
             records, response = generate(image)
@@ -315,14 +316,15 @@ class QuorumController:
             raise AssertionError(f"the state machine returns AppliedBatch, got {result!r}")
         return result
 
-    def _resync(self, activation: int | None, why: str) -> None:
+    def _resync(self, activation: int | None, why: str, level: int = logging.WARNING) -> None:
         """Stop serving writes on a speculative image that may no longer be the committed one
         plus the writes in flight (module docstring); the tick activates again. Only the
         activation that proposed the failed write: a later one's LeaderChange committed after
-        that write, so its image already holds the write's outcome."""
+        that write, so its image already holds the write's outcome. ``level``: WARNING for a
+        failure, INFO for a term change (every handover makes one)."""
         with self._write_lock:
             if activation == self._activation:
-                self._drop_image(why, logging.INFO if why == TERM_MOVED_ON else logging.WARNING)
+                self._drop_image(why, level)
 
     def _drop_image(self, why: str, level: int = logging.WARNING) -> None:
         """Under the write lock: no writes until the tick has activated this node again."""
@@ -361,9 +363,9 @@ class QuorumController:
 
     def _tick(self) -> None:
         leading = self.log.is_leader()
-        moved_on = self._speculative is not None and self.log.status().term != self._active_term
+        moved_on = self._speculative is not None and self.log.term() != self._active_term
         if leading and moved_on:
-            self._resync(self._activation, TERM_MOVED_ON)
+            self._resync(self._activation, TERM_MOVED_ON, logging.INFO)
         if leading and self._speculative is None:
             self._activate()
         elif not leading and self._speculative is not None:

@@ -1643,6 +1643,11 @@ class MetadataLog:
             self._stop.wait(0.01)
         return leader
 
+    def term(self) -> int:
+        """The current Raft term: what ``status().term`` says, without the voters' states
+        (the active controller reads it on every metadata write)."""
+        return cast(int, self._node.raftCurrentTerm)
+
     def status(self) -> QuorumStatus:
         node = self._node
         leader, ready = node.view

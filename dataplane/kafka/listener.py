@@ -167,7 +167,9 @@ class _InOrder:
         self._release = release  # the request permit a `_Later` held
         self._queue: queue.SimpleQueue[Outgoing | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
+        self._sent = threading.Condition(self._lock)  # notified when nothing is held any more
         self._held = 0  # answers queued or being sent
+        self._running = True
         self._thread = threading.Thread(target=self._run, name="kafka-conn-answers", daemon=True)
         self._thread.start()
 
@@ -187,11 +189,18 @@ class _InOrder:
 
     def drain(self, timeout_s: float) -> None:
         """Wait (up to ``timeout_s``) until every answer queued is sent."""
-        deadline = time.monotonic() + timeout_s
-        while self.busy and time.monotonic() < deadline and self._thread.is_alive():
-            self._thread.join(0.01)
+        with self._sent:
+            self._sent.wait_for(lambda: self._held == 0 or not self._running, timeout_s)
 
     def _run(self) -> None:
+        try:
+            self._send_in_order()
+        finally:
+            with self._sent:
+                self._running = False
+                self._sent.notify_all()
+
+    def _send_in_order(self) -> None:
         failed = False
         while (answer := self._queue.get()) is not None:
             try:
@@ -209,8 +218,10 @@ class _InOrder:
             except Exception as error:  # noqa: BLE001  (a bug: this connection closes, not the broker)
                 failed = self._fail(failed, error, logging.ERROR)
             finally:
-                with self._lock:
+                with self._sent:
                     self._held -= 1
+                    if self._held == 0:
+                        self._sent.notify_all()
 
     def _fail(self, failed: bool, error: Exception, level: int) -> bool:
         if not failed:

@@ -49,7 +49,10 @@ class MemoryLog:
         return frozenset({ADDRESS})
 
     def status(self) -> QuorumStatus:
-        return QuorumStatus(ADDRESS, ADDRESS, 1, self.index, self.index, True, ())
+        return QuorumStatus(ADDRESS, ADDRESS, self.term(), self.index, self.index, True, ())
+
+    def term(self) -> int:
+        return 1
 
 
 def _door() -> GrpcDoor:

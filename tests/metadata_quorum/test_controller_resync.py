@@ -46,7 +46,7 @@ class HeldLog:
     def __init__(self, state: MetadataState) -> None:
         self.state = state
         self.index = 0
-        self.term = 1
+        self.current_term = 1
         self.held = False
         self._pending: list[tuple[bytes, Future[object]]] = []
 
@@ -77,8 +77,11 @@ class HeldLog:
 
     def status(self) -> QuorumStatus:
         voter = VoterStatus(VOTER.raft_address, self.index, True)
-        return QuorumStatus(VOTER.raft_address, VOTER.raft_address, self.term, self.index,
+        return QuorumStatus(VOTER.raft_address, VOTER.raft_address, self.term(), self.index,
                             self.index, True, (voter,))  # fmt: skip
+
+    def term(self) -> int:
+        return self.current_term
 
 
 def _active(log: HeldLog) -> QuorumController:
@@ -166,7 +169,7 @@ def test_a_record_rejected_at_replay_leaves_nothing_in_the_image_writes_are_made
 def test_a_new_raft_term_makes_the_controller_commit_a_leader_change_first() -> None:
     log = HeldLog(MetadataState())
     controller = _active(log)
-    log.term = 2  # lost the leadership and won it back between two ticks
+    log.current_term = 2  # lost the leadership and won it back between two ticks
     with pytest.raises(NotControllerError):
         controller.write(_shrink(3))
     controller._tick()

@@ -41,8 +41,11 @@ class StandbyLog:
     def status(self) -> QuorumStatus:
         voters = (VoterStatus(ACTIVE.raft_address, None, True),
                   VoterStatus(SELF.raft_address, None, True))  # fmt: skip
-        return QuorumStatus(SELF.raft_address, ACTIVE.raft_address, 3, 40, 12, True, voters,
-                            caught_up=self.caught_up)  # fmt: skip
+        return QuorumStatus(SELF.raft_address, ACTIVE.raft_address, self.term(), 40, 12, True,
+                            voters, caught_up=self.caught_up)  # fmt: skip
+
+    def term(self) -> int:
+        return 3
 
 
 def test_a_replaying_standby_sends_reads_to_the_active_controller() -> None:
