@@ -7,8 +7,8 @@ each worker process applies them, once:
 
 - glibc's malloc settings (``dataplane/broker/malloc_tuning.py``): without them every batch the
   producer encodes and every request it serialises starts on fresh pages. Measured on the write
-  path alone (2 tasks of 500,000 rows of 1 KiB, 512 KiB batches): the producer's sending thread
-  went from 9 to 7 µs of CPU per record, the task from ~21 to ~18.7 µs.
+  path alone (2 tasks of 500,000 rows of 1 KiB, 512 KiB batches, one run each): the producer's
+  sending thread went from 9.1 to 7.6 µs of CPU per record, the whole task from ~21.5 to ~20.
 - the collector's policy (``dataplane/broker/gc_pauses.py``): a task's records in flight live
   long enough to reach CPython's oldest generation.
 
