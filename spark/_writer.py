@@ -60,7 +60,9 @@ import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
@@ -190,30 +192,27 @@ def _column(batch: pa.RecordBatch, name: str) -> list[object] | None:
 def _key_partitions(
     producer: Producer, batch: pa.RecordBatch, topics: Sequence[object]
 ) -> Sequence[object] | None:
-    """Each row's partition: the ``partition`` column where set, else murmur2 of the key (the
-    whole column hashed at once) over its topic's partition count, else None (no key: the
-    producer's sticky partitioner). None when no row has either."""
-    explicit = _column(batch, "partition")
+    """Each row's partition, a column at a time: the ``partition`` column where set, else
+    murmur2 of the key over its topic's partition count, else None (no key: the producer's
+    sticky partitioner). None when no row has either."""
+    index = batch.schema.get_field_index("partition")
+    explicit = None if index < 0 else batch.column(index)
     index = batch.schema.get_field_index("key")
     keys = None if index < 0 else batch.column(index)
     if keys is None or keys.null_count == len(keys):
-        return explicit
-    hashes = positive_murmur2(keys).tolist()
-    keyed = keys.is_valid().to_pylist()
-    counts: dict[str, int] = {}
-    chosen: list[object] = [None] * batch.num_rows
-    for row in range(batch.num_rows):
-        if explicit is not None and explicit[row] is not None:
-            chosen[row] = explicit[row]
-        elif keyed[row]:
-            topic = topics[row]
-            if not isinstance(topic, str):
-                continue  # the send loop names the null topic
-            count = counts.get(topic)
-            if count is None:
-                count = counts[topic] = len(producer.partitions_for(topic))
-            chosen[row] = hashes[row] % count
-    return chosen
+        return None if explicit is None else explicit.to_pylist()
+    counts = {t: len(producer.partitions_for(t)) for t in set(topics) if isinstance(t, str)}
+    if len(counts) == 1:
+        per_row: object = next(iter(counts.values()))
+    else:  # a topic column: each row's count (a null topic's row fails in the send loop)
+        per_row = np.fromiter(
+            (counts.get(t, 1) if isinstance(t, str) else 1 for t in topics), np.uint32, len(topics)
+        )
+    hashed = pa.array((positive_murmur2(keys) % per_row).astype(np.int32))
+    chosen = pc.if_else(keys.is_valid(), hashed, pa.scalar(None, pa.int32()))
+    if explicit is not None:
+        chosen = pc.coalesce(explicit, chosen)
+    return chosen.to_pylist()  # type: ignore[no-any-return]
 
 
 def _send_batch(
