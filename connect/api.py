@@ -18,13 +18,13 @@ task's records and offsets commit in one transaction (``connect.exactly_once``),
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dataplane.client import RecordMetadata
+from dataplane.client import RecordFuture, RecordMetadata
 
 JsonDict = dict[str, Any]
 TASKS_MAX_MAX = 1_000
@@ -66,8 +66,12 @@ class SinkConnectorConfig(ConnectorConfig):
         return [t.strip() for t in self.topics.split(",") if t.strip()]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class SourceRecord:
+    """One record a source task's ``poll`` gives. A plain slotted dataclass, not a frozen one:
+    a source makes one per record, and a frozen dataclass's ``__init__`` (``object.__setattr__``
+    per field) cost 1.5 µs of it against 0.4. Treat it as immutable once returned."""
+
     source_partition: JsonDict
     source_offset: JsonDict
     topic: str
@@ -182,6 +186,18 @@ class SourceTask(abc.ABC):
         """``record`` was acknowledged at ``metadata`` (Kafka's ``commitRecord``). Called on
         the producer's thread: keep it short. Under exactly-once the acknowledgement is of a
         record in an open transaction: it becomes visible only if that transaction commits."""
+
+    def commit_records(
+        self, records: Sequence[SourceRecord], futures: Sequence[RecordFuture]
+    ) -> None:
+        """``records``, sent one after another from one source partition into one producer
+        batch, were acknowledged; ``futures[i]`` is ``records[i]``'s (done). By default
+        ``commit_record`` for each. A task that sees many records may override this instead,
+        to do per run what it would do per record and skip building a ``RecordMetadata`` each
+        (``RecordFuture.offset`` is the record's offset alone); the mirror does. Called on the
+        producer's thread, like ``commit_record``."""
+        for record, future in zip(records, futures, strict=True):
+            self.commit_record(record, future.result(0))
 
     def transaction_records(self) -> list[TransactionRecord]:
         """Exactly-once only: records to write in the transaction about to commit, with no

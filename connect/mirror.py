@@ -35,7 +35,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
@@ -77,6 +77,7 @@ from dataplane.client import (
     Consumer,
     NewTopic,
     Producer,
+    RecordFuture,
     RecordMetadata,
     TopicPartition,
 )
@@ -407,16 +408,35 @@ class MirrorSourceTask(SourceTask):
         return polled
 
     def commit_record(self, record: SourceRecord, metadata: RecordMetadata) -> None:
-        tp = (str(record.source_partition["topic"]), int(record.source_partition["partition"]))
-        upstream = int(record.source_offset["offset"])
+        self._acknowledged(record, [(int(record.source_offset["offset"]), metadata.offset)])
+
+    def commit_records(
+        self, records: Sequence[SourceRecord], futures: Sequence[RecordFuture]
+    ) -> None:
+        """A run of one partition's records, acknowledged: the offset syncs are decided per
+        record as in ``commit_record``, the rest once for the run."""
+        self._acknowledged(
+            records[-1],
+            [
+                (int(r.source_offset["offset"]), f.offset(0))
+                for r, f in zip(records, futures, strict=True)
+            ],
+        )
+
+    def _acknowledged(self, last: SourceRecord, offsets: list[tuple[int, int]]) -> None:
+        """Records of one partition were written downstream, ``offsets`` their (upstream,
+        downstream) offsets in order, ``last`` the last of them."""
+        tp = (str(last.source_partition["topic"]), int(last.source_partition["partition"]))
         with self._acks:
-            self._mirrored[tp] = upstream + 1
-            if record.timestamp_ms is not None:
-                self._latency_ms = int(time.time() * 1000) - record.timestamp_ms
+            self._mirrored[tp] = offsets[-1][0] + 1
+            if last.timestamp_ms is not None:
+                self._latency_ms = int(time.time() * 1000) - last.timestamp_ms
             state = self._sync_states.setdefault(tp, PartitionSyncState())
-            if sync_needed(state, upstream, metadata.offset, self.offset_lag_max):
+            for upstream, downstream in offsets:
+                if not sync_needed(state, upstream, downstream, self.offset_lag_max):
+                    continue
                 if len(self._pending_syncs) < SYNCS_PENDING_MAX:
-                    self._pending_syncs.append(OffsetSync(*tp, upstream, metadata.offset))
+                    self._pending_syncs.append(OffsetSync(*tp, upstream, downstream))
                 else:  # dropping a sync is safe: translation gets coarser, never wrong
                     self._syncs_dropped += 1
 

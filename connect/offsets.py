@@ -5,8 +5,11 @@ topic partitions, retries). An offset may be committed only once **every record 
 submitted before it for the same source partition** was acknowledged; otherwise a crash after the
 commit would skip an unacknowledged record. :class:`SubmittedRecords` keeps, per source partition,
 the records in submission order and hands out the offset of the last record of the acknowledged
-prefix (Kafka Connect's ``SubmittedRecords``). The bound on what is outstanding is the caller's
-(the producer's buffer and ``max.outstanding.records``).
+prefix (Kafka Connect's ``SubmittedRecords``). A submission may stand for a run of consecutive
+records of one source partition that are acknowledged together (one producer batch's): it carries
+the run's last offset and its count, so a thousand records cost one entry, not a thousand. The
+bound on what is outstanding is the caller's (the producer's buffer and
+``max.outstanding.records``).
 
 Offsets are stored under a key naming the connector and the source partition: the JSON text of
 ``[connector, partition]`` with sorted keys, as Kafka Connect keys ``connect-offsets``.
@@ -59,10 +62,14 @@ def parse_offset_key(key: str) -> tuple[str, JsonDict]:
     return connector, partition
 
 
-@dataclass
+@dataclass(slots=True)
 class SubmittedRecord:
+    """A record, or a run of ``count`` consecutive records acknowledged together; ``offset``
+    is the (last) record's."""
+
     partition_key: str
     offset: JsonDict
+    count: int = 1
     acked: bool = False
 
 
@@ -73,16 +80,20 @@ class SubmittedRecords:
     _by_partition: dict[str, deque[SubmittedRecord]] = field(default_factory=dict)
     outstanding: int = 0  # submitted, not yet acknowledged
 
-    def submit(self, partition_key: str, offset: JsonDict) -> SubmittedRecord:
-        record = SubmittedRecord(partition_key, offset)
+    def submit(self, partition_key: str, offset: JsonDict, count: int = 1) -> SubmittedRecord:
+        """``count`` consecutive records of the partition, acknowledged together, the last at
+        ``offset``."""
+        if count < 1:
+            raise ValueError(f"a submission is of at least one record, not {count}")
+        record = SubmittedRecord(partition_key, offset, count)
         self._by_partition.setdefault(partition_key, deque()).append(record)
-        self.outstanding += 1
+        self.outstanding += count
         return record
 
     def ack(self, record: SubmittedRecord) -> None:
         assert not record.acked, "a record is acknowledged once"
         record.acked = True
-        self.outstanding -= 1
+        self.outstanding -= record.count
 
     def committable(self) -> dict[str, JsonDict]:
         """Per source partition, the offset of the last record of its acknowledged prefix
@@ -97,4 +108,4 @@ class SubmittedRecords:
 
     def pending(self) -> int:
         """Records kept (acknowledged or not) that no committed offset covers yet."""
-        return sum(len(q) for q in self._by_partition.values())
+        return sum(r.count for q in self._by_partition.values() for r in q)

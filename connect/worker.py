@@ -123,8 +123,26 @@ class WorkerTask:
         raise NotImplementedError
 
 
-# a record sent: its submission, the record (for commit_record) and its future
-Sent = tuple[SubmittedRecord, SourceRecord, RecordFuture]
+class _Run:
+    """Records sent one after another from one source partition into one producer batch:
+    acknowledged together, so submitted as one entry (its last offset, its count) and watched
+    with the batch's one callback."""
+
+    __slots__ = ("batch", "futures", "key", "records", "submitted")
+
+    def __init__(self, key: str, batch: BatchResult) -> None:
+        self.key = key
+        self.batch = batch
+        self.records: list[SourceRecord] = []
+        self.futures: list[RecordFuture] = []
+        self.submitted: SubmittedRecord | None = None
+
+    def error(self) -> BaseException | None:
+        """The first failure among the run's records: the batch's own, or after the batch was
+        split (KIP-126) the first of the parts its records went to."""
+        if self.batch.parts is None:
+            return self.batch.error
+        return next((e for e in (f.exception(0) for f in self.futures) if e is not None), None)
 
 
 class WorkerSourceTask(WorkerTask):
@@ -143,10 +161,13 @@ class WorkerSourceTask(WorkerTask):
         self.offsets = offsets
         self._lock = threading.Lock()
         self._submitted = SubmittedRecords()
-        # the records sent, per producer batch they went to, until it completes (_on_batch)
-        self._batches: dict[BatchResult, list[Sent]] = {}
-        # SourceTask.commit_record is a no-op unless the connector overrides it
-        self._commit_each = type(task).commit_record is not SourceTask.commit_record
+        # the runs of records sent, per producer batch they went to, until it completes
+        self._batches: dict[BatchResult, list[_Run]] = {}
+        # SourceTask's commit_record(s) are no-ops unless the connector overrides one
+        self._commit_each = (
+            type(task).commit_record is not SourceTask.commit_record
+            or type(task).commit_records is not SourceTask.commit_records
+        )
         self._offset_keys = OffsetKeys(self.id.connector)
         self._acked = threading.Event()
         self._send_error: BaseException | None = None
@@ -211,60 +232,73 @@ class WorkerSourceTask(WorkerTask):
         cost after the producer's ``send``. A record is submitted before its batch's callback
         can see it, so none is acknowledged before it is submitted.
 
+        Records sent one after another from one source partition into one batch form a
+        :class:`_Run`, submitted as one entry: one offset copy and one queue entry per run
+        instead of per record (a file source's poll of 2,000 lines is two or three runs).
+
         Records that share one source partition object (a mirror's poll gives each topic
         partition's records one) share its offset key: the object's contents are what they are
         now, whoever filled it, so one encoding serves all of them."""
-        sent: list[tuple[str, JsonDict, SourceRecord, RecordFuture]] = []
+        runs: list[_Run] = []
+        run: _Run | None = None
         partition: object = None
         key = ""
+        send = producer.send
         for record in records:
             if record.source_partition is not partition:
                 partition = record.source_partition
                 key = self._offset_keys(record.source_partition)
-            future = producer.send(
+                run = None
+            future = send(
                 record.topic, record.value, record.key, partition=record.partition,
                 timestamp_ms=record.timestamp_ms, headers=record.headers or None,
             )  # fmt: skip
-            sent.append((key, dict(record.source_offset), record, future))
+            batch = future.batch
+            if run is None or run.batch is not batch:
+                run = _Run(key, batch)
+                runs.append(run)
+            run.records.append(record)
+            run.futures.append(future)
         watch: list[BatchResult] = []
         batches = self._batches
         with self._lock:
             submit = self._submitted.submit
-            for key, offset, record, future in sent:
-                entry = (submit(key, offset), record, future)
-                batch = future.batch
-                group = batches.get(batch)
-                if group is None:  # a new batch, or one whose callback already took its group
-                    batches[batch] = [entry]
-                    watch.append(batch)
+            for run in runs:
+                last = run.records[-1]
+                run.submitted = submit(run.key, dict(last.source_offset), len(run.records))
+                group = batches.get(run.batch)
+                if group is None:  # a new batch, or one whose callback already took its runs
+                    batches[run.batch] = [run]
+                    watch.append(run.batch)
                 else:
-                    group.append(entry)
+                    group.append(run)
         for batch in watch:  # outside the lock: a completed batch's callback runs at once
             batch.add_batch_callback(self._on_batch)
 
     def _on_batch(self, batch: BatchResult) -> None:
-        """The producer's thread: a batch completed; acknowledge its records (and with a
-        connector's own ``commit_record``, call it for each, as Kafka's per-record callback
-        does)."""
+        """The producer's thread: a batch completed; acknowledge its runs in order, up to the
+        first failure (and with a connector's own ``commit_records``/``commit_record``, call it
+        for them, as Kafka's per-record callback does)."""
         with self._lock:
-            group = self._batches.pop(batch, [])
+            runs = self._batches.pop(batch, [])
         acked: list[SubmittedRecord] = []
-        for submitted, record, future in group:
-            error = future.exception(0)  # its own part's outcome if the batch was split
+        for run in runs:
+            error = run.error()
             if error is None and self._commit_each:
-                error = self._commit_record(record, future)
+                error = self._commit_records(run)
             if error is not None:
                 self._send_error = error
                 break
-            acked.append(submitted)
+            assert run.submitted is not None, "a run is submitted before it is watched"
+            acked.append(run.submitted)
         with self._lock:
             for submitted in acked:
                 self._submitted.ack(submitted)
         self._acked.set()
 
-    def _commit_record(self, record: SourceRecord, future: RecordFuture) -> Exception | None:
+    def _commit_records(self, run: _Run) -> Exception | None:
         try:
-            self.task.commit_record(record, future.result(0))
+            self.task.commit_records(run.records, run.futures)
         except Exception as raised:  # connector code: the task fails on its thread
             log.exception("task %s: commit_record failed", self.id)
             return raised

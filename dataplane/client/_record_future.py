@@ -197,26 +197,40 @@ class RecordFuture:
         return False
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        if not self._result.wait(timeout):
-            raise TimeoutError(f"no answer for a record of {self._result.tp} within {timeout} s")
-        if self._result.parts is None:
-            return self._result.error
-        return self._result.locate(self._relative_offset)[0].error  # its own part's outcome
+        return self._settled(timeout)[0].error
+
+    def _settled(self, timeout: float | None) -> tuple[BatchResult, int]:
+        """The result holding the record's outcome (its batch's, or after a split its part's)
+        and the record's index there, once the batch completed."""
+        result = self._result
+        if not result.wait(timeout):
+            raise TimeoutError(f"no answer for a record of {result.tp} within {timeout} s")
+        if result.parts is None:
+            return result, self._relative_offset
+        return result.locate(self._relative_offset)  # its own part's outcome
+
+    def offset(self, timeout: float | None = None) -> int:
+        """The record's offset in its partition (-1 with acks=0): ``result().offset``
+        without building the rest of the metadata, for a caller that settles many records."""
+        result, relative_offset = self._settled(timeout)
+        if result.error is not None:
+            raise result.error
+        return -1 if result.base_offset < 0 else result.base_offset + relative_offset
 
     def result(self, timeout: float | None = None) -> RecordMetadata:
-        error = self.exception(timeout)
-        if error is not None:
-            raise error
-        result, relative_offset = self._result.locate(self._relative_offset)
+        result, relative_offset = self._settled(timeout)
+        if result.error is not None:
+            raise result.error
         key, value, timestamp_ms, headers = self._record
+        tp = result.tp
         return RecordMetadata(
-            topic=result.tp.topic,
-            partition=result.tp.partition,
-            offset=-1 if result.base_offset < 0 else result.base_offset + relative_offset,
-            timestamp=timestamp_ms if result.log_append_time_ms < 0 else result.log_append_time_ms,
-            serialized_key_size=-1 if key is None else len(key),
-            serialized_value_size=-1 if value is None else len(value),
-            serialized_header_size=header_bytes(headers),
+            tp.topic,
+            tp.partition,
+            -1 if result.base_offset < 0 else result.base_offset + relative_offset,
+            timestamp_ms if result.log_append_time_ms < 0 else result.log_append_time_ms,
+            -1 if key is None else len(key),
+            -1 if value is None else len(value),
+            header_bytes(headers),
         )
 
     def add_done_callback(self, callback: DoneCallback) -> None:

@@ -283,6 +283,62 @@ def test_a_failed_batch_fails_the_task_and_its_records_stay_unacknowledged() -> 
         worker._raise_send_error()
 
 
+def test_records_of_one_partition_in_one_batch_are_one_submission() -> None:
+    """A run (consecutive records, one source partition, one producer batch) is one entry
+    carrying its last offset and its count; interleaved partitions and a new batch start new
+    runs, and a run is acknowledged only when its batch is."""
+    worker = source_worker(QuietTask())
+    producer = BatchingProducer(per_batch=4)
+    a, b = {"file": "a"}, {"file": "b"}
+    records = [
+        SourceRecord(p, {"position": n}, "t", value=b"x")
+        for p, n in [(a, 1), (a, 2), (b, 1), (a, 3), (a, 4), (a, 5)]
+    ]
+    worker._send(producer, records)  # type: ignore[arg-type]
+    queues = worker._submitted._by_partition
+    key_a, key_b = offset_key("c", a), offset_key("c", b)
+    assert [(r.offset, r.count) for r in queues[key_a]] == [
+        ({"position": 2}, 2), ({"position": 3}, 1), ({"position": 5}, 2),
+    ]  # fmt: skip  # a's third and fourth records are split by the batch boundary
+    assert [(r.offset, r.count) for r in queues[key_b]] == [({"position": 1}, 1)]
+    assert worker._submitted.outstanding == 6 and worker._submitted.pending() == 6
+    first, second = producer.batches
+    second.succeed(base_offset=10, log_append_time_ms=-1)
+    assert worker._submitted.outstanding == 4 and worker._submitted.committable() == {}
+    first.succeed(base_offset=0, log_append_time_ms=-1)
+    assert worker._submitted.committable() == {key_a: {"position": 5}, key_b: {"position": 1}}
+    assert worker._submitted.outstanding == 0 and worker._batches == {}
+
+
+def test_a_split_batch_acknowledges_the_runs_before_its_first_failed_part() -> None:
+    worker = source_worker(QuietTask())
+    producer = BatchingProducer(per_batch=4)
+    a, b = {"file": "a"}, {"file": "b"}
+    records = [
+        SourceRecord(p, {"position": n}, "t", value=b"x") for p, n in [(a, 1), (a, 2), (b, 1)]
+    ]
+    worker._send(producer, records)  # type: ignore[arg-type]
+    (batch,) = producer.batches
+    left, right = BatchResult(TopicPartition("t", 0)), BatchResult(TopicPartition("t", 0))
+    batch.split([(0, left), (2, right)])
+    left.succeed(base_offset=0, log_append_time_ms=-1)
+    right.fail(KafkaError(ErrorCode.MESSAGE_TOO_LARGE, "too large"))
+    assert worker._submitted.committable() == {offset_key("c", a): {"position": 2}}
+    assert worker._submitted.outstanding == 1, "b's record was not delivered"
+    with pytest.raises(RuntimeError, match="was not delivered"):
+        worker._raise_send_error()
+
+
+def test_a_submission_counts_its_records() -> None:
+    submitted = SubmittedRecords()
+    run = submitted.submit("A", {"position": 9}, count=3)
+    assert submitted.outstanding == 3 and submitted.pending() == 3
+    submitted.ack(run)
+    assert submitted.outstanding == 0 and submitted.committable() == {"A": {"position": 9}}
+    with pytest.raises(ValueError, match="at least one record"):
+        submitted.submit("A", {"position": 9}, count=0)
+
+
 def test_file_offset_store_survives_a_reload(tmp_path: Path) -> None:
     path = tmp_path / "offsets.json"
     store = FileOffsetStore(path)

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from connect.mirror import decode_sync, encode_sync
+from connect.api import SourceRecord
+from connect.mirror import MirrorSourceTask, decode_sync, encode_sync, source_partition
 from connect.mirror_checkpoint import _checkpoint_record, decode_checkpoint
 from connect.mirror_cli import mirror_configs, topics_setting, worker_settings
 from connect.mirror_core import (
@@ -32,6 +33,7 @@ from connect.mirror_core import (
     translate,
 )
 from connect.plugins import validate
+from dataplane.client import BatchResult, RecordFuture, TopicPartition
 
 
 @pytest.mark.parametrize(
@@ -190,3 +192,47 @@ def test_mirror_command_settings_validate() -> None:
     worker = worker_settings("127.0.0.2:1", "A", "http://127.0.0.197:0", {"session.timeout.ms": 3})
     assert worker["group.id"] == "A-mm2"
     assert worker["offset.storage.topic"] == "mm2-offsets.A.internal"
+
+
+@given(
+    st.lists(st.tuples(st.integers(1, 3), st.integers(1, 4)), min_size=1, max_size=60),
+    st.integers(1, 10),
+)
+def test_a_run_acknowledged_at_once_decides_the_syncs_a_record_at_a_time_would(
+    steps: list[tuple[int, int]], offset_lag_max: int
+) -> None:
+    """The worker gives the mirror a run of records (one producer batch's) through
+    ``commit_records``; the syncs, the mirrored position and the offsets are those of calling
+    ``commit_record`` for each record in turn. ``steps``: per record, its upstream gap (1: none,
+    as after compaction or a transaction marker) and the run it ends (records are cut into runs
+    where the draw is 1)."""
+
+    def task() -> MirrorSourceTask:
+        t = MirrorSourceTask()
+        t.offset_lag_max = offset_lag_max
+        return t
+
+    partition = source_partition("A", "t", 0)
+    upstream = 0
+    records = []
+    for gap, _ in steps:
+        upstream += gap
+        records.append(SourceRecord(partition, {"offset": upstream}, "A.t", b"v", None, 0))
+    per_record, per_run = task(), task()
+    downstream = 500
+    run: list[SourceRecord] = []
+    for record, (_, cut) in zip(records, steps, strict=True):
+        run.append(record)
+        if cut != 1 and record is not records[-1]:
+            continue
+        batch = BatchResult(TopicPartition("A.t", 0))
+        futures = [RecordFuture(batch, n, (None, b"v", 0, ())) for n in range(len(run))]
+        batch.succeed(base_offset=downstream, log_append_time_ms=-1)
+        per_run.commit_records(run, futures)
+        for r, f in zip(run, futures, strict=True):
+            per_record.commit_record(r, f.result(0))
+        downstream += len(run)
+        run = []
+    assert per_run._pending_syncs == per_record._pending_syncs
+    assert per_run._mirrored == per_record._mirrored == {("t", 0): upstream + 1}
+    assert per_run._sync_states == per_record._sync_states

@@ -28,6 +28,7 @@ def test_a_batch_result_completes_every_record_future_with_its_own_offset() -> N
         futures[0].result(timeout=0.01)
     result.succeed(base_offset=40, log_append_time_ms=-1)
     assert [f.result(0).offset for f in futures] == [40, 41, 42]
+    assert [f.offset(0) for f in futures] == [40, 41, 42], "offset() is result().offset"
     assert [f.result(0).timestamp for f in futures] == [1_000, 1_001, 1_002]  # CreateTime
     assert seen == [41]
     late: list[int] = []
@@ -42,6 +43,7 @@ def test_log_append_time_replaces_the_records_timestamps_and_acks_0_has_no_offse
     result.succeed(base_offset=-1, log_append_time_ms=77)
     metadata = future.result(0)
     assert (metadata.offset, metadata.timestamp) == (-1, 77)
+    assert future.offset(0) == -1
     assert (metadata.serialized_key_size, metadata.serialized_value_size) == (1, 10)
 
 
@@ -53,6 +55,8 @@ def test_a_failed_batch_fails_every_record_and_is_set_once() -> None:
     assert all(f.exception(0) is error for f in futures)
     with pytest.raises(KafkaError):
         futures[0].result(0)
+    with pytest.raises(KafkaError):
+        futures[0].offset(0)
     with pytest.raises(RuntimeError, match="set twice"):
         result.succeed(0, -1)
 
@@ -139,6 +143,9 @@ def test_a_split_batch_completes_when_its_parts_have_each_record_from_its_own() 
     right_right.fail(too_large)
     assert result.done() and seen == [result] and result.error is too_large
     assert [f.result(0).offset for f in futures[:4]] == [100, 101, 102, 200]
+    assert [f.offset(0) for f in futures[:4]] == [100, 101, 102, 200]
     assert futures[4].exception(0) is too_large
+    with pytest.raises(KafkaError):
+        futures[4].offset(0)
     with pytest.raises(RuntimeError):
         result.split([(0, BatchResult(TP))])
