@@ -3,11 +3,14 @@ and the file connectors' tasks against real files (no cluster)."""
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from connect.api import OffsetReader, SinkRecord, SourceRecord, SourceTask
 from connect.assignment import (
@@ -384,6 +387,34 @@ def test_file_source_emits_complete_lines_and_resumes_at_a_position(tmp_path: Pa
     resumed = source_task(path, {str(path): 9}, batch=1)
     assert [r.value for r in resumed.poll()] == [b"three"], "batch.size bounds a poll"
     assert [r.value for r in resumed.poll()] == [b"four"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.binary(max_size=12).map(lambda b: b.replace(b"\n", b"")), max_size=30),
+    st.booleans(),
+    st.integers(1, 7),
+)
+def test_polls_give_every_complete_line_once_with_the_position_after_it(
+    lines: list[bytes], partial_tail: bool, batch: int
+) -> None:
+    """Against a model: the file's complete lines (a trailing \\r dropped), in order, each with
+    the byte position after its newline, however ``batch.size`` cuts the polls; the partial
+    last line is not given."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "in.txt"
+        data = b"".join(line + b"\n" for line in lines) + (b"tail" if partial_tail else b"")
+        path.write_bytes(data)
+        task = source_task(path, {}, batch=batch)
+        polled: list[SourceRecord] = []
+        while records := task.poll():
+            assert len(records) <= batch
+            polled += records
+    expected, position = [], 0
+    for line in lines:
+        position += len(line) + 1
+        expected.append((line[:-1] if line.endswith(b"\r") else line, position))
+    assert [(r.value, r.source_offset["position"]) for r in polled] == expected
 
 
 def test_a_poll_of_1_kib_lines_fills_its_batch_and_a_line_longer_than_one_read_comes_whole(
