@@ -146,9 +146,8 @@ class FileStreamSourceTask(SourceTask):
         start = position
         for line in lines:
             start += len(line) + 1
-            if carriage_returns and line.endswith(b"\r"):
-                line = line[:-1]
-            append(SourceRecord(partition, {"position": start}, topic, line))
+            value = line[:-1] if carriage_returns and line.endswith(b"\r") else line
+            append(SourceRecord(partition, {"position": start}, topic, value))
         if not records and len(data) > self.max_line_bytes:
             raise ValueError(
                 f"{path}: a line at position {position} is longer than max.line.bytes "
