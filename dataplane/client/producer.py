@@ -43,7 +43,7 @@ from dataplane.client._closing import Closing
 from dataplane.client._cluster import Cluster, SecuritySetting
 from dataplane.client._config import DEFAULT_BATCH_SIZE, ProducerConfig
 from dataplane.client._prepared import PreparedTransaction
-from dataplane.client._record_future import RecordFuture
+from dataplane.client._record_future import BatchResult, RecordFuture
 from dataplane.client._sender import Sender
 from dataplane.client._transactions import TransactionManager, TransactionStateError
 from dataplane.client._txn_requests import TransactionalRequests
@@ -54,7 +54,7 @@ from dataplane.client._types import (
     TopicPartition,
 )
 from dataplane.client.partitioner import StickyPartitioner, partition_for_key
-from raftlog.batch import HEADER_SIZE
+from raftlog.batch import HEADER_SIZE, TimestampType, verify_batch
 from raftlog.errors import ErrorCode, KafkaError
 from raftlog.records import Headers
 
@@ -283,6 +283,66 @@ class Producer(Closing):
             self._sender.wakeup()
         assert result.future is not None, "an append that was not aborted gives a future"
         return result.future
+
+    def send_batch(self, topic: str, partition: int, batch: bytes) -> BatchResult:
+        """Queue one whole RecordBatch v2 as read from a log (a fetch's batch): what a mirror
+        sends to copy a batch without decoding its records. Its records keep their bytes, codec
+        and timestamps; this producer's id, epoch, sequence and transactional bit replace the
+        source's, and the broker gives them this partition's offsets, in order and without
+        gaps. The result completes like a ``send`` future's batch (``wait``, ``error``,
+        ``base_offset``: record ``i`` lands at ``base_offset + i``). Not Kafka's (its producer
+        takes records only); its error codes are.
+
+        Refused with INVALID_RECORD: a control batch, a LogAppendTime batch (its records do
+        not carry the time the log gave them) and a batch whose offsets have gaps (compacted:
+        sequences count records, so the broker could not check them). CORRUPT_MESSAGE: a CRC
+        or framing error. RECORD_LIST_TOO_LARGE: above ``buffer.memory``. ``max.request.size``
+        does not apply (it bounds the batches this producer builds; this one was built, and
+        a request takes at least one batch); refused by the broker as too large for the
+        topic, the batch is decoded and split like any (KIP-126)."""
+        if self._closed:
+            raise ProducerClosedError("send_batch() after close()")
+        header = verify_batch(batch)
+        if header.size_bytes != len(batch):
+            raise KafkaError(
+                ErrorCode.CORRUPT_MESSAGE,
+                f"expected one batch of {header.size_bytes} bytes, got {len(batch)}",
+            )
+        if header.is_control:
+            raise KafkaError(ErrorCode.INVALID_RECORD, "a control batch cannot be produced")
+        if header.timestamp_type is not TimestampType.CREATE_TIME:
+            raise KafkaError(
+                ErrorCode.INVALID_RECORD,
+                "a LogAppendTime batch is sent as records, with their timestamps",
+            )
+        if header.record_count != header.last_offset_delta + 1:
+            raise KafkaError(
+                ErrorCode.INVALID_RECORD,
+                f"a batch of {header.record_count} records spanning "
+                f"{header.last_offset_delta + 1} offsets (compacted) is sent as "
+                "records",
+            )
+        transactions = self._transactions
+        if transactions is not None:
+            transactions.check_can_send()
+        tp = TopicPartition(topic, partition)
+        try:
+            started = self._clock()
+            deadline = started + self._max_block_s
+            count = self._cluster.snapshot().partition_count(topic)
+            if count is None or not 0 <= partition < count:
+                self._partition_count(topic, partition, deadline)
+            result = self._accumulator.append_batch(
+                tp, batch, header.record_count, max_block_s=max(0.0, deadline - self._clock())
+            )
+        except KafkaError as error:
+            if transactions is not None:  # the transaction cannot commit without it
+                transactions.fail(error, "abortable")
+            raise
+        if transactions is not None:
+            transactions.maybe_add_partition(tp)
+        self._sender.wakeup()
+        return result
 
     def _partition_count(self, topic: str, partition: int | None, deadline: float) -> int:
         count = self._cluster.snapshot().partition_count(topic)
