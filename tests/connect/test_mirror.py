@@ -264,7 +264,8 @@ def check_whole_batches(
     the target holds the same batches (record counts, codec) with the same records, and
     librdkafka reads them."""
     create_topic(source, "late-bulk", 2)
-    with Producer(source.bootstrap_servers, linger_ms=200, compression_type="lz4") as producer:
+    # one batch a partition: the flush sends them, long before linger.ms, however slow the loop
+    with Producer(source.bootstrap_servers, linger_ms=30_000, compression_type="lz4") as producer:
         for n in range(1200):
             producer.send("late-bulk", os.urandom(1000), b"k%d" % n, partition=n % 2,
                           timestamp_ms=BASE_TIMESTAMP_MS + n,
