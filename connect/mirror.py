@@ -525,15 +525,15 @@ def mirrored(
     topic: str,
     whole_batch_min_bytes: int = WHOLE_BATCH_MIN_BYTES,
 ) -> list[SourceRecord | SourceBatch]:
-    """A fetch's batches as the mirror sends them on. A batch goes whole
-    (:class:`SourceBatch`, its records' bytes untouched) when it is a CreateTime data batch,
-    numbered without gaps, wholly at or past the fetch offset, and of at least
-    ``whole_batch_min_bytes``. The records of any other (compacted, LogAppendTime, starting
-    before the position, or small) go one by one, as the consumer would give them, and the
-    producer batches them again: a whole batch is a produce request slot of its own, so small
-    ones would cost a request each (about a millisecond of CPU per node at the target) where
-    records of many small batches share one. Control batches are skipped (the consumer never
-    gives their records either)."""
+    """A fetch's batches as the mirror sends them on. A batch goes whole (:class:`SourceBatch`, its
+    records' bytes untouched) when it is a CreateTime data batch, numbered without gaps, wholly at
+    or past the fetch offset, and of at least ``whole_batch_min_bytes``, not stamped with a
+    cleaner's delete horizon. The records of any other (compacted, LogAppendTime, starting before
+    the position, or small) go one by one, as the consumer would give them, and the producer batches
+    them again: a whole batch is a produce request slot of its own, so small ones would cost a
+    request each (about a millisecond of CPU per node at the target) where records of many small
+    batches share one. Control batches are skipped (the consumer never gives their records
+    either)."""
     out: list[SourceRecord | SourceBatch] = []
     data, start_offset = fetched.data, fetched.fetch_offset
     for position, header in iter_batches(data):
@@ -544,6 +544,7 @@ def mirrored(
             and header.base_offset >= start_offset
             and header.record_count == header.last_offset_delta + 1
             and header.timestamp_type is TimestampType.CREATE_TIME
+            and not header.has_delete_horizon
         ):
             whole = data[position : position + header.size_bytes]
             out.append(SourceBatch(

@@ -293,15 +293,15 @@ class Producer(Closing):
         ``base_offset``; record ``i`` lands at ``offset_of(i)``). Not Kafka's (its producer
         takes records only); its error codes are.
 
-        As with ``send``, a refusal is the result's error, not an exception (in a transaction
-        it makes the transaction abortable): INVALID_RECORD for a control batch, a
-        LogAppendTime batch (its records do not carry the time the log gave them) and a batch
-        whose offsets have gaps (compacted: sequences count records, so the broker could not
-        check them); CORRUPT_MESSAGE for a CRC or framing error; RECORD_LIST_TOO_LARGE above
-        ``buffer.memory``. ``max.request.size`` does not apply (it bounds the batches this
-        producer builds; this one was built, and a request takes at least one batch); refused
-        by the broker as too large for the topic, the batch is decoded and split like any
-        (KIP-126)."""
+        As with ``send``, a refusal is the result's error, not an exception (in a transaction it
+        makes the transaction abortable): INVALID_RECORD for a control batch, a LogAppendTime batch
+        (its records do not carry the time the log gave them), a batch whose offsets have gaps
+        (compacted: sequences count records, so the broker could not check them) and one with a
+        cleaner's delete horizon (KIP-534: the target's own cleaner would take it for its own and
+        drop tombstones early); CORRUPT_MESSAGE for a CRC or framing error; RECORD_LIST_TOO_LARGE
+        above ``buffer.memory``. ``max.request.size`` does not apply (it bounds the batches this
+        producer builds; this one was built, and a request takes at least one batch); refused by the
+        broker as too large for the topic, the batch is decoded and split like any (KIP-126)."""
         if self._closed:
             raise ProducerClosedError("send_batch() after close()")
         tp = TopicPartition(topic, partition)
@@ -498,7 +498,7 @@ class Producer(Closing):
 
 def check_whole_batch(batch: bytes) -> BatchHeader:
     """The header of ``batch`` if ``Producer.send_batch`` can send it: one whole, undamaged
-    CreateTime data batch numbered without gaps."""
+    CreateTime data batch numbered without gaps, not stamped by a log cleaner."""
     header = verify_batch(batch)
     if header.size_bytes != len(batch):
         raise KafkaError(
@@ -511,6 +511,11 @@ def check_whole_batch(batch: bytes) -> BatchHeader:
         raise KafkaError(
             ErrorCode.INVALID_RECORD,
             "a LogAppendTime batch is sent as records, with their timestamps",
+        )
+    if header.has_delete_horizon:
+        raise KafkaError(
+            ErrorCode.INVALID_RECORD,
+            "a batch the log cleaner stamped with a delete horizon (KIP-534) is sent as records",
         )
     if header.record_count != header.last_offset_delta + 1:
         raise KafkaError(

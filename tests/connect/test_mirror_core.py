@@ -276,9 +276,9 @@ def test_syncs_of_a_whole_batch_are_those_of_its_records_one_by_one(
 
 def test_a_fetch_is_mirrored_in_whole_batches_where_it_can_be() -> None:
     """Whole: a CreateTime data batch, gapless, wholly at or past the position, of at least
-    ``whole.batch.min.bytes``. Record by record: a batch the position starts inside, a
-    compacted one (offset gaps), a LogAppendTime one (its records take the batch's time, as the
-    consumer gives them), a small one. Control batches are skipped."""
+    ``whole.batch.min.bytes``. Record by record: a batch the position starts inside, a compacted one
+    (offset gaps), a LogAppendTime one (its records take the batch's time, as the consumer gives
+    them), a cleaned one (a delete horizon), a small one. Control batches are skipped."""
 
     def records(*offsets: int, ts: int = 1_000) -> list[Record]:
         return [Record(o, ts + o, b"k%d" % o, b"v%d" % o, (("h", b"%d" % o),)) for o in offsets]
@@ -290,18 +290,24 @@ def test_a_fetch_is_mirrored_in_whole_batches_where_it_can_be() -> None:
     compacted = encode_batch(records(10, 12), base_offset=10, last_offset_delta=3)
     appended = encode_batch(records(14, 15), base_offset=14)
     appended = set_log_append_time(appended, 99_999)
+    cleaned = encode_batch(records(16, 17), base_offset=16, delete_horizon_ms=50_000)
     fetched = FetchedBatches(
-        TopicPartition("t", 3), started_inside + marker + whole + compacted + appended, 2, 16
+        TopicPartition("t", 3),
+        started_inside + marker + whole + compacted + appended + cleaned,
+        2,
+        18,
     )
     partition = source_partition("A", "t", 3)
     out = mirrored(fetched, partition, "A.t", whole_batch_min_bytes=0)
     by_default = mirrored(fetched, partition, "A.t")  # 256 KiB: these batches are small
-    assert [r.source_offset["offset"] for r in by_default] == [2, 3, 4, 6, 7, 8, 9, 10, 12, 14, 15]
+    assert [r.source_offset["offset"] for r in by_default] == [
+        2, 3, 4, 6, 7, 8, 9, 10, 12, 14, 15, 16, 17,
+    ]  # fmt: skip
     assert all(isinstance(r, SourceRecord) for r in by_default)
     singles = [r for r in out if isinstance(r, SourceRecord)]
     batches = [r for r in out if isinstance(r, SourceBatch)]
-    assert [r.source_offset["offset"] for r in singles] == [2, 3, 4, 10, 12, 14, 15]
-    assert [r.timestamp_ms for r in singles[-2:]] == [99_999, 99_999]
+    assert [r.source_offset["offset"] for r in singles] == [2, 3, 4, 10, 12, 14, 15, 16, 17]
+    assert [r.timestamp_ms for r in singles[5:]] == [99_999, 99_999, 1_016, 1_017]
     r = singles[0]
     assert (r.source_partition, r.topic, r.partition, r.key, r.value, r.headers, r.timestamp_ms) \
         == (partition, "A.t", 3, b"k2", b"v2", (("h", b"2"),), 1_002)  # fmt: skip
@@ -312,7 +318,7 @@ def test_a_fetch_is_mirrored_in_whole_batches_where_it_can_be() -> None:
     assert (batch.topic, batch.partition, batch.batch) == ("A.t", 3, whole)
     assert [type(r).__name__ for r in out] == ["SourceRecord"] * 3 + ["SourceBatch"] + [
         "SourceRecord"
-    ] * 4, "in log order"
+    ] * 6, "in log order"
 
 
 def test_a_whole_batch_s_syncs_follow_its_parts_after_a_split() -> None:

@@ -129,6 +129,9 @@ def test_batches_above_max_message_bytes_are_split_and_delivered_once_in_order(
         assert isinstance(error, KafkaError) and error.error is ErrorCode.MESSAGE_TOO_LARGE
 
 
+TS_HORIZON = 1_700_000_100_000
+
+
 def source_batch(first: int, count: int, size: int, **settings: Any) -> bytes:
     """A batch as a fetch returns it from some other log: its own offsets, leader epoch and
     producer."""
@@ -168,6 +171,8 @@ def test_whole_batches_go_as_they_are_and_are_split_when_the_topic_refuses_them(
             (encode_batch([Record(0, 1, None, b"a"), Record(2, 1, None, b"b")]),
              ErrorCode.INVALID_RECORD),  # compacted: offsets 0 and 2
             (compressed[:-1] + b"x", ErrorCode.CORRUPT_MESSAGE),
+            (encode_batch([Record(0, 1, b"k", None)], delete_horizon_ms=TS_HORIZON),
+             ErrorCode.INVALID_RECORD),  # cleaned: the horizon is the source log's
         ):  # fmt: skip
             error = producer.send_batch("copied", 0, refused).error  # failed at once, as send
             assert isinstance(error, KafkaError) and error.error is code
