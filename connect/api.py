@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dataplane.client import BatchResult, RecordFuture, RecordMetadata
+from dataplane.client import RecordFuture, RecordMetadata
 
 JsonDict = dict[str, Any]
 TASKS_MAX_MAX = 1_000
@@ -80,24 +80,6 @@ class SourceRecord:
     partition: int | None = None
     headers: tuple[tuple[str, bytes | None], ...] = ()
     timestamp_ms: int | None = None  # None: the time of sending
-
-
-@dataclass(slots=True)
-class SourceBatch:
-    """Records a source task gives as one whole RecordBatch v2, copied without decoding them
-    (raftlog's, not Kafka's: the mirror gives each whole batch it fetched). The runtime sends
-    it with ``Producer.send_batch`` to ``partition`` of ``topic``: the records keep their
-    bytes, codec and timestamps, and land at consecutive offsets. ``source_offset`` is the last
-    record's; ``max_timestamp_ms`` the batch's. It must be a CreateTime data batch without
-    offset gaps (see ``send_batch``); give other batches' records as :class:`SourceRecord`."""
-
-    source_partition: JsonDict
-    source_offset: JsonDict
-    topic: str
-    partition: int
-    batch: bytes
-    record_count: int
-    max_timestamp_ms: int
 
 
 @dataclass(frozen=True)
@@ -194,7 +176,7 @@ class SourceTask(abc.ABC):
         """Begin where the committed offsets say."""
 
     @abc.abstractmethod
-    def poll(self) -> Sequence[SourceRecord | SourceBatch]:
+    def poll(self) -> list[SourceRecord]:
         """The next records; may block briefly (bounded) and return [] when there are none."""
 
     def commit(self) -> None:  # noqa: B027 - optional to override
@@ -216,10 +198,6 @@ class SourceTask(abc.ABC):
         producer's thread, like ``commit_record``."""
         for record, future in zip(records, futures, strict=True):
             self.commit_record(record, future.result(0))
-
-    def commit_batch(self, batch: SourceBatch, offsets: BatchResult) -> None:  # noqa: B027
-        """A :class:`SourceBatch` was acknowledged: its record ``i`` is at
-        ``offsets.offset_of(i)``. Called on the producer's thread, like ``commit_record``."""
 
     def transaction_records(self) -> list[TransactionRecord]:
         """Exactly-once only: records to write in the transaction about to commit, with no

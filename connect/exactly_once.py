@@ -32,7 +32,6 @@ import time
 from collections.abc import Iterable, Sequence
 
 from connect.api import (
-    SourceBatch,
     SourceConnector,
     SourceConnectorConfig,
     SourceRecord,
@@ -161,7 +160,7 @@ class ExactlyOnceWorkerSourceTask(WorkerSourceTask):
         finally:
             producer.close(config.offset_flush_timeout_ms / 1000)
 
-    def _send(self, producer: Producer, records: Sequence[SourceRecord | SourceBatch]) -> None:
+    def _send(self, producer: Producer, records: list[SourceRecord]) -> None:
         if not self._in_transaction:
             producer.begin_transaction()
             self._in_transaction = True

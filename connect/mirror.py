@@ -35,7 +35,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
@@ -44,7 +44,6 @@ from connect.api import (
     ConnectorConfig,
     JsonDict,
     OffsetReader,
-    SourceBatch,
     SourceConnector,
     SourceConnectorConfig,
     SourceRecord,
@@ -70,13 +69,11 @@ from connect.mirror_core import (
     remote_topic,
     split_partitions,
     sync_needed,
-    syncs_of_run,
     topic_selected,
 )
 from connect.storage import REPLICATION_FACTOR_MAX, ensure_topic
 from dataplane.client import (
     AdminClient,
-    BatchResult,
     Consumer,
     NewTopic,
     Producer,
@@ -85,11 +82,8 @@ from dataplane.client import (
     TopicPartition,
 )
 from dataplane.client.admin import ConfigResource, ResourceType
-from dataplane.client.consumer import FetchedBatches
 from metadata_quorum.security.channels import ClientSecurity
-from raftlog.batch import TimestampType, iter_batches
 from raftlog.errors import ErrorCode, KafkaError
-from raftlog.records import decode_batch
 
 log = logging.getLogger(__name__)
 ALIAS_PATTERN = r"^[A-Za-z0-9_-]+$"
@@ -97,7 +91,6 @@ POLL_MS = 100
 TOPICS_MAX = 10_000
 CLOSE_TIMEOUT_S = 5.0
 SYNCS_PENDING_MAX = 10_000  # offset syncs decided, not yet handed to the producer
-WHOLE_BATCH_MIN_BYTES = 256 * 1024  # see mirrored
 
 
 class MirrorConfig(SourceConnectorConfig):
@@ -167,10 +160,6 @@ class MirrorSourceConfig(MirrorConfig):
     replication_factor: int | None = Field(None, alias="replication.factor", ge=1, le=100)
     offset_lag_max: int = Field(100, alias="offset.lag.max", ge=1, le=10_000_000)
     max_poll_records: int = Field(2000, alias="consumer.max.poll.records", ge=1, le=100_000)
-    # raftlog's: fetched batches of at least this many bytes are copied whole (see mirrored)
-    whole_batch_min_bytes: int = Field(
-        WHOLE_BATCH_MIN_BYTES, alias="whole.batch.min.bytes", ge=0, le=2**31 - 1
-    )
     # None: read_committed when the task runs exactly-once, else Kafka's read_uncommitted
     isolation_level: Literal["read_uncommitted", "read_committed"] | None = Field(
         None, alias="consumer.isolation.level"
@@ -236,7 +225,6 @@ class MirrorSourceConnector(SourceConnector):
             "offset.lag.max": self.config.offset_lag_max,
             "consumer.max.poll.records": self.config.max_poll_records,
             "consumer.isolation.level": self.config.isolation_level,
-            "whole.batch.min.bytes": self.config.whole_batch_min_bytes,
         }
         return [
             {**base, "task.assigned.partitions": [[t, p] for t, p in group]}
@@ -361,7 +349,6 @@ class MirrorSourceTask(SourceTask):
         self.alias = str(config["source.cluster.alias"])
         self.syncs_topic = offset_syncs_topic(str(config["target.cluster.alias"]))
         self.offset_lag_max = int(config["offset.lag.max"])
-        self.whole_batch_min_bytes = int(config.get("whole.batch.min.bytes", WHOLE_BATCH_MIN_BYTES))
         timeout_ms = int(config["request.timeout.ms"])
         assigned = [(str(t), int(p)) for t, p in config["task.assigned.partitions"]]
         self._partitions = [TopicPartition(t, p) for t, p in assigned]
@@ -394,24 +381,30 @@ class MirrorSourceTask(SourceTask):
         log.info("mirror task: %s from %s (%s, %s)", assigned, dict(self._mirrored), isolation,
                  "exactly-once" if self.exactly_once else "at-least-once")  # fmt: skip
 
-    def poll(self) -> list[SourceRecord | SourceBatch]:
-        """What one fetch brought, each batch copied whole where it can be (see
-        :func:`mirrored`); the consumer's ``max.poll.records`` does not bound it."""
+    def poll(self) -> list[SourceRecord]:
         with self._lock:
             if self._consumer is None or self._stopping.is_set():
                 return []
             self._send_syncs()
-            fetched = self._consumer.poll_batches(POLL_MS)
-        polled: list[SourceRecord | SourceBatch] = []
-        for batches in fetched:
-            tp = batches.tp
-            polled += mirrored(
-                batches,
-                # one source partition and remote topic for the partition's records
-                source_partition(self.alias, tp.topic, tp.partition),
-                remote_topic(self.alias, tp.topic),
-                self.whole_batch_min_bytes,
-            )
+            batch = self._consumer.poll(POLL_MS)
+        polled: list[SourceRecord] = []
+        for tp, records in batch.items():
+            # one source partition and remote topic for the partition's records, not per record
+            partition = source_partition(self.alias, tp.topic, tp.partition)
+            topic = remote_topic(self.alias, tp.topic)
+            polled += [
+                SourceRecord(
+                    partition,
+                    {"offset": r.offset},
+                    topic,
+                    r.value,
+                    r.key,
+                    tp.partition,
+                    tuple(r.headers),
+                    r.timestamp,
+                )
+                for r in records
+            ]
         return polled
 
     def commit_record(self, record: SourceRecord, metadata: RecordMetadata) -> None:
@@ -430,27 +423,6 @@ class MirrorSourceTask(SourceTask):
             ],
         )
 
-    def commit_batch(self, batch: SourceBatch, offsets: BatchResult) -> None:
-        """A batch copied whole landed at consecutive offsets (or, split on the way, in parts
-        of consecutive offsets): the syncs of each part are decided in one step."""
-        tp = (str(batch.source_partition["topic"]), int(batch.source_partition["partition"]))
-        last_upstream = int(batch.source_offset["offset"])
-        first_upstream = last_upstream - batch.record_count + 1
-        parts = [(0, offsets)] if offsets.parts is None else list(_leaf_parts(offsets))
-        with self._acks:
-            self._mirrored[tp] = last_upstream + 1
-            self._latency_ms = int(time.time() * 1000) - batch.max_timestamp_ms
-            state = self._sync_states.setdefault(tp, PartitionSyncState())
-            for (start, part), end in zip(
-                parts, [s for s, _ in parts[1:]] + [batch.record_count], strict=True
-            ):
-                syncs = syncs_of_run(
-                    state, first_upstream + start, part.base_offset, end - start,
-                    self.offset_lag_max,
-                )  # fmt: skip
-                for upstream, downstream in syncs:
-                    self._pend(OffsetSync(*tp, upstream, downstream))
-
     def _acknowledged(self, last: SourceRecord, offsets: list[tuple[int, int]]) -> None:
         """Records of one partition were written downstream, ``offsets`` their (upstream,
         downstream) offsets in order, ``last`` the last of them."""
@@ -461,15 +433,12 @@ class MirrorSourceTask(SourceTask):
                 self._latency_ms = int(time.time() * 1000) - last.timestamp_ms
             state = self._sync_states.setdefault(tp, PartitionSyncState())
             for upstream, downstream in offsets:
-                if sync_needed(state, upstream, downstream, self.offset_lag_max):
-                    self._pend(OffsetSync(*tp, upstream, downstream))
-
-    def _pend(self, sync: OffsetSync) -> None:
-        """Under ``_acks``: a sync to write with the next poll."""
-        if len(self._pending_syncs) < SYNCS_PENDING_MAX:
-            self._pending_syncs.append(sync)
-        else:  # dropping a sync is safe: translation gets coarser, never wrong
-            self._syncs_dropped += 1
+                if not sync_needed(state, upstream, downstream, self.offset_lag_max):
+                    continue
+                if len(self._pending_syncs) < SYNCS_PENDING_MAX:
+                    self._pending_syncs.append(OffsetSync(*tp, upstream, downstream))
+                else:  # dropping a sync is safe: translation gets coarser, never wrong
+                    self._syncs_dropped += 1
 
     def _send_syncs(self) -> None:
         """Write the offset syncs decided since the last poll (at-least-once)."""
@@ -517,66 +486,6 @@ class MirrorSourceTask(SourceTask):
         finally:
             if syncs is not None:
                 syncs.close(CLOSE_TIMEOUT_S)
-
-
-def mirrored(
-    fetched: FetchedBatches,
-    partition: JsonDict,
-    topic: str,
-    whole_batch_min_bytes: int = WHOLE_BATCH_MIN_BYTES,
-) -> list[SourceRecord | SourceBatch]:
-    """A fetch's batches as the mirror sends them on. A batch goes whole (:class:`SourceBatch`, its
-    records' bytes untouched) when it is a CreateTime data batch, numbered without gaps, wholly at
-    or past the fetch offset, and of at least ``whole_batch_min_bytes``, not stamped with a
-    cleaner's delete horizon. The records of any other (compacted, LogAppendTime, starting before
-    the position, or small) go one by one, as the consumer would give them, and the producer batches
-    them again: a whole batch is a produce request slot of its own, so small ones would cost a
-    request each (about a millisecond of CPU per node at the target) where records of many small
-    batches share one. Control batches are skipped (the consumer never gives their records
-    either)."""
-    out: list[SourceRecord | SourceBatch] = []
-    data, start_offset = fetched.data, fetched.fetch_offset
-    for position, header in iter_batches(data):
-        if header.is_control or header.next_offset <= start_offset:
-            continue
-        if (
-            header.size_bytes >= whole_batch_min_bytes
-            and header.base_offset >= start_offset
-            and header.record_count == header.last_offset_delta + 1
-            and header.timestamp_type is TimestampType.CREATE_TIME
-            and not header.has_delete_horizon
-        ):
-            whole = data[position : position + header.size_bytes]
-            out.append(SourceBatch(
-                partition, {"offset": header.last_offset}, topic, fetched.tp.partition, whole,
-                header.record_count, header.max_timestamp,
-            ))  # fmt: skip
-            continue
-        _, records = decode_batch(data, position)
-        out += [
-            SourceRecord(
-                partition,
-                {"offset": r.offset},
-                topic,
-                r.value,
-                r.key,
-                fetched.tp.partition,
-                r.headers,
-                r.timestamp,
-            )
-            for r in records
-            if r.offset >= start_offset
-        ]
-    return out
-
-
-def _leaf_parts(result: BatchResult, start: int = 0) -> Iterator[tuple[int, BatchResult]]:
-    """(index of its first record, result) of each unsplit part of a split batch, in order."""
-    if result.parts is None:
-        yield start, result
-        return
-    for offset, part in result.parts:
-        yield from _leaf_parts(part, start + offset)
 
 
 def sync_key(topic: str, partition: int) -> bytes:

@@ -45,7 +45,6 @@ SOURCE_ONLY = {
     "offset.lag.max",
     "consumer.max.poll.records",
     "consumer.isolation.level",
-    "whole.batch.min.bytes",
     "exactly.once.support",
 }
 CHECKPOINT_ONLY = {"groups", "groups.exclude", "emit.checkpoints.interval.ms",

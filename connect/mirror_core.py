@@ -166,29 +166,6 @@ def sync_needed(
     return needed
 
 
-def syncs_of_run(
-    state: PartitionSyncState, upstream: int, downstream: int, count: int, offset_lag_max: int
-) -> list[tuple[int, int]]:
-    """``sync_needed`` for ``count`` records at consecutive offsets on both sides (a batch
-    copied whole: ``upstream + i`` written at ``downstream + i``), without a call per record:
-    the (upstream, downstream) pairs that need a sync. After the first record only
-    ``offset.lag.max`` can ask for one, every ``offset_lag_max + 1`` records."""
-    if count <= 0:
-        return []
-    syncs = (
-        [(upstream, downstream)] if sync_needed(state, upstream, downstream, offset_lag_max) else []
-    )
-    last = downstream + count - 1
-    due = state.last_sync_downstream + 1 + offset_lag_max  # the first "too stale" offset
-    while due <= last:
-        syncs.append((upstream + due - downstream, due))
-        state.last_sync_downstream = due
-        due += 1 + offset_lag_max
-    state.previous_upstream = upstream + count - 1
-    state.previous_downstream = last
-    return syncs
-
-
 @dataclass
 class OffsetSyncStore:
     """The syncs read from the offset-syncs topic, per source partition, ascending by upstream

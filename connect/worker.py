@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -34,7 +34,6 @@ from connect.api import (
     SinkConnectorConfig,
     SinkRecord,
     SinkTask,
-    SourceBatch,
     SourceConnector,
     SourceRecord,
     SourceTask,
@@ -129,27 +128,19 @@ class _Run:
     acknowledged together, so submitted as one entry (its last offset, its count) and watched
     with the batch's one callback."""
 
-    __slots__ = ("batch", "futures", "key", "records", "submitted", "whole")
+    __slots__ = ("batch", "futures", "key", "records", "submitted")
 
-    def __init__(self, key: str, batch: BatchResult, whole: SourceBatch | None = None) -> None:
+    def __init__(self, key: str, batch: BatchResult) -> None:
         self.key = key
         self.batch = batch
         self.records: list[SourceRecord] = []
         self.futures: list[RecordFuture] = []
-        self.whole = whole  # a SourceBatch sent whole: the run is its records
         self.submitted: SubmittedRecord | None = None
-
-    def count(self) -> int:
-        return self.whole.record_count if self.whole is not None else len(self.records)
-
-    def last_offset(self) -> JsonDict:
-        return (self.whole or self.records[-1]).source_offset
 
     def error(self) -> BaseException | None:
         """The first failure among the run's records: the batch's own, or after the batch was
-        split (KIP-126) the first of the parts its records went to (a whole batch's records
-        are acknowledged together: any part's failure is theirs)."""
-        if self.batch.parts is None or self.whole is not None:
+        split (KIP-126) the first of the parts its records went to."""
+        if self.batch.parts is None:
             return self.batch.error
         return next((e for e in (f.exception(0) for f in self.futures) if e is not None), None)
 
@@ -176,7 +167,6 @@ class WorkerSourceTask(WorkerTask):
         self._commit_each = (
             type(task).commit_record is not SourceTask.commit_record
             or type(task).commit_records is not SourceTask.commit_records
-            or type(task).commit_batch is not SourceTask.commit_batch
         )
         self._offset_keys = OffsetKeys(self.id.connector)
         self._acked = threading.Event()
@@ -235,7 +225,7 @@ class WorkerSourceTask(WorkerTask):
     def _after_poll(self) -> None:
         """A poll's records were handed to the producer (exactly-once commits here)."""
 
-    def _send(self, producer: Producer, records: Sequence[SourceRecord | SourceBatch]) -> None:
+    def _send(self, producer: Producer, records: list[SourceRecord]) -> None:
         """Send a poll's records, then submit them (their offsets, in order) under one lock
         and watch each producer batch they went to with one callback (``_on_batch``), not one
         per record: the per-record callback, its lock and wake-up were the worker's largest
@@ -244,8 +234,7 @@ class WorkerSourceTask(WorkerTask):
 
         Records sent one after another from one source partition into one batch form a
         :class:`_Run`, submitted as one entry: one offset copy and one queue entry per run
-        instead of per record (a file source's poll of 2,000 lines is two or three runs). A
-        :class:`SourceBatch` goes whole with ``Producer.send_batch`` and is a run of its own.
+        instead of per record (a file source's poll of 2,000 lines is two or three runs).
 
         Records that share one source partition object (a mirror's poll gives each topic
         partition's records one) share its offset key: the object's contents are what they are
@@ -260,13 +249,6 @@ class WorkerSourceTask(WorkerTask):
                 partition = record.source_partition
                 key = self._offset_keys(record.source_partition)
                 run = None
-            if record.__class__ is SourceBatch:  # a run of its own
-                assert isinstance(record, SourceBatch)
-                sent = producer.send_batch(record.topic, record.partition, record.batch)
-                runs.append(_Run(key, sent, record))
-                run = None
-                continue
-            assert isinstance(record, SourceRecord), f"poll gave {type(record).__name__}"
             future = send(
                 record.topic, record.value, record.key, partition=record.partition,
                 timestamp_ms=record.timestamp_ms, headers=record.headers or None,
@@ -282,7 +264,8 @@ class WorkerSourceTask(WorkerTask):
         with self._lock:
             submit = self._submitted.submit
             for run in runs:
-                run.submitted = submit(run.key, dict(run.last_offset()), run.count())
+                last = run.records[-1]
+                run.submitted = submit(run.key, dict(last.source_offset), len(run.records))
                 group = batches.get(run.batch)
                 if group is None:  # a new batch, or one whose callback already took its runs
                     batches[run.batch] = [run]
@@ -315,10 +298,7 @@ class WorkerSourceTask(WorkerTask):
 
     def _commit_records(self, run: _Run) -> Exception | None:
         try:
-            if run.whole is not None:
-                self.task.commit_batch(run.whole, run.batch)
-            else:
-                self.task.commit_records(run.records, run.futures)
+            self.task.commit_records(run.records, run.futures)
         except Exception as raised:  # connector code: the task fails on its thread
             log.exception("task %s: commit_record failed", self.id)
             return raised

@@ -53,7 +53,6 @@ from raftlog.batch import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     NO_SEQUENCE,
-    OFFSET_LENGTH_EPOCH,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_MASK,
     BatchHeader,
@@ -105,8 +104,6 @@ _ATTRIBUTES = struct.Struct(">h")
 _LENGTH = struct.Struct(">i")
 LENGTH_OFFSET = 8  # batchLength, after baseOffset
 _TIMESTAMP = struct.Struct(">q")
-_PRODUCER = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence
-PRODUCER_OFFSET = 43  # after maxTimestamp (35 + 8)
 # What the record parser may read past a batch's end: one varlong, the longest field it reads
 # before a bounds check (see _decode_records).
 _SLACK = bytes(MAX_VARLONG_BYTES)
@@ -392,40 +389,6 @@ def set_log_append_time(batch: Buffer, timestamp_ms: int) -> bytes:
     out = bytearray(batch)
     _ATTRIBUTES.pack_into(out, ATTRIBUTES_OFFSET, header.attributes | TIMESTAMP_TYPE_MASK)
     _TIMESTAMP.pack_into(out, MAX_TIMESTAMP_OFFSET, timestamp_ms)
-    _CRC.pack_into(out, CRC_OFFSET, compute_crc(out, 0, header.batch_length))
-    return bytes(out)
-
-
-def restamp_batch(
-    batch: Buffer,
-    *,
-    producer_id: int = NO_PRODUCER_ID,
-    producer_epoch: int = NO_PRODUCER_EPOCH,
-    base_sequence: int = NO_SEQUENCE,
-    is_transactional: bool = False,
-) -> bytes:
-    """One whole batch read from a log, made ready to be produced again by another producer (a
-    mirror copying batches whole): base offset 0, no partition leader epoch, this producer's
-    id, epoch, sequence and transactional bit, the CRC recomputed. The records' bytes
-    (compressed or not), their timestamps, the codec and the timestamp type are kept. The CRC
-    is checked first, so a corrupt batch is never given a fresh, valid CRC; a control batch is
-    refused (markers are the coordinator's to write)."""
-    header = verify_batch(batch)
-    if header.size_bytes != len(batch):
-        raise CorruptRecordError(
-            f"expected one batch of {header.size_bytes} bytes, got {len(batch)} bytes"
-        )
-    if header.is_control:
-        raise InvalidRecordError("a control batch cannot be produced")
-    out = bytearray(batch)
-    attributes = header.attributes & ~TRANSACTIONAL_MASK
-    attributes |= TRANSACTIONAL_MASK if is_transactional else 0
-    _ATTRIBUTES.pack_into(out, ATTRIBUTES_OFFSET, attributes)
-    OFFSET_LENGTH_EPOCH.pack_into(out, 0, 0, header.batch_length, NO_PARTITION_LEADER_EPOCH)
-    try:
-        _PRODUCER.pack_into(out, PRODUCER_OFFSET, producer_id, producer_epoch, base_sequence)
-    except struct.error as error:
-        raise InvalidRecordError(f"a batch header field is out of range: {error}") from None
     _CRC.pack_into(out, CRC_OFFSET, compute_crc(out, 0, header.batch_length))
     return bytes(out)
 

@@ -33,7 +33,7 @@ from dataplane.client._record_future import BatchResult, RecordFuture, header_by
 from dataplane.client._types import TopicPartition
 from raftlog.batch import HEADER_SIZE
 from raftlog.errors import ErrorCode, KafkaError
-from raftlog.records import Headers, ProducerRecord, decode_batch
+from raftlog.records import Headers, ProducerRecord
 
 RECORD_OVERHEAD_BYTES = 21  # length, attributes, timestamp and offset deltas, key/value lengths
 HEADER_OVERHEAD_BYTES = 10  # a header's key and value length varints
@@ -80,11 +80,6 @@ class ProducerBatch:
     created_s: float
     result: BatchResult  # shared by the futures of its records
     records: list[ProducerRecord] = field(default_factory=list)
-    # A whole batch given by Producer.send_batch (a mirror copying batches): its bytes as
-    # read from the source log, restamped with this producer's id and sequence when encoded;
-    # ``records`` stays empty unless it is split (then its records are decoded into it).
-    raw: bytes | None = None
-    raw_count: int = 0
     estimated_bytes: int = HEADER_SIZE
     reserved_bytes: int = 0
     full: bool = False
@@ -100,19 +95,6 @@ class ProducerBatch:
     # sent (this time) while an earlier batch of its partition was still outstanding: the
     # broker may see it first, since concurrent requests are not ordered
     sent_behind: bool = False
-
-    @property
-    def record_count(self) -> int:
-        return self.raw_count if self.raw is not None else len(self.records)
-
-    def decode_raw(self) -> None:
-        """A whole batch becomes records again (to be split): its records as the producer's
-        tuples, sent with the producer's own codec from now on."""
-        if self.raw is None:
-            return
-        _, decoded = decode_batch(self.raw)
-        self.records = [(r.key, r.value, r.timestamp, r.headers) for r in decoded]
-        self.raw = None
 
 
 class AppendResult(NamedTuple):
@@ -199,7 +181,14 @@ class RecordAccumulator:
                     return AppendResult(None, batch_full=False, new_batch=False, aborted=True)
                 if self._used_bytes + size <= self.buffer_memory:
                     break
-                deadline = self._wait_for_memory_locked(deadline, max_block_s)
+                if deadline is None:
+                    deadline = self._clock() + max_block_s
+                remaining = deadline - self._clock()
+                if remaining <= 0:
+                    raise ProducerTimeoutError(
+                        f"buffer.memory={self.buffer_memory} stayed full for max.block.ms"
+                    )
+                self._space.wait(remaining)
             new_batch = batch is None
             if batch is None:
                 batch = ProducerBatch(tp=tp, created_s=self._clock(), result=BatchResult(tp))
@@ -217,53 +206,6 @@ class RecordAccumulator:
             )
         finally:
             lock.release()
-
-    def _wait_for_memory_locked(self, deadline: float | None, max_block_s: float) -> float:
-        """Under the lock, memory short: wait for some to be released, at most until the
-        deadline (``max_block_s`` from the first wait); the deadline, for the next wait."""
-        if deadline is None:
-            deadline = self._clock() + max_block_s
-        remaining = deadline - self._clock()
-        if remaining <= 0:
-            raise ProducerTimeoutError(
-                f"buffer.memory={self.buffer_memory} stayed full for max.block.ms"
-            )
-        self._space.wait(remaining)
-        return deadline
-
-    def append_batch(
-        self, tp: TopicPartition, raw: bytes, record_count: int, *, max_block_s: float = 0.0
-    ) -> BatchResult:
-        """Queue a whole batch (``Producer.send_batch``) as a batch of its own: the partition's
-        open batch is closed (it is ready now: a batch waits behind it), and records appended
-        later open a new one."""
-        size = len(raw)
-        if size > self.buffer_memory:
-            raise KafkaError(
-                ErrorCode.RECORD_LIST_TOO_LARGE,
-                f"a batch of {size} bytes exceeds buffer.memory={self.buffer_memory}",
-            )
-        deadline: float | None = None
-        with self._lock:
-            while True:
-                if self._closed:
-                    raise ProducerClosedError("the producer is closed")
-                if self._used_bytes + size <= self.buffer_memory:
-                    break
-                deadline = self._wait_for_memory_locked(deadline, max_block_s)
-            queue = self._queues.get(tp)
-            if queue is None:
-                queue = self._queues[tp] = deque()
-            if queue:
-                queue[-1].full = True  # closed: later records go after this batch
-            batch = ProducerBatch(
-                tp=tp, created_s=self._clock(), result=BatchResult(tp), raw=raw,
-                raw_count=record_count, estimated_bytes=size, reserved_bytes=size, full=True,
-            )  # fmt: skip
-            queue.append(batch)
-            self._incomplete.add(batch)
-            self._used_bytes += size
-            return batch.result
 
     # -- the sender thread -----------------------------------------------------------------
     def ready(self) -> ReadyResult:
@@ -368,7 +310,6 @@ class RecordAccumulator:
         Each half is a retry of its records: it keeps the batch's creation time (for
         ``delivery.timeout.ms``), attempts (a split does not count against ``retries``) and
         place in the send order."""
-        batch.decode_raw()
         assert len(batch.records) > 1, "a batch of one record cannot be split"
         sizes = [estimate_record_bytes(r[0], r[1], r[3]) for r in batch.records]
         cut = halving_index(sizes)

@@ -127,12 +127,6 @@ class BatchResult:
             result, index = part, index - start
         return result, index
 
-    def offset_of(self, index: int) -> int:
-        """The offset its record ``index`` landed at, once it succeeded (-1 with acks=0):
-        the base offset plus the index, or after a split the part's."""
-        result, index = self.locate(index)
-        return -1 if result.base_offset < 0 else result.base_offset + index
-
     def add_callback(self, future: RecordFuture, callback: DoneCallback) -> None:
         self._add(future, callback)
 

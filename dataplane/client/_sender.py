@@ -70,7 +70,7 @@ from protos import broker_pb2 as pb
 from protos import wire
 from raftlog.batch import BATCHES_KEPT, next_sequence, read_header
 from raftlog.errors import ErrorCode, KafkaError
-from raftlog.records import encode_batch, restamp_batch
+from raftlog.records import encode_batch
 
 log = logging.getLogger(__name__)
 LEADER_ERRORS = frozenset(
@@ -342,28 +342,17 @@ class Sender:
 
     def _encode(self, batch: ProducerBatch) -> bytes:
         if not self._config.idempotent:
-            if batch.raw is not None:
-                return restamp_batch(batch.raw)
             return encode_batch(batch.records, compression=self._config.compression)
         sequence = self._sequences.get(batch.tp, 0)
-        if batch.raw is not None:  # a whole batch (send_batch): its records' bytes as they are
-            payload = restamp_batch(
-                batch.raw,
-                producer_id=self._producer_id,
-                producer_epoch=self._producer_epoch,
-                base_sequence=sequence,
-                is_transactional=self._txn is not None,
-            )
-        else:
-            payload = encode_batch(
-                batch.records,
-                compression=self._config.compression,
-                producer_id=self._producer_id,
-                producer_epoch=self._producer_epoch,
-                base_sequence=sequence,
-                is_transactional=self._txn is not None,
-            )
-        self._sequences[batch.tp] = next_sequence(sequence, batch.record_count)
+        payload = encode_batch(
+            batch.records,
+            compression=self._config.compression,
+            producer_id=self._producer_id,
+            producer_epoch=self._producer_epoch,
+            base_sequence=sequence,
+            is_transactional=self._txn is not None,
+        )
+        self._sequences[batch.tp] = next_sequence(sequence, len(batch.records))
         batch.producer_id = self._producer_id
         self._windows.setdefault(batch.tp, deque()).append(batch)
         return payload
@@ -461,7 +450,7 @@ class Sender:
                 self._retry_or_fail(batch, KafkaError(code, answer.error_message or str(tp)))
 
     def _retry_or_fail(self, batch: ProducerBatch, error: KafkaError) -> None:
-        if error.error in SPLIT_ERRORS and batch.record_count > 1 and not self._forced:
+        if error.error in SPLIT_ERRORS and len(batch.records) > 1 and not self._forced:
             self._split(batch, error)
             return
         expired = (

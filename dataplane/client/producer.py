@@ -43,7 +43,7 @@ from dataplane.client._closing import Closing
 from dataplane.client._cluster import Cluster, SecuritySetting
 from dataplane.client._config import DEFAULT_BATCH_SIZE, ProducerConfig
 from dataplane.client._prepared import PreparedTransaction
-from dataplane.client._record_future import BatchResult, RecordFuture
+from dataplane.client._record_future import RecordFuture
 from dataplane.client._sender import Sender
 from dataplane.client._transactions import TransactionManager, TransactionStateError
 from dataplane.client._txn_requests import TransactionalRequests
@@ -54,7 +54,7 @@ from dataplane.client._types import (
     TopicPartition,
 )
 from dataplane.client.partitioner import StickyPartitioner, partition_for_key
-from raftlog.batch import HEADER_SIZE, BatchHeader, TimestampType, verify_batch
+from raftlog.batch import HEADER_SIZE
 from raftlog.errors import ErrorCode, KafkaError
 from raftlog.records import Headers
 
@@ -284,50 +284,6 @@ class Producer(Closing):
         assert result.future is not None, "an append that was not aborted gives a future"
         return result.future
 
-    def send_batch(self, topic: str, partition: int, batch: bytes) -> BatchResult:
-        """Queue one whole RecordBatch v2 as read from a log (a fetch's batch): what a mirror
-        sends to copy a batch without decoding its records. Its records keep their bytes, codec
-        and timestamps; this producer's id, epoch, sequence and transactional bit replace the
-        source's, and the broker gives them this partition's offsets, in order and without
-        gaps. The result completes like a ``send`` future's batch (``wait``, ``error``,
-        ``base_offset``; record ``i`` lands at ``offset_of(i)``). Not Kafka's (its producer
-        takes records only); its error codes are.
-
-        As with ``send``, a refusal is the result's error, not an exception (in a transaction it
-        makes the transaction abortable): INVALID_RECORD for a control batch, a LogAppendTime batch
-        (its records do not carry the time the log gave them), a batch whose offsets have gaps
-        (compacted: sequences count records, so the broker could not check them) and one with a
-        cleaner's delete horizon (KIP-534: the target's own cleaner would take it for its own and
-        drop tombstones early); CORRUPT_MESSAGE for a CRC or framing error; RECORD_LIST_TOO_LARGE
-        above ``buffer.memory``. ``max.request.size`` does not apply (it bounds the batches this
-        producer builds; this one was built, and a request takes at least one batch); refused by the
-        broker as too large for the topic, the batch is decoded and split like any (KIP-126)."""
-        if self._closed:
-            raise ProducerClosedError("send_batch() after close()")
-        tp = TopicPartition(topic, partition)
-        transactions = self._transactions
-        if transactions is not None:
-            transactions.check_can_send()
-        try:
-            header = check_whole_batch(batch)
-            deadline = self._clock() + self._max_block_s
-            count = self._cluster.snapshot().partition_count(topic)
-            if count is None or not 0 <= partition < count:
-                self._partition_count(topic, partition, deadline)
-            result = self._accumulator.append_batch(
-                tp, batch, header.record_count, max_block_s=max(0.0, deadline - self._clock())
-            )
-        except KafkaError as error:
-            if transactions is not None:  # the transaction cannot commit without it
-                transactions.fail(error, "abortable")
-            failed = BatchResult(tp)
-            failed.fail(error)
-            return failed
-        if transactions is not None:
-            transactions.maybe_add_partition(tp)
-        self._sender.wakeup()
-        return result
-
     def _partition_count(self, topic: str, partition: int | None, deadline: float) -> int:
         count = self._cluster.snapshot().partition_count(topic)
         if count is None:
@@ -494,36 +450,6 @@ class Producer(Closing):
             self._sender.force_close()
             self._sender.thread.join(CLOSE_FORCE_WAIT_S)
         self._cluster.close()
-
-
-def check_whole_batch(batch: bytes) -> BatchHeader:
-    """The header of ``batch`` if ``Producer.send_batch`` can send it: one whole, undamaged
-    CreateTime data batch numbered without gaps, not stamped by a log cleaner."""
-    header = verify_batch(batch)
-    if header.size_bytes != len(batch):
-        raise KafkaError(
-            ErrorCode.CORRUPT_MESSAGE,
-            f"expected one batch of {header.size_bytes} bytes, got {len(batch)}",
-        )
-    if header.is_control:
-        raise KafkaError(ErrorCode.INVALID_RECORD, "a control batch cannot be produced")
-    if header.timestamp_type is not TimestampType.CREATE_TIME:
-        raise KafkaError(
-            ErrorCode.INVALID_RECORD,
-            "a LogAppendTime batch is sent as records, with their timestamps",
-        )
-    if header.has_delete_horizon:
-        raise KafkaError(
-            ErrorCode.INVALID_RECORD,
-            "a batch the log cleaner stamped with a delete horizon (KIP-534) is sent as records",
-        )
-    if header.record_count != header.last_offset_delta + 1:
-        raise KafkaError(
-            ErrorCode.INVALID_RECORD,
-            f"a batch of {header.record_count} records spanning {header.last_offset_delta + 1} "
-            "offsets (compacted) is sent as records",
-        )
-    return header
 
 
 def _adapt(callback: Callback) -> Callable[[RecordFuture], None]:

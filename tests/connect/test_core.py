@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from connect.api import OffsetReader, SinkRecord, SourceBatch, SourceRecord, SourceTask
+from connect.api import OffsetReader, SinkRecord, SourceRecord, SourceTask
 from connect.assignment import (
     Assignment,
     ConnectorTaskId,
@@ -201,12 +201,6 @@ class BatchingProducer:
         self._in_last += 1
         return RecordFuture(self.batches[-1], self._in_last - 1, (key, value, 0, ()))
 
-    def send_batch(self, topic: str, partition: int, batch: bytes) -> BatchResult:
-        """A whole batch: a batch of its own, and later records open a new one."""
-        self.batches.append(BatchResult(TopicPartition(topic, partition)))
-        self._in_last = self.per_batch
-        return self.batches[-1]
-
 
 class QuietTask(SourceTask):
     """A task the test feeds by hand (``WorkerSourceTask._send``), not through ``poll``."""
@@ -334,56 +328,6 @@ def test_a_split_batch_acknowledges_the_runs_before_its_first_failed_part() -> N
     right.fail(KafkaError(ErrorCode.MESSAGE_TOO_LARGE, "too large"))
     assert worker._submitted.committable() == {offset_key("c", a): {"position": 2}}
     assert worker._submitted.outstanding == 1, "b's record was not delivered"
-    with pytest.raises(RuntimeError, match="was not delivered"):
-        worker._raise_send_error()
-
-
-class BatchCommittingTask(CommittingTask):
-    def __init__(self) -> None:
-        super().__init__()
-        self.batches: list[tuple[int, list[int]]] = []  # (last position, offsets)
-
-    def commit_batch(self, batch: SourceBatch, offsets: BatchResult) -> None:
-        self.batches.append(
-            (batch.source_offset["position"], [offsets.offset_of(i) for i in range(2)])
-        )
-
-
-def test_a_whole_batch_is_a_run_of_its_own_counted_by_its_records() -> None:
-    task = BatchCommittingTask()
-    worker = source_worker(task)
-    producer = BatchingProducer(per_batch=10)
-    shared = {"file": "f"}  # one object: the records before the batch are one run
-
-    def line(n: int) -> SourceRecord:
-        return SourceRecord(shared, {"position": n}, "t", value=b"x")
-
-    whole = SourceBatch(shared, {"position": 5}, "t", 0, b"<batch>", 3, 0)
-    records: list[SourceRecord | SourceBatch] = [line(0), line(1), whole, line(6)]
-    worker._send(producer, records)  # type: ignore[arg-type]
-    key = offset_key("c", {"file": "f"})
-    assert [(r.offset, r.count) for r in worker._submitted._by_partition[key]] == [
-        ({"position": 1}, 2), ({"position": 5}, 3), ({"position": 6}, 1),
-    ]  # fmt: skip
-    assert worker._submitted.outstanding == 6
-    first, batch, last = producer.batches
-    for result, base in ((last, 30), (batch, 20), (first, 10)):
-        result.succeed(base_offset=base, log_append_time_ms=-1)
-    assert worker._submitted.committable() == {key: {"position": 6}}
-    assert task.committed == [(6, 30), (0, 10), (1, 11)] and task.batches == [(5, [20, 21])]
-
-
-def test_a_whole_batch_split_with_a_failed_part_is_not_acknowledged() -> None:
-    worker = source_worker(QuietTask())
-    producer = BatchingProducer(per_batch=10)
-    whole = SourceBatch({"file": "f"}, {"position": 5}, "t", 0, b"<batch>", 4, 0)
-    worker._send(producer, [whole])  # type: ignore[arg-type]
-    (batch,) = producer.batches
-    left, right = BatchResult(TopicPartition("t", 0)), BatchResult(TopicPartition("t", 0))
-    batch.split([(0, left), (2, right)])
-    left.succeed(base_offset=0, log_append_time_ms=-1)
-    right.fail(KafkaError(ErrorCode.MESSAGE_TOO_LARGE, "too large"))
-    assert worker._submitted.committable() == {} and worker._submitted.outstanding == 4
     with pytest.raises(RuntimeError, match="was not delivered"):
         worker._raise_send_error()
 

@@ -13,7 +13,6 @@ and grows when the source grows; the lag report reaches zero.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import threading
 from collections import Counter
@@ -24,15 +23,11 @@ from typing import Any
 
 import httpx
 import pytest
-from confluent_kafka import OFFSET_BEGINNING
-from confluent_kafka import Consumer as RdConsumer
-from confluent_kafka import TopicPartition as RdTopicPartition
 
 from dataplane.client import AdminClient, Consumer, Producer, TopicPartition
 from dataplane.client.admin import ConfigResource, ResourceType
 from dataplane.tools.entry import COMMAND as RAFTLOG
 from dataplane.tools.local_cluster import LocalCluster, free_port, wait_for
-from raftlog.batch import iter_batches
 from tests.connect.support import CLUSTER_OVERRIDES, MirrorProcess
 from tests.dataplane.cluster_support import create_topic, running_cluster
 
@@ -218,7 +213,6 @@ def test_mirror_through_sigkill_with_group_offsets_and_new_topics(
 
         check_group_translation(source, target, target_admin, remote)
         check_new_topic_by_regex(source, target, target_admin)
-        check_whole_batches(source, target, target_admin)
         # every task's report in (a task restarted for the new topic reports after its first
         # poll: under load a report without it came first) and each at zero
         expected = {(remote, p) for p in range(PARTITIONS)}
@@ -237,80 +231,6 @@ def test_mirror_through_sigkill_with_group_offsets_and_new_topics(
         mirror.stop()
         target_admin.close()
         print(mirror.log_path.read_text()[-3000:] if mirror.log_path.exists() else "")
-
-
-def batch_shapes(cluster: LocalCluster, topic: str, partition: int) -> list[tuple[int, int]]:
-    """(record count, codec) of each batch of the partition, as fetched."""
-    shapes: list[tuple[int, int]] = []
-    with Consumer(cluster.bootstrap_servers, auto_offset_reset="earliest") as consumer:
-        tp = TopicPartition(topic, partition)
-        consumer.assign([tp])
-        end = consumer.end_offsets([tp])[tp]
-
-        def done() -> bool:
-            for fetched in consumer.poll_batches(200):
-                batches = iter_batches(fetched.data)
-                shapes.extend((h.record_count, h.compression) for _, h in batches)
-            return consumer.position(tp) >= end
-
-        wait_for(f"{topic}[{partition}] fetched", done, 60)
-    return shapes
-
-
-def check_whole_batches(
-    source: LocalCluster, target: LocalCluster, target_admin: AdminClient
-) -> None:
-    """Batches of 1 KiB records above ``whole.batch.min.bytes`` (256 KiB) are copied whole:
-    the target holds the same batches (record counts, codec) with the same records, and
-    librdkafka reads them."""
-    create_topic(source, "late-bulk", 2)
-    # one batch a partition: the flush sends them, long before linger.ms, however slow the loop
-    with Producer(source.bootstrap_servers, linger_ms=30_000, compression_type="lz4") as producer:
-        for n in range(1200):
-            producer.send("late-bulk", os.urandom(1000), b"k%d" % n, partition=n % 2,
-                          timestamp_ms=BASE_TIMESTAMP_MS + n,
-                          headers=[("n", b"%d" % n)])  # fmt: skip
-        producer.flush(60)
-    wait_for("A.late-bulk mirrored", lambda: (
-        target_partitions(target_admin, "A.late-bulk") == 2
-        and end_total(target, "A.late-bulk", 2) >= 1200), 90)  # fmt: skip
-    for p in (0, 1):
-        shapes = batch_shapes(source, "late-bulk", p)
-        assert all(count >= 260 for count, _ in shapes), shapes  # each above 256 KiB
-        assert batch_shapes(target, "A.late-bulk", p) == shapes, "copied batch for batch"
-
-    def records(cluster: LocalCluster, topic: str) -> list[tuple[Any, ...]]:
-        return [(r.offset, r.key, r.value, r.timestamp, tuple(r.headers))
-                for r in read_all(cluster, topic, 2)[0]]  # fmt: skip
-
-    copied = records(target, "A.late-bulk")
-    assert copied == records(source, "late-bulk") and len(copied) == 600
-    check_read_by_librdkafka(target, "A.late-bulk", copied)
-
-
-def check_read_by_librdkafka(target: LocalCluster, remote: str, ours: list[Any]) -> None:
-    """The mirror copies batches whole with its own producer id and sequences: librdkafka, on
-    the KAFKA listener, reads partition 0 of the copy as our consumer did, record for record
-    (offsets, keys, values, timestamps, headers)."""
-    consumer = RdConsumer({
-        "bootstrap.servers": ",".join(target.kafka_bootstrap_servers),
-        "group.id": "mirror-librdkafka-reader", "enable.auto.commit": False,
-    })  # fmt: skip
-    seen: list[tuple[Any, ...]] = []
-    try:
-        consumer.assign([RdTopicPartition(remote, 0, OFFSET_BEGINNING)])
-
-        def done() -> bool:
-            for message in consumer.consume(num_messages=500, timeout=0.5):
-                assert message.error() is None, message.error()
-                seen.append((message.offset(), message.key(), message.value(),
-                             message.timestamp()[1], message.headers() or []))  # fmt: skip
-            return len(seen) >= len(ours)
-
-        wait_for("the mirrored partition through librdkafka", done, 60)
-    finally:
-        consumer.close()
-    assert seen == [(o, k, v, t, list(h)) for o, k, v, t, h in ours]
 
 
 def check_group_translation(

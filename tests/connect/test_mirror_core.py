@@ -8,14 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from connect.api import SourceBatch, SourceRecord
-from connect.mirror import (
-    MirrorSourceTask,
-    decode_sync,
-    encode_sync,
-    mirrored,
-    source_partition,
-)
+from connect.api import SourceRecord
+from connect.mirror import MirrorSourceTask, decode_sync, encode_sync, source_partition
 from connect.mirror_checkpoint import _checkpoint_record, decode_checkpoint
 from connect.mirror_cli import mirror_configs, topics_setting, worker_settings
 from connect.mirror_core import (
@@ -35,15 +29,11 @@ from connect.mirror_core import (
     remote_topic,
     split_partitions,
     sync_needed,
-    syncs_of_run,
     topic_selected,
     translate,
 )
 from connect.plugins import validate
 from dataplane.client import BatchResult, RecordFuture, TopicPartition
-from dataplane.client.consumer import FetchedBatches
-from raftlog.batch import Compression
-from raftlog.records import Record, encode_batch, set_log_append_time
 
 
 @pytest.mark.parametrize(
@@ -246,95 +236,3 @@ def test_a_run_acknowledged_at_once_decides_the_syncs_a_record_at_a_time_would(
     assert per_run._pending_syncs == per_record._pending_syncs
     assert per_run._mirrored == per_record._mirrored == {("t", 0): upstream + 1}
     assert per_run._sync_states == per_record._sync_states
-
-
-@given(
-    st.lists(st.tuples(st.integers(-3, 5), st.integers(-2, 4), st.integers(0, 40)), max_size=12),
-    st.integers(0, 12),
-)
-def test_syncs_of_a_whole_batch_are_those_of_its_records_one_by_one(
-    runs: list[tuple[int, int, int]], offset_lag_max: int
-) -> None:
-    """Runs of consecutive offsets (a batch copied whole), each after a jump on either side
-    (gaps, rewinds, restarts): the closed form decides the syncs and leaves the state as
-    ``sync_needed`` called per record does."""
-    by_run, by_record = PartitionSyncState(), PartitionSyncState()
-    upstream, downstream = 100, 50
-    for jump_up, jump_down, count in runs:
-        upstream += jump_up
-        downstream += jump_down
-        expected = [
-            (upstream + i, downstream + i)
-            for i in range(count)
-            if sync_needed(by_record, upstream + i, downstream + i, offset_lag_max)
-        ]
-        assert syncs_of_run(by_run, upstream, downstream, count, offset_lag_max) == expected
-        assert by_run == by_record
-        upstream += count
-        downstream += count
-
-
-def test_a_fetch_is_mirrored_in_whole_batches_where_it_can_be() -> None:
-    """Whole: a CreateTime data batch, gapless, wholly at or past the position, of at least
-    ``whole.batch.min.bytes``. Record by record: a batch the position starts inside, a compacted one
-    (offset gaps), a LogAppendTime one (its records take the batch's time, as the consumer gives
-    them), a cleaned one (a delete horizon), a small one. Control batches are skipped."""
-
-    def records(*offsets: int, ts: int = 1_000) -> list[Record]:
-        return [Record(o, ts + o, b"k%d" % o, b"v%d" % o, (("h", b"%d" % o),)) for o in offsets]
-
-    started_inside = encode_batch(records(0, 1, 2, 3, 4), base_offset=0)
-    marker = encode_batch([Record(5, 1_005, b"\0\0\0\0", b"\0\0\0\0\0\0")], base_offset=5,
-                          is_control=True, is_transactional=True)  # fmt: skip
-    whole = encode_batch(records(6, 7, 8, 9), base_offset=6, compression=Compression.LZ4)
-    compacted = encode_batch(records(10, 12), base_offset=10, last_offset_delta=3)
-    appended = encode_batch(records(14, 15), base_offset=14)
-    appended = set_log_append_time(appended, 99_999)
-    cleaned = encode_batch(records(16, 17), base_offset=16, delete_horizon_ms=50_000)
-    fetched = FetchedBatches(
-        TopicPartition("t", 3),
-        started_inside + marker + whole + compacted + appended + cleaned,
-        2,
-        18,
-    )
-    partition = source_partition("A", "t", 3)
-    out = mirrored(fetched, partition, "A.t", whole_batch_min_bytes=0)
-    by_default = mirrored(fetched, partition, "A.t")  # 256 KiB: these batches are small
-    assert [r.source_offset["offset"] for r in by_default] == [
-        2, 3, 4, 6, 7, 8, 9, 10, 12, 14, 15, 16, 17,
-    ]  # fmt: skip
-    assert all(isinstance(r, SourceRecord) for r in by_default)
-    singles = [r for r in out if isinstance(r, SourceRecord)]
-    batches = [r for r in out if isinstance(r, SourceBatch)]
-    assert [r.source_offset["offset"] for r in singles] == [2, 3, 4, 10, 12, 14, 15, 16, 17]
-    assert [r.timestamp_ms for r in singles[5:]] == [99_999, 99_999, 1_016, 1_017]
-    r = singles[0]
-    assert (r.source_partition, r.topic, r.partition, r.key, r.value, r.headers, r.timestamp_ms) \
-        == (partition, "A.t", 3, b"k2", b"v2", (("h", b"2"),), 1_002)  # fmt: skip
-    (batch,) = batches
-    assert (batch.source_offset, batch.record_count, batch.max_timestamp_ms) == (
-        {"offset": 9}, 4, 1_009,
-    )  # fmt: skip
-    assert (batch.topic, batch.partition, batch.batch) == ("A.t", 3, whole)
-    assert [type(r).__name__ for r in out] == ["SourceRecord"] * 3 + ["SourceBatch"] + [
-        "SourceRecord"
-    ] * 6, "in log order"
-
-
-def test_a_whole_batch_s_syncs_follow_its_parts_after_a_split() -> None:
-    """A batch copied whole and split by the target (too large) lands in parts at unrelated
-    offsets: each part's records are consecutive, and the syncs say where each part went."""
-    task = MirrorSourceTask()
-    task.offset_lag_max = 100
-    batch = SourceBatch(source_partition("A", "t", 0), {"offset": 109}, "A.t", 0, b"", 10, 5)
-    result = BatchResult(TopicPartition("A.t", 0))
-    left, right = BatchResult(TopicPartition("A.t", 0)), BatchResult(TopicPartition("A.t", 0))
-    result.split([(0, left), (6, right)])
-    left.succeed(base_offset=500, log_append_time_ms=-1)
-    right.succeed(base_offset=900, log_append_time_ms=-1)
-    task.commit_batch(batch, result)
-    assert [(s.upstream_offset, s.downstream_offset) for s in task._pending_syncs] == [
-        (100, 500), (106, 900),
-    ]  # fmt: skip
-    assert task._mirrored == {("t", 0): 110}
-    assert [result.offset_of(i) for i in (0, 5, 6, 9)] == [500, 505, 900, 903]

@@ -39,7 +39,6 @@ from raftlog.records import (
     encode_varint,
     encode_varlong,
     iter_records,
-    restamp_batch,
     set_log_append_time,
 )
 
@@ -355,52 +354,6 @@ def test_set_log_append_time_refuses_a_corrupt_batch() -> None:
     assert raised.value.error is ErrorCode.CORRUPT_MESSAGE
     with pytest.raises(KafkaError):
         set_log_append_time(GOLDEN_ONE + b"\x00", TS)
-
-
-@pytest.mark.parametrize("codec", ALL_CODECS, ids=lambda c: c.name)
-@pytest.mark.parametrize("transactional", [False, True])
-def test_a_restamped_batch_is_another_producer_s_with_the_same_records(
-    codec: Compression, transactional: bool
-) -> None:
-    """What a mirror copying batches whole sends: offset 0, no leader epoch, its own producer
-    id, epoch, sequence and transactional bit; the records' bytes untouched (kafka-python and
-    our decoder read the same records)."""
-    original = encode_batch(
-        VARIED, base_offset=1000, compression=codec, producer_id=77, producer_epoch=3,
-        base_sequence=1000, partition_leader_epoch=9, is_transactional=not transactional,
-    )  # fmt: skip
-    copied = restamp_batch(
-        original, producer_id=5, producer_epoch=1, base_sequence=2**31 - 3,
-        is_transactional=transactional,
-    )  # fmt: skip
-    assert len(copied) == len(original) and copied[61:] == original[61:], "records untouched"
-    header = verify_batch(copied)
-    assert (header.base_offset, header.partition_leader_epoch) == (0, -1)
-    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (5, 1, 2**31 - 3)
-    assert (header.is_transactional, header.compression) == (transactional, codec)
-    assert (header.base_timestamp, header.max_timestamp) == (TS, 1 << 50)
-    assert kafka_python_records(copied) == expected_varied(0)
-    batch = MemoryRecords(copied).next_batch()
-    assert batch.validate_crc() and batch.is_transactional == transactional
-    assert (batch.producer_id, batch.base_sequence) == (5, 2**31 - 3)
-    unstamped = restamp_batch(original)  # a producer without idempotence
-    assert verify_batch(unstamped)[9:12] == (-1, -1, -1)
-
-
-def test_restamp_refuses_corrupt_partial_or_control_batches() -> None:
-    corrupt = bytearray(GOLDEN_ONE)
-    corrupt[-2] ^= 0xFF
-    with pytest.raises(KafkaError) as raised:
-        restamp_batch(bytes(corrupt))
-    assert raised.value.error is ErrorCode.CORRUPT_MESSAGE
-    with pytest.raises(KafkaError):
-        restamp_batch(GOLDEN_ONE + GOLDEN_ONE)  # two batches, not one
-    control = encode_batch([(b"\x00\x00\x00\x00", b"", TS, ())], is_control=True)
-    with pytest.raises(KafkaError) as raised:
-        restamp_batch(control)
-    assert raised.value.error is ErrorCode.INVALID_RECORD
-    with pytest.raises(KafkaError):
-        restamp_batch(GOLDEN_ONE, producer_id=0, producer_epoch=1 << 20)
 
 
 # -- round trips ---------------------------------------------------------------------------------

@@ -14,8 +14,6 @@ from dataplane.client._accumulator import (
     halving_index,
 )
 from dataplane.client._types import TopicPartition
-from raftlog.errors import ErrorCode, KafkaError
-from raftlog.records import Record, encode_batch
 
 TP0 = TopicPartition("t", 0)
 TP1 = TopicPartition("t", 1)
@@ -277,30 +275,3 @@ def test_unsent_split_halves_forget_their_payload_when_the_producer_id_is_given_
     acc.forget_unsent_payloads()
     assert first.payload is not None, "sent: the broker may have it, the bytes stay"
     assert halves[1].payload is None and halves[1].producer_id == -1
-
-
-def test_a_whole_batch_is_its_own_batch_behind_the_open_one_and_holds_its_bytes() -> None:
-    """``append_batch``: the open batch is closed (ready: a batch waits behind it), the whole
-    batch goes after it with its bytes reserved, later records open a new batch; split, it
-    becomes its records again."""
-    clock = FakeClock()
-    acc = make(clock, batch_size=10_000, linger_ms=10_000, memory=50_000)
-    acc.append(TP0, record(b"before"))
-    raw = encode_batch([Record(7 + n, 5, b"k", b"v%d" % n) for n in range(3)], base_offset=7)
-    result = acc.append_batch(TP0, raw, 3)
-    later = acc.append(TP0, record(b"after"))
-    assert later.new_batch, "records after a whole batch open a new one"
-    assert acc.ready().partitions == [TP0], "the batch before the whole one is ready"
-    (first,) = acc.drain([TP0], 1 << 20)
-    acc.complete(first)
-    (whole,) = acc.drain([TP0], 1 << 20)
-    assert whole.result is result and (whole.raw, whole.record_count) == (raw, 3)
-    assert acc.used_bytes >= len(raw)
-    left, right = acc.split(whole)
-    assert whole.raw is None and [r[1] for r in whole.records] == [b"v0", b"v1", b"v2"]
-    assert sorted(len(p.records) for p in (left, right)) == [1, 2]
-    with pytest.raises(KafkaError) as raised:
-        acc.append_batch(TP0, b"x" * 60_000, 1)
-    assert raised.value.error is ErrorCode.RECORD_LIST_TOO_LARGE
-    with pytest.raises(ProducerTimeoutError):  # buffer.memory full for max.block.ms
-        acc.append_batch(TP1, b"x" * (50_001 - acc.used_bytes), 1, max_block_s=0.0)

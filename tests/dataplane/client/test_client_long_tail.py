@@ -32,9 +32,7 @@ from dataplane.client.admin import PartitionDescription
 from dataplane.kafka import codec as kc
 from dataplane.tools.local_cluster import LocalCluster, wait_for
 from protos import broker_pb2 as pb
-from raftlog.batch import Compression
 from raftlog.errors import ErrorCode, KafkaError
-from raftlog.records import Record, decode_batch, encode_batch, set_log_append_time
 from tests.dataplane.cluster_support import running_cluster, stub, wait_for_leaders
 from tests.dataplane.kafka.raw_connection import RawKafkaConnection
 
@@ -127,91 +125,6 @@ def test_batches_above_max_message_bytes_are_split_and_delivered_once_in_order(
         assert small.result(timeout=0).offset == 400
         error = large.exception(timeout=0)
         assert isinstance(error, KafkaError) and error.error is ErrorCode.MESSAGE_TOO_LARGE
-
-
-TS_HORIZON = 1_700_000_100_000
-
-
-def source_batch(first: int, count: int, size: int, **settings: Any) -> bytes:
-    """A batch as a fetch returns it from some other log: its own offsets, leader epoch and
-    producer."""
-    records = [
-        Record(first + n, 1_700_000_000_000 + n, b"k%d" % (first + n),
-               b"%05d-" % (first + n) + b"v" * size, (("n", b"%d" % (first + n)),))
-        for n in range(count)
-    ]  # fmt: skip
-    return encode_batch(records, base_offset=first, producer_id=77, producer_epoch=3,
-                        base_sequence=first, partition_leader_epoch=9, **settings)  # fmt: skip
-
-
-def test_whole_batches_go_as_they_are_and_are_split_when_the_topic_refuses_them(
-    cluster: LocalCluster, admin: AdminClient
-) -> None:
-    """``send_batch`` (the mirror's copy of a fetched batch): the records land at consecutive
-    offsets between the producer's own records, with their keys, headers, timestamps and codec,
-    readable by librdkafka; refused as too large by the topic, the batch is decoded and split
-    (KIP-126); what cannot be copied whole is refused with Kafka's error codes."""
-    create(cluster, admin, "copied", [2, 3, 1])
-    create(cluster, admin, "copied-small", [2, 3, 1], **{"max.message.bytes": "2000"})
-    compressed = source_batch(1000, 50, 100, compression=Compression.LZ4)
-    large = source_batch(5000, 40, 100)  # ~5 KB: above the 2,000 bytes
-    with Producer(cluster.bootstrap_servers, linger_ms=5, retry_backoff_ms=20) as producer:
-        before = producer.send("copied", b"before", partition=0)
-        whole = producer.send_batch("copied", 0, compressed)
-        after = producer.send("copied", b"after", partition=0)
-        split = producer.send_batch("copied-small", 0, large)
-        producer.flush(timeout=120)
-        assert whole.wait(0) and whole.error is None and split.error is None
-        assert (before.offset(0), whole.base_offset, after.offset(0)) == (0, 1, 51)
-        assert split.parts is not None, "the topic's limit split it"
-        assert [split.offset_of(n) for n in range(40)] == list(range(40))
-        for refused, code in (
-            (encode_batch([Record(0, 1, None, b"")], is_control=True), ErrorCode.INVALID_RECORD),
-            (set_log_append_time(source_batch(0, 2, 1), 5), ErrorCode.INVALID_RECORD),
-            (encode_batch([Record(0, 1, None, b"a"), Record(2, 1, None, b"b")]),
-             ErrorCode.INVALID_RECORD),  # compacted: offsets 0 and 2
-            (compressed[:-1] + b"x", ErrorCode.CORRUPT_MESSAGE),
-            (encode_batch([Record(0, 1, b"k", None)], delete_horizon_ms=TS_HORIZON),
-             ErrorCode.INVALID_RECORD),  # cleaned: the horizon is the source log's
-        ):  # fmt: skip
-            error = producer.send_batch("copied", 0, refused).error  # failed at once, as send
-            assert isinstance(error, KafkaError) and error.error is code
-    stored = read_all(cluster, "copied")
-    expected = [(r.key, r.value, r.timestamp, r.headers) for r in decode_batch(compressed)[1]]
-    assert [(r.key, r.value, r.timestamp, tuple(r.headers)) for r in stored[1:51]] == expected
-    assert [r.value for r in read_all(cluster, "copied-small")] == [
-        r.value for r in decode_batch(large)[1]
-    ]
-    rd = RdConsumer({"bootstrap.servers": ",".join(cluster.kafka_bootstrap_servers),
-                     "group.id": "copied-reader", "enable.auto.commit": False})  # fmt: skip
-    try:
-        rd.assign([RdTopicPartition("copied", 0, 0)])
-        seen: list[Any] = []
-
-        def done() -> bool:
-            for message in rd.consume(num_messages=100, timeout=0.5):
-                assert message.error() is None, message.error()
-                seen.append((message.key(), message.value(), message.timestamp()[1],
-                             tuple(message.headers() or ())))  # fmt: skip
-            return len(seen) >= 52
-
-        wait_for("the copied batch through librdkafka", done, 60)
-    finally:
-        rd.close()
-    assert seen[1:51] == expected and (seen[0][1], seen[51][1]) == (b"before", b"after")
-    # in a transaction: visible to read_committed once committed, never when aborted
-    with Producer(cluster.bootstrap_servers, transactional_id="copier") as txn:
-        txn.init_transactions(30)
-        for commit, first in ((False, 2000), (True, 3000)):
-            txn.begin_transaction()
-            txn.send_batch("copied", 0, source_batch(first, 3, 10))
-            (txn.commit_transaction if commit else txn.abort_transaction)(30)
-    with Consumer(cluster.bootstrap_servers, auto_offset_reset="earliest",
-                  isolation_level="read_committed") as consumer:  # fmt: skip
-        tp = TopicPartition("copied", 0)
-        consumer.assign([tp])
-        committed = poll_values(consumer, 55)
-    assert [r.key for r in committed[52:]] == [b"k3000", b"k3001", b"k3002"]
 
 
 def test_a_consumer_validates_its_position_after_the_leader_is_killed(
