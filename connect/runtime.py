@@ -165,8 +165,9 @@ class Runtime:
         for task in stopping:
             if not task.join(max(0.0, deadline - time.monotonic())):
                 log.error("task %s did not stop within task.shutdown.graceful.timeout.ms", task.id)
-            if unassigned:
-                task.report(UNASSIGNED)
+                task.cancel()
+            if unassigned:  # the runtime's report: a cancelled task reports nothing
+                self._report(task.id.connector, str(task.id.task), UNASSIGNED, "")
 
     def set_target_state(self, name: str, state: str) -> None:
         with self._lock:

@@ -13,7 +13,11 @@ Each task runs on its own thread:
   the polled records; every ``offset.flush.interval.ms``, before partitions are revoked and when
   the task stops, ``flush(offsets)`` and only then commit those offsets for the group.
 
-A task whose connector code raises is FAILED (the error in its status) until restarted.
+A task whose connector code raises is FAILED (the error in its status) until restarted; not
+one that raises after it was asked to stop (a ``stop`` that closed what ``start`` or ``poll``
+was using), which is logged. A task that does not stop within
+``task.shutdown.graceful.timeout.ms`` is cancelled and left to finish on its own, reporting
+nothing more: a newer instance of it may be running (Kafka's orphaned task).
 """
 
 from __future__ import annotations
@@ -89,6 +93,11 @@ class WorkerTask:
         self._status = status
         self.stopping = threading.Event()
         self.paused = threading.Event()
+        # set by the runtime when the task did not stop within
+        # task.shutdown.graceful.timeout.ms: a newer instance of the task may run from then
+        # on, so this one reports nothing more (Kafka's cancelled, orphaned task)
+        self.cancelled = False
+        self._reporting = threading.Lock()
         self.thread = threading.Thread(target=self._main, name=f"task-{task_id}", daemon=True)
         self.flush_interval_s = config.offset_flush_interval_ms / 1000
         self.state = UNASSIGNED
@@ -108,16 +117,31 @@ class WorkerTask:
         self.thread.join(timeout_s)
         return not self.thread.is_alive()
 
+    def cancel(self) -> None:
+        """The task did not stop in time and is left to finish on its own: from now on it
+        reports no state, so it cannot overwrite a newer instance's."""
+        with self._reporting:
+            self.cancelled = True
+
     def report(self, state: str, trace: str = "", metrics: JsonDict | None = None) -> None:
-        self.state = state
-        self._status(self.id.connector, str(self.id.task), state, trace, metrics)
+        with self._reporting:
+            if self.cancelled:
+                return
+            self.state = state
+            self._status(self.id.connector, str(self.id.task), state, trace, metrics)
 
     def _main(self) -> None:
         try:
             self.execute()
         except Exception as error:  # connector code may raise anything: the task FAILS
-            log.exception("task %s failed", self.id)
-            self.report(FAILED, "".join(traceback.format_exception(error)))
+            if self.cancelled:
+                log.warning("task %s, stopped too late and left behind, failed (a newer instance "
+                            "of it may run): %r", self.id, error)  # fmt: skip
+            elif self.stopping.is_set():  # e.g. a stop() that closed what start() was using
+                log.warning("task %s failed while stopping: %r", self.id, error)
+            else:
+                log.exception("task %s failed", self.id)
+                self.report(FAILED, "".join(traceback.format_exception(error)))
 
     def execute(self) -> None:
         raise NotImplementedError

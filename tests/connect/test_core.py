@@ -4,6 +4,7 @@ and the file connectors' tasks against real files (no cluster)."""
 from __future__ import annotations
 
 import tempfile
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,9 @@ from connect.config_state import Change, ConfigState, task_records
 from connect.file import READ_BYTES, FileStreamSinkTask, FileStreamSource, FileStreamSourceTask
 from connect.offsets import OffsetKeys, SubmittedRecords, offset_key
 from connect.plugins import ConfigInvalid, validate
+from connect.runtime import Runtime
 from connect.storage import FileOffsetStore
-from connect.worker import WorkerSourceTask
+from connect.worker import FAILED, RUNNING, UNASSIGNED, WorkerSourceTask, WorkerTask
 from connect.worker_config import WorkerConfig
 from dataplane.client import BatchResult, RecordFuture, RecordMetadata, TopicPartition
 from raftlog.errors import ErrorCode, KafkaError
@@ -340,6 +342,68 @@ def test_a_submission_counts_its_records() -> None:
     assert submitted.outstanding == 0 and submitted.committable() == {"A": {"position": 9}}
     with pytest.raises(ValueError, match="at least one record"):
         submitted.submit("A", {"position": 9}, count=0)
+
+
+class StoppedMidStart(WorkerTask):
+    """A task whose start is still running when it is asked to stop, and which then raises
+    (a ``stop`` closed the client ``start`` was using), or, ``after_cancel``, raises only
+    once it was cancelled; it reports RUNNING after that too, as a late start would."""
+
+    def __init__(self, config: WorkerConfig, reports: list[tuple[str, str]]) -> None:
+        super().__init__(
+            tid("c", 0), config, lambda _c, task, state, *_: reports.append((task, state))
+        )
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    def execute(self) -> None:
+        self.started.set()
+        self.release.wait(30)
+        self.report(RUNNING)
+        raise RuntimeError("the client is closed")
+
+
+def test_a_task_that_raises_after_it_was_asked_to_stop_is_not_failed() -> None:
+    reports: list[tuple[str, str]] = []
+    task = StoppedMidStart(WorkerConfig.model_validate({"bootstrap.servers": ["h:1"]}), reports)
+    task.start()
+    assert task.started.wait(10)
+    task.stop()
+    task.release.set()
+    assert task.join(10)
+    assert reports == [("0", RUNNING)], "logged, not FAILED"
+
+    # the same error from a task not asked to stop fails it
+    reports.clear()
+    running = StoppedMidStart(WorkerConfig.model_validate({"bootstrap.servers": ["h:1"]}), reports)
+    running.release.set()
+    running.start()
+    assert running.join(10)
+    assert [state for _, state in reports] == [RUNNING, FAILED]
+
+
+def test_a_task_cancelled_after_the_graceful_timeout_reports_nothing_more() -> None:
+    """The runtime gives up on a task after task.shutdown.graceful.timeout.ms and cancels it:
+    its late RUNNING and its failure cannot overwrite a newer instance's state; the runtime
+    itself reports the task UNASSIGNED when the worker is leaving."""
+    config = WorkerConfig.model_validate(
+        {"bootstrap.servers": ["h:1"], "task.shutdown.graceful.timeout.ms": 0}
+    )
+    statuses: list[tuple[str, str | None]] = []
+    runtime = Runtime(config, "w", FileOffsetStore(Path("unused")),
+                      lambda _c, task, status: statuses.append((task, status.state if status else None)),
+                      lambda _name: None)  # fmt: skip
+    task_reports: list[tuple[str, str]] = []
+    task = StoppedMidStart(config, task_reports)
+    runtime.tasks[task.id] = task
+    task.start()
+    assert task.started.wait(10)
+    runtime.stop_tasks([task.id], unassigned=True)
+    assert task.cancelled
+    assert statuses == [("0", UNASSIGNED)]
+    task.release.set()
+    assert task.join(10)
+    assert task_reports == [], "the orphan reported nothing"
 
 
 def test_file_offset_store_survives_a_reload(tmp_path: Path) -> None:
