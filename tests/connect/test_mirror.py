@@ -179,7 +179,11 @@ def test_mirror_through_sigkill_with_group_offsets_and_new_topics(
         mirror.start()
         writer.join(60)
         assert not writer.is_alive()
-        wait_for("every record mirrored", lambda: caught_up(mirror, remote), 90)
+        try:
+            wait_for("every record mirrored", lambda: caught_up(mirror, remote), 90)
+        except TimeoutError:  # which partitions are behind, and whose report is missing
+            print("the mirror's status:", json.dumps(mirror.status(), indent=1))
+            raise
 
         # every record, in order per partition; duplicates listed and bounded
         mirrored = read_all(target, remote, PARTITIONS)
