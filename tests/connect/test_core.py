@@ -25,7 +25,7 @@ from connect.config_state import Change, ConfigState, task_records
 from connect.file import READ_BYTES, FileStreamSinkTask, FileStreamSource, FileStreamSourceTask
 from connect.offsets import OffsetKeys, SubmittedRecords, offset_key
 from connect.plugins import ConfigInvalid, validate
-from connect.runtime import Runtime
+from connect.runtime import Runtime, Status
 from connect.storage import FileOffsetStore
 from connect.worker import FAILED, RUNNING, UNASSIGNED, WorkerSourceTask, WorkerTask
 from connect.worker_config import WorkerConfig
@@ -390,9 +390,11 @@ def test_a_task_cancelled_after_the_graceful_timeout_reports_nothing_more() -> N
         {"bootstrap.servers": ["h:1"], "task.shutdown.graceful.timeout.ms": 0}
     )
     statuses: list[tuple[str, str | None]] = []
-    runtime = Runtime(config, "w", FileOffsetStore(Path("unused")),
-                      lambda _c, task, status: statuses.append((task, status.state if status else None)),
-                      lambda _name: None)  # fmt: skip
+
+    def record(_connector: str, task: str, status: Status | None) -> None:
+        statuses.append((task, status.state if status else None))
+
+    runtime = Runtime(config, "w", FileOffsetStore(Path("unused")), record, lambda _name: None)
     task_reports: list[tuple[str, str]] = []
     task = StoppedMidStart(config, task_reports)
     runtime.tasks[task.id] = task
