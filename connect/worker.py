@@ -133,7 +133,7 @@ class WorkerTask:
     def _main(self) -> None:
         try:
             self.execute()
-        except Exception as error:  # connector code may raise anything: the task FAILS
+        except Exception as error:  # connector code may raise anything: FAILED, unless stopping
             if self.cancelled:
                 log.warning("task %s, stopped too late and left behind, failed (a newer instance "
                             "of it may run): %r", self.id, error)  # fmt: skip
