@@ -345,9 +345,8 @@ def test_a_submission_counts_its_records() -> None:
 
 
 class StoppedMidStart(WorkerTask):
-    """A task whose start is still running when it is asked to stop, and which then raises
-    (a ``stop`` closed the client ``start`` was using), or, ``after_cancel``, raises only
-    once it was cancelled; it reports RUNNING after that too, as a late start would."""
+    """A task whose start runs until the test releases it, then reports RUNNING (as a late
+    start would) and raises (as when a ``stop`` closed the client ``start`` was using)."""
 
     def __init__(self, config: WorkerConfig, reports: list[tuple[str, str]]) -> None:
         super().__init__(
