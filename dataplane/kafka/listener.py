@@ -115,7 +115,9 @@ log = logging.getLogger(__name__)
 LISTENER = "KAFKA"
 ACCEPT_BACKLOG = 128
 IOV_MAX = os.sysconf("SC_IOV_MAX")  # the most buffers one sendmsg takes
-CLOSING_DRAIN_S = 5.0  # a closing answer waits this long for the answers still replicating
+# A connection closing for its latest request first sends the answers still replicating, for
+# up to a client's request.timeout.ms (Kafka's default): how long the client waits for them.
+CLOSING_DRAIN_S = 30.0
 
 
 class _DropResponse(Exception):
@@ -230,6 +232,16 @@ class _InOrder:
             with contextlib.suppress(OSError):
                 self._connection.shutdown(socket.SHUT_RDWR)  # the reading thread ends
         return True
+
+
+def _drain(in_order: _InOrder | None) -> None:
+    """Before a connection closes for its latest request (an expired SASL session, a frame or
+    an API it may not send, a handler's bug), the answers of the requests before it still go
+    out: Kafka, serving a connection's requests one at a time, had sent them. A Produce that
+    was appended and whose answer was lost is sent again by a client without idempotence
+    (librdkafka's default), and written twice."""
+    if in_order is not None:
+        in_order.drain(CLOSING_DRAIN_S)
 
 
 # Served by the connection's authenticator (dataplane/kafka/sasl.py), not by a handler.
@@ -429,14 +441,17 @@ class KafkaListener:
                 else:
                     send_frame(connection, answer)
         except ClosingAnswer as closing:
-            if in_order is not None:  # its answer goes after those of earlier requests
-                in_order.drain(CLOSING_DRAIN_S)
+            _drain(in_order)  # its answer goes after those of earlier requests
             with contextlib.suppress(OSError):
                 connection.sendall(closing.answer)
             log.info("Kafka connection from %s closed: %s", peer, closing)
         except _RequestFailed as failed:
+            _drain(in_order)
             log.error("Kafka connection from %s closed: %s", peer, failed, exc_info=failed.cause)
-        except (OSError, kc.FrameError, _DropResponse) as error:
+        except (kc.FrameError, _DropResponse) as error:
+            _drain(in_order)
+            log.info("Kafka connection from %s closed: %s", peer, error)
+        except OSError as error:  # the peer is gone (or idle): nothing more reaches it
             log.info("Kafka connection from %s closed: %s", peer, error)
         finally:
             if in_order is not None:

@@ -106,3 +106,41 @@ def test_a_closed_connection_gives_back_the_permits_of_answers_it_never_got(
     assert not thread.is_alive()
     gate.set()
     wait_for("the permits back", lambda: broker.listener.requests.in_flight == 0, DEADLINE_S)
+
+
+def test_a_connection_closed_for_its_next_request_still_answers_the_produce_before_it(
+    broker: InProcessBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request that closes the connection (here an API the listener lacks; also a SASL
+    session past connections.max.reauth.ms, from a client that does not re-authenticate, such
+    as kcat's librdkafka 2.0.2) read while a Produce replicates: the Produce's answer still goes
+    out first. Lost, a producer without idempotence (kcat's default) would send the appended
+    batch again, and it would be written twice."""
+    gate = threading.Event()
+    finish = service.PendingProduce.finish
+
+    def held(pending: service.PendingProduce) -> object:
+        assert gate.wait(DEADLINE_S), "the test never opened the gate"
+        return finish(pending)
+
+    monkeypatch.setattr(service.PendingProduce, "finish", held)
+    partition = broker.servicer.replicas.get(TOPIC, 0)
+    start = partition.log.log_end_offset
+    client, thread = served(broker.listener)
+    try:
+        client.sendall(produce(2, 1))
+        client.sendall(request(kc.API_CREATE_TOPICS, 7, {"topics": [], "timeout": 1000}))
+        wait_for("the produce appended", lambda: partition.log.log_end_offset == start + 2,
+                 DEADLINE_S)  # fmt: skip
+        wait_for("the closing request read", lambda: broker.listener.requests.in_flight == 1,
+                 DEADLINE_S)  # fmt: skip
+        gate.set()
+        produced = answer(client, kc.API_PRODUCE, 9).responses[0].partition_responses[0]
+        assert (produced.error_code.value, produced.base_offset) == (0, start)
+        assert client.recv(1) == b""  # then the connection closes, CreateTopics unanswered
+        thread.join(DEADLINE_S)
+        assert not thread.is_alive()
+    finally:
+        gate.set()
+        client.close()
+    wait_for("the permits back", lambda: broker.listener.requests.in_flight == 0, DEADLINE_S)
