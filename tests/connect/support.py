@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +119,16 @@ class MirrorProcess:
         except httpx.HTTPError:
             return False
         return answer.status_code == 200 and len(answer.json()) == 2
+
+    def threads(self) -> str:
+        """What each of the running mirror's threads is doing now (py-spy's dump, from this
+        interpreter's environment): for a test that timed out waiting on it."""
+        if self.process is None or self.process.poll() is not None:
+            return "(the mirror is not running)"
+        py_spy = Path(sys.executable).with_name("py-spy")
+        done = subprocess.run([str(py_spy), "dump", "-p", str(self.process.pid)],
+                              capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+        return done.stdout + done.stderr
 
     def kill(self) -> None:
         assert self.process is not None

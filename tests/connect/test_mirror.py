@@ -125,13 +125,18 @@ def read_all(cluster: LocalCluster, topic: str, partitions: int, group: str | No
         consumer.close()
 
 
-def end_total(cluster: LocalCluster, topic: str, partitions: int) -> int:
+def end_offsets(cluster: LocalCluster, topic: str, partitions: int) -> dict[int, int]:
+    """Each partition's end offset (its high watermark)."""
     consumer = Consumer(cluster.bootstrap_servers)
     try:
         ends = consumer.end_offsets([TopicPartition(topic, p) for p in range(partitions)])
-        return sum(ends.values())
+        return {tp.partition: end for tp, end in ends.items()}
     finally:
         consumer.close()
+
+
+def end_total(cluster: LocalCluster, topic: str, partitions: int) -> int:
+    return sum(end_offsets(cluster, topic, partitions).values())
 
 
 def running_tasks(mirror: Mirror) -> int:
@@ -181,8 +186,12 @@ def test_mirror_through_sigkill_with_group_offsets_and_new_topics(
         assert not writer.is_alive()
         try:
             wait_for("every record mirrored", lambda: caught_up(mirror, remote), 90)
-        except TimeoutError:  # which partitions are behind, and whose report is missing
+        except TimeoutError:  # which partitions are behind, whose report is missing, where the
+            # target's high watermarks stand (acks=all answers wait for them) and what each of
+            # the mirror's threads is doing
             print("the mirror's status:", json.dumps(mirror.status(), indent=1))
+            print("the target's high watermarks:", end_offsets(target, remote, PARTITIONS))
+            print("the mirror's threads:", mirror.threads())
             raise
 
         # every record, in order per partition; duplicates listed and bounded
