@@ -5,6 +5,10 @@ test suite's), which no node or command uses: ~0.5 s of every start-up's CPU. A 
 starts here has imported nothing yet, so hypothesis is kept out before the command line loads
 kio; a process that imports ``dataplane.tools.cli`` by name (a test session, which needs
 hypothesis) is left alone.
+
+``node --config FILE`` runs without the command line's modules (typer, rich, the clients, the
+other commands): nodes start often, and those cost ~0.4 s of a node's start-up CPU
+(``dataplane.tools.node_command``).
 """
 
 from __future__ import annotations
@@ -23,6 +27,12 @@ def keep_hypothesis_out() -> None:
 
 def main() -> None:
     keep_hypothesis_out()
+    if len(sys.argv) > 1 and sys.argv[1] == "node":  # without the rest of the command line
+        from dataplane.tools.node_command import node_config_argument, run_node  # noqa: PLC0415
+
+        config = node_config_argument(sys.argv[1:])
+        if config is not None:
+            raise SystemExit(run_node(config))
     from dataplane.tools.cli import main as cli_main  # noqa: PLC0415 - after the line above
 
     cli_main()
