@@ -47,20 +47,29 @@ def produce(records: int, correlation_id: int) -> bytes:
     return request(kc.API_PRODUCE, 9, body, correlation_id=correlation_id)
 
 
-def test_requests_behind_a_replicating_produce_are_served_and_answered_in_order(
-    broker: InProcessBroker, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def hold_replication(
+    monkeypatch: pytest.MonkeyPatch, first_only: bool = False
+) -> tuple[threading.Event, list[service.PendingProduce]]:
+    """Produces' waits for their ISR (`PendingProduce.finish`) held until the gate returned
+    opens: every one, or only the first; and the waits, as they come."""
     gate = threading.Event()
     finish = service.PendingProduce.finish
-    waits = []
+    waits: list[service.PendingProduce] = []
 
     def held(pending: service.PendingProduce) -> object:
         waits.append(pending)
-        if len(waits) == 1:
+        if not first_only or len(waits) == 1:
             assert gate.wait(DEADLINE_S), "the test never opened the gate"
         return finish(pending)
 
     monkeypatch.setattr(service.PendingProduce, "finish", held)
+    return gate, waits
+
+
+def test_requests_behind_a_replicating_produce_are_served_and_answered_in_order(
+    broker: InProcessBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate, waits = hold_replication(monkeypatch, first_only=True)
     partition = broker.servicer.replicas.get(TOPIC, 0)
     start = partition.log.log_end_offset
     client, thread = served(broker.listener)
@@ -90,14 +99,7 @@ def test_requests_behind_a_replicating_produce_are_served_and_answered_in_order(
 def test_a_closed_connection_gives_back_the_permits_of_answers_it_never_got(
     broker: InProcessBroker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    gate = threading.Event()
-    finish = service.PendingProduce.finish
-
-    def held(pending: service.PendingProduce) -> object:
-        assert gate.wait(DEADLINE_S)
-        return finish(pending)
-
-    monkeypatch.setattr(service.PendingProduce, "finish", held)
+    gate, _ = hold_replication(monkeypatch)
     client, thread = served(broker.listener)
     client.sendall(produce(1, 1) + produce(1, 2))
     wait_for("both produces read", lambda: broker.listener.requests.in_flight == 2, DEADLINE_S)
@@ -116,14 +118,7 @@ def test_a_connection_closed_for_its_next_request_still_answers_the_produce_befo
     as kcat's librdkafka 2.0.2) read while a Produce replicates: the Produce's answer still goes
     out first. Lost, a producer without idempotence (kcat's default) would send the appended
     batch again, and it would be written twice."""
-    gate = threading.Event()
-    finish = service.PendingProduce.finish
-
-    def held(pending: service.PendingProduce) -> object:
-        assert gate.wait(DEADLINE_S), "the test never opened the gate"
-        return finish(pending)
-
-    monkeypatch.setattr(service.PendingProduce, "finish", held)
+    gate, _ = hold_replication(monkeypatch)
     partition = broker.servicer.replicas.get(TOPIC, 0)
     start = partition.log.log_end_offset
     client, thread = served(broker.listener)
