@@ -57,6 +57,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench import REPO_ROOT, write_section
+from bench.profiles import py_spy
 from dataplane.broker.malloc_tuning import tune_malloc
 from dataplane.broker.partition import Partition
 from dataplane.client import AdminClient, NewTopic, Producer
@@ -211,11 +212,11 @@ def failover_round(cluster: LocalCluster, topic: str) -> float:
 # -- profile -------------------------------------------------------------------------------------
 def profile(pids: dict[str, int], seconds: int, out_dir: Path) -> list[subprocess.Popen[bytes]]:
     """Start py-spy on each process (raw folded stacks); the caller waits for them."""
-    spy = Path(sys.executable).with_name("py-spy")
+    spy = py_spy()
     return [
         subprocess.Popen(
             [
-                str(spy),
+                spy,
                 "record",
                 "--pid",
                 str(pid),

@@ -41,7 +41,8 @@ WAITING_MARKERS = (
 )
 
 
-def _py_spy() -> str:
+def py_spy() -> str:
+    """The py-spy executable: the venv's (also when it is not activated), else on PATH."""
     beside = Path(sys.executable).parent / "py-spy"  # the venv's, also when not activated
     found = str(beside) if beside.exists() else shutil.which("py-spy")
     if found is None:
@@ -80,7 +81,7 @@ def _sampling(log: Path) -> bool:
 
 def _record(pid: int, output: Path, log: Path) -> subprocess.Popen[bytes]:
     command = [
-        _py_spy(), "record", "--pid", str(pid), "--rate", str(SAMPLE_RATE_HZ),
+        py_spy(), "record", "--pid", str(pid), "--rate", str(SAMPLE_RATE_HZ),
         "--format", "raw", "--output", str(output),
     ]  # fmt: skip
     with log.open("wb") as out:  # "Sampling process ..." goes to stdout, errors to stderr

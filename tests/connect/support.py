@@ -7,12 +7,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from bench.profiles import py_spy
 from dataplane.tools.entry import COMMAND as RAFTLOG
 from dataplane.tools.local_cluster import LocalCluster, free_port, wait_for
 from dataplane.tools.owned_process import popen_owned
@@ -125,8 +125,11 @@ class MirrorProcess:
         interpreter's environment): for a test that timed out waiting on it."""
         if self.process is None or self.process.poll() is not None:
             return "(the mirror is not running)"
-        py_spy = Path(sys.executable).with_name("py-spy")
-        done = subprocess.run([str(py_spy), "dump", "-p", str(self.process.pid)],
+        try:
+            spy = py_spy()
+        except RuntimeError as missing:
+            return str(missing)
+        done = subprocess.run([spy, "dump", "-p", str(self.process.pid)],
                               capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
         return done.stdout + done.stderr
 
