@@ -218,13 +218,19 @@ class Membership:
         self._topics: tuple[str, ...] = ()
         self._pattern = ""
         self._subscription_sent = False
+        # What the application thread owns, and the number of the target it reconciled to.
+        # Owned partitions are sent only when that pair changed (each change is a new report
+        # number), as Kafka's client sends its LocalAssignment (epoch and partitions): "not
+        # reported" tells the coordinator nothing was released, so it never hands a partition
+        # on while a target this member received but has not reconciled yet still includes
+        # it. A target that grew and shrank back between two polls leaves the partitions as
+        # they were, yet the coordinator waits for word that those it took back are not owned.
         self._owned: frozenset[TopicPartition] = frozenset()
-        # What the last answered heartbeat reported (None: report again). Owned partitions are
-        # sent only when they changed, as Kafka's client does: "not reported" tells the
-        # coordinator nothing was released, so it never hands a partition on while a target
-        # this member received but has not reconciled yet still includes it.
-        self._owned_sent: frozenset[TopicPartition] | None = None
+        self._reconciled: int | None = None
+        self._report = 0
+        self._report_sent: int | None = None  # of the last answered heartbeat; None: again
         self._target: frozenset[TopicPartition] | None = None  # None until the first answer
+        self._targets = 0  # the number of `_target` (see `state`)
         self._lost = False  # fenced: the application thread must give up every partition
         self._fatal: KafkaError | None = None
         self._interval_s = 1.0
@@ -250,19 +256,31 @@ class Membership:
         if fatal is not None:
             raise fatal
 
-    def state(self) -> tuple[frozenset[TopicPartition] | None, bool]:
-        """(target, lost): what the application thread should own, and whether it must give
-        up everything first (fenced)."""
+    def state(self) -> tuple[frozenset[TopicPartition] | None, int, bool]:
+        """(target, its number, lost): what the application thread should own, which of the
+        targets received that is (each one that differs from the one before is the next
+        number), and whether it must give up everything first (fenced)."""
         with self._lock:
-            return self._target, self._lost
+            return self._target, self._targets, self._lost
 
-    def owned(self, partitions: frozenset[TopicPartition], *, released_all: bool = False) -> None:
-        """The application thread now owns ``partitions``; heartbeat at once."""
+    def owned(
+        self,
+        partitions: frozenset[TopicPartition],
+        *,
+        reconciled: int | None,
+        released_all: bool = False,
+    ) -> None:
+        """The application thread owns ``partitions`` after reconciling to target number
+        ``reconciled`` (`state`; None: it gave up everything); a change is reported at once."""
         with self._lock:
-            self._owned = partitions
+            changed = (partitions, reconciled) != (self._owned, self._reconciled)
+            if changed:
+                self._owned, self._reconciled = partitions, reconciled
+                self._report += 1
             if released_all:
                 self._lost = False
-        self._wake.set()
+        if changed or released_all:
+            self._wake.set()
 
     def is_member(self, member_id: str) -> bool:
         """Still ``member_id`` in the group, not fenced."""
@@ -312,7 +330,8 @@ class Membership:
             self._wake.wait(wait_s)
             self._wake.clear()
 
-    def _request(self) -> gpb.ConsumerGroupHeartbeatRequest | None:
+    def _request(self) -> tuple[gpb.ConsumerGroupHeartbeatRequest, int | None] | None:
+        """The next heartbeat, and the number of the owned report it carries (None: none)."""
         with self._lock:
             if self._lost:
                 return None  # wait until the application thread released its partitions
@@ -323,28 +342,31 @@ class Membership:
                 rebalance_timeout_ms=self.rebalance_timeout_ms,
                 client_id=self.client_id,
             )
-            if self._owned != self._owned_sent or self.member_epoch == JOIN_EPOCH:
+            report = None
+            if self._report != self._report_sent or self.member_epoch == JOIN_EPOCH:
                 request.owned.CopyFrom(to_wire(self._owned))
+                report = self._report
             if self.member_epoch == JOIN_EPOCH:
                 request.instance_id = self.instance_id  # sent in full requests, as Kafka's
             if not self._subscription_sent or self.member_epoch == JOIN_EPOCH:
                 request.subscribed_topic_names.names.extend(self._topics)
                 request.subscribed_topic_regex = self._pattern
-            return request
+            return request, report
 
     def _beat(self) -> float:
         """One heartbeat; the seconds until the next."""
         if self._clock() - self._last_poll > self.max_poll_interval_s:
             return self._poll_timeout()
-        request = self._request()
-        if request is None:
+        built = self._request()
+        if built is None:
             return self._interval_s
+        request, report = built
         try:
             response = self.group.call("ConsumerGroupHeartbeat", request, self.request_timeout_s)
         except KafkaError as error:
             log.info("group %s: heartbeat failed: %s", self.group.group_id, error)
             with self._lock:
-                self._owned_sent = None  # the answer may be lost: report in full again
+                self._report_sent = None  # the answer may be lost: report in full again
             return self.group.cluster.backoff_s()
         code = ErrorCode.from_code(response.error_code)
         with self._lock:
@@ -352,9 +374,9 @@ class Membership:
                 self.member_id = response.member_id
                 self.member_epoch = response.member_epoch
                 self._subscription_sent = True
-                if request.HasField("owned"):
-                    self._owned_sent = from_wire(request.owned.topics)
-                self._target = from_wire(response.assignment.topics)
+                if report is not None:
+                    self._report_sent = report
+                self._set_target(from_wire(response.assignment.topics))
                 self._interval_s = response.heartbeat_interval_ms / 1000
                 return self._interval_s
             if code in FENCING_ERRORS:
@@ -366,10 +388,15 @@ class Membership:
             self._stop.set()
             return 0.0
 
+    def _set_target(self, target: frozenset[TopicPartition]) -> None:
+        if target != self._target:
+            self._target = target
+            self._targets += 1
+
     def _lose(self) -> None:
         self.member_epoch = JOIN_EPOCH
-        self._owned_sent = None
-        self._target = frozenset()
+        self._report_sent = None
+        self._set_target(frozenset())
         self._lost = bool(self._owned)
         self._subscription_sent = False
 

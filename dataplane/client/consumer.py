@@ -376,13 +376,13 @@ class Consumer(Closing):
         if membership is None:
             return
         membership.polled()
-        target, lost = membership.state()
+        target, number, lost = membership.state()
         owned = frozenset(self._states)
         if lost:
             for tp in owned:
                 del self._states[tp]
             self._listener.on_partitions_lost(set(owned))
-            membership.owned(frozenset(), released_all=True)
+            membership.owned(frozenset(), reconciled=None, released_all=True)
             return
         if target is None:
             return
@@ -401,8 +401,10 @@ class Consumer(Closing):
                 self._states[tp] = self._new_state()
                 self._states[tp].from_committed = True
             self._cluster.add_topics(tp.topic for tp in added)
-        if revoked or added:
-            membership.owned(frozenset(self._states))
+        # Reported when the partitions changed, and also when only the target did: one that
+        # grew and shrank back since the last poll left them as they were, yet the coordinator
+        # waits for word that the partitions it took back are not owned here.
+        membership.owned(frozenset(self._states), reconciled=number)
         if added:
             self._listener.on_partitions_assigned(set(added))
 

@@ -25,7 +25,7 @@ from dataplane.client import (
     Producer,
     TopicPartition,
 )
-from dataplane.client._group import GroupClient
+from dataplane.client._group import GroupClient, from_wire, to_wire
 from dataplane.tools.entry import COMMAND as RAFTLOG
 from dataplane.tools.local_cluster import LocalCluster, wait_for
 from dataplane.tools.owned_process import popen_owned
@@ -509,3 +509,82 @@ def test_auto_commit_async_commit_pause_and_deleted_topics(cluster: LocalCluster
         assert admin.delete_topics([topic])[topic] is None
         wait_for("offsets of the deleted topic removed",
                  lambda: admin.list_group_offsets("auto") == {}, 30)  # fmt: skip
+
+
+class RawMember:
+    """A member driven by hand through ConsumerGroupHeartbeat, reporting what it is given."""
+
+    def __init__(self, consumer: Consumer, group_id: str, topic: str) -> None:
+        self.group = GroupClient(consumer._cluster, group_id, threading.Event(), time.monotonic)
+        self.topic = topic
+        self.member_id = ""
+        self.epoch = 0
+        self.assigned: frozenset[TopicPartition] = frozenset()
+
+    def beat(self) -> frozenset[TopicPartition]:
+        request = gpb.ConsumerGroupHeartbeatRequest(
+            group_id=self.group.group_id, member_id=self.member_id, member_epoch=self.epoch,
+            rebalance_timeout_ms=30_000, owned=to_wire(self.assigned),
+        )  # fmt: skip
+        if self.epoch == 0:
+            request.subscribed_topic_names.names.append(self.topic)
+        response = self.group.call("ConsumerGroupHeartbeat", request, 10)
+        assert response.error_code == 0, response.error_message
+        self.member_id, self.epoch = response.member_id, response.member_epoch
+        self.assigned = from_wire(response.assignment.topics)
+        return self.assigned
+
+    def leave(self) -> None:
+        request = gpb.ConsumerGroupHeartbeatRequest(
+            group_id=self.group.group_id, member_id=self.member_id, member_epoch=-1
+        )
+        assert self.group.call("ConsumerGroupHeartbeat", request, 10).error_code == 0
+
+
+def test_a_target_that_grew_and_shrank_between_two_polls_lets_the_partitions_go(
+    cluster: LocalCluster,
+) -> None:
+    """The consumer's heartbeats bring a bigger target, then (before the application polls)
+    the old one again: the coordinator waits for the member to report that it gave up the
+    partitions it never took. It reports what it owns after reconciling to the new target even
+    though that did not change, so the next member gets them (CI's chaos run of the
+    transactions workload: a KIP-848 transformer waited for its partitions until the end)."""
+    topic, group_id = "handover", "handover"
+    create_topic(cluster, topic, 6)
+    everything = frozenset(TopicPartition(topic, p) for p in range(6))
+    with Consumer(cluster.bootstrap_servers, group_id=group_id) as consumer:
+        consumer.subscribe([topic])
+
+        def owns_everything() -> bool:
+            consumer.poll(timeout_ms=50)
+            return consumer.assignment() == everything
+
+        wait_for("the consumer to own every partition", owns_everything, 30)
+        first = RawMember(consumer, group_id, topic)  # takes the consumer's last three
+
+        def split() -> bool:
+            consumer.poll(timeout_ms=50)
+            theirs = first.beat()
+            return len(theirs) == 3 and consumer.assignment() == everything - theirs
+
+        wait_for("the partitions split between the two members", split, 30)
+        mine = frozenset(consumer.assignment())
+        membership = consumer._membership
+        assert membership is not None
+        # The application stops polling; its heartbeat thread goes on.
+        first.leave()
+        wait_for("a target of every partition", lambda: membership.state()[0] == everything, 15)
+        second = RawMember(consumer, group_id, topic)
+        second.beat()
+        wait_for(
+            "the old target again",
+            lambda: second.beat() is not None and membership.state()[0] == mine,
+            15,
+        )
+
+        def handed_over() -> bool:
+            consumer.poll(timeout_ms=50)
+            return second.beat() == everything - mine
+
+        wait_for("the second member to get the partitions", handed_over, 15)
+        assert consumer.assignment() == mine
