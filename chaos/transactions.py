@@ -281,6 +281,29 @@ def group_offsets(admin: AdminClient, group: str, topic: str) -> dict[int, int]:
     return {tp.partition: o.offset for tp, o in offsets.items() if tp.topic == topic}
 
 
+def describe_group(admin: AdminClient, group: str, topic: str) -> list[str]:
+    """The group as its coordinator sees it, a line per member (its state, what it owns, its
+    target) and its committed offsets of `topic`: what a drain that timed out leaves to read."""
+    try:
+        described = admin.describe_groups([group])[group]
+        offsets = group_offsets(admin, group, topic)
+    except CLIENT_ERRORS as error:
+        return [f"group {group}: not described: {error}"]
+    committed = dict(sorted(offsets.items()))
+    lines = [
+        f"group {group}: {described.state}, epoch {described.group_epoch} (assignment epoch "
+        f"{described.assignment_epoch}), committed offsets of {topic}: {committed}"
+    ]
+    for m in described.members:
+        owns = sorted(tp.partition for tp in m.assignment)
+        target = sorted(tp.partition for tp in m.target_assignment)
+        lines.append(
+            f"  member {m.member_id} ({m.client_id}) epoch {m.member_epoch}, {m.state}: "
+            f"owns {owns}, target {target}"
+        )
+    return lines
+
+
 def wait_for_stable(
     bootstrap: Sequence[str],
     topic: str,
@@ -483,6 +506,8 @@ class TxnWorkload:
         except (*CLIENT_ERRORS, TimeoutError) as error:
             log.warning("the transformers did not drain the input: %s", error)
             drained = False
+            for line in describe_group(admin, s.group, s.input_topic):
+                self._say(line)
         for transactional_id, code in self.fleet.stop():
             self._problem(f"transformer {transactional_id} did not stop cleanly (status {code})")
         try:

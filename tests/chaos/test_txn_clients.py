@@ -19,7 +19,15 @@ from confluent_kafka import KafkaError, KafkaException
 from chaos.checker import check
 from chaos.rd_transformer import OutcomeUnknown, RdTransformer, _Abortable
 from chaos.runner import RunConfig
-from chaos.transactions import TransformerFleet, TransformerSettings, read_transactions
+from chaos.transactions import (
+    TransformerFleet,
+    TransformerSettings,
+    describe_group,
+    read_transactions,
+)
+from dataplane.client import OffsetAndMetadata, TopicPartition
+from dataplane.client.admin import GroupDescription, MemberDescription
+from raftlog import errors as raftlog_errors
 from tests.chaos.test_txn_checker import clean_story
 
 
@@ -162,3 +170,34 @@ def test_a_call_hung_inside_librdkafka_leaves_the_transaction_unknown_and_exits_
     (txn,) = read_transactions(history.read_text().splitlines())
     assert txn.outcome == "unknown" and txn.client == "confluent"
     assert "send_offsets_to_transaction: blocked" in txn.error
+
+
+def test_a_drain_that_timed_out_prints_each_members_state_ownership_and_target() -> None:
+    """What CI's failed runs needed: the member still to revoke and the one waiting for it."""
+    events = [TopicPartition("in", p) for p in range(4)]
+    members = (
+        MemberDescription("m1", "raftlog-consumer", 3, "unrevoked_partitions", ("in",), "",
+                          frozenset(events[:2]), frozenset(events[:2])),
+        MemberDescription("m2", "rdkafka", 4, "unreleased_partitions", ("in",), "",
+                          frozenset(), frozenset(events[2:])),
+    )  # fmt: skip
+    described = GroupDescription("g", "Reconciling", 4, 4, "uniform", 2, members)
+    offsets = {tp: OffsetAndMetadata(10 + tp.partition) for tp in events}
+    admin = SimpleNamespace(
+        describe_groups=lambda ids: {"g": described}, list_group_offsets=lambda group: offsets
+    )
+    assert describe_group(admin, "g", "in") == [  # type: ignore[arg-type]
+        "group g: Reconciling, epoch 4 (assignment epoch 4), committed offsets of in: "
+        "{0: 10, 1: 11, 2: 12, 3: 13}",
+        "  member m1 (raftlog-consumer) epoch 3, unrevoked_partitions: owns [0, 1], target [0, 1]",
+        "  member m2 (rdkafka) epoch 4, unreleased_partitions: owns [], target [2, 3]",
+    ]
+
+    def unreachable(ids: object) -> None:
+        code = raftlog_errors.ErrorCode.COORDINATOR_NOT_AVAILABLE
+        raise raftlog_errors.KafkaError(code, "no coordinator")
+
+    admin.describe_groups = unreachable
+    assert describe_group(admin, "g", "in") == [  # type: ignore[arg-type]
+        "group g: not described: COORDINATOR_NOT_AVAILABLE: no coordinator"
+    ]
