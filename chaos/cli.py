@@ -24,13 +24,17 @@ chaos_app = typer.Typer(
 console = Console()
 
 
-def _interrupt_on_sigterm() -> None:
-    """SIGTERM unwinds like Ctrl-C, so every cleanup (`finally`, contexts) runs."""
+def _interrupt_on_signals() -> None:
+    """SIGTERM unwinds like Ctrl-C, so every cleanup (`finally`, contexts) runs; and so does
+    SIGINT in a run started in the background, which inherits SIGINT ignored (Python then
+    leaves it so): a harness that interrupts its run with SIGINT still gets its rules removed
+    and its nodes stopped."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @chaos_app.command("run")
@@ -154,7 +158,7 @@ def run_command(
         )
     except ValueError as error:
         raise typer.BadParameter(str(error)) from error
-    _interrupt_on_sigterm()
+    _interrupt_on_signals()
     history, verdict = run(config, lambda line: console.print(line, highlight=False))
     print_summary(history, verdict, console)
     console.print(f"report: {(report / 'report.html').resolve()}")

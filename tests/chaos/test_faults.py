@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -27,6 +28,7 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="iptables and node users need root"),
 ]
 HOSTS = (134, 135)
+REPO = Path(__file__).resolve().parents[2]
 
 
 def process_state(pid: int) -> str:
@@ -83,6 +85,16 @@ def test_an_interrupted_run_resumes_paused_nodes_and_removes_every_rule(
 ) -> None:
     pid_1 = nodes.pid(1)
     assert pid_1 is not None
+    # Ctrl-C as a terminal delivers it: a test run started in the background inherits SIGINT
+    # ignored, and Python then leaves it so (the interrupt never came in such a CI run).
+    interactive = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        interrupted_run(nodes, pid_1)
+    finally:
+        signal.signal(signal.SIGINT, interactive)
+
+
+def interrupted_run(nodes: SleepingNodes, pid_1: int) -> None:
     with (
         pytest.raises(KeyboardInterrupt),
         NetworkFaults(identities_of(nodes)) as network,
@@ -185,3 +197,30 @@ def test_transaction_faults_kill_the_victim_they_are_given(nodes: SleepingNodes)
         assert (active.nodes, active.detail) == ([], "SIGKILL transformer 1")
         active.heal()
         assert healed == [4]
+
+
+def test_a_run_started_in_the_background_still_unwinds_on_sigint() -> None:
+    """A background job inherits SIGINT ignored; `raftlog chaos run` takes it back, so the
+    SIGINT a harness interrupts its run with unwinds it (rules removed, nodes stopped)."""
+    probe = (
+        "import sys, time\n"
+        "from chaos.cli import _interrupt_on_signals\n"
+        "_interrupt_on_signals()\n"
+        "print('ready', flush=True)\n"
+        "try:\n"
+        "    time.sleep(60)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('unwound', flush=True)\n"
+    )
+    # SIGINT ignored, then exec: what a shell's `&` hands a background job
+    argv = ["sh", "-c", 'trap "" INT; exec "$0" -c "$1"', sys.executable, probe]
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "ready\n"
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+        assert out == "unwound\n"
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
