@@ -206,8 +206,8 @@ def test_a_run_started_in_the_background_still_unwinds_on_sigint() -> None:
         "import sys, time\n"
         "from chaos.cli import _interrupt_on_signals\n"
         "_interrupt_on_signals()\n"
-        "print('ready', flush=True)\n"
-        "try:\n"
+        "try:\n"  # ready only once inside: the SIGINT may come as soon as it is read
+        "    print('ready', flush=True)\n"
         "    time.sleep(60)\n"
         "except KeyboardInterrupt:\n"
         "    print('unwound', flush=True)\n"
